@@ -1,0 +1,551 @@
+//! Identifiers and their text forms: execution, executor, run and delay ids, join set ids,
+//! function names and component ids. Every parser returns a typed [`IdParseError`].
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use std::{fmt, str::FromStr, sync::Arc};
+use ulid::Ulid;
+
+/// Why a text could not be parsed as an identifier.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum IdParseError {
+    /// The text does not start with the expected prefix.
+    #[error("`{input}`: expected the prefix `{expected}`")]
+    WrongPrefix {
+        /// The text that was parsed.
+        input: String,
+        /// The prefix every id of this type starts with.
+        expected: &'static str,
+    },
+    /// The ULID part is not 26 characters of Crockford base32.
+    #[error("`{input}`: `{ulid}` is not a ULID (26 characters of Crockford base32)")]
+    BadUlid {
+        /// The text that was parsed.
+        input: String,
+        /// The part that should have been a ULID.
+        ulid: String,
+    },
+    /// A delimiter the format requires is missing.
+    #[error("`{input}`: missing the delimiter `{delimiter}`")]
+    MissingDelimiter {
+        /// The text that was parsed.
+        input: String,
+        /// The delimiter that was not found.
+        delimiter: char,
+    },
+    /// The index of a derived execution id is not a positive integer.
+    #[error("`{input}`: `{index}` is not a child index (a positive integer)")]
+    BadIndex {
+        /// The text that was parsed.
+        input: String,
+        /// The part that should have been the index.
+        index: String,
+    },
+    /// The join set kind is not `o`, `n` or `g`.
+    #[error("`{input}`: unknown join set kind `{kind}` (expected `o`, `n` or `g`)")]
+    BadJoinSetKind {
+        /// The text that was parsed.
+        input: String,
+        /// The kind that was found.
+        kind: String,
+    },
+    /// A name contains a character its format does not allow.
+    #[error("`{input}`: illegal character {character:?} ({allowed})")]
+    IllegalCharacter {
+        /// The text that was parsed.
+        input: String,
+        /// The first illegal character.
+        character: char,
+        /// What the format allows.
+        allowed: &'static str,
+    },
+    /// A part that must not be empty is empty.
+    #[error("`{input}`: the {part} must not be empty")]
+    Empty {
+        /// The text that was parsed.
+        input: String,
+        /// Which part is empty.
+        part: &'static str,
+    },
+}
+
+fn parse_ulid(input: &str, part: &str) -> Result<Ulid, IdParseError> {
+    // `Ulid::from_string` accepts lower case too; the canonical form is upper case, and
+    // accepting both would give one id two text forms with different sort orders.
+    if part.len() != ulid::ULID_LEN
+        || part.bytes().any(|b| b.is_ascii_lowercase())
+        || !part.is_ascii()
+    {
+        return Err(IdParseError::BadUlid { input: input.to_string(), ulid: part.to_string() });
+    }
+    Ulid::from_string(part)
+        .map_err(|_| IdParseError::BadUlid { input: input.to_string(), ulid: part.to_string() })
+}
+
+fn ulid_at(at: DateTime<Utc>) -> Ulid {
+    // The timestamp comes from the caller's clock; only the random part is drawn here.
+    Ulid::from_datetime(std::time::SystemTime::from(at))
+}
+
+macro_rules! prefixed_ulid {
+    ($(#[$meta:meta])* $name:ident, $prefix:literal) => {
+        $(#[$meta])*
+        #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub struct $name(Ulid);
+
+        impl $name {
+            /// The prefix of the text form, including the underscore.
+            pub const PREFIX: &'static str = $prefix;
+
+            /// A new id whose timestamp part is `at` and whose other 80 bits are random.
+            #[must_use]
+            pub fn generate_at(at: DateTime<Utc>) -> Self {
+                Self(ulid_at(at))
+            }
+
+            /// An id from its two ULID parts; deterministic, for tests and replays.
+            #[must_use]
+            pub fn from_parts(timestamp_ms: u64, random: u128) -> Self {
+                Self(Ulid::from_parts(timestamp_ms, random))
+            }
+
+            /// The underlying ULID.
+            #[must_use]
+            pub fn ulid(&self) -> Ulid {
+                self.0
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(f, "{}{}", Self::PREFIX, self.0)
+            }
+        }
+
+        impl fmt::Debug for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                fmt::Display::fmt(self, f)
+            }
+        }
+
+        impl FromStr for $name {
+            type Err = IdParseError;
+            fn from_str(input: &str) -> Result<Self, Self::Err> {
+                let rest = input.strip_prefix(Self::PREFIX).ok_or_else(|| {
+                    IdParseError::WrongPrefix { input: input.to_string(), expected: Self::PREFIX }
+                })?;
+                parse_ulid(input, rest).map(Self)
+            }
+        }
+
+        impl Serialize for $name {
+            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.collect_str(self)
+            }
+        }
+
+        impl<'de> Deserialize<'de> for $name {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let s = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+                s.parse().map_err(serde::de::Error::custom)
+            }
+        }
+    };
+}
+
+prefixed_ulid!(
+    /// Identifies one running executor: `Exr_<ULID>`.
+    ExecutorId,
+    "Exr_"
+);
+prefixed_ulid!(
+    /// Identifies one lock of an execution (a fresh one each time it is locked): `Run_<ULID>`.
+    RunId,
+    "Run_"
+);
+prefixed_ulid!(
+    /// Identifies one durable sleep request: `Delay_<ULID>`.
+    DelayId,
+    "Delay_"
+);
+prefixed_ulid!(
+    /// The ULID part of a top-level execution id: `E_<ULID>`.
+    ExecutionIdTopLevel,
+    "E_"
+);
+
+/// The kind of a join set, the letter before the colon of its id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum JoinSetKind {
+    /// `o`: opened implicitly for a single request.
+    OneOff,
+    /// `n`: named by the workflow author.
+    Named,
+    /// `g`: named by the runtime.
+    Generated,
+}
+
+impl JoinSetKind {
+    /// The one-letter text form.
+    #[must_use]
+    pub fn as_char(self) -> char {
+        match self {
+            Self::OneOff => 'o',
+            Self::Named => 'n',
+            Self::Generated => 'g',
+        }
+    }
+}
+
+const JOIN_SET_NAME_ALLOWED: &str = "a join set name may contain ASCII letters, digits, `_`, `-` and `/`";
+
+/// Identifies a join set within its execution: `<kind>:<name>`, e.g. `n:batch`.
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct JoinSetId {
+    kind: JoinSetKind,
+    name: Arc<str>,
+}
+
+impl JoinSetId {
+    /// A join set id; the name may be empty and may contain ASCII letters, digits, `_ - /`.
+    pub fn new(kind: JoinSetKind, name: impl Into<Arc<str>>) -> Result<Self, IdParseError> {
+        let name: Arc<str> = name.into();
+        if let Some(character) =
+            name.chars().find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '/')))
+        {
+            return Err(IdParseError::IllegalCharacter {
+                input: format!("{}:{name}", kind.as_char()),
+                character,
+                allowed: JOIN_SET_NAME_ALLOWED,
+            });
+        }
+        Ok(Self { kind, name })
+    }
+
+    /// The kind.
+    #[must_use]
+    pub fn kind(&self) -> JoinSetKind {
+        self.kind
+    }
+
+    /// The name (may be empty).
+    #[must_use]
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+impl fmt::Display for JoinSetId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.kind.as_char(), self.name)
+    }
+}
+
+impl fmt::Debug for JoinSetId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+impl FromStr for JoinSetId {
+    type Err = IdParseError;
+    fn from_str(input: &str) -> Result<Self, Self::Err> {
+        let (kind, name) = input.split_once(':').ok_or_else(|| IdParseError::MissingDelimiter {
+            input: input.to_string(),
+            delimiter: ':',
+        })?;
+        let kind = match kind {
+            "o" => JoinSetKind::OneOff,
+            "n" => JoinSetKind::Named,
+            "g" => JoinSetKind::Generated,
+            other => {
+                return Err(IdParseError::BadJoinSetKind {
+                    input: input.to_string(),
+                    kind: other.to_string(),
+                });
+            }
+        };
+        Self::new(kind, name).map_err(|err| match err {
+            IdParseError::IllegalCharacter { character, allowed, .. } => {
+                IdParseError::IllegalCharacter { input: input.to_string(), character, allowed }
+            }
+            other => other,
+        })
+    }
+}
+
+/// Identifies an execution: `E_<ULID>` at the top level, `<parent>.<join set id>_<idx>` for a child.
+///
+/// The text form is stored (validated) so that cloning, hashing and ordering are cheap.
+/// Ids order by their text form, byte by byte, which is what a SQL `ORDER BY` on the text
+/// column gives; that keeps tie-breaking identical on every backend.
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ExecutionId(Arc<str>);
+
+impl ExecutionId {
+    /// A new top-level id with its timestamp part at `at`.
+    #[must_use]
+    pub fn generate_at(at: DateTime<Utc>) -> Self {
+        Self::from(ExecutionIdTopLevel::generate_at(at))
+    }
+
+    /// The id of the `idx`-th child (starting at 1) of this execution in `join_set_id`.
+    #[must_use]
+    pub fn next_level(&self, join_set_id: &JoinSetId, idx: u64) -> Self {
+        Self(format!("{}.{join_set_id}_{idx}", self.0).into())
+    }
+
+    /// True for a top-level id.
+    #[must_use]
+    pub fn is_top_level(&self) -> bool {
+        !self.0.contains('.')
+    }
+
+    /// The top-level part of the id.
+    #[must_use]
+    pub fn top_level(&self) -> ExecutionIdTopLevel {
+        let head = self.0.split('.').next().unwrap_or(&self.0);
+        head.parse().expect("validated at construction")
+    }
+
+    /// For a child id, the parent's id and the join set the child was submitted in.
+    #[must_use]
+    pub fn split_to_parent(&self) -> Option<(ExecutionId, JoinSetId)> {
+        let (parent, last) = self.0.rsplit_once('.')?;
+        let (join_set, _idx) = last.rsplit_once('_')?;
+        Some((Self(parent.into()), join_set.parse().ok()?))
+    }
+
+    /// The text form.
+    #[must_use]
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl From<ExecutionIdTopLevel> for ExecutionId {
+    fn from(top: ExecutionIdTopLevel) -> Self {
+        Self(top.to_string().into())
+    }
+}
+
+impl fmt::Display for ExecutionId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl fmt::Debug for ExecutionId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl FromStr for ExecutionId {
+    type Err = IdParseError;
+    fn from_str(input: &str) -> Result<Self, Self::Err> {
+        let mut parts = input.split('.');
+        let top = parts.next().unwrap_or_default();
+        top.parse::<ExecutionIdTopLevel>()?;
+        for step in parts {
+            let (join_set, index) = step.rsplit_once('_').ok_or_else(|| {
+                IdParseError::MissingDelimiter { input: input.to_string(), delimiter: '_' }
+            })?;
+            join_set.parse::<JoinSetId>().map_err(|err| match err {
+                IdParseError::IllegalCharacter { character, allowed, .. } => {
+                    IdParseError::IllegalCharacter { input: input.to_string(), character, allowed }
+                }
+                IdParseError::BadJoinSetKind { kind, .. } => {
+                    IdParseError::BadJoinSetKind { input: input.to_string(), kind }
+                }
+                IdParseError::MissingDelimiter { delimiter, .. } => {
+                    IdParseError::MissingDelimiter { input: input.to_string(), delimiter }
+                }
+                other => other,
+            })?;
+            let valid_index = !index.is_empty()
+                && index.bytes().all(|b| b.is_ascii_digit())
+                && !index.starts_with('0')
+                && index.parse::<u64>().is_ok();
+            if !valid_index {
+                return Err(IdParseError::BadIndex {
+                    input: input.to_string(),
+                    index: index.to_string(),
+                });
+            }
+        }
+        Ok(Self(input.into()))
+    }
+}
+
+/// A function's fully qualified name: `<interface>.<function>`, split at the last dot.
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct FunctionFqn {
+    ifc_name: Arc<str>,
+    function_name: Arc<str>,
+}
+
+impl FunctionFqn {
+    /// A name from its parts; the function name must not contain a dot, neither part may be
+    /// empty or contain whitespace or control characters.
+    pub fn new(
+        ifc_name: impl Into<Arc<str>>,
+        function_name: impl Into<Arc<str>>,
+    ) -> Result<Self, IdParseError> {
+        let ifc_name = ifc_name.into();
+        let function_name = function_name.into();
+        let input = format!("{ifc_name}.{function_name}");
+        for (part, value) in [("interface name", &ifc_name), ("function name", &function_name)] {
+            if value.is_empty() {
+                return Err(IdParseError::Empty { input, part });
+            }
+            if let Some(character) = value.chars().find(|c| c.is_whitespace() || c.is_control()) {
+                return Err(IdParseError::IllegalCharacter {
+                    input,
+                    character,
+                    allowed: "a function name has no whitespace or control characters",
+                });
+            }
+        }
+        if function_name.contains('.') {
+            return Err(IdParseError::IllegalCharacter {
+                input,
+                character: '.',
+                allowed: "the function part (after the last dot) has no dot",
+            });
+        }
+        Ok(Self { ifc_name, function_name })
+    }
+
+    /// The interface part, before the last dot.
+    #[must_use]
+    pub fn ifc_name(&self) -> &str {
+        &self.ifc_name
+    }
+
+    /// The function part, after the last dot.
+    #[must_use]
+    pub fn function_name(&self) -> &str {
+        &self.function_name
+    }
+}
+
+impl fmt::Display for FunctionFqn {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}", self.ifc_name, self.function_name)
+    }
+}
+
+impl fmt::Debug for FunctionFqn {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+impl FromStr for FunctionFqn {
+    type Err = IdParseError;
+    fn from_str(input: &str) -> Result<Self, Self::Err> {
+        let (ifc, function) = input.rsplit_once('.').ok_or_else(|| {
+            IdParseError::MissingDelimiter { input: input.to_string(), delimiter: '.' }
+        })?;
+        Self::new(ifc, function)
+    }
+}
+
+/// Which deployed unit runs a function: `<type>:<name>`, e.g. `activity:payments`.
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ComponentId {
+    component_type: Arc<str>,
+    name: Arc<str>,
+}
+
+impl ComponentId {
+    /// A component id; the type is ASCII letters, digits, `_` and `-`; the name has no
+    /// whitespace or control characters; neither is empty.
+    pub fn new(
+        component_type: impl Into<Arc<str>>,
+        name: impl Into<Arc<str>>,
+    ) -> Result<Self, IdParseError> {
+        let component_type = component_type.into();
+        let name = name.into();
+        let input = format!("{component_type}:{name}");
+        if component_type.is_empty() {
+            return Err(IdParseError::Empty { input, part: "component type" });
+        }
+        if name.is_empty() {
+            return Err(IdParseError::Empty { input, part: "component name" });
+        }
+        if let Some(character) =
+            component_type.chars().find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '-')))
+        {
+            return Err(IdParseError::IllegalCharacter {
+                input,
+                character,
+                allowed: "a component type may contain ASCII letters, digits, `_` and `-`",
+            });
+        }
+        if let Some(character) = name.chars().find(|c| c.is_whitespace() || c.is_control()) {
+            return Err(IdParseError::IllegalCharacter {
+                input,
+                character,
+                allowed: "a component name has no whitespace or control characters",
+            });
+        }
+        Ok(Self { component_type, name })
+    }
+
+    /// The type, before the colon.
+    #[must_use]
+    pub fn component_type(&self) -> &str {
+        &self.component_type
+    }
+
+    /// The name, after the colon.
+    #[must_use]
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+impl fmt::Display for ComponentId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.component_type, self.name)
+    }
+}
+
+impl fmt::Debug for ComponentId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+impl FromStr for ComponentId {
+    type Err = IdParseError;
+    fn from_str(input: &str) -> Result<Self, Self::Err> {
+        let (component_type, name) = input.split_once(':').ok_or_else(|| {
+            IdParseError::MissingDelimiter { input: input.to_string(), delimiter: ':' }
+        })?;
+        Self::new(component_type, name)
+    }
+}
+
+macro_rules! serde_via_text {
+    ($($name:ident),*) => {$(
+        impl Serialize for $name {
+            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.collect_str(self)
+            }
+        }
+
+        impl<'de> Deserialize<'de> for $name {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let s = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+                s.parse().map_err(serde::de::Error::custom)
+            }
+        }
+    )*};
+}
+serde_via_text!(JoinSetId, ExecutionId, FunctionFqn, ComponentId);
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,41 @@
+//! The domain of Stele, a durable-execution engine: what an execution is, how its append-only
+//! log evolves, and the narrow storage traits every backend implements.
+//!
+//! An execution is a log of [`ExecutionEvent`]s. `Created` is version 0; executors append
+//! `Locked` when they take it under a lease, then the outcome of the run: `Finished`, or a
+//! temporary `TemporarilyFailed` / `TemporarilyTimedOut` that is retried with exponential
+//! backoff ([`retry`]), or `Unlocked` when a worker hit a limit. Workflow-style workers record
+//! [`HistoryEvent`]s: join sets, child executions, durable sleeps. Responses to join sets live
+//! beside the log.
+//!
+//! The [`PendingState`] (due at a time, locked, blocked by a join set, finished) is a pure
+//! function of the log and its responses: [`derive_pending_state`] is the reference, and every
+//! backend's state index must agree with it.
+//!
+//! This crate knows no database driver and reads no clock: timestamps are passed in, and time
+//! comes from a [`ClockFn`] chosen by the caller.
+//!
+//! ```
+//! use concepts::{ExecutionId, FunctionFqn, JoinSetId};
+//!
+//! let ffqn: FunctionFqn = "ns:pkg/ifc@1.0.0.fn".parse().unwrap();
+//! assert_eq!(ffqn.ifc_name(), "ns:pkg/ifc@1.0.0");
+//! let parent: ExecutionId = "E_01JZ8ZK3F8G3N9Q7V5W2X4Y6Z0".parse().unwrap();
+//! let child = parent.next_level(&"n:batch".parse::<JoinSetId>().unwrap(), 1);
+//! assert_eq!(child.to_string(), "E_01JZ8ZK3F8G3N9Q7V5W2X4Y6Z0.n:batch_1");
+//! assert_eq!(child.split_to_parent().unwrap().0, parent);
+//! assert!("E_nope".parse::<ExecutionId>().is_err());
+//! ```
+
+pub mod event;
+pub mod ids;
+pub mod pending_state;
+pub mod retry;
+pub mod storage;
+pub mod time;
+
+pub use event::*;
+pub use ids::*;
+pub use pending_state::*;
+pub use storage::*;
+pub use time::*;

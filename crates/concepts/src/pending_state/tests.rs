@@ -1,0 +1,1 @@
+//! Tests of the pending-state derivation.

@@ -1,0 +1,32 @@
+//! Time as the caller sees it: the [`ClockFn`] abstraction and saturating timestamp arithmetic.
+
+use chrono::{DateTime, TimeDelta, Utc};
+use std::time::Duration;
+
+/// The source of "now" for executors, watchers and tests.
+///
+/// Library code never reads the wall clock itself; it is handed a `ClockFn`, so that tests can
+/// use a simulated clock and be deterministic. Storage never reads any clock: every timestamp
+/// is passed in by its caller.
+pub trait ClockFn: Send + Sync + Clone + 'static {
+    /// The current time.
+    fn now(&self) -> DateTime<Utc>;
+}
+
+/// `at + duration`, saturating at the largest representable timestamp instead of panicking.
+#[must_use]
+pub fn add_saturating(at: DateTime<Utc>, duration: Duration) -> DateTime<Utc> {
+    TimeDelta::from_std(duration)
+        .ok()
+        .and_then(|delta| at.checked_add_signed(delta))
+        .unwrap_or(DateTime::<Utc>::MAX_UTC)
+}
+
+/// `at - duration`, saturating at the smallest representable timestamp instead of panicking.
+#[must_use]
+pub fn sub_saturating(at: DateTime<Utc>, duration: Duration) -> DateTime<Utc> {
+    TimeDelta::from_std(duration)
+        .ok()
+        .and_then(|delta| at.checked_sub_signed(delta))
+        .unwrap_or(DateTime::<Utc>::MIN_UTC)
+}

@@ -1,0 +1,114 @@
+//! Test helpers shared by every Stele crate and by the conformance suite: simulated clocks
+//! ([`SimClock`], [`ConstClock`]), a tracing set-up driven by `RUST_LOG` ([`set_up`]), proptest
+//! strategies for ids and events ([`arbitrary`]), and replayable seeds ([`seed`]).
+//!
+//! ```
+//! use concepts::ClockFn;
+//! use test_utils::SimClock;
+//! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+//! let clock = SimClock::epoch();
+//! let before = clock.now();
+//! clock.move_time_forward(std::time::Duration::from_secs(1)).await;
+//! assert_eq!(clock.now() - before, chrono::TimeDelta::seconds(1));
+//! # });
+//! ```
+
+pub mod arbitrary;
+
+use chrono::{DateTime, TimeZone, Utc};
+use concepts::ClockFn;
+use std::{
+    sync::{Arc, Mutex, Once},
+    time::Duration,
+};
+
+/// A clock that moves only when told to; clones share the same time.
+#[derive(Clone, Debug)]
+pub struct SimClock {
+    now: Arc<Mutex<DateTime<Utc>>>,
+}
+
+impl SimClock {
+    /// A clock standing at `at`.
+    #[must_use]
+    pub fn new(at: DateTime<Utc>) -> Self {
+        Self { now: Arc::new(Mutex::new(at)) }
+    }
+
+    /// A clock standing at 2000-01-01T00:00:00Z, a fixed and readable start.
+    #[must_use]
+    pub fn epoch() -> Self {
+        Self::new(Utc.with_ymd_and_hms(2000, 1, 1, 0, 0, 0).single().unwrap_or_default())
+    }
+
+    /// Moves the time forward by `duration`, then yields so that tasks waiting on the clock
+    /// get to run.
+    pub async fn move_time_forward(&self, duration: Duration) {
+        self.move_time_forward_sync(duration);
+        tokio::task::yield_now().await;
+    }
+
+    /// Moves the time forward by `duration` without yielding.
+    pub fn move_time_forward_sync(&self, duration: Duration) {
+        let mut now = self.now.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        *now = concepts::add_saturating(*now, duration);
+    }
+
+    /// Sets the time; it may not go backwards.
+    pub fn move_time_to(&self, at: DateTime<Utc>) {
+        let mut now = self.now.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        assert!(at >= *now, "SimClock cannot go back from {} to {at}", *now);
+        *now = at;
+    }
+}
+
+impl ClockFn for SimClock {
+    fn now(&self) -> DateTime<Utc> {
+        *self.now.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// A clock that always says the same time.
+#[derive(Clone, Copy, Debug)]
+pub struct ConstClock(pub DateTime<Utc>);
+
+impl ClockFn for ConstClock {
+    fn now(&self) -> DateTime<Utc> {
+        self.0
+    }
+}
+
+/// Installs a tracing subscriber for tests once per process; the filter comes from `RUST_LOG`
+/// (default: warnings). Output goes through the test harness's capture.
+pub fn set_up() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+            .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+        let _ = tracing_subscriber::fmt().with_env_filter(filter).with_test_writer().try_init();
+    });
+}
+
+/// The environment variable that replays a seeded test.
+pub const SEED_ENV: &str = "STELE_SEED";
+
+/// The seed of a randomized test: `STELE_SEED` if set (a replay), else a fresh random one.
+/// The seed is printed either way so that a failure can be replayed.
+///
+/// # Panics
+/// When `STELE_SEED` is set but is not a `u64`: a replay with the wrong seed would be silent.
+#[must_use]
+pub fn seed() -> u64 {
+    let seed = match std::env::var(SEED_ENV) {
+        Ok(text) => text
+            .trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("{SEED_ENV}={text:?} is not an unsigned 64-bit integer")),
+        Err(_) => {
+            use std::hash::{BuildHasher, Hasher};
+            std::collections::hash_map::RandomState::new().build_hasher().finish()
+        }
+    };
+    eprintln!("seed: {seed} (replay with {SEED_ENV}={seed})");
+    seed
+}

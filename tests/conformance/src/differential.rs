@@ -1,0 +1,9 @@
+//! Scenarios of this group (filled in as they are written).
+
+/// Expands to one test per scenario of this module.
+#[macro_export]
+macro_rules! differential_tests {
+    ($factory:expr) => {
+        $crate::__scenario_tests!($factory; differential; );
+    };
+}

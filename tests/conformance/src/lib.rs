@@ -1,0 +1,92 @@
+//! The conformance suite: every scenario of `SCENARIOS.md` as a `pub async fn` that takes a
+//! [`StoreFactory`], so that every storage backend runs the same code.
+//!
+//! A backend runs the whole list with one macro line in its `tests/conformance.rs`:
+//!
+//! ```ignore
+//! conformance::conformance_tests!(MyBackendFactory);
+//! ```
+//!
+//! which expands to one `#[tokio::test]` per scenario, named after it. A scenario that needs a
+//! capability the backend lacks passes after printing `SKIPPED: <reason>` on its stdout;
+//! `cargo xtask conformance` reads those lines (through `--show-output`) and prints the reason
+//! in its table, so nothing is skipped silently.
+//!
+//! This crate depends on no backend.
+
+pub mod differential;
+pub mod executor_scenarios;
+pub mod storage_scenarios;
+
+use async_trait::async_trait;
+use concepts::DbConnection;
+use std::{any::Any, sync::Arc};
+
+pub use test_utils::set_up;
+
+/// What a backend can do beyond the common contract; scenarios that need more are skipped
+/// with a printed reason.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Capabilities {
+    /// The store survives `close` and can be reopened (P scenarios).
+    pub persistent: bool,
+}
+
+/// A fresh store for one scenario, with whatever must live as long as it (a temp dir, say).
+pub struct TestStore {
+    /// The store.
+    pub db: Arc<dyn DbConnection>,
+    /// Dropped after the store: keeps temp files, servers or databases alive.
+    pub guard: Option<Box<dyn Any + Send + Sync>>,
+}
+
+/// Makes fresh stores of one backend.
+#[async_trait]
+pub trait StoreFactory: Send + Sync + 'static {
+    /// The backend's name, for the summary table.
+    fn name(&self) -> &'static str;
+
+    /// What the backend supports.
+    fn capabilities(&self) -> Capabilities;
+
+    /// A new, empty store.
+    async fn fresh(&self) -> TestStore;
+
+    /// Closes `store` and opens the same data again; `None` when not persistent.
+    async fn reopen(&self, store: TestStore) -> Option<TestStore> {
+        drop(store);
+        None
+    }
+}
+
+/// Prints the line `cargo xtask conformance` reads to mark a scenario as skipped.
+#[expect(clippy::print_stdout, reason = "the skip reason is read from the test's stdout")]
+pub fn skip(scenario: &str, reason: &str) {
+    println!("SKIPPED: {reason}");
+    tracing::warn!("{scenario} skipped: {reason}");
+}
+
+/// Expands to one `#[tokio::test]` per scenario for the given [`StoreFactory`] value.
+#[macro_export]
+macro_rules! conformance_tests {
+    ($factory:expr) => {
+        $crate::storage_scenario_tests!($factory);
+        $crate::executor_scenario_tests!($factory);
+        $crate::differential_tests!($factory);
+    };
+}
+
+/// Generates the tests of a list of scenario functions (internal to the suite's macros).
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __scenario_tests {
+    ($factory:expr; $module:ident; $($name:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn $name() {
+                $crate::set_up();
+                $crate::$module::$name(&$factory).await;
+            }
+        )*
+    };
+}
