@@ -8,8 +8,19 @@ use std::{collections::BTreeMap, fmt, time::Duration};
 
 /// The position of an event in an execution's log; `Created` is version 0.
 #[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
-    derive_more::Display, derive_more::From, derive_more::Into,
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    derive_more::Display,
+    derive_more::From,
+    derive_more::Into,
 )]
 #[serde(transparent)]
 pub struct Version(pub u32);
@@ -138,9 +149,10 @@ impl ResultKind {
     #[must_use]
     pub fn of(result: &FinishedExecutionResult) -> Self {
         match result {
-            Ok(SupportedFunctionReturnValue::None | SupportedFunctionReturnValue::InfallibleOrResultOk(_)) => {
-                Self::Ok
-            }
+            Ok(
+                SupportedFunctionReturnValue::None
+                | SupportedFunctionReturnValue::InfallibleOrResultOk(_),
+            ) => Self::Ok,
             Ok(SupportedFunctionReturnValue::FallibleResultErr(_)) => Self::FallibleError,
             Err(FinishedExecutionError::PermanentTimeout) => Self::Timeout,
             Err(FinishedExecutionError::UnhandledChildExecutionError { .. }) => {
@@ -240,7 +252,10 @@ impl ExecutionEventInner {
     /// True for the events that use up a retry.
     #[must_use]
     pub fn is_temporary_event(&self) -> bool {
-        matches!(self, Self::TemporarilyFailed { .. } | Self::TemporarilyTimedOut { .. })
+        matches!(
+            self,
+            Self::TemporarilyFailed { .. } | Self::TemporarilyTimedOut { .. }
+        )
     }
 }
 

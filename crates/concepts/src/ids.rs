@@ -69,17 +69,25 @@ pub enum IdParseError {
     },
 }
 
+const CROCKFORD: &[u8] = b"0123456789ABCDEFGHJKMNPQRSTVWXYZ";
+
 fn parse_ulid(input: &str, part: &str) -> Result<Ulid, IdParseError> {
-    // `Ulid::from_string` accepts lower case too; the canonical form is upper case, and
-    // accepting both would give one id two text forms with different sort orders.
-    if part.len() != ulid::ULID_LEN
-        || part.bytes().any(|b| b.is_ascii_lowercase())
-        || !part.is_ascii()
-    {
-        return Err(IdParseError::BadUlid { input: input.to_string(), ulid: part.to_string() });
+    // Only the canonical form: upper-case Crockford base32 without the decoding aliases
+    // (`I`, `L`, `O`, lower case), and at most `7` first (26 characters hold 130 bits, a ULID
+    // has 128). A lenient parser would give one id several text forms that sort differently.
+    let canonical = part.len() == ulid::ULID_LEN
+        && part.bytes().all(|b| CROCKFORD.contains(&b))
+        && part.as_bytes().first().is_some_and(|b| *b <= b'7');
+    if !canonical {
+        return Err(IdParseError::BadUlid {
+            input: input.to_string(),
+            ulid: part.to_string(),
+        });
     }
-    Ulid::from_string(part)
-        .map_err(|_| IdParseError::BadUlid { input: input.to_string(), ulid: part.to_string() })
+    Ulid::from_string(part).map_err(|_| IdParseError::BadUlid {
+        input: input.to_string(),
+        ulid: part.to_string(),
+    })
 }
 
 fn ulid_at(at: DateTime<Utc>) -> Ulid {
@@ -197,7 +205,8 @@ impl JoinSetKind {
     }
 }
 
-const JOIN_SET_NAME_ALLOWED: &str = "a join set name may contain ASCII letters, digits, `_`, `-` and `/`";
+const JOIN_SET_NAME_ALLOWED: &str =
+    "a join set name may contain ASCII letters, digits, `_`, `-` and `/`";
 
 /// Identifies a join set within its execution: `<kind>:<name>`, e.g. `n:batch`.
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -210,8 +219,9 @@ impl JoinSetId {
     /// A join set id; the name may be empty and may contain ASCII letters, digits, `_ - /`.
     pub fn new(kind: JoinSetKind, name: impl Into<Arc<str>>) -> Result<Self, IdParseError> {
         let name: Arc<str> = name.into();
-        if let Some(character) =
-            name.chars().find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '/')))
+        if let Some(character) = name
+            .chars()
+            .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '/')))
         {
             return Err(IdParseError::IllegalCharacter {
                 input: format!("{}:{name}", kind.as_char()),
@@ -250,10 +260,12 @@ impl fmt::Debug for JoinSetId {
 impl FromStr for JoinSetId {
     type Err = IdParseError;
     fn from_str(input: &str) -> Result<Self, Self::Err> {
-        let (kind, name) = input.split_once(':').ok_or_else(|| IdParseError::MissingDelimiter {
-            input: input.to_string(),
-            delimiter: ':',
-        })?;
+        let (kind, name) = input
+            .split_once(':')
+            .ok_or_else(|| IdParseError::MissingDelimiter {
+                input: input.to_string(),
+                delimiter: ':',
+            })?;
         let kind = match kind {
             "o" => JoinSetKind::OneOff,
             "n" => JoinSetKind::Named,
@@ -266,9 +278,13 @@ impl FromStr for JoinSetId {
             }
         };
         Self::new(kind, name).map_err(|err| match err {
-            IdParseError::IllegalCharacter { character, allowed, .. } => {
-                IdParseError::IllegalCharacter { input: input.to_string(), character, allowed }
-            }
+            IdParseError::IllegalCharacter {
+                character, allowed, ..
+            } => IdParseError::IllegalCharacter {
+                input: input.to_string(),
+                character,
+                allowed,
+            },
             other => other,
         })
     }
@@ -348,18 +364,29 @@ impl FromStr for ExecutionId {
         let top = parts.next().unwrap_or_default();
         top.parse::<ExecutionIdTopLevel>()?;
         for step in parts {
-            let (join_set, index) = step.rsplit_once('_').ok_or_else(|| {
-                IdParseError::MissingDelimiter { input: input.to_string(), delimiter: '_' }
-            })?;
+            let (join_set, index) =
+                step.rsplit_once('_')
+                    .ok_or_else(|| IdParseError::MissingDelimiter {
+                        input: input.to_string(),
+                        delimiter: '_',
+                    })?;
             join_set.parse::<JoinSetId>().map_err(|err| match err {
-                IdParseError::IllegalCharacter { character, allowed, .. } => {
-                    IdParseError::IllegalCharacter { input: input.to_string(), character, allowed }
-                }
-                IdParseError::BadJoinSetKind { kind, .. } => {
-                    IdParseError::BadJoinSetKind { input: input.to_string(), kind }
-                }
+                IdParseError::IllegalCharacter {
+                    character, allowed, ..
+                } => IdParseError::IllegalCharacter {
+                    input: input.to_string(),
+                    character,
+                    allowed,
+                },
+                IdParseError::BadJoinSetKind { kind, .. } => IdParseError::BadJoinSetKind {
+                    input: input.to_string(),
+                    kind,
+                },
                 IdParseError::MissingDelimiter { delimiter, .. } => {
-                    IdParseError::MissingDelimiter { input: input.to_string(), delimiter }
+                    IdParseError::MissingDelimiter {
+                        input: input.to_string(),
+                        delimiter,
+                    }
                 }
                 other => other,
             })?;
@@ -395,7 +422,10 @@ impl FunctionFqn {
         let ifc_name = ifc_name.into();
         let function_name = function_name.into();
         let input = format!("{ifc_name}.{function_name}");
-        for (part, value) in [("interface name", &ifc_name), ("function name", &function_name)] {
+        for (part, value) in [
+            ("interface name", &ifc_name),
+            ("function name", &function_name),
+        ] {
             if value.is_empty() {
                 return Err(IdParseError::Empty { input, part });
             }
@@ -414,7 +444,10 @@ impl FunctionFqn {
                 allowed: "the function part (after the last dot) has no dot",
             });
         }
-        Ok(Self { ifc_name, function_name })
+        Ok(Self {
+            ifc_name,
+            function_name,
+        })
     }
 
     /// The interface part, before the last dot.
@@ -445,9 +478,13 @@ impl fmt::Debug for FunctionFqn {
 impl FromStr for FunctionFqn {
     type Err = IdParseError;
     fn from_str(input: &str) -> Result<Self, Self::Err> {
-        let (ifc, function) = input.rsplit_once('.').ok_or_else(|| {
-            IdParseError::MissingDelimiter { input: input.to_string(), delimiter: '.' }
-        })?;
+        let (ifc, function) =
+            input
+                .rsplit_once('.')
+                .ok_or_else(|| IdParseError::MissingDelimiter {
+                    input: input.to_string(),
+                    delimiter: '.',
+                })?;
         Self::new(ifc, function)
     }
 }
@@ -470,13 +507,20 @@ impl ComponentId {
         let name = name.into();
         let input = format!("{component_type}:{name}");
         if component_type.is_empty() {
-            return Err(IdParseError::Empty { input, part: "component type" });
+            return Err(IdParseError::Empty {
+                input,
+                part: "component type",
+            });
         }
         if name.is_empty() {
-            return Err(IdParseError::Empty { input, part: "component name" });
+            return Err(IdParseError::Empty {
+                input,
+                part: "component name",
+            });
         }
-        if let Some(character) =
-            component_type.chars().find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '-')))
+        if let Some(character) = component_type
+            .chars()
+            .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '-')))
         {
             return Err(IdParseError::IllegalCharacter {
                 input,
@@ -491,7 +535,10 @@ impl ComponentId {
                 allowed: "a component name has no whitespace or control characters",
             });
         }
-        Ok(Self { component_type, name })
+        Ok(Self {
+            component_type,
+            name,
+        })
     }
 
     /// The type, before the colon.
@@ -522,9 +569,13 @@ impl fmt::Debug for ComponentId {
 impl FromStr for ComponentId {
     type Err = IdParseError;
     fn from_str(input: &str) -> Result<Self, Self::Err> {
-        let (component_type, name) = input.split_once(':').ok_or_else(|| {
-            IdParseError::MissingDelimiter { input: input.to_string(), delimiter: ':' }
-        })?;
+        let (component_type, name) =
+            input
+                .split_once(':')
+                .ok_or_else(|| IdParseError::MissingDelimiter {
+                    input: input.to_string(),
+                    delimiter: ':',
+                })?;
         Self::new(component_type, name)
     }
 }

@@ -29,6 +29,7 @@
 
 pub mod event;
 pub mod ids;
+pub mod outcome;
 pub mod pending_state;
 pub mod retry;
 pub mod storage;
@@ -36,6 +37,7 @@ pub mod time;
 
 pub use event::*;
 pub use ids::*;
+pub use outcome::*;
 pub use pending_state::*;
 pub use storage::*;
 pub use time::*;

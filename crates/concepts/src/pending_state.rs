@@ -51,7 +51,16 @@ pub enum PendingState {
 
 /// The variant of a [`PendingState`], for filters and tables.
 #[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
     derive_more::Display,
 )]
 pub enum PendingStateKind {
@@ -120,22 +129,25 @@ impl PendingState {
         lock_expires_at: DateTime<Utc>,
     ) -> Result<(), ValidationError> {
         if lock_expires_at <= now {
-            return Err(ValidationError::InvalidExpiryDate { lock_expires_at, now });
+            return Err(ValidationError::InvalidExpiryDate {
+                lock_expires_at,
+                now,
+            });
         }
         match self {
             Self::PendingAt { scheduled_at } if *scheduled_at <= now => Ok(()),
-            Self::PendingAt { scheduled_at } => {
-                Err(ValidationError::NotYetPending { scheduled_at: *scheduled_at })
-            }
-            Self::Locked { executor_id: held_by, run_id: held_run, .. }
-                if *held_by == executor_id && *held_run == run_id =>
-            {
-                Ok(())
-            }
+            Self::PendingAt { scheduled_at } => Err(ValidationError::NotYetPending {
+                scheduled_at: *scheduled_at,
+            }),
+            Self::Locked {
+                executor_id: held_by,
+                run_id: held_run,
+                ..
+            } if *held_by == executor_id && *held_run == run_id => Ok(()),
             Self::Locked { .. } => Err(ValidationError::AlreadyLocked),
-            Self::BlockedByJoinSet { join_set_id, .. } => {
-                Err(ValidationError::BlockedByJoinSet { join_set_id: join_set_id.clone() })
-            }
+            Self::BlockedByJoinSet { join_set_id, .. } => Err(ValidationError::BlockedByJoinSet {
+                join_set_id: join_set_id.clone(),
+            }),
             Self::Finished { .. } => Err(ValidationError::AlreadyFinished),
         }
     }
@@ -176,7 +188,12 @@ impl ExecutionState {
             ExecutionEventInner::Created { .. } => {
                 Err(DbError::Validation(ValidationError::CreatedEventAppended))
             }
-            ExecutionEventInner::Locked(Locked { executor_id, run_id, lock_expires_at, .. }) => self
+            ExecutionEventInner::Locked(Locked {
+                executor_id,
+                run_id,
+                lock_expires_at,
+                ..
+            }) => self
                 .pending_state
                 .can_lock(created_at, *executor_id, *run_id, *lock_expires_at)
                 .map_err(DbError::Validation),
@@ -197,18 +214,24 @@ impl ExecutionState {
     ) -> ExecutionState {
         let version = self.next_version;
         let pending_state = match &event.event {
-            ExecutionEventInner::Created { scheduled_at, .. } => {
-                PendingState::PendingAt { scheduled_at: *scheduled_at }
-            }
+            ExecutionEventInner::Created { scheduled_at, .. } => PendingState::PendingAt {
+                scheduled_at: *scheduled_at,
+            },
             ExecutionEventInner::Locked(locked) => PendingState::Locked {
                 executor_id: locked.executor_id,
                 run_id: locked.run_id,
                 lock_expires_at: locked.lock_expires_at,
             },
-            ExecutionEventInner::Unlocked { backoff_expires_at, .. }
-            | ExecutionEventInner::TemporarilyFailed { backoff_expires_at, .. }
+            ExecutionEventInner::Unlocked {
+                backoff_expires_at, ..
+            }
+            | ExecutionEventInner::TemporarilyFailed {
+                backoff_expires_at, ..
+            }
             | ExecutionEventInner::TemporarilyTimedOut { backoff_expires_at } => {
-                PendingState::PendingAt { scheduled_at: *backoff_expires_at }
+                PendingState::PendingAt {
+                    scheduled_at: *backoff_expires_at,
+                }
             }
             ExecutionEventInner::Finished { result } => {
                 return ExecutionState {
@@ -221,11 +244,16 @@ impl ExecutionState {
                 };
             }
             ExecutionEventInner::HistoryEvent {
-                event: HistoryEvent::JoinNext { join_set_id, run_expires_at, closing },
+                event:
+                    HistoryEvent::JoinNext {
+                        join_set_id,
+                        run_expires_at,
+                        closing,
+                    },
             } => match nth_response_created_at(join_set_id) {
-                Some(arrived_at) => {
-                    PendingState::PendingAt { scheduled_at: (*run_expires_at).max(arrived_at) }
-                }
+                Some(arrived_at) => PendingState::PendingAt {
+                    scheduled_at: (*run_expires_at).max(arrived_at),
+                },
                 None => PendingState::BlockedByJoinSet {
                     join_set_id: join_set_id.clone(),
                     lock_expires_at: *run_expires_at,
@@ -253,14 +281,21 @@ impl ExecutionState {
         join_next_count: usize,
     ) -> ExecutionState {
         let pending_state = match &self.pending_state {
-            PendingState::BlockedByJoinSet { join_set_id: blocked_on, lock_expires_at, .. }
-                if blocked_on == join_set_id && responses_for_join_set >= join_next_count =>
-            {
-                PendingState::PendingAt { scheduled_at: (*lock_expires_at).max(created_at) }
+            PendingState::BlockedByJoinSet {
+                join_set_id: blocked_on,
+                lock_expires_at,
+                ..
+            } if blocked_on == join_set_id && responses_for_join_set >= join_next_count => {
+                PendingState::PendingAt {
+                    scheduled_at: (*lock_expires_at).max(created_at),
+                }
             }
             other => other.clone(),
         };
-        ExecutionState { next_version: self.next_version, pending_state }
+        ExecutionState {
+            next_version: self.next_version,
+            pending_state,
+        }
     }
 }
 
@@ -289,13 +324,24 @@ pub fn derive_pending_state(
                     lock_expires_at: locked.lock_expires_at,
                 });
             }
-            ExecutionEventInner::TemporarilyFailed { backoff_expires_at, .. }
+            ExecutionEventInner::TemporarilyFailed {
+                backoff_expires_at, ..
+            }
             | ExecutionEventInner::TemporarilyTimedOut { backoff_expires_at }
-            | ExecutionEventInner::Unlocked { backoff_expires_at, .. } => {
-                return Some(PendingState::PendingAt { scheduled_at: *backoff_expires_at });
+            | ExecutionEventInner::Unlocked {
+                backoff_expires_at, ..
+            } => {
+                return Some(PendingState::PendingAt {
+                    scheduled_at: *backoff_expires_at,
+                });
             }
             ExecutionEventInner::HistoryEvent {
-                event: HistoryEvent::JoinNext { join_set_id, run_expires_at, closing },
+                event:
+                    HistoryEvent::JoinNext {
+                        join_set_id,
+                        run_expires_at,
+                        closing,
+                    },
             } => {
                 let n = count_join_next(events, join_set_id);
                 let nth = responses
@@ -315,7 +361,9 @@ pub fn derive_pending_state(
             }
             ExecutionEventInner::HistoryEvent { .. } => {}
             ExecutionEventInner::Created { scheduled_at, .. } => {
-                return Some(PendingState::PendingAt { scheduled_at: *scheduled_at });
+                return Some(PendingState::PendingAt {
+                    scheduled_at: *scheduled_at,
+                });
             }
         }
     }
@@ -338,8 +386,13 @@ pub fn count_join_next(events: &[ExecutionEvent], join_set_id: &JoinSetId) -> us
 /// The number of `TemporarilyFailed` and `TemporarilyTimedOut` events in `events`.
 #[must_use]
 pub fn temporary_event_count(events: &[ExecutionEvent]) -> u32 {
-    u32::try_from(events.iter().filter(|e| e.event.is_temporary_event()).count())
-        .unwrap_or(u32::MAX)
+    u32::try_from(
+        events
+            .iter()
+            .filter(|e| e.event.is_temporary_event())
+            .count(),
+    )
+    .unwrap_or(u32::MAX)
 }
 
 #[cfg(test)]

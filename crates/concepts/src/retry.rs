@@ -65,9 +65,15 @@ mod tests {
 
     #[test]
     fn retry_forever_saturates() {
-        assert_eq!(retry_backoff(u32::MAX, u32::MAX, MS100), Some(Duration::MAX));
+        assert_eq!(
+            retry_backoff(u32::MAX, u32::MAX, MS100),
+            Some(Duration::MAX)
+        );
         assert_eq!(retry_backoff(40, u32::MAX, MS100), Some(Duration::MAX));
-        assert_eq!(retry_backoff(40, u32::MAX, Duration::ZERO), Some(Duration::ZERO));
+        assert_eq!(
+            retry_backoff(40, u32::MAX, Duration::ZERO),
+            Some(Duration::ZERO)
+        );
         assert!(can_be_retried(u32::MAX - 1, u32::MAX));
     }
 

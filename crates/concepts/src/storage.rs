@@ -399,7 +399,10 @@ pub struct Pagination {
 
 impl Default for Pagination {
     fn default() -> Self {
-        Self { cursor: None, length: 100 }
+        Self {
+            cursor: None,
+            length: 100,
+        }
     }
 }
 
@@ -522,8 +525,7 @@ pub trait DbClient: Send + Sync {
     async fn get(&self, execution_id: &ExecutionId) -> Result<ExecutionLog, DbError>;
 
     /// The current pending state.
-    async fn get_pending_state(&self, execution_id: &ExecutionId)
-    -> Result<PendingState, DbError>;
+    async fn get_pending_state(&self, execution_id: &ExecutionId) -> Result<PendingState, DbError>;
 
     /// One event.
     async fn get_execution_event(

@@ -32,13 +32,19 @@ impl SimClock {
     /// A clock standing at `at`.
     #[must_use]
     pub fn new(at: DateTime<Utc>) -> Self {
-        Self { now: Arc::new(Mutex::new(at)) }
+        Self {
+            now: Arc::new(Mutex::new(at)),
+        }
     }
 
     /// A clock standing at 2000-01-01T00:00:00Z, a fixed and readable start.
     #[must_use]
     pub fn epoch() -> Self {
-        Self::new(Utc.with_ymd_and_hms(2000, 1, 1, 0, 0, 0).single().unwrap_or_default())
+        Self::new(
+            Utc.with_ymd_and_hms(2000, 1, 1, 0, 0, 0)
+                .single()
+                .unwrap_or_default(),
+        )
     }
 
     /// Moves the time forward by `duration`, then yields so that tasks waiting on the clock
@@ -50,13 +56,19 @@ impl SimClock {
 
     /// Moves the time forward by `duration` without yielding.
     pub fn move_time_forward_sync(&self, duration: Duration) {
-        let mut now = self.now.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut now = self
+            .now
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         *now = concepts::add_saturating(*now, duration);
     }
 
     /// Sets the time; it may not go backwards.
     pub fn move_time_to(&self, at: DateTime<Utc>) {
-        let mut now = self.now.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut now = self
+            .now
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         assert!(at >= *now, "SimClock cannot go back from {} to {at}", *now);
         *now = at;
     }
@@ -64,7 +76,10 @@ impl SimClock {
 
 impl ClockFn for SimClock {
     fn now(&self) -> DateTime<Utc> {
-        *self.now.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        *self
+            .now
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 
@@ -85,7 +100,10 @@ pub fn set_up() {
     ONCE.call_once(|| {
         let filter = tracing_subscriber::EnvFilter::try_from_default_env()
             .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-        let _ = tracing_subscriber::fmt().with_env_filter(filter).with_test_writer().try_init();
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_test_writer()
+            .try_init();
     });
 }
 
@@ -106,7 +124,9 @@ pub fn seed() -> u64 {
             .unwrap_or_else(|_| panic!("{SEED_ENV}={text:?} is not an unsigned 64-bit integer")),
         Err(_) => {
             use std::hash::{BuildHasher, Hasher};
-            std::collections::hash_map::RandomState::new().build_hasher().finish()
+            std::collections::hash_map::RandomState::new()
+                .build_hasher()
+                .finish()
         }
     };
     eprintln!("seed: {seed} (replay with {SEED_ENV}={seed})");

@@ -1,1 +1,253 @@
-//! Tests of id parsing.
+//! Tests of id parsing: round trips, typed errors for malformed input, no panics.
+
+use super::*;
+use proptest::prelude::*;
+
+const ULID: &str = "01JZ8ZK3F8G3N9Q7V5W2X4Y6Z0";
+
+#[test]
+fn prefixed_ids_round_trip() {
+    let text = format!("E_{ULID}");
+    assert_eq!(text.parse::<ExecutionId>().unwrap().to_string(), text);
+    for prefix in ["Exr_", "Run_", "Delay_"] {
+        let text = format!("{prefix}{ULID}");
+        let round_trip = match prefix {
+            "Exr_" => text.parse::<ExecutorId>().map(|id| id.to_string()),
+            "Run_" => text.parse::<RunId>().map(|id| id.to_string()),
+            _ => text.parse::<DelayId>().map(|id| id.to_string()),
+        };
+        assert_eq!(round_trip.unwrap(), text);
+    }
+}
+
+#[test]
+fn wrong_prefix_is_typed() {
+    let err = format!("Run_{ULID}").parse::<ExecutorId>().unwrap_err();
+    assert!(
+        matches!(
+            err,
+            IdParseError::WrongPrefix {
+                expected: "Exr_",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    let err = ULID.parse::<ExecutionId>().unwrap_err();
+    assert!(
+        matches!(err, IdParseError::WrongPrefix { expected: "E_", .. }),
+        "{err}"
+    );
+}
+
+#[test]
+fn bad_ulid_is_typed() {
+    for bad in [
+        "E_",
+        "E_123",
+        "E_01JZ8ZK3F8G3N9Q7V5W2X4Y6Z",
+        "E_01JZ8ZK3F8G3N9Q7V5W2X4Y6ZU",
+        "E_01jz8zk3f8g3n9q7v5w2x4y6z0",
+        "E_81JZ8ZK3F8G3N9Q7V5W2X4Y6Z0",
+        "E_01JZ8ZK3F8G3N9Q7V5W2X4Y6Zé",
+    ] {
+        let err = bad.parse::<ExecutionId>().unwrap_err();
+        assert!(matches!(err, IdParseError::BadUlid { .. }), "{bad}: {err}");
+    }
+}
+
+#[test]
+fn derived_ids_parse_and_split() {
+    let parent: ExecutionId = format!("E_{ULID}").parse().unwrap();
+    let batch: JoinSetId = "n:batch".parse().unwrap();
+    let child = parent.next_level(&batch, 1);
+    assert_eq!(child.to_string(), format!("E_{ULID}.n:batch_1"));
+    let grandchild = child.next_level(&"o:x".parse().unwrap(), 1);
+    assert_eq!(grandchild.to_string(), format!("E_{ULID}.n:batch_1.o:x_1"));
+    assert_eq!(
+        grandchild.as_str().parse::<ExecutionId>().unwrap(),
+        grandchild
+    );
+    assert_eq!(
+        grandchild.split_to_parent(),
+        Some((child.clone(), "o:x".parse().unwrap()))
+    );
+    assert_eq!(child.split_to_parent(), Some((parent.clone(), batch)));
+    assert_eq!(parent.split_to_parent(), None);
+    assert!(parent.is_top_level() && !child.is_top_level());
+    assert_eq!(grandchild.top_level().to_string(), parent.to_string());
+    // A join set name may itself contain underscores: the index follows the last one.
+    let under: ExecutionId = format!("E_{ULID}.n:my_set_12").parse().unwrap();
+    assert_eq!(under.split_to_parent().unwrap().1.name(), "my_set");
+    // An empty join set name is allowed.
+    assert!(format!("E_{ULID}.g:_3").parse::<ExecutionId>().is_ok());
+}
+
+#[test]
+fn malformed_derived_ids_are_typed() {
+    type Check = fn(&IdParseError) -> bool;
+    let cases: &[(&str, Check)] = &[
+        ("n:batch1", |e| {
+            matches!(e, IdParseError::MissingDelimiter { delimiter: '_', .. })
+        }),
+        ("n:batch_", |e| matches!(e, IdParseError::BadIndex { .. })),
+        ("n:batch_x", |e| matches!(e, IdParseError::BadIndex { .. })),
+        ("n:batch_0", |e| matches!(e, IdParseError::BadIndex { .. })),
+        ("n:batch_01", |e| matches!(e, IdParseError::BadIndex { .. })),
+        ("n:batch_-1", |e| matches!(e, IdParseError::BadIndex { .. })),
+        ("n:batch_99999999999999999999999", |e| {
+            matches!(e, IdParseError::BadIndex { .. })
+        }),
+        ("x:batch_1", |e| {
+            matches!(e, IdParseError::BadJoinSetKind { .. })
+        }),
+        ("nbatch_1", |e| {
+            matches!(e, IdParseError::MissingDelimiter { delimiter: ':', .. })
+        }),
+        ("n:ba tch_1", |e| {
+            matches!(e, IdParseError::IllegalCharacter { character: ' ', .. })
+        }),
+        ("n:ba:tch_1", |e| {
+            matches!(e, IdParseError::IllegalCharacter { character: ':', .. })
+        }),
+        ("", |e| matches!(e, IdParseError::MissingDelimiter { .. })),
+    ];
+    for (suffix, expected) in cases {
+        let text = format!("E_{ULID}.{suffix}");
+        let err = text.parse::<ExecutionId>().unwrap_err();
+        assert!(expected(&err), "{text}: unexpected {err:?}");
+        assert!(
+            err.to_string().contains(&text),
+            "the message names the input: {err}"
+        );
+    }
+}
+
+#[test]
+fn join_set_ids() {
+    let id: JoinSetId = "g:a-b/c_d".parse().unwrap();
+    assert_eq!((id.kind(), id.name()), (JoinSetKind::Generated, "a-b/c_d"));
+    assert_eq!(id.to_string(), "g:a-b/c_d");
+    assert!(matches!(
+        "q:x".parse::<JoinSetId>(),
+        Err(IdParseError::BadJoinSetKind { .. })
+    ));
+    assert!(matches!(
+        "n".parse::<JoinSetId>(),
+        Err(IdParseError::MissingDelimiter { .. })
+    ));
+    assert!(matches!(
+        "n:a.b".parse::<JoinSetId>(),
+        Err(IdParseError::IllegalCharacter { character: '.', .. })
+    ));
+    assert!(matches!(
+        JoinSetId::new(JoinSetKind::Named, "é"),
+        Err(IdParseError::IllegalCharacter { .. })
+    ));
+}
+
+#[test]
+fn ffqn_splits_at_the_last_dot() {
+    let f: FunctionFqn = "ns:pkg/ifc@1.0.0.fn".parse().unwrap();
+    assert_eq!(
+        (f.ifc_name(), f.function_name()),
+        ("ns:pkg/ifc@1.0.0", "fn")
+    );
+    assert_eq!(f.to_string(), "ns:pkg/ifc@1.0.0.fn");
+    assert!(matches!(
+        "nodot".parse::<FunctionFqn>(),
+        Err(IdParseError::MissingDelimiter { .. })
+    ));
+    assert!(matches!(
+        "ifc.".parse::<FunctionFqn>(),
+        Err(IdParseError::Empty {
+            part: "function name",
+            ..
+        })
+    ));
+    assert!(matches!(
+        ".fn".parse::<FunctionFqn>(),
+        Err(IdParseError::Empty {
+            part: "interface name",
+            ..
+        })
+    ));
+    assert!(matches!(
+        "if c.fn".parse::<FunctionFqn>(),
+        Err(IdParseError::IllegalCharacter { .. })
+    ));
+    assert!(matches!(
+        FunctionFqn::new("ifc", "a.b"),
+        Err(IdParseError::IllegalCharacter { character: '.', .. })
+    ));
+}
+
+#[test]
+fn component_ids() {
+    let c: ComponentId = "activity:payments".parse().unwrap();
+    assert_eq!((c.component_type(), c.name()), ("activity", "payments"));
+    assert!(matches!(
+        "activity".parse::<ComponentId>(),
+        Err(IdParseError::MissingDelimiter { .. })
+    ));
+    assert!(matches!(
+        ":x".parse::<ComponentId>(),
+        Err(IdParseError::Empty { .. })
+    ));
+    assert!(matches!(
+        "a:".parse::<ComponentId>(),
+        Err(IdParseError::Empty { .. })
+    ));
+    assert!(matches!(
+        "a b:x".parse::<ComponentId>(),
+        Err(IdParseError::IllegalCharacter { .. })
+    ));
+}
+
+#[test]
+fn ids_serialize_as_text() {
+    let id: ExecutionId = format!("E_{ULID}.n:b_2").parse().unwrap();
+    let json = serde_json::to_string(&id).unwrap();
+    assert_eq!(json, format!("\"E_{ULID}.n:b_2\""));
+    assert_eq!(serde_json::from_str::<ExecutionId>(&json).unwrap(), id);
+    assert!(serde_json::from_str::<ExecutionId>("\"E_bad\"").is_err());
+}
+
+#[test]
+fn execution_ids_order_by_text() {
+    let parent: ExecutionId = format!("E_{ULID}").parse().unwrap();
+    let j: JoinSetId = "n:b".parse().unwrap();
+    let (c2, c10) = (parent.next_level(&j, 2), parent.next_level(&j, 10));
+    assert!(
+        parent < c10 && c10 < c2,
+        "byte order of the text form, like SQL ORDER BY"
+    );
+}
+
+proptest! {
+    #[test]
+    fn parsers_never_panic(s in "\\PC{0,40}") {
+        let _ = s.parse::<ExecutionId>();
+        let _ = s.parse::<JoinSetId>();
+        let _ = s.parse::<FunctionFqn>();
+        let _ = s.parse::<ComponentId>();
+        let _ = s.parse::<RunId>();
+    }
+
+    #[test]
+    fn near_valid_ids_never_panic(suffix in "[a-z0-9:_./ -]{0,20}") {
+        let _ = format!("E_{ULID}.{suffix}").parse::<ExecutionId>();
+        let _ = format!("E_{ULID}{suffix}").parse::<ExecutionId>();
+    }
+
+    #[test]
+    fn generated_ids_round_trip(ms in 0u64..(1 << 48), random in any::<u128>(), idx in 1u64..u64::MAX, name in "[a-zA-Z0-9_/-]{0,8}") {
+        let top = ExecutionId::from(ExecutionIdTopLevel::from_parts(ms, random));
+        prop_assert_eq!(top.to_string().parse::<ExecutionId>().unwrap(), top.clone());
+        let child = top.next_level(&JoinSetId::new(JoinSetKind::Named, name.as_str()).unwrap(), idx);
+        prop_assert_eq!(child.to_string().parse::<ExecutionId>().unwrap(), child.clone());
+        let (parent, join_set) = child.split_to_parent().unwrap();
+        prop_assert_eq!(parent, top);
+        prop_assert_eq!(join_set.name(), name.as_str());
+    }
+}
