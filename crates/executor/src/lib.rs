@@ -1,1 +1,105 @@
-//! Placeholder, being written.
+//! The executor of Stele: it locks due executions of the functions its [`Worker`] exports, runs
+//! the worker for each one under a lease, and records how each run ended.
+//!
+//! # Writing a worker
+//!
+//! A worker implements [`Worker`]: it names the functions it runs and, for each run, turns a
+//! [`WorkerContext`] (the execution's id, parameters, history, responses, the version its next
+//! append must carry and its deadline) into a [`WorkerResult`]. The executor maps that result
+//! to exactly one write (see [`map_worker_result`] for the whole table): a `Finished` event,
+//! a retry (`TemporarilyFailed`, `TemporarilyTimedOut`), an `Unlocked`, or nothing at all when
+//! the worker wrote its own events. When a child execution finishes, its parent's response is
+//! written in the same transaction.
+//!
+//! ```
+//! use async_trait::async_trait;
+//! use concepts::{ComponentId, DbExecutor, FunctionFqn, Json, SupportedFunctionReturnValue};
+//! use executor::{ExecConfig, ExecTask, ExecutorTaskHandle, Now, Worker, WorkerContext,
+//!     WorkerError, WorkerResult};
+//! use std::{sync::Arc, time::Duration};
+//!
+//! /// Greets the name given as the first parameter.
+//! struct Greeter {
+//!     ffqns: Vec<FunctionFqn>,
+//! }
+//!
+//! #[async_trait]
+//! impl Worker for Greeter {
+//!     async fn run(&self, ctx: WorkerContext) -> WorkerResult {
+//!         match ctx.params.0.get(0).and_then(|name| name.as_str()) {
+//!             // An activity reports the context's version; the executor appends `Finished`.
+//!             Some(name) => WorkerResult::Ok(
+//!                 SupportedFunctionReturnValue::InfallibleOrResultOk(Json(
+//!                     format!("hello, {name}").into(),
+//!                 )),
+//!                 ctx.version,
+//!             ),
+//!             // Retried with exponential backoff while retries are left.
+//!             None => WorkerResult::Err(WorkerError::ActivityTrap {
+//!                 reason: "expected a name".to_string(),
+//!                 detail: None,
+//!             }),
+//!         }
+//!     }
+//!
+//!     fn exported_functions(&self) -> &[FunctionFqn] {
+//!         &self.ffqns
+//!     }
+//! }
+//!
+//! /// Runs greeters against `db` until the returned handle is closed.
+//! fn start(db: Arc<dyn DbExecutor>) -> ExecutorTaskHandle {
+//!     let worker = Greeter { ffqns: vec!["demo:greet/api.greet".parse().unwrap()] };
+//!     let config = ExecConfig {
+//!         lock_expiry: Duration::from_secs(10),
+//!         tick_sleep: Duration::from_secs(1),
+//!         batch_size: 16,
+//!         component_id: ComponentId::new("activity", "greeter").unwrap(),
+//!         task_limiter: None,
+//!     };
+//!     ExecTask::spawn_new(Arc::new(worker), config, Now, db)
+//! }
+//! # let _ = start;
+//! ```
+//!
+//! # The loop
+//!
+//! A spawned executor repeats: take up to `batch_size` permits of the task limiter (waiting for
+//! at least one, or `tick_sleep`, never spinning), lock that many due executions with a lease
+//! of `lock_expiry`, run each worker in its own task with the lease expiry as its deadline,
+//! write its outcome, and wait for the next due execution (`wait_for_pending`, woken by the
+//! store's notifications, at most `tick_sleep`). Leases that expire because a worker hung or
+//! its process died are resolved by the timers watcher, never by the executor.
+//!
+//! Each run is a tracing span (`worker`, with the function as `otel.name`) carrying the
+//! execution id, run id, function, executor id, component id and the submitter's
+//! `traceparent` when its metadata has one. Linking that span to the remote OpenTelemetry
+//! parent is out of scope for this crate.
+//!
+//! This crate knows no storage backend: it talks to `concepts::DbExecutor` only.
+
+mod exec_task;
+mod mapping;
+mod worker;
+
+pub use exec_task::{ExecConfig, ExecTask, ExecutionProgress, ExecutorTaskHandle};
+pub use mapping::{RunInfo, map_worker_result};
+pub use worker::{FatalError, Worker, WorkerContext, WorkerError, WorkerResult};
+
+use chrono::{DateTime, Utc};
+use concepts::ClockFn;
+
+/// The real clock: `chrono::Utc::now()`. Everything else takes time from a [`ClockFn`], so
+/// tests can substitute a simulated one.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Now;
+
+impl ClockFn for Now {
+    #[expect(
+        clippy::disallowed_methods,
+        reason = "the one real clock of the workspace"
+    )]
+    fn now(&self) -> DateTime<Utc> {
+        Utc::now()
+    }
+}

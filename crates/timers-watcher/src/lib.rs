@@ -1,1 +1,195 @@
-//! Placeholder, being written.
+//! The timers watcher of Stele: it resolves leases that expired (the worker hung, or its
+//! process died) and fires durable sleeps that are due.
+//!
+//! Every `tick_sleep`, at `now - leeway` (the leeway lets a worker that is about to finish
+//! write its own outcome first), one [`tick`]:
+//! - times out each expired lease: `TemporarilyTimedOut` with `backoff_expires_at = now +
+//!   backoff` while a retry is left, else `Finished(Err(PermanentTimeout))` together with the
+//!   parent's response, at the version it read. If the version moved on, the worker won the
+//!   race; that is not an error and is not counted.
+//! - delivers `DelayFinished` to the join set of each expired delay. A duplicate (another
+//!   watcher was faster) is not an error and is not counted.
+//!
+//! ```
+//! use concepts::DbConnection;
+//! use std::{sync::Arc, time::Duration};
+//! use timers_watcher::{TimersWatcherConfig, TimersWatcherHandle, spawn_new};
+//!
+//! fn start<C: concepts::ClockFn>(db: Arc<dyn DbConnection>, clock: C) -> TimersWatcherHandle {
+//!     let config = TimersWatcherConfig {
+//!         tick_sleep: Duration::from_secs(1),
+//!         leeway: Duration::from_millis(500),
+//!     };
+//!     spawn_new(db, config, clock)
+//! }
+//! ```
+//!
+//! This crate knows no storage backend and does not depend on the executor: the write that
+//! finishes a child and notifies its parent is [`concepts::OutcomeWrite`], shared with it.
+
+use chrono::{DateTime, Utc};
+use concepts::{
+    ClockFn, DbError, DbExecutor, DbTimers, ExecutionEventInner, ExpiredDelay, ExpiredLock,
+    ExpiredTimer, FinishedExecutionError, JoinSetResponse, JoinSetResponseEvent, OutcomeWrite,
+    add_saturating, is_lost_race, retry, sub_saturating,
+};
+use std::{sync::Arc, time::Duration};
+use tokio::{sync::watch, task::JoinHandle};
+use tracing::{Instrument, debug, info_span, warn};
+
+/// How the watcher works.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TimersWatcherConfig {
+    /// How often it looks for expired timers (real time).
+    pub tick_sleep: Duration,
+    /// How long after expiry a timer is acted upon.
+    pub leeway: Duration,
+}
+
+/// What one tick did: the appends that succeeded.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TickProgress {
+    /// Expired leases resolved (timed out, or finished with a permanent timeout).
+    pub expired_locks: usize,
+    /// Durable sleeps delivered.
+    pub expired_async_timers: usize,
+}
+
+/// One pass at `now`: acts on every timer that expired at or before `now - leeway`.
+///
+/// Fails only when the expired timers cannot be read; a write that fails for another reason
+/// than a lost race is logged and retried by the next tick.
+pub async fn tick<D>(db: &D, now: DateTime<Utc>, leeway: Duration) -> Result<TickProgress, DbError>
+where
+    D: DbTimers + DbExecutor + ?Sized,
+{
+    let mut progress = TickProgress::default();
+    for timer in db.get_expired_timers(sub_saturating(now, leeway)).await? {
+        match timer {
+            ExpiredTimer::Lock(lock) => {
+                let execution_id = lock.execution_id.clone();
+                match expired_lock_write(&lock, now).write(db).await {
+                    Ok(_) => progress.expired_locks += 1,
+                    Err(err) if is_lost_race(&err) => {
+                        debug!(%execution_id, "the worker wrote first: {err}");
+                    }
+                    Err(err) => warn!(%execution_id, "cannot time out the expired lease: {err}"),
+                }
+            }
+            ExpiredTimer::Delay(delay) => {
+                let response = delay_response(&delay);
+                match db.append_response(now, &delay.execution_id, response).await {
+                    Ok(()) => progress.expired_async_timers += 1,
+                    Err(DbError::Duplicate(err)) => debug!("delay already delivered: {err}"),
+                    Err(err) => warn!(
+                        execution_id = %delay.execution_id,
+                        delay_id = %delay.delay_id,
+                        "cannot deliver the expired delay: {err}"
+                    ),
+                }
+            }
+        }
+    }
+    Ok(progress)
+}
+
+/// The write that resolves an expired lease at `now`: a timeout while a retry is left, else a
+/// permanent timeout that also notifies the parent.
+#[must_use]
+pub fn expired_lock_write(lock: &ExpiredLock, now: DateTime<Utc>) -> OutcomeWrite {
+    let event = match retry::retry_backoff(
+        lock.temporary_event_count,
+        lock.max_retries,
+        lock.retry_exp_backoff,
+    ) {
+        Some(backoff) => ExecutionEventInner::TemporarilyTimedOut {
+            backoff_expires_at: add_saturating(now, backoff),
+        },
+        None => ExecutionEventInner::Finished {
+            result: Err(FinishedExecutionError::PermanentTimeout),
+        },
+    };
+    OutcomeWrite::new(
+        lock.execution_id.clone(),
+        lock.next_version,
+        now,
+        event,
+        lock.parent.as_ref(),
+    )
+}
+
+fn delay_response(delay: &ExpiredDelay) -> JoinSetResponseEvent {
+    JoinSetResponseEvent {
+        join_set_id: delay.join_set_id.clone(),
+        event: JoinSetResponse::DelayFinished {
+            delay_id: delay.delay_id,
+        },
+    }
+}
+
+/// Spawns the watcher loop on the current tokio runtime: a [`tick`] every `tick_sleep`.
+///
+/// `db` is any store that serves timers and appends, such as `Arc<dyn DbConnection>`.
+#[must_use]
+pub fn spawn_new<D, C>(db: Arc<D>, config: TimersWatcherConfig, clock: C) -> TimersWatcherHandle
+where
+    D: DbTimers + DbExecutor + ?Sized + 'static,
+    C: ClockFn,
+{
+    let (closing_tx, mut closing) = watch::channel(false);
+    let task = async move {
+        debug!("timers watcher started");
+        loop {
+            match tick(db.as_ref(), clock.now(), config.leeway).await {
+                Ok(progress) if progress != TickProgress::default() => debug!(?progress),
+                Ok(_) => {}
+                Err(err) => warn!("cannot read expired timers: {err}"),
+            }
+            tokio::select! {
+                _ = closing.wait_for(|closing| *closing) => break,
+                () = tokio::time::sleep(config.tick_sleep) => {}
+            }
+        }
+        debug!("timers watcher stopped");
+    };
+    let join = tokio::spawn(task.instrument(info_span!("timers_watcher")));
+    TimersWatcherHandle {
+        closing: closing_tx,
+        join: Some(join),
+    }
+}
+
+/// A running watcher loop. [`TimersWatcherHandle::close`] stops it gracefully; dropping the
+/// handle without closing aborts the loop and logs a warning.
+#[derive(Debug)]
+pub struct TimersWatcherHandle {
+    closing: watch::Sender<bool>,
+    join: Option<JoinHandle<()>>,
+}
+
+impl TimersWatcherHandle {
+    /// Stops the loop and returns once it has ended (a tick in flight completes first).
+    /// Idempotent.
+    pub async fn close(&mut self) {
+        self.closing.send_replace(true);
+        if let Some(join) = self.join.take()
+            && let Err(err) = join.await
+        {
+            warn!("timers watcher loop ended abnormally: {err}");
+        }
+    }
+}
+
+impl Drop for TimersWatcherHandle {
+    fn drop(&mut self) {
+        if let Some(join) = self.join.take() {
+            if !join.is_finished() {
+                warn!("timers watcher dropped without `close`, aborting");
+            }
+            join.abort();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,410 @@
+//! The executor loop: take permits, lock due executions, run each worker in its own task,
+//! record each outcome, wait for the next due execution.
+
+use crate::{
+    mapping::{RunInfo, map_worker_result},
+    worker::{Worker, WorkerContext, WorkerError, WorkerResult},
+};
+use chrono::{DateTime, Utc};
+use concepts::{
+    ClockFn, ComponentId, DbError, DbExecutor, ExecutionId, ExecutorId, FunctionFqn,
+    LockedExecution, add_saturating, is_lost_race, retry,
+};
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
+    time::Duration,
+};
+use tokio::{
+    sync::{OwnedSemaphorePermit, Semaphore, watch},
+    task::{JoinError, JoinHandle},
+};
+use tracing::{Instrument, debug, info_span, warn};
+
+/// How an executor works.
+#[derive(Debug, Clone)]
+pub struct ExecConfig {
+    /// How long a lease lasts; a worker's deadline is the lock time plus this.
+    pub lock_expiry: Duration,
+    /// The longest the loop waits for a due execution or a free permit before it looks again
+    /// (real time). Notifications usually wake it much sooner.
+    pub tick_sleep: Duration,
+    /// How many executions one tick locks at most; 0 is treated as 1.
+    pub batch_size: usize,
+    /// The component this executor runs; written into every `Locked` event.
+    pub component_id: ComponentId,
+    /// Bounds the workers running at once, possibly shared by several executors: each running
+    /// worker holds one permit until its outcome is written.
+    pub task_limiter: Option<Arc<Semaphore>>,
+}
+
+/// One permit per execution a tick may lock; `None` stands for "no limiter".
+type Permits = Vec<Option<OwnedSemaphorePermit>>;
+
+/// An executor: runs one [`Worker`]'s functions against a store.
+///
+/// The store is taken as `Arc<dyn DbExecutor>`, the narrow trait of what an executor needs;
+/// a whole backend (`Arc<dyn DbConnection>`) coerces to it. Workflow-style workers that need
+/// more hold their own handle to the store.
+///
+/// Use [`ExecTask::spawn_new`] in production, or [`ExecTask::new`] and [`ExecTask::tick`] to
+/// drive it step by step in tests.
+pub struct ExecTask<C: ClockFn> {
+    worker: Arc<dyn Worker>,
+    config: ExecConfig,
+    clock: C,
+    db: Arc<dyn DbExecutor>,
+    executor_id: ExecutorId,
+    ffqns: Arc<[FunctionFqn]>,
+    ticks: Arc<AtomicU64>,
+}
+
+impl<C: ClockFn> ExecTask<C> {
+    /// An executor with a fresh executor id, not running yet.
+    #[must_use]
+    pub fn new(
+        worker: Arc<dyn Worker>,
+        config: ExecConfig,
+        clock: C,
+        db: Arc<dyn DbExecutor>,
+    ) -> Self {
+        let executor_id = ExecutorId::generate_at(clock.now());
+        let ffqns = worker.exported_functions().into();
+        Self {
+            worker,
+            config,
+            clock,
+            db,
+            executor_id,
+            ffqns,
+            ticks: Arc::default(),
+        }
+    }
+
+    /// Creates an executor and spawns its loop on the current tokio runtime.
+    #[must_use]
+    pub fn spawn_new(
+        worker: Arc<dyn Worker>,
+        config: ExecConfig,
+        clock: C,
+        db: Arc<dyn DbExecutor>,
+    ) -> ExecutorTaskHandle {
+        Self::new(worker, config, clock, db).spawn()
+    }
+
+    /// Spawns the loop on the current tokio runtime.
+    #[must_use]
+    pub fn spawn(self) -> ExecutorTaskHandle {
+        let (closing_tx, closing_rx) = watch::channel(false);
+        let executor_id = self.executor_id;
+        let ticks = self.ticks.clone();
+        let span = info_span!("executor", %executor_id, component_id = %self.config.component_id);
+        let join = tokio::spawn(self.run_loop(closing_rx).instrument(span));
+        ExecutorTaskHandle {
+            executor_id,
+            closing: closing_tx,
+            join: Some(join),
+            ticks,
+        }
+    }
+
+    /// This executor's id, written into every `Locked` event.
+    #[must_use]
+    pub fn executor_id(&self) -> ExecutorId {
+        self.executor_id
+    }
+
+    /// How many ticks (loop iterations, or calls of [`ExecTask::tick`]) started so far.
+    #[must_use]
+    pub fn tick_count(&self) -> u64 {
+        self.ticks.load(Ordering::Relaxed)
+    }
+
+    /// One manual tick at `executed_at`: takes the permits that are free right now (without
+    /// waiting), locks up to that many due executions and spawns their workers.
+    ///
+    /// The returned [`ExecutionProgress`] lets a test await the workers and their writes.
+    pub async fn tick(&self, executed_at: DateTime<Utc>) -> Result<ExecutionProgress, DbError> {
+        self.ticks.fetch_add(1, Ordering::Relaxed);
+        let permits = match &self.config.task_limiter {
+            None => unlimited(self.batch_size()),
+            Some(limiter) => take_free(limiter, self.batch_size()),
+        };
+        self.lock_and_spawn(executed_at, permits).await
+    }
+
+    fn batch_size(&self) -> usize {
+        self.config.batch_size.max(1)
+    }
+
+    async fn run_loop(self, mut closing: watch::Receiver<bool>) {
+        debug!("executor started");
+        loop {
+            self.ticks.fetch_add(1, Ordering::Relaxed);
+            let permits = tokio::select! {
+                _ = closing.wait_for(|closing| *closing) => break,
+                permits = self.wait_for_permits() => permits,
+            };
+            if permits.is_empty() {
+                continue; // No permit was freed within `tick_sleep`: look again.
+            }
+            let locked = self.lock_and_spawn(self.clock.now(), permits).await;
+            if let Err(err) = &locked {
+                warn!("cannot lock pending executions: {err}");
+            }
+            tokio::select! {
+                _ = closing.wait_for(|closing| *closing) => break,
+                () = self.wait_after_tick(locked.is_ok()) => {}
+            }
+        }
+        debug!("executor stopped");
+    }
+
+    /// At least one permit, waiting up to `tick_sleep` for it; empty if none came.
+    async fn wait_for_permits(&self) -> Permits {
+        let Some(limiter) = &self.config.task_limiter else {
+            return unlimited(self.batch_size());
+        };
+        match tokio::time::timeout(self.config.tick_sleep, limiter.clone().acquire_owned()).await {
+            Ok(Ok(first)) => {
+                let mut permits = take_free(limiter, self.batch_size() - 1);
+                permits.push(Some(first));
+                permits
+            }
+            Ok(Err(_closed)) => {
+                warn!("the task limiter is closed; no worker can start");
+                tokio::time::sleep(self.config.tick_sleep).await;
+                Vec::new()
+            }
+            Err(_elapsed) => Vec::new(),
+        }
+    }
+
+    /// Waits for the next due execution, or `tick_sleep` after a failed lock (the store may be
+    /// down, and `wait_for_pending` of a failing store could return at once and spin).
+    async fn wait_after_tick(&self, lock_succeeded: bool) {
+        if lock_succeeded {
+            let ffqns = self.ffqns.clone();
+            self.db
+                .wait_for_pending(self.clock.now(), ffqns, self.config.tick_sleep)
+                .await;
+        } else {
+            tokio::time::sleep(self.config.tick_sleep).await;
+        }
+    }
+
+    async fn lock_and_spawn(
+        &self,
+        executed_at: DateTime<Utc>,
+        mut permits: Permits,
+    ) -> Result<ExecutionProgress, DbError> {
+        if permits.is_empty() {
+            return Ok(ExecutionProgress::default());
+        }
+        let locked = self
+            .db
+            .lock_pending(
+                permits.len(),
+                executed_at,
+                self.ffqns.clone(),
+                executed_at,
+                self.config.component_id.clone(),
+                self.executor_id,
+                add_saturating(executed_at, self.config.lock_expiry),
+            )
+            .await?;
+        let executions = locked
+            .into_iter()
+            .map(|locked| {
+                let permit = permits.pop().flatten();
+                (
+                    locked.execution_id.clone(),
+                    self.spawn_worker(locked, permit),
+                )
+            })
+            .collect();
+        Ok(ExecutionProgress { executions }) // Unused permits are released here.
+    }
+
+    /// Runs the worker in its own task and writes its outcome; the permit is held until then.
+    fn spawn_worker(
+        &self,
+        locked: LockedExecution,
+        permit: Option<OwnedSemaphorePermit>,
+    ) -> JoinHandle<()> {
+        let run = RunInfo::from(&locked);
+        let span = self.worker_span(&locked);
+        let ctx = WorkerContext {
+            can_be_retried: retry::can_be_retried(locked.temporary_event_count, locked.max_retries),
+            execution_deadline: locked.locked_event.lock_expires_at,
+            run_id: locked.locked_event.run_id,
+            execution_id: locked.execution_id,
+            metadata: locked.metadata,
+            ffqn: locked.ffqn,
+            params: locked.params,
+            event_history: locked.event_history,
+            responses: locked.responses,
+            version: locked.next_version,
+            worker_span: span.clone(),
+        };
+        let worker = self.worker.clone();
+        let db = self.db.clone();
+        let clock = self.clock.clone();
+        let task = async move {
+            let result = run_catching_panics(worker, ctx).await;
+            if let Some(write) = map_worker_result(result, &run, clock.now()) {
+                let event = write.event.variant_name();
+                match write.write(db.as_ref()).await {
+                    Ok(_) => debug!("wrote {event}"),
+                    Err(err) if is_lost_race(&err) => {
+                        warn!("{event} refused, the lease was already resolved: {err}");
+                    }
+                    Err(err) => warn!("cannot write {event}, the lease expiry recovers: {err}"),
+                }
+            }
+            drop(permit);
+        };
+        tokio::spawn(task.instrument(span))
+    }
+
+    /// The span of one run. Tracing span names are static, so the function's name is the
+    /// `otel.name` field, which OpenTelemetry exporters use as the span name. The submitter's
+    /// `traceparent` is recorded as a field; linking the span to that remote parent is left to
+    /// the embedding application's OpenTelemetry layer (out of scope here).
+    fn worker_span(&self, locked: &LockedExecution) -> tracing::Span {
+        let span = info_span!(
+            parent: None,
+            "worker",
+            otel.name = %locked.ffqn,
+            execution_id = %locked.execution_id,
+            run_id = %locked.locked_event.run_id,
+            ffqn = %locked.ffqn,
+            executor_id = %self.executor_id,
+            component_id = %self.config.component_id,
+            traceparent = tracing::field::Empty,
+        );
+        if let Some(traceparent) = locked.metadata.traceparent() {
+            span.record("traceparent", traceparent);
+        }
+        span
+    }
+}
+
+/// Runs the worker in a task of its own so that a panicking worker becomes an activity trap
+/// instead of a lost run.
+async fn run_catching_panics(worker: Arc<dyn Worker>, ctx: WorkerContext) -> WorkerResult {
+    let span = ctx.worker_span.clone();
+    match tokio::spawn(async move { worker.run(ctx).await }.instrument(span)).await {
+        Ok(result) => result,
+        Err(join_error) => {
+            let reason = match join_error.try_into_panic() {
+                Ok(payload) => match payload.downcast::<String>() {
+                    Ok(message) => format!("worker panicked: {message}"),
+                    Err(payload) => match payload.downcast::<&str>() {
+                        Ok(message) => format!("worker panicked: {message}"),
+                        Err(_) => "worker panicked".to_string(),
+                    },
+                },
+                Err(_cancelled) => "worker task was cancelled".to_string(),
+            };
+            WorkerResult::Err(WorkerError::ActivityTrap {
+                reason,
+                detail: None,
+            })
+        }
+    }
+}
+
+fn unlimited(batch_size: usize) -> Permits {
+    std::iter::repeat_with(|| None).take(batch_size).collect()
+}
+
+/// Up to `count` permits that are free right now.
+fn take_free(limiter: &Arc<Semaphore>, count: usize) -> Permits {
+    std::iter::from_fn(|| limiter.clone().try_acquire_owned().ok())
+        .take(count)
+        .map(Some)
+        .collect()
+}
+
+/// The executions one tick locked, with the tasks that run their workers and write their
+/// outcomes.
+#[derive(Debug, Default)]
+pub struct ExecutionProgress {
+    /// Each locked execution and its task.
+    pub executions: Vec<(ExecutionId, JoinHandle<()>)>,
+}
+
+impl ExecutionProgress {
+    /// The locked executions.
+    #[must_use]
+    pub fn execution_ids(&self) -> Vec<ExecutionId> {
+        self.executions.iter().map(|(id, _)| id.clone()).collect()
+    }
+
+    /// Waits until every worker ran and its outcome was written; returns the executions.
+    pub async fn wait_for_tasks(self) -> Result<Vec<ExecutionId>, JoinError> {
+        let mut ids = Vec::with_capacity(self.executions.len());
+        for (id, task) in self.executions {
+            task.await?;
+            ids.push(id);
+        }
+        Ok(ids)
+    }
+}
+
+/// A running executor loop.
+///
+/// [`ExecutorTaskHandle::close`] stops it gracefully; dropping the handle without closing
+/// aborts the loop and logs a warning. Workers already running finish and write their
+/// outcomes either way; if the process ends first, their leases expire and the timers watcher
+/// recovers them.
+#[derive(Debug)]
+pub struct ExecutorTaskHandle {
+    executor_id: ExecutorId,
+    closing: watch::Sender<bool>,
+    join: Option<JoinHandle<()>>,
+    ticks: Arc<AtomicU64>,
+}
+
+impl ExecutorTaskHandle {
+    /// Stops taking work and returns once the loop has ended (promptly: every wait of the loop
+    /// is interrupted, a `lock_pending` in flight completes first). Idempotent.
+    pub async fn close(&mut self) {
+        self.closing.send_replace(true);
+        if let Some(join) = self.join.take()
+            && let Err(err) = join.await
+        {
+            warn!(executor_id = %self.executor_id, "executor loop ended abnormally: {err}");
+        }
+    }
+
+    /// The executor's id.
+    #[must_use]
+    pub fn executor_id(&self) -> ExecutorId {
+        self.executor_id
+    }
+
+    /// How many loop iterations started so far: a loop that waits properly ticks about once
+    /// per batch of work or per `tick_sleep`, never in a tight spin.
+    #[must_use]
+    pub fn tick_count(&self) -> u64 {
+        self.ticks.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for ExecutorTaskHandle {
+    fn drop(&mut self) {
+        if let Some(join) = self.join.take() {
+            if !join.is_finished() {
+                warn!(executor_id = %self.executor_id, "executor dropped without `close`, aborting");
+            }
+            join.abort();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

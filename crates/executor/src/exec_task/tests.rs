@@ -1,0 +1,63 @@
+//! The loop's building blocks that need no database: permits and panicking workers.
+
+use super::*;
+use async_trait::async_trait;
+use concepts::{ExecutionMetadata, Json, RunId, Version};
+
+#[test]
+fn take_free_takes_at_most_what_is_free_and_asked() {
+    let limiter = Arc::new(Semaphore::new(3));
+    let permits = take_free(&limiter, 2);
+    assert_eq!(permits.len(), 2);
+    assert_eq!(limiter.available_permits(), 1);
+    let more = take_free(&limiter, 5);
+    assert_eq!(more.len(), 1);
+    drop((permits, more));
+    assert_eq!(
+        limiter.available_permits(),
+        3,
+        "dropping permits releases them"
+    );
+    assert_eq!(unlimited(4).len(), 4);
+}
+
+struct Panicking(Vec<FunctionFqn>);
+
+#[async_trait]
+impl Worker for Panicking {
+    async fn run(&self, ctx: WorkerContext) -> WorkerResult {
+        panic!("cannot handle {}", ctx.params);
+    }
+
+    fn exported_functions(&self) -> &[FunctionFqn] {
+        &self.0
+    }
+}
+
+#[tokio::test]
+async fn a_panicking_worker_is_an_activity_trap() {
+    let at = DateTime::from_timestamp(1_000, 0).unwrap();
+    let ffqn: FunctionFqn = "test:pkg/ifc.fn".parse().unwrap();
+    let ctx = WorkerContext {
+        execution_id: ExecutionId::generate_at(at),
+        run_id: RunId::generate_at(at),
+        metadata: ExecutionMetadata::default(),
+        ffqn: ffqn.clone(),
+        params: Json(serde_json::json!([1])),
+        event_history: Vec::new(),
+        responses: Vec::new(),
+        version: Version(2),
+        execution_deadline: at,
+        can_be_retried: true,
+        worker_span: tracing::Span::none(),
+    };
+    let result = run_catching_panics(Arc::new(Panicking(vec![ffqn])), ctx).await;
+    let WorkerResult::Err(WorkerError::ActivityTrap {
+        reason,
+        detail: None,
+    }) = result
+    else {
+        panic!("expected a trap, got {result:?}")
+    };
+    assert_eq!(reason, "worker panicked: cannot handle [1]");
+}
