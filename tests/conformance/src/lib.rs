@@ -52,6 +52,13 @@ pub trait StoreFactory: Send + Sync + 'static {
     /// A new, empty store.
     async fn fresh(&self) -> TestStore;
 
+    /// `Some(reason)` when this backend cannot run here (its server is not configured, say):
+    /// every generated test then calls [`skip`] with the reason and passes without running its
+    /// scenario. The default, `None`, runs everything.
+    fn unavailable(&self) -> Option<String> {
+        None
+    }
+
     /// Closes `store` and opens the same data again; `None` when not persistent.
     async fn reopen(&self, store: TestStore) -> Option<TestStore> {
         drop(store);
@@ -60,7 +67,10 @@ pub trait StoreFactory: Send + Sync + 'static {
 }
 
 /// Prints the line `cargo xtask conformance` reads to mark a scenario as skipped.
-#[expect(clippy::print_stdout, reason = "the skip reason is read from the test's stdout")]
+#[expect(
+    clippy::print_stdout,
+    reason = "the skip reason is read from the test's stdout"
+)]
 pub fn skip(scenario: &str, reason: &str) {
     println!("SKIPPED: {reason}");
     tracing::warn!("{scenario} skipped: {reason}");
@@ -85,7 +95,12 @@ macro_rules! __scenario_tests {
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
             async fn $name() {
                 $crate::set_up();
-                $crate::$module::$name(&$factory).await;
+                let factory = &$factory;
+                if let Some(reason) = $crate::StoreFactory::unavailable(factory) {
+                    $crate::skip(stringify!($name), &reason);
+                    return;
+                }
+                $crate::$module::$name(factory).await;
             }
         )*
     };

@@ -1,0 +1,290 @@
+//! Unit tests of what is specific to the memory backend: waiter registries that shrink when
+//! waiters leave, waiters released by `close`, timer keys that do not collide, indexes left
+//! untouched by a failing write.
+
+use super::*;
+use chrono::TimeZone;
+use concepts::{
+    DbErrorKind, DelayId, ExecutionIdTopLevel, ExecutionMetadata, JoinSetId, JoinSetResponse, Json,
+    SupportedFunctionReturnValue,
+};
+
+fn t0() -> DateTime<Utc> {
+    Utc.with_ymd_and_hms(2000, 1, 1, 0, 0, 0)
+        .single()
+        .expect("valid date")
+}
+
+fn at(ms: i64) -> DateTime<Utc> {
+    t0() + chrono::TimeDelta::milliseconds(ms)
+}
+
+fn ffqn() -> FunctionFqn {
+    "ns:pkg/ifc.fn".parse().expect("valid ffqn")
+}
+
+fn id(n: u128) -> ExecutionId {
+    ExecutionIdTopLevel::from_parts(1, n).into()
+}
+
+fn create_req(execution_id: ExecutionId) -> CreateRequest {
+    CreateRequest {
+        created_at: t0(),
+        execution_id,
+        ffqn: ffqn(),
+        params: Json(serde_json_array()),
+        parent: None,
+        scheduled_at: t0(),
+        retry_exp_backoff: Duration::from_millis(100),
+        max_retries: 1,
+        component_id: "activity:test".parse().expect("valid component id"),
+        metadata: ExecutionMetadata::default(),
+        scheduled_by: None,
+    }
+}
+
+fn serde_json_array() -> serde_json::Value {
+    serde_json::json!([])
+}
+
+const SAFETY: Duration = Duration::from_secs(10);
+
+#[tokio::test]
+async fn waiters_leave_no_entry_behind() {
+    let store = MemoryStore::new();
+    let e = id(1);
+    store.create(create_req(e.clone())).await.unwrap();
+
+    // Timed out waits.
+    let err = store
+        .wait_for_finished_result(&e, Some(Duration::from_millis(10)))
+        .await;
+    assert_eq!(err.unwrap_err().kind(), DbErrorKind::Timeout);
+    let dropped = tokio::time::timeout(
+        Duration::from_millis(10),
+        store.subscribe_to_next_responses(&e, 0),
+    )
+    .await;
+    assert!(
+        dropped.is_err(),
+        "no response yet, the subscription must still be waiting"
+    );
+    store
+        .wait_for_pending(
+            t0() - chrono::TimeDelta::seconds(1),
+            Arc::from([ffqn()]),
+            Duration::from_millis(10),
+        )
+        .await;
+    assert_eq!(store.waiter_counts(), (0, 0, 0));
+    assert!(store.lock_state().response_waiters.is_empty());
+    assert!(store.lock_state().finished_waiters.is_empty());
+
+    // Woken waits.
+    let responses = tokio::spawn({
+        let store = store.clone();
+        let e = e.clone();
+        async move { store.subscribe_to_next_responses(&e, 0).await }
+    });
+    let finished = tokio::spawn({
+        let store = store.clone();
+        let e = e.clone();
+        async move { store.wait_for_finished_result(&e, Some(SAFETY)).await }
+    });
+    wait_until_registered(&store, (0, 1, 1)).await;
+    store
+        .append_response(
+            t0(),
+            &e,
+            JoinSetResponseEvent {
+                join_set_id: "o:sleep".parse().unwrap(),
+                event: JoinSetResponse::DelayFinished {
+                    delay_id: DelayId::from_parts(1, 1),
+                },
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(responses.await.unwrap().unwrap().len(), 1);
+    store
+        .append(
+            &e,
+            Version(1),
+            AppendRequest {
+                created_at: t0(),
+                event: ExecutionEventInner::Finished {
+                    result: Ok(SupportedFunctionReturnValue::None),
+                },
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        finished.await.unwrap().unwrap(),
+        Ok(SupportedFunctionReturnValue::None)
+    );
+    assert_eq!(store.waiter_counts(), (0, 0, 0));
+    assert!(store.lock_state().response_waiters.is_empty());
+    assert!(store.lock_state().finished_waiters.is_empty());
+}
+
+/// Waits (with a real-time safety net) until the expected waiters registered.
+async fn wait_until_registered(store: &MemoryStore, expected: (usize, usize, usize)) {
+    tokio::time::timeout(SAFETY, async {
+        while store.waiter_counts() != expected {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .expect("waiters registered");
+}
+
+#[tokio::test]
+async fn close_releases_every_waiter() {
+    let store = MemoryStore::new();
+    let e = id(1);
+    store.create(create_req(e.clone())).await.unwrap();
+    let responses = tokio::spawn({
+        let store = store.clone();
+        let e = e.clone();
+        async move { store.subscribe_to_next_responses(&e, 0).await }
+    });
+    let finished = tokio::spawn({
+        let store = store.clone();
+        let e = e.clone();
+        async move { store.wait_for_finished_result(&e, None).await }
+    });
+    let pending = tokio::spawn({
+        let store = store.clone();
+        async move {
+            store
+                .wait_for_pending(
+                    t0() - chrono::TimeDelta::seconds(1),
+                    Arc::from([ffqn()]),
+                    SAFETY * 10,
+                )
+                .await;
+        }
+    });
+    wait_until_registered(&store, (1, 1, 1)).await;
+    store.close().await;
+    store.close().await;
+    let released = tokio::time::timeout(SAFETY, async {
+        (
+            responses.await.unwrap(),
+            finished.await.unwrap(),
+            pending.await.unwrap(),
+        )
+    })
+    .await
+    .expect("close releases the waiters");
+    assert_eq!(released.0.unwrap_err().kind(), DbErrorKind::Closed);
+    assert_eq!(released.1.unwrap_err().kind(), DbErrorKind::Closed);
+    assert_eq!(store.waiter_counts(), (0, 0, 0));
+}
+
+#[tokio::test]
+async fn a_lease_and_delays_at_the_same_instant_do_not_collide() {
+    let store = MemoryStore::new();
+    let e = id(1);
+    store.create(create_req(e.clone())).await.unwrap();
+    let expiry = at(1000);
+    let join_set: JoinSetId = "o:sleep".parse().unwrap();
+    let delays = [DelayId::from_parts(1, 2), DelayId::from_parts(1, 1)];
+    let executor_id = ExecutorId::from_parts(1, 1);
+    let run_id = RunId::from_parts(1, 1);
+    let component_id: ComponentId = "activity:test".parse().unwrap();
+    let mut version = store
+        .lock(
+            t0(),
+            component_id,
+            &e,
+            run_id,
+            Version(1),
+            executor_id,
+            expiry,
+        )
+        .await
+        .unwrap()
+        .1;
+    for delay_id in delays {
+        version = store
+            .append(
+                &e,
+                version,
+                AppendRequest {
+                    created_at: t0(),
+                    event: ExecutionEventInner::HistoryEvent {
+                        event: HistoryEvent::JoinSetRequest {
+                            join_set_id: join_set.clone(),
+                            request: JoinSetRequest::DelayRequest {
+                                delay_id,
+                                expires_at: expiry,
+                            },
+                        },
+                    },
+                },
+            )
+            .await
+            .unwrap();
+    }
+    let timers = store.get_expired_timers(expiry).await.unwrap();
+    assert_eq!(timers.len(), 3, "{timers:?}");
+    assert!(matches!(&timers[0], ExpiredTimer::Lock(lock) if lock.next_version == version));
+    assert!(matches!(&timers[1], ExpiredTimer::Delay(d) if d.delay_id == delays[1]));
+    assert!(matches!(&timers[2], ExpiredTimer::Delay(d) if d.delay_id == delays[0]));
+    assert!(store.get_expired_timers(at(999)).await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn a_failing_write_leaves_every_index_untouched() {
+    let store = MemoryStore::new();
+    let e = id(1);
+    store.create(create_req(e.clone())).await.unwrap();
+    let before = store.get(&e).await.unwrap();
+    let timers_before = store.lock_state().timers.clone();
+    let pending_before = store.lock_state().pending.clone();
+    let err = store
+        .append_batch(
+            t0(),
+            vec![
+                ExecutionEventInner::Locked(Locked {
+                    component_id: "activity:test".parse().unwrap(),
+                    executor_id: ExecutorId::from_parts(1, 1),
+                    run_id: RunId::from_parts(1, 1),
+                    lock_expires_at: at(100),
+                }),
+                ExecutionEventInner::HistoryEvent {
+                    event: HistoryEvent::JoinSetRequest {
+                        join_set_id: "o:sleep".parse().unwrap(),
+                        request: JoinSetRequest::DelayRequest {
+                            delay_id: DelayId::from_parts(1, 1),
+                            expires_at: at(50),
+                        },
+                    },
+                },
+                ExecutionEventInner::Created {
+                    ffqn: ffqn(),
+                    params: Json(serde_json_array()),
+                    parent: None,
+                    scheduled_at: t0(),
+                    retry_exp_backoff: Duration::ZERO,
+                    max_retries: 0,
+                    component_id: "activity:test".parse().unwrap(),
+                    metadata: ExecutionMetadata::default(),
+                    scheduled_by: None,
+                },
+            ],
+            &e,
+            Version(1),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.as_validation(),
+        Some(&ValidationError::CreatedEventAppended)
+    );
+    assert_eq!(store.get(&e).await.unwrap(), before);
+    assert_eq!(store.lock_state().timers, timers_before);
+    assert_eq!(store.lock_state().pending, pending_before);
+}
