@@ -30,3 +30,13 @@ pub fn sub_saturating(at: DateTime<Utc>, duration: Duration) -> DateTime<Utc> {
         .and_then(|delta| at.checked_sub_signed(delta))
         .unwrap_or(DateTime::<Utc>::MIN_UTC)
 }
+
+/// `at` without its sub-microsecond digits.
+///
+/// Every backend keeps timestamps with microsecond precision (SQL backends index them as integer
+/// microseconds, PostgreSQL's own types stop there), so clocks that feed storage produce whole
+/// microseconds and a timestamp reads back exactly as it was written.
+#[must_use]
+pub fn truncate_to_micros(at: DateTime<Utc>) -> DateTime<Utc> {
+    DateTime::from_timestamp_micros(at.timestamp_micros()).unwrap_or(at)
+}

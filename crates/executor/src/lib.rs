@@ -89,7 +89,8 @@ pub use worker::{FatalError, Worker, WorkerContext, WorkerError, WorkerResult};
 use chrono::{DateTime, Utc};
 use concepts::ClockFn;
 
-/// The real clock: `chrono::Utc::now()`. Everything else takes time from a [`ClockFn`], so
+/// The real clock: `chrono::Utc::now()`, truncated to whole microseconds (the precision every
+/// backend stores, see [`concepts::truncate_to_micros`]). Everything else takes time from a [`ClockFn`], so
 /// tests can substitute a simulated one.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Now;
@@ -100,6 +101,6 @@ impl ClockFn for Now {
         reason = "the one real clock of the workspace"
     )]
     fn now(&self) -> DateTime<Utc> {
-        Utc::now()
+        concepts::truncate_to_micros(Utc::now())
     }
 }

@@ -1,0 +1,114 @@
+//! What the user chooses when opening a store ([`SqliteConfig`]) and what the connection
+//! reports back after opening ([`EffectiveSettings`]).
+
+use std::{path::PathBuf, time::Duration};
+
+/// SQLite's `synchronous` level: how hard a commit waits for the disk.
+///
+/// With `journal_mode=WAL`, [`Synchronous::Full`] (the default) syncs the write-ahead log at
+/// every commit, so an acknowledged write survives a power loss; [`Synchronous::Normal`] may lose
+/// the last commits on a power loss (never on a process crash) and is faster.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Synchronous {
+    /// `OFF` (0): no syncs at all; an OS crash or power loss can corrupt the database.
+    Off,
+    /// `NORMAL` (1): in WAL mode, durable across process crashes, not across power loss.
+    Normal,
+    /// `FULL` (2): every commit is synced; the default.
+    #[default]
+    Full,
+    /// `EXTRA` (3): like `FULL`, and also syncs the directory after deleting a journal.
+    Extra,
+}
+
+impl Synchronous {
+    /// The number `PRAGMA synchronous` takes and reports.
+    #[must_use]
+    pub fn pragma_value(self) -> i64 {
+        match self {
+            Self::Off => 0,
+            Self::Normal => 1,
+            Self::Full => 2,
+            Self::Extra => 3,
+        }
+    }
+
+    /// The level for a number reported by `PRAGMA synchronous`.
+    #[must_use]
+    pub fn from_pragma_value(value: i64) -> Option<Self> {
+        match value {
+            0 => Some(Self::Off),
+            1 => Some(Self::Normal),
+            2 => Some(Self::Full),
+            3 => Some(Self::Extra),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for Synchronous {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Off => "OFF",
+            Self::Normal => "NORMAL",
+            Self::Full => "FULL",
+            Self::Extra => "EXTRA",
+        })
+    }
+}
+
+/// How to open a SQLite store. [`SqliteConfig::new`] gives the durable defaults.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SqliteConfig {
+    /// The database file; created if missing (its directory must exist).
+    pub path: PathBuf,
+    /// The `synchronous` level; default [`Synchronous::Full`].
+    pub synchronous: Synchronous,
+    /// How many write commands may wait for the writer thread before writers wait for room;
+    /// default 8192.
+    pub queue_capacity: usize,
+    /// How many queued write commands share one transaction (one commit, one fsync) at most;
+    /// default 1024.
+    pub max_commands_per_transaction: usize,
+    /// How many read-only connections serve reads beside the writer; default 4.
+    pub reader_pool_size: usize,
+    /// How long a connection waits for a lock held by another connection before reporting
+    /// busy; default 5 s.
+    pub busy_timeout: Duration,
+}
+
+impl SqliteConfig {
+    /// The durable defaults for a database at `path`: WAL, `synchronous=FULL`.
+    #[must_use]
+    pub fn new(path: impl Into<PathBuf>) -> Self {
+        Self {
+            path: path.into(),
+            synchronous: Synchronous::Full,
+            queue_capacity: 8192,
+            max_commands_per_transaction: 1024,
+            reader_pool_size: 4,
+            busy_timeout: Duration::from_secs(5),
+        }
+    }
+
+    /// The same configuration with another `synchronous` level.
+    #[must_use]
+    pub fn with_synchronous(mut self, synchronous: Synchronous) -> Self {
+        self.synchronous = synchronous;
+        self
+    }
+}
+
+/// The settings the writer connection reports after opening, read back with `PRAGMA`s (not
+/// the ones that were asked for).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EffectiveSettings {
+    /// `PRAGMA journal_mode`, lower case; always `wal` for an open store.
+    pub journal_mode: String,
+    /// `PRAGMA synchronous`.
+    pub synchronous: Synchronous,
+    /// `PRAGMA busy_timeout`.
+    pub busy_timeout: Duration,
+    /// `PRAGMA user_version`: the schema version of the file after migrations.
+    pub schema_version: u32,
+}

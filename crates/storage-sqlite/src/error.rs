@@ -1,0 +1,313 @@
+//! Errors: [`SqliteOpenError`] for opening a store, and the private [`SqliteError`] of every
+//! operation, mapped into the portable [`DbError`] kinds in exactly one place
+//! ([`SqliteError::into_db_error`]).
+
+use concepts::{BackendError, DbError, DuplicateKind, ValidationError};
+use rusqlite::ErrorCode;
+use std::{
+    path::{Path, PathBuf},
+    sync::Arc,
+};
+
+/// Why a store could not be opened. Every variant names the database file.
+#[derive(Debug, thiserror::Error)]
+pub enum SqliteOpenError {
+    /// The configuration itself is unusable.
+    #[error("invalid SQLite configuration for {path}: {reason}")]
+    InvalidConfig {
+        /// The database file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The file could not be opened or created (missing directory, no permission, a
+    /// directory in its place).
+    #[error("cannot open the SQLite database {path}: {source}")]
+    Open {
+        /// The database file.
+        path: PathBuf,
+        /// The driver's error.
+        #[source]
+        source: rusqlite::Error,
+    },
+    /// The file exists but is not a SQLite database (or is encrypted or corrupt).
+    #[error("{path} is not a SQLite database (or it is encrypted or corrupt): {source}")]
+    NotADatabase {
+        /// The database file.
+        path: PathBuf,
+        /// The driver's error.
+        #[source]
+        source: rusqlite::Error,
+    },
+    /// The file is a SQLite database that belongs to another application.
+    #[error(
+        "{path} is a SQLite database of another application ({detail}); refusing to add Stele's tables to it"
+    )]
+    ForeignDatabase {
+        /// The database file.
+        path: PathBuf,
+        /// What gave it away.
+        detail: String,
+    },
+    /// The file was written by a newer version of this backend.
+    #[error(
+        "{path} has schema version {found}, but this build knows versions up to {supported}; open it with a newer build"
+    )]
+    SchemaTooNew {
+        /// The database file.
+        path: PathBuf,
+        /// The file's `user_version`.
+        found: u32,
+        /// The newest version this build can use.
+        supported: u32,
+    },
+    /// `journal_mode=WAL` did not take effect (the file system may not support the shared
+    /// memory WAL needs). Running without WAL would make readers block the writer.
+    #[error(
+        "could not enable WAL on {path}: journal_mode is `{journal_mode}` after asking for `wal`"
+    )]
+    WalUnavailable {
+        /// The database file.
+        path: PathBuf,
+        /// What the connection reports instead.
+        journal_mode: String,
+    },
+    /// `synchronous` did not take the requested level.
+    #[error("{path}: asked for synchronous={requested}, the connection reports {reported}")]
+    SynchronousNotApplied {
+        /// The database file.
+        path: PathBuf,
+        /// The requested level.
+        requested: crate::Synchronous,
+        /// What `PRAGMA synchronous` reports.
+        reported: i64,
+    },
+    /// A schema migration failed; the file keeps its previous version.
+    #[error("migrating {path} to schema version {version} failed: {source}")]
+    Migration {
+        /// The database file.
+        path: PathBuf,
+        /// The version that could not be applied.
+        version: u32,
+        /// The driver's error.
+        #[source]
+        source: rusqlite::Error,
+    },
+    /// Any other driver error while setting up (a full disk, an I/O error).
+    #[error("setting up the SQLite database {path} failed: {source}")]
+    Setup {
+        /// The database file.
+        path: PathBuf,
+        /// The driver's error.
+        #[source]
+        source: rusqlite::Error,
+    },
+    /// The writer thread could not be started.
+    #[error("cannot start the writer thread for {path}: {source}")]
+    WriterThread {
+        /// The database file.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The reader connections could not be opened.
+    #[error("cannot open reader connections to {path}: {message}")]
+    ReaderPool {
+        /// The database file.
+        path: PathBuf,
+        /// What went wrong.
+        message: String,
+    },
+}
+
+impl SqliteOpenError {
+    /// The database file the error is about.
+    #[must_use]
+    pub fn path(&self) -> &Path {
+        match self {
+            Self::InvalidConfig { path, .. }
+            | Self::Open { path, .. }
+            | Self::NotADatabase { path, .. }
+            | Self::ForeignDatabase { path, .. }
+            | Self::SchemaTooNew { path, .. }
+            | Self::WalUnavailable { path, .. }
+            | Self::SynchronousNotApplied { path, .. }
+            | Self::Migration { path, .. }
+            | Self::Setup { path, .. }
+            | Self::WriterThread { path, .. }
+            | Self::ReaderPool { path, .. } => path,
+        }
+    }
+
+    /// Classifies a driver error met while opening `path`.
+    pub(crate) fn from_driver(path: &Path, source: rusqlite::Error) -> Self {
+        let path = path.to_path_buf();
+        match source.sqlite_error_code() {
+            Some(ErrorCode::NotADatabase | ErrorCode::DatabaseCorrupt) => {
+                Self::NotADatabase { path, source }
+            }
+            Some(ErrorCode::CannotOpen | ErrorCode::PermissionDenied | ErrorCode::ReadOnly) => {
+                Self::Open { path, source }
+            }
+            _ => Self::Setup { path, source },
+        }
+    }
+}
+
+impl From<SqliteOpenError> for DbError {
+    fn from(err: SqliteOpenError) -> Self {
+        DbError::Backend(BackendError {
+            message: err.to_string(),
+            retriable: false,
+            source: Some(Arc::new(err)),
+        })
+    }
+}
+
+/// Every way an operation of this backend can fail, before it is mapped to a [`DbError`].
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum SqliteError {
+    /// Already a portable error (validation, version mismatch, not found, duplicate).
+    #[error(transparent)]
+    Db(#[from] DbError),
+    /// The driver failed.
+    #[error(transparent)]
+    Sqlite(#[from] rusqlite::Error),
+    /// A stored JSON document does not decode, or a value does not encode.
+    #[error(transparent)]
+    Json(#[from] serde_json::Error),
+    /// A stored row breaks an invariant of this backend.
+    #[error("inconsistent row: {0}")]
+    Corrupt(String),
+    /// The reader pool failed.
+    #[error("reader pool: {0}")]
+    Pool(String),
+}
+
+impl From<concepts::ValidationError> for SqliteError {
+    fn from(err: concepts::ValidationError) -> Self {
+        Self::Db(DbError::Validation(err))
+    }
+}
+
+impl SqliteError {
+    /// A row that cannot be decoded.
+    pub(crate) fn corrupt(message: impl Into<String>) -> Self {
+        Self::Corrupt(message.into())
+    }
+
+    /// The driver error of an insert, with a uniqueness violation reported as `duplicate`.
+    pub(crate) fn from_insert(
+        err: rusqlite::Error,
+        duplicate: impl FnOnce() -> DuplicateKind,
+    ) -> Self {
+        if is_unique_violation(&err) {
+            Self::Db(DbError::Duplicate(duplicate()))
+        } else {
+            Self::Sqlite(err)
+        }
+    }
+
+    /// The portable error kind of this error; `path` names the database in the message.
+    ///
+    /// This is the one place where driver errors become portable kinds:
+    /// - busy or locked: a retriable backend error (the single writer makes this rare: only a
+    ///   reader waiting past `busy_timeout` on a checkpoint sees it);
+    /// - a constraint that is not a known duplicate: a validation error (the request was
+    ///   inconsistent; duplicates are mapped with their context by [`Self::from_insert`]);
+    /// - a full disk, I/O errors, a corrupt file: a backend error naming the file;
+    /// - a row that does not decode: a backend error naming the file.
+    pub(crate) fn into_db_error(self, path: &Path) -> DbError {
+        let backend =
+            |message: String,
+             retriable: bool,
+             source: Option<Arc<dyn std::error::Error + Send + Sync>>| {
+                DbError::Backend(BackendError {
+                    message,
+                    retriable,
+                    source,
+                })
+            };
+        match self {
+            Self::Db(err) => err,
+            Self::Sqlite(err) => {
+                let display = path.display();
+                match err.sqlite_error_code() {
+                    Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => backend(
+                        format!("SQLite database {display} is busy: {err}"),
+                        true,
+                        Some(Arc::new(err)),
+                    ),
+                    Some(ErrorCode::ConstraintViolation) => {
+                        DbError::Validation(ValidationError::InvalidRequest(format!(
+                            "constraint violated in SQLite database {display}: {err}"
+                        )))
+                    }
+                    Some(ErrorCode::DiskFull) => backend(
+                        format!("disk full while writing SQLite database {display}: {err}"),
+                        false,
+                        Some(Arc::new(err)),
+                    ),
+                    Some(
+                        ErrorCode::SystemIoFailure
+                        | ErrorCode::CannotOpen
+                        | ErrorCode::PermissionDenied
+                        | ErrorCode::ReadOnly
+                        | ErrorCode::NoLargeFileSupport
+                        | ErrorCode::FileLockingProtocolFailed,
+                    ) => backend(
+                        format!("I/O error on SQLite database {display}: {err}"),
+                        false,
+                        Some(Arc::new(err)),
+                    ),
+                    Some(ErrorCode::DatabaseCorrupt | ErrorCode::NotADatabase) => backend(
+                        format!("SQLite database {display} is corrupt: {err}"),
+                        false,
+                        Some(Arc::new(err)),
+                    ),
+                    _ => backend(
+                        format!("SQLite database {display}: {err}"),
+                        false,
+                        Some(Arc::new(err)),
+                    ),
+                }
+            }
+            Self::Json(err) => backend(
+                format!(
+                    "a stored document in SQLite database {} does not decode: {err}",
+                    path.display()
+                ),
+                false,
+                Some(Arc::new(err)),
+            ),
+            Self::Corrupt(message) => backend(
+                format!(
+                    "SQLite database {} holds an inconsistent row: {message}",
+                    path.display()
+                ),
+                false,
+                None,
+            ),
+            Self::Pool(message) => backend(
+                format!("SQLite database {}: reader pool: {message}", path.display()),
+                false,
+                None,
+            ),
+        }
+    }
+}
+
+/// True for a violated `UNIQUE` or `PRIMARY KEY` constraint.
+fn is_unique_violation(err: &rusqlite::Error) -> bool {
+    const SQLITE_CONSTRAINT_PRIMARYKEY: i32 = 1555;
+    const SQLITE_CONSTRAINT_UNIQUE: i32 = 2067;
+    matches!(
+        err.sqlite_error(),
+        Some(e) if e.code == ErrorCode::ConstraintViolation
+            && matches!(e.extended_code, SQLITE_CONSTRAINT_PRIMARYKEY | SQLITE_CONSTRAINT_UNIQUE)
+    )
+}
+
+/// A convenient result alias for this crate's internals.
+pub(crate) type Result<T, E = SqliteError> = std::result::Result<T, E>;

@@ -1,0 +1,106 @@
+//! The durable embedded storage backend of Stele: every trait of [`concepts::storage`] over one
+//! SQLite file in WAL mode, written by a single group-committing writer thread.
+//!
+//! ```no_run
+//! use storage_sqlite::{SqliteConfig, SqlitePool};
+//! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
+//! let store = SqlitePool::open(SqliteConfig::new("stele.sqlite")).await?;
+//! assert_eq!(store.effective_settings().journal_mode, "wal");
+//! # Ok(()) }
+//! ```
+//!
+//! # Writer and group commit
+//!
+//! All writes go through one OS thread that owns the only write connection. Each storage
+//! write (`create`, `append`, `lock_pending`, ...) is a command sent over a bounded channel
+//! with a oneshot for its reply. The thread takes every queued command (up to
+//! [`SqliteConfig::max_commands_per_transaction`]), runs them all in ONE `BEGIN IMMEDIATE`
+//! transaction, each inside its own `SAVEPOINT` so that a failing command rolls back only its
+//! own writes (every operation stays atomic), commits once, replies to every command, and only
+//! then wakes the waiters. Under load many small writes share one commit and one fsync, which
+//! is what makes `synchronous=FULL` fast. If SQLite aborts the whole transaction (a full disk,
+//! an I/O error), the commands that had succeeded in it are answered with the error too, so no
+//! caller is told that a write committed when it did not.
+//!
+//! Because there is one writer, writes never see `SQLITE_BUSY`: there is nobody to wait for.
+//! Validation and state transitions use [`concepts::ExecutionState::validate_append`],
+//! [`concepts::ExecutionState::after_append`] and [`concepts::ExecutionState::after_response`]
+//! on the state row, so error kinds agree with every other backend.
+//!
+//! # Reads
+//!
+//! Reads run on a `deadpool-sqlite` pool of read-only connections beside the writer (WAL lets
+//! readers and the writer run at once). A read that takes several statements runs in one read
+//! transaction and so sees one snapshot. Since a write is acknowledged only after its commit,
+//! a read issued after a write's reply sees that write (read-your-writes). `lock_pending` and
+//! `lock`, which must read what they lock, run entirely in the writer's transaction.
+//!
+//! # Schema
+//!
+//! Versioned migrations are applied at open; `PRAGMA user_version` holds the version and
+//! `PRAGMA application_id` marks the file as Stele's. A fresh file and a file of an older
+//! version are migrated; a file of a newer version, a SQLite file of another application and a
+//! file that is not a database are refused with a typed [`SqliteOpenError`] naming the path.
+//!
+//! Timestamps in columns are integer microseconds since the Unix epoch (fixed width and
+//! sortable; every `DateTime<Utc>` fits). The JSON documents (events, responses, the pending
+//! state) keep the caller's full precision; values that come from index columns only
+//! (`ExecutionSummary::created_at` / `scheduled_at`, `ExpiredDelay::expires_at`) are
+//! microsecond-precise. Ids are stored in their text form; SQLite's BINARY collation orders them
+//! byte by byte, as `ExecutionId`'s `Ord` does, so ties are broken identically on every backend.
+//!
+//! | table | key | holds |
+//! |---|---|---|
+//! | `t_execution_state` | `execution_id` | one row per execution: ffqn, next version, pending state (as JSON plus the indexed columns `state`, `pending_at`, `lock_expires_at`, executor, run, join set, result kind), temporary event count, retry settings, parent, created and scheduled times |
+//! | `t_event` | `(execution_id, version)` | the log: each event as JSON, with `kind` and `join_set_id` columns for lookups |
+//! | `t_response` | autoincrement `id` (arrival order) | responses as JSON; partial unique indexes on `(execution_id, delay_id) WHERE delay_id IS NOT NULL` and `(execution_id, child_execution_id) WHERE child_execution_id IS NOT NULL` make duplicates impossible (never a unique constraint over nullable columns) |
+//! | `t_delay` | `(execution_id, delay_id)` | every requested delay, with its join set and expiry; `is_open` until its `DelayFinished` is stored (kept afterwards so that a repeated `DelayRequest` is refused) |
+//!
+//! `lock_pending` reads the partial index `(ffqn, pending_at, execution_id) WHERE state =
+//! 'PendingAt'`; `get_expired_timers` reads `(lock_expires_at, execution_id) WHERE state =
+//! 'Locked'` and `t_delay (expires_at, ...) WHERE is_open = 1`: small indexes, never the log.
+//! A lease and any number of delays of one execution expiring at the same instant never
+//! collide: delays are keyed by their id.
+//!
+//! # Durability defaults
+//!
+//! `journal_mode=WAL`, `synchronous=FULL` (configurable through [`Synchronous`]),
+//! `busy_timeout` 5 s, no foreign keys (the writer keeps the tables consistent itself). After
+//! opening, `journal_mode` and `synchronous` are read back from the connection and exposed by
+//! [`SqlitePool::effective_settings`]; if WAL could not be enabled, opening fails with
+//! [`SqliteOpenError::WalUnavailable`].
+//!
+//! # Errors
+//!
+//! Each operation fails with a private error that is mapped into [`concepts::DbError`] in one
+//! place: a unique constraint on insert becomes `Duplicate` with its context (execution, delay
+//! response, child response); any other constraint becomes `Validation`; busy becomes a
+//! retriable `Backend` error; a full disk, I/O errors and a corrupt file become `Backend` errors
+//! whose message names the file. Library code never panics on bad input.
+//!
+//! # Notifications and closing
+//!
+//! `wait_for_pending`, `subscribe_to_next_responses` and `wait_for_finished_result` are
+//! in-process: a waiter subscribes first, then checks with a read, then waits, so a write that
+//! commits in between still wakes it. The writer thread sends wake-ups only after the commit.
+//! A subscription is removed when its waiter leaves (woken, timed out or dropped), so no
+//! registry only grows. `close` is idempotent: it refuses new calls ([`concepts::DbError::Closed`]),
+//! releases every waiter, lets the writer finish the queued commands, and returns once the
+//! writer thread has stopped.
+
+mod codec;
+mod config;
+mod error;
+mod notify;
+mod ops;
+mod pool;
+mod reads;
+mod schema;
+mod writer;
+
+pub use config::{EffectiveSettings, SqliteConfig, Synchronous};
+pub use error::SqliteOpenError;
+pub use pool::SqlitePool;
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,276 @@
+//! The schema, its versioned migrations, and opening the writer connection with the durable
+//! settings checked by reading them back.
+
+use crate::{EffectiveSettings, SqliteConfig, SqliteOpenError, Synchronous};
+use rusqlite::{Connection, OpenFlags};
+use std::{path::Path, time::Duration};
+
+/// `PRAGMA application_id` of a Stele database ("Stel" in ASCII), so that a SQLite file of
+/// another application is recognised and refused.
+pub(crate) const APPLICATION_ID: i32 = 0x5374_656c;
+
+/// The migrations, in order: `MIGRATIONS[i]` moves a file from schema version `i` to `i + 1`.
+/// `PRAGMA user_version` holds the version; a fresh file has 0.
+///
+/// Timestamps are integer microseconds since the Unix epoch (sortable, fixed width); ids are
+/// their text forms (SQLite's BINARY collation orders them byte by byte, as `Ord` does).
+pub(crate) const MIGRATIONS: &[&str] = &[
+    // Version 1: the log, the state index, responses and open delays.
+    r"
+CREATE TABLE t_execution_state (
+    execution_id          TEXT    NOT NULL PRIMARY KEY,
+    ffqn                  TEXT    NOT NULL,
+    component_id          TEXT    NOT NULL,
+    next_version          INTEGER NOT NULL,
+    state                 TEXT    NOT NULL,
+    pending_at            INTEGER,
+    lock_expires_at       INTEGER,
+    executor_id           TEXT,
+    run_id                TEXT,
+    join_set_id           TEXT,
+    result_kind           TEXT,
+    state_json            TEXT    NOT NULL,
+    temporary_event_count INTEGER NOT NULL,
+    max_retries           INTEGER NOT NULL,
+    retry_exp_backoff_us  INTEGER NOT NULL,
+    parent_execution_id   TEXT,
+    parent_join_set_id    TEXT,
+    is_top_level          INTEGER NOT NULL,
+    created_at            INTEGER NOT NULL,
+    scheduled_at          INTEGER NOT NULL
+);
+CREATE INDEX ix_state_pending ON t_execution_state (ffqn, pending_at, execution_id)
+    WHERE state = 'PendingAt';
+CREATE INDEX ix_state_lock_expiry ON t_execution_state (lock_expires_at, execution_id)
+    WHERE state = 'Locked';
+
+CREATE TABLE t_event (
+    execution_id TEXT    NOT NULL,
+    version      INTEGER NOT NULL,
+    created_at   INTEGER NOT NULL,
+    kind         TEXT    NOT NULL,
+    join_set_id  TEXT,
+    event_json   TEXT    NOT NULL,
+    PRIMARY KEY (execution_id, version)
+);
+
+CREATE TABLE t_response (
+    id                 INTEGER PRIMARY KEY AUTOINCREMENT,
+    execution_id       TEXT    NOT NULL,
+    created_at         INTEGER NOT NULL,
+    join_set_id        TEXT    NOT NULL,
+    delay_id           TEXT,
+    child_execution_id TEXT,
+    response_json      TEXT    NOT NULL,
+    CHECK ((delay_id IS NULL) <> (child_execution_id IS NULL))
+);
+CREATE INDEX ix_response_execution ON t_response (execution_id, id);
+CREATE UNIQUE INDEX ux_response_delay ON t_response (execution_id, delay_id)
+    WHERE delay_id IS NOT NULL;
+CREATE UNIQUE INDEX ux_response_child ON t_response (execution_id, child_execution_id)
+    WHERE child_execution_id IS NOT NULL;
+
+CREATE TABLE t_delay (
+    execution_id TEXT    NOT NULL,
+    delay_id     TEXT    NOT NULL,
+    join_set_id  TEXT    NOT NULL,
+    expires_at   INTEGER NOT NULL,
+    is_open      INTEGER NOT NULL,
+    PRIMARY KEY (execution_id, delay_id)
+);
+CREATE INDEX ix_delay_expiry ON t_delay (expires_at, execution_id, delay_id)
+    WHERE is_open = 1;
+",
+    // Version 2: newest-first listing for inspection tools.
+    r"
+CREATE INDEX ix_state_created ON t_execution_state (created_at, execution_id);
+",
+];
+
+/// The schema version this build writes.
+pub(crate) fn current_version() -> u32 {
+    u32::try_from(MIGRATIONS.len()).unwrap_or(u32::MAX)
+}
+
+/// Opens the writer connection: checks the file is ours, enables WAL, sets `synchronous`,
+/// migrates, and reads the effective settings back.
+pub(crate) fn open_writer(
+    config: &SqliteConfig,
+) -> Result<(Connection, EffectiveSettings), SqliteOpenError> {
+    let path = config.path.as_path();
+    validate_config(config)?;
+    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
+        | OpenFlags::SQLITE_OPEN_CREATE
+        | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let conn =
+        Connection::open_with_flags(path, flags).map_err(|source| SqliteOpenError::Open {
+            path: path.to_path_buf(),
+            source,
+        })?;
+    let driver = |source| SqliteOpenError::from_driver(path, source);
+    conn.busy_timeout(config.busy_timeout).map_err(driver)?;
+    conn.set_prepared_statement_cache_capacity(64);
+
+    // The first read of the header: a file that is not a database fails here.
+    let application_id: i32 = conn
+        .pragma_query_value(None, "application_id", |row| row.get(0))
+        .map_err(driver)?;
+    let found_version: u32 = conn
+        .pragma_query_value(None, "user_version", |row| row.get(0))
+        .map_err(driver)?;
+    check_ownership(&conn, path, application_id, found_version)?;
+    if found_version > current_version() {
+        return Err(SqliteOpenError::SchemaTooNew {
+            path: path.to_path_buf(),
+            found: found_version,
+            supported: current_version(),
+        });
+    }
+
+    let journal_mode: String = conn
+        .pragma_update_and_check(None, "journal_mode", "wal", |row| row.get(0))
+        .map_err(driver)?;
+    if !journal_mode.eq_ignore_ascii_case("wal") {
+        return Err(SqliteOpenError::WalUnavailable {
+            path: path.to_path_buf(),
+            journal_mode,
+        });
+    }
+    conn.pragma_update(None, "synchronous", config.synchronous.pragma_value())
+        .map_err(driver)?;
+    // A larger page cache than the 2 MB default keeps the state index and recent events hot.
+    conn.pragma_update(None, "cache_size", -16_384)
+        .map_err(driver)?;
+    // Every command runs in a savepoint; keep their sub-journals in memory, not in temp files.
+    conn.pragma_update(None, "temp_store", "MEMORY")
+        .map_err(driver)?;
+
+    migrate(&conn, path, found_version)?;
+    let reported: i64 = conn
+        .pragma_query_value(None, "synchronous", |row| row.get(0))
+        .map_err(driver)?;
+    if reported != config.synchronous.pragma_value() {
+        return Err(SqliteOpenError::SynchronousNotApplied {
+            path: path.to_path_buf(),
+            requested: config.synchronous,
+            reported,
+        });
+    }
+    let settings = read_settings(&conn).map_err(driver)?;
+    if !settings.journal_mode.eq_ignore_ascii_case("wal") {
+        return Err(SqliteOpenError::WalUnavailable {
+            path: path.to_path_buf(),
+            journal_mode: settings.journal_mode,
+        });
+    }
+    Ok((conn, settings))
+}
+
+fn validate_config(config: &SqliteConfig) -> Result<(), SqliteOpenError> {
+    let invalid = |reason: &str| SqliteOpenError::InvalidConfig {
+        path: config.path.clone(),
+        reason: reason.to_string(),
+    };
+    if config.queue_capacity == 0 {
+        return Err(invalid("queue_capacity must be at least 1"));
+    }
+    if config.max_commands_per_transaction == 0 {
+        return Err(invalid("max_commands_per_transaction must be at least 1"));
+    }
+    if config.reader_pool_size == 0 {
+        return Err(invalid("reader_pool_size must be at least 1"));
+    }
+    let as_str = config.path.to_string_lossy();
+    if as_str.is_empty() || as_str == ":memory:" || as_str.starts_with("file:") {
+        return Err(invalid(
+            "the path must name a database file (in-memory and URI databases are not supported)",
+        ));
+    }
+    Ok(())
+}
+
+/// Refuses a SQLite file of another application: a foreign `application_id`, or a file
+/// without our id and version that already has tables.
+fn check_ownership(
+    conn: &Connection,
+    path: &Path,
+    application_id: i32,
+    found_version: u32,
+) -> Result<(), SqliteOpenError> {
+    if application_id != 0 && application_id != APPLICATION_ID {
+        return Err(SqliteOpenError::ForeignDatabase {
+            path: path.to_path_buf(),
+            detail: format!("application_id {application_id:#x}"),
+        });
+    }
+    if application_id == 0 && found_version == 0 {
+        let tables: i64 = conn
+            .query_row("SELECT COUNT(*) FROM sqlite_schema", [], |row| row.get(0))
+            .map_err(|source| SqliteOpenError::from_driver(path, source))?;
+        if tables > 0 {
+            return Err(SqliteOpenError::ForeignDatabase {
+                path: path.to_path_buf(),
+                detail: format!("{tables} schema objects but no Stele schema version"),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Applies the migrations after `found_version` in one immediate transaction.
+fn migrate(conn: &Connection, path: &Path, found_version: u32) -> Result<(), SqliteOpenError> {
+    migrate_to(conn, path, found_version, current_version())
+}
+
+/// Applies the migrations from `found_version` up to `target` in one transaction.
+pub(crate) fn migrate_to(
+    conn: &Connection,
+    path: &Path,
+    found_version: u32,
+    target: u32,
+) -> Result<(), SqliteOpenError> {
+    if found_version >= target {
+        return Ok(());
+    }
+    let driver = |source| SqliteOpenError::from_driver(path, source);
+    conn.execute_batch("BEGIN IMMEDIATE").map_err(driver)?;
+    let result = (|| {
+        for version in found_version..target {
+            let sql = usize::try_from(version)
+                .ok()
+                .and_then(|idx| MIGRATIONS.get(idx))
+                .copied();
+            let sql = sql.unwrap_or_default();
+            conn.execute_batch(sql)
+                .map_err(|source| SqliteOpenError::Migration {
+                    path: path.to_path_buf(),
+                    version: version + 1,
+                    source,
+                })?;
+            tracing::info!(path = %path.display(), version = version + 1, "applied schema migration");
+        }
+        conn.pragma_update(None, "application_id", APPLICATION_ID)
+            .map_err(driver)?;
+        conn.pragma_update(None, "user_version", target)
+            .map_err(driver)?;
+        conn.execute_batch("COMMIT").map_err(driver)
+    })();
+    if result.is_err() && !conn.is_autocommit() {
+        let _ = conn.execute_batch("ROLLBACK");
+    }
+    result
+}
+
+/// Reads the effective settings of a connection.
+pub(crate) fn read_settings(conn: &Connection) -> rusqlite::Result<EffectiveSettings> {
+    let journal_mode: String = conn.pragma_query_value(None, "journal_mode", |row| row.get(0))?;
+    let synchronous: i64 = conn.pragma_query_value(None, "synchronous", |row| row.get(0))?;
+    let busy_timeout_ms: i64 = conn.pragma_query_value(None, "busy_timeout", |row| row.get(0))?;
+    let schema_version: u32 = conn.pragma_query_value(None, "user_version", |row| row.get(0))?;
+    Ok(EffectiveSettings {
+        journal_mode: journal_mode.to_ascii_lowercase(),
+        synchronous: Synchronous::from_pragma_value(synchronous).unwrap_or(Synchronous::Off),
+        busy_timeout: Duration::from_millis(u64::try_from(busy_timeout_ms).unwrap_or(0)),
+        schema_version,
+    })
+}

@@ -1,0 +1,767 @@
+//! Unit tests of the SQLite backend: effective settings, migrations, typed open errors,
+//! persistence across close and reopen, group commit with per-command savepoints.
+
+use crate::{
+    SqliteConfig, SqliteOpenError, SqlitePool, Synchronous,
+    notify::Notifier,
+    ops::WriteCtx,
+    schema::{self, APPLICATION_ID},
+    writer::{self, Command, FnCommand},
+};
+use chrono::{DateTime, TimeZone, Utc};
+use concepts::{
+    AppendRequest, ComponentId, CreateRequest, DbClient, DbConnection, DbError, DbErrorKind,
+    DbExecutor, DbTimers, DbWorkflow, DelayId, ExecutionEventInner, ExecutionId, ExecutionMetadata,
+    ExecutorId, FunctionFqn, HistoryEvent, JoinSetId, JoinSetRequest, JoinSetResponse,
+    JoinSetResponseEvent, Json, PendingState, SupportedFunctionReturnValue, Version,
+};
+use std::{path::Path, sync::Arc, time::Duration};
+
+fn t0() -> DateTime<Utc> {
+    Utc.with_ymd_and_hms(2000, 1, 1, 0, 0, 0)
+        .single()
+        .expect("a valid date")
+}
+
+fn ffqn() -> FunctionFqn {
+    "ns:pkg/ifc.fn".parse().expect("a valid ffqn")
+}
+
+fn create_request(execution_id: ExecutionId, at: DateTime<Utc>) -> CreateRequest {
+    CreateRequest {
+        created_at: at,
+        execution_id,
+        ffqn: ffqn(),
+        params: Json(serde_json::json!([1, {"b": 2, "a": 1}])),
+        parent: None,
+        scheduled_at: at,
+        retry_exp_backoff: Duration::from_millis(100),
+        max_retries: 2,
+        component_id: ComponentId::new("activity", "test").expect("a valid component id"),
+        metadata: ExecutionMetadata::default(),
+        scheduled_by: None,
+    }
+}
+
+fn id(n: u128) -> ExecutionId {
+    concepts::ExecutionIdTopLevel::from_parts(1, n).into()
+}
+
+async fn open(path: &Path) -> SqlitePool {
+    SqlitePool::open(SqliteConfig::new(path))
+        .await
+        .expect("the store opens")
+}
+
+fn pragma_i64(path: &Path, name: &str) -> i64 {
+    let conn = rusqlite::Connection::open(path).expect("opens");
+    conn.pragma_query_value(None, name, |row| row.get(0))
+        .expect("pragma reads")
+}
+
+#[tokio::test]
+async fn effective_settings_are_read_back_from_the_connection() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = open(&dir.path().join("db.sqlite")).await;
+    let settings = store.effective_settings().clone();
+    assert_eq!(settings.journal_mode, "wal");
+    assert_eq!(settings.synchronous, Synchronous::Full);
+    assert_eq!(settings.busy_timeout, Duration::from_secs(5));
+    assert_eq!(settings.schema_version, schema::current_version());
+    store.close().await;
+
+    // Another level is applied and reported as such; WAL is a property of the file.
+    let path = dir.path().join("normal.sqlite");
+    let store = SqlitePool::open(SqliteConfig::new(&path).with_synchronous(Synchronous::Normal))
+        .await
+        .expect("opens");
+    assert_eq!(store.effective_settings().synchronous, Synchronous::Normal);
+    assert_eq!(store.effective_settings().journal_mode, "wal");
+    store.close().await;
+    let conn = rusqlite::Connection::open(&path).expect("opens");
+    let mode: String = conn
+        .pragma_query_value(None, "journal_mode", |row| row.get(0))
+        .expect("reads");
+    assert_eq!(mode, "wal");
+}
+
+#[tokio::test]
+async fn a_fresh_file_gets_the_current_schema_and_our_application_id() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("db.sqlite");
+    open(&path).await.close().await;
+    assert_eq!(
+        pragma_i64(&path, "user_version"),
+        i64::from(schema::current_version())
+    );
+    assert_eq!(
+        pragma_i64(&path, "application_id"),
+        i64::from(APPLICATION_ID)
+    );
+    // Opening again applies nothing and keeps the version.
+    let store = open(&path).await;
+    assert_eq!(
+        store.effective_settings().schema_version,
+        schema::current_version()
+    );
+    store.close().await;
+}
+
+#[tokio::test]
+async fn an_older_schema_is_migrated_and_keeps_its_data() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("db.sqlite");
+    {
+        let conn = rusqlite::Connection::open(&path).expect("opens");
+        schema::migrate_to(&conn, &path, 0, 1).expect("version 1 applies");
+        // A row written by version 1 of the schema.
+        conn.execute(
+            "INSERT INTO t_execution_state (execution_id, ffqn, component_id, next_version, \
+             state, pending_at, state_json, temporary_event_count, max_retries, \
+             retry_exp_backoff_us, is_top_level, created_at, scheduled_at) \
+             VALUES (?1, 'ns:pkg/ifc.fn', 'activity:test', 1, 'PendingAt', ?2, ?3, 0, 0, 0, 1, ?2, ?2)",
+            rusqlite::params![
+                id(7).to_string(),
+                t0().timestamp_micros(),
+                serde_json::to_string(&PendingState::PendingAt { scheduled_at: t0() }).expect("json"),
+            ],
+        )
+        .expect("inserts");
+    }
+    assert_eq!(pragma_i64(&path, "user_version"), 1);
+    let store = open(&path).await;
+    assert_eq!(
+        store.effective_settings().schema_version,
+        schema::current_version()
+    );
+    let conn = rusqlite::Connection::open(&path).expect("opens");
+    let has_index: bool = conn
+        .query_row(
+            "SELECT EXISTS(SELECT 1 FROM sqlite_schema WHERE name = 'ix_state_created')",
+            [],
+            |row| row.get(0),
+        )
+        .expect("reads");
+    assert!(has_index, "migration 2 created its index");
+    assert_eq!(
+        store
+            .get_pending_state(&id(7))
+            .await
+            .expect("the old row is readable"),
+        PendingState::PendingAt { scheduled_at: t0() }
+    );
+    store.close().await;
+}
+
+#[tokio::test]
+async fn a_newer_schema_is_refused_with_a_clear_error() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("db.sqlite");
+    open(&path).await.close().await;
+    {
+        let conn = rusqlite::Connection::open(&path).expect("opens");
+        conn.pragma_update(None, "user_version", schema::current_version() + 1)
+            .expect("sets");
+    }
+    let err = SqlitePool::open(SqliteConfig::new(&path))
+        .await
+        .expect_err("refused");
+    assert!(
+        matches!(&err, SqliteOpenError::SchemaTooNew { found, supported, .. }
+            if *found == schema::current_version() + 1 && *supported == schema::current_version()),
+        "{err:?}"
+    );
+    assert!(
+        err.to_string().contains(&path.display().to_string()),
+        "{err}"
+    );
+    assert!(err.to_string().contains("newer build"), "{err}");
+    assert_eq!(err.path(), path);
+}
+
+#[tokio::test]
+async fn a_file_that_is_not_a_database_is_refused_and_left_alone() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("garbage.sqlite");
+    let garbage: Vec<u8> = (0..8192u32)
+        .map(|i| u8::try_from(i % 251).unwrap_or(0))
+        .collect();
+    std::fs::write(&path, &garbage).expect("writes");
+    let err = SqlitePool::open(SqliteConfig::new(&path))
+        .await
+        .expect_err("refused");
+    assert!(
+        matches!(err, SqliteOpenError::NotADatabase { .. }),
+        "{err:?}"
+    );
+    assert!(
+        err.to_string().contains(&path.display().to_string()),
+        "{err}"
+    );
+    assert_eq!(
+        std::fs::read(&path).expect("reads"),
+        garbage,
+        "the file is untouched"
+    );
+    let db_err = DbError::from(err);
+    assert_eq!(db_err.kind(), DbErrorKind::Backend);
+    assert!(db_err.to_string().contains(&path.display().to_string()));
+}
+
+#[tokio::test]
+async fn another_applications_database_is_refused() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("other.sqlite");
+    {
+        let conn = rusqlite::Connection::open(&path).expect("opens");
+        conn.execute_batch("CREATE TABLE customers (id INTEGER PRIMARY KEY)")
+            .expect("creates");
+    }
+    let err = SqlitePool::open(SqliteConfig::new(&path))
+        .await
+        .expect_err("refused");
+    assert!(
+        matches!(err, SqliteOpenError::ForeignDatabase { .. }),
+        "{err:?}"
+    );
+    assert!(
+        err.to_string().contains(&path.display().to_string()),
+        "{err}"
+    );
+
+    let path = dir.path().join("other-id.sqlite");
+    {
+        let conn = rusqlite::Connection::open(&path).expect("opens");
+        conn.pragma_update(None, "application_id", 42)
+            .expect("sets");
+    }
+    let err = SqlitePool::open(SqliteConfig::new(&path))
+        .await
+        .expect_err("refused");
+    assert!(
+        matches!(err, SqliteOpenError::ForeignDatabase { .. }),
+        "{err:?}"
+    );
+}
+
+#[tokio::test]
+async fn an_unopenable_path_is_a_typed_error_naming_it() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    // A regular file where a directory should be: no one, not even root, can create this.
+    let blocker = dir.path().join("not-a-dir");
+    std::fs::write(&blocker, b"x").expect("writes");
+    let path = blocker.join("db.sqlite");
+    let err = SqlitePool::open(SqliteConfig::new(&path))
+        .await
+        .expect_err("refused");
+    assert!(matches!(err, SqliteOpenError::Open { .. }), "{err:?}");
+    assert!(
+        err.to_string().contains(&path.display().to_string()),
+        "{err}"
+    );
+
+    let missing = dir.path().join("missing-dir").join("db.sqlite");
+    let err = SqlitePool::open(SqliteConfig::new(&missing))
+        .await
+        .expect_err("refused");
+    assert!(matches!(err, SqliteOpenError::Open { .. }), "{err:?}");
+    assert!(
+        err.to_string().contains(&missing.display().to_string()),
+        "{err}"
+    );
+
+    // A directory in the file's place.
+    let err = SqlitePool::open(SqliteConfig::new(dir.path()))
+        .await
+        .expect_err("refused");
+    assert!(
+        err.to_string().contains(&dir.path().display().to_string()),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn an_invalid_config_is_refused() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut config = SqliteConfig::new(dir.path().join("db.sqlite"));
+    config.max_commands_per_transaction = 0;
+    let err = SqlitePool::open(config).await.expect_err("refused");
+    assert!(
+        matches!(err, SqliteOpenError::InvalidConfig { .. }),
+        "{err:?}"
+    );
+    let err = SqlitePool::open(SqliteConfig::new(":memory:"))
+        .await
+        .expect_err("refused");
+    assert!(
+        matches!(err, SqliteOpenError::InvalidConfig { .. }),
+        "{err:?}"
+    );
+}
+
+/// Writes executions in every state, closes, reopens, and compares everything.
+#[tokio::test]
+async fn close_and_reopen_keeps_every_log_response_and_state() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("db.sqlite");
+    let store = open(&path).await;
+    let component = ComponentId::new("activity", "test").expect("valid");
+    let executor = ExecutorId::generate_at(t0());
+    let later = t0() + chrono::TimeDelta::seconds(10);
+    let ffqns: Arc<[FunctionFqn]> = Arc::from(vec![ffqn()]);
+
+    // Pending in the future.
+    let mut future = create_request(id(1), t0());
+    future.scheduled_at = later;
+    store.create(future).await.expect("creates");
+    // Locked.
+    store
+        .create(create_request(id(2), t0()))
+        .await
+        .expect("creates");
+    // Finished.
+    store
+        .create(create_request(id(3), t0()))
+        .await
+        .expect("creates");
+    // Blocked by a join set, with a delay and a response from another join set.
+    store
+        .create(create_request(id(4), t0()))
+        .await
+        .expect("creates");
+    let locked = store
+        .lock_pending(10, t0(), ffqns, t0(), component.clone(), executor, later)
+        .await
+        .expect("locks");
+    assert_eq!(locked.len(), 3);
+    store
+        .append(
+            &id(3),
+            Version(2),
+            AppendRequest {
+                created_at: t0(),
+                event: ExecutionEventInner::Finished {
+                    result: Ok(SupportedFunctionReturnValue::InfallibleOrResultOk(Json(
+                        serde_json::json!({"z": 1, "a": 2}),
+                    ))),
+                },
+            },
+        )
+        .await
+        .expect("finishes");
+    let join_set: JoinSetId = "n:sleep".parse().expect("valid");
+    let delay_id = DelayId::generate_at(t0());
+    store
+        .append_batch(
+            t0(),
+            vec![
+                ExecutionEventInner::HistoryEvent {
+                    event: HistoryEvent::JoinSetCreate {
+                        join_set_id: join_set.clone(),
+                        closing_strategy: concepts::ClosingStrategy::Complete,
+                    },
+                },
+                ExecutionEventInner::HistoryEvent {
+                    event: HistoryEvent::JoinSetRequest {
+                        join_set_id: join_set.clone(),
+                        request: JoinSetRequest::DelayRequest {
+                            delay_id,
+                            expires_at: later,
+                        },
+                    },
+                },
+                ExecutionEventInner::HistoryEvent {
+                    event: HistoryEvent::JoinNext {
+                        join_set_id: join_set.clone(),
+                        run_expires_at: t0(),
+                        closing: false,
+                    },
+                },
+            ],
+            &id(4),
+            Version(2),
+        )
+        .await
+        .expect("appends");
+    store
+        .append_response(
+            t0(),
+            &id(4),
+            JoinSetResponseEvent {
+                join_set_id: "o:other".parse().expect("valid"),
+                event: JoinSetResponse::DelayFinished {
+                    delay_id: DelayId::generate_at(t0()),
+                },
+            },
+        )
+        .await
+        .expect("stores");
+
+    let ids = [id(1), id(2), id(3), id(4)];
+    let mut before = Vec::new();
+    for execution_id in &ids {
+        before.push(store.get(execution_id).await.expect("reads"));
+    }
+    assert!(matches!(
+        before[0].pending_state,
+        PendingState::PendingAt { .. }
+    ));
+    assert!(matches!(
+        before[1].pending_state,
+        PendingState::Locked { .. }
+    ));
+    assert!(matches!(
+        before[2].pending_state,
+        PendingState::Finished { .. }
+    ));
+    assert!(matches!(
+        before[3].pending_state,
+        PendingState::BlockedByJoinSet { .. }
+    ));
+    let timers_before = store.get_expired_timers(later).await.expect("reads");
+    assert_eq!(timers_before.len(), 2, "the lease of 2 and the delay of 4");
+    store.close().await;
+
+    let store = open(&path).await;
+    for (execution_id, log) in ids.iter().zip(&before) {
+        assert_eq!(&store.get(execution_id).await.expect("reads"), log);
+    }
+    assert_eq!(
+        store.get_expired_timers(later).await.expect("reads"),
+        timers_before
+    );
+    let summaries = store
+        .list_executions(
+            concepts::ListExecutionsFilter::default(),
+            concepts::Pagination::default(),
+        )
+        .await
+        .expect("lists");
+    assert_eq!(summaries.len(), 4);
+    store.close().await;
+}
+
+#[tokio::test]
+async fn close_is_idempotent_releases_waiters_and_refuses_calls() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = open(&dir.path().join("db.sqlite")).await;
+    store
+        .create(create_request(id(1), t0()))
+        .await
+        .expect("creates");
+    let waiter = {
+        let store = store.clone();
+        tokio::spawn(async move { store.subscribe_to_next_responses(&id(1), 0).await })
+    };
+    let finished_waiter = {
+        let store = store.clone();
+        tokio::spawn(async move { store.wait_for_finished_result(&id(1), None).await })
+    };
+    // Both waiters are registered before closing (they subscribe before their first read).
+    for _ in 0..1000 {
+        if store.waiter_count() == 2 {
+            break;
+        }
+        tokio::task::yield_now().await;
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    assert_eq!(store.waiter_count(), 2);
+    store.close().await;
+    store.close().await;
+    let released = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("released");
+    assert_eq!(
+        released.expect("joins").expect_err("closed").kind(),
+        DbErrorKind::Closed
+    );
+    let released = tokio::time::timeout(Duration::from_secs(10), finished_waiter)
+        .await
+        .expect("released");
+    assert_eq!(
+        released.expect("joins").expect_err("closed").kind(),
+        DbErrorKind::Closed
+    );
+    assert_eq!(
+        store.waiter_count(),
+        0,
+        "waiters that left are unregistered"
+    );
+    let err = store
+        .create(create_request(id(2), t0()))
+        .await
+        .expect_err("closed");
+    assert_eq!(err.kind(), DbErrorKind::Closed);
+    let err = store.get(&id(1)).await.expect_err("closed");
+    assert_eq!(err.kind(), DbErrorKind::Closed);
+}
+
+#[tokio::test]
+async fn timed_out_waiters_leave_no_registration() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = open(&dir.path().join("db.sqlite")).await;
+    store
+        .create(create_request(id(1), t0()))
+        .await
+        .expect("creates");
+    let ffqns: Arc<[FunctionFqn]> = Arc::from(vec![
+        "ns:pkg/ifc.other".parse::<FunctionFqn>().expect("valid"),
+    ]);
+    for _ in 0..20 {
+        store
+            .wait_for_pending(t0(), Arc::clone(&ffqns), Duration::from_millis(1))
+            .await;
+        let err = store
+            .wait_for_finished_result(&id(1), Some(Duration::from_millis(1)))
+            .await
+            .expect_err("times out");
+        assert_eq!(err.kind(), DbErrorKind::Timeout);
+    }
+    assert_eq!(store.waiter_count(), 0);
+    store.close().await;
+}
+
+/// Many concurrent writes share transactions; each keeps its own outcome.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_writes_keep_their_own_outcomes() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = open(&dir.path().join("db.sqlite")).await;
+    let mut tasks = Vec::new();
+    for n in 0..200u128 {
+        let store = store.clone();
+        // Every id is created twice: exactly one of each pair succeeds.
+        tasks.push(tokio::spawn(async move {
+            store.create(create_request(id(n / 2), t0())).await
+        }));
+    }
+    let mut ok = 0;
+    let mut duplicates = 0;
+    for task in tasks {
+        match task.await.expect("joins") {
+            Ok(version) => {
+                assert_eq!(version, Version(1));
+                ok += 1;
+            }
+            Err(err) => {
+                assert_eq!(err.kind(), DbErrorKind::Duplicate, "{err}");
+                duplicates += 1;
+            }
+        }
+    }
+    assert_eq!((ok, duplicates), (100, 100));
+    for n in 0..100u128 {
+        assert_eq!(store.get(&id(n)).await.expect("reads").events.len(), 1);
+    }
+    store.close().await;
+}
+
+/// Drives the writer loop over exactly these commands, as one batch.
+fn run_commands(conn: rusqlite::Connection, path: &Path, commands: Vec<Box<dyn Command>>) {
+    let (tx, rx) = tokio::sync::mpsc::channel(commands.len() + 1);
+    for command in commands {
+        assert!(tx.try_send(writer::Message::Command(command)).is_ok());
+    }
+    assert!(tx.try_send(writer::Message::Shutdown).is_ok());
+    drop(tx);
+    writer::run(conn, Arc::from(path), rx, Arc::new(Notifier::new()), 1024);
+}
+
+/// A failing command in a group commit rolls back only its own writes.
+#[test]
+fn a_failing_command_rolls_back_only_itself() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("db.sqlite");
+    let (conn, _) = schema::open_writer(&SqliteConfig::new(&path)).expect("opens");
+    let (first, first_rx) =
+        FnCommand::boxed(|ctx: &mut WriteCtx<'_>| ctx.create(&create_request(id(1), t0())));
+    // Creates 2, then fails on a duplicate of 1: its create of 2 must be rolled back.
+    let (second, second_rx) = FnCommand::boxed(|ctx: &mut WriteCtx<'_>| {
+        ctx.create(&create_request(id(2), t0()))?;
+        ctx.create(&create_request(id(1), t0()))
+    });
+    let (third, third_rx) =
+        FnCommand::boxed(|ctx: &mut WriteCtx<'_>| ctx.create(&create_request(id(3), t0())));
+    run_commands(conn, &path, vec![first, second, third]);
+    let conn = rusqlite::Connection::open(&path).expect("opens");
+    assert_eq!(
+        first_rx.blocking_recv().expect("replied").expect("ok"),
+        Version(1)
+    );
+    let err = second_rx
+        .blocking_recv()
+        .expect("replied")
+        .expect_err("duplicate");
+    assert_eq!(err.kind(), DbErrorKind::Duplicate);
+    assert_eq!(
+        third_rx.blocking_recv().expect("replied").expect("ok"),
+        Version(1)
+    );
+    let ids: Vec<String> = {
+        let mut stmt = conn
+            .prepare("SELECT execution_id FROM t_execution_state ORDER BY execution_id")
+            .expect("prepares");
+        stmt.query_map([], |row| row.get(0))
+            .expect("queries")
+            .collect::<Result<_, _>>()
+            .expect("reads")
+    };
+    assert_eq!(ids, vec![id(1).to_string(), id(3).to_string()]);
+    let events: i64 = conn
+        .query_row("SELECT COUNT(*) FROM t_event", [], |row| row.get(0))
+        .expect("reads");
+    assert_eq!(events, 2);
+}
+
+#[tokio::test]
+async fn a_second_delay_request_with_the_same_id_is_refused() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = open(&dir.path().join("db.sqlite")).await;
+    store
+        .create(create_request(id(1), t0()))
+        .await
+        .expect("creates");
+    let join_set: JoinSetId = "n:j".parse().expect("valid");
+    let delay_id = DelayId::generate_at(t0());
+    let request = ExecutionEventInner::HistoryEvent {
+        event: HistoryEvent::JoinSetRequest {
+            join_set_id: join_set,
+            request: JoinSetRequest::DelayRequest {
+                delay_id,
+                expires_at: t0(),
+            },
+        },
+    };
+    store
+        .append_batch(t0(), vec![request.clone()], &id(1), Version(1))
+        .await
+        .expect("appends");
+    let err = store
+        .append_batch(t0(), vec![request], &id(1), Version(2))
+        .await
+        .expect_err("refused");
+    assert_eq!(err.kind(), DbErrorKind::Validation, "{err}");
+    store.close().await;
+}
+
+/// A full disk (simulated with `max_page_count`) fails the write that hit it with an error
+/// naming the file, and every reply agrees with what was committed.
+#[test]
+fn a_full_disk_is_a_typed_error_and_replies_match_what_committed() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("db.sqlite");
+    let (conn, _) = schema::open_writer(&SqliteConfig::new(&path)).expect("opens");
+    let pages: i64 = conn
+        .pragma_query_value(None, "page_count", |row| row.get(0))
+        .expect("reads");
+    conn.pragma_update(None, "max_page_count", pages + 8)
+        .expect("sets");
+    let mut commands = Vec::new();
+    let mut receivers = Vec::new();
+    for n in 0..7u128 {
+        let mut req = create_request(id(n), t0());
+        if n == 3 {
+            // Far more than eight pages.
+            req.params = Json(serde_json::json!(["x".repeat(1 << 20)]));
+        }
+        let (command, rx) = FnCommand::boxed(move |ctx: &mut WriteCtx<'_>| ctx.create(&req));
+        commands.push(command);
+        receivers.push((n, rx));
+    }
+    run_commands(conn, &path, commands);
+    let mut acknowledged = Vec::new();
+    for (n, rx) in receivers {
+        match rx.blocking_recv().expect("replied") {
+            Ok(_) => acknowledged.push(id(n).to_string()),
+            Err(err) => {
+                assert_eq!(err.kind(), DbErrorKind::Backend, "{err}");
+                assert!(
+                    err.to_string().contains(&path.display().to_string()),
+                    "{err}"
+                );
+                if n == 3 {
+                    assert!(err.to_string().contains("disk full"), "{err}");
+                }
+            }
+        }
+    }
+    assert!(!acknowledged.contains(&id(3).to_string()));
+    let conn = rusqlite::Connection::open(&path).expect("opens");
+    let stored: Vec<String> = {
+        let mut stmt = conn
+            .prepare("SELECT execution_id FROM t_execution_state ORDER BY execution_id")
+            .expect("prepares");
+        stmt.query_map([], |row| row.get(0))
+            .expect("queries")
+            .collect::<Result<_, _>>()
+            .expect("reads")
+    };
+    assert_eq!(
+        stored, acknowledged,
+        "exactly the acknowledged creates were committed"
+    );
+}
+
+/// A file whose pages are damaged is refused with an error naming it, never a panic or an
+/// empty store.
+#[tokio::test]
+async fn a_corrupt_file_is_a_typed_error_naming_it() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("db.sqlite");
+    let store = open(&path).await;
+    let reqs = (0..300).map(|n| create_request(id(n), t0())).collect();
+    store.create_batch(reqs).await.expect("creates");
+    store.close().await;
+    drop(store);
+    let mut bytes = std::fs::read(&path).expect("reads");
+    assert!(bytes.len() > 8192, "the data spans several pages");
+    // Keep page 1 (the header and the schema), damage every other page.
+    for (idx, byte) in bytes.iter_mut().enumerate().skip(4096) {
+        *byte = u8::try_from(idx % 241).unwrap_or(0) ^ 0x5a;
+    }
+    std::fs::write(&path, &bytes).expect("writes");
+    match SqlitePool::open(SqliteConfig::new(&path)).await {
+        Err(err) => assert!(
+            err.to_string().contains(&path.display().to_string()),
+            "{err}"
+        ),
+        Ok(store) => {
+            let err = store.get(&id(1)).await.expect_err("the damage is reported");
+            assert_eq!(err.kind(), DbErrorKind::Backend, "{err}");
+            assert!(
+                err.to_string().contains(&path.display().to_string()),
+                "{err}"
+            );
+            store.close().await;
+        }
+    }
+}
+
+/// Dropping a store without `close`, after its runtime is gone, neither panics nor loses the
+/// acknowledged writes.
+#[test]
+fn dropping_without_close_outside_a_runtime_is_safe() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("db.sqlite");
+    let runtime = || {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .expect("a runtime")
+    };
+    let rt = runtime();
+    let store = rt.block_on(open(&path));
+    rt.block_on(store.create(create_request(id(1), t0())))
+        .expect("creates");
+    rt.block_on(store.get(&id(1)))
+        .expect("reads, leaving an idle reader connection");
+    drop(rt);
+    drop(store);
+    let rt = runtime();
+    let store = rt.block_on(open(&path));
+    assert_eq!(
+        rt.block_on(store.get(&id(1))).expect("reads").events.len(),
+        1
+    );
+    rt.block_on(store.close());
+}
