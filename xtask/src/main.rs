@@ -26,12 +26,17 @@ commands:
                docs, dependency edges, conformance suite; stops at the first failure
   deps         check the dependency edges that docs/ARCHITECTURE.md forbids
   conformance  run the conformance suite on every backend (crates/storage-*/tests/conformance.rs)
-               and print a table of scenarios by backend";
+               and print a table of scenarios by backend
+  bench [ARGS] build the benchmark in release mode and run it (crates/bench); `cargo xtask bench
+               --help` lists its arguments";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let command = match args.as_slice() {
         [command] => command.as_str(),
+        [command, rest @ ..] if command == "bench" => {
+            return finish("bench", bench(&workspace_root(), rest));
+        }
         [] => return usage(),
         [_, extra, ..] => {
             eprintln!("xtask: unexpected argument `{extra}`");
@@ -43,6 +48,7 @@ fn main() -> ExitCode {
         "ci" => ci::run(&root),
         "deps" => deps::run(&root),
         "conformance" => conformance::run(&root),
+        "bench" => bench(&root, &[]),
         "help" | "--help" | "-h" => {
             println!("{USAGE}");
             return ExitCode::SUCCESS;
@@ -52,6 +58,10 @@ fn main() -> ExitCode {
             return usage();
         }
     };
+    finish(command, outcome)
+}
+
+fn finish(command: &str, outcome: anyhow::Result<()>) -> ExitCode {
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
@@ -76,4 +86,24 @@ fn workspace_root() -> PathBuf {
     manifest_dir
         .parent()
         .map_or_else(|| manifest_dir.clone(), Path::to_path_buf)
+}
+
+/// Builds `crates/bench` in release mode and runs it with `args`.
+fn bench(root: &Path, args: &[String]) -> anyhow::Result<()> {
+    let status =
+        std::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+            .current_dir(root)
+            .args([
+                "run",
+                "--release",
+                "--package",
+                "bench",
+                "--bin",
+                "stele-bench",
+                "--",
+            ])
+            .args(args)
+            .status()?;
+    anyhow::ensure!(status.success(), "the benchmark failed ({status})");
+    Ok(())
 }
