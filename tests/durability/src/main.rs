@@ -1,0 +1,423 @@
+//! `durability-node`: one Stele node as a real OS process, for the crash tests that SIGKILL it
+//! and start it again on the same store.
+//!
+//! `durability-node run --database sqlite://PATH --executions N` opens the store (a SQLite
+//! file, or a `postgres://` URL), submits N executions of a no-op function in one atomic
+//! `create_batch` if the store holds no execution yet (so a restarted node resumes the same
+//! work instead of submitting it again), runs an executor and a timers watcher (`--role`
+//! chooses), and exits 0 once every execution is finished. Leases are short (1.5 s by
+//! default) and the watcher ticks every 100 ms, so the work of a killed node is recovered soon
+//! after a restart.
+//!
+//! Standard output, one line per fact, flushed as soon as it is known:
+//!
+//! | line | meaning |
+//! |---|---|
+//! | `submitting N` | the node found the store empty and is about to submit |
+//! | `submitted N` | the submission committed |
+//! | `resumed N` | the store already held the N executions (a restart) |
+//! | `finished <execution id>` | the store reported this execution finished (each id once per process) |
+//! | `progress F/N` | after each poll: F of the N executions are finished |
+//! | `{...}` | last line, on success: a JSON summary |
+//!
+//! A `finished` line is printed only after a read of the store returned the execution as
+//! finished, i.e. after the write committed: it is an acknowledgement a test can hold the
+//! store to after a crash. Diagnostics go to standard error (`RUST_LOG`, default `warn`).
+
+use anyhow::{Context, bail, ensure};
+use async_trait::async_trait;
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use concepts::{
+    ClockFn, ComponentId, CreateRequest, DbConnection, DbError, ExecutionId, ExecutionIdTopLevel,
+    ExecutionMetadata, FunctionFqn, Json, ListExecutionsFilter, Pagination, PendingStateKind,
+    SupportedFunctionReturnValue,
+};
+use executor::{ExecConfig, ExecTask, Now, Worker, WorkerContext, WorkerResult};
+use std::{
+    collections::HashSet,
+    io::Write,
+    path::PathBuf,
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
+    time::{Duration, Instant},
+};
+use storage_postgres::{PostgresConfig, PostgresStore};
+use storage_sqlite::{SqliteConfig, SqlitePool};
+use timers_watcher::TimersWatcherConfig;
+use tokio::sync::Semaphore;
+
+/// The function every submitted execution runs.
+const FFQN: &str = "durability:node/work@1.0.0.noop";
+/// The ULID timestamp part of every execution id: ids are a function of the index only, so
+/// that two nodes submitting at once collide (one of them gets `Duplicate`) instead of both
+/// submitting.
+const ID_MS: u64 = 1_700_000_000_000;
+/// How many rows one `list_executions` call returns.
+const PAGE: usize = 1_000;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "durability-node",
+    version,
+    about = "A Stele node for crash tests: submits, runs and awaits N executions."
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Submits N executions if the store is empty, runs them, and exits 0 once all are
+    /// finished, printing a JSON summary.
+    Run(RunArgs),
+}
+
+/// What a node runs.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum Role {
+    /// An executor only.
+    Executor,
+    /// A timers watcher only.
+    Watcher,
+    /// An executor and a timers watcher.
+    Both,
+}
+
+impl Role {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Executor => "executor",
+            Self::Watcher => "watcher",
+            Self::Both => "both",
+        }
+    }
+}
+
+#[derive(Args, Debug)]
+struct RunArgs {
+    /// The store: `sqlite://PATH` (`sqlite:///abs/path` for an absolute path) or
+    /// `postgres://USER@HOST:PORT/DB`.
+    #[arg(long)]
+    database: String,
+    /// How many executions the store must hold (submitted if it is empty).
+    #[arg(long)]
+    executions: usize,
+    /// What this node runs.
+    #[arg(long, value_enum, default_value_t = Role::Both)]
+    role: Role,
+    /// The lease of each run, in milliseconds.
+    #[arg(long, default_value_t = 1_500)]
+    lock_expiry_ms: u64,
+    /// The executor's and the watcher's longest sleep between looks, in milliseconds.
+    #[arg(long, default_value_t = 100)]
+    tick_ms: u64,
+    /// How long the watcher waits past a lease's expiry before timing it out, in
+    /// milliseconds.
+    #[arg(long, default_value_t = 100)]
+    leeway_ms: u64,
+    /// How long each worker run sleeps, in milliseconds (the "work").
+    #[arg(long, default_value_t = 5)]
+    work_ms: u64,
+    /// How many worker runs may run at once.
+    #[arg(long, default_value_t = 32)]
+    concurrency: usize,
+    /// How many executions one executor tick locks at most.
+    #[arg(long, default_value_t = 16)]
+    batch_size: usize,
+    /// How often the node asks the store which executions finished, in milliseconds.
+    #[arg(long, default_value_t = 100)]
+    poll_ms: u64,
+    /// Retries of each execution (a run cut short by a kill uses one up).
+    #[arg(long, default_value_t = 100)]
+    max_retries: u32,
+    /// The first retry's backoff, in milliseconds.
+    #[arg(long, default_value_t = 10)]
+    retry_backoff_ms: u64,
+    /// Gives up (exit code 1) when not everything finished after this many seconds.
+    #[arg(long, default_value_t = 300)]
+    timeout_s: u64,
+}
+
+/// Where the store lives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum DatabaseUrl {
+    Sqlite(PathBuf),
+    Postgres(String),
+}
+
+impl DatabaseUrl {
+    fn parse(url: &str) -> anyhow::Result<Self> {
+        if let Some(path) = url.strip_prefix("sqlite://") {
+            ensure!(!path.is_empty(), "`{url}` names no file: use sqlite://PATH");
+            Ok(Self::Sqlite(PathBuf::from(path)))
+        } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            Ok(Self::Postgres(url.to_string()))
+        } else {
+            bail!("unsupported database `{url}`: use sqlite://PATH or postgres://...")
+        }
+    }
+
+    async fn open(&self) -> anyhow::Result<Arc<dyn DbConnection>> {
+        Ok(match self {
+            Self::Sqlite(path) => Arc::new(
+                SqlitePool::open(SqliteConfig::new(path))
+                    .await
+                    .with_context(|| format!("cannot open {}", path.display()))?,
+            ),
+            Self::Postgres(url) => {
+                let config = PostgresConfig::from_url(url)?;
+                let redacted = config.redacted_url().to_string();
+                Arc::new(
+                    PostgresStore::connect(config)
+                        .await
+                        .with_context(|| format!("cannot connect to {redacted}"))?,
+                )
+            }
+        })
+    }
+}
+
+/// Standard output, one flushed line at a time. A failed write (the reader went away) is
+/// ignored: the lines are reports, and the store stays the truth.
+struct Out;
+
+impl Out {
+    fn lines<I: IntoIterator<Item = String>>(lines: I) {
+        let mut stdout = std::io::stdout().lock();
+        for line in lines {
+            let _ = writeln!(stdout, "{line}");
+        }
+        let _ = stdout.flush();
+    }
+
+    fn line(line: String) {
+        Self::lines([line]);
+    }
+}
+
+/// The no-op worker: sleeps `work`, counts its run, and returns its parameter.
+struct NoopWorker {
+    ffqns: Vec<FunctionFqn>,
+    work: Duration,
+    runs: AtomicU64,
+}
+
+#[async_trait]
+impl Worker for NoopWorker {
+    async fn run(&self, ctx: WorkerContext) -> WorkerResult {
+        tokio::time::sleep(self.work).await;
+        self.runs.fetch_add(1, Ordering::Relaxed);
+        let echo = ctx.params.0.get(0).cloned().unwrap_or_default();
+        WorkerResult::Ok(
+            SupportedFunctionReturnValue::InfallibleOrResultOk(Json(echo)),
+            ctx.version,
+        )
+    }
+
+    fn exported_functions(&self) -> &[FunctionFqn] {
+        &self.ffqns
+    }
+}
+
+/// The id of the `idx`-th execution (from 0).
+fn execution_id(idx: usize) -> ExecutionId {
+    ExecutionId::from(ExecutionIdTopLevel::from_parts(ID_MS, idx as u128 + 1))
+}
+
+/// How the node came by its executions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Submission {
+    /// This node submitted them.
+    Submitted,
+    /// They were there already (a restart), or another node submitted them first.
+    Resumed,
+}
+
+/// Submits `args.executions` executions in one `create_batch` if the store holds none.
+async fn submit_if_empty(
+    db: &dyn DbConnection,
+    args: &RunArgs,
+    ffqn: &FunctionFqn,
+    component_id: &ComponentId,
+) -> anyhow::Result<Submission> {
+    let any = db
+        .list_executions(
+            ListExecutionsFilter::default(),
+            Pagination {
+                cursor: None,
+                length: 1,
+            },
+        )
+        .await?;
+    if !any.is_empty() {
+        return Ok(Submission::Resumed);
+    }
+    let now = Now.now();
+    let requests = (0..args.executions)
+        .map(|idx| CreateRequest {
+            created_at: now,
+            execution_id: execution_id(idx),
+            ffqn: ffqn.clone(),
+            params: Json(serde_json::json!([idx])),
+            parent: None,
+            scheduled_at: now,
+            retry_exp_backoff: Duration::from_millis(args.retry_backoff_ms),
+            max_retries: args.max_retries,
+            component_id: component_id.clone(),
+            metadata: ExecutionMetadata::default(),
+            scheduled_by: None,
+        })
+        .collect();
+    Out::line(format!("submitting {}", args.executions));
+    match db.create_batch(requests).await {
+        Ok(()) => Ok(Submission::Submitted),
+        // All or nothing: another node's batch committed first, ours left nothing behind.
+        Err(DbError::Duplicate(_)) => Ok(Submission::Resumed),
+        Err(err) => Err(err).context("cannot submit the executions"),
+    }
+}
+
+/// Every execution (`state: None`) or every execution in `state`, by paging through
+/// `list_executions`.
+async fn list_ids(
+    db: &dyn DbConnection,
+    state: Option<PendingStateKind>,
+) -> Result<Vec<ExecutionId>, DbError> {
+    let filter = ListExecutionsFilter {
+        state,
+        ..ListExecutionsFilter::default()
+    };
+    let mut ids = Vec::new();
+    let mut cursor = None;
+    loop {
+        let page = db
+            .list_executions(
+                filter.clone(),
+                Pagination {
+                    cursor: cursor.clone(),
+                    length: PAGE,
+                },
+            )
+            .await?;
+        let Some(last) = page.last() else {
+            return Ok(ids);
+        };
+        cursor = Some((last.created_at, last.execution_id.clone()));
+        let full = page.len() == PAGE;
+        ids.extend(page.into_iter().map(|summary| summary.execution_id));
+        if !full {
+            return Ok(ids);
+        }
+    }
+}
+
+async fn run(args: RunArgs) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let database = DatabaseUrl::parse(&args.database)?;
+    ensure!(args.executions > 0, "--executions must be at least 1");
+    let ffqn: FunctionFqn = FFQN.parse()?;
+    let component_id = ComponentId::new("activity", "durability-noop")?;
+    let db = database.open().await?;
+
+    let submission = submit_if_empty(db.as_ref(), &args, &ffqn, &component_id).await?;
+    let total = list_ids(db.as_ref(), None).await?.len();
+    ensure!(
+        total == args.executions,
+        "the store holds {total} executions, expected {}",
+        args.executions
+    );
+    Out::line(match submission {
+        Submission::Submitted => format!("submitted {total}"),
+        Submission::Resumed => format!("resumed {total}"),
+    });
+
+    let worker = Arc::new(NoopWorker {
+        ffqns: vec![ffqn],
+        work: Duration::from_millis(args.work_ms),
+        runs: AtomicU64::new(0),
+    });
+    let tick = Duration::from_millis(args.tick_ms);
+    let mut executor = matches!(args.role, Role::Executor | Role::Both).then(|| {
+        let config = ExecConfig {
+            lock_expiry: Duration::from_millis(args.lock_expiry_ms),
+            tick_sleep: tick,
+            batch_size: args.batch_size,
+            component_id: component_id.clone(),
+            task_limiter: Some(Arc::new(Semaphore::new(args.concurrency.max(1)))),
+        };
+        ExecTask::spawn_new(worker.clone(), config, Now, db.clone())
+    });
+    let mut watcher = matches!(args.role, Role::Watcher | Role::Both).then(|| {
+        let config = TimersWatcherConfig {
+            tick_sleep: tick,
+            leeway: Duration::from_millis(args.leeway_ms),
+        };
+        timers_watcher::spawn_new(db.clone(), config, Now)
+    });
+
+    let deadline = started + Duration::from_secs(args.timeout_s);
+    let mut seen: HashSet<ExecutionId> = HashSet::new();
+    let mut finished_at_start = None;
+    loop {
+        let finished = list_ids(db.as_ref(), Some(PendingStateKind::Finished)).await?;
+        let count = finished.len();
+        finished_at_start.get_or_insert(count);
+        let new: Vec<String> = finished
+            .into_iter()
+            .filter(|id| seen.insert(id.clone()))
+            .map(|id| format!("finished {id}"))
+            .collect();
+        Out::lines(new.into_iter().chain([format!("progress {count}/{total}")]));
+        ensure!(
+            count <= total,
+            "{count} executions are finished, but the store holds {total}"
+        );
+        if count == total {
+            break;
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "only {count} of {total} executions finished within {} s",
+            args.timeout_s
+        );
+        tokio::time::sleep(Duration::from_millis(args.poll_ms)).await;
+    }
+
+    if let Some(executor) = executor.as_mut() {
+        executor.close().await;
+    }
+    if let Some(watcher) = watcher.as_mut() {
+        watcher.close().await;
+    }
+    db.close().await;
+    let summary = serde_json::json!({
+        "role": args.role.name(),
+        "executions": total,
+        "submitted": submission == Submission::Submitted,
+        "finished_at_start": finished_at_start.unwrap_or_default(),
+        "finished": seen.len(),
+        "worker_runs": worker.runs.load(Ordering::Relaxed),
+        "elapsed_ms": u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+    });
+    Out::line(summary.to_string());
+    Ok(())
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() -> anyhow::Result<()> {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+    match Cli::parse().command {
+        Command::Run(args) => run(args).await,
+    }
+}
+
+#[cfg(test)]
+mod tests;
