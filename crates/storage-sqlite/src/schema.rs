@@ -92,6 +92,30 @@ pub(crate) fn current_version() -> u32 {
     u32::try_from(MIGRATIONS.len()).unwrap_or(u32::MAX)
 }
 
+/// Runs `op` again while SQLite reports the database busy, for up to `budget`.
+///
+/// Switching a fresh file to WAL needs the file to itself and SQLite does not call the busy
+/// handler for it, so two processes opening one new file at once would otherwise see
+/// "database is locked". Opening is a blocking step already, so a short sleep is fine here.
+fn retry_while_busy<T>(
+    budget: Duration,
+    mut op: impl FnMut() -> rusqlite::Result<T>,
+) -> rusqlite::Result<T> {
+    let mut waited = Duration::ZERO;
+    let step = Duration::from_millis(5);
+    loop {
+        match op() {
+            Err(rusqlite::Error::SqliteFailure(err, _))
+                if err.code == rusqlite::ErrorCode::DatabaseBusy && waited < budget =>
+            {
+                std::thread::sleep(step);
+                waited += step;
+            }
+            other => return other,
+        }
+    }
+}
+
 /// Opens the writer connection: checks the file is ours, enables WAL, sets `synchronous`,
 /// migrates, and reads the effective settings back.
 pub(crate) fn open_writer(
@@ -111,14 +135,12 @@ pub(crate) fn open_writer(
     conn.busy_timeout(config.busy_timeout).map_err(driver)?;
     conn.set_prepared_statement_cache_capacity(64);
 
-    // The first read of the header: a file that is not a database fails here.
-    let application_id: i32 = conn
-        .pragma_query_value(None, "application_id", |row| row.get(0))
-        .map_err(driver)?;
-    let found_version: u32 = conn
-        .pragma_query_value(None, "user_version", |row| row.get(0))
-        .map_err(driver)?;
-    check_ownership(&conn, path, application_id, found_version)?;
+    // The first read of the header: a file that is not a database fails here. The header and
+    // the schema are read in one read transaction, so a migration committed by another process
+    // in between cannot make a half-read file look foreign.
+    let (application_id, found_version, schema_objects) =
+        retry_while_busy(config.busy_timeout, || read_header(&conn)).map_err(driver)?;
+    check_ownership(path, application_id, found_version, schema_objects)?;
     if found_version > current_version() {
         return Err(SqliteOpenError::SchemaTooNew {
             path: path.to_path_buf(),
@@ -127,9 +149,10 @@ pub(crate) fn open_writer(
         });
     }
 
-    let journal_mode: String = conn
-        .pragma_update_and_check(None, "journal_mode", "wal", |row| row.get(0))
-        .map_err(driver)?;
+    let journal_mode: String = retry_while_busy(config.busy_timeout, || {
+        conn.pragma_update_and_check(None, "journal_mode", "wal", |row| row.get(0))
+    })
+    .map_err(driver)?;
     if !journal_mode.eq_ignore_ascii_case("wal") {
         return Err(SqliteOpenError::WalUnavailable {
             path: path.to_path_buf(),
@@ -189,13 +212,29 @@ fn validate_config(config: &SqliteConfig) -> Result<(), SqliteOpenError> {
     Ok(())
 }
 
+/// `(application_id, user_version, number of schema objects)`, read in one transaction.
+fn read_header(conn: &Connection) -> rusqlite::Result<(i32, u32, i64)> {
+    conn.execute_batch("BEGIN DEFERRED")?;
+    let read = (|| -> rusqlite::Result<(i32, u32, i64)> {
+        let application_id: i32 =
+            conn.pragma_query_value(None, "application_id", |row| row.get(0))?;
+        let user_version: u32 = conn.pragma_query_value(None, "user_version", |row| row.get(0))?;
+        let schema_objects: i64 =
+            conn.query_row("SELECT COUNT(*) FROM sqlite_schema", [], |row| row.get(0))?;
+        Ok((application_id, user_version, schema_objects))
+    })();
+    let end = conn.execute_batch("COMMIT");
+    let header = read?;
+    end.map(|()| header)
+}
+
 /// Refuses a SQLite file of another application: a foreign `application_id`, or a file
 /// without our id and version that already has tables.
 fn check_ownership(
-    conn: &Connection,
     path: &Path,
     application_id: i32,
     found_version: u32,
+    schema_objects: i64,
 ) -> Result<(), SqliteOpenError> {
     if application_id != 0 && application_id != APPLICATION_ID {
         return Err(SqliteOpenError::ForeignDatabase {
@@ -203,16 +242,11 @@ fn check_ownership(
             detail: format!("application_id {application_id:#x}"),
         });
     }
-    if application_id == 0 && found_version == 0 {
-        let tables: i64 = conn
-            .query_row("SELECT COUNT(*) FROM sqlite_schema", [], |row| row.get(0))
-            .map_err(|source| SqliteOpenError::from_driver(path, source))?;
-        if tables > 0 {
-            return Err(SqliteOpenError::ForeignDatabase {
-                path: path.to_path_buf(),
-                detail: format!("{tables} schema objects but no Stele schema version"),
-            });
-        }
+    if application_id == 0 && found_version == 0 && schema_objects > 0 {
+        return Err(SqliteOpenError::ForeignDatabase {
+            path: path.to_path_buf(),
+            detail: format!("{schema_objects} schema objects but no Stele schema version"),
+        });
     }
     Ok(())
 }
@@ -235,6 +269,18 @@ pub(crate) fn migrate_to(
     let driver = |source| SqliteOpenError::from_driver(path, source);
     conn.execute_batch("BEGIN IMMEDIATE").map_err(driver)?;
     let result = (|| {
+        // Another process may have migrated between our first read and taking the write lock:
+        // read the version again under the lock and apply only what is still missing.
+        let found_version: u32 = conn
+            .pragma_query_value(None, "user_version", |row| row.get(0))
+            .map_err(driver)?;
+        if found_version > target {
+            return Err(SqliteOpenError::SchemaTooNew {
+                path: path.to_path_buf(),
+                found: found_version,
+                supported: target,
+            });
+        }
         for version in found_version..target {
             let sql = usize::try_from(version)
                 .ok()

@@ -765,3 +765,30 @@ fn dropping_without_close_outside_a_runtime_is_safe() {
     );
     rt.block_on(store.close());
 }
+
+/// Two processes opening a fresh file at the same moment both succeed: the second one sees,
+/// under the write lock, that the first already migrated, and applies nothing twice.
+#[test]
+fn concurrent_opens_of_a_fresh_file_migrate_once() {
+    for round in 0..20 {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join(format!("race-{round}.sqlite"));
+        let barrier = Arc::new(std::sync::Barrier::new(2));
+        let openers: Vec<_> = (0..2)
+            .map(|_| {
+                let (path, barrier) = (path.clone(), barrier.clone());
+                std::thread::spawn(move || {
+                    barrier.wait();
+                    schema::open_writer(&SqliteConfig::new(&path)).map(|(_, settings)| settings)
+                })
+            })
+            .collect();
+        for opener in openers {
+            let settings = opener
+                .join()
+                .expect("no panic")
+                .unwrap_or_else(|err| panic!("round {round}: {err}"));
+            assert_eq!(settings.schema_version, schema::current_version());
+        }
+    }
+}
