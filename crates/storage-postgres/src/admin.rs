@@ -1,0 +1,84 @@
+//! Creating and dropping whole databases on a server, for tests, benchmarks and set-up tools.
+
+use crate::{PostgresConfig, PostgresError, error::map_pg_error};
+use concepts::DbError;
+
+/// Checks that `name` is a plain database name (lower-case ASCII letters, digits and `_`, not
+/// starting with a digit, at most 63 bytes), so it can be spliced into SQL as an identifier.
+fn check_name(name: &str) -> Result<(), PostgresError> {
+    let valid = !name.is_empty()
+        && name.len() <= 63
+        && !name.starts_with(|c: char| c.is_ascii_digit())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+    if valid {
+        Ok(())
+    } else {
+        Err(PostgresError::InvalidConfig {
+            url: String::new(),
+            problem: format!(
+                "`{name}` is not a plain database name (a-z, 0-9, _; at most 63 bytes)"
+            ),
+        })
+    }
+}
+
+/// Runs one statement on a short-lived connection to the database `server` names.
+async fn run_on_server(server: &PostgresConfig, sql: &str) -> Result<(), PostgresError> {
+    let (client, connection) = server
+        .listener_pg_config()
+        .connect(tokio_postgres::NoTls)
+        .await
+        .map_err(|e| PostgresError::Db(map_pg_error(e)))?;
+    let driver = tokio::spawn(async move {
+        if let Err(e) = connection.await {
+            tracing::debug!(error = %e, "admin connection ended");
+        }
+    });
+    let result = client.batch_execute(sql).await.map_err(map_pg_error);
+    drop(client);
+    let _ = driver.await;
+    result.map_err(PostgresError::Db)
+}
+
+/// Creates the database `name` on the server of `server` (connecting to the database
+/// `server` names, usually `postgres`). A database that exists already is a
+/// [`DbError::Backend`] error.
+pub async fn create_database(server: &PostgresConfig, name: &str) -> Result<(), PostgresError> {
+    check_name(name)?;
+    run_on_server(server, &format!("CREATE DATABASE \"{name}\"")).await
+}
+
+/// Drops the database `name` if it exists, ending the sessions still connected to it.
+pub async fn drop_database(server: &PostgresConfig, name: &str) -> Result<(), PostgresError> {
+    check_name(name)?;
+    run_on_server(
+        server,
+        &format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)"),
+    )
+    .await
+}
+
+/// Ends the server session with process id `pid` (`pg_terminate_backend`); returns whether
+/// a session was ended. Tests use it to cut a store's listener connection.
+pub async fn terminate_backend(server: &PostgresConfig, pid: i32) -> Result<bool, PostgresError> {
+    let (client, connection) = server
+        .listener_pg_config()
+        .connect(tokio_postgres::NoTls)
+        .await
+        .map_err(|e| PostgresError::Db(map_pg_error(e)))?;
+    let driver = tokio::spawn(async move {
+        if let Err(e) = connection.await {
+            tracing::debug!(error = %e, "admin connection ended");
+        }
+    });
+    let result = client
+        .query_one("SELECT pg_terminate_backend($1)", &[&pid])
+        .await
+        .map_err(map_pg_error)
+        .and_then(|row| row.try_get::<_, bool>(0).map_err(map_pg_error));
+    drop(client);
+    let _ = driver.await;
+    result.map_err(|e: DbError| PostgresError::Db(e))
+}

@@ -1,0 +1,109 @@
+//! Conversions between domain values and column values: timestamps as microseconds (plus the
+//! sub-microsecond remainder), versions and counters as `BIGINT`, payloads as JSON text.
+
+use crate::error::corrupt;
+use chrono::{DateTime, Utc};
+use concepts::{DbError, PendingState, Version};
+use serde::{Serialize, de::DeserializeOwned};
+use std::time::Duration;
+
+/// Microseconds since the Unix epoch, rounded down. Every `DateTime<Utc>` fits.
+pub(crate) fn micros(at: DateTime<Utc>) -> i64 {
+    at.timestamp_micros()
+}
+
+/// The nanoseconds below the microsecond (0..=999), kept where the exact value is reported.
+pub(crate) fn sub_micros(at: DateTime<Utc>) -> i16 {
+    // `timestamp_subsec_nanos` may exceed 10^9 during a leap second; the remainder is < 1000.
+    i16::try_from(at.timestamp_subsec_nanos() % 1000).unwrap_or(0)
+}
+
+/// The timestamp of `micros` and `sub_micros`.
+pub(crate) fn timestamp(micros: i64, sub_micros: i16) -> Result<DateTime<Utc>, DbError> {
+    DateTime::from_timestamp_micros(micros)
+        .and_then(|at| at.checked_add_signed(chrono::TimeDelta::nanoseconds(i64::from(sub_micros))))
+        .ok_or_else(|| {
+            corrupt(format!(
+                "timestamp {micros} us + {sub_micros} ns out of range"
+            ))
+        })
+}
+
+/// A count or version as a column value.
+pub(crate) fn count_to_i64(count: u64) -> i64 {
+    i64::try_from(count).unwrap_or(i64::MAX)
+}
+
+/// A column value as a count.
+pub(crate) fn i64_to_count(value: i64, what: &str) -> Result<u64, DbError> {
+    u64::try_from(value).map_err(|_| corrupt(format!("negative {what}: {value}")))
+}
+
+/// A column value as a `u32` (versions, retry counts).
+pub(crate) fn i64_to_u32(value: i64, what: &str) -> Result<u32, DbError> {
+    u32::try_from(value).map_err(|_| corrupt(format!("{what} out of range: {value}")))
+}
+
+/// A version as a column value.
+pub(crate) fn version_to_i64(version: Version) -> i64 {
+    i64::from(version.0)
+}
+
+/// A duration as nanoseconds, saturating.
+pub(crate) fn duration_to_nanos(d: Duration) -> i64 {
+    i64::try_from(d.as_nanos()).unwrap_or(i64::MAX)
+}
+
+/// Nanoseconds as a duration.
+pub(crate) fn nanos_to_duration(nanos: i64) -> Result<Duration, DbError> {
+    u64::try_from(nanos)
+        .map(Duration::from_nanos)
+        .map_err(|_| corrupt(format!("negative duration: {nanos} ns")))
+}
+
+/// `value` as JSON text; object keys keep their order.
+pub(crate) fn to_json<T: Serialize + ?Sized>(value: &T) -> Result<String, DbError> {
+    serde_json::to_string(value).map_err(|e| {
+        DbError::Backend(concepts::BackendError {
+            message: format!("cannot encode a value as JSON: {e}"),
+            retriable: false,
+            source: Some(std::sync::Arc::new(e)),
+        })
+    })
+}
+
+/// JSON text as a `T`; `what` names it in the error.
+pub(crate) fn from_json<T: DeserializeOwned>(json: &str, what: &str) -> Result<T, DbError> {
+    serde_json::from_str(json).map_err(|e| corrupt(format!("{what}: {e}")))
+}
+
+/// The `state_kind` column of a pending state.
+pub(crate) fn state_kind(state: &PendingState) -> i16 {
+    match state {
+        PendingState::PendingAt { .. } => 0,
+        PendingState::Locked { .. } => 1,
+        PendingState::BlockedByJoinSet { .. } => 2,
+        PendingState::Finished { .. } => 3,
+    }
+}
+
+/// The `state_kind` column value of a kind.
+pub(crate) fn kind_to_i16(kind: concepts::PendingStateKind) -> i16 {
+    match kind {
+        concepts::PendingStateKind::PendingAt => 0,
+        concepts::PendingStateKind::Locked => 1,
+        concepts::PendingStateKind::BlockedByJoinSet => 2,
+        concepts::PendingStateKind::Finished => 3,
+    }
+}
+
+/// The indexed columns of a pending state: `(state_kind, pending_at, lock_expires_at)`.
+pub(crate) fn state_columns(state: &PendingState) -> (i16, Option<i64>, Option<i64>) {
+    match state {
+        PendingState::PendingAt { scheduled_at } => (0, Some(micros(*scheduled_at)), None),
+        PendingState::Locked {
+            lock_expires_at, ..
+        } => (1, None, Some(micros(*lock_expires_at))),
+        other => (state_kind(other), None, None),
+    }
+}

@@ -1,0 +1,179 @@
+//! Errors: the store's own (configuration, schema) and the ONE place where driver and pool
+//! errors become the portable [`DbError`] kinds.
+
+use concepts::{BackendError, DbError, DelayId, DuplicateKind, ExecutionId};
+use std::sync::Arc;
+use tokio_postgres::error::SqlState;
+
+/// Why a store could not be configured or opened.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum PostgresError {
+    /// The URL or a setting is wrong; `problem` says what.
+    #[error("invalid PostgreSQL URL `{url}`: {problem}")]
+    InvalidConfig {
+        /// The URL, password hidden.
+        url: String,
+        /// What is wrong with it.
+        problem: String,
+    },
+    /// The database was migrated by a newer binary; this one does not know its schema.
+    #[error(
+        "the database schema is at version {found}, but this binary knows versions up to \
+         {supported} only: upgrade this binary (or use another database)"
+    )]
+    SchemaTooNew {
+        /// The newest migration applied to the database.
+        found: i64,
+        /// The newest migration this binary knows.
+        supported: i64,
+    },
+    /// Connecting, migrating or starting the listener failed.
+    #[error(transparent)]
+    Db(#[from] DbError),
+}
+
+/// The names of the unique constraints and indexes that map to [`DbError::Duplicate`].
+pub(crate) mod constraint {
+    /// `t_execution (execution_id)`.
+    pub(crate) const EXECUTION_PK: &str = "t_execution_pkey";
+    /// `t_event (execution_id, version)`: at version 0 (`Created`), a duplicate execution.
+    pub(crate) const EVENT_PK: &str = "t_event_pkey";
+    /// `t_response (execution_id, delay_id) WHERE delay_id IS NOT NULL`.
+    pub(crate) const RESPONSE_DELAY: &str = "t_response_delay_uq";
+    /// `t_response (execution_id, child_execution_id) WHERE child_execution_id IS NOT NULL`.
+    pub(crate) const RESPONSE_CHILD: &str = "t_response_child_uq";
+}
+
+/// Maps a driver error to its portable kind. This is the only place that looks at SQLSTATEs.
+///
+/// - `23505` unique violation: [`DbError::Duplicate`] with the kind named by the constraint
+///   (execution id, delay response, child response) and the key read from the error's detail;
+/// - `40001` serialization failure, `40P01` deadlock: a retriable [`DbError::Backend`] (the
+///   store retries such transactions itself a few times first);
+/// - a lost connection (closed socket, I/O error, class `08`, admin or crash shutdown, too many
+///   connections): [`DbError::Connection`];
+/// - anything else: a non-retriable [`DbError::Backend`] with the server's message.
+pub(crate) fn map_pg_error(err: tokio_postgres::Error) -> DbError {
+    if let Some(db) = err.as_db_error() {
+        let code = db.code();
+        if *code == SqlState::UNIQUE_VIOLATION
+            && let Some(kind) = db
+                .constraint()
+                .and_then(|constraint| duplicate_kind(constraint, db.detail().unwrap_or_default()))
+        {
+            return DbError::Duplicate(kind);
+        }
+        let message = format!("{} (SQLSTATE {})", db.message(), code.code());
+        let retriable = *code == SqlState::T_R_SERIALIZATION_FAILURE
+            || *code == SqlState::T_R_DEADLOCK_DETECTED
+            || *code == SqlState::QUERY_CANCELED;
+        if code.code().starts_with("08")
+            || *code == SqlState::ADMIN_SHUTDOWN
+            || *code == SqlState::CRASH_SHUTDOWN
+            || *code == SqlState::CANNOT_CONNECT_NOW
+            || *code == SqlState::TOO_MANY_CONNECTIONS
+        {
+            return DbError::Connection(message);
+        }
+        return DbError::Backend(BackendError {
+            message,
+            retriable,
+            source: Some(Arc::new(err)),
+        });
+    }
+    if err.is_closed() || has_io_source(&err) {
+        return DbError::Connection(err.to_string());
+    }
+    DbError::Backend(BackendError {
+        message: err.to_string(),
+        retriable: false,
+        source: Some(Arc::new(err)),
+    })
+}
+
+/// True for the errors after which the whole transaction may simply be run again.
+pub(crate) fn is_transaction_retriable(err: &DbError) -> bool {
+    let DbError::Backend(BackendError {
+        source: Some(source),
+        ..
+    }) = err
+    else {
+        return false;
+    };
+    (**source)
+        .downcast_ref::<tokio_postgres::Error>()
+        .and_then(tokio_postgres::Error::code)
+        .is_some_and(|code| {
+            *code == SqlState::T_R_SERIALIZATION_FAILURE || *code == SqlState::T_R_DEADLOCK_DETECTED
+        })
+}
+
+/// Maps a pool error: a closed pool is [`DbError::Closed`], a timeout or a failed connect is
+/// [`DbError::Connection`].
+pub(crate) fn map_pool_error(err: deadpool_postgres::PoolError) -> DbError {
+    use deadpool_postgres::PoolError;
+    match err {
+        PoolError::Closed => DbError::Closed,
+        PoolError::Backend(e) => match map_pg_error(e) {
+            DbError::Backend(b) => DbError::Connection(b.message),
+            other => other,
+        },
+        PoolError::Timeout(kind) => DbError::Connection(format!(
+            "timed out waiting for a pooled connection ({kind:?})"
+        )),
+        other => DbError::Connection(other.to_string()),
+    }
+}
+
+/// A backend error for data that does not decode (a corrupt row or an unknown format).
+pub(crate) fn corrupt(what: impl std::fmt::Display) -> DbError {
+    DbError::Backend(BackendError {
+        message: format!("corrupt data in the database: {what}"),
+        retriable: false,
+        source: None,
+    })
+}
+
+fn has_io_source(err: &tokio_postgres::Error) -> bool {
+    let mut source = std::error::Error::source(err);
+    while let Some(s) = source {
+        if s.is::<std::io::Error>() {
+            return true;
+        }
+        source = s.source();
+    }
+    false
+}
+
+/// The duplicate a unique violation of `constraint` means, with the key from `detail`
+/// (`Key (a, b)=(x, y) already exists.`); `None` when the constraint is not one of ours or
+/// the detail cannot be read.
+pub(crate) fn duplicate_kind(constraint: &str, detail: &str) -> Option<DuplicateKind> {
+    let values = key_values(detail)?;
+    match (constraint, values.as_slice()) {
+        (constraint::EXECUTION_PK, [id]) | (constraint::EVENT_PK, [id, "0"]) => {
+            Some(DuplicateKind::Execution(id.parse().ok()?))
+        }
+        (constraint::RESPONSE_DELAY, [execution_id, delay_id]) => {
+            Some(DuplicateKind::DelayResponse {
+                execution_id: execution_id.parse::<ExecutionId>().ok()?,
+                delay_id: delay_id.parse::<DelayId>().ok()?,
+            })
+        }
+        (constraint::RESPONSE_CHILD, [execution_id, child_execution_id]) => {
+            Some(DuplicateKind::ChildResponse {
+                execution_id: execution_id.parse().ok()?,
+                child_execution_id: child_execution_id.parse().ok()?,
+            })
+        }
+        _ => None,
+    }
+}
+
+/// The key values of a unique violation's detail. Ids never contain `, ` or `)`.
+fn key_values(detail: &str) -> Option<Vec<&str>> {
+    let start = detail.find(")=(")? + 3;
+    let end = detail.rfind(") already exists")?;
+    let values = detail.get(start..end)?;
+    Some(values.split(", ").collect())
+}

@@ -1,0 +1,546 @@
+//! The read paths: logs, states, listings, expired timers, and what `lock_pending` hands to a
+//! worker.
+
+use crate::{
+    codec::{
+        count_to_i64, from_json, i64_to_u32, kind_to_i16, micros, nanos_to_duration, sub_micros,
+        timestamp, version_to_i64,
+    },
+    error::{corrupt, map_pg_error},
+};
+use chrono::{DateTime, Utc};
+use concepts::{
+    DbError, DelayId, ExecutionEvent, ExecutionEventInner, ExecutionId, ExecutionLog,
+    ExecutionMetadata, ExecutionSummary, ExpiredDelay, ExpiredLock, ExpiredTimer,
+    FinishedExecutionResult, FunctionFqn, HistoryEvent, JoinSetId, JoinSetResponseEventOuter,
+    ListExecutionsFilter, Pagination, Params, PendingState, Version,
+};
+use deadpool_postgres::GenericClient;
+use std::collections::HashMap;
+use tokio_postgres::{IsolationLevel, Row, types::ToSql};
+
+fn parse_id(id: &str) -> Result<ExecutionId, DbError> {
+    id.parse()
+        .map_err(|e| corrupt(format!("execution id `{id}`: {e}")))
+}
+
+fn get_str(row: &Row, idx: usize) -> Result<&str, DbError> {
+    row.try_get(idx).map_err(map_pg_error)
+}
+
+fn event_of(row: &Row, idx: usize) -> Result<ExecutionEvent, DbError> {
+    from_json(get_str(row, idx)?, "event")
+}
+
+fn response_of(row: &Row, idx: usize) -> Result<JoinSetResponseEventOuter, DbError> {
+    from_json(get_str(row, idx)?, "response")
+}
+
+/// True when an execution of `ffqns` is due at `at`.
+pub(crate) async fn any_due(
+    client: &impl GenericClient,
+    at: DateTime<Utc>,
+    ffqns: &[FunctionFqn],
+) -> Result<bool, DbError> {
+    let names: Vec<String> = ffqns.iter().map(ToString::to_string).collect();
+    let stmt = client
+        .prepare_cached(
+            "SELECT EXISTS (SELECT 1 FROM t_execution \
+             WHERE pending_at IS NOT NULL AND pending_at <= $1 AND ffqn = ANY($2))",
+        )
+        .await
+        .map_err(map_pg_error)?;
+    let row = client
+        .query_one(&stmt, &[&micros(at), &names])
+        .await
+        .map_err(map_pg_error)?;
+    row.try_get(0).map_err(map_pg_error)
+}
+
+/// The history events of an execution's log, in order.
+pub(crate) async fn event_history(
+    client: &impl GenericClient,
+    execution_id: &ExecutionId,
+) -> Result<Vec<HistoryEvent>, DbError> {
+    let stmt = client
+        .prepare_cached(
+            "SELECT event_json FROM t_event WHERE execution_id = $1 AND is_history \
+             ORDER BY version",
+        )
+        .await
+        .map_err(map_pg_error)?;
+    let rows = client
+        .query(&stmt, &[&execution_id.as_str()])
+        .await
+        .map_err(map_pg_error)?;
+    rows.iter()
+        .filter_map(|row| match event_of(row, 0) {
+            Ok(ExecutionEvent {
+                event: ExecutionEventInner::HistoryEvent { event },
+                ..
+            }) => Some(Ok(event)),
+            Ok(_) => None,
+            Err(e) => Some(Err(e)),
+        })
+        .collect()
+}
+
+/// What a worker needs of a locked execution beyond its state row.
+pub(crate) struct LockDetail {
+    pub(crate) metadata: ExecutionMetadata,
+    pub(crate) params: Params,
+    pub(crate) scheduled_at: DateTime<Utc>,
+    pub(crate) event_history: Vec<HistoryEvent>,
+    pub(crate) responses: Vec<JoinSetResponseEventOuter>,
+}
+
+/// The `Created` fields, history events and responses of several executions, with two
+/// pipelined queries.
+pub(crate) async fn lock_details(
+    client: &impl GenericClient,
+    ids: &[&str],
+) -> Result<HashMap<String, LockDetail>, DbError> {
+    if ids.is_empty() {
+        return Ok(HashMap::new());
+    }
+    let (events_stmt, responses_stmt) = tokio::join!(
+        client.prepare_cached(
+            "SELECT execution_id, event_json FROM t_event \
+             WHERE execution_id = ANY($1) AND (version = 0 OR is_history) \
+             ORDER BY execution_id, version",
+        ),
+        client.prepare_cached(
+            "SELECT execution_id, response_json FROM t_response WHERE execution_id = ANY($1) \
+             ORDER BY execution_id, idx",
+        ),
+    );
+    let events_stmt = events_stmt.map_err(map_pg_error)?;
+    let responses_stmt = responses_stmt.map_err(map_pg_error)?;
+    let ids: Vec<&str> = ids.to_vec();
+    let params: [&(dyn ToSql + Sync); 1] = [&ids];
+    let (events, responses) = tokio::join!(
+        biased;
+        client.query(&events_stmt, &params),
+        client.query(&responses_stmt, &params),
+    );
+    let events = events.map_err(map_pg_error)?;
+    let responses = responses.map_err(map_pg_error)?;
+    let mut out: HashMap<String, LockDetail> = HashMap::with_capacity(ids.len());
+    for row in &events {
+        let id = get_str(row, 0)?;
+        match event_of(row, 1)?.event {
+            ExecutionEventInner::Created {
+                params,
+                metadata,
+                scheduled_at,
+                ..
+            } => {
+                out.insert(
+                    id.to_string(),
+                    LockDetail {
+                        metadata,
+                        params,
+                        scheduled_at,
+                        event_history: Vec::new(),
+                        responses: Vec::new(),
+                    },
+                );
+            }
+            ExecutionEventInner::HistoryEvent { event } => {
+                if let Some(detail) = out.get_mut(id) {
+                    detail.event_history.push(event);
+                }
+            }
+            other => {
+                return Err(corrupt(format!(
+                    "{} event stored as history of {id}",
+                    other.variant_name()
+                )));
+            }
+        }
+    }
+    for row in &responses {
+        let id = get_str(row, 0)?;
+        if let Some(detail) = out.get_mut(id) {
+            detail.responses.push(response_of(row, 1)?);
+        }
+    }
+    Ok(out)
+}
+
+/// Responses of an execution from `start_idx` on; `NotFound` for an unknown execution.
+pub(crate) async fn responses_from(
+    client: &impl GenericClient,
+    execution_id: &ExecutionId,
+    start_idx: usize,
+) -> Result<Vec<JoinSetResponseEventOuter>, DbError> {
+    let (exists_stmt, responses_stmt) = tokio::join!(
+        client.prepare_cached("SELECT response_count FROM t_execution WHERE execution_id = $1"),
+        client.prepare_cached(
+            "SELECT response_json FROM t_response WHERE execution_id = $1 AND idx >= $2 \
+             ORDER BY idx",
+        ),
+    );
+    let exists_stmt = exists_stmt.map_err(map_pg_error)?;
+    let responses_stmt = responses_stmt.map_err(map_pg_error)?;
+    let id = execution_id.as_str();
+    let start = count_to_i64(u64::try_from(start_idx).unwrap_or(u64::MAX));
+    let exists_params: [&(dyn ToSql + Sync); 1] = [&id];
+    let responses_params: [&(dyn ToSql + Sync); 2] = [&id, &start];
+    let (exists, rows) = tokio::join!(
+        biased;
+        client.query_opt(&exists_stmt, &exists_params),
+        client.query(&responses_stmt, &responses_params),
+    );
+    if exists.map_err(map_pg_error)?.is_none() {
+        return Err(DbError::execution_not_found(execution_id));
+    }
+    rows.map_err(map_pg_error)?
+        .iter()
+        .map(|row| response_of(row, 0))
+        .collect()
+}
+
+/// Every lease with `lock_expires_at <= at` and every open delay with `expires_at <= at`,
+/// ordered by expiry, then execution id, then leases before delays (by delay id).
+pub(crate) async fn expired_timers(
+    client: &impl GenericClient,
+    at: DateTime<Utc>,
+) -> Result<Vec<ExpiredTimer>, DbError> {
+    let (locks_stmt, delays_stmt) = tokio::join!(
+        client.prepare_cached(
+            "SELECT execution_id, next_version, temporary_event_count, max_retries, \
+             retry_exp_backoff_ns, parent_execution_id, parent_join_set_id, state_json \
+             FROM t_execution WHERE lock_expires_at IS NOT NULL AND lock_expires_at <= $1",
+        ),
+        client.prepare_cached(
+            "SELECT execution_id, delay_id, join_set_id, expires_at, expires_at_ns \
+             FROM t_delay WHERE is_open AND expires_at <= $1",
+        ),
+    );
+    let locks_stmt = locks_stmt.map_err(map_pg_error)?;
+    let delays_stmt = delays_stmt.map_err(map_pg_error)?;
+    let at_micros = micros(at);
+    let params: [&(dyn ToSql + Sync); 1] = [&at_micros];
+    let (locks, delays) = tokio::join!(
+        biased;
+        client.query(&locks_stmt, &params),
+        client.query(&delays_stmt, &params),
+    );
+    let mut timers: Vec<(DateTime<Utc>, ExecutionId, Option<DelayId>, ExpiredTimer)> = Vec::new();
+    for row in &locks.map_err(map_pg_error)? {
+        let execution_id = parse_id(get_str(row, 0)?)?;
+        let state: PendingState = from_json(get_str(row, 7)?, "pending state")?;
+        let PendingState::Locked {
+            lock_expires_at, ..
+        } = state
+        else {
+            return Err(corrupt(format!(
+                "{execution_id} has a lease expiry but is not locked"
+            )));
+        };
+        if lock_expires_at > at {
+            continue;
+        }
+        let parent_id: Option<&str> = row.try_get(5).map_err(map_pg_error)?;
+        let parent_join_set: Option<&str> = row.try_get(6).map_err(map_pg_error)?;
+        let parent = match (parent_id, parent_join_set) {
+            (Some(id), Some(join_set_id)) => Some((parse_id(id)?, parse_join_set(join_set_id)?)),
+            _ => None,
+        };
+        timers.push((
+            lock_expires_at,
+            execution_id.clone(),
+            None,
+            ExpiredTimer::Lock(ExpiredLock {
+                execution_id,
+                next_version: Version(i64_to_u32(
+                    row.try_get(1).map_err(map_pg_error)?,
+                    "next_version",
+                )?),
+                temporary_event_count: i64_to_u32(
+                    row.try_get(2).map_err(map_pg_error)?,
+                    "temporary_event_count",
+                )?,
+                max_retries: i64_to_u32(row.try_get(3).map_err(map_pg_error)?, "max_retries")?,
+                retry_exp_backoff: nanos_to_duration(row.try_get(4).map_err(map_pg_error)?)?,
+                parent,
+                lock_expires_at,
+            }),
+        ));
+    }
+    for row in &delays.map_err(map_pg_error)? {
+        let execution_id = parse_id(get_str(row, 0)?)?;
+        let delay_id: DelayId = get_str(row, 1)?
+            .parse()
+            .map_err(|e| corrupt(format!("delay id: {e}")))?;
+        let join_set_id = parse_join_set(get_str(row, 2)?)?;
+        let expires_at = timestamp(
+            row.try_get(3).map_err(map_pg_error)?,
+            row.try_get(4).map_err(map_pg_error)?,
+        )?;
+        if expires_at > at {
+            continue;
+        }
+        timers.push((
+            expires_at,
+            execution_id.clone(),
+            Some(delay_id),
+            ExpiredTimer::Delay(ExpiredDelay {
+                execution_id,
+                join_set_id,
+                delay_id,
+                expires_at,
+            }),
+        ));
+    }
+    timers.sort_by(|a, b| (a.0, &a.1, a.2).cmp(&(b.0, &b.1, b.2)));
+    Ok(timers.into_iter().map(|(_, _, _, timer)| timer).collect())
+}
+
+fn parse_join_set(join_set_id: &str) -> Result<JoinSetId, DbError> {
+    join_set_id
+        .parse()
+        .map_err(|e| corrupt(format!("join set id `{join_set_id}`: {e}")))
+}
+
+/// The whole log, its responses and its state, from one snapshot.
+pub(crate) async fn get(
+    client: &mut deadpool_postgres::Object,
+    execution_id: &ExecutionId,
+) -> Result<ExecutionLog, DbError> {
+    let tx = client
+        .build_transaction()
+        .isolation_level(IsolationLevel::RepeatableRead)
+        .read_only(true)
+        .start()
+        .await
+        .map_err(map_pg_error)?;
+    let (state_stmt, events_stmt, responses_stmt) = tokio::join!(
+        tx.prepare_cached(
+            "SELECT next_version, state_json FROM t_execution WHERE execution_id = $1"
+        ),
+        tx.prepare_cached(
+            "SELECT event_json FROM t_event WHERE execution_id = $1 ORDER BY version"
+        ),
+        tx.prepare_cached(
+            "SELECT response_json FROM t_response WHERE execution_id = $1 ORDER BY idx"
+        ),
+    );
+    let state_stmt = state_stmt.map_err(map_pg_error)?;
+    let events_stmt = events_stmt.map_err(map_pg_error)?;
+    let responses_stmt = responses_stmt.map_err(map_pg_error)?;
+    let id = execution_id.as_str();
+    let params: [&(dyn ToSql + Sync); 1] = [&id];
+    let (state, events, responses) = tokio::join!(
+        biased;
+        tx.query_opt(&state_stmt, &params),
+        tx.query(&events_stmt, &params),
+        tx.query(&responses_stmt, &params),
+    );
+    let state = state
+        .map_err(map_pg_error)?
+        .ok_or_else(|| DbError::execution_not_found(execution_id))?;
+    let events = events.map_err(map_pg_error)?;
+    let responses = responses.map_err(map_pg_error)?;
+    tx.commit().await.map_err(map_pg_error)?;
+    Ok(ExecutionLog {
+        execution_id: execution_id.clone(),
+        events: events
+            .iter()
+            .map(|row| event_of(row, 0))
+            .collect::<Result<_, _>>()?,
+        responses: responses
+            .iter()
+            .map(|row| response_of(row, 0))
+            .collect::<Result<_, _>>()?,
+        next_version: Version(i64_to_u32(
+            state.try_get(0).map_err(map_pg_error)?,
+            "next_version",
+        )?),
+        pending_state: from_json(get_str(&state, 1)?, "pending state")?,
+    })
+}
+
+/// The current pending state.
+pub(crate) async fn pending_state(
+    client: &impl GenericClient,
+    execution_id: &ExecutionId,
+) -> Result<PendingState, DbError> {
+    let stmt = client
+        .prepare_cached("SELECT state_json FROM t_execution WHERE execution_id = $1")
+        .await
+        .map_err(map_pg_error)?;
+    let row = client
+        .query_opt(&stmt, &[&execution_id.as_str()])
+        .await
+        .map_err(map_pg_error)?
+        .ok_or_else(|| DbError::execution_not_found(execution_id))?;
+    from_json(get_str(&row, 0)?, "pending state")
+}
+
+/// One event; `NotFound` names the execution or the version that is missing.
+pub(crate) async fn execution_event(
+    client: &impl GenericClient,
+    execution_id: &ExecutionId,
+    version: Version,
+) -> Result<ExecutionEvent, DbError> {
+    let stmt = client
+        .prepare_cached(
+            "SELECT ev.event_json FROM t_execution e LEFT JOIN t_event ev \
+             ON ev.execution_id = e.execution_id AND ev.version = $2 \
+             WHERE e.execution_id = $1",
+        )
+        .await
+        .map_err(map_pg_error)?;
+    let row = client
+        .query_opt(&stmt, &[&execution_id.as_str(), &version_to_i64(version)])
+        .await
+        .map_err(map_pg_error)?
+        .ok_or_else(|| DbError::execution_not_found(execution_id))?;
+    let json: Option<&str> = row.try_get(0).map_err(map_pg_error)?;
+    match json {
+        Some(json) => from_json(json, "event"),
+        None => Err(DbError::NotFound(format!(
+            "event at version {version} of {execution_id}"
+        ))),
+    }
+}
+
+/// Executions, newest first (by creation time, then id, descending), after the cursor.
+pub(crate) async fn list_executions(
+    client: &impl GenericClient,
+    filter: &ListExecutionsFilter,
+    pagination: &Pagination,
+) -> Result<Vec<ExecutionSummary>, DbError> {
+    if pagination.length == 0 {
+        return Ok(Vec::new());
+    }
+    let stmt = client
+        .prepare_cached(
+            "SELECT execution_id, ffqn, created_at, created_at_ns, scheduled_at, \
+             scheduled_at_ns, state_json, next_version FROM t_execution \
+             WHERE ($1::text IS NULL OR ffqn = $1) \
+             AND ($2::int2 IS NULL OR state_kind = $2) \
+             AND (NOT $3::bool OR is_top_level) \
+             AND ($4::int8 IS NULL \
+                  OR (created_at, created_at_ns, execution_id) < ($4::int8, $5::int2, $6::text)) \
+             ORDER BY created_at DESC, created_at_ns DESC, execution_id DESC \
+             LIMIT $7",
+        )
+        .await
+        .map_err(map_pg_error)?;
+    let ffqn = filter.ffqn.as_ref().map(ToString::to_string);
+    let state = filter.state.map(kind_to_i16);
+    let (cursor_at, cursor_ns, cursor_id) = match &pagination.cursor {
+        Some((at, id)) => (Some(micros(*at)), Some(sub_micros(*at)), Some(id.as_str())),
+        None => (None, None, None),
+    };
+    let limit = i64::try_from(pagination.length).unwrap_or(i64::MAX);
+    let rows = client
+        .query(
+            &stmt,
+            &[
+                &ffqn,
+                &state,
+                &filter.top_level_only,
+                &cursor_at,
+                &cursor_ns,
+                &cursor_id,
+                &limit,
+            ],
+        )
+        .await
+        .map_err(map_pg_error)?;
+    rows.iter()
+        .map(|row| {
+            let ffqn = get_str(row, 1)?;
+            Ok(ExecutionSummary {
+                execution_id: parse_id(get_str(row, 0)?)?,
+                ffqn: ffqn
+                    .parse()
+                    .map_err(|e| corrupt(format!("ffqn `{ffqn}`: {e:?}")))?,
+                created_at: timestamp(
+                    row.try_get(2).map_err(map_pg_error)?,
+                    row.try_get(3).map_err(map_pg_error)?,
+                )?,
+                scheduled_at: timestamp(
+                    row.try_get(4).map_err(map_pg_error)?,
+                    row.try_get(5).map_err(map_pg_error)?,
+                )?,
+                pending_state: from_json(get_str(row, 6)?, "pending state")?,
+                next_version: Version(i64_to_u32(
+                    row.try_get(7).map_err(map_pg_error)?,
+                    "next_version",
+                )?),
+            })
+        })
+        .collect()
+}
+
+/// Events from `since` on, at most `max_length`; `NotFound` for an unknown execution.
+pub(crate) async fn list_execution_events(
+    client: &impl GenericClient,
+    execution_id: &ExecutionId,
+    since: Version,
+    max_length: usize,
+) -> Result<Vec<ExecutionEvent>, DbError> {
+    let (exists_stmt, events_stmt) = tokio::join!(
+        client.prepare_cached("SELECT 1 FROM t_execution WHERE execution_id = $1"),
+        client.prepare_cached(
+            "SELECT event_json FROM t_event WHERE execution_id = $1 AND version >= $2 \
+             ORDER BY version LIMIT $3",
+        ),
+    );
+    let exists_stmt = exists_stmt.map_err(map_pg_error)?;
+    let events_stmt = events_stmt.map_err(map_pg_error)?;
+    let id = execution_id.as_str();
+    let limit = i64::try_from(max_length).unwrap_or(i64::MAX);
+    let since = version_to_i64(since);
+    let exists_params: [&(dyn ToSql + Sync); 1] = [&id];
+    let events_params: [&(dyn ToSql + Sync); 3] = [&id, &since, &limit];
+    let (exists, rows) = tokio::join!(
+        biased;
+        client.query_opt(&exists_stmt, &exists_params),
+        client.query(&events_stmt, &events_params),
+    );
+    if exists.map_err(map_pg_error)?.is_none() {
+        return Err(DbError::execution_not_found(execution_id));
+    }
+    rows.map_err(map_pg_error)?
+        .iter()
+        .map(|row| event_of(row, 0))
+        .collect()
+}
+
+/// The finished result, or `None` while the execution runs; `NotFound` for an unknown one.
+pub(crate) async fn finished_result(
+    client: &impl GenericClient,
+    execution_id: &ExecutionId,
+) -> Result<Option<FinishedExecutionResult>, DbError> {
+    let stmt = client
+        .prepare_cached(
+            "SELECT ev.event_json FROM t_execution e LEFT JOIN t_event ev \
+             ON ev.execution_id = e.execution_id AND ev.version = e.next_version \
+             AND e.state_kind = 3 \
+             WHERE e.execution_id = $1",
+        )
+        .await
+        .map_err(map_pg_error)?;
+    let row = client
+        .query_opt(&stmt, &[&execution_id.as_str()])
+        .await
+        .map_err(map_pg_error)?
+        .ok_or_else(|| DbError::execution_not_found(execution_id))?;
+    let json: Option<&str> = row.try_get(0).map_err(map_pg_error)?;
+    let Some(json) = json else {
+        return Ok(None);
+    };
+    match from_json::<ExecutionEvent>(json, "event")?.event {
+        ExecutionEventInner::Finished { result } => Ok(Some(result)),
+        other => Err(corrupt(format!(
+            "{execution_id} is finished but its last event is {}",
+            other.variant_name()
+        ))),
+    }
+}

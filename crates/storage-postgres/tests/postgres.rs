@@ -1,0 +1,428 @@
+//! What only the PostgreSQL backend has: the migration guard, the schema version check,
+//! wake-ups across stores through `NOTIFY`, the listener's reconnection, responses that commit
+//! concurrently, and `close` stopping the listener.
+//!
+//! Each test uses a database of its own on the server that `STELE_TEST_POSTGRES_URL` names;
+//! without it the tests are skipped (printed), except under `CI=true`, where they fail.
+
+mod common;
+
+use chrono::{DateTime, TimeZone, Utc};
+use common::TestDatabase;
+use concepts::{
+    ComponentId, CreateRequest, DbClient, DbConnection, DbError, DbExecutor, DbTimers, DbWorkflow,
+    DelayId, DuplicateKind, ExecutionId, ExecutionMetadata, FunctionFqn, JoinSetId,
+    JoinSetResponse, JoinSetResponseEvent, Json, derive_pending_state,
+};
+use std::{sync::Arc, time::Duration};
+use storage_postgres::{PostgresError, PostgresStore, SCHEMA_VERSION, admin};
+
+/// The real-time safety net of every wait.
+const SAFETY: Duration = Duration::from_secs(20);
+
+fn now() -> DateTime<Utc> {
+    Utc.with_ymd_and_hms(2000, 1, 1, 0, 0, 0).unwrap()
+}
+
+fn ffqn(name: &str) -> FunctionFqn {
+    format!("test:pkg/ifc.{name}").parse().unwrap()
+}
+
+fn execution_id(n: u128) -> ExecutionId {
+    concepts::ExecutionIdTopLevel::from_parts(1, n).into()
+}
+
+fn create_request(execution_id: ExecutionId, ffqn: FunctionFqn) -> CreateRequest {
+    CreateRequest {
+        created_at: now(),
+        execution_id,
+        ffqn,
+        params: Json(serde_json::json!([])),
+        parent: None,
+        scheduled_at: now(),
+        retry_exp_backoff: Duration::from_millis(100),
+        max_retries: 0,
+        component_id: "activity:test".parse::<ComponentId>().unwrap(),
+        metadata: ExecutionMetadata::default(),
+        scheduled_by: None,
+    }
+}
+
+async fn open(database: &TestDatabase) -> PostgresStore {
+    PostgresStore::connect(database.config.clone())
+        .await
+        .expect("the store opens")
+}
+
+/// Waits (with the safety net) until `cond` holds for the store's waiter counts.
+async fn until_waiters(store: &PostgresStore, cond: impl Fn((usize, usize, usize)) -> bool) {
+    tokio::time::timeout(SAFETY, async {
+        while !cond(store.waiter_counts()) {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("the waiter registers");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_stores_starting_at_once_migrate_once() {
+    let Some(server) = common::server_or_skip("two_stores_starting_at_once_migrate_once") else {
+        return;
+    };
+    let database = TestDatabase::create(&server).await;
+    let (a, b, c) = tokio::join!(open(&database), open(&database), open(&database));
+    a.create(create_request(execution_id(1), ffqn("f")))
+        .await
+        .unwrap();
+    assert_eq!(
+        b.get(&execution_id(1)).await.unwrap().events.len(),
+        1,
+        "every store sees the same schema and data"
+    );
+    let err = c
+        .create(create_request(execution_id(1), ffqn("f")))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, DbError::Duplicate(DuplicateKind::Execution(ref id)) if *id == execution_id(1)),
+        "{err:?}"
+    );
+    for store in [a, b, c] {
+        store.close().await;
+    }
+    let (client, connection) =
+        tokio_postgres::connect(&database_url(&database), tokio_postgres::NoTls)
+            .await
+            .unwrap();
+    let driver = tokio::spawn(connection);
+    let versions: Vec<i64> = client
+        .query(
+            "SELECT version FROM t_schema_migration ORDER BY version",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    assert_eq!(versions, (1..=SCHEMA_VERSION).collect::<Vec<_>>());
+    drop(client);
+    let _ = driver.await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_schema_newer_than_the_binary_is_refused() {
+    let Some(server) = common::server_or_skip("a_schema_newer_than_the_binary_is_refused") else {
+        return;
+    };
+    let database = TestDatabase::create(&server).await;
+    let store = open(&database).await;
+    store.close().await;
+    // Pretend a newer binary migrated the database.
+    let (client, connection) =
+        tokio_postgres::connect(&database_url(&database), tokio_postgres::NoTls)
+            .await
+            .unwrap();
+    let driver = tokio::spawn(connection);
+    client
+        .execute(
+            "INSERT INTO t_schema_migration (version, description) VALUES ($1, 'from the future')",
+            &[&(SCHEMA_VERSION + 1)],
+        )
+        .await
+        .unwrap();
+    drop(client);
+    let _ = driver.await;
+    let err = PostgresStore::connect(database.config.clone())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, PostgresError::SchemaTooNew { found, supported }
+            if found == SCHEMA_VERSION + 1 && supported == SCHEMA_VERSION),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("upgrade"), "{err}");
+}
+
+/// The test database's URL (the server URL with the database replaced).
+fn database_url(database: &TestDatabase) -> String {
+    let server = common::server_url().expect("set, since the database exists");
+    let base = server.split('?').next().unwrap_or(&server);
+    let authority = base.rsplit_once('/').map_or(base, |(a, _)| a);
+    format!(
+        "{authority}/{}",
+        database.config.database_name().expect("named")
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn another_store_is_woken_through_notify() {
+    let Some(server) = common::server_or_skip("another_store_is_woken_through_notify") else {
+        return;
+    };
+    let database = TestDatabase::create(&server).await;
+    // Two stores stand for two processes: nothing in-process connects them.
+    let writer = open(&database).await;
+    let waiter = open(&database).await;
+    let f = ffqn("notified");
+    let long_wait = Duration::from_secs(60);
+    let started = tokio::time::Instant::now();
+    let wait = tokio::spawn({
+        let waiter = waiter.clone();
+        let ffqns: Arc<[FunctionFqn]> = Arc::from(vec![f.clone()]);
+        async move { waiter.wait_for_pending(now(), ffqns, long_wait).await }
+    });
+    until_waiters(&waiter, |(pending, _, _)| pending == 1).await;
+    let notifications_before = waiter.listener_state().notifications;
+    writer
+        .create(create_request(execution_id(1), f.clone()))
+        .await
+        .unwrap();
+    tokio::time::timeout(SAFETY, wait)
+        .await
+        .expect("woken through NOTIFY")
+        .unwrap();
+    assert!(started.elapsed() < long_wait / 4, "{:?}", started.elapsed());
+    assert!(waiter.listener_state().notifications > notifications_before);
+    assert_eq!(
+        waiter.waiter_counts(),
+        (0, 0, 0),
+        "the waiter left its registry"
+    );
+
+    // The same for a finished result awaited in the other store.
+    let result_wait = tokio::spawn({
+        let waiter = waiter.clone();
+        async move {
+            waiter
+                .wait_for_finished_result(&execution_id(1), Some(SAFETY))
+                .await
+        }
+    });
+    until_waiters(&waiter, |(_, _, finished)| finished == 1).await;
+    let locked = writer
+        .lock_pending(
+            1,
+            now(),
+            Arc::from(vec![f.clone()]),
+            now(),
+            "activity:test".parse().unwrap(),
+            concepts::ExecutorId::from_parts(1, 1),
+            now() + chrono::TimeDelta::seconds(10),
+        )
+        .await
+        .unwrap();
+    assert_eq!(locked.len(), 1);
+    writer
+        .append(
+            &execution_id(1),
+            locked[0].next_version,
+            concepts::AppendRequest {
+                created_at: now(),
+                event: concepts::ExecutionEventInner::Finished {
+                    result: Ok(concepts::SupportedFunctionReturnValue::None),
+                },
+            },
+        )
+        .await
+        .unwrap();
+    let result = tokio::time::timeout(SAFETY, result_wait)
+        .await
+        .expect("woken through NOTIFY")
+        .unwrap()
+        .unwrap();
+    assert_eq!(result, Ok(concepts::SupportedFunctionReturnValue::None));
+    writer.close().await;
+    waiter.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_killed_listener_reconnects_and_hears_later_notifications() {
+    let Some(server) =
+        common::server_or_skip("a_killed_listener_reconnects_and_hears_later_notifications")
+    else {
+        return;
+    };
+    let database = TestDatabase::create(&server).await;
+    let writer = open(&database).await;
+    let mut config = database.config.clone();
+    config.listener_min_backoff = Duration::from_millis(10);
+    let waiter = PostgresStore::connect(config).await.unwrap();
+    let first = waiter.listener_state();
+    assert!(first.connected);
+    assert_eq!(first.connects, 1);
+    let pid = first.backend_pid.expect("connected");
+
+    // A waiter registered while the connection is cut is woken by the reconnection.
+    let f = ffqn("after_reconnect");
+    let long_wait = Duration::from_secs(60);
+    let mut updates = waiter.listener_updates();
+    assert!(admin::terminate_backend(&server, pid).await.unwrap());
+    tokio::time::timeout(SAFETY, updates.wait_for(|s| s.connects >= 2 && s.connected))
+        .await
+        .expect("the listener reconnects")
+        .unwrap();
+    let second = waiter.listener_state();
+    assert_ne!(second.backend_pid, Some(pid));
+
+    let started = tokio::time::Instant::now();
+    let wait = tokio::spawn({
+        let waiter = waiter.clone();
+        let ffqns: Arc<[FunctionFqn]> = Arc::from(vec![f.clone()]);
+        async move { waiter.wait_for_pending(now(), ffqns, long_wait).await }
+    });
+    until_waiters(&waiter, |(pending, _, _)| pending == 1).await;
+    writer
+        .create(create_request(execution_id(7), f))
+        .await
+        .unwrap();
+    tokio::time::timeout(SAFETY, wait)
+        .await
+        .expect("woken through NOTIFY after the reconnection")
+        .unwrap();
+    assert!(started.elapsed() < long_wait / 4, "{:?}", started.elapsed());
+    writer.close().await;
+    waiter.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_responses_get_consecutive_indexes_and_duplicates_lose() {
+    let Some(server) =
+        common::server_or_skip("concurrent_responses_get_consecutive_indexes_and_duplicates_lose")
+    else {
+        return;
+    };
+    let database = TestDatabase::create(&server).await;
+    let stores = [open(&database).await, open(&database).await];
+    let parent = execution_id(1);
+    stores[0]
+        .create(create_request(parent.clone(), ffqn("parent")))
+        .await
+        .unwrap();
+    let join_set: JoinSetId = "g:sleeps".parse().unwrap();
+    // 40 responses from two "processes" at once, each delay id sent twice.
+    let mut tasks = Vec::new();
+    for i in 0..40u128 {
+        for store in &stores {
+            let store = store.clone();
+            let parent = parent.clone();
+            let join_set = join_set.clone();
+            tasks.push(tokio::spawn(async move {
+                store
+                    .append_response(
+                        now() + chrono::TimeDelta::milliseconds(i64::try_from(i).unwrap()),
+                        &parent,
+                        JoinSetResponseEvent {
+                            join_set_id: join_set,
+                            event: JoinSetResponse::DelayFinished {
+                                delay_id: DelayId::from_parts(1, i),
+                            },
+                        },
+                    )
+                    .await
+            }));
+        }
+    }
+    let mut ok = 0;
+    let mut duplicates = 0;
+    for task in tasks {
+        match task.await.unwrap() {
+            Ok(()) => ok += 1,
+            Err(DbError::Duplicate(DuplicateKind::DelayResponse { execution_id, .. }))
+                if execution_id == parent =>
+            {
+                duplicates += 1;
+            }
+            Err(e) => panic!("unexpected error: {e:?}"),
+        }
+    }
+    assert_eq!((ok, duplicates), (40, 40));
+    let log = stores[1].get(&parent).await.unwrap();
+    assert_eq!(log.responses.len(), 40);
+    let mut delays: Vec<_> = log
+        .responses
+        .iter()
+        .map(|r| match &r.event.event {
+            JoinSetResponse::DelayFinished { delay_id } => *delay_id,
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    delays.sort();
+    delays.dedup();
+    assert_eq!(delays.len(), 40, "each delay answered once");
+    // The order is fixed once read: every later read and every index agrees.
+    for start in [0, 17, 39] {
+        let tail = stores[0]
+            .subscribe_to_next_responses(&parent, start)
+            .await
+            .unwrap();
+        assert_eq!(tail, log.responses[start..].to_vec());
+    }
+    assert_eq!(
+        Some(log.pending_state.clone()),
+        derive_pending_state(&log.events, &log.responses)
+    );
+    for store in stores {
+        store.close().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn close_stops_the_listener_and_refuses_calls() {
+    let Some(server) = common::server_or_skip("close_stops_the_listener_and_refuses_calls") else {
+        return;
+    };
+    let database = TestDatabase::create(&server).await;
+    let store = open(&database).await;
+    let pid = store.listener_state().backend_pid.expect("connected");
+    store.close().await;
+    store.close().await;
+    assert!(!store.listener_state().connected);
+    assert!(matches!(
+        store.get(&execution_id(1)).await,
+        Err(DbError::Closed)
+    ));
+    assert!(matches!(
+        store.get_expired_timers(now()).await,
+        Err(DbError::Closed)
+    ));
+    // The server ends the listener's session once its connection is gone.
+    let (client, connection) =
+        tokio_postgres::connect(&database_url(&database), tokio_postgres::NoTls)
+            .await
+            .unwrap();
+    let driver = tokio::spawn(connection);
+    tokio::time::timeout(SAFETY, async {
+        loop {
+            let row = client
+                .query_one(
+                    "SELECT count(*) FROM pg_stat_activity WHERE pid = $1",
+                    &[&pid],
+                )
+                .await
+                .unwrap();
+            if row.get::<_, i64>(0) == 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("the listener's session ends");
+    drop(client);
+    let _ = driver.await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_server_is_a_connection_error() {
+    // Nothing listens on port 1 of loopback: connecting fails at once.
+    let err =
+        PostgresStore::connect_url("postgres://postgres@127.0.0.1:1/postgres?connect_timeout=2")
+            .await
+            .unwrap_err();
+    assert!(
+        matches!(err, PostgresError::Db(DbError::Connection(_))),
+        "{err:?}"
+    );
+}
