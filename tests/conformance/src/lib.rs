@@ -16,6 +16,7 @@
 
 pub mod differential;
 pub mod executor_scenarios;
+pub mod persistence_scenarios;
 pub mod storage_scenarios;
 
 use async_trait::async_trait;
@@ -83,6 +84,7 @@ macro_rules! conformance_tests {
         $crate::storage_scenario_tests!($factory);
         $crate::executor_scenario_tests!($factory);
         $crate::differential_tests!($factory);
+        $crate::persistence_scenario_tests!($factory);
     };
 }
 
