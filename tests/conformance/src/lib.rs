@@ -3,7 +3,7 @@
 //!
 //! A backend runs the whole list with one macro line in its `tests/conformance.rs`:
 //!
-//! ```ignore
+//! ```text
 //! conformance::conformance_tests!(MyBackendFactory);
 //! ```
 //!

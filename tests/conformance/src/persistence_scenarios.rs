@@ -8,7 +8,7 @@ use crate::{
     storage_scenarios::helpers::{
         assert_state_matches_derivation, at_time, child_execution_request, child_request,
         create_request, delay_finished, delay_id, delay_request, executor_id, ffqn, finished_ok,
-        join_next, join_set, join_set_create, locked, persist, plus, run_id,
+        join_next, join_set, join_set_create, persist, plus, run_id,
     },
 };
 use concepts::{ClockFn, DbConnection, ExecutionId, ExpiredTimer, Version};
