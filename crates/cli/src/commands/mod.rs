@@ -1,0 +1,261 @@
+//! The commands of `stele`: argument parsing, dispatch, the error type and its exit codes.
+
+mod demo;
+mod executions;
+mod render;
+
+use cli::database::{self, DatabaseUrl, OpenError, OpenMode};
+use concepts::{DbConnection, DbError};
+use std::{fmt::Write as _, io::Write as _, sync::Arc};
+
+/// Run a self-checking demo workload and inspect durable executions.
+///
+/// The database is a SQLite file (created by `stele demo` if missing) or a PostgreSQL URL.
+/// Exit codes: 0 success, 1 runtime failure, 2 usage or bad input, 3 not found, 4 the database
+/// cannot be opened, 130 interrupted.
+#[derive(Debug, clap::Parser)]
+#[command(name = "stele", version, about, long_about, max_term_width = 100)]
+pub struct Cli {
+    /// The database: a SQLite file path, sqlite://PATH, or postgres://USER@HOST/DB.
+    #[arg(
+        long = "database",
+        visible_alias = "db",
+        value_name = "URL",
+        global = true,
+        env = "STELE_DATABASE",
+        default_value = "stele.db"
+    )]
+    database: String,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum Command {
+    /// Run the demo workload: submit it, run it to the end with live progress, print a
+    /// summary that checks every execution finished exactly once.
+    ///
+    /// On a database that already holds a workload it submits nothing and resumes it (after a
+    /// crash, a kill or Ctrl-C); on a finished one it prints the summary.
+    Demo(demo::DemoArgs),
+    /// Inspect executions: list them, or show one's event log.
+    #[command(subcommand)]
+    Executions(executions::ExecutionsCommand),
+}
+
+/// Runs the parsed command.
+pub async fn run(cli: Cli) -> Result<(), CliError> {
+    let url: DatabaseUrl = cli
+        .database
+        .parse()
+        .map_err(|err| CliError::new(Exit::Usage, format!("--database: {err}")))?;
+    match cli.command {
+        Command::Demo(args) => demo::run(&url, args).await,
+        Command::Executions(command) => executions::run(&url, command).await,
+    }
+}
+
+/// Opens the store, runs `body` with it, and closes the store whatever `body` returned.
+async fn with_store<F, T>(url: &DatabaseUrl, mode: OpenMode, body: F) -> Result<T, CliError>
+where
+    F: AsyncFnOnce(Arc<dyn DbConnection>) -> Result<T, CliError>,
+{
+    let db = database::open(url, mode)
+        .await
+        .map_err(|err| CliError::open(url, err))?;
+    let outcome = body(db.clone()).await;
+    db.close().await;
+    outcome
+}
+
+/// The exit codes of `stele`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exit {
+    /// 1: a runtime failure (a database error, a failed check).
+    Failure,
+    /// 2: usage or bad input.
+    Usage,
+    /// 3: no such database file, no such execution.
+    NotFound,
+    /// 4: the database cannot be opened.
+    Database,
+    /// 130: interrupted by Ctrl-C or `SIGTERM`.
+    Interrupted,
+    /// 0, silently: stdout was closed by its reader (`stele executions list | head`).
+    OutputClosed,
+}
+
+impl Exit {
+    /// The process exit code.
+    pub fn code(self) -> u8 {
+        match self {
+            Self::OutputClosed => 0,
+            Self::Failure => 1,
+            Self::Usage => 2,
+            Self::NotFound => 3,
+            Self::Database => 4,
+            Self::Interrupted => 130,
+        }
+    }
+}
+
+/// A failed command: its exit code and a one-line message.
+#[derive(Debug)]
+pub struct CliError {
+    exit: Exit,
+    error: anyhow::Error,
+}
+
+impl CliError {
+    /// An error with this exit code and message.
+    pub fn new(exit: Exit, message: impl Into<String>) -> Self {
+        Self {
+            exit,
+            error: anyhow::Error::msg(message.into()),
+        }
+    }
+
+    /// A storage error: `NotFound` is exit 3, anything else a runtime failure.
+    pub fn db(context: impl std::fmt::Display, err: DbError) -> Self {
+        let exit = match err {
+            DbError::NotFound(_) => Exit::NotFound,
+            _ => Exit::Failure,
+        };
+        Self {
+            exit,
+            error: anyhow::Error::new(err).context(context.to_string()),
+        }
+    }
+
+    /// A store that could not be opened.
+    pub fn open(url: &DatabaseUrl, err: OpenError) -> Self {
+        use storage_postgres::PostgresError;
+        use storage_sqlite::SqliteOpenError;
+        let (exit, error) = match err {
+            OpenError::Missing(_) => (Exit::NotFound, anyhow::Error::new(err)),
+            OpenError::Postgres(PostgresError::InvalidConfig { .. }) => {
+                (Exit::Usage, anyhow::Error::new(err))
+            }
+            OpenError::Postgres(_) => (
+                Exit::Database,
+                anyhow::Error::new(err)
+                    .context(format!("cannot open the PostgreSQL database {url}")),
+            ),
+            OpenError::Sqlite(SqliteOpenError::Open { .. }) => (
+                Exit::Database,
+                anyhow::Error::msg(format!(
+                    "{err} (check that its directory exists and can be written)"
+                )),
+            ),
+            OpenError::Sqlite(_) => (Exit::Database, anyhow::Error::new(err)),
+        };
+        Self { exit, error }
+    }
+
+    fn output(err: &std::io::Error) -> Self {
+        if err.kind() == std::io::ErrorKind::BrokenPipe {
+            Self::new(Exit::OutputClosed, "stdout was closed")
+        } else {
+            Self::new(Exit::Failure, format!("cannot write to stdout: {err}"))
+        }
+    }
+
+    /// The exit code.
+    pub fn exit(&self) -> Exit {
+        self.exit
+    }
+
+    /// The message for stderr, on one line: the error and its causes, down to the first cause
+    /// whose text the message already quotes (errors that print their source stop the chain
+    /// there). `None` when nothing should be printed.
+    pub fn message(&self) -> Option<String> {
+        if self.exit == Exit::OutputClosed {
+            return None;
+        }
+        let mut message = String::new();
+        for cause in self.error.chain() {
+            let text = cause.to_string();
+            if message.is_empty() {
+                message = text;
+            } else if message.contains(&text) {
+                break;
+            } else {
+                let _ = write!(message, ": {text}");
+            }
+        }
+        Some(message.replace('\n', " "))
+    }
+}
+
+/// Writes `text` to stdout.
+fn print(text: &str) -> Result<(), CliError> {
+    let mut stdout = std::io::stdout().lock();
+    stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+        .map_err(|err| CliError::output(&err))
+}
+
+/// Writes `value` to stdout as pretty JSON and a newline.
+fn print_json<T: serde::Serialize>(value: &T) -> Result<(), CliError> {
+    let mut text = serde_json::to_string_pretty(value)
+        .map_err(|err| CliError::new(Exit::Failure, format!("cannot encode JSON: {err}")))?;
+    text.push('\n');
+    print(&text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("outer quotes its source: {0}")]
+    struct Quoting(#[source] Inner);
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("inner")]
+    struct Inner(#[source] std::io::Error);
+
+    #[test]
+    fn messages_are_one_line_without_repeating_a_quoted_cause() {
+        let quoting = Quoting(Inner(std::io::Error::other("deepest")));
+        let err = CliError {
+            exit: Exit::Failure,
+            error: anyhow::Error::new(quoting).context("while testing"),
+        };
+        assert_eq!(
+            err.message().unwrap(),
+            "while testing: outer quotes its source: inner"
+        );
+        let multiline = CliError::new(Exit::Usage, "two\nlines");
+        assert_eq!(multiline.message().unwrap(), "two lines");
+        assert_eq!(CliError::new(Exit::OutputClosed, "x").message(), None);
+    }
+
+    #[test]
+    fn exit_codes_are_the_documented_ones() {
+        let codes: Vec<u8> = [
+            Exit::OutputClosed,
+            Exit::Failure,
+            Exit::Usage,
+            Exit::NotFound,
+            Exit::Database,
+            Exit::Interrupted,
+        ]
+        .map(Exit::code)
+        .to_vec();
+        assert_eq!(codes, [0, 1, 2, 3, 4, 130]);
+        let not_found = CliError::db("reading", DbError::NotFound("execution E_x".into()));
+        assert_eq!(not_found.exit(), Exit::NotFound);
+        assert_eq!(
+            CliError::db("reading", DbError::Closed).exit(),
+            Exit::Failure
+        );
+        let missing = CliError::open(
+            &DatabaseUrl::Sqlite("x.db".into()),
+            OpenError::Missing("x.db".into()),
+        );
+        assert_eq!(missing.exit(), Exit::NotFound);
+    }
+}

@@ -1,0 +1,162 @@
+//! The `--database` argument: which store it names, and opening it.
+//!
+//! Accepted forms:
+//!
+//! | form | store |
+//! |---|---|
+//! | `PATH` (no scheme) | the SQLite file at `PATH` |
+//! | `sqlite://PATH` or `sqlite:PATH` | the SQLite file at `PATH` (`sqlite:///abs/path` for an absolute path) |
+//! | `postgres://...` or `postgresql://...` | a PostgreSQL database (see `storage_postgres::PostgresConfig::from_url` for the options) |
+
+use concepts::DbConnection;
+use std::{fmt, path::PathBuf, str::FromStr, sync::Arc};
+use storage_postgres::{PostgresConfig, PostgresError, PostgresStore};
+use storage_sqlite::{SqliteConfig, SqliteOpenError, SqlitePool};
+
+/// A store named by a `--database` argument.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DatabaseUrl {
+    /// A SQLite file.
+    Sqlite(PathBuf),
+    /// A PostgreSQL database, by its URL.
+    Postgres(String),
+}
+
+/// Why a `--database` argument was not understood.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DatabaseUrlError {
+    /// Nothing was given.
+    #[error("the database is empty: give a file path, sqlite://PATH or postgres://...")]
+    Empty,
+    /// A URL of a scheme no backend serves.
+    #[error(
+        "unsupported database URL scheme `{scheme}://`: use a file path, sqlite://PATH or postgres://..."
+    )]
+    UnknownScheme {
+        /// The scheme found.
+        scheme: String,
+    },
+}
+
+impl FromStr for DatabaseUrl {
+    type Err = DatabaseUrlError;
+
+    fn from_str(input: &str) -> Result<Self, Self::Err> {
+        if input.is_empty() {
+            return Err(DatabaseUrlError::Empty);
+        }
+        if input.starts_with("postgres://") || input.starts_with("postgresql://") {
+            return Ok(Self::Postgres(input.to_string()));
+        }
+        if let Some(path) = input
+            .strip_prefix("sqlite://")
+            .or_else(|| input.strip_prefix("sqlite:"))
+        {
+            if path.is_empty() {
+                return Err(DatabaseUrlError::Empty);
+            }
+            return Ok(Self::Sqlite(PathBuf::from(path)));
+        }
+        if let Some((scheme, _)) = input.split_once("://") {
+            return Err(DatabaseUrlError::UnknownScheme {
+                scheme: scheme.to_string(),
+            });
+        }
+        Ok(Self::Sqlite(PathBuf::from(input)))
+    }
+}
+
+impl fmt::Display for DatabaseUrl {
+    /// The path of a SQLite file; a PostgreSQL URL without its password.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Sqlite(path) => write!(f, "{}", path.display()),
+            Self::Postgres(url) => match PostgresConfig::from_url(url) {
+                Ok(config) => f.write_str(config.redacted_url()),
+                Err(_) => f.write_str("postgres://<invalid URL>"),
+            },
+        }
+    }
+}
+
+/// Whether opening may create a new database.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OpenMode {
+    /// Create the SQLite file if it is missing (`stele demo`).
+    CreateIfMissing,
+    /// Refuse a SQLite file that does not exist (inspection commands never create one).
+    ExistingOnly,
+}
+
+/// Why a store could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    /// [`OpenMode::ExistingOnly`] and no file at the path.
+    #[error("no database at {path} (run `stele demo --db {path}` to create one)", path = .0.display())]
+    Missing(PathBuf),
+    /// The SQLite file cannot be opened, created or used.
+    #[error(transparent)]
+    Sqlite(#[from] SqliteOpenError),
+    /// The PostgreSQL database cannot be reached or used.
+    #[error(transparent)]
+    Postgres(#[from] PostgresError),
+}
+
+/// Opens the store named by `url`, as a whole backend.
+///
+/// # Errors
+/// [`OpenError::Missing`] for a missing file in [`OpenMode::ExistingOnly`]; otherwise the
+/// backend's own error, which names the file or the server.
+pub async fn open(url: &DatabaseUrl, mode: OpenMode) -> Result<Arc<dyn DbConnection>, OpenError> {
+    match url {
+        DatabaseUrl::Sqlite(path) => {
+            if mode == OpenMode::ExistingOnly && !path.exists() {
+                return Err(OpenError::Missing(path.clone()));
+            }
+            let pool = SqlitePool::open(SqliteConfig::new(path.clone())).await?;
+            Ok(Arc::new(pool))
+        }
+        DatabaseUrl::Postgres(url) => {
+            let store = PostgresStore::connect(PostgresConfig::from_url(url)?).await?;
+            Ok(Arc::new(store))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_and_urls_name_their_backend() {
+        let sqlite = |path: &str| Ok(DatabaseUrl::Sqlite(PathBuf::from(path)));
+        assert_eq!("stele.db".parse(), sqlite("stele.db"));
+        assert_eq!("./dir/x.db".parse(), sqlite("./dir/x.db"));
+        assert_eq!("sqlite://rel.db".parse(), sqlite("rel.db"));
+        assert_eq!("sqlite:///abs/x.db".parse(), sqlite("/abs/x.db"));
+        assert_eq!("sqlite:x.db".parse(), sqlite("x.db"));
+        assert_eq!(
+            "postgres://u@h/db".parse(),
+            Ok(DatabaseUrl::Postgres("postgres://u@h/db".to_string()))
+        );
+        assert_eq!(
+            "postgresql://u@h/db".parse(),
+            Ok(DatabaseUrl::Postgres("postgresql://u@h/db".to_string()))
+        );
+    }
+
+    #[test]
+    fn unknown_schemes_and_empty_input_are_refused() {
+        assert_eq!(
+            "mysql://h/db".parse::<DatabaseUrl>(),
+            Err(DatabaseUrlError::UnknownScheme {
+                scheme: "mysql".to_string()
+            })
+        );
+        assert_eq!("".parse::<DatabaseUrl>(), Err(DatabaseUrlError::Empty));
+        assert_eq!(
+            "sqlite://".parse::<DatabaseUrl>(),
+            Err(DatabaseUrlError::Empty)
+        );
+    }
+}
