@@ -238,6 +238,7 @@ impl<C: ClockFn> ExecTask<C> {
         let span = self.worker_span(&locked);
         let ctx = WorkerContext {
             can_be_retried: retry::can_be_retried(locked.temporary_event_count, locked.max_retries),
+            temporary_event_count: locked.temporary_event_count,
             execution_deadline: locked.locked_event.lock_expires_at,
             run_id: locked.locked_event.run_id,
             execution_id: locked.execution_id,

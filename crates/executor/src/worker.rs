@@ -46,6 +46,9 @@ pub struct WorkerContext {
     pub execution_deadline: DateTime<Utc>,
     /// True when a failure of this run will be retried.
     pub can_be_retried: bool,
+    /// The failed or timed-out runs before this one (`TemporarilyFailed` and
+    /// `TemporarilyTimedOut` events): 0 on the first attempt.
+    pub temporary_event_count: u32,
     /// The span of this run; a worker that spawns its own tasks can enter it.
     pub worker_span: tracing::Span,
 }

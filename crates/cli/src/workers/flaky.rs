@@ -10,7 +10,7 @@
 //! Whether an attempt fails is decided by [`dice::chance`] from the execution id and the
 //! attempt number, so the same attempt fails the same way if it is ever run again.
 
-use super::{activity_attempt, decode_params, dice, ok};
+use super::{decode_params, dice, ok};
 use async_trait::async_trait;
 use concepts::FunctionFqn;
 use executor::{Worker, WorkerContext, WorkerError, WorkerResult};
@@ -49,7 +49,7 @@ impl Worker for FlakyWorker {
             Ok(params) => params,
             Err(fatal) => return fatal,
         };
-        let attempt = activity_attempt(ctx.version);
+        let attempt = ctx.temporary_event_count;
         if params.work_ms > 0 {
             tokio::time::sleep(Duration::from_millis(params.work_ms)).await;
         }

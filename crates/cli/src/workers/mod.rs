@@ -70,17 +70,5 @@ pub fn history(events: Vec<HistoryEvent>) -> Vec<ExecutionEventInner> {
         .collect()
 }
 
-/// Which run of an activity this is, counting from 0, read from the version its context
-/// carries.
-///
-/// An activity's log alternates one `Locked` event and one outcome per run (`Created` v0,
-/// `Locked` v1 gives version 2 to the first run; a `TemporarilyFailed` v2 and `Locked` v3 give
-/// version 4 to the second run, and so on), so the version identifies the attempt without a
-/// database read. This holds for activities only: workflows append history events of their own.
-#[must_use]
-pub fn activity_attempt(version: Version) -> u32 {
-    version.0.saturating_sub(2) / 2
-}
-
 #[cfg(test)]
 mod tests;

@@ -16,7 +16,7 @@
 //!
 //! Which attempts overrun is decided by [`dice::chance`] from the execution id and the attempt.
 
-use super::{activity_attempt, decode_params, dice, ok};
+use super::{decode_params, dice, ok};
 use async_trait::async_trait;
 use concepts::{ClockFn, FunctionFqn};
 use executor::{Worker, WorkerContext, WorkerResult};
@@ -63,7 +63,7 @@ impl<C: ClockFn> Worker for SlowWorker<C> {
             Ok(params) => params,
             Err(fatal) => return fatal,
         };
-        let attempt = activity_attempt(ctx.version);
+        let attempt = ctx.temporary_event_count;
         let overruns = dice::chance(
             &ctx.execution_id,
             attempt,

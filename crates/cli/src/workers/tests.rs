@@ -2,7 +2,6 @@
 //! on a simulated clock, with tokio's clock paused so that simulated work takes no real time.
 
 use super::{
-    activity_attempt,
     dice::{self, chance, roll},
     fanout::{ChildSettings, FanoutWorker},
     flaky::FlakyWorker,
@@ -12,7 +11,7 @@ use super::{
 use concepts::{
     ClockFn, ComponentId, CreateRequest, DbConnection, ExecutionEventInner, ExecutionId,
     ExecutionLog, FinishedExecutionError, FunctionFqn, HistoryEvent, Json, PendingState,
-    PermanentFailureKind, SupportedFunctionReturnValue, Version,
+    PermanentFailureKind, SupportedFunctionReturnValue,
 };
 use executor::{ExecConfig, ExecTask, Worker};
 use std::{sync::Arc, time::Duration};
@@ -142,14 +141,6 @@ fn dice_is_reproducible_and_spread() {
     assert!(!chance(&id, 0, "x", 0.0));
     assert!(chance(&id, 0, "x", 1.0));
     assert!(!chance(&id, 0, "x", -3.0), "probabilities are clamped");
-}
-
-#[test]
-fn the_version_of_an_activity_run_tells_its_attempt() {
-    assert_eq!(activity_attempt(Version(2)), 0);
-    assert_eq!(activity_attempt(Version(4)), 1);
-    assert_eq!(activity_attempt(Version(6)), 2);
-    assert_eq!(activity_attempt(Version(0)), 0);
 }
 
 #[tokio::test(start_paused = true)]

@@ -49,6 +49,7 @@ async fn a_panicking_worker_is_an_activity_trap() {
         version: Version(2),
         execution_deadline: at,
         can_be_retried: true,
+        temporary_event_count: 0,
         worker_span: tracing::Span::none(),
     };
     let result = run_catching_panics(Arc::new(Panicking(vec![ffqn])), ctx).await;
