@@ -10,6 +10,8 @@ use concepts::{
     ClockFn, ComponentId, DbError, DbExecutor, ExecutionId, ExecutorId, FunctionFqn,
     LockedExecution, add_saturating, is_lost_race, retry,
 };
+use futures_util::FutureExt as _;
+use std::panic::AssertUnwindSafe;
 use std::{
     sync::{
         Arc,
@@ -293,22 +295,20 @@ impl<C: ClockFn> ExecTask<C> {
     }
 }
 
-/// Runs the worker in a task of its own so that a panicking worker becomes an activity trap
-/// instead of a lost run.
+/// Runs the worker, turning a panic into an activity trap instead of a lost run.
+///
+/// The worker runs inside the task the executor spawned for it (one task per execution, not
+/// two): the panic is caught at the future's poll, which is all `tokio::spawn` would add.
 async fn run_catching_panics(worker: Arc<dyn Worker>, ctx: WorkerContext) -> WorkerResult {
-    let span = ctx.worker_span.clone();
-    match tokio::spawn(async move { worker.run(ctx).await }.instrument(span)).await {
+    match AssertUnwindSafe(worker.run(ctx)).catch_unwind().await {
         Ok(result) => result,
-        Err(join_error) => {
-            let reason = match join_error.try_into_panic() {
-                Ok(payload) => match payload.downcast::<String>() {
+        Err(payload) => {
+            let reason = match payload.downcast::<String>() {
+                Ok(message) => format!("worker panicked: {message}"),
+                Err(payload) => match payload.downcast::<&str>() {
                     Ok(message) => format!("worker panicked: {message}"),
-                    Err(payload) => match payload.downcast::<&str>() {
-                        Ok(message) => format!("worker panicked: {message}"),
-                        Err(_) => "worker panicked".to_string(),
-                    },
+                    Err(_) => "worker panicked".to_string(),
                 },
-                Err(_cancelled) => "worker task was cancelled".to_string(),
             };
             WorkerResult::Err(WorkerError::ActivityTrap {
                 reason,

@@ -13,6 +13,10 @@ use std::{
 };
 use tokio::sync::oneshot;
 
+/// The hasher of the maps keyed by execution id: `foldhash`'s per-process seeded hasher,
+/// several times cheaper than SipHash on these short keys, and hashing sits on every write.
+pub(crate) type FastHash = foldhash::fast::RandomState;
+
 /// What a timer of an execution is for. Part of the timer key, so that a lease and any number
 /// of delays of one execution expiring at the same instant never collide.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -105,7 +109,7 @@ pub(crate) struct State {
     /// Set by `close`; every call afterwards is refused.
     pub(crate) closed: bool,
     /// Every execution.
-    pub(crate) records: HashMap<ExecutionId, Record>,
+    pub(crate) records: HashMap<ExecutionId, Record, FastHash>,
     /// `(created_at, execution_id)` of every execution, for `list_executions`.
     pub(crate) by_created: BTreeSet<(DateTime<Utc>, ExecutionId)>,
     /// `(scheduled_at, execution_id)` of every `PendingAt` execution, per function.
@@ -138,7 +142,7 @@ impl State {
         at: DateTime<Utc>,
         limit: usize,
     ) -> Vec<(DateTime<Utc>, ExecutionId)> {
-        let mut found: BTreeSet<(DateTime<Utc>, ExecutionId)> = BTreeSet::new();
+        let mut found: Vec<(DateTime<Utc>, ExecutionId)> = Vec::new();
         for ffqn in ffqns {
             if let Some(set) = self.pending.get(ffqn) {
                 found.extend(
@@ -149,7 +153,12 @@ impl State {
                 );
             }
         }
-        found.into_iter().take(limit).collect()
+        if ffqns.len() > 1 {
+            // Each set is ordered already; merging several needs one sort.
+            found.sort_unstable();
+        }
+        found.truncate(limit);
+        found
     }
 
     /// True when an execution of `ffqns` is due at `at`.
@@ -216,8 +225,8 @@ impl State {
     }
 
     /// Applies a validated transaction: the logs, every index, then the notifications.
-    pub(crate) fn apply(&mut self, staged: BTreeMap<ExecutionId, Staged>) {
-        for (execution_id, staged) in staged {
+    pub(crate) fn apply(&mut self, staged: StagedSet) {
+        for (execution_id, staged) in staged.in_order {
             let Staged {
                 created,
                 ffqn,
@@ -378,7 +387,39 @@ pub(crate) struct Staged {
 /// transaction (because a step failed) writes nothing.
 pub(crate) struct Tx<'s> {
     state: &'s State,
-    staged: BTreeMap<ExecutionId, Staged>,
+    staged: StagedSet,
+}
+
+/// The staged executions of a transaction, in the order they were first touched (which is the
+/// order [`State::apply`] applies them and wakes their waiters). A `Vec` with a position index
+/// instead of an ordered map: staged records are large, and an ordered map would move them on
+/// every insert.
+#[derive(Debug, Default)]
+pub(crate) struct StagedSet {
+    in_order: Vec<(ExecutionId, Staged)>,
+    position: HashMap<ExecutionId, usize, FastHash>,
+}
+
+impl StagedSet {
+    fn contains_key(&self, execution_id: &ExecutionId) -> bool {
+        self.position.contains_key(execution_id)
+    }
+
+    fn insert(&mut self, execution_id: ExecutionId, staged: Staged) {
+        match self.position.get(&execution_id) {
+            Some(&idx) => self.in_order[idx].1 = staged,
+            None => {
+                self.position
+                    .insert(execution_id.clone(), self.in_order.len());
+                self.in_order.push((execution_id, staged));
+            }
+        }
+    }
+
+    fn get_mut(&mut self, execution_id: &ExecutionId) -> Option<&mut Staged> {
+        let idx = *self.position.get(execution_id)?;
+        self.in_order.get_mut(idx).map(|(_, staged)| staged)
+    }
 }
 
 impl<'s> Tx<'s> {
@@ -386,12 +427,12 @@ impl<'s> Tx<'s> {
     pub(crate) fn new(state: &'s State) -> Self {
         Self {
             state,
-            staged: BTreeMap::new(),
+            staged: StagedSet::default(),
         }
     }
 
     /// The staged changes, to hand to [`State::apply`].
-    pub(crate) fn into_staged(self) -> BTreeMap<ExecutionId, Staged> {
+    pub(crate) fn into_staged(self) -> StagedSet {
         self.staged
     }
 
