@@ -269,7 +269,8 @@ impl<C: ClockFn> ExecTask<C> {
             }
             drop(permit);
         };
-        tokio::spawn(task.instrument(span))
+        // Boxed: the task future is large, and tokio moves a spawned future several times.
+        tokio::spawn(Box::pin(task.instrument(span)))
     }
 
     /// The span of one run. Tracing span names are static, so the function's name is the
