@@ -2,7 +2,8 @@
 //!
 //! The binary has two jobs:
 //!
-//! - `stele demo` opens (or creates) a SQLite file, submits a mixed workload in one
+//! - `stele demo` opens (or creates) a SQLite file (or a PostgreSQL database given by a
+//!   `postgres://` URL), submits a mixed workload in one
 //!   `create_batch`, runs it with one executor per example function and a timers watcher,
 //!   shows live progress and prints a summary that checks itself: every execution finished
 //!   exactly once. Killed half-way (even with `SIGKILL`) and started again on the same file, it

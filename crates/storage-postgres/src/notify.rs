@@ -1,5 +1,5 @@
-//! Wake-ups across processes: the payloads sent with `pg_notify` inside each write
-//! transaction, the in-process waiter registry they are dispatched to, and the dedicated
+//! Wake-ups across processes: the payloads sent with `pg_notify` right after each write
+//! transaction commits, the in-process waiter registry they are dispatched to, and the dedicated
 //! listener connection that receives them and reconnects when it is lost.
 
 use crate::{codec::micros, config::PostgresConfig};
