@@ -3,48 +3,82 @@
 //! The workload: N no-op executions created up front with one `create_batch`, then one executor
 //! whose worker returns at once, timed from the first create to the last committed `Finished`.
 //! It reports creates/s (the `create_batch` call), finished/s (from the executor's start to the
-//! last `Finished`) and end-to-end executions/s (the whole run), per backend. For SQLite it also
-//! measures, in the same run and with the same pragmas, the ceiling of the machine: single-row
-//! `INSERT` transactions per second, and rows per second at 100 rows per transaction.
+//! last `Finished`) and end-to-end executions/s (the whole run), per backend: memory, SQLite
+//! and PostgreSQL (a fresh database on the server `--postgres-url` or
+//! `STELE_TEST_POSTGRES_URL` names, dropped afterwards). For SQLite it also measures, in the
+//! same run and with the same pragmas, the ceiling of the machine: single-row `INSERT`
+//! transactions per second, and rows per second at 100 rows per transaction.
 //!
 //! Completion is observed exactly, not by polling: the executor's store handle is wrapped so
 //! that every acknowledged `Finished` append is counted, and the run ends when the count
 //! reaches N.
+//!
+//! With PostgreSQL it also runs the same workload with 1, 2 and 4 executor processes against
+//! one server (`--processes`): see the `multi` module for how that is measured.
 
 #![expect(clippy::print_stdout, reason = "a benchmark prints its results")]
 
+mod counting;
+mod multi;
+
 use anyhow::{Context, bail};
 use async_trait::async_trait;
-use chrono::{DateTime, Utc};
-use clap::Parser;
+use clap::{Parser, Subcommand};
 use concepts::{
-    AppendRequest, ClockFn, ComponentId, CreateRequest, DbConnection, DbError, DbExecutor,
-    ExecutionEventInner, ExecutionId, ExecutionMetadata, ExecutorId, FunctionFqn, HistoryEvent,
-    JoinSetResponseEventOuter, Json, LockedExecution, RunId, SupportedFunctionReturnValue, Version,
+    ClockFn, ComponentId, CreateRequest, DbConnection, ExecutionId, ExecutionMetadata, FunctionFqn,
+    Json, SupportedFunctionReturnValue,
 };
-use executor::{ExecConfig, ExecTask, Now, Worker, WorkerContext, WorkerResult};
+use counting::CountingDb;
+use executor::{ExecTask, Now, Worker, WorkerContext, WorkerResult};
 use std::{
     fmt::Write as _,
     path::Path,
-    sync::{
-        Arc,
-        atomic::{AtomicUsize, Ordering},
-    },
+    sync::Arc,
     time::{Duration, Instant},
 };
+use storage_postgres::{PostgresConfig, PostgresStore, admin};
 use storage_sqlite::{SqliteConfig, SqlitePool, Synchronous};
-use tokio::sync::Notify;
 
-/// Command-line arguments.
+/// The command line: the benchmark itself, or (hidden) one of its worker processes.
 #[derive(Parser, Debug)]
 #[command(about = "End-to-end throughput of Stele's storage backends")]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Internal>,
+    #[command(flatten)]
+    args: Args,
+}
+
+/// Subcommands the benchmark runs itself.
+#[derive(Subcommand, Debug)]
+enum Internal {
+    /// One executor process of the multi-process mode (started by the benchmark).
+    #[command(hide = true)]
+    WorkerProcess(multi::WorkerArgs),
+}
+
+/// Command-line arguments.
+#[derive(clap::Args, Debug)]
 struct Args {
     /// Executions per backend.
     #[arg(long, default_value_t = 10_000)]
     executions: usize,
-    /// Backends to measure, comma separated: memory, sqlite.
+    /// Backends to measure, comma separated: memory, sqlite, postgres (postgres needs
+    /// `--postgres-url`, and is left out with a note when there is none).
     #[arg(long, value_delimiter = ',', default_value = "memory,sqlite")]
     backends: Vec<String>,
+    /// The PostgreSQL server: a `postgres://` URL of a database to connect to for creating
+    /// the benchmark's own, which is dropped afterwards (`?pool_size=N` sets each store's
+    /// pool, 16 by default).
+    #[arg(long, env = "STELE_TEST_POSTGRES_URL")]
+    postgres_url: Option<String>,
+    /// With postgres: the numbers of executor processes of the multi-process runs, comma
+    /// separated.
+    #[arg(long, value_delimiter = ',', default_value = "1,2,4")]
+    processes: Vec<usize>,
+    /// With postgres: skip the multi-process runs.
+    #[arg(long)]
+    no_multi_process: bool,
     /// SQLite's `synchronous` level for the executor run: full or normal.
     #[arg(long, default_value = "full")]
     synchronous: String,
@@ -56,13 +90,28 @@ struct Args {
     no_ceiling: bool,
 }
 
+/// The function every benchmark execution runs.
+const FFQN: &str = "bench:noop/ifc.noop";
+
+fn component_id() -> anyhow::Result<ComponentId> {
+    Ok(ComponentId::new("activity", "noop")?)
+}
+
 /// A worker that returns at once.
-struct NoopWorker {
+struct BenchWorker {
     ffqns: Vec<FunctionFqn>,
 }
 
+impl BenchWorker {
+    fn new() -> anyhow::Result<Self> {
+        Ok(Self {
+            ffqns: vec![FFQN.parse()?],
+        })
+    }
+}
+
 #[async_trait]
-impl Worker for NoopWorker {
+impl Worker for BenchWorker {
     async fn run(&self, ctx: WorkerContext) -> WorkerResult {
         WorkerResult::Ok(SupportedFunctionReturnValue::None, ctx.version)
     }
@@ -72,147 +121,12 @@ impl Worker for NoopWorker {
     }
 }
 
-/// Forwards to the real store and counts acknowledged `Finished` appends.
-struct CountingDb {
-    inner: Arc<dyn DbConnection>,
-    finished: AtomicUsize,
-    target: usize,
-    done: Notify,
-}
-
-impl CountingDb {
-    fn count(&self, result: &Result<Version, DbError>, event: &ExecutionEventInner) {
-        if result.is_ok() && matches!(event, ExecutionEventInner::Finished { .. }) {
-            let finished = self.finished.fetch_add(1, Ordering::SeqCst) + 1;
-            if finished >= self.target {
-                self.done.notify_one();
-            }
-        }
-    }
-}
-
-#[async_trait]
-impl DbExecutor for CountingDb {
-    async fn lock_pending(
-        &self,
-        batch_size: usize,
-        pending_at_or_sooner: DateTime<Utc>,
-        ffqns: Arc<[FunctionFqn]>,
-        created_at: DateTime<Utc>,
-        component_id: ComponentId,
-        executor_id: ExecutorId,
-        lock_expires_at: DateTime<Utc>,
-    ) -> Result<Vec<LockedExecution>, DbError> {
-        self.inner
-            .lock_pending(
-                batch_size,
-                pending_at_or_sooner,
-                ffqns,
-                created_at,
-                component_id,
-                executor_id,
-                lock_expires_at,
-            )
-            .await
-    }
-
-    async fn lock(
-        &self,
-        created_at: DateTime<Utc>,
-        component_id: ComponentId,
-        execution_id: &ExecutionId,
-        run_id: RunId,
-        version: Version,
-        executor_id: ExecutorId,
-        lock_expires_at: DateTime<Utc>,
-    ) -> Result<(Vec<HistoryEvent>, Version), DbError> {
-        self.inner
-            .lock(
-                created_at,
-                component_id,
-                execution_id,
-                run_id,
-                version,
-                executor_id,
-                lock_expires_at,
-            )
-            .await
-    }
-
-    async fn append(
-        &self,
-        execution_id: &ExecutionId,
-        version: Version,
-        req: AppendRequest,
-    ) -> Result<Version, DbError> {
-        let event = req.event.clone();
-        let result = self.inner.append(execution_id, version, req).await;
-        self.count(&result, &event);
-        result
-    }
-
-    async fn append_batch_respond_to_parent(
-        &self,
-        execution_id: &ExecutionId,
-        created_at: DateTime<Utc>,
-        batch: Vec<ExecutionEventInner>,
-        version: Version,
-        parent_execution_id: &ExecutionId,
-        parent_response: JoinSetResponseEventOuter,
-    ) -> Result<Version, DbError> {
-        let last = batch.last().cloned();
-        let result = self
-            .inner
-            .append_batch_respond_to_parent(
-                execution_id,
-                created_at,
-                batch,
-                version,
-                parent_execution_id,
-                parent_response,
-            )
-            .await;
-        if let Some(last) = last {
-            self.count(&result, &last);
-        }
-        result
-    }
-
-    async fn wait_for_pending(
-        &self,
-        pending_at_or_sooner: DateTime<Utc>,
-        ffqns: Arc<[FunctionFqn]>,
-        max_wait: Duration,
-    ) {
-        self.inner
-            .wait_for_pending(pending_at_or_sooner, ffqns, max_wait)
-            .await;
-    }
-}
-
-/// One backend's numbers.
-struct Measurement {
-    backend: String,
-    executions: usize,
-    create: Duration,
-    run: Duration,
-}
-
-impl Measurement {
-    fn per_second(&self, duration: Duration) -> f64 {
-        self.executions as f64 / duration.as_secs_f64()
-    }
-}
-
-async fn measure(
-    backend: &str,
-    db: Arc<dyn DbConnection>,
-    args: &Args,
-) -> anyhow::Result<Measurement> {
-    let ffqn: FunctionFqn = "bench:noop/ifc.noop".parse()?;
-    let component_id = ComponentId::new("activity", "noop")?;
+/// `executions` no-op executions, due now.
+fn noop_requests(executions: usize) -> anyhow::Result<Vec<CreateRequest>> {
+    let ffqn: FunctionFqn = FFQN.parse()?;
+    let component_id = component_id()?;
     let now = Now.now();
-    let requests: Vec<CreateRequest> = (0..args.executions)
+    Ok((0..executions)
         .map(|_| CreateRequest {
             created_at: now,
             execution_id: ExecutionId::generate_at(now),
@@ -226,37 +140,55 @@ async fn measure(
             metadata: ExecutionMetadata::default(),
             scheduled_by: None,
         })
-        .collect();
-    let counting = Arc::new(CountingDb {
-        inner: db.clone(),
-        finished: AtomicUsize::new(0),
-        target: args.executions,
-        done: Notify::new(),
-    });
+        .collect())
+}
+
+/// One run's numbers.
+struct Measurement {
+    backend: String,
+    executions: usize,
+    create: Duration,
+    run: Duration,
+}
+
+impl Measurement {
+    fn per_second(&self, duration: Duration) -> f64 {
+        self.executions as f64 / duration.as_secs_f64()
+    }
+
+    fn row(&self) -> String {
+        format!(
+            "| {} | {} | {:.0} | {:.0} | {:.0} |",
+            self.backend,
+            self.executions,
+            self.per_second(self.create),
+            self.per_second(self.run),
+            self.per_second(self.create + self.run)
+        )
+    }
+}
+
+async fn measure(
+    backend: &str,
+    db: Arc<dyn DbConnection>,
+    args: &Args,
+) -> anyhow::Result<Measurement> {
+    let requests = noop_requests(args.executions)?;
+    let counting = Arc::new(CountingDb::new(db.clone(), args.executions, false));
 
     let start = Instant::now();
     db.create_batch(requests).await.context("create_batch")?;
     let created = Instant::now();
     let mut executor = ExecTask::spawn_new(
-        Arc::new(NoopWorker { ffqns: vec![ffqn] }),
-        ExecConfig {
-            lock_expiry: Duration::from_secs(60),
-            tick_sleep: Duration::from_secs(1),
-            batch_size: args.batch_size,
-            component_id,
-            task_limiter: None,
-        },
+        Arc::new(BenchWorker::new()?),
+        multi::executor_config(args.batch_size)?,
         Now,
         counting.clone(),
     );
     let deadline = Duration::from_secs(600);
-    tokio::time::timeout(deadline, async {
-        while counting.finished.load(Ordering::SeqCst) < args.executions {
-            counting.done.notified().await;
-        }
-    })
-    .await
-    .with_context(|| format!("{backend}: not every execution finished within {deadline:?}"))?;
+    tokio::time::timeout(deadline, counting.reached_target())
+        .await
+        .with_context(|| format!("{backend}: not every execution finished within {deadline:?}"))?;
     let finished = Instant::now();
     executor.close().await;
     db.close().await;
@@ -266,6 +198,96 @@ async fn measure(
         create: created - start,
         run: finished - created,
     })
+}
+
+/// A database of its own on the PostgreSQL server, dropped by [`PostgresRun::drop_database`].
+struct PostgresRun {
+    server: PostgresConfig,
+    name: String,
+    /// The server's URL naming this database (query parameters kept).
+    url: String,
+}
+
+impl PostgresRun {
+    async fn create(server_url: &str, label: &str) -> anyhow::Result<Self> {
+        let server = PostgresConfig::from_url(server_url)?;
+        let name = format!("stele_bench_{}_{label}", std::process::id());
+        admin::create_database(&server, &name)
+            .await
+            .with_context(|| format!("creating database {name} on {}", server.redacted_url()))?;
+        Ok(Self {
+            url: url_with_database(server_url, &name),
+            server,
+            name,
+        })
+    }
+
+    async fn connect(&self) -> anyhow::Result<Arc<dyn DbConnection>> {
+        let store = PostgresStore::connect(self.server.with_database(&self.name))
+            .await
+            .with_context(|| format!("connecting to database {}", self.name))?;
+        Ok(Arc::new(store))
+    }
+
+    async fn drop_database(self) -> anyhow::Result<()> {
+        admin::drop_database(&self.server, &self.name)
+            .await
+            .with_context(|| format!("dropping database {}", self.name))
+    }
+}
+
+/// `url` with its database replaced by `name` (query parameters kept).
+fn url_with_database(url: &str, name: &str) -> String {
+    let (base, query) = match url.split_once('?') {
+        Some((base, query)) => (base, format!("?{query}")),
+        None => (url, String::new()),
+    };
+    let after_scheme = base.find("://").map_or(0, |at| at + 3);
+    let host_end = base[after_scheme..]
+        .find('/')
+        .map_or(base.len(), |at| after_scheme + at);
+    format!("{}/{name}{query}", &base[..host_end])
+}
+
+/// The single-process PostgreSQL run on a fresh database.
+async fn measure_postgres(server_url: &str, args: &Args) -> anyhow::Result<Measurement> {
+    let run = PostgresRun::create(server_url, "single").await?;
+    let measured = match run.connect().await {
+        Ok(db) => measure("postgres", db, args).await,
+        Err(e) => Err(e),
+    };
+    run.drop_database().await?;
+    measured
+}
+
+/// The multi-process PostgreSQL runs, one fresh database each; returns the table rows.
+async fn measure_processes(server_url: &str, args: &Args) -> anyhow::Result<Vec<String>> {
+    let mut rows = Vec::new();
+    for &processes in &args.processes {
+        anyhow::ensure!(processes > 0, "--processes: 0 is not a number of processes");
+        eprintln!("measuring postgres with {processes} executor process(es) ...");
+        let run = PostgresRun::create(server_url, &format!("p{processes}")).await?;
+        let measured = match run.connect().await {
+            Ok(parent) => {
+                let measured = multi::measure(
+                    &parent,
+                    &run.url,
+                    processes,
+                    args.executions,
+                    args.batch_size,
+                )
+                .await;
+                parent.close().await;
+                measured
+            }
+            Err(e) => Err(e),
+        };
+        run.drop_database().await?;
+        let (m, per_process) = measured?;
+        let shares: Vec<String> = per_process.iter().map(ToString::to_string).collect();
+        rows.push(format!("{} {} |", m.row(), shares.join(" / ")));
+    }
+    Ok(rows)
 }
 
 fn synchronous(level: &str) -> anyhow::Result<Synchronous> {
@@ -327,12 +349,23 @@ fn machine() -> String {
     format!("{cores} cores, {cpu}")
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    let args = Args::parse();
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    match cli.command {
+        Some(Internal::WorkerProcess(worker)) => runtime.block_on(multi::worker_process(worker)),
+        None => runtime.block_on(bench(cli.args)),
+    }
+}
+
+async fn bench(args: Args) -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let sync = synchronous(&args.synchronous)?;
+    let postgres_url = args.postgres_url.clone().filter(|url| !url.is_empty());
     let mut report = String::new();
+    let mut notes = Vec::new();
     writeln!(report, "Machine: {}", machine())?;
     writeln!(
         report,
@@ -344,35 +377,64 @@ async fn main() -> anyhow::Result<()> {
         "| backend | executions | creates/s | finished/s | end-to-end executions/s |"
     )?;
     writeln!(report, "|---|---:|---:|---:|---:|")?;
+    let mut multi_rows = None;
     for backend in &args.backends {
-        let (label, db): (String, Arc<dyn DbConnection>) = match backend.as_str() {
-            "memory" => (
-                "memory".into(),
-                Arc::new(storage_memory::MemoryStore::new()),
-            ),
+        let m = match backend.as_str() {
+            "memory" => {
+                eprintln!("measuring memory ...");
+                measure(
+                    "memory",
+                    Arc::new(storage_memory::MemoryStore::new()),
+                    &args,
+                )
+                .await?
+            }
             "sqlite" => {
                 let path = dir.path().join("bench.db");
                 let pool = SqlitePool::open(SqliteConfig::new(&path).with_synchronous(sync))
                     .await
                     .with_context(|| format!("opening {}", path.display()))?;
-                (
-                    format!("sqlite (synchronous={})", args.synchronous),
-                    Arc::new(pool),
-                )
+                let label = format!("sqlite (synchronous={})", args.synchronous);
+                eprintln!("measuring {label} ...");
+                measure(&label, Arc::new(pool), &args).await?
             }
-            other => bail!("unknown backend `{other}` (expected memory or sqlite)"),
+            "postgres" => {
+                let Some(url) = &postgres_url else {
+                    let note = "postgres was left out: neither --postgres-url nor \
+                                STELE_TEST_POSTGRES_URL names a server (`source .ci/postgres.sh \
+                                && pg_start` starts a local one)";
+                    eprintln!("{note}");
+                    notes.push(note.to_string());
+                    continue;
+                };
+                eprintln!("measuring postgres ...");
+                let m = measure_postgres(url, &args).await?;
+                if !args.no_multi_process {
+                    multi_rows = Some(measure_processes(url, &args).await?);
+                }
+                m
+            }
+            other => bail!("unknown backend `{other}` (expected memory, sqlite or postgres)"),
         };
-        eprintln!("measuring {label} ...");
-        let m = measure(&label, db, &args).await?;
+        writeln!(report, "{}", m.row())?;
+    }
+    for note in &notes {
+        writeln!(report, "\nNote: {note}.")?;
+    }
+    if let Some(rows) = multi_rows {
         writeln!(
             report,
-            "| {} | {} | {:.0} | {:.0} | {:.0} |",
-            m.backend,
-            m.executions,
-            m.per_second(m.create),
-            m.per_second(m.run),
-            m.per_second(m.create + m.run)
+            "\nPostgreSQL, several executor processes against one local server (one fresh database per row). The parent creates the executions with one create_batch once every process has connected, then tells each to start one executor (the same configuration as above); each process counts its acknowledged Finished appends and reports them through a pipe, and the time ends when they add up to {}. Process start-up and connections are not timed; afterwards a query confirms that every execution is finished and the counts add up exactly.\n",
+            args.executions
         )?;
+        writeln!(
+            report,
+            "| executor processes | executions | creates/s | finished/s | end-to-end executions/s | Finished per process |"
+        )?;
+        writeln!(report, "|---|---:|---:|---:|---:|---|")?;
+        for row in rows {
+            writeln!(report, "{row}")?;
+        }
     }
     if !args.no_ceiling {
         eprintln!("measuring the raw SQLite ceiling ...");

@@ -457,6 +457,11 @@ pub trait DbExecutor: Send + Sync {
     /// Returns at once if an execution of `ffqns` is due at `pending_at_or_sooner`; otherwise
     /// when a write makes one due, or after `max_wait`. Never loses a wake-up between its check
     /// and its subscription.
+    ///
+    /// `pending_at_or_sooner` is the caller's present, and it moves on with the time the call
+    /// waits: a write that makes an execution due at `pending_at_or_sooner` plus the time
+    /// waited so far wakes it. So work that another process submits "now", by its own clock,
+    /// wakes an executor that went to sleep earlier.
     async fn wait_for_pending(
         &self,
         pending_at_or_sooner: DateTime<Utc>,

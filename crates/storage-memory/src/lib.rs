@@ -410,6 +410,7 @@ impl DbExecutor for MemoryStore {
                     PendingWaiter {
                         ffqns,
                         pending_at_or_sooner,
+                        since: tokio::time::Instant::now(),
                         tx,
                     },
                 );

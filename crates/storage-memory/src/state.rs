@@ -94,10 +94,21 @@ impl Record {
 pub(crate) struct PendingWaiter {
     /// The functions it waits for.
     pub(crate) ffqns: Arc<[FunctionFqn]>,
-    /// It wakes when one of them becomes due at or before this time.
+    /// It wakes when one of them becomes due at or before this time plus the time it has
+    /// waited (its horizon moves on while it waits, see [`PendingWaiter::horizon`]).
     pub(crate) pending_at_or_sooner: DateTime<Utc>,
+    /// When it started waiting.
+    pub(crate) since: tokio::time::Instant,
     /// Fired (and removed) on wake-up; dropped on close.
     pub(crate) tx: oneshot::Sender<()>,
+}
+
+impl PendingWaiter {
+    /// `pending_at_or_sooner` moved on by the time waited: an execution another writer makes
+    /// due at its own "now" while this one waits is due for this waiter too.
+    fn horizon(&self) -> DateTime<Utc> {
+        concepts::add_saturating(self.pending_at_or_sooner, self.since.elapsed())
+    }
 }
 
 /// Waiters per execution; an execution's entry is removed as soon as its map is empty.
@@ -360,7 +371,7 @@ impl State {
         let woken: Vec<u64> = self
             .pending_waiters
             .iter()
-            .filter(|(_, w)| scheduled_at <= w.pending_at_or_sooner && w.ffqns.contains(ffqn))
+            .filter(|(_, w)| scheduled_at <= w.horizon() && w.ffqns.contains(ffqn))
             .map(|(id, _)| *id)
             .collect();
         for id in woken {

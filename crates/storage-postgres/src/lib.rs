@@ -587,15 +587,16 @@ impl DbExecutor for PostgresStore {
                 }
             }
         };
+        let started = tokio::time::Instant::now();
         loop {
             if self.check_open().is_err() {
                 return;
             }
-            let registration = self
-                .inner
-                .hub
-                .register_pending(Arc::clone(&ffqns), pending_at_or_sooner);
-            match self.any_due(pending_at_or_sooner, &ffqns).await {
+            // The horizon moves on with real time: an execution submitted "now" by another
+            // process while this one waits is due by then.
+            let horizon = concepts::add_saturating(pending_at_or_sooner, started.elapsed());
+            let registration = self.inner.hub.register_pending(Arc::clone(&ffqns), horizon);
+            match self.any_due(horizon, &ffqns).await {
                 Ok(true) | Err(DbError::Closed) => return,
                 Ok(false) => {}
                 Err(e) => {

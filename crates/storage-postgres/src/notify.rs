@@ -149,6 +149,8 @@ struct PendingWaiter {
     ffqns: Vec<String>,
     /// Wakes on a function of `ffqns` pending at or before this (microseconds).
     at_micros: i64,
+    /// When it registered: its horizon moves on with real time while it waits.
+    registered: tokio::time::Instant,
     tx: oneshot::Sender<()>,
 }
 
@@ -250,6 +252,7 @@ impl Hub {
                 PendingWaiter {
                     ffqns: ffqns.iter().map(ToString::to_string).collect(),
                     at_micros: micros(at),
+                    registered: tokio::time::Instant::now(),
                     tx,
                 },
             );
@@ -305,7 +308,11 @@ impl Hub {
                 let woken: Vec<u64> = waiters
                     .pending
                     .iter()
-                    .filter(|(_, w)| *at_micros <= w.at_micros && w.ffqns.contains(ffqn))
+                    .filter(|(_, w)| {
+                        let waited =
+                            i64::try_from(w.registered.elapsed().as_micros()).unwrap_or(i64::MAX);
+                        *at_micros <= w.at_micros.saturating_add(waited) && w.ffqns.contains(ffqn)
+                    })
                     .map(|(id, _)| *id)
                     .collect();
                 for id in woken {

@@ -116,10 +116,35 @@ impl<K: Eq + Hash + Clone, F> Drop for Subscription<'_, K, F> {
     }
 }
 
+/// What a `wait_for_pending` caller waits for: executions due at or before its
+/// `pending_at_or_sooner`, a time that moves on with the time it has waited. The caller passes
+/// its present; an execution another writer makes due at that writer's later present is due
+/// for the waiter too, and must wake it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Horizon {
+    pending_at_or_sooner: DateTime<Utc>,
+    since: tokio::time::Instant,
+}
+
+impl Horizon {
+    /// A horizon starting now at `pending_at_or_sooner`.
+    pub(crate) fn starting_at(pending_at_or_sooner: DateTime<Utc>) -> Self {
+        Self {
+            pending_at_or_sooner,
+            since: tokio::time::Instant::now(),
+        }
+    }
+
+    /// True when an execution due at `at` is due for this waiter by now.
+    fn covers(&self, at: DateTime<Utc>) -> bool {
+        at <= concepts::add_saturating(self.pending_at_or_sooner, self.since.elapsed())
+    }
+}
+
 /// Every kind of waiter of one store.
 pub(crate) struct Notifier {
-    /// `wait_for_pending` callers, by function, with their `pending_at_or_sooner`.
-    pub(crate) pending: Subscribers<FunctionFqn, DateTime<Utc>>,
+    /// `wait_for_pending` callers, by function, with their horizon.
+    pub(crate) pending: Subscribers<FunctionFqn, Horizon>,
     /// `subscribe_to_next_responses` callers, by execution.
     pub(crate) responses: Subscribers<ExecutionId, ()>,
     /// `wait_for_finished_result` callers, by execution.
@@ -153,8 +178,7 @@ impl Notifier {
             }
         }
         for (ffqn, at) in pending {
-            self.pending
-                .notify(&ffqn, |pending_at_or_sooner| at <= *pending_at_or_sooner);
+            self.pending.notify(&ffqn, |horizon| horizon.covers(at));
         }
     }
 

@@ -4,7 +4,7 @@
 use crate::{
     EffectiveSettings, SqliteConfig, SqliteOpenError,
     error::SqliteError,
-    notify::Notifier,
+    notify::{Horizon, Notifier},
     ops::{self, WriteCtx},
     reads, schema,
     writer::{self, FnCommand, Message},
@@ -393,14 +393,14 @@ impl DbExecutor for SqlitePool {
         // Subscribe first, then check: a write that commits after the check finds the
         // subscription, one that committed before it is seen by the check.
         let notify = Arc::new(Notify::new());
+        let horizon = Horizon::starting_at(pending_at_or_sooner);
         let _subscriptions: Vec<_> = ffqns
             .iter()
             .map(|ffqn| {
-                self.inner.notifier.pending.subscribe(
-                    ffqn.clone(),
-                    pending_at_or_sooner,
-                    Arc::clone(&notify),
-                )
+                self.inner
+                    .notifier
+                    .pending
+                    .subscribe(ffqn.clone(), horizon, Arc::clone(&notify))
             })
             .collect();
         let check_ffqns = Arc::clone(&ffqns);

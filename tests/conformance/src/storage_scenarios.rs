@@ -46,6 +46,7 @@ macro_rules! storage_scenario_tests {
             s17_close,
             s18_state_matches_derivation,
             s19_create_batch,
+            s20_wait_for_pending_horizon_moves_on,
         );
     };
 }
@@ -2386,5 +2387,43 @@ pub async fn s19_create_batch<F: StoreFactory>(factory: &F) {
             .await
             .unwrap(),
         events[..1].to_vec()
+    );
+}
+
+/// S20 (beyond `SCENARIOS.md`): `pending_at_or_sooner` is the waiter's present, and its horizon
+/// moves on with the time it waits. Another process that submits work due at its own, later,
+/// present must wake the waiter: without that, a sleeping executor of one process would find
+/// work submitted by another only at its next poll. This is the one storage scenario on real
+/// time, because the simulated clock cannot show the gap between two processes' presents.
+pub async fn s20_wait_for_pending_horizon_moves_on<F: StoreFactory>(factory: &F) {
+    let store = factory.fresh().await;
+    let db = store.db.clone();
+    let waiters_present = SimClock::epoch().now();
+    let f = ffqn("horizon");
+    let max_wait = Duration::from_secs(30);
+    let waiter = {
+        let db = db.clone();
+        let ffqns: Arc<[FunctionFqn]> = Arc::from(vec![f.clone()]);
+        tokio::spawn(async move {
+            let started = std::time::Instant::now();
+            db.wait_for_pending(waiters_present, ffqns, max_wait).await;
+            started.elapsed()
+        })
+    };
+    // Real time passes (and the waiter registers); then a writer whose present is 50 ms after
+    // the waiter's submits an execution due at once, by its own clock.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let writers_present = plus(waiters_present, Duration::from_millis(50));
+    db.create(create_request(execution_id(1), f, writers_present))
+        .await
+        .expect("create");
+    let waited = tokio::time::timeout(SAFETY, waiter)
+        .await
+        .expect("woken well before max_wait")
+        .expect("the waiter does not panic");
+    assert!(
+        waited < Duration::from_secs(10),
+        "woken after {waited:?}: the write's notification did not reach a waiter whose present \
+         was 50 ms earlier than the writer's"
     );
 }

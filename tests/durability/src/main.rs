@@ -9,6 +9,12 @@
 //! default) and the watcher ticks every 100 ms, so the work of a killed node is recovered soon
 //! after a restart.
 //!
+//! With `--submit never` the node submits nothing and waits for N executions to be finished,
+//! whoever submits them (the multi-process test submits them itself, in batches).
+//! `--executor-tick-ms` gives the executor a `tick_sleep` of its own (the watcher keeps
+//! `--tick-ms`), and `--trace-waits` reports each lock and each `wait_for_pending` of the
+//! executor (see the `traced` module).
+//!
 //! Standard output, one line per fact, flushed as soon as it is known:
 //!
 //! | line | meaning |
@@ -16,6 +22,9 @@
 //! | `submitting N` | the node found the store empty and is about to submit |
 //! | `submitted N` | the submission committed |
 //! | `resumed N` | the store already held the N executions (a restart) |
+//! | `awaiting N` | `--submit never`: the node waits for N executions that others submit |
+//! | `executor <executor id>` | the id of this node's executor (in every `Locked` it writes) |
+//! | `locked`, `waiting`, `waited` | with `--trace-waits`: see the `traced` module |
 //! | `finished <execution id>` | the store reported this execution finished (each id once per process) |
 //! | `progress F/N` | after each poll: F of the N executions are finished |
 //! | `{...}` | last line, on success: a JSON summary |
@@ -57,6 +66,8 @@ const ID_MS: u64 = 1_700_000_000_000;
 /// How many rows one `list_executions` call returns.
 const PAGE: usize = 1_000;
 
+mod traced;
+
 #[derive(Parser, Debug)]
 #[command(
     name = "durability-node",
@@ -96,6 +107,15 @@ impl Role {
     }
 }
 
+/// Whether a node submits the executions.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum Submit {
+    /// When the store holds no execution yet.
+    IfEmpty,
+    /// Never: another process submits them.
+    Never,
+}
+
 #[derive(Args, Debug)]
 struct RunArgs {
     /// The store: `sqlite://PATH` (`sqlite:///abs/path` for an absolute path) or
@@ -108,12 +128,22 @@ struct RunArgs {
     /// What this node runs.
     #[arg(long, value_enum, default_value_t = Role::Both)]
     role: Role,
+    /// Whether this node submits the executions.
+    #[arg(long, value_enum, default_value_t = Submit::IfEmpty)]
+    submit: Submit,
     /// The lease of each run, in milliseconds.
     #[arg(long, default_value_t = 1_500)]
     lock_expiry_ms: u64,
     /// The executor's and the watcher's longest sleep between looks, in milliseconds.
     #[arg(long, default_value_t = 100)]
     tick_ms: u64,
+    /// The executor's `tick_sleep` in milliseconds, if not `--tick-ms`: its longest wait for
+    /// a due execution when no notification wakes it.
+    #[arg(long)]
+    executor_tick_ms: Option<u64>,
+    /// Prints a line for each lock and each `wait_for_pending` of the executor.
+    #[arg(long)]
+    trace_waits: bool,
     /// How long the watcher waits past a lease's expiry before timing it out, in
     /// milliseconds.
     #[arg(long, default_value_t = 100)]
@@ -322,17 +352,26 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     let component_id = ComponentId::new("activity", "durability-noop")?;
     let db = database.open().await?;
 
-    let submission = submit_if_empty(db.as_ref(), &args, &ffqn, &component_id).await?;
-    let total = list_ids(db.as_ref(), None).await?.len();
-    ensure!(
-        total == args.executions,
-        "the store holds {total} executions, expected {}",
-        args.executions
-    );
-    Out::line(match submission {
-        Submission::Submitted => format!("submitted {total}"),
-        Submission::Resumed => format!("resumed {total}"),
-    });
+    let (submission, total) = match args.submit {
+        Submit::IfEmpty => {
+            let submission = submit_if_empty(db.as_ref(), &args, &ffqn, &component_id).await?;
+            let total = list_ids(db.as_ref(), None).await?.len();
+            ensure!(
+                total == args.executions,
+                "the store holds {total} executions, expected {}",
+                args.executions
+            );
+            Out::line(match submission {
+                Submission::Submitted => format!("submitted {total}"),
+                Submission::Resumed => format!("resumed {total}"),
+            });
+            (submission, total)
+        }
+        Submit::Never => {
+            Out::line(format!("awaiting {}", args.executions));
+            (Submission::Resumed, args.executions)
+        }
+    };
 
     let worker = Arc::new(NoopWorker {
         ffqns: vec![ffqn],
@@ -340,15 +379,18 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         runs: AtomicU64::new(0),
     });
     let tick = Duration::from_millis(args.tick_ms);
+    let traced = Arc::new(traced::TracedDb::new(db.clone(), args.trace_waits));
     let mut executor = matches!(args.role, Role::Executor | Role::Both).then(|| {
         let config = ExecConfig {
             lock_expiry: Duration::from_millis(args.lock_expiry_ms),
-            tick_sleep: tick,
+            tick_sleep: args.executor_tick_ms.map_or(tick, Duration::from_millis),
             batch_size: args.batch_size,
             component_id: component_id.clone(),
             task_limiter: Some(Arc::new(Semaphore::new(args.concurrency.max(1)))),
         };
-        ExecTask::spawn_new(worker.clone(), config, Now, db.clone())
+        let handle = ExecTask::spawn_new(worker.clone(), config, Now, traced.clone());
+        Out::line(format!("executor {}", handle.executor_id()));
+        handle
     });
     let mut watcher = matches!(args.role, Role::Watcher | Role::Both).then(|| {
         let config = TimersWatcherConfig {
@@ -400,6 +442,9 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         "finished_at_start": finished_at_start.unwrap_or_default(),
         "finished": seen.len(),
         "worker_runs": worker.runs.load(Ordering::Relaxed),
+        "waits": traced.counts.waits.load(Ordering::Relaxed),
+        "waits_early": traced.counts.early.load(Ordering::Relaxed),
+        "waits_timed_out": traced.counts.timed_out.load(Ordering::Relaxed),
         "elapsed_ms": u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
     });
     Out::line(summary.to_string());

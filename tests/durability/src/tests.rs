@@ -50,3 +50,41 @@ fn the_command_line_parses() {
     assert_eq!(args.lock_expiry_ms, 1_500);
     assert!(Cli::try_parse_from(["durability-node", "run", "--executions", "5"]).is_err());
 }
+
+#[test]
+fn the_multi_process_options_parse() {
+    let cli = Cli::try_parse_from([
+        "durability-node",
+        "run",
+        "--database",
+        "postgres://u@h/db",
+        "--executions",
+        "5",
+        "--role",
+        "executor",
+        "--submit",
+        "never",
+        "--executor-tick-ms",
+        "10000",
+        "--trace-waits",
+    ])
+    .unwrap();
+    let Command::Run(args) = cli.command;
+    assert_eq!(args.submit, Submit::Never);
+    assert_eq!(args.executor_tick_ms, Some(10_000));
+    assert_eq!(args.tick_ms, 100);
+    assert!(args.trace_waits);
+    let defaults = Cli::try_parse_from([
+        "durability-node",
+        "run",
+        "--database",
+        "sqlite://x",
+        "--executions",
+        "5",
+    ])
+    .unwrap();
+    let Command::Run(defaults) = defaults.command;
+    assert_eq!(defaults.submit, Submit::IfEmpty);
+    assert_eq!(defaults.executor_tick_ms, None);
+    assert!(!defaults.trace_waits);
+}

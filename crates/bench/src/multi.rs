@@ -1,0 +1,302 @@
+//! The multi-process mode: P executor processes against one PostgreSQL database.
+//!
+//! The parent creates a fresh database and starts P copies of this binary
+//! (`stele-bench worker-process`), each of which connects its own store and reports `ready`.
+//! Only then does the parent create the N executions with one `create_batch` and send `go` to
+//! every child, which starts one executor (the same configuration as the single-process run).
+//! Every child counts its acknowledged `Finished` appends and prints the running count; the
+//! run ends when the counts add up to N. The parent then sends `stop`, collects each child's
+//! count, and checks with a query that N executions are finished and no child counted one
+//! twice.
+//!
+//! So the timing covers the same span as the single-process table (creates, then the
+//! executors' work up to the last acknowledged `Finished`), and leaves out what only the
+//! multi-process run has: starting processes and connecting their stores. The counts reach
+//! the parent through pipes, a delay of microseconds per line.
+
+use crate::{BenchWorker, Measurement, counting::CountingDb, noop_requests};
+use anyhow::{Context, bail, ensure};
+use concepts::{DbConnection, ListExecutionsFilter, Pagination, PendingStateKind};
+use executor::{ExecConfig, ExecTask, Now};
+use std::{
+    io::{BufRead, BufReader, Write},
+    process::{Child, ChildStdin, Command, Stdio},
+    sync::Arc,
+    time::{Duration, Instant},
+};
+use storage_postgres::{PostgresConfig, PostgresStore};
+use tokio::sync::mpsc;
+
+/// How long a child may take to connect, or a run to finish, before the benchmark gives up.
+const TIMEOUT: Duration = Duration::from_secs(600);
+
+/// The arguments of a worker process (the hidden `worker-process` subcommand).
+#[derive(clap::Args, Debug)]
+pub(crate) struct WorkerArgs {
+    /// The database, a `postgres://` URL.
+    #[arg(long)]
+    url: String,
+    /// How many executions the executor locks per tick.
+    #[arg(long)]
+    batch_size: usize,
+}
+
+/// A worker process: connect, say `ready`, on `go` run an executor that prints each
+/// acknowledged `Finished` count, on `stop` (or end of input) close and print
+/// `stopped <count>`.
+pub(crate) async fn worker_process(args: WorkerArgs) -> anyhow::Result<()> {
+    let config = PostgresConfig::from_url(&args.url)?;
+    let db: Arc<dyn DbConnection> = Arc::new(PostgresStore::connect(config).await?);
+    let (commands, mut received) = mpsc::unbounded_channel();
+    std::thread::spawn(move || {
+        for line in std::io::stdin().lock().lines() {
+            let Ok(line) = line else { break };
+            if commands.send(line).is_err() {
+                return;
+            }
+        }
+        let _ = commands.send("stop".to_string());
+    });
+    say("ready");
+    match received.recv().await.as_deref() {
+        Some("go") => {}
+        Some("stop") | None => {
+            db.close().await;
+            say("stopped 0");
+            return Ok(());
+        }
+        Some(other) => bail!("unexpected command `{other}`"),
+    }
+    let counting = Arc::new(CountingDb::new(db.clone(), usize::MAX, true));
+    let mut executor = ExecTask::spawn_new(
+        Arc::new(BenchWorker::new()?),
+        executor_config(args.batch_size)?,
+        Now,
+        counting.clone(),
+    );
+    while let Some(command) = received.recv().await {
+        if command == "stop" {
+            break;
+        }
+    }
+    executor.close().await;
+    db.close().await;
+    say(&format!("stopped {}", counting.finished()));
+    Ok(())
+}
+
+/// The executor of both the single- and the multi-process runs.
+pub(crate) fn executor_config(batch_size: usize) -> anyhow::Result<ExecConfig> {
+    Ok(ExecConfig {
+        lock_expiry: Duration::from_secs(60),
+        tick_sleep: Duration::from_secs(1),
+        batch_size,
+        component_id: crate::component_id()?,
+        task_limiter: None,
+    })
+}
+
+fn say(line: &str) {
+    let mut stdout = std::io::stdout().lock();
+    let _ = writeln!(stdout, "{line}");
+    let _ = stdout.flush();
+}
+
+/// One child as the parent sees it.
+struct Worker {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    ready: bool,
+    finished: usize,
+    stopped: Option<usize>,
+    closed: bool,
+}
+
+impl Worker {
+    fn send(&mut self, command: &str) -> anyhow::Result<()> {
+        let stdin = self
+            .stdin
+            .as_mut()
+            .context("the worker's input is closed")?;
+        writeln!(stdin, "{command}")?;
+        stdin.flush()?;
+        Ok(())
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        // Closing its input stops a worker; one that is still running after a failed run is
+        // killed so that no process outlives the benchmark.
+        self.stdin.take();
+        if !self.closed {
+            let _ = self.child.kill();
+        }
+        let _ = self.child.wait();
+    }
+}
+
+/// A line from child `idx`, or `None` when it closed its output.
+type Line = (usize, Option<String>);
+
+/// Runs N executions with `processes` worker processes on the database `url` names (which
+/// must exist, empty); `parent` is the parent's own store on it.
+pub(crate) async fn measure(
+    parent: &Arc<dyn DbConnection>,
+    url: &str,
+    processes: usize,
+    executions: usize,
+    batch_size: usize,
+) -> anyhow::Result<(Measurement, Vec<usize>)> {
+    let exe = std::env::current_exe().context("locating the benchmark binary")?;
+    let (lines_tx, mut lines) = mpsc::unbounded_channel::<Line>();
+    let mut workers = Vec::new();
+    for idx in 0..processes {
+        let mut child = Command::new(&exe)
+            .args(["worker-process", "--url", url])
+            .args(["--batch-size", &batch_size.to_string()])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .context("starting a worker process")?;
+        let stdout = child.stdout.take().context("the worker's output")?;
+        let stdin = child.stdin.take();
+        let tx = lines_tx.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send((idx, Some(line))).is_err() {
+                    return;
+                }
+            }
+            let _ = tx.send((idx, None));
+        });
+        workers.push(Worker {
+            child,
+            stdin,
+            ready: false,
+            finished: 0,
+            stopped: None,
+            closed: false,
+        });
+    }
+    drop(lines_tx);
+    until(&mut lines, &mut workers, "every worker ready", |w| {
+        w.iter().all(|w| w.ready)
+    })
+    .await?;
+
+    let requests = noop_requests(executions)?;
+    let start = Instant::now();
+    parent
+        .create_batch(requests)
+        .await
+        .context("create_batch")?;
+    let created = Instant::now();
+    for worker in &mut workers {
+        worker.send("go")?;
+    }
+    until(&mut lines, &mut workers, "every execution finished", |w| {
+        w.iter().map(|w| w.finished).sum::<usize>() >= executions
+    })
+    .await?;
+    let finished = Instant::now();
+
+    for worker in &mut workers {
+        worker.send("stop")?;
+    }
+    until(&mut lines, &mut workers, "every worker stopped", |w| {
+        w.iter().all(|w| w.stopped.is_some() && w.closed)
+    })
+    .await?;
+    let mut per_process = Vec::new();
+    for worker in &mut workers {
+        let status = worker.child.wait()?;
+        ensure!(status.success(), "a worker process exited with {status}");
+        per_process.push(worker.stopped.unwrap_or_default());
+    }
+    let counted: usize = per_process.iter().sum();
+    ensure!(
+        counted == executions,
+        "the workers acknowledged {counted} Finished appends for {executions} executions"
+    );
+    let stored = count_finished(parent.as_ref()).await?;
+    ensure!(
+        stored == executions,
+        "the store holds {stored} finished executions, expected {executions}"
+    );
+    Ok((
+        Measurement {
+            backend: processes.to_string(),
+            executions,
+            create: created - start,
+            // From the end of `create_batch`, like the single-process run: sending `go` (a
+            // few microseconds) counts as starting the executors.
+            run: finished - created,
+        },
+        per_process,
+    ))
+}
+
+/// Takes lines until `done` holds.
+async fn until(
+    lines: &mut mpsc::UnboundedReceiver<Line>,
+    workers: &mut [Worker],
+    what: &str,
+    done: impl Fn(&[Worker]) -> bool,
+) -> anyhow::Result<()> {
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    while !done(workers) {
+        let Ok(line) = tokio::time::timeout_at(deadline, lines.recv()).await else {
+            bail!("gave up after {TIMEOUT:?} waiting for {what}");
+        };
+        let Some((idx, line)) = line else {
+            bail!("every worker closed its output while waiting for {what}");
+        };
+        let worker = &mut workers[idx];
+        let Some(line) = line else {
+            worker.closed = true;
+            if worker.stopped.is_none() {
+                bail!("worker process {idx} exited while waiting for {what}");
+            }
+            continue;
+        };
+        if line == "ready" {
+            worker.ready = true;
+        } else if let Some(count) = line.strip_prefix("finished ") {
+            worker.finished = count.parse().context("a finished count")?;
+        } else if let Some(count) = line.strip_prefix("stopped ") {
+            worker.stopped = Some(count.parse().context("a stopped count")?);
+        } else {
+            bail!("worker process {idx} printed `{line}`");
+        }
+    }
+    Ok(())
+}
+
+/// How many executions are finished, by paging through them.
+async fn count_finished(db: &dyn DbConnection) -> anyhow::Result<usize> {
+    let filter = ListExecutionsFilter {
+        state: Some(PendingStateKind::Finished),
+        ..ListExecutionsFilter::default()
+    };
+    let mut count = 0;
+    let mut cursor = None;
+    loop {
+        let page = db
+            .list_executions(
+                filter.clone(),
+                Pagination {
+                    cursor: cursor.clone(),
+                    length: 1_000,
+                },
+            )
+            .await?;
+        let Some(last) = page.last() else {
+            return Ok(count);
+        };
+        cursor = Some((last.created_at, last.execution_id.clone()));
+        count += page.len();
+    }
+}

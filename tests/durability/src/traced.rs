@@ -1,0 +1,179 @@
+//! The executor's view of the store, wrapped to report what the multi-process test checks:
+//! how many executions each `lock_pending` locked, and when each `wait_for_pending` began and
+//! ended and whether it ran to its `max_wait`.
+//!
+//! A `wait_for_pending` call ends for one of three reasons only: something was due when it
+//! looked (at once), a notification woke it, or `max_wait` passed. A call that began when
+//! nothing could be due and ended before its `max_wait` was therefore woken by a
+//! notification; the lines printed here let a test prove exactly that.
+
+use crate::Out;
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use concepts::{
+    AppendRequest, ClockFn, ComponentId, DbError, DbExecutor, ExecutionEventInner, ExecutionId,
+    ExecutorId, FunctionFqn, HistoryEvent, JoinSetResponseEventOuter, LockedExecution, RunId,
+    Version,
+};
+use executor::Now;
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+/// Wake-up counters of one executor's store handle.
+#[derive(Debug, Default)]
+pub(crate) struct WaitCounts {
+    /// `wait_for_pending` calls that returned.
+    pub(crate) waits: AtomicU64,
+    /// Those that returned before their `max_wait` (due at once, or woken).
+    pub(crate) early: AtomicU64,
+    /// Those that ran to their `max_wait`.
+    pub(crate) timed_out: AtomicU64,
+}
+
+/// Forwards everything to the store; counts, and with `print` reports on standard output:
+///
+/// | line | meaning |
+/// |---|---|
+/// | `locked <n>` | a `lock_pending` committed and returned n > 0 executions |
+/// | `waiting <start>` | a `wait_for_pending` call began (wall clock, ms since the epoch) |
+/// | `waited <start> <end> early\|timeout` | it returned before its `max_wait`, or at it |
+pub(crate) struct TracedDb {
+    inner: Arc<dyn DbExecutor>,
+    print: bool,
+    pub(crate) counts: WaitCounts,
+}
+
+impl TracedDb {
+    pub(crate) fn new(inner: Arc<dyn DbExecutor>, print: bool) -> Self {
+        Self {
+            inner,
+            print,
+            counts: WaitCounts::default(),
+        }
+    }
+}
+
+/// The wall clock in milliseconds since the epoch, comparable across processes of one machine.
+pub(crate) fn wall_ms() -> i64 {
+    Now.now().timestamp_millis()
+}
+
+#[async_trait]
+impl DbExecutor for TracedDb {
+    async fn lock_pending(
+        &self,
+        batch_size: usize,
+        pending_at_or_sooner: DateTime<Utc>,
+        ffqns: Arc<[FunctionFqn]>,
+        created_at: DateTime<Utc>,
+        component_id: ComponentId,
+        executor_id: ExecutorId,
+        lock_expires_at: DateTime<Utc>,
+    ) -> Result<Vec<LockedExecution>, DbError> {
+        let locked = self
+            .inner
+            .lock_pending(
+                batch_size,
+                pending_at_or_sooner,
+                ffqns,
+                created_at,
+                component_id,
+                executor_id,
+                lock_expires_at,
+            )
+            .await;
+        if self.print
+            && let Ok(locked) = &locked
+            && !locked.is_empty()
+        {
+            Out::line(format!("locked {}", locked.len()));
+        }
+        locked
+    }
+
+    async fn lock(
+        &self,
+        created_at: DateTime<Utc>,
+        component_id: ComponentId,
+        execution_id: &ExecutionId,
+        run_id: RunId,
+        version: Version,
+        executor_id: ExecutorId,
+        lock_expires_at: DateTime<Utc>,
+    ) -> Result<(Vec<HistoryEvent>, Version), DbError> {
+        self.inner
+            .lock(
+                created_at,
+                component_id,
+                execution_id,
+                run_id,
+                version,
+                executor_id,
+                lock_expires_at,
+            )
+            .await
+    }
+
+    async fn append(
+        &self,
+        execution_id: &ExecutionId,
+        version: Version,
+        req: AppendRequest,
+    ) -> Result<Version, DbError> {
+        self.inner.append(execution_id, version, req).await
+    }
+
+    async fn append_batch_respond_to_parent(
+        &self,
+        execution_id: &ExecutionId,
+        created_at: DateTime<Utc>,
+        batch: Vec<ExecutionEventInner>,
+        version: Version,
+        parent_execution_id: &ExecutionId,
+        parent_response: JoinSetResponseEventOuter,
+    ) -> Result<Version, DbError> {
+        self.inner
+            .append_batch_respond_to_parent(
+                execution_id,
+                created_at,
+                batch,
+                version,
+                parent_execution_id,
+                parent_response,
+            )
+            .await
+    }
+
+    async fn wait_for_pending(
+        &self,
+        pending_at_or_sooner: DateTime<Utc>,
+        ffqns: Arc<[FunctionFqn]>,
+        max_wait: Duration,
+    ) {
+        let start_ms = wall_ms();
+        if self.print {
+            Out::line(format!("waiting {start_ms}"));
+        }
+        let started = Instant::now();
+        self.inner
+            .wait_for_pending(pending_at_or_sooner, ffqns, max_wait)
+            .await;
+        let timed_out = started.elapsed() >= max_wait;
+        self.counts.waits.fetch_add(1, Ordering::Relaxed);
+        let counter = if timed_out {
+            &self.counts.timed_out
+        } else {
+            &self.counts.early
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        if self.print {
+            let how = if timed_out { "timeout" } else { "early" };
+            Out::line(format!("waited {start_ms} {} {how}", wall_ms()));
+        }
+    }
+}
