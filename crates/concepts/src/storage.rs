@@ -243,6 +243,58 @@ impl CreateRequest {
     }
 }
 
+/// Checks the batch of `append_batch_create_new_execution`: every execution it creates must be
+/// announced by an event of the same batch, a child by a `ChildExecutionRequest` in the join
+/// set of its `parent` (which must be `execution_id`), a top-level execution by a `Schedule`.
+/// Every backend calls this, so a creation that no log explains is refused everywhere alike.
+pub fn validate_children_announced(
+    execution_id: &ExecutionId,
+    batch: &[ExecutionEventInner],
+    child_req: &[CreateRequest],
+) -> Result<(), ValidationError> {
+    for req in child_req {
+        let announced =
+            batch.iter().any(|event| {
+                let ExecutionEventInner::HistoryEvent { event } = event else {
+                    return false;
+                };
+                match (event, &req.parent) {
+                    (
+                        HistoryEvent::JoinSetRequest {
+                            join_set_id,
+                            request:
+                                crate::event::JoinSetRequest::ChildExecutionRequest {
+                                    child_execution_id,
+                                },
+                        },
+                        Some((parent_id, parent_join_set)),
+                    ) => {
+                        *child_execution_id == req.execution_id
+                            && parent_id == execution_id
+                            && parent_join_set == join_set_id
+                    }
+                    (
+                        HistoryEvent::Schedule {
+                            execution_id: scheduled,
+                            ..
+                        },
+                        None,
+                    ) => *scheduled == req.execution_id,
+                    _ => false,
+                }
+            });
+        if !announced {
+            return Err(ValidationError::InvalidRequest(format!(
+                "execution {} is created by {execution_id} without a matching \
+                 `ChildExecutionRequest` (for a child whose parent is {execution_id}) or \
+                 `Schedule` (for a top-level execution) event in the same batch",
+                req.execution_id
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// One event to append, with its time.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AppendRequest {

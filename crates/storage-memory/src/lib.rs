@@ -97,7 +97,7 @@ use concepts::{
     AppendRequest, ComponentId, CreateRequest, DbClient, DbConnection, DbError, DbExecutor,
     DbTimers, DbWorkflow, ExecutionEvent, ExecutionEventInner, ExecutionId, ExecutionLog,
     ExecutionSummary, ExecutorId, ExpiredDelay, ExpiredLock, ExpiredTimer, FinishedExecutionResult,
-    FunctionFqn, HistoryEvent, JoinSetRequest, JoinSetResponseEvent, JoinSetResponseEventOuter,
+    FunctionFqn, HistoryEvent, JoinSetResponseEvent, JoinSetResponseEventOuter,
     ListExecutionsFilter, Locked, LockedExecution, Pagination, PendingState, RunId,
     ValidationError, Version,
 };
@@ -212,54 +212,6 @@ fn stage_batch(
         version = tx.append(execution_id, version, created_at, event)?;
     }
     Ok(version)
-}
-
-/// Checks that every `CreateRequest` of `append_batch_create_new_execution` is announced by an
-/// event of the batch (see the crate docs).
-fn check_children_announced(
-    execution_id: &ExecutionId,
-    batch: &[ExecutionEventInner],
-    child_req: &[CreateRequest],
-) -> Result<(), DbError> {
-    for req in child_req {
-        let announced = batch.iter().any(|event| match (event, &req.parent) {
-            (
-                ExecutionEventInner::HistoryEvent {
-                    event:
-                        HistoryEvent::JoinSetRequest {
-                            join_set_id,
-                            request: JoinSetRequest::ChildExecutionRequest { child_execution_id },
-                        },
-                },
-                Some((parent_id, parent_join_set)),
-            ) => {
-                child_execution_id == &req.execution_id
-                    && parent_id == execution_id
-                    && parent_join_set == join_set_id
-            }
-            (
-                ExecutionEventInner::HistoryEvent {
-                    event:
-                        HistoryEvent::Schedule {
-                            execution_id: scheduled,
-                            ..
-                        },
-                },
-                None,
-            ) => scheduled == &req.execution_id,
-            _ => false,
-        });
-        if !announced {
-            return Err(ValidationError::InvalidRequest(format!(
-                "execution {} is created by {execution_id} without a matching \
-                 `ChildExecutionRequest` (for a child whose parent is {execution_id}) or \
-                 `Schedule` (for a top-level execution) event in the same batch",
-                req.execution_id
-            ))
-            .into());
-        }
-    }
-    Ok(())
 }
 
 #[async_trait]
@@ -454,7 +406,7 @@ impl DbWorkflow for MemoryStore {
         if batch.is_empty() {
             return Err(ValidationError::EmptyBatch("append_batch_create_new_execution").into());
         }
-        check_children_announced(execution_id, &batch, &child_req)?;
+        concepts::validate_children_announced(execution_id, &batch, &child_req)?;
         self.write(|tx| {
             let next_version = stage_batch(tx, execution_id, version, created_at, batch)?;
             for req in child_req {

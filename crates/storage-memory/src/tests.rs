@@ -5,8 +5,8 @@
 use super::*;
 use chrono::TimeZone;
 use concepts::{
-    DbErrorKind, DelayId, ExecutionIdTopLevel, ExecutionMetadata, JoinSetId, JoinSetResponse, Json,
-    SupportedFunctionReturnValue,
+    DbErrorKind, DelayId, ExecutionIdTopLevel, ExecutionMetadata, JoinSetId, JoinSetRequest,
+    JoinSetResponse, Json, SupportedFunctionReturnValue,
 };
 
 fn t0() -> DateTime<Utc> {

@@ -144,8 +144,8 @@ use concepts::{
     AppendRequest, ComponentId, CreateRequest, DbClient, DbConnection, DbError, DbExecutor,
     DbTimers, DbWorkflow, ExecutionEvent, ExecutionEventInner, ExecutionId, ExecutionLog,
     ExecutionSummary, ExecutorId, ExpiredTimer, FinishedExecutionResult, FunctionFqn, HistoryEvent,
-    JoinSetRequest, JoinSetResponseEvent, JoinSetResponseEventOuter, ListExecutionsFilter, Locked,
-    LockedExecution, Pagination, PendingState, RunId, ValidationError, Version,
+    JoinSetResponseEvent, JoinSetResponseEventOuter, ListExecutionsFilter, Locked, LockedExecution,
+    Pagination, PendingState, RunId, ValidationError, Version,
 };
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use error::{is_transaction_retriable, map_pg_error, map_pool_error};
@@ -343,54 +343,6 @@ impl PostgresStore {
             self.inner.hub.dispatch(&wakeup);
         }
     }
-}
-
-/// Checks that every `CreateRequest` of `append_batch_create_new_execution` is announced by an
-/// event of the batch: a child by its `ChildExecutionRequest` (same parent and join set), a
-/// top-level execution by a `Schedule`.
-fn check_children_announced(
-    execution_id: &ExecutionId,
-    batch: &[ExecutionEventInner],
-    child_req: &[CreateRequest],
-) -> Result<(), DbError> {
-    for req in child_req {
-        let announced = batch.iter().any(|event| {
-            let ExecutionEventInner::HistoryEvent { event } = event else {
-                return false;
-            };
-            match (event, &req.parent) {
-                (
-                    HistoryEvent::JoinSetRequest {
-                        join_set_id,
-                        request: JoinSetRequest::ChildExecutionRequest { child_execution_id },
-                    },
-                    Some((parent_id, parent_join_set)),
-                ) => {
-                    *child_execution_id == req.execution_id
-                        && parent_id == execution_id
-                        && parent_join_set == join_set_id
-                }
-                (
-                    HistoryEvent::Schedule {
-                        execution_id: scheduled,
-                        ..
-                    },
-                    None,
-                ) => *scheduled == req.execution_id,
-                _ => false,
-            }
-        });
-        if !announced {
-            return Err(ValidationError::InvalidRequest(format!(
-                "execution {} is created by {execution_id} without a matching \
-                 `ChildExecutionRequest` (for a child whose parent is {execution_id}) or \
-                 `Schedule` (for a top-level execution) event in the same batch",
-                req.execution_id
-            ))
-            .into());
-        }
-    }
-    Ok(())
 }
 
 /// Selects due executions for `lock_pending`.
@@ -661,7 +613,7 @@ impl DbWorkflow for PostgresStore {
         if batch.is_empty() {
             return Err(ValidationError::EmptyBatch("append_batch_create_new_execution").into());
         }
-        check_children_announced(execution_id, &batch, &child_req)?;
+        concepts::validate_children_announced(execution_id, &batch, &child_req)?;
         self.check_open()?;
         write_tx!(self, |tx| {
             let mut next_version = version;

@@ -5,7 +5,7 @@ use crate::{
     EffectiveSettings, SqliteConfig, SqliteOpenError,
     error::SqliteError,
     notify::{Horizon, Notifier},
-    ops::{self, WriteCtx},
+    ops::WriteCtx,
     reads, schema,
     writer::{self, FnCommand, Message},
 };
@@ -453,8 +453,7 @@ impl DbWorkflow for SqlitePool {
         if batch.is_empty() {
             return Err(ValidationError::EmptyBatch("append_batch_create_new_execution").into());
         }
-        ops::check_children_announced(execution_id, &batch, &child_req)
-            .map_err(|err| err.into_db_error(&self.inner.path))?;
+        concepts::validate_children_announced(execution_id, &batch, &child_req)?;
         let execution_id = execution_id.clone();
         self.write(move |ctx| {
             let next_version = ctx.append_batch(&execution_id, version, created_at, batch)?;

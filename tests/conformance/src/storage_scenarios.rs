@@ -47,6 +47,7 @@ macro_rules! storage_scenario_tests {
             s18_state_matches_derivation,
             s19_create_batch,
             s20_wait_for_pending_horizon_moves_on,
+            s21_unexplained_creations_and_repeated_delays_refused,
         );
     };
 }
@@ -2426,4 +2427,101 @@ pub async fn s20_wait_for_pending_horizon_moves_on<F: StoreFactory>(factory: &F)
         "woken after {waited:?}: the write's notification did not reach a waiter whose present \
          was 50 ms earlier than the writer's"
     );
+}
+
+/// S21 (beyond `SCENARIOS.md`): rules every backend applies alike to the requests of a
+/// workflow. A child created by `append_batch_create_new_execution` must be announced by a
+/// `ChildExecutionRequest` of the same batch in its own join set (else the log would not explain
+/// it), and a `DelayRequest` may not reuse a delay id the execution already requested (its
+/// response could not be told apart). Both are `InvalidRequest`, and nothing is written.
+pub async fn s21_unexplained_creations_and_repeated_delays_refused<F: StoreFactory>(factory: &F) {
+    let store = factory.fresh().await;
+    let db = store.db.as_ref();
+    let now = SimClock::epoch().now();
+    let parent = execution_id(1);
+    let kids = join_set("n:kids");
+    let other = join_set("n:other");
+    db.create(create_request(parent.clone(), ffqn("s21"), now))
+        .await
+        .expect("create");
+    let child = parent.next_level(&kids, 1);
+    let before = assert_state_matches_derivation(db, &parent).await;
+
+    // Not announced at all; announced in another join set; announced for another child.
+    for batch in [
+        vec![join_set_create(&kids)],
+        vec![
+            join_set_create(&other),
+            child_execution_request(&other, &child),
+        ],
+        vec![
+            join_set_create(&kids),
+            child_execution_request(&kids, &parent.next_level(&kids, 2)),
+        ],
+    ] {
+        let refused = db
+            .append_batch_create_new_execution(
+                now,
+                batch,
+                &parent,
+                Version(1),
+                vec![child_request(&parent, &kids, 1, ffqn("s21-child"), now)],
+            )
+            .await;
+        assert!(
+            matches!(
+                expect_validation(refused),
+                ValidationError::InvalidRequest(_)
+            ),
+            "an unannounced child is an invalid request"
+        );
+        expect_kind(db.get(&child).await, DbErrorKind::NotFound);
+        assert_eq!(assert_state_matches_derivation(db, &parent).await, before);
+    }
+
+    // Announced properly, it is created.
+    db.append_batch_create_new_execution(
+        now,
+        vec![
+            join_set_create(&kids),
+            child_execution_request(&kids, &child),
+        ],
+        &parent,
+        Version(1),
+        vec![child_request(&parent, &kids, 1, ffqn("s21-child"), now)],
+    )
+    .await
+    .expect("an announced child is created");
+    assert_state_matches_derivation(db, &child).await;
+
+    // A delay id used twice by one execution.
+    let sleeps = join_set("o:sleep");
+    let expires = plus(now, Duration::from_secs(5));
+    db.append_batch(
+        now,
+        vec![
+            join_set_create(&sleeps),
+            delay_request(&sleeps, delay_id(1), expires),
+        ],
+        &parent,
+        Version(3),
+    )
+    .await
+    .expect("the first request of the delay");
+    let before = assert_state_matches_derivation(db, &parent).await;
+    let repeated = db
+        .append(
+            &parent,
+            Version(5),
+            at_time(now, delay_request(&sleeps, delay_id(1), expires)),
+        )
+        .await;
+    assert!(
+        matches!(
+            expect_validation(repeated),
+            ValidationError::InvalidRequest(_)
+        ),
+        "a repeated delay id is an invalid request"
+    );
+    assert_eq!(assert_state_matches_derivation(db, &parent).await, before);
 }
