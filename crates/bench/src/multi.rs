@@ -16,7 +16,8 @@
 
 use crate::{BenchWorker, Measurement, counting::CountingDb, noop_requests};
 use anyhow::{Context, bail, ensure};
-use concepts::{DbConnection, ListExecutionsFilter, Pagination, PendingStateKind};
+use concepts::DbClientExt as _;
+use concepts::{DbConnection, ListExecutionsFilter, PendingStateKind};
 use executor::{ExecConfig, ExecTask, Now};
 use std::{
     io::{BufRead, BufReader, Write},
@@ -275,28 +276,11 @@ async fn until(
     Ok(())
 }
 
-/// How many executions are finished, by paging through them.
+/// How many executions are finished.
 async fn count_finished(db: &dyn DbConnection) -> anyhow::Result<usize> {
     let filter = ListExecutionsFilter {
         state: Some(PendingStateKind::Finished),
         ..ListExecutionsFilter::default()
     };
-    let mut count = 0;
-    let mut cursor = None;
-    loop {
-        let page = db
-            .list_executions(
-                filter.clone(),
-                Pagination {
-                    cursor: cursor.clone(),
-                    length: 1_000,
-                },
-            )
-            .await?;
-        let Some(last) = page.last() else {
-            return Ok(count);
-        };
-        cursor = Some((last.created_at, last.execution_id.clone()));
-        count += page.len();
-    }
+    Ok(db.list_all_executions(filter).await?.len())
 }

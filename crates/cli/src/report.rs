@@ -6,53 +6,22 @@
 //! a resume is computed from the same logs as one printed after an uninterrupted run.
 
 use chrono::{DateTime, Utc};
+use concepts::DbClientExt as _;
 use concepts::{
-    DbClient, DbError, ExecutionEventInner, ExecutionId, ExecutionLog, ExecutionSummary,
-    JoinSetResponse, ListExecutionsFilter, Pagination, PendingState, ResultKind, Version,
+    DbClient, DbError, ExecutionEventInner, ExecutionId, ExecutionLog, JoinSetResponse,
+    ListExecutionsFilter, PendingState, ResultKind, Version,
 };
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
-
-/// How many rows one `list_executions` page asks for.
-const PAGE: usize = 1_000;
-
-/// Every execution that matches `filter`, newest first, read page by page.
-///
-/// # Errors
-/// The store's error.
-pub async fn list_all(
-    db: &dyn DbClient,
-    filter: ListExecutionsFilter,
-) -> Result<Vec<ExecutionSummary>, DbError> {
-    let mut all = Vec::new();
-    let mut cursor = None;
-    loop {
-        let page = db
-            .list_executions(
-                filter.clone(),
-                Pagination {
-                    cursor,
-                    length: PAGE,
-                },
-            )
-            .await?;
-        let full = page.len() == PAGE;
-        cursor = page
-            .last()
-            .map(|last| (last.created_at, last.execution_id.clone()));
-        all.extend(page);
-        if !full {
-            return Ok(all);
-        }
-    }
-}
 
 /// The whole log of every execution in the store.
 ///
 /// # Errors
 /// The store's error.
 pub async fn load_logs(db: &dyn DbClient) -> Result<Vec<ExecutionLog>, DbError> {
-    let executions = list_all(db, ListExecutionsFilter::default()).await?;
+    let executions = db
+        .list_all_executions(ListExecutionsFilter::default())
+        .await?;
     let mut logs = Vec::with_capacity(executions.len());
     for execution in executions {
         logs.push(db.get(&execution.execution_id).await?);
@@ -100,7 +69,10 @@ impl StateCounts {
 /// The store's error.
 pub async fn count_states(db: &dyn DbClient) -> Result<StateCounts, DbError> {
     let mut counts = StateCounts::default();
-    for execution in list_all(db, ListExecutionsFilter::default()).await? {
+    for execution in db
+        .list_all_executions(ListExecutionsFilter::default())
+        .await?
+    {
         match execution.pending_state {
             PendingState::PendingAt { .. } if execution.next_version > Version(1) => {
                 let last = Version(execution.next_version.0 - 1);

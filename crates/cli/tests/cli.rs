@@ -2,7 +2,8 @@
 //! a demo killed with `SIGKILL` resumes and finishes every execution exactly once, and each
 //! kind of bad input gets one clear line on stderr and its documented exit code.
 
-use concepts::{DbClient, DbConnection, ExecutionEventInner, ListExecutionsFilter, Pagination};
+use concepts::DbClientExt as _;
+use concepts::{DbClient, DbConnection, ExecutionEventInner, ListExecutionsFilter};
 use serde_json::Value;
 use std::{
     path::{Path, PathBuf},
@@ -121,33 +122,18 @@ fn finished_events_per_execution(db_path: &Path) -> Vec<(String, usize)> {
             .await
             .expect("open");
         let mut counts = Vec::new();
-        let mut cursor = None;
-        loop {
-            let page = db
-                .list_executions(
-                    ListExecutionsFilter::default(),
-                    Pagination {
-                        cursor: cursor.clone(),
-                        length: 500,
-                    },
-                )
-                .await
-                .expect("list");
-            for row in &page {
-                let log = db.get(&row.execution_id).await.expect("get");
-                let finished = log
-                    .events
-                    .iter()
-                    .filter(|event| matches!(event.event, ExecutionEventInner::Finished { .. }))
-                    .count();
-                counts.push((row.execution_id.to_string(), finished));
-            }
-            match page.last() {
-                Some(last) if page.len() == 500 => {
-                    cursor = Some((last.created_at, last.execution_id.clone()));
-                }
-                _ => break,
-            }
+        let all = db
+            .list_all_executions(ListExecutionsFilter::default())
+            .await
+            .expect("list");
+        for row in all {
+            let log = db.get(&row.execution_id).await.expect("get");
+            let finished = log
+                .events
+                .iter()
+                .filter(|event| matches!(event.event, ExecutionEventInner::Finished { .. }))
+                .count();
+            counts.push((row.execution_id.to_string(), finished));
         }
         db.close().await;
         counts

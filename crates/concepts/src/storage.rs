@@ -243,15 +243,20 @@ impl CreateRequest {
     }
 }
 
-/// Checks the batch of `append_batch_create_new_execution`: every execution it creates must be
-/// announced by an event of the same batch, a child by a `ChildExecutionRequest` in the join
+/// Checks the request of `append_batch_create_new_execution`: the batch is not empty, and every
+/// execution it creates is announced by an event of the same batch, a child by a `ChildExecutionRequest` in the join
 /// set of its `parent` (which must be `execution_id`), a top-level execution by a `Schedule`.
 /// Every backend calls this, so a creation that no log explains is refused everywhere alike.
-pub fn validate_children_announced(
+pub fn validate_batch_create_new_execution(
     execution_id: &ExecutionId,
     batch: &[ExecutionEventInner],
     child_req: &[CreateRequest],
 ) -> Result<(), ValidationError> {
+    if batch.is_empty() {
+        return Err(ValidationError::EmptyBatch(
+            "append_batch_create_new_execution",
+        ));
+    }
     for req in child_req {
         let announced =
             batch.iter().any(|event| {
@@ -614,6 +619,42 @@ pub trait DbClient: Send + Sync {
         timeout: Option<Duration>,
     ) -> Result<FinishedExecutionResult, DbError>;
 }
+
+/// Conveniences over [`DbClient`], for every client (blanket impl).
+#[async_trait]
+pub trait DbClientExt: DbClient {
+    /// Every execution that matches `filter`, newest first, read page by page (1,000 rows a
+    /// page). Meant for tools and tests: it holds the whole list in memory.
+    async fn list_all_executions(
+        &self,
+        filter: ListExecutionsFilter,
+    ) -> Result<Vec<ExecutionSummary>, DbError> {
+        const PAGE: usize = 1_000;
+        let mut all = Vec::new();
+        let mut cursor = None;
+        loop {
+            let page = self
+                .list_executions(
+                    filter.clone(),
+                    Pagination {
+                        cursor,
+                        length: PAGE,
+                    },
+                )
+                .await?;
+            let full = page.len() == PAGE;
+            cursor = page
+                .last()
+                .map(|last| (last.created_at, last.execution_id.clone()));
+            all.extend(page);
+            if !full {
+                return Ok(all);
+            }
+        }
+    }
+}
+
+impl<T: DbClient + ?Sized> DbClientExt for T {}
 
 /// A whole storage backend: every trait above plus `close`.
 ///

@@ -403,10 +403,7 @@ impl DbWorkflow for MemoryStore {
         version: Version,
         child_req: Vec<CreateRequest>,
     ) -> Result<Version, DbError> {
-        if batch.is_empty() {
-            return Err(ValidationError::EmptyBatch("append_batch_create_new_execution").into());
-        }
-        concepts::validate_children_announced(execution_id, &batch, &child_req)?;
+        concepts::validate_batch_create_new_execution(execution_id, &batch, &child_req)?;
         self.write(|tx| {
             let next_version = stage_batch(tx, execution_id, version, created_at, batch)?;
             for req in child_req {

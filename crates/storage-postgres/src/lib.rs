@@ -610,10 +610,7 @@ impl DbWorkflow for PostgresStore {
         version: Version,
         child_req: Vec<CreateRequest>,
     ) -> Result<Version, DbError> {
-        if batch.is_empty() {
-            return Err(ValidationError::EmptyBatch("append_batch_create_new_execution").into());
-        }
-        concepts::validate_children_announced(execution_id, &batch, &child_req)?;
+        concepts::validate_batch_create_new_execution(execution_id, &batch, &child_req)?;
         self.check_open()?;
         write_tx!(self, |tx| {
             let mut next_version = version;

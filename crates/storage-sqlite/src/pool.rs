@@ -450,10 +450,7 @@ impl DbWorkflow for SqlitePool {
         version: Version,
         child_req: Vec<CreateRequest>,
     ) -> Result<Version, DbError> {
-        if batch.is_empty() {
-            return Err(ValidationError::EmptyBatch("append_batch_create_new_execution").into());
-        }
-        concepts::validate_children_announced(execution_id, &batch, &child_req)?;
+        concepts::validate_batch_create_new_execution(execution_id, &batch, &child_req)?;
         let execution_id = execution_id.clone();
         self.write(move |ctx| {
             let next_version = ctx.append_batch(&execution_id, version, created_at, batch)?;

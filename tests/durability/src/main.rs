@@ -36,6 +36,7 @@
 use anyhow::{Context, bail, ensure};
 use async_trait::async_trait;
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use concepts::DbClientExt as _;
 use concepts::{
     ClockFn, ComponentId, CreateRequest, DbConnection, DbError, ExecutionId, ExecutionIdTopLevel,
     ExecutionMetadata, FunctionFqn, Json, ListExecutionsFilter, Pagination, PendingStateKind,
@@ -63,8 +64,6 @@ const FFQN: &str = "durability:node/work@1.0.0.noop";
 /// that two nodes submitting at once collide (one of them gets `Duplicate`) instead of both
 /// submitting.
 const ID_MS: u64 = 1_700_000_000_000;
-/// How many rows one `list_executions` call returns.
-const PAGE: usize = 1_000;
 
 mod traced;
 
@@ -310,8 +309,7 @@ async fn submit_if_empty(
     }
 }
 
-/// Every execution (`state: None`) or every execution in `state`, by paging through
-/// `list_executions`.
+/// Every execution id in `state` (every one for `None`).
 async fn list_ids(
     db: &dyn DbConnection,
     state: Option<PendingStateKind>,
@@ -320,28 +318,11 @@ async fn list_ids(
         state,
         ..ListExecutionsFilter::default()
     };
-    let mut ids = Vec::new();
-    let mut cursor = None;
-    loop {
-        let page = db
-            .list_executions(
-                filter.clone(),
-                Pagination {
-                    cursor: cursor.clone(),
-                    length: PAGE,
-                },
-            )
-            .await?;
-        let Some(last) = page.last() else {
-            return Ok(ids);
-        };
-        cursor = Some((last.created_at, last.execution_id.clone()));
-        let full = page.len() == PAGE;
-        ids.extend(page.into_iter().map(|summary| summary.execution_id));
-        if !full {
-            return Ok(ids);
-        }
-    }
+    let all = db.list_all_executions(filter).await?;
+    Ok(all
+        .into_iter()
+        .map(|summary| summary.execution_id)
+        .collect())
 }
 
 async fn run(args: RunArgs) -> anyhow::Result<()> {

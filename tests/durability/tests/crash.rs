@@ -24,9 +24,10 @@
 //! (a fresh database per test); without it that test prints `SKIPPED: ...` and passes, except
 //! under `CI=true`, where it fails.
 
+use concepts::DbClientExt as _;
 use concepts::{
-    DbConnection, ExecutionEventInner, ExecutionId, Json, ListExecutionsFilter, Pagination,
-    PendingStateKind, SupportedFunctionReturnValue, Version, derive_pending_state,
+    DbConnection, ExecutionEventInner, ExecutionId, Json, ListExecutionsFilter, PendingStateKind,
+    SupportedFunctionReturnValue, Version, derive_pending_state,
 };
 use std::{
     collections::HashSet,
@@ -352,31 +353,18 @@ impl Node {
     }
 }
 
-/// Every execution id in the store.
+/// Every execution id in `state` (every one for `None`).
 async fn all_ids(db: &dyn DbConnection, state: Option<PendingStateKind>) -> Vec<ExecutionId> {
     let filter = ListExecutionsFilter {
         state,
         ..ListExecutionsFilter::default()
     };
-    let mut ids = Vec::new();
-    let mut cursor = None;
-    loop {
-        let page = db
-            .list_executions(
-                filter.clone(),
-                Pagination {
-                    cursor: cursor.clone(),
-                    length: 1_000,
-                },
-            )
-            .await
-            .expect("list_executions");
-        let Some(last) = page.last() else {
-            return ids;
-        };
-        cursor = Some((last.created_at, last.execution_id.clone()));
-        ids.extend(page.into_iter().map(|summary| summary.execution_id));
-    }
+    db.list_all_executions(filter)
+        .await
+        .expect("list_executions")
+        .into_iter()
+        .map(|summary| summary.execution_id)
+        .collect()
 }
 
 /// What a crash image holds.

@@ -39,6 +39,7 @@
 //! Without `STELE_TEST_POSTGRES_URL` the test prints `SKIPPED: ...` and passes, except under
 //! `CI=true`, where it fails.
 
+use concepts::DbClientExt as _;
 use concepts::{
     ClockFn, ComponentId, CreateRequest, DbConnection, ExecutionEventInner, ExecutionId,
     ExecutionIdTopLevel, ExecutionMetadata, ExecutorId, FunctionFqn, Json, ListExecutionsFilter,
@@ -382,25 +383,12 @@ async fn all_ids(db: &dyn DbConnection, state: Option<PendingStateKind>) -> Vec<
         state,
         ..ListExecutionsFilter::default()
     };
-    let mut ids = Vec::new();
-    let mut cursor = None;
-    loop {
-        let page = db
-            .list_executions(
-                filter.clone(),
-                Pagination {
-                    cursor: cursor.clone(),
-                    length: 1_000,
-                },
-            )
-            .await
-            .expect("list_executions");
-        let Some(last) = page.last() else {
-            return ids;
-        };
-        cursor = Some((last.created_at, last.execution_id.clone()));
-        ids.extend(page.into_iter().map(|summary| summary.execution_id));
-    }
+    db.list_all_executions(filter)
+        .await
+        .expect("list_executions")
+        .into_iter()
+        .map(|summary| summary.execution_id)
+        .collect()
 }
 
 /// Whether any execution is in `state` (one row is enough).

@@ -13,6 +13,7 @@ use cli::{
     },
     workload::{self, DemoFunction, DemoFunctions},
 };
+use concepts::DbClientExt as _;
 use concepts::{ClockFn, DbConnection, ListExecutionsFilter, PendingStateKind};
 use executor::{ExecConfig, ExecTask, ExecutorTaskHandle, Now, Worker};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -202,7 +203,8 @@ async fn check_functions(
     functions: &DemoFunctions,
     url: &DatabaseUrl,
 ) -> Result<(), CliError> {
-    let all = report::list_all(db, ListExecutionsFilter::default())
+    let all = db
+        .list_all_executions(ListExecutionsFilter::default())
         .await
         .map_err(db_error("cannot read the workload"))?;
     let foreign = all.iter().find(|execution| {
