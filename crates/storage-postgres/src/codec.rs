@@ -1,11 +1,72 @@
 //! Conversions between domain values and column values: timestamps as microseconds (plus the
-//! sub-microsecond remainder), versions and counters as `BIGINT`, payloads as JSON text.
+//! sub-microsecond remainder), versions and counters as `BIGINT`, payloads as JSON text, and
+//! the state row of an execution.
 
-use crate::error::corrupt;
+use crate::error::{corrupt, map_pg_error};
 use chrono::{DateTime, Utc};
-use concepts::{DbError, PendingState, Version};
+use concepts::{
+    DbError, ExecutionId, ExecutionState, JoinSetId, PendingState, Version, kernel::ExecutionRow,
+};
 use serde::{Serialize, de::DeserializeOwned};
 use std::time::Duration;
+use tokio_postgres::{Row, types::FromSql};
+
+/// The columns of `t_execution` that [`execution_row`] reads, in order.
+macro_rules! execution_columns {
+    () => {
+        "execution_id, ffqn, next_version, state_json, temporary_event_count, response_count, \
+         max_retries, retry_exp_backoff_ns, parent_execution_id, parent_join_set_id"
+    };
+}
+pub(crate) use execution_columns;
+
+/// Column `idx` of `row`.
+pub(crate) fn column<'a, T: FromSql<'a>>(row: &'a Row, idx: usize) -> Result<T, DbError> {
+    row.try_get(idx).map_err(map_pg_error)
+}
+
+/// An execution id read from a column.
+pub(crate) fn parse_execution_id(id: &str) -> Result<ExecutionId, DbError> {
+    id.parse()
+        .map_err(|e| corrupt(format!("execution id `{id}`: {e}")))
+}
+
+/// A join set id read from a column.
+pub(crate) fn parse_join_set_id(id: &str) -> Result<JoinSetId, DbError> {
+    id.parse()
+        .map_err(|e| corrupt(format!("join set id `{id}`: {e}")))
+}
+
+/// The state row of an execution, from the columns of [`execution_columns!`].
+pub(crate) fn execution_row(row: &Row) -> Result<ExecutionRow, DbError> {
+    let execution_id = parse_execution_id(column(row, 0)?)?;
+    let ffqn: &str = column(row, 1)?;
+    let ffqn = ffqn
+        .parse()
+        .map_err(|e| corrupt(format!("ffqn `{ffqn}` of {execution_id}: {e:?}")))?;
+    let parent_id: Option<&str> = column(row, 8)?;
+    let parent_join_set: Option<&str> = column(row, 9)?;
+    let parent = match (parent_id, parent_join_set) {
+        (Some(parent_id), Some(join_set_id)) => Some((
+            parse_execution_id(parent_id)?,
+            parse_join_set_id(join_set_id)?,
+        )),
+        _ => None,
+    };
+    Ok(ExecutionRow {
+        ffqn,
+        state: ExecutionState {
+            next_version: Version(i64_to_u32(column(row, 2)?, "next_version")?),
+            pending_state: from_json(column(row, 3)?, "pending state")?,
+        },
+        temporary_event_count: i64_to_u32(column(row, 4)?, "temporary_event_count")?,
+        response_count: i64_to_count(column(row, 5)?, "response_count")?,
+        max_retries: i64_to_u32(column(row, 6)?, "max_retries")?,
+        retry_exp_backoff: nanos_to_duration(column(row, 7)?)?,
+        parent,
+        execution_id,
+    })
+}
 
 /// Microseconds since the Unix epoch, rounded down. Every `DateTime<Utc>` fits.
 pub(crate) fn micros(at: DateTime<Utc>) -> i64 {

@@ -37,12 +37,13 @@
 //!   `(created_at, created_at_ns, execution_id)` serves `list_executions`.
 //! - `t_event`: the log, keyed by `(execution_id, version)`, each event as JSON text.
 //! - `t_response`: responses keyed by `(execution_id, idx)` where `idx` is the arrival order,
-//!   with `join_set_idx`, the order within the join set. Duplicates are refused by partial
-//!   unique indexes on `(execution_id, delay_id) WHERE delay_id IS NOT NULL` and
-//!   `(execution_id, child_execution_id) WHERE child_execution_id IS NOT NULL` (a constraint
-//!   over nullable columns would let duplicates through).
-//! - `t_join_set`: per execution and join set, the `JoinNext` and response counts, so that the
-//!   state transitions need no scan of the log.
+//!   with `join_set_idx`, the order within the join set. Partial unique indexes on
+//!   `(execution_id, delay_id) WHERE delay_id IS NOT NULL` and
+//!   `(execution_id, child_execution_id) WHERE child_execution_id IS NOT NULL` back up the
+//!   kernel's duplicate check (a constraint over nullable columns would let duplicates
+//!   through).
+//! - `t_join_set`: per execution and join set, the `JoinNext` and response counts, so that a
+//!   write needs no scan of the log.
 //! - `t_delay`: every requested delay, with `is_open` until its `DelayFinished` is stored; a
 //!   partial index on open delays' `(expires_at, execution_id)` serves expired delays.
 //!
@@ -52,37 +53,44 @@
 //! so ties order byte-wise like `ExecutionId`'s `Ord` on every server locale. Payloads are JSON
 //! text, not `JSONB`: `JSONB` would reorder the keys of parameters and results.
 //!
-//! # Writes and locking
+//! # Writes
 //!
-//! Every write is one `READ COMMITTED` transaction. Each execution it touches is locked with
-//! `SELECT ... FOR UPDATE` before it is read, so concurrent writes to one execution serialize
-//! and every read-validate-write sees the latest state. Validation and state transitions are
-//! those of every backend: `concepts::ExecutionState::{validate_append, after_append,
-//! after_response}`; then the staged rows are written with a few multi-row `UNNEST`
-//! statements sent in one pipeline over prepared statements cached per connection.
+//! Every write follows the protocol of [`concepts::kernel`], which owns every rule: the
+//! request names its [`Keys`](concepts::kernel::Keys), this backend loads them into a
+//! [`Snapshot`](concepts::kernel::Snapshot), the kernel plans, this backend persists the plan
+//! and, once committed, hands its wake-ups on. What this backend does is the loading, the
+//! locking and the writing, each one `READ COMMITTED` transaction:
 //!
-//! - `lock_pending` selects due executions with `FOR UPDATE SKIP LOCKED`, ordered by
-//!   `(pending_at, execution_id)`, `LIMIT batch_size`, and locks the whole batch in the same
-//!   transaction, all or nothing. Two processes never lock the same execution: a row locked by
-//!   another transaction is skipped, and one that another transaction already moved out of
-//!   `PendingAt` no longer matches when re-checked.
-//! - A response is stored under its receiver's row lock, which assigns its index: what the
-//!   k-th `JoinNext` of a join set sees never changes afterwards, even when children finish
-//!   concurrently.
-//! - A child finishing locks itself, then its parent; nothing locks a parent and then one of
-//!   its existing children, so these never deadlock. A deadlock or serialization failure that
-//!   happens anyway (overlapping `create_batch` calls) is retried internally
+//! - **Load.** The `BEGIN` and every load the keys ask for go out in one pipeline: the rows of
+//!   the executions written or created, with one `SELECT ... WHERE execution_id = ANY($1)
+//!   ORDER BY execution_id FOR UPDATE`; then, each with one statement and only when the keys
+//!   name any, the join-set counters with the times of the responses the next `JoinNext`
+//!   events consume, the delays, and the child responses. The server runs a pipeline in
+//!   order, so every read after the row locks sees the latest committed state.
+//! - **Lock.** Every write that waits for row locks takes them in id order, so writes never
+//!   wait for each other in a circle (a finishing child and its parent: the parent's id is a
+//!   prefix of the child's). `lock_pending` never waits: it finds due executions with
+//!   `FOR UPDATE SKIP LOCKED`, ordered by `(pending_at, execution_id)`, `LIMIT batch_size`, so
+//!   two processes never lock the same execution (a row another transaction holds is
+//!   skipped, one it moved out of `PendingAt` no longer matches when re-checked); a second
+//!   pipeline loads the logs of what it found. A deadlock or serialization failure that
+//!   happens anyway (overlapping `create_batch` calls of two processes) is retried
 //!   ([`PostgresConfig::max_transaction_retries`] times) and then returned as retriable.
+//! - **Persist.** The plan's changes are written with a few multi-row `UNNEST` statements, one
+//!   per table and kind of change, sent in one pipeline over prepared statements cached per
+//!   connection, then `COMMIT`. A response is stored under its receiver's row lock, so its
+//!   index never changes afterwards, even when children finish concurrently.
 //! - Reads of several tables (`get`) run in one `REPEATABLE READ READ ONLY` transaction.
 //!
 //! # Notifications
 //!
-//! Each committed write publishes what it changed on the channel `stele`:
+//! The waits (`wait_for_pending`, `subscribe_to_next_responses`, `wait_for_finished_result`)
+//! use the kernel's [`WaiterHub`](concepts::kernel::WaiterHub). A committed write hands its
+//! wake-ups to this process's hub and publishes them on the channel `stele`:
 //! `p:<micros>:<ffqn>` when an execution of that function became pending at that time (one per
 //! function and transaction, the earliest), `r:<execution id>` when its responses grew,
-//! `f:<execution id>` when it finished. Each store keeps one dedicated listener connection
-//! (`LISTEN stele`) that dispatches them to the waiters of its process; the writer also wakes
-//! its own process's waiters right after the commit.
+//! `f:<execution id>` when it finished, `*` for "anything may have happened". Each store keeps
+//! one dedicated listener connection (`LISTEN stele`) that delivers what it hears to its hub.
 //!
 //! The `pg_notify` calls run right after the write's `COMMIT`, on the same connection, in a
 //! one-statement transaction of their own with `synchronous_commit` off: a notification is
@@ -92,10 +100,7 @@
 //! 5,000 concurrent `Finished` appends took 2.7x longer). If the process dies between the
 //! commit and the notification, that one hint is lost, which the contract allows.
 //!
-//! `wait_for_pending`, `subscribe_to_next_responses` and `wait_for_finished_result` register
-//! before they check the database (no lost wake-up), check again after every wake-up (a
-//! notification may be late or meant for another time), and remove their registration however
-//! they leave. A lost listener connection is reopened with exponential backoff
+//! A lost listener connection is reopened with exponential backoff
 //! ([`PostgresConfig::listener_min_backoff`] to [`PostgresConfig::listener_max_backoff`]); after
 //! each (re)connection every waiter is woken once, since anything may have been missed.
 //! Notifications stay hints: executors still poll every `tick_sleep`.
@@ -103,31 +108,25 @@
 //! # Errors
 //!
 //! Driver errors are mapped in one place: SQLSTATE `23505` (unique violation) becomes
-//! [`concepts::DbError::Duplicate`] with the kind named by the constraint, `40001` / `40P01`
-//! a retriable backend error, a lost connection [`concepts::DbError::Connection`], a closed
+//! [`concepts::DbError::Duplicate`] with the kind named by the constraint (the backstop for
+//! two processes creating or answering the same thing at once), `40001` / `40P01` a
+//! retriable backend error, a lost connection [`concepts::DbError::Connection`], a closed
 //! store [`concepts::DbError::Closed`], anything else a backend error carrying the server's
-//! message and SQLSTATE. Validation errors come from `concepts` and are the same as on every
-//! other backend.
-//!
-//! # Choices where the contract leaves room
-//!
-//! The same as the in-memory backend's: `lock_pending` refuses an expiry at or before
-//! `now` even when nothing is due, and fails as a whole if a selected execution cannot be
-//! locked at `now`; `append_batch` requires every execution it creates to be announced by a
-//! `ChildExecutionRequest` or `Schedule` event of the batch; a second `DelayRequest` with the
-//! same delay id is `InvalidRequest`. Timestamps are compared at microsecond precision in SQL (the exact
-//! value decides where a row is read back).
+//! message and SQLSTATE. Every other error comes from the kernel, the same as on every other
+//! backend. Timestamps are compared at microsecond precision in SQL; the exact value decides
+//! where a row is read back (the order of due executions and expired leases).
 
 pub mod admin;
 mod codec;
 mod config;
 mod error;
+mod load;
 mod notify;
+mod persist;
 mod reads;
 mod schema;
 #[cfg(test)]
 mod tests;
-mod tx;
 
 pub use config::{
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_POOL_SIZE, DEFAULT_STATEMENT_TIMEOUT, PostgresConfig,
@@ -138,17 +137,17 @@ pub use schema::SCHEMA_VERSION;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use codec::micros;
 use concepts::{
     AppendBatchRequest, CreateRequest, DbClient, DbConnection, DbError, DbExecutor, DbTimers,
-    DbWorkflow, ExecutionEvent, ExecutionEventInner, ExecutionId, ExecutionLog, ExecutionSummary,
-    ExpiredTimer, FinishedExecutionResult, FunctionFqn, JoinSetResponseEvent,
-    JoinSetResponseEventOuter, ListExecutionsFilter, LockPendingRequest, Locked, LockedExecution,
-    OutcomeWrite, Pagination, RunId, ValidationError, Version,
+    DbWorkflow, ExecutionEvent, ExecutionId, ExecutionLog, ExecutionSummary, ExpiredTimer,
+    FinishedExecutionResult, FunctionFqn, JoinSetResponseEvent, JoinSetResponseEventOuter,
+    ListExecutionsFilter, LockPendingRequest, LockedExecution, OutcomeWrite, Pagination, Version,
+    kernel::{self, Keys, Snapshot, WaiterCounts, WaiterHub, WritePlan, WriteRequest},
 };
-use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use deadpool_postgres::{
+    ClientWrapper, Manager, ManagerConfig, Object, Pool, RecyclingMethod, Runtime,
+};
 use error::{is_transaction_retriable, map_pg_error, map_pool_error};
-use notify::{Hub, Wakeups};
 use std::{
     sync::{
         Arc, Mutex, PoisonError,
@@ -157,7 +156,6 @@ use std::{
     time::Duration,
 };
 use tokio::{sync::watch, task::JoinHandle};
-use tx::{ExecRow, PgTx, exec_columns};
 
 /// A store on one PostgreSQL database. Clones share the pool and the listener.
 #[derive(Clone)]
@@ -168,7 +166,7 @@ pub struct PostgresStore {
 struct Inner {
     pool: Pool,
     config: PostgresConfig,
-    hub: Arc<Hub>,
+    hub: Arc<WaiterHub>,
     closed: AtomicBool,
     shutdown: watch::Sender<bool>,
     listener_state: watch::Receiver<ListenerState>,
@@ -192,46 +190,45 @@ impl std::fmt::Debug for PostgresStore {
     }
 }
 
-/// Runs `$body` (which stages changes on `$tx`) in a write transaction, flushes, commits and
-/// wakes this process's waiters; a deadlock or serialization failure runs it again. The body
-/// may run more than once, so it only borrows its inputs.
-macro_rules! write_tx {
-    ($store:expr, |$tx:ident| $body:block) => {{
-        let store: &PostgresStore = $store;
-        let mut attempt: u32 = 0;
-        loop {
-            let result = async {
-                let mut client = store.client().await?;
-                let (value, wakeups) = {
-                    let db_tx = client.transaction().await.map_err(map_pg_error)?;
-                    #[allow(unused_mut)]
-                    let mut $tx = PgTx::new(&db_tx);
-                    let value = $body;
-                    let wakeups = $tx.flush().await?;
-                    db_tx.commit().await.map_err(map_pg_error)?;
-                    (value, wakeups)
-                };
-                // Committed: from here on nothing turns the call into an error.
-                notify::publish(&client, &wakeups).await;
-                Ok::<_, DbError>((value, wakeups))
-            }
-            .await;
-            match result {
-                Ok((value, wakeups)) => {
-                    store.wake_local(&wakeups);
-                    break Ok(value);
-                }
-                Err(e)
-                    if attempt < store.inner.config.max_transaction_retries
-                        && is_transaction_retriable(&e) =>
-                {
-                    attempt += 1;
-                    tracing::debug!(attempt, error = %e, "retrying a transaction");
-                }
-                Err(e) => break Err(e),
-            }
+/// A pooled connection inside a write transaction, from the `BEGIN` that goes out with the
+/// first loads to its `COMMIT` or `ROLLBACK`. Dropped in between (a caller that gave up on
+/// the write), it takes the connection out of the pool: closing the session ends the
+/// transaction, and no open transaction is ever handed to the next caller.
+struct WriteTx {
+    /// `None` only once `commit` or `rollback` took it.
+    client: Option<Object>,
+}
+
+impl WriteTx {
+    fn client(&self) -> &ClientWrapper {
+        self.client
+            .as_deref()
+            .expect("only `commit` and `rollback` take the connection, and they consume self")
+    }
+
+    /// Commits; returns the connection, to publish the notifications on.
+    async fn commit(mut self) -> Result<Object, DbError> {
+        let client = self.client.take().expect("taken by nothing else");
+        client.batch_execute("COMMIT").await.map_err(map_pg_error)?;
+        Ok(client)
+    }
+
+    /// Rolls back; a connection that cannot even do that leaves the pool.
+    async fn rollback(mut self) {
+        let client = self.client.take().expect("taken by nothing else");
+        if let Err(e) = client.batch_execute("ROLLBACK").await {
+            tracing::debug!(error = %e, "cannot roll back; dropping the connection");
+            drop(Object::take(client));
         }
-    }};
+    }
+}
+
+impl Drop for WriteTx {
+    fn drop(&mut self) {
+        if let Some(client) = self.client.take() {
+            drop(Object::take(client));
+        }
+    }
 }
 
 impl PostgresStore {
@@ -258,7 +255,7 @@ impl PostgresStore {
             let mut client = pool.get().await.map_err(map_pool_error)?;
             schema::migrate(&mut client).await?;
         }
-        let hub = Arc::new(Hub::default());
+        let hub = Arc::new(WaiterHub::new());
         let (state_tx, mut state_rx) = watch::channel(ListenerState::default());
         let (shutdown_tx, shutdown_rx) = watch::channel(false);
         let task = tokio::spawn(notify::run_listener(
@@ -317,10 +314,9 @@ impl PostgresStore {
         self.inner.listener_state.clone()
     }
 
-    /// The number of registered waiters: `(wait_for_pending, subscribe_to_next_responses,
-    /// wait_for_finished_result)`.
+    /// The number of registered waiters of each kind.
     #[must_use]
-    pub fn waiter_counts(&self) -> (usize, usize, usize) {
+    pub fn waiter_counts(&self) -> WaiterCounts {
         self.inner.hub.counts()
     }
 
@@ -332,141 +328,89 @@ impl PostgresStore {
         }
     }
 
-    async fn client(&self) -> Result<deadpool_postgres::Object, DbError> {
+    async fn client(&self) -> Result<Object, DbError> {
         self.check_open()?;
         self.inner.pool.get().await.map_err(map_pool_error)
     }
 
-    fn wake_local(&self, wakeups: &Wakeups) {
-        for wakeup in wakeups.to_vec() {
-            self.inner.hub.dispatch(&wakeup);
+    /// One write, as [`concepts::kernel`] describes it; a deadlock or serialization failure
+    /// runs it again from the load.
+    async fn write(&self, request: WriteRequest) -> Result<WritePlan, DbError> {
+        self.check_open()?;
+        let keys = request.keys()?;
+        if keys
+            .due
+            .as_ref()
+            .is_some_and(|due| due.limit == 0 || due.ffqns.is_empty())
+        {
+            // Nothing can be due: the empty snapshot is the answer, without a round trip.
+            return kernel::plan(&Snapshot::default(), request);
         }
+        let mut attempt: u32 = 0;
+        loop {
+            match self.write_once(&keys, &request).await {
+                Err(e)
+                    if attempt < self.inner.config.max_transaction_retries
+                        && is_transaction_retriable(&e) =>
+                {
+                    attempt += 1;
+                    tracing::debug!(attempt, error = %e, "retrying a transaction");
+                }
+                result => return result,
+            }
+        }
+    }
+
+    async fn write_once(&self, keys: &Keys, request: &WriteRequest) -> Result<WritePlan, DbError> {
+        let tx = WriteTx {
+            client: Some(self.client().await?),
+        };
+        let planned = async {
+            let snapshot = load::begin_and_load(tx.client(), keys).await?;
+            let plan = kernel::plan(&snapshot, request.clone())?;
+            persist::persist(tx.client(), &plan).await?;
+            Ok::<_, DbError>(plan)
+        }
+        .await;
+        let plan = match planned {
+            Ok(plan) => plan,
+            Err(e) => {
+                tx.rollback().await;
+                return Err(e);
+            }
+        };
+        let client = tx.commit().await?;
+        // Committed: from here on nothing turns the call into an error.
+        self.inner.hub.deliver(&plan.wakeups);
+        notify::publish(&client, &notify::payloads(&plan.wakeups)).await;
+        Ok(plan)
+    }
+
+    async fn any_due(&self, at: DateTime<Utc>, ffqns: &[FunctionFqn]) -> Result<bool, DbError> {
+        let client = self.client().await?;
+        reads::any_due(&client, at, ffqns).await
     }
 }
 
-/// Selects due executions for `lock_pending`.
-const SELECT_DUE: &str = concat!(
-    "SELECT ",
-    exec_columns!(),
-    " FROM t_execution WHERE pending_at IS NOT NULL AND pending_at <= $1 AND ffqn = ANY($2) \
-     ORDER BY pending_at, execution_id LIMIT $3 FOR UPDATE SKIP LOCKED"
-);
+/// The version a write that names one returns.
+fn next_version(plan: WritePlan) -> Result<Version, DbError> {
+    plan.next_version.ok_or_else(|| {
+        DbError::Backend(concepts::BackendError {
+            message: "the kernel planned no next version for a write that returns one".into(),
+            retriable: false,
+            source: None,
+        })
+    })
+}
 
 #[async_trait]
 impl DbExecutor for PostgresStore {
     async fn lock_pending(&self, req: LockPendingRequest) -> Result<Vec<LockedExecution>, DbError> {
-        let LockPendingRequest {
-            batch_size,
-            pending_at_or_sooner,
-            ffqns,
-            now,
-            component_id,
-            executor_id,
-            lock_expires_at,
-        } = req;
-        self.check_open()?;
-        if lock_expires_at <= now {
-            return Err(ValidationError::InvalidExpiryDate {
-                lock_expires_at,
-                now,
-            }
-            .into());
-        }
-        if batch_size == 0 || ffqns.is_empty() {
-            return Ok(Vec::new());
-        }
-        let ffqn_names: Vec<String> = ffqns.iter().map(ToString::to_string).collect();
-        let limit = i64::try_from(batch_size).unwrap_or(i64::MAX);
-        let at = micros(pending_at_or_sooner);
-        write_tx!(self, |tx| {
-            let client = tx.client();
-            let stmt = client
-                .prepare_cached(SELECT_DUE)
-                .await
-                .map_err(map_pg_error)?;
-            let rows = client
-                .query(&stmt, &[&at, &ffqn_names, &limit])
-                .await
-                .map_err(map_pg_error)?;
-            let mut due = Vec::with_capacity(rows.len());
-            for row in &rows {
-                let row = ExecRow::from_row(row)?;
-                // SQL compares microseconds; the exact time decides.
-                if let Some(pending_at) = row.state.pending_state.pending_at()
-                    && pending_at <= pending_at_or_sooner
-                {
-                    due.push((pending_at, row.execution_id.clone()));
-                    tx.add_locked(row);
-                }
-            }
-            due.sort();
-            let mut locked = Vec::with_capacity(due.len());
-            for (_, execution_id) in &due {
-                let version = tx.next_version(execution_id).await?;
-                let locked_event = Locked {
-                    component_id: component_id.clone(),
-                    executor_id,
-                    run_id: RunId::generate_at(now),
-                    lock_expires_at,
-                };
-                let next_version = tx
-                    .append(
-                        execution_id,
-                        version,
-                        now,
-                        ExecutionEventInner::Locked(locked_event.clone()),
-                    )
-                    .await?;
-                locked.push((execution_id.clone(), next_version, locked_event));
-            }
-            let ids: Vec<&str> = due.iter().map(|(_, id)| id.as_str()).collect();
-            let mut details = reads::lock_details(client, &ids).await?;
-            let mut out = Vec::with_capacity(locked.len());
-            for (execution_id, next_version, locked_event) in locked {
-                let row = tx
-                    .row(&execution_id)
-                    .ok_or_else(|| DbError::execution_not_found(&execution_id))?;
-                let detail = details.remove(execution_id.as_str()).ok_or_else(|| {
-                    error::corrupt(format!("the `Created` event of {execution_id} is missing"))
-                })?;
-                out.push(LockedExecution {
-                    next_version,
-                    metadata: detail.metadata,
-                    locked_event,
-                    ffqn: row.ffqn.clone(),
-                    params: detail.params,
-                    event_history: detail.event_history,
-                    responses: detail.responses,
-                    scheduled_at: detail.scheduled_at,
-                    retry_exp_backoff: row.retry_exp_backoff,
-                    max_retries: row.max_retries,
-                    parent: row.parent.clone(),
-                    temporary_event_count: row.temporary_event_count,
-                    execution_id,
-                });
-            }
-            out
-        })
+        Ok(self.write(WriteRequest::LockPending(req)).await?.locked)
     }
 
     async fn append_outcome(&self, write: OutcomeWrite) -> Result<Version, DbError> {
-        self.check_open()?;
-        let parent_response = write.parent_response();
-        write_tx!(self, |tx| {
-            let next_version = tx
-                .append(
-                    &write.execution_id,
-                    write.version,
-                    write.now,
-                    write.event.clone(),
-                )
-                .await?;
-            if let Some((parent_id, response)) = &parent_response {
-                tx.append_response(response.created_at, parent_id, response.event.clone())
-                    .await?;
-            }
-            next_version
-        })
+        next_version(self.write(WriteRequest::Outcome(write)).await?)
     }
 
     async fn wait_for_pending(
@@ -475,83 +419,28 @@ impl DbExecutor for PostgresStore {
         ffqns: Arc<[FunctionFqn]>,
         max_wait: Duration,
     ) {
-        // `None`: a wait too long to represent, i.e. until woken.
-        let deadline = tokio::time::Instant::now().checked_add(max_wait);
-        let wait = |registration: notify::Registration| async move {
-            let mut registration = registration;
-            match deadline {
-                Some(deadline) => tokio::time::timeout_at(deadline, registration.woken())
-                    .await
-                    .is_ok(),
-                None => {
-                    registration.woken().await;
-                    true
-                }
-            }
-        };
-        let started = tokio::time::Instant::now();
-        loop {
-            if self.check_open().is_err() {
-                return;
-            }
-            // The horizon moves on with real time: an execution submitted "now" by another
-            // process while this one waits is due by then.
-            let horizon = concepts::add_saturating(pending_at_or_sooner, started.elapsed());
-            let registration = self.inner.hub.register_pending(Arc::clone(&ffqns), horizon);
-            match self.any_due(horizon, &ffqns).await {
-                Ok(true) | Err(DbError::Closed) => return,
-                Ok(false) => {}
+        let is_due = async {
+            match self.any_due(pending_at_or_sooner, &ffqns).await {
+                Ok(due) => due,
+                Err(DbError::Closed) => true,
                 Err(e) => {
                     // The caller polls again after `max_wait` at the latest.
                     tracing::warn!(error = %e, "wait_for_pending could not check the database");
-                    wait(registration).await;
-                    return;
+                    false
                 }
             }
-            // A wake-up may be stale (a notification of an earlier write delivered late) or
-            // meant for a time this waiter does not care about: look again before returning.
-            if !wait(registration).await {
-                return;
-            }
-        }
-    }
-}
-
-impl PostgresStore {
-    async fn any_due(
-        &self,
-        pending_at_or_sooner: DateTime<Utc>,
-        ffqns: &[FunctionFqn],
-    ) -> Result<bool, DbError> {
-        let client = self.client().await?;
-        reads::any_due(&client, pending_at_or_sooner, ffqns).await
+        };
+        self.inner
+            .hub
+            .wait_for_pending(pending_at_or_sooner, Arc::clone(&ffqns), max_wait, is_due)
+            .await;
     }
 }
 
 #[async_trait]
 impl DbWorkflow for PostgresStore {
     async fn append_batch(&self, req: AppendBatchRequest) -> Result<Version, DbError> {
-        concepts::kernel::validate_append_batch(&req)?;
-        self.check_open()?;
-        let AppendBatchRequest {
-            execution_id,
-            version,
-            now,
-            events,
-            children,
-        } = &req;
-        write_tx!(self, |tx| {
-            let mut next_version = *version;
-            for event in events {
-                next_version = tx
-                    .append(execution_id, next_version, *now, event.clone())
-                    .await?;
-            }
-            for child in children {
-                tx.create(child)?;
-            }
-            next_version
-        })
+        next_version(self.write(WriteRequest::AppendBatch(req)).await?)
     }
 
     async fn subscribe_to_next_responses(
@@ -559,17 +448,14 @@ impl DbWorkflow for PostgresStore {
         execution_id: &ExecutionId,
         start_idx: usize,
     ) -> Result<Vec<JoinSetResponseEventOuter>, DbError> {
-        loop {
-            self.check_open()?;
-            let mut registration = self.inner.hub.register_responses(execution_id.as_str());
-            let client = self.client().await?;
-            let responses = reads::responses_from(&client, execution_id, start_idx).await?;
-            drop(client);
-            if !responses.is_empty() {
-                return Ok(responses);
-            }
-            registration.woken().await;
-        }
+        self.inner
+            .hub
+            .wait_for_responses(execution_id, || async {
+                let client = self.client().await?;
+                let responses = reads::responses_from(&client, execution_id, start_idx).await?;
+                Ok((!responses.is_empty()).then_some(responses))
+            })
+            .await
     }
 }
 
@@ -586,31 +472,26 @@ impl DbTimers for PostgresStore {
         execution_id: &ExecutionId,
         response: JoinSetResponseEvent,
     ) -> Result<(), DbError> {
-        self.check_open()?;
-        write_tx!(self, |tx| {
-            tx.append_response(now, execution_id, response.clone())
-                .await?;
+        self.write(WriteRequest::Response {
+            now,
+            execution_id: execution_id.clone(),
+            response,
         })
+        .await
+        .map(|_| ())
     }
 }
 
 #[async_trait]
 impl DbClient for PostgresStore {
     async fn create(&self, req: CreateRequest) -> Result<Version, DbError> {
-        self.check_open()?;
-        write_tx!(self, |tx| { tx.create(&req)? })
+        next_version(self.write(WriteRequest::Create(req)).await?)
     }
 
     async fn create_batch(&self, reqs: Vec<CreateRequest>) -> Result<(), DbError> {
-        if reqs.is_empty() {
-            return Err(ValidationError::EmptyBatch("create_batch").into());
-        }
-        self.check_open()?;
-        write_tx!(self, |tx| {
-            for req in &reqs {
-                tx.create(req)?;
-            }
-        })
+        self.write(WriteRequest::CreateBatch(reqs))
+            .await
+            .map(|_| ())
     }
 
     async fn get(&self, execution_id: &ExecutionId) -> Result<ExecutionLog, DbError> {
@@ -641,25 +522,13 @@ impl DbClient for PostgresStore {
         execution_id: &ExecutionId,
         timeout: Option<Duration>,
     ) -> Result<FinishedExecutionResult, DbError> {
-        let wait = async {
-            loop {
-                self.check_open()?;
-                let mut registration = self.inner.hub.register_finished(execution_id.as_str());
+        self.inner
+            .hub
+            .wait_for_finished(execution_id, timeout, || async {
                 let client = self.client().await?;
-                let result = reads::finished_result(&client, execution_id).await?;
-                drop(client);
-                if let Some(result) = result {
-                    return Ok(result);
-                }
-                registration.woken().await;
-            }
-        };
-        match timeout {
-            Some(timeout) => tokio::time::timeout(timeout, wait)
-                .await
-                .unwrap_or(Err(DbError::Timeout)),
-            None => wait.await,
-        }
+                reads::finished_result(&client, execution_id).await
+            })
+            .await
     }
 }
 

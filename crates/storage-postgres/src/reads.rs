@@ -1,39 +1,27 @@
-//! The read paths: logs, states, listings, expired timers, and what `lock_pending` hands to a
-//! worker.
+//! The read paths: logs, states, listings, expired timers, and the checks of the waits.
 
 use crate::{
     codec::{
-        count_to_i64, from_json, i64_to_u32, kind_to_i16, micros, nanos_to_duration, sub_micros,
-        timestamp, version_to_i64,
+        column, count_to_i64, execution_columns, execution_row, from_json, i64_to_u32, kind_to_i16,
+        micros, parse_execution_id, parse_join_set_id, sub_micros, timestamp, version_to_i64,
     },
     error::{corrupt, map_pg_error},
 };
 use chrono::{DateTime, Utc};
 use concepts::{
     DbError, DelayId, ExecutionEvent, ExecutionEventInner, ExecutionId, ExecutionLog,
-    ExecutionMetadata, ExecutionSummary, ExpiredDelay, ExpiredLock, ExpiredTimer,
-    FinishedExecutionResult, FunctionFqn, HistoryEvent, JoinSetId, JoinSetResponseEventOuter,
-    ListExecutionsFilter, Pagination, Params, PendingState, Version,
+    ExecutionSummary, ExpiredDelay, ExpiredTimer, FinishedExecutionResult, FunctionFqn,
+    JoinSetResponseEventOuter, ListExecutionsFilter, Pagination, PendingState, Version,
 };
 use deadpool_postgres::GenericClient;
-use std::collections::HashMap;
 use tokio_postgres::{IsolationLevel, Row, types::ToSql};
 
-fn parse_id(id: &str) -> Result<ExecutionId, DbError> {
-    id.parse()
-        .map_err(|e| corrupt(format!("execution id `{id}`: {e}")))
-}
-
-fn get_str(row: &Row, idx: usize) -> Result<&str, DbError> {
-    row.try_get(idx).map_err(map_pg_error)
-}
-
 fn event_of(row: &Row, idx: usize) -> Result<ExecutionEvent, DbError> {
-    from_json(get_str(row, idx)?, "event")
+    from_json(column(row, idx)?, "event")
 }
 
 fn response_of(row: &Row, idx: usize) -> Result<JoinSetResponseEventOuter, DbError> {
-    from_json(get_str(row, idx)?, "response")
+    from_json(column(row, idx)?, "response")
 }
 
 /// True when an execution of `ffqns` is due at `at`.
@@ -55,89 +43,6 @@ pub(crate) async fn any_due(
         .await
         .map_err(map_pg_error)?;
     row.try_get(0).map_err(map_pg_error)
-}
-
-/// What a worker needs of a locked execution beyond its state row.
-pub(crate) struct LockDetail {
-    pub(crate) metadata: ExecutionMetadata,
-    pub(crate) params: Params,
-    pub(crate) scheduled_at: DateTime<Utc>,
-    pub(crate) event_history: Vec<HistoryEvent>,
-    pub(crate) responses: Vec<JoinSetResponseEventOuter>,
-}
-
-/// The `Created` fields, history events and responses of several executions, with two
-/// pipelined queries.
-pub(crate) async fn lock_details(
-    client: &impl GenericClient,
-    ids: &[&str],
-) -> Result<HashMap<String, LockDetail>, DbError> {
-    if ids.is_empty() {
-        return Ok(HashMap::new());
-    }
-    let (events_stmt, responses_stmt) = tokio::join!(
-        client.prepare_cached(
-            "SELECT execution_id, event_json FROM t_event \
-             WHERE execution_id = ANY($1) AND (version = 0 OR is_history) \
-             ORDER BY execution_id, version",
-        ),
-        client.prepare_cached(
-            "SELECT execution_id, response_json FROM t_response WHERE execution_id = ANY($1) \
-             ORDER BY execution_id, idx",
-        ),
-    );
-    let events_stmt = events_stmt.map_err(map_pg_error)?;
-    let responses_stmt = responses_stmt.map_err(map_pg_error)?;
-    let ids: Vec<&str> = ids.to_vec();
-    let params: [&(dyn ToSql + Sync); 1] = [&ids];
-    let (events, responses) = tokio::join!(
-        biased;
-        client.query(&events_stmt, &params),
-        client.query(&responses_stmt, &params),
-    );
-    let events = events.map_err(map_pg_error)?;
-    let responses = responses.map_err(map_pg_error)?;
-    let mut out: HashMap<String, LockDetail> = HashMap::with_capacity(ids.len());
-    for row in &events {
-        let id = get_str(row, 0)?;
-        match event_of(row, 1)?.event {
-            ExecutionEventInner::Created {
-                params,
-                metadata,
-                scheduled_at,
-                ..
-            } => {
-                out.insert(
-                    id.to_string(),
-                    LockDetail {
-                        metadata,
-                        params,
-                        scheduled_at,
-                        event_history: Vec::new(),
-                        responses: Vec::new(),
-                    },
-                );
-            }
-            ExecutionEventInner::HistoryEvent { event } => {
-                if let Some(detail) = out.get_mut(id) {
-                    detail.event_history.push(event);
-                }
-            }
-            other => {
-                return Err(corrupt(format!(
-                    "{} event stored as history of {id}",
-                    other.variant_name()
-                )));
-            }
-        }
-    }
-    for row in &responses {
-        let id = get_str(row, 0)?;
-        if let Some(detail) = out.get_mut(id) {
-            detail.responses.push(response_of(row, 1)?);
-        }
-    }
-    Ok(out)
 }
 
 /// Responses of an execution from `start_idx` on; `NotFound` for an unknown execution.
@@ -180,11 +85,11 @@ pub(crate) async fn expired_timers(
     at: DateTime<Utc>,
 ) -> Result<Vec<ExpiredTimer>, DbError> {
     let (locks_stmt, delays_stmt) = tokio::join!(
-        client.prepare_cached(
-            "SELECT execution_id, next_version, temporary_event_count, max_retries, \
-             retry_exp_backoff_ns, parent_execution_id, parent_join_set_id, state_json \
-             FROM t_execution WHERE lock_expires_at IS NOT NULL AND lock_expires_at <= $1",
-        ),
+        client.prepare_cached(concat!(
+            "SELECT ",
+            execution_columns!(),
+            " FROM t_execution WHERE lock_expires_at IS NOT NULL AND lock_expires_at <= $1"
+        )),
         client.prepare_cached(
             "SELECT execution_id, delay_id, join_set_id, expires_at, expires_at_ns \
              FROM t_delay WHERE is_open AND expires_at <= $1",
@@ -201,56 +106,29 @@ pub(crate) async fn expired_timers(
     );
     let mut timers: Vec<(DateTime<Utc>, ExecutionId, Option<DelayId>, ExpiredTimer)> = Vec::new();
     for row in &locks.map_err(map_pg_error)? {
-        let execution_id = parse_id(get_str(row, 0)?)?;
-        let state: PendingState = from_json(get_str(row, 7)?, "pending state")?;
+        let row = execution_row(row)?;
         let PendingState::Locked {
             lock_expires_at, ..
-        } = state
+        } = row.state.pending_state
         else {
             return Err(corrupt(format!(
-                "{execution_id} has a lease expiry but is not locked"
+                "{} has a lease expiry but is not locked",
+                row.execution_id
             )));
         };
-        if lock_expires_at > at {
-            continue;
+        // SQL compares microseconds; the exact expiry decides.
+        if lock_expires_at <= at {
+            let timer = ExpiredTimer::Lock(row.expired_lock(lock_expires_at));
+            timers.push((lock_expires_at, row.execution_id, None, timer));
         }
-        let parent_id: Option<&str> = row.try_get(5).map_err(map_pg_error)?;
-        let parent_join_set: Option<&str> = row.try_get(6).map_err(map_pg_error)?;
-        let parent = match (parent_id, parent_join_set) {
-            (Some(id), Some(join_set_id)) => Some((parse_id(id)?, parse_join_set(join_set_id)?)),
-            _ => None,
-        };
-        timers.push((
-            lock_expires_at,
-            execution_id.clone(),
-            None,
-            ExpiredTimer::Lock(ExpiredLock {
-                execution_id,
-                next_version: Version(i64_to_u32(
-                    row.try_get(1).map_err(map_pg_error)?,
-                    "next_version",
-                )?),
-                temporary_event_count: i64_to_u32(
-                    row.try_get(2).map_err(map_pg_error)?,
-                    "temporary_event_count",
-                )?,
-                max_retries: i64_to_u32(row.try_get(3).map_err(map_pg_error)?, "max_retries")?,
-                retry_exp_backoff: nanos_to_duration(row.try_get(4).map_err(map_pg_error)?)?,
-                parent,
-                lock_expires_at,
-            }),
-        ));
     }
     for row in &delays.map_err(map_pg_error)? {
-        let execution_id = parse_id(get_str(row, 0)?)?;
-        let delay_id: DelayId = get_str(row, 1)?
+        let execution_id = parse_execution_id(column(row, 0)?)?;
+        let delay_id: DelayId = column::<&str>(row, 1)?
             .parse()
             .map_err(|e| corrupt(format!("delay id: {e}")))?;
-        let join_set_id = parse_join_set(get_str(row, 2)?)?;
-        let expires_at = timestamp(
-            row.try_get(3).map_err(map_pg_error)?,
-            row.try_get(4).map_err(map_pg_error)?,
-        )?;
+        let join_set_id = parse_join_set_id(column(row, 2)?)?;
+        let expires_at = timestamp(column(row, 3)?, column(row, 4)?)?;
         if expires_at > at {
             continue;
         }
@@ -268,12 +146,6 @@ pub(crate) async fn expired_timers(
     }
     timers.sort_by(|a, b| (a.0, &a.1, a.2).cmp(&(b.0, &b.1, b.2)));
     Ok(timers.into_iter().map(|(_, _, _, timer)| timer).collect())
-}
-
-fn parse_join_set(join_set_id: &str) -> Result<JoinSetId, DbError> {
-    join_set_id
-        .parse()
-        .map_err(|e| corrupt(format!("join set id `{join_set_id}`: {e}")))
 }
 
 /// The whole log, its responses and its state, from one snapshot.
@@ -326,11 +198,8 @@ pub(crate) async fn get(
             .iter()
             .map(|row| response_of(row, 0))
             .collect::<Result<_, _>>()?,
-        next_version: Version(i64_to_u32(
-            state.try_get(0).map_err(map_pg_error)?,
-            "next_version",
-        )?),
-        pending_state: from_json(get_str(&state, 1)?, "pending state")?,
+        next_version: Version(i64_to_u32(column(&state, 0)?, "next_version")?),
+        pending_state: from_json(column(&state, 1)?, "pending state")?,
     })
 }
 
@@ -353,7 +222,7 @@ pub(crate) async fn execution_event(
         .await
         .map_err(map_pg_error)?
         .ok_or_else(|| DbError::execution_not_found(execution_id))?;
-    let json: Option<&str> = row.try_get(0).map_err(map_pg_error)?;
+    let json: Option<&str> = column(&row, 0)?;
     match json {
         Some(json) => from_json(json, "event"),
         None => Err(DbError::NotFound(format!(
@@ -409,25 +278,16 @@ pub(crate) async fn list_executions(
         .map_err(map_pg_error)?;
     rows.iter()
         .map(|row| {
-            let ffqn = get_str(row, 1)?;
+            let ffqn: &str = column(row, 1)?;
             Ok(ExecutionSummary {
-                execution_id: parse_id(get_str(row, 0)?)?,
+                execution_id: parse_execution_id(column(row, 0)?)?,
                 ffqn: ffqn
                     .parse()
                     .map_err(|e| corrupt(format!("ffqn `{ffqn}`: {e:?}")))?,
-                created_at: timestamp(
-                    row.try_get(2).map_err(map_pg_error)?,
-                    row.try_get(3).map_err(map_pg_error)?,
-                )?,
-                scheduled_at: timestamp(
-                    row.try_get(4).map_err(map_pg_error)?,
-                    row.try_get(5).map_err(map_pg_error)?,
-                )?,
-                pending_state: from_json(get_str(row, 6)?, "pending state")?,
-                next_version: Version(i64_to_u32(
-                    row.try_get(7).map_err(map_pg_error)?,
-                    "next_version",
-                )?),
+                created_at: timestamp(column(row, 2)?, column(row, 3)?)?,
+                scheduled_at: timestamp(column(row, 4)?, column(row, 5)?)?,
+                pending_state: from_json(column(row, 6)?, "pending state")?,
+                next_version: Version(i64_to_u32(column(row, 7)?, "next_version")?),
             })
         })
         .collect()
@@ -452,7 +312,7 @@ pub(crate) async fn finished_result(
         .await
         .map_err(map_pg_error)?
         .ok_or_else(|| DbError::execution_not_found(execution_id))?;
-    let json: Option<&str> = row.try_get(0).map_err(map_pg_error)?;
+    let json: Option<&str> = column(&row, 0)?;
     let Some(json) = json else {
         return Ok(None);
     };

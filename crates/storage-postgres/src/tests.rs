@@ -4,10 +4,10 @@ use crate::{
     PostgresConfig, PostgresError,
     codec::{micros, sub_micros, timestamp},
     error::duplicate_kind,
-    notify::Wakeup,
+    notify::{parse, payloads},
 };
 use chrono::{TimeZone, Utc};
-use concepts::DuplicateKind;
+use concepts::{DuplicateKind, ExecutionId, kernel::Wakeup};
 use std::time::Duration;
 
 #[test]
@@ -69,21 +69,63 @@ fn bad_urls_are_typed_errors_that_say_what_is_wrong() {
 
 #[test]
 fn wakeup_payloads_round_trip() {
+    let id: ExecutionId = "E_01JZ8ZK3F8G3N9Q7V5W2X4Y6Z0".parse().unwrap();
+    let child: ExecutionId = "E_01JZ8ZK3F8G3N9Q7V5W2X4Y6Z0.n:a_1".parse().unwrap();
+    let at = Utc.timestamp_opt(-1, 999_988_000).unwrap();
     let wakeups = [
         Wakeup::Pending {
-            ffqn: "ns:pkg/ifc@1.0.0.fn".to_string(),
-            at_micros: -12,
+            ffqn: "ns:pkg/ifc@1.0.0.fn".parse().unwrap(),
+            at,
         },
-        Wakeup::Responses("E_01JZ8ZK3F8G3N9Q7V5W2X4Y6Z0.n:a_1".to_string()),
-        Wakeup::Finished("E_01JZ8ZK3F8G3N9Q7V5W2X4Y6Z0".to_string()),
-        Wakeup::All,
+        Wakeup::Responses(child),
+        Wakeup::Finished(id),
     ];
     for wakeup in wakeups {
-        assert_eq!(Wakeup::parse(&wakeup.payload()), wakeup);
+        let sent = payloads(std::slice::from_ref(&wakeup));
+        assert_eq!(sent.len(), 1, "{sent:?}");
+        assert_eq!(parse(&sent[0]), Some(wakeup));
     }
-    assert_eq!(Wakeup::parse("something new"), Wakeup::All);
-    let long = Wakeup::Responses("x".repeat(5000));
-    assert_eq!(long.payload(), "*");
+    assert_eq!(parse("*"), None, "wakes everyone");
+    assert_eq!(parse("something new"), None, "wakes everyone");
+}
+
+#[test]
+fn a_write_publishes_one_pending_payload_per_function_at_its_earliest_time() {
+    let f = |name: &str| -> concepts::FunctionFqn { format!("ns:pkg/ifc.{name}").parse().unwrap() };
+    let at = |secs| Utc.timestamp_opt(secs, 0).unwrap();
+    let id: ExecutionId = "E_01JZ8ZK3F8G3N9Q7V5W2X4Y6Z0".parse().unwrap();
+    let sent = payloads(&[
+        Wakeup::Pending {
+            ffqn: f("a"),
+            at: at(7),
+        },
+        Wakeup::Pending {
+            ffqn: f("b"),
+            at: at(9),
+        },
+        Wakeup::Pending {
+            ffqn: f("a"),
+            at: at(5),
+        },
+        Wakeup::Finished(id.clone()),
+        Wakeup::Finished(id.clone()),
+    ]);
+    assert_eq!(
+        sent,
+        [
+            "p:5000000:ns:pkg/ifc.a".to_string(),
+            "p:9000000:ns:pkg/ifc.b".to_string(),
+            format!("f:{id}"),
+        ]
+    );
+    let long: concepts::FunctionFqn = format!("ns:pkg/ifc.{}", "x".repeat(5000)).parse().unwrap();
+    assert_eq!(
+        payloads(&[Wakeup::Pending {
+            ffqn: long,
+            at: at(1)
+        }]),
+        ["*"]
+    );
 }
 
 #[test]

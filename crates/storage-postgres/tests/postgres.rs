@@ -12,7 +12,7 @@ use common::TestDatabase;
 use concepts::{
     ComponentId, CreateRequest, DbClient, DbConnection, DbError, DbExecutor, DbTimers, DbWorkflow,
     DelayId, DuplicateKind, ExecutionId, ExecutionMetadata, FunctionFqn, JoinSetId,
-    JoinSetResponse, JoinSetResponseEvent, Json, derive_pending_state,
+    JoinSetResponse, JoinSetResponseEvent, Json, derive_pending_state, kernel::WaiterCounts,
 };
 use std::{sync::Arc, time::Duration};
 use storage_postgres::{PostgresError, PostgresStore, SCHEMA_VERSION, admin};
@@ -55,7 +55,7 @@ async fn open(database: &TestDatabase) -> PostgresStore {
 }
 
 /// Waits (with the safety net) until `cond` holds for the store's waiter counts.
-async fn until_waiters(store: &PostgresStore, cond: impl Fn((usize, usize, usize)) -> bool) {
+async fn until_waiters(store: &PostgresStore, cond: impl Fn(WaiterCounts) -> bool) {
     tokio::time::timeout(SAFETY, async {
         while !cond(store.waiter_counts()) {
             tokio::time::sleep(Duration::from_millis(5)).await;
@@ -173,7 +173,7 @@ async fn another_store_is_woken_through_notify() {
         let ffqns: Arc<[FunctionFqn]> = Arc::from(vec![f.clone()]);
         async move { waiter.wait_for_pending(now(), ffqns, long_wait).await }
     });
-    until_waiters(&waiter, |(pending, _, _)| pending == 1).await;
+    until_waiters(&waiter, |counts| counts.pending == 1).await;
     let notifications_before = waiter.listener_state().notifications;
     writer
         .create(create_request(execution_id(1), f.clone()))
@@ -187,7 +187,7 @@ async fn another_store_is_woken_through_notify() {
     assert!(waiter.listener_state().notifications > notifications_before);
     assert_eq!(
         waiter.waiter_counts(),
-        (0, 0, 0),
+        WaiterCounts::default(),
         "the waiter left its registry"
     );
 
@@ -200,7 +200,7 @@ async fn another_store_is_woken_through_notify() {
                 .await
         }
     });
-    until_waiters(&waiter, |(_, _, finished)| finished == 1).await;
+    until_waiters(&waiter, |counts| counts.finished == 1).await;
     let locked = writer
         .lock_pending(concepts::LockPendingRequest {
             batch_size: 1,
@@ -271,7 +271,7 @@ async fn a_killed_listener_reconnects_and_hears_later_notifications() {
         let ffqns: Arc<[FunctionFqn]> = Arc::from(vec![f.clone()]);
         async move { waiter.wait_for_pending(now(), ffqns, long_wait).await }
     });
-    until_waiters(&waiter, |(pending, _, _)| pending == 1).await;
+    until_waiters(&waiter, |counts| counts.pending == 1).await;
     writer
         .create(create_request(execution_id(7), f))
         .await

@@ -628,6 +628,11 @@ impl<'s> Planner<'s> {
         let parent_response = write.parent_response();
         let next_version =
             self.append(&write.execution_id, write.version, write.now, write.event)?;
+        if let Some((parent_id, response)) = parent_response {
+            // Answered before the parent check: a named parent that does not exist is
+            // `NotFound`, whatever else the outcome gets wrong.
+            self.respond(response.created_at, &parent_id, response.event)?;
+        }
         let idx = self.touch(&write.execution_id)?;
         if self.changes[idx].row.parent != write.parent {
             return Err(ValidationError::InvalidRequest(format!(
@@ -637,9 +642,6 @@ impl<'s> Planner<'s> {
                 describe_parent(self.changes[idx].row.parent.as_ref()),
             ))
             .into());
-        }
-        if let Some((parent_id, response)) = parent_response {
-            self.respond(response.created_at, &parent_id, response.event)?;
         }
         Ok(next_version)
     }

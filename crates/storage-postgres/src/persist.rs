@@ -1,0 +1,349 @@
+//! The write half of a write: a [`WritePlan`]'s changes as a handful of multi-row statements
+//! (`UNNEST` arrays, one statement per table and kind of change), sent in one pipeline over
+//! statements prepared once per connection.
+
+use crate::{
+    codec::{
+        count_to_i64, duration_to_nanos, micros, state_columns, sub_micros, to_json, version_to_i64,
+    },
+    error::map_pg_error,
+    load::prepare,
+};
+use concepts::{
+    DbError, ExecutionEventInner, JoinSetResponse,
+    kernel::{ExecutionChange, ExecutionRow, WritePlan},
+};
+use deadpool_postgres::ClientWrapper;
+use tokio_postgres::{Statement, types::ToSql};
+
+const INSERT_EXECUTIONS: &str = "INSERT INTO t_execution (execution_id, ffqn, created_at, \
+    created_at_ns, scheduled_at, scheduled_at_ns, is_top_level, next_version, state_kind, \
+    pending_at, lock_expires_at, state_json, temporary_event_count, response_count, max_retries, \
+    retry_exp_backoff_ns, parent_execution_id, parent_join_set_id) \
+    SELECT u.id, u.ffqn, u.created_at, u.created_at_ns, u.scheduled_at, u.scheduled_at_ns, \
+    u.is_top_level, u.next_version, u.state_kind, u.pending_at, u.lock_expires_at, u.state_json, \
+    0, 0, u.max_retries, u.backoff_ns, u.parent_id, u.parent_join_set_id \
+    FROM UNNEST($1::text[], $2::text[], $3::int8[], $4::int2[], $5::int8[], $6::int2[], \
+    $7::bool[], $8::int8[], $9::int2[], $10::int8[], $11::int8[], $12::text[], $13::int8[], \
+    $14::int8[], $15::text[], $16::text[]) WITH ORDINALITY AS u(id, ffqn, created_at, \
+    created_at_ns, scheduled_at, scheduled_at_ns, is_top_level, next_version, state_kind, \
+    pending_at, lock_expires_at, state_json, max_retries, backoff_ns, parent_id, \
+    parent_join_set_id, ord) ORDER BY u.ord";
+
+const UPDATE_EXECUTIONS: &str = "UPDATE t_execution AS t SET next_version = u.next_version, \
+    state_kind = u.state_kind, pending_at = u.pending_at, lock_expires_at = u.lock_expires_at, \
+    state_json = u.state_json, temporary_event_count = u.temporary_event_count, \
+    response_count = u.response_count \
+    FROM UNNEST($1::text[], $2::int8[], $3::int2[], $4::int8[], $5::int8[], $6::text[], \
+    $7::int8[], $8::int8[]) AS u(id, next_version, state_kind, pending_at, lock_expires_at, \
+    state_json, temporary_event_count, response_count) \
+    WHERE t.execution_id = u.id";
+
+const INSERT_EVENTS: &str = "INSERT INTO t_event (execution_id, version, is_history, event_json) \
+    SELECT u.id, u.version, u.is_history, u.json \
+    FROM UNNEST($1::text[], $2::int8[], $3::bool[], $4::text[]) WITH ORDINALITY \
+    AS u(id, version, is_history, json, ord) ORDER BY u.ord";
+
+const INSERT_RESPONSES: &str = "INSERT INTO t_response (execution_id, idx, join_set_id, \
+    join_set_idx, delay_id, child_execution_id, response_json) \
+    SELECT u.id, u.idx, u.join_set_id, u.join_set_idx, u.delay_id, u.child_id, u.json \
+    FROM UNNEST($1::text[], $2::int8[], $3::text[], $4::int8[], $5::text[], $6::text[], \
+    $7::text[]) WITH ORDINALITY AS u(id, idx, join_set_id, join_set_idx, delay_id, child_id, \
+    json, ord) ORDER BY u.ord";
+
+const UPSERT_JOIN_SETS: &str = "INSERT INTO t_join_set (execution_id, join_set_id, \
+    join_next_count, response_count) \
+    SELECT * FROM UNNEST($1::text[], $2::text[], $3::int8[], $4::int8[]) \
+    ON CONFLICT (execution_id, join_set_id) DO UPDATE \
+    SET join_next_count = EXCLUDED.join_next_count, response_count = EXCLUDED.response_count";
+
+const INSERT_DELAYS: &str = "INSERT INTO t_delay (execution_id, delay_id, join_set_id, \
+    expires_at, expires_at_ns, is_open) \
+    SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $4::int8[], $5::int2[], $6::bool[])";
+
+const CLOSE_DELAYS: &str = "UPDATE t_delay AS t SET is_open = false \
+    FROM UNNEST($1::text[], $2::text[]) AS u(id, delay_id) \
+    WHERE t.execution_id = u.id AND t.delay_id = u.delay_id";
+
+/// Writes every change of `plan` inside the open transaction: new executions in the order the
+/// request named them (so that a duplicate found by the database is the first one), then
+/// updated rows, events, responses, join-set counters, delays requested and delays closed.
+pub(crate) async fn persist(client: &ClientWrapper, plan: &WritePlan) -> Result<(), DbError> {
+    let mut columns = Columns::default();
+    for change in &plan.changes {
+        columns.push(change)?;
+    }
+    let Columns {
+        new,
+        updated,
+        events,
+        responses,
+        join_sets,
+        delays,
+        closed,
+    } = &columns;
+    let statements = prepare(
+        client,
+        [
+            (!new.ids.is_empty()).then_some(INSERT_EXECUTIONS),
+            (!updated.ids.is_empty()).then_some(UPDATE_EXECUTIONS),
+            (!events.ids.is_empty()).then_some(INSERT_EVENTS),
+            (!responses.ids.is_empty()).then_some(INSERT_RESPONSES),
+            (!join_sets.ids.is_empty()).then_some(UPSERT_JOIN_SETS),
+            (!delays.ids.is_empty()).then_some(INSERT_DELAYS),
+            (!closed.ids.is_empty()).then_some(CLOSE_DELAYS),
+        ],
+    )
+    .await?;
+    let [
+        insert_executions,
+        update_executions,
+        insert_events,
+        insert_responses,
+        upsert_join_sets,
+        insert_delays,
+        close_delays,
+    ] = statements;
+    let results = tokio::join!(
+        biased;
+        execute(client, insert_executions, [
+            &new.ids, &new.ffqns, &new.created_at, &new.created_at_ns, &new.scheduled_at,
+            &new.scheduled_at_ns, &new.is_top_level, &new.state.next_version, &new.state.kind,
+            &new.state.pending_at, &new.state.lock_expires_at, &new.state.json,
+            &new.max_retries, &new.backoff_ns, &new.parent_ids, &new.parent_join_set_ids,
+        ]),
+        execute(client, update_executions, [
+            &updated.ids, &updated.state.next_version, &updated.state.kind,
+            &updated.state.pending_at, &updated.state.lock_expires_at, &updated.state.json,
+            &updated.temporary_event_count, &updated.response_count,
+        ]),
+        execute(client, insert_events, [
+            &events.ids, &events.versions, &events.is_history, &events.json,
+        ]),
+        execute(client, insert_responses, [
+            &responses.ids, &responses.idx, &responses.join_set_ids, &responses.join_set_idx,
+            &responses.delay_ids, &responses.child_ids, &responses.json,
+        ]),
+        execute(client, upsert_join_sets, [
+            &join_sets.ids, &join_sets.join_set_ids, &join_sets.join_next, &join_sets.responses,
+        ]),
+        execute(client, insert_delays, [
+            &delays.ids, &delays.delay_ids, &delays.join_set_ids, &delays.expires_at,
+            &delays.expires_at_ns, &delays.is_open,
+        ]),
+        execute(client, close_delays, [&closed.ids, &closed.delay_ids]),
+    );
+    // After a failed statement every later one fails with "current transaction is aborted":
+    // the first error in statement order is the one that says why.
+    let (r0, r1, r2, r3, r4, r5, r6) = results;
+    for result in [r0, r1, r2, r3, r4, r5, r6] {
+        result.map_err(map_pg_error)?;
+    }
+    Ok(())
+}
+
+/// Runs a prepared statement, or nothing when there is none.
+async fn execute<const N: usize>(
+    client: &ClientWrapper,
+    statement: Option<Statement>,
+    params: [&(dyn ToSql + Sync); N],
+) -> Result<(), tokio_postgres::Error> {
+    match statement {
+        Some(statement) => client.execute(&statement, &params).await.map(|_| ()),
+        None => Ok(()),
+    }
+}
+
+/// The arrays of every statement, one element per row.
+#[derive(Default)]
+struct Columns<'a> {
+    new: NewExecutionColumns<'a>,
+    updated: UpdateColumns<'a>,
+    events: EventColumns<'a>,
+    responses: ResponseColumns<'a>,
+    join_sets: JoinSetColumns<'a>,
+    delays: DelayColumns<'a>,
+    closed: ClosedDelayColumns<'a>,
+}
+
+impl<'a> Columns<'a> {
+    fn push(&mut self, change: &'a ExecutionChange) -> Result<(), DbError> {
+        let row = &change.row;
+        let id = row.execution_id.as_str();
+        match &change.created {
+            Some(created) => {
+                let new = &mut self.new;
+                new.ids.push(id);
+                new.ffqns.push(row.ffqn.to_string());
+                new.created_at.push(micros(created.created_at));
+                new.created_at_ns.push(sub_micros(created.created_at));
+                new.scheduled_at.push(micros(created.scheduled_at));
+                new.scheduled_at_ns.push(sub_micros(created.scheduled_at));
+                new.is_top_level.push(row.execution_id.is_top_level());
+                new.state.push(row)?;
+                new.max_retries.push(i64::from(row.max_retries));
+                new.backoff_ns
+                    .push(duration_to_nanos(row.retry_exp_backoff));
+                new.parent_ids
+                    .push(row.parent.as_ref().map(|(id, _)| id.as_str()));
+                new.parent_join_set_ids
+                    .push(row.parent.as_ref().map(|(_, js)| js.to_string()));
+            }
+            None => {
+                let updated = &mut self.updated;
+                updated.ids.push(id);
+                updated.state.push(row)?;
+                updated
+                    .temporary_event_count
+                    .push(i64::from(row.temporary_event_count));
+                updated
+                    .response_count
+                    .push(count_to_i64(row.response_count));
+            }
+        }
+        for (version, event) in &change.events {
+            self.events.ids.push(id);
+            self.events.versions.push(version_to_i64(*version));
+            self.events.is_history.push(matches!(
+                event.event,
+                ExecutionEventInner::HistoryEvent { .. }
+            ));
+            self.events.json.push(to_json(event)?);
+        }
+        for planned in &change.responses {
+            let response = &planned.response.event;
+            let responses = &mut self.responses;
+            responses.ids.push(id);
+            responses.idx.push(count_to_i64(planned.idx));
+            responses
+                .join_set_ids
+                .push(response.join_set_id.to_string());
+            responses
+                .join_set_idx
+                .push(count_to_i64(planned.join_set_idx));
+            let (delay_id, child_id) = match &response.event {
+                JoinSetResponse::DelayFinished { delay_id } => (Some(delay_id.to_string()), None),
+                JoinSetResponse::ChildExecutionFinished {
+                    child_execution_id, ..
+                } => (None, Some(child_execution_id.as_str())),
+            };
+            responses.delay_ids.push(delay_id);
+            responses.child_ids.push(child_id);
+            responses.json.push(to_json(&planned.response)?);
+        }
+        for (join_set_id, counters) in &change.join_sets {
+            self.join_sets.ids.push(id);
+            self.join_sets.join_set_ids.push(join_set_id.to_string());
+            self.join_sets
+                .join_next
+                .push(count_to_i64(counters.join_next_count));
+            self.join_sets
+                .responses
+                .push(count_to_i64(counters.response_count));
+        }
+        for delay in &change.delays_requested {
+            let delays = &mut self.delays;
+            delays.ids.push(id);
+            delays.delay_ids.push(delay.delay_id.to_string());
+            delays.join_set_ids.push(delay.join_set_id.to_string());
+            delays.expires_at.push(micros(delay.expires_at));
+            delays.expires_at_ns.push(sub_micros(delay.expires_at));
+            delays.is_open.push(delay.open);
+        }
+        for delay_id in &change.delays_closed {
+            self.closed.ids.push(id);
+            self.closed.delay_ids.push(delay_id.to_string());
+        }
+        Ok(())
+    }
+}
+
+/// The state columns of `t_execution`, shared by inserts and updates.
+#[derive(Default)]
+struct StateColumns {
+    next_version: Vec<i64>,
+    kind: Vec<i16>,
+    pending_at: Vec<Option<i64>>,
+    lock_expires_at: Vec<Option<i64>>,
+    json: Vec<String>,
+}
+
+impl StateColumns {
+    fn push(&mut self, row: &ExecutionRow) -> Result<(), DbError> {
+        let (kind, pending_at, lock_expires_at) = state_columns(&row.state.pending_state);
+        self.next_version
+            .push(version_to_i64(row.state.next_version));
+        self.kind.push(kind);
+        self.pending_at.push(pending_at);
+        self.lock_expires_at.push(lock_expires_at);
+        self.json.push(to_json(&row.state.pending_state)?);
+        Ok(())
+    }
+}
+
+#[derive(Default)]
+struct NewExecutionColumns<'a> {
+    ids: Vec<&'a str>,
+    ffqns: Vec<String>,
+    created_at: Vec<i64>,
+    created_at_ns: Vec<i16>,
+    scheduled_at: Vec<i64>,
+    scheduled_at_ns: Vec<i16>,
+    is_top_level: Vec<bool>,
+    state: StateColumns,
+    max_retries: Vec<i64>,
+    backoff_ns: Vec<i64>,
+    parent_ids: Vec<Option<&'a str>>,
+    parent_join_set_ids: Vec<Option<String>>,
+}
+
+#[derive(Default)]
+struct UpdateColumns<'a> {
+    ids: Vec<&'a str>,
+    state: StateColumns,
+    temporary_event_count: Vec<i64>,
+    response_count: Vec<i64>,
+}
+
+#[derive(Default)]
+struct EventColumns<'a> {
+    ids: Vec<&'a str>,
+    versions: Vec<i64>,
+    is_history: Vec<bool>,
+    json: Vec<String>,
+}
+
+#[derive(Default)]
+struct ResponseColumns<'a> {
+    ids: Vec<&'a str>,
+    idx: Vec<i64>,
+    join_set_ids: Vec<String>,
+    join_set_idx: Vec<i64>,
+    delay_ids: Vec<Option<String>>,
+    child_ids: Vec<Option<&'a str>>,
+    json: Vec<String>,
+}
+
+#[derive(Default)]
+struct JoinSetColumns<'a> {
+    ids: Vec<&'a str>,
+    join_set_ids: Vec<String>,
+    join_next: Vec<i64>,
+    responses: Vec<i64>,
+}
+
+#[derive(Default)]
+struct DelayColumns<'a> {
+    ids: Vec<&'a str>,
+    delay_ids: Vec<String>,
+    join_set_ids: Vec<String>,
+    expires_at: Vec<i64>,
+    expires_at_ns: Vec<i16>,
+    is_open: Vec<bool>,
+}
+
+#[derive(Default)]
+struct ClosedDelayColumns<'a> {
+    ids: Vec<&'a str>,
+    delay_ids: Vec<String>,
+}
