@@ -3,46 +3,36 @@
 //!
 //! # Design
 //!
-//! **One lock, short sections.** All data lives in one `State` behind a `std::sync::Mutex`.
-//! The lock is held only for short sections that never await, so it is cheap, and every
-//! operation sees and produces a consistent snapshot.
+//! Every rule of a write (validation, transitions, versions, who is woken) is
+//! [`concepts::kernel`]'s; this crate loads, persists, indexes and wakes.
 //!
-//! **Atomic writes.** Every write goes through a staging transaction: the indexes of the
-//! executions it touches are copied, each step (create, append, response) is validated and
-//! applied to the copies with [`concepts::ExecutionState::validate_append`],
-//! [`concepts::ExecutionState::after_append`] and [`concepts::ExecutionState::after_response`],
-//! and the events are collected beside them. Only when every step succeeded are the logs
-//! extended and the indexes replaced; a step that fails drops the transaction, so a failing
-//! batch writes nothing. The pending state is never recomputed from the log on a write: it is
-//! carried forward by those transitions, and the differential test checks it against
-//! [`concepts::derive_pending_state`].
+//! **One lock, short sections.** All data lives in one `State` behind a `std::sync::Mutex`,
+//! held only for short sections that never await.
+//!
+//! **Load, plan, persist, wake.** A write locks the state, loads the
+//! [`Snapshot`](concepts::kernel::Snapshot) of its request's
+//! [`Keys`](concepts::kernel::Keys) from the records (due executions from the pending index),
+//! hands it to [`concepts::kernel::plan`], and applies the plan's changes to the records and
+//! indexes before it unlocks. Planning writes nothing, so a refused write leaves the state as
+//! it was. Once unlocked, it delivers the plan's wake-ups.
+//!
+//! **Records.** Per execution: the `CreateRequest`, the events, the responses, the kernel's
+//! [`ExecutionRow`](concepts::kernel::ExecutionRow), and what loading a snapshot needs without
+//! reading the log: per join set its `JoinNext` count and the arrival time of each response,
+//! per delay whether it was requested, answered and is still open, the children that answered.
 //!
 //! **Indexes.**
-//! - per execution: next version, pending state, temporary event count, `JoinNext` count and
-//!   response arrival times per join set, answered delays and children (duplicate responses are
-//!   refused), open delays;
 //! - pending: per function, a `BTreeSet` of `(scheduled_at, execution_id)` of every `PendingAt`
-//!   execution, so `lock_pending` reads the front of a few ordered sets instead of scanning,
-//!   and ties are broken by execution id deterministically. Locked executions are not in it,
-//!   so an expired lease is never locked again before the timers watcher resolves it;
-//! - timers: a `BTreeSet` of `(expires_at, execution_id, Lock | Delay(delay_id))`: a lease and
-//!   any number of delays of one execution at the same instant never collide, and
-//!   `get_expired_timers(at)` is a range scan up to `at` inclusive. A delay is open from its
-//!   `DelayRequest` until a `DelayFinished` response for it is stored (whether the execution
-//!   is finished or not); a delay answered before it was requested never opens;
+//!   execution, so that the due executions are the front of a few ordered sets, ties broken by
+//!   execution id;
+//! - timers: a `BTreeSet` of `(expires_at, execution_id, Lock | Delay(delay_id, join_set_id))`:
+//!   a lease and any number of delays of one execution at the same instant never collide, and
+//!   `get_expired_timers(at)` is a range scan up to `at` inclusive;
 //! - `(created_at, execution_id)` of every execution, for `list_executions` (newest first).
 //!
-//! **Notifications.** A waiter checks its condition and registers a `oneshot` sender under the
-//! same lock, so a write that commits after the check necessarily finds the registration: no
-//! wake-up is lost. A write fires (and removes) the senders of the waiters it concerns right
-//! after it applied its changes, still under the lock: a new `PendingAt` state of a function at
-//! or before a `wait_for_pending` waiter's time, a new response for `subscribe_to_next_responses`,
-//! a `Finished` for `wait_for_finished_result`. A waiter that leaves (woken, timed out, or its
-//! future dropped) removes its entry through a drop guard, and an execution's entry is removed
-//! with its last waiter, so no registry grows without bound. `close` drops every sender, which
-//! releases every waiter.
-//!
-//! [`MemoryStore::waiter_counts`] exposes the size of the registries, for tests.
+//! **Waits** go through the store's [`WaiterHub`], which checks
+//! the state after registering; `close` releases every waiter. [`MemoryStore::waiter_counts`]
+//! exposes the size of its registries, for tests.
 //!
 //! ```
 //! use concepts::{CreateRequest, DbClient, ExecutionId, PendingState, Version};
@@ -70,21 +60,6 @@
 //! assert_eq!(log.pending_state, PendingState::PendingAt { scheduled_at: at });
 //! # });
 //! ```
-//!
-//! # Choices where the contract leaves room
-//!
-//! - `lock_pending` refuses a lease that expires at or before `now` with
-//!   `InvalidExpiryDate` even when nothing is due; it selects executions due at
-//!   `pending_at_or_sooner` and validates each lock with the locking rules at `now`; if
-//!   any is refused, the call fails and locks nothing.
-//! - `append_batch` with `children`: every `CreateRequest` must be announced by an event of
-//!   the batch: a child (with `parent = Some((execution_id, J))`) by a
-//!   `JoinSetRequest { join_set_id: J, request: ChildExecutionRequest { child_execution_id } }`,
-//!   a top-level execution (`parent = None`) by a `Schedule { execution_id }`. Otherwise the
-//!   request is `InvalidRequest` and nothing is written. Events with no request (a child created
-//!   elsewhere) are allowed.
-//! - A second `DelayRequest` with a delay id the execution already requested is
-//!   `InvalidRequest`.
 
 mod state;
 #[cfg(test)]
@@ -93,23 +68,25 @@ mod tests;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use concepts::{
-    AppendBatchRequest, CreateRequest, DbClient, DbConnection, DbError, DbExecutor, DbTimers,
-    DbWorkflow, ExecutionEvent, ExecutionEventInner, ExecutionId, ExecutionLog, ExecutionSummary,
-    ExpiredDelay, ExpiredLock, ExpiredTimer, FinishedExecutionResult, FunctionFqn,
-    JoinSetResponseEvent, JoinSetResponseEventOuter, ListExecutionsFilter, LockPendingRequest,
-    Locked, LockedExecution, OutcomeWrite, Pagination, RunId, ValidationError, Version,
+    AppendBatchRequest, BackendError, CreateRequest, DbClient, DbConnection, DbError, DbExecutor,
+    DbTimers, DbWorkflow, ExecutionEvent, ExecutionId, ExecutionLog, ExecutionSummary,
+    ExpiredDelay, ExpiredTimer, FinishedExecutionResult, FunctionFqn, JoinSetResponseEvent,
+    JoinSetResponseEventOuter, ListExecutionsFilter, LockPendingRequest, LockedExecution,
+    OutcomeWrite, Pagination, Version,
+    kernel::{self, WaiterCounts, WaiterHub, WritePlan, WriteRequest},
 };
-use state::{PendingWaiter, State, TimerKind, Tx};
+use state::{Record, State, TimerKind};
 use std::{
+    future::ready,
     sync::{Arc, Mutex, MutexGuard, PoisonError},
     time::Duration,
 };
-use tokio::sync::oneshot;
 
 /// The in-memory store. Clones share the same data.
 #[derive(Debug, Clone, Default)]
 pub struct MemoryStore {
     state: Arc<Mutex<State>>,
+    hub: Arc<WaiterHub>,
 }
 
 impl MemoryStore {
@@ -120,177 +97,67 @@ impl MemoryStore {
     }
 
     fn lock_state(&self) -> MutexGuard<'_, State> {
-        // A panic while holding the lock cannot leave a half-applied write (writes are staged
-        // first), so the data behind a poisoned lock is still consistent.
+        // Planning writes nothing and applying a plan cannot fail, so no panic leaves a
+        // half-applied write behind a poisoned lock.
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Runs `f` on the open state.
-    fn with_state<R>(
-        &self,
-        f: impl FnOnce(&mut State) -> Result<R, DbError>,
-    ) -> Result<R, DbError> {
-        let mut state = self.lock_state();
+    /// The state, unless the store is closed.
+    fn open_state(&self) -> Result<MutexGuard<'_, State>, DbError> {
+        let state = self.lock_state();
         if state.closed {
             return Err(DbError::Closed);
         }
-        f(&mut state)
+        Ok(state)
     }
 
-    /// Runs a write: `f` stages it in a transaction; it is applied only if `f` succeeds.
-    fn write<R>(&self, f: impl FnOnce(&mut Tx<'_>) -> Result<R, DbError>) -> Result<R, DbError> {
-        self.with_state(|state| {
-            let mut tx = Tx::new(state);
-            let result = f(&mut tx)?;
-            let staged = tx.into_staged();
-            state.apply(staged);
-            Ok(result)
-        })
+    /// Runs `read` on the record of `execution_id`.
+    fn read<T>(
+        &self,
+        execution_id: &ExecutionId,
+        read: impl FnOnce(&Record) -> T,
+    ) -> Result<T, DbError> {
+        Ok(read(self.open_state()?.record(execution_id)?))
     }
 
-    /// The number of registered waiters: `(wait_for_pending, subscribe_to_next_responses
-    /// entries, wait_for_finished_result entries)`, counting individual waiters.
+    /// Loads, plans and applies a write under the lock, then wakes whom it concerns.
+    fn write(&self, request: WriteRequest) -> Result<WritePlan, DbError> {
+        let keys = request.keys()?;
+        let mut state = self.open_state()?;
+        let snapshot = state.snapshot(&keys);
+        let mut plan = kernel::plan(&snapshot, request)?;
+        state.apply(std::mem::take(&mut plan.changes));
+        drop(state);
+        self.hub.deliver(&plan.wakeups);
+        Ok(plan)
+    }
+
+    /// The number of registered waiters of each kind.
     #[must_use]
-    pub fn waiter_counts(&self) -> (usize, usize, usize) {
-        let state = self.lock_state();
-        (
-            state.pending_waiters.len(),
-            state
-                .response_waiters
-                .values()
-                .map(std::collections::BTreeMap::len)
-                .sum(),
-            state
-                .finished_waiters
-                .values()
-                .map(std::collections::BTreeMap::len)
-                .sum(),
-        )
+    pub fn waiter_counts(&self) -> WaiterCounts {
+        self.hub.counts()
     }
 }
 
-/// Which registration a [`WaiterGuard`] removes.
-enum WaiterKey {
-    Pending(u64),
-    Responses(ExecutionId, u64),
-    Finished(ExecutionId, u64),
-}
-
-/// Removes a waiter's registration when the waiter leaves, however it leaves.
-struct WaiterGuard<'a> {
-    store: &'a MemoryStore,
-    key: WaiterKey,
-}
-
-impl Drop for WaiterGuard<'_> {
-    fn drop(&mut self) {
-        let mut state = self.store.lock_state();
-        match &self.key {
-            WaiterKey::Pending(id) => {
-                state.pending_waiters.remove(id);
-            }
-            WaiterKey::Responses(execution_id, id) => {
-                State::unregister(&mut state.response_waiters, *id, execution_id);
-            }
-            WaiterKey::Finished(execution_id, id) => {
-                State::unregister(&mut state.finished_waiters, *id, execution_id);
-            }
-        }
-    }
-}
-
-fn stage_batch(
-    tx: &mut Tx<'_>,
-    execution_id: &ExecutionId,
-    mut version: Version,
-    now: DateTime<Utc>,
-    batch: Vec<ExecutionEventInner>,
-) -> Result<Version, DbError> {
-    for event in batch {
-        version = tx.append(execution_id, version, now, event)?;
-    }
-    Ok(version)
+/// The version a `create`, `append_batch` or `append_outcome` plan ends at.
+fn next_version(plan: WritePlan) -> Result<Version, DbError> {
+    plan.next_version.ok_or_else(|| {
+        DbError::Backend(BackendError {
+            message: "the plan of an append carries no next version".to_owned(),
+            retriable: false,
+            source: None,
+        })
+    })
 }
 
 #[async_trait]
 impl DbExecutor for MemoryStore {
     async fn lock_pending(&self, req: LockPendingRequest) -> Result<Vec<LockedExecution>, DbError> {
-        let LockPendingRequest {
-            batch_size,
-            pending_at_or_sooner,
-            ffqns,
-            now,
-            component_id,
-            executor_id,
-            lock_expires_at,
-        } = req;
-        self.with_state(|state| {
-            if lock_expires_at <= now {
-                return Err(ValidationError::InvalidExpiryDate {
-                    lock_expires_at,
-                    now,
-                }
-                .into());
-            }
-            let due = state.due(&ffqns, pending_at_or_sooner, batch_size);
-            if due.is_empty() {
-                return Ok(Vec::new());
-            }
-            let mut tx = Tx::new(state);
-            let mut locked = Vec::with_capacity(due.len());
-            for (_, execution_id) in due {
-                let version = tx.next_version(&execution_id)?;
-                let locked_event = Locked {
-                    component_id: component_id.clone(),
-                    executor_id,
-                    run_id: RunId::generate_at(now),
-                    lock_expires_at,
-                };
-                let next_version = tx.append(
-                    &execution_id,
-                    version,
-                    now,
-                    ExecutionEventInner::Locked(locked_event.clone()),
-                )?;
-                locked.push((execution_id, next_version, locked_event));
-            }
-            let staged = tx.into_staged();
-            state.apply(staged);
-            locked
-                .into_iter()
-                .map(|(execution_id, next_version, locked_event)| {
-                    let record = state.record(&execution_id)?;
-                    let created = &record.created;
-                    Ok(LockedExecution {
-                        next_version,
-                        metadata: created.metadata.clone(),
-                        locked_event,
-                        ffqn: created.ffqn.clone(),
-                        params: created.params.clone(),
-                        event_history: record.event_history(),
-                        responses: record.responses.clone(),
-                        scheduled_at: created.scheduled_at,
-                        retry_exp_backoff: created.retry_exp_backoff,
-                        max_retries: created.max_retries,
-                        parent: created.parent.clone(),
-                        temporary_event_count: record.index.temporary_event_count,
-                        execution_id,
-                    })
-                })
-                .collect()
-        })
+        Ok(self.write(WriteRequest::LockPending(req))?.locked)
     }
 
     async fn append_outcome(&self, write: OutcomeWrite) -> Result<Version, DbError> {
-        let parent_response = write.parent_response();
-        self.write(|tx| {
-            let next_version =
-                tx.append(&write.execution_id, write.version, write.now, write.event)?;
-            if let Some((parent_id, response)) = parent_response {
-                tx.append_response(response.created_at, &parent_id, response.event)?;
-            }
-            Ok(next_version)
-        })
+        next_version(self.write(WriteRequest::Outcome(write))?)
     }
 
     async fn wait_for_pending(
@@ -299,54 +166,20 @@ impl DbExecutor for MemoryStore {
         ffqns: Arc<[FunctionFqn]>,
         max_wait: Duration,
     ) {
-        let registered = {
-            let mut state = self.lock_state();
-            if state.closed || state.any_due(&ffqns, pending_at_or_sooner) {
-                None
-            } else {
-                let id = state.waiter_id();
-                let (tx, rx) = oneshot::channel();
-                state.pending_waiters.insert(
-                    id,
-                    PendingWaiter {
-                        ffqns,
-                        pending_at_or_sooner,
-                        since: tokio::time::Instant::now(),
-                        tx,
-                    },
-                );
-                Some((id, rx))
-            }
+        let is_due = {
+            let ffqns = Arc::clone(&ffqns);
+            async move { self.lock_state().any_due(&ffqns, pending_at_or_sooner) }
         };
-        if let Some((id, rx)) = registered {
-            let _guard = WaiterGuard {
-                store: self,
-                key: WaiterKey::Pending(id),
-            };
-            // Woken, closed (sender dropped) or timed out: all mean "look again".
-            let _ = tokio::time::timeout(max_wait, rx).await;
-        }
+        (self.hub)
+            .wait_for_pending(pending_at_or_sooner, ffqns, max_wait, is_due)
+            .await;
     }
 }
 
 #[async_trait]
 impl DbWorkflow for MemoryStore {
     async fn append_batch(&self, req: AppendBatchRequest) -> Result<Version, DbError> {
-        concepts::kernel::validate_append_batch(&req)?;
-        let AppendBatchRequest {
-            execution_id,
-            version,
-            now,
-            events,
-            children,
-        } = req;
-        self.write(|tx| {
-            let next_version = stage_batch(tx, &execution_id, version, now, events)?;
-            for child in children {
-                tx.create(child)?;
-            }
-            Ok(next_version)
-        })
+        next_version(self.write(WriteRequest::AppendBatch(req))?)
     }
 
     async fn subscribe_to_next_responses(
@@ -354,83 +187,37 @@ impl DbWorkflow for MemoryStore {
         execution_id: &ExecutionId,
         start_idx: usize,
     ) -> Result<Vec<JoinSetResponseEventOuter>, DbError> {
-        loop {
-            let check = self.with_state(|state| {
-                let record = state.record(execution_id)?;
-                if record.responses.len() > start_idx {
-                    return Ok(Check::Ready(record.responses[start_idx..].to_vec()));
-                }
-                let id = state.waiter_id();
-                Ok(Check::Wait(
-                    id,
-                    State::register(&mut state.response_waiters, id, execution_id),
-                ))
-            })?;
-            match check {
-                Check::Ready(responses) => return Ok(responses),
-                Check::Wait(id, rx) => {
-                    let _guard = WaiterGuard {
-                        store: self,
-                        key: WaiterKey::Responses(execution_id.clone(), id),
-                    };
-                    // Woken or closed (sender dropped): look again.
-                    let _ = rx.await;
-                }
-            }
-        }
+        let check = || {
+            ready(self.read(execution_id, |record| {
+                let new = record.responses.get(start_idx..).unwrap_or_default();
+                (!new.is_empty()).then(|| new.to_vec())
+            }))
+        };
+        self.hub.wait_for_responses(execution_id, check).await
     }
-}
-
-/// The outcome of a waiter's check under the lock.
-enum Check<T> {
-    /// What the waiter waits for is there.
-    Ready(T),
-    /// Not yet: the registration to await.
-    Wait(u64, oneshot::Receiver<()>),
 }
 
 #[async_trait]
 impl DbTimers for MemoryStore {
     async fn get_expired_timers(&self, at: DateTime<Utc>) -> Result<Vec<ExpiredTimer>, DbError> {
-        self.with_state(|state| {
-            state
-                .timers
-                .iter()
-                .take_while(|(expires_at, _, _)| *expires_at <= at)
-                .map(|(expires_at, execution_id, kind)| {
-                    let record = state.record(execution_id)?;
-                    Ok(match kind {
-                        TimerKind::Lock => ExpiredTimer::Lock(ExpiredLock {
-                            execution_id: execution_id.clone(),
-                            next_version: record.index.state.next_version,
-                            temporary_event_count: record.index.temporary_event_count,
-                            max_retries: record.created.max_retries,
-                            retry_exp_backoff: record.created.retry_exp_backoff,
-                            parent: record.created.parent.clone(),
-                            lock_expires_at: *expires_at,
-                        }),
-                        TimerKind::Delay(delay_id) => {
-                            let join_set_id = record
-                                .index
-                                .open_delays
-                                .get(delay_id)
-                                .map(|(join_set_id, _)| join_set_id.clone())
-                                .ok_or_else(|| {
-                                    DbError::NotFound(format!(
-                                        "open delay {delay_id} of execution {execution_id}"
-                                    ))
-                                })?;
-                            ExpiredTimer::Delay(ExpiredDelay {
-                                execution_id: execution_id.clone(),
-                                join_set_id,
-                                delay_id: *delay_id,
-                                expires_at: *expires_at,
-                            })
-                        }
-                    })
+        let state = self.open_state()?;
+        let expired = state.timers.iter().take_while(|(t, ..)| *t <= at);
+        expired
+            .map(|(expires_at, execution_id, kind)| {
+                Ok(match kind {
+                    TimerKind::Lock => {
+                        let row = &state.record(execution_id)?.row;
+                        ExpiredTimer::Lock(row.expired_lock(*expires_at))
+                    }
+                    TimerKind::Delay(delay_id, join_set_id) => ExpiredTimer::Delay(ExpiredDelay {
+                        execution_id: execution_id.clone(),
+                        join_set_id: join_set_id.clone(),
+                        delay_id: *delay_id,
+                        expires_at: *expires_at,
+                    }),
                 })
-                .collect()
-        })
+            })
+            .collect()
     }
 
     async fn append_response(
@@ -439,38 +226,33 @@ impl DbTimers for MemoryStore {
         execution_id: &ExecutionId,
         response: JoinSetResponseEvent,
     ) -> Result<(), DbError> {
-        self.write(|tx| tx.append_response(now, execution_id, response))
+        let execution_id = execution_id.clone();
+        self.write(WriteRequest::Response {
+            now,
+            execution_id,
+            response,
+        })
+        .map(drop)
     }
 }
 
 #[async_trait]
 impl DbClient for MemoryStore {
     async fn create(&self, req: CreateRequest) -> Result<Version, DbError> {
-        self.write(|tx| tx.create(req))
+        next_version(self.write(WriteRequest::Create(req))?)
     }
 
     async fn create_batch(&self, reqs: Vec<CreateRequest>) -> Result<(), DbError> {
-        if reqs.is_empty() {
-            return Err(ValidationError::EmptyBatch("create_batch").into());
-        }
-        self.write(|tx| {
-            for req in reqs {
-                tx.create(req)?;
-            }
-            Ok(())
-        })
+        self.write(WriteRequest::CreateBatch(reqs)).map(drop)
     }
 
     async fn get(&self, execution_id: &ExecutionId) -> Result<ExecutionLog, DbError> {
-        self.with_state(|state| {
-            let record = state.record(execution_id)?;
-            Ok(ExecutionLog {
-                execution_id: execution_id.clone(),
-                events: record.events.clone(),
-                responses: record.responses.clone(),
-                next_version: record.index.state.next_version,
-                pending_state: record.index.state.pending_state.clone(),
-            })
+        self.read(execution_id, |record| ExecutionLog {
+            execution_id: execution_id.clone(),
+            events: record.events.clone(),
+            responses: record.responses.clone(),
+            next_version: record.row.state.next_version,
+            pending_state: record.row.state.pending_state.clone(),
         })
     }
 
@@ -479,15 +261,12 @@ impl DbClient for MemoryStore {
         execution_id: &ExecutionId,
         version: Version,
     ) -> Result<ExecutionEvent, DbError> {
-        self.with_state(|state| {
-            let record = state.record(execution_id)?;
-            usize::try_from(version.0)
-                .ok()
-                .and_then(|idx| record.events.get(idx))
-                .cloned()
-                .ok_or_else(|| {
-                    DbError::NotFound(format!("event at version {version} of {execution_id}"))
-                })
+        let event = self.read(execution_id, |record| {
+            let idx = usize::try_from(version.0).ok()?;
+            record.events.get(idx).cloned()
+        })?;
+        event.ok_or_else(|| {
+            DbError::NotFound(format!("event at version {version} of {execution_id}"))
         })
     }
 
@@ -496,41 +275,34 @@ impl DbClient for MemoryStore {
         filter: ListExecutionsFilter,
         pagination: Pagination,
     ) -> Result<Vec<ExecutionSummary>, DbError> {
-        self.with_state(|state| {
-            let rows: Box<dyn Iterator<Item = &(DateTime<Utc>, ExecutionId)>> =
-                match &pagination.cursor {
-                    Some(cursor) => Box::new(state.by_created.range(..cursor.clone()).rev()),
-                    None => Box::new(state.by_created.iter().rev()),
-                };
-            let mut out = Vec::new();
-            for (created_at, execution_id) in rows {
-                if out.len() >= pagination.length {
-                    break;
-                }
-                let record = state.record(execution_id)?;
-                let pending_state = &record.index.state.pending_state;
-                if filter
-                    .ffqn
-                    .as_ref()
-                    .is_some_and(|ffqn| *ffqn != record.created.ffqn)
-                    || filter
-                        .state
-                        .is_some_and(|kind| kind != pending_state.kind())
-                    || (filter.top_level_only && !execution_id.is_top_level())
-                {
-                    continue;
-                }
-                out.push(ExecutionSummary {
-                    execution_id: execution_id.clone(),
-                    ffqn: record.created.ffqn.clone(),
-                    created_at: *created_at,
-                    scheduled_at: record.created.scheduled_at,
-                    pending_state: pending_state.clone(),
-                    next_version: record.index.state.next_version,
-                });
+        let state = self.open_state()?;
+        let rows: Box<dyn Iterator<Item = _>> = match &pagination.cursor {
+            Some(cursor) => Box::new(state.by_created.range(..cursor.clone()).rev()),
+            None => Box::new(state.by_created.iter().rev()),
+        };
+        let mut out = Vec::new();
+        for (created_at, execution_id) in rows {
+            if out.len() >= pagination.length {
+                break;
             }
-            Ok(out)
-        })
+            let record = state.record(execution_id)?;
+            let row = &record.row;
+            if filter.ffqn.as_ref().is_some_and(|ffqn| *ffqn != row.ffqn)
+                || (filter.state).is_some_and(|kind| kind != row.state.pending_state.kind())
+                || (filter.top_level_only && !execution_id.is_top_level())
+            {
+                continue;
+            }
+            out.push(ExecutionSummary {
+                execution_id: execution_id.clone(),
+                ffqn: row.ffqn.clone(),
+                created_at: *created_at,
+                scheduled_at: record.created.scheduled_at,
+                pending_state: row.state.pending_state.clone(),
+                next_version: row.state.next_version,
+            });
+        }
+        Ok(out)
     }
 
     async fn wait_for_finished_result(
@@ -538,44 +310,17 @@ impl DbClient for MemoryStore {
         execution_id: &ExecutionId,
         timeout: Option<Duration>,
     ) -> Result<FinishedExecutionResult, DbError> {
-        let wait = async {
-            loop {
-                let check = self.with_state(|state| {
-                    let record = state.record(execution_id)?;
-                    if let Some(result) = record.finished_result() {
-                        return Ok(Check::Ready(result));
-                    }
-                    let id = state.waiter_id();
-                    Ok(Check::Wait(
-                        id,
-                        State::register(&mut state.finished_waiters, id, execution_id),
-                    ))
-                })?;
-                match check {
-                    Check::Ready(result) => return Ok(result),
-                    Check::Wait(id, rx) => {
-                        let _guard = WaiterGuard {
-                            store: self,
-                            key: WaiterKey::Finished(execution_id.clone(), id),
-                        };
-                        // Woken or closed (sender dropped): look again.
-                        let _ = rx.await;
-                    }
-                }
-            }
-        };
-        match timeout {
-            Some(timeout) => tokio::time::timeout(timeout, wait)
-                .await
-                .unwrap_or(Err(DbError::Timeout)),
-            None => wait.await,
-        }
+        let check = || ready(self.read(execution_id, Record::finished_result));
+        self.hub
+            .wait_for_finished(execution_id, timeout, check)
+            .await
     }
 }
 
 #[async_trait]
 impl DbConnection for MemoryStore {
     async fn close(&self) {
-        self.lock_state().close();
+        self.lock_state().closed = true;
+        self.hub.close();
     }
 }

@@ -5,8 +5,9 @@
 use super::*;
 use chrono::TimeZone;
 use concepts::{
-    DbErrorKind, DelayId, ExecutionIdTopLevel, ExecutionMetadata, ExecutorId, HistoryEvent,
-    JoinSetId, JoinSetRequest, JoinSetResponse, Json, SupportedFunctionReturnValue,
+    DbErrorKind, DelayId, ExecutionEventInner, ExecutionIdTopLevel, ExecutionMetadata, ExecutorId,
+    HistoryEvent, JoinSetId, JoinSetRequest, JoinSetResponse, Json, Locked, RunId,
+    SupportedFunctionReturnValue, ValidationError,
 };
 
 fn t0() -> DateTime<Utc> {
@@ -91,9 +92,7 @@ async fn waiters_leave_no_entry_behind() {
             Duration::from_millis(10),
         )
         .await;
-    assert_eq!(store.waiter_counts(), (0, 0, 0));
-    assert!(store.lock_state().response_waiters.is_empty());
-    assert!(store.lock_state().finished_waiters.is_empty());
+    assert_eq!(store.waiter_counts(), WaiterCounts::default());
 
     // Woken waits.
     let responses = tokio::spawn({
@@ -106,7 +105,7 @@ async fn waiters_leave_no_entry_behind() {
         let e = e.clone();
         async move { store.wait_for_finished_result(&e, Some(SAFETY)).await }
     });
-    wait_until_registered(&store, (0, 1, 1)).await;
+    wait_until_registered(&store, counts(0, 1, 1)).await;
     store
         .append_response(
             t0(),
@@ -135,13 +134,19 @@ async fn waiters_leave_no_entry_behind() {
         finished.await.unwrap().unwrap(),
         Ok(SupportedFunctionReturnValue::None)
     );
-    assert_eq!(store.waiter_counts(), (0, 0, 0));
-    assert!(store.lock_state().response_waiters.is_empty());
-    assert!(store.lock_state().finished_waiters.is_empty());
+    assert_eq!(store.waiter_counts(), WaiterCounts::default());
+}
+
+fn counts(pending: usize, responses: usize, finished: usize) -> WaiterCounts {
+    WaiterCounts {
+        pending,
+        responses,
+        finished,
+    }
 }
 
 /// Waits (with a real-time safety net) until the expected waiters registered.
-async fn wait_until_registered(store: &MemoryStore, expected: (usize, usize, usize)) {
+async fn wait_until_registered(store: &MemoryStore, expected: WaiterCounts) {
     tokio::time::timeout(SAFETY, async {
         while store.waiter_counts() != expected {
             tokio::task::yield_now().await;
@@ -178,7 +183,7 @@ async fn close_releases_every_waiter() {
                 .await;
         }
     });
-    wait_until_registered(&store, (1, 1, 1)).await;
+    wait_until_registered(&store, counts(1, 1, 1)).await;
     store.close().await;
     store.close().await;
     let released = tokio::time::timeout(SAFETY, async {
@@ -192,7 +197,7 @@ async fn close_releases_every_waiter() {
     .expect("close releases the waiters");
     assert_eq!(released.0.unwrap_err().kind(), DbErrorKind::Closed);
     assert_eq!(released.1.unwrap_err().kind(), DbErrorKind::Closed);
-    assert_eq!(store.waiter_counts(), (0, 0, 0));
+    assert_eq!(store.waiter_counts(), WaiterCounts::default());
 }
 
 #[tokio::test]
@@ -288,4 +293,19 @@ async fn a_failing_write_leaves_every_index_untouched() {
     assert_eq!(store.get(&e).await.unwrap(), before);
     assert_eq!(store.lock_state().timers, timers_before);
     assert_eq!(store.lock_state().pending, pending_before);
+    // The refused batch left no delay behind: requesting it now is not a repeat.
+    let delay_request = ExecutionEventInner::HistoryEvent {
+        event: HistoryEvent::JoinSetRequest {
+            join_set_id: "o:sleep".parse().unwrap(),
+            request: JoinSetRequest::DelayRequest {
+                delay_id: DelayId::from_parts(1, 1),
+                expires_at: at(50),
+            },
+        },
+    };
+    let version = store
+        .append_batch(batch(&e, Version(1), vec![delay_request]))
+        .await
+        .unwrap();
+    assert_eq!(version, Version(2));
 }

@@ -250,6 +250,9 @@ pub fn plan(snapshot: &Snapshot, request: WriteRequest) -> Result<WritePlan, DbE
     let next_version = match request {
         WriteRequest::Create(req) => Some(planner.create(req)?),
         WriteRequest::CreateBatch(reqs) => {
+            // One change per request: grown once, not doubled (and moved) a thousand times.
+            planner.changes.reserve(reqs.len());
+            planner.position.reserve(reqs.len());
             for req in reqs {
                 planner.create(req)?;
             }
