@@ -252,7 +252,6 @@ pub fn plan(snapshot: &Snapshot, request: WriteRequest) -> Result<WritePlan, DbE
         WriteRequest::CreateBatch(reqs) => {
             // One change per request: grown once, not doubled (and moved) a thousand times.
             planner.changes.reserve(reqs.len());
-            planner.position.reserve(reqs.len());
             for req in reqs {
                 planner.create(req)?;
             }
@@ -274,7 +273,10 @@ pub fn plan(snapshot: &Snapshot, request: WriteRequest) -> Result<WritePlan, DbE
         }
     };
     let changes = planner.changes;
-    let wakeups = changes.iter().flat_map(wakeups_of).collect();
+    let mut wakeups = Vec::new();
+    for change in &changes {
+        wakeups_of(change, &mut wakeups);
+    }
     Ok(WritePlan {
         changes,
         wakeups,
@@ -284,11 +286,10 @@ pub fn plan(snapshot: &Snapshot, request: WriteRequest) -> Result<WritePlan, DbE
 }
 
 /// Which waiters a change concerns: new responses; a new `Finished`; a new `PendingAt`.
-fn wakeups_of(change: &ExecutionChange) -> Vec<Wakeup> {
+fn wakeups_of(change: &ExecutionChange, wakeups: &mut Vec<Wakeup>) {
     let execution_id = &change.row.execution_id;
     let new_state = &change.row.state.pending_state;
     let old_state = change.old_state.as_ref();
-    let mut wakeups = Vec::new();
     if !change.responses.is_empty() {
         wakeups.push(Wakeup::Responses(execution_id.clone()));
     }
@@ -303,7 +304,6 @@ fn wakeups_of(change: &ExecutionChange) -> Vec<Wakeup> {
             at: *scheduled_at,
         });
     }
-    wakeups
 }
 
 /// The error of a snapshot that lacks what its keys named: a bug of the backend, never of the
@@ -343,9 +343,14 @@ impl StagedJoinSet {
     }
 }
 
+/// Up to this many changes, a change is found by a scan rather than a map.
+const LINEAR_LOOKUP: usize = 8;
+
 struct Planner<'s> {
     snapshot: &'s Snapshot,
     changes: Vec<ExecutionChange>,
+    /// The index of each change by execution, built only once a write touches more than
+    /// [`LINEAR_LOOKUP`] executions: most writes touch one or two, and a scan is cheaper.
     position: HashMap<ExecutionId, usize, FastHash>,
     join_sets: HashMap<(ExecutionId, JoinSetId), StagedJoinSet, FastHash>,
     delays: HashMap<(ExecutionId, DelayId), DelayRow, FastHash>,
@@ -366,8 +371,8 @@ impl<'s> Planner<'s> {
 
     /// The index of the change of an existing execution, staged on first touch.
     fn touch(&mut self, execution_id: &ExecutionId) -> Result<usize, DbError> {
-        if let Some(idx) = self.position.get(execution_id) {
-            return Ok(*idx);
+        if let Some(idx) = self.find(execution_id) {
+            return Ok(idx);
         }
         let row = self
             .snapshot
@@ -386,9 +391,29 @@ impl<'s> Planner<'s> {
         }))
     }
 
+    fn find(&self, execution_id: &ExecutionId) -> Option<usize> {
+        if self.changes.len() <= LINEAR_LOOKUP {
+            self.changes
+                .iter()
+                .position(|c| c.row.execution_id == *execution_id)
+        } else {
+            self.position.get(execution_id).copied()
+        }
+    }
+
     fn push(&mut self, change: ExecutionChange) -> usize {
         let idx = self.changes.len();
-        self.position.insert(change.row.execution_id.clone(), idx);
+        if idx == LINEAR_LOOKUP {
+            self.position = self
+                .changes
+                .iter()
+                .enumerate()
+                .map(|(i, c)| (c.row.execution_id.clone(), i))
+                .collect();
+        }
+        if idx >= LINEAR_LOOKUP {
+            self.position.insert(change.row.execution_id.clone(), idx);
+        }
         self.changes.push(change);
         idx
     }
@@ -430,7 +455,7 @@ impl<'s> Planner<'s> {
 
     fn create(&mut self, req: CreateRequest) -> Result<Version, DbError> {
         if self.snapshot.executions.contains_key(&req.execution_id)
-            || self.position.contains_key(&req.execution_id)
+            || self.find(&req.execution_id).is_some()
         {
             return Err(DuplicateKind::Execution(req.execution_id).into());
         }

@@ -618,3 +618,22 @@ async fn the_hub_loses_no_wakeup_between_check_and_wait_and_close_releases_every
         .await;
     assert!(matches!(timed_out, Err(DbError::Timeout)));
 }
+
+#[test]
+fn a_large_batch_finds_its_duplicates_past_the_linear_lookup() {
+    let ids: Vec<ExecutionId> = (0..20).map(|i| ExecutionId::generate_at(at(i))).collect();
+    let mut reqs: Vec<CreateRequest> = ids.iter().map(|id| create_request(id, None)).collect();
+    let plan = run(
+        &Snapshot::default(),
+        WriteRequest::CreateBatch(reqs.clone()),
+    )
+    .unwrap();
+    assert_eq!(plan.changes.len(), 20);
+    assert_eq!(plan.wakeups.len(), 20);
+    reqs.push(create_request(&ids[3], None));
+    let err = run(&Snapshot::default(), WriteRequest::CreateBatch(reqs)).unwrap_err();
+    assert!(
+        matches!(err, DbError::Duplicate(DuplicateKind::Execution(ref d)) if *d == ids[3]),
+        "{err:?}"
+    );
+}
