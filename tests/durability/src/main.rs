@@ -15,33 +15,20 @@
 //! `--tick-ms`), and `--trace-waits` reports each lock and each `wait_for_pending` of the
 //! executor (see the `traced` module).
 //!
-//! Standard output, one line per fact, flushed as soon as it is known:
-//!
-//! | line | meaning |
-//! |---|---|
-//! | `submitting N` | the node found the store empty and is about to submit |
-//! | `submitted N` | the submission committed |
-//! | `resumed N` | the store already held the N executions (a restart) |
-//! | `awaiting N` | `--submit never`: the node waits for N executions that others submit |
-//! | `executor <executor id>` | the id of this node's executor (in every `Locked` it writes) |
-//! | `locked`, `waiting`, `waited` | with `--trace-waits`: see the `traced` module |
-//! | `finished <execution id>` | the store reported this execution finished (each id once per process) |
-//! | `progress F/N` | after each poll: F of the N executions are finished |
-//! | `{...}` | last line, on success: a JSON summary |
-//!
-//! A `finished` line is printed only after a read of the store returned the execution as
-//! finished, i.e. after the write committed: it is an acknowledgement a test can hold the
-//! store to after a crash. Diagnostics go to standard error (`RUST_LOG`, default `warn`).
+//! Standard output is one line per fact, flushed as soon as it is known: the [`Line`]s of the
+//! crate's library, whose documentation lists them. A `finished` line is printed only after a
+//! read of the store returned the execution as finished, i.e. after the write committed: it is
+//! an acknowledgement a test can hold the store to after a crash. Diagnostics go to standard
+//! error (`RUST_LOG`, default `warn`).
 
 use anyhow::{Context, bail, ensure};
 use async_trait::async_trait;
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use concepts::DbClientExt as _;
 use concepts::{
-    ClockFn, ComponentId, CreateRequest, DbConnection, DbError, ExecutionId, ExecutionIdTopLevel,
-    ExecutionMetadata, FunctionFqn, Json, ListExecutionsFilter, Pagination, PendingStateKind,
-    SupportedFunctionReturnValue,
+    ClockFn, DbConnection, DbError, ExecutionId, FunctionFqn, Json, ListExecutionsFilter,
+    Pagination, PendingStateKind, SupportedFunctionReturnValue,
 };
+use durability::{Line, Workload, list_ids};
 use executor::{ExecConfig, ExecTask, Now, Worker, WorkerContext, WorkerResult};
 use std::{
     collections::HashSet,
@@ -57,13 +44,6 @@ use storage_postgres::{PostgresConfig, PostgresStore};
 use storage_sqlite::{SqliteConfig, SqlitePool};
 use timers_watcher::TimersWatcherConfig;
 use tokio::sync::Semaphore;
-
-/// The function every submitted execution runs.
-const FFQN: &str = "durability:node/work@1.0.0.noop";
-/// The ULID timestamp part of every execution id: ids are a function of the index only, so
-/// that two nodes submitting at once collide (one of them gets `Duplicate`) instead of both
-/// submitting.
-const ID_MS: u64 = 1_700_000_000_000;
 
 mod traced;
 
@@ -214,7 +194,7 @@ impl DatabaseUrl {
 struct Out;
 
 impl Out {
-    fn lines<I: IntoIterator<Item = String>>(lines: I) {
+    fn lines<I: IntoIterator<Item = Line>>(lines: I) {
         let mut stdout = std::io::stdout().lock();
         for line in lines {
             let _ = writeln!(stdout, "{line}");
@@ -222,7 +202,7 @@ impl Out {
         let _ = stdout.flush();
     }
 
-    fn line(line: String) {
+    fn line(line: Line) {
         Self::lines([line]);
     }
 }
@@ -251,11 +231,6 @@ impl Worker for NoopWorker {
     }
 }
 
-/// The id of the `idx`-th execution (from 0).
-fn execution_id(idx: usize) -> ExecutionId {
-    ExecutionId::from(ExecutionIdTopLevel::from_parts(ID_MS, idx as u128 + 1))
-}
-
 /// How the node came by its executions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Submission {
@@ -269,8 +244,7 @@ enum Submission {
 async fn submit_if_empty(
     db: &dyn DbConnection,
     args: &RunArgs,
-    ffqn: &FunctionFqn,
-    component_id: &ComponentId,
+    workload: &Workload,
 ) -> anyhow::Result<Submission> {
     let any = db
         .list_executions(
@@ -285,22 +259,11 @@ async fn submit_if_empty(
         return Ok(Submission::Resumed);
     }
     let now = Now.now();
+    let backoff = Duration::from_millis(args.retry_backoff_ms);
     let requests = (0..args.executions)
-        .map(|idx| CreateRequest {
-            created_at: now,
-            execution_id: execution_id(idx),
-            ffqn: ffqn.clone(),
-            params: Json(serde_json::json!([idx])),
-            parent: None,
-            scheduled_at: now,
-            retry_exp_backoff: Duration::from_millis(args.retry_backoff_ms),
-            max_retries: args.max_retries,
-            component_id: component_id.clone(),
-            metadata: ExecutionMetadata::default(),
-            scheduled_by: None,
-        })
+        .map(|idx| workload.request(idx, now, backoff, args.max_retries))
         .collect();
-    Out::line(format!("submitting {}", args.executions));
+    Out::line(Line::Submitting(args.executions));
     match db.create_batch(requests).await {
         Ok(()) => Ok(Submission::Submitted),
         // All or nothing: another node's batch committed first, ours left nothing behind.
@@ -309,33 +272,16 @@ async fn submit_if_empty(
     }
 }
 
-/// Every execution id in `state` (every one for `None`).
-async fn list_ids(
-    db: &dyn DbConnection,
-    state: Option<PendingStateKind>,
-) -> Result<Vec<ExecutionId>, DbError> {
-    let filter = ListExecutionsFilter {
-        state,
-        ..ListExecutionsFilter::default()
-    };
-    let all = db.list_all_executions(filter).await?;
-    Ok(all
-        .into_iter()
-        .map(|summary| summary.execution_id)
-        .collect())
-}
-
 async fn run(args: RunArgs) -> anyhow::Result<()> {
     let started = Instant::now();
     let database = DatabaseUrl::parse(&args.database)?;
     ensure!(args.executions > 0, "--executions must be at least 1");
-    let ffqn: FunctionFqn = FFQN.parse()?;
-    let component_id = ComponentId::new("activity", "durability-noop")?;
+    let workload = Workload::new()?;
     let db = database.open().await?;
 
     let (submission, total) = match args.submit {
         Submit::IfEmpty => {
-            let submission = submit_if_empty(db.as_ref(), &args, &ffqn, &component_id).await?;
+            let submission = submit_if_empty(db.as_ref(), &args, &workload).await?;
             let total = list_ids(db.as_ref(), None).await?.len();
             ensure!(
                 total == args.executions,
@@ -343,19 +289,19 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
                 args.executions
             );
             Out::line(match submission {
-                Submission::Submitted => format!("submitted {total}"),
-                Submission::Resumed => format!("resumed {total}"),
+                Submission::Submitted => Line::Submitted(total),
+                Submission::Resumed => Line::Resumed(total),
             });
             (submission, total)
         }
         Submit::Never => {
-            Out::line(format!("awaiting {}", args.executions));
+            Out::line(Line::Awaiting(args.executions));
             (Submission::Resumed, args.executions)
         }
     };
 
     let worker = Arc::new(NoopWorker {
-        ffqns: vec![ffqn],
+        ffqns: vec![workload.ffqn.clone()],
         work: Duration::from_millis(args.work_ms),
         runs: AtomicU64::new(0),
     });
@@ -366,11 +312,11 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             lock_expiry: Duration::from_millis(args.lock_expiry_ms),
             tick_sleep: args.executor_tick_ms.map_or(tick, Duration::from_millis),
             batch_size: args.batch_size,
-            component_id: component_id.clone(),
+            component_id: workload.component_id.clone(),
             task_limiter: Some(Arc::new(Semaphore::new(args.concurrency.max(1)))),
         };
         let handle = ExecTask::spawn_new(worker.clone(), config, Now, traced.clone());
-        Out::line(format!("executor {}", handle.executor_id()));
+        Out::line(Line::Executor(handle.executor_id()));
         handle
     });
     let mut watcher = matches!(args.role, Role::Watcher | Role::Both).then(|| {
@@ -388,12 +334,15 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         let finished = list_ids(db.as_ref(), Some(PendingStateKind::Finished)).await?;
         let count = finished.len();
         finished_at_start.get_or_insert(count);
-        let new: Vec<String> = finished
+        let new: Vec<Line> = finished
             .into_iter()
             .filter(|id| seen.insert(id.clone()))
-            .map(|id| format!("finished {id}"))
+            .map(Line::Finished)
             .collect();
-        Out::lines(new.into_iter().chain([format!("progress {count}/{total}")]));
+        Out::lines(new.into_iter().chain([Line::Progress {
+            finished: count,
+            total,
+        }]));
         ensure!(
             count <= total,
             "{count} executions are finished, but the store holds {total}"
@@ -428,7 +377,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         "waits_timed_out": traced.counts.timed_out.load(Ordering::Relaxed),
         "elapsed_ms": u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
     });
-    Out::line(summary.to_string());
+    Out::line(Line::Summary(summary));
     Ok(())
 }
 

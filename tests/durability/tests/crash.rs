@@ -24,21 +24,23 @@
 //! (a fresh database per test); without it that test prints `SKIPPED: ...` and passes, except
 //! under `CI=true`, where it fails.
 
-use concepts::DbClientExt as _;
-use concepts::{
-    DbConnection, ExecutionEventInner, ExecutionId, Json, ListExecutionsFilter, PendingStateKind,
-    SupportedFunctionReturnValue, Version, derive_pending_state,
-};
+mod common;
+
+use common::{all_ids, assert_finished_once, runtime};
+use concepts::{DbConnection, ExecutionEventInner, ExecutionId, PendingStateKind, Version};
+use durability::Line;
 use std::{
     collections::HashSet,
-    io::{BufRead, BufReader},
     path::{Path, PathBuf},
-    process::{Child, Command, Stdio},
-    sync::{Arc, mpsc},
+    sync::Arc,
     time::{Duration, Instant},
 };
-use storage_postgres::{PostgresConfig, PostgresStore, admin};
+use storage_postgres::PostgresStore;
 use storage_sqlite::{SqliteConfig, SqlitePool};
+use test_support::{
+    postgres::{TestDatabase, TestServer},
+    process::{Output, Processes},
+};
 
 /// Executions per test: enough that every kill lands in the middle of the work.
 const EXECUTIONS: usize = 3_000;
@@ -62,8 +64,6 @@ const NODE_ARGS: [&str; 8] = [
 const SUBMISSION_PROBES: usize = 6;
 /// The longest a node may run before the test gives up on it.
 const NODE_TIMEOUT: Duration = Duration::from_secs(150);
-/// The variable that names the PostgreSQL test server.
-const POSTGRES_URL_VAR: &str = "STELE_TEST_POSTGRES_URL";
 
 /// Where the store of a test lives.
 enum Store {
@@ -73,9 +73,7 @@ enum Store {
     },
     Postgres {
         dir: tempfile::TempDir,
-        server: Box<PostgresConfig>,
-        url: String,
-        name: String,
+        database: Box<TestDatabase>,
     },
 }
 
@@ -90,7 +88,7 @@ impl Store {
     fn url(&self) -> String {
         match self {
             Self::Sqlite { path, .. } => format!("sqlite://{}", path.display()),
-            Self::Postgres { url, .. } => url.clone(),
+            Self::Postgres { database, .. } => database.url.clone(),
         }
     }
 
@@ -120,10 +118,12 @@ impl Store {
                         .unwrap_or_else(|e| panic!("opening {}: {e}", path.display())),
                 )
             }
-            Self::Postgres { server, name, .. } => Arc::new(
-                PostgresStore::connect(server.with_database(name))
+            Self::Postgres { database, .. } => Arc::new(
+                PostgresStore::connect(database.config.clone())
                     .await
-                    .unwrap_or_else(|e| panic!("connecting to test database {name}: {e}")),
+                    .unwrap_or_else(|e| {
+                        panic!("connecting to test database {}: {e}", database.name())
+                    }),
             ),
         }
     }
@@ -147,27 +147,6 @@ impl Store {
         };
         assert_integrity(&image);
         Some((image, wal_bytes))
-    }
-}
-
-impl Drop for Store {
-    fn drop(&mut self) {
-        if let Self::Postgres { server, name, .. } = self {
-            let (server, name) = (PostgresConfig::clone(server), name.clone());
-            let dropped = std::thread::spawn(move || {
-                let runtime = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .map_err(|e| e.to_string())?;
-                runtime
-                    .block_on(admin::drop_database(&server, &name))
-                    .map_err(|e| format!("cannot drop test database {name}: {e}"))
-            })
-            .join();
-            if let Ok(Err(e)) = dropped {
-                eprintln!("{e}");
-            }
-        }
     }
 }
 
@@ -201,19 +180,18 @@ fn assert_integrity(path: &Path) {
 /// A running node and the lines of its standard output.
 struct Node {
     label: String,
-    child: Child,
-    lines: mpsc::Receiver<String>,
-    stderr: PathBuf,
+    process: Processes,
     started: Instant,
 }
 
 /// What one node printed.
 #[derive(Default)]
 struct Printed {
-    /// Its first line (`submitting N`, `resumed N`) and the line that followed a submission.
-    submission: Vec<String>,
+    /// Its first line (`submitting N`, `resumed N`) and the lines that followed it before the
+    /// first `finished` or `progress` (`submitted N`, `executor <id>`).
+    submission: Vec<Line>,
     /// Every `finished <id>`.
-    finished: Vec<String>,
+    finished: Vec<ExecutionId>,
     /// The last `progress F/N`: F.
     progress: usize,
     /// The JSON summary, if it got that far.
@@ -226,51 +204,37 @@ struct Printed {
 
 impl Printed {
     fn take(&mut self, line: &str) {
-        if let Some(id) = line.strip_prefix("finished ") {
-            self.finished.push(id.to_string());
-        } else if let Some(progress) = line.strip_prefix("progress ") {
-            let done = progress.split('/').next().unwrap_or_default();
-            self.progress = done.parse().unwrap_or(self.progress);
-        } else if line.starts_with('{') {
-            self.summary = Some(serde_json::from_str(line).expect("the summary is JSON"));
-        } else {
-            if line.starts_with("submitting") {
-                self.submitting_at = Some(Instant::now());
-            } else if line.starts_with("submitted") {
-                self.submitted_at = Some(Instant::now());
+        let line = Line::parse(line).unwrap_or_else(|e| panic!("the node printed {e}"));
+        match line {
+            Line::Finished(id) => self.finished.push(id),
+            Line::Progress { finished, .. } => self.progress = finished,
+            Line::Summary(summary) => self.summary = Some(summary),
+            line => {
+                match line {
+                    Line::Submitting(_) => self.submitting_at = Some(Instant::now()),
+                    Line::Submitted(_) => self.submitted_at = Some(Instant::now()),
+                    _ => {}
+                }
+                self.submission.push(line);
             }
-            self.submission.push(line.to_string());
         }
+    }
+
+    /// Whether the node began with `expected` (`Submitting` or `Resumed`, whatever its count).
+    fn began_with(&self, expected: fn(&Line) -> bool) -> bool {
+        self.submission.first().is_some_and(expected)
     }
 }
 
 impl Node {
     fn start(store: &Store, label: &str) -> Self {
-        let stderr = store.log_dir().join(format!("{label}.stderr"));
-        let mut child = Command::new(env!("CARGO_BIN_EXE_durability-node"))
-            .args(["run", "--database", &store.url()])
-            .args(["--executions", &EXECUTIONS.to_string()])
-            .args(NODE_ARGS)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(std::fs::File::create(&stderr).expect("a stderr file"))
-            .spawn()
-            .expect("starting durability-node");
-        let stdout = child.stdout.take().expect("piped stdout");
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
+        let mut process = Processes::new(&store.log_dir());
+        let mut command = common::node_command(&store.url(), EXECUTIONS);
+        command.args(NODE_ARGS);
+        process.start(label, command);
         Self {
             label: label.to_string(),
-            child,
-            lines,
-            stderr,
+            process,
             started: Instant::now(),
         }
     }
@@ -307,10 +271,9 @@ impl Node {
 
     /// SIGKILLs the node and adds the lines still in the pipe (printed before the kill).
     fn kill(mut self, mut printed: Printed) -> Printed {
-        self.child.kill().expect("SIGKILL");
-        let status = self.child.wait().expect("waiting for the killed node");
+        let status = self.process.kill(0);
         assert!(!status.success(), "{}: killed, yet it exited 0", self.label);
-        while let Ok(line) = self.lines.recv_timeout(NODE_TIMEOUT) {
+        while let Some((_, Output::Line(line))) = self.process.next(NODE_TIMEOUT) {
             printed.take(&line);
         }
         printed
@@ -322,7 +285,7 @@ impl Node {
         while let Some(line) = self.next_line() {
             printed.take(&line);
         }
-        let status = self.child.wait().expect("waiting for the node");
+        let status = self.process.wait(0);
         if !status.success() {
             self.fail(&format!("exited with {status}"));
         }
@@ -335,36 +298,17 @@ impl Node {
     /// The next line, or `None` once the node closed its output.
     fn next_line(&mut self) -> Option<String> {
         let left = NODE_TIMEOUT.saturating_sub(self.started.elapsed());
-        match self.lines.recv_timeout(left) {
-            Ok(line) => Some(line),
-            Err(mpsc::RecvTimeoutError::Disconnected) => None,
-            Err(mpsc::RecvTimeoutError::Timeout) => {
-                let _ = self.child.kill();
-                self.fail(&format!("still running after {NODE_TIMEOUT:?}"))
-            }
+        match self.process.next(left) {
+            Some((_, Output::Line(line))) => Some(line),
+            Some((_, Output::Closed)) => None,
+            None => self.fail(&format!("still running after {NODE_TIMEOUT:?}")),
         }
     }
 
     fn fail(&mut self, what: &str) -> ! {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let stderr = std::fs::read_to_string(&self.stderr).unwrap_or_default();
-        panic!("{}: {what}; its stderr:\n{stderr}", self.label)
+        let what = format!("{}: {what}", self.label);
+        self.process.fail(&what)
     }
-}
-
-/// Every execution id in `state` (every one for `None`).
-async fn all_ids(db: &dyn DbConnection, state: Option<PendingStateKind>) -> Vec<ExecutionId> {
-    let filter = ListExecutionsFilter {
-        state,
-        ..ListExecutionsFilter::default()
-    };
-    db.list_all_executions(filter)
-        .await
-        .expect("list_executions")
-        .into_iter()
-        .map(|summary| summary.execution_id)
-        .collect()
 }
 
 /// What a crash image holds.
@@ -382,7 +326,7 @@ fn check_crash_image(
     runtime: &tokio::runtime::Runtime,
     store: &Store,
     label: &str,
-    acknowledged: &HashSet<String>,
+    acknowledged: &HashSet<ExecutionId>,
 ) -> CrashImage {
     let image = store.crash_image(label);
     let wal_bytes = image.as_ref().map_or(0, |(_, bytes)| *bytes);
@@ -398,7 +342,7 @@ fn check_crash_image(
 async fn read_crash_image(
     store: &Store,
     image: Option<&Path>,
-    acknowledged: &HashSet<String>,
+    acknowledged: &HashSet<ExecutionId>,
     wal_bytes: u64,
 ) -> CrashImage {
     let db = store.open(image).await;
@@ -409,9 +353,8 @@ async fn read_crash_image(
         ids.len()
     );
     for id in acknowledged {
-        let id: ExecutionId = id.parse().expect("the node prints execution ids");
         let state = db
-            .get(&id)
+            .get(id)
             .await
             .unwrap_or_else(|e| panic!("{id} was acknowledged as finished before the kill: {e}"))
             .pending_state;
@@ -436,7 +379,7 @@ async fn read_crash_image(
 /// The final checks, after the last node exited 0.
 async fn check_final(
     store: &Store,
-    acknowledged: &HashSet<String>,
+    acknowledged: &HashSet<ExecutionId>,
     locked_at_kills: &[ExecutionId],
 ) {
     let db = store.open(None).await;
@@ -449,39 +392,12 @@ async fn check_final(
     for id in &ids {
         let log = db.get(id).await.unwrap_or_else(|e| panic!("get {id}: {e}"));
         events += log.events.len();
-        let finished = log
-            .events
-            .iter()
-            .filter(|e| matches!(e.event, ExecutionEventInner::Finished { .. }))
-            .count();
-        assert_eq!(finished, 1, "{id}: Finished events in {log:#?}");
-        let Some(ExecutionEventInner::Finished { result }) = log.events.last().map(|e| &e.event)
-        else {
-            panic!("{id}: the last event is not Finished: {log:#?}");
-        };
-        let Some(ExecutionEventInner::Created { params, .. }) =
-            log.events.first().map(|e| &e.event)
-        else {
-            panic!("{id}: the first event is not Created: {log:#?}");
-        };
-        let expected = params.0.get(0).cloned().unwrap_or_default();
-        assert_eq!(
-            result,
-            &Ok(SupportedFunctionReturnValue::InfallibleOrResultOk(Json(
-                expected
-            ))),
-            "{id}: the result is not the execution's own parameter"
-        );
+        assert_finished_once(id, &log);
         let finished_version = u32::try_from(log.events.len() - 1).expect("a short log");
         assert_eq!(
             log.next_version,
             Version(finished_version),
             "{id}: the next version stays at Finished"
-        );
-        assert_eq!(
-            Some(&log.pending_state),
-            derive_pending_state(&log.events, &log.responses).as_ref(),
-            "{id}: the stored pending state differs from its derivation"
         );
         if log
             .events
@@ -492,11 +408,7 @@ async fn check_final(
         }
     }
     for id in acknowledged {
-        let id: ExecutionId = id.parse().expect("the node prints execution ids");
-        assert!(
-            unique.contains(&id),
-            "acknowledged {id} is not in the store"
-        );
+        assert!(unique.contains(id), "acknowledged {id} is not in the store");
     }
     for id in locked_at_kills {
         assert!(
@@ -514,31 +426,24 @@ async fn check_final(
     db.close().await;
 }
 
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("a tokio runtime")
-}
-
 /// Kills the node at every kill point and restarts it, then lets the last one finish and
 /// checks everything.
 fn kill_and_restart(store: &Store) {
     let started = Instant::now();
     let runtime = runtime();
-    let mut acknowledged: HashSet<String> = HashSet::new();
+    let mut acknowledged: HashSet<ExecutionId> = HashSet::new();
     let mut locked_at_kills = Vec::new();
     for (idx, point) in KILL_POINTS.iter().enumerate() {
         let label = format!("node-{idx}");
         let kill_at = (EXECUTIONS as f64 * point) as usize;
         let printed = Node::start(store, &label).kill_when(|p| p.progress >= kill_at);
-        let expected_start = if idx == 0 { "submitting" } else { "resumed" };
+        let (expected_start, began_so): (_, fn(&Line) -> bool) = if idx == 0 {
+            ("submitting", |l| matches!(l, Line::Submitting(_)))
+        } else {
+            ("resumed", |l| matches!(l, Line::Resumed(_)))
+        };
         assert!(
-            printed
-                .submission
-                .first()
-                .is_some_and(|l| l.starts_with(expected_start)),
+            printed.began_with(began_so),
             "{label} began with {:?}, expected `{expected_start} ...`",
             printed.submission
         );
@@ -573,9 +478,7 @@ fn kill_and_restart(store: &Store) {
     );
     let last = Node::start(store, "node-last").finish();
     assert!(
-        last.submission
-            .first()
-            .is_some_and(|l| l.starts_with("resumed")),
+        last.began_with(|l| matches!(l, Line::Resumed(_))),
         "the last node began with {:?}, expected `resumed ...`",
         last.submission
     );
@@ -606,10 +509,7 @@ fn probe_submission(
     let store = Store::sqlite();
     let printed = Node::start(&store, label).kill_after(after, delay);
     assert!(
-        printed
-            .submission
-            .first()
-            .is_some_and(|l| l.starts_with("submitting")),
+        printed.began_with(|l| matches!(l, Line::Submitting(_))),
         "{label} began with {:?}: the store was empty",
         printed.submission
     );
@@ -657,12 +557,10 @@ fn sqlite_kill_during_submission_is_all_or_nothing() {
          {after:?} after `submitting`",
         outcomes.0, outcomes.1
     );
-    let acknowledged: HashSet<String> = printed.finished.into_iter().collect();
+    let acknowledged: HashSet<ExecutionId> = printed.finished.into_iter().collect();
     let last = Node::start(&store, "node-after").finish();
     assert!(
-        last.submission
-            .first()
-            .is_some_and(|l| l.starts_with("resumed")),
+        last.began_with(|l| matches!(l, Line::Resumed(_))),
         "the restarted node began with {:?}, expected `resumed ...`",
         last.submission
     );
@@ -672,43 +570,13 @@ fn sqlite_kill_during_submission_is_all_or_nothing() {
 
 #[test]
 fn postgres_kill_and_restart_loses_nothing() {
-    let Some(url) = std::env::var(POSTGRES_URL_VAR)
-        .ok()
-        .filter(|url| !url.is_empty())
-    else {
-        let in_ci = std::env::var("CI").is_ok_and(|ci| ci == "true");
-        assert!(
-            !in_ci,
-            "{POSTGRES_URL_VAR} is not set, and CI=true requires the PostgreSQL crash test to \
-             run: start a server with `source .ci/postgres.sh && pg_start` first"
-        );
-        println!("SKIPPED: postgres: {POSTGRES_URL_VAR} is not set");
+    let Some(server) = TestServer::or_skip("postgres_kill_and_restart_loses_nothing") else {
         return;
     };
-    let server = PostgresConfig::from_url(&url)
-        .unwrap_or_else(|e| panic!("{POSTGRES_URL_VAR} does not parse: {e}"));
-    let name = format!("stele_durability_{}", std::process::id());
-    runtime()
-        .block_on(admin::create_database(&server, &name))
-        .unwrap_or_else(|e| panic!("cannot create test database {name}: {e}"));
+    let database = runtime().block_on(TestDatabase::create(&server));
     let store = Store::Postgres {
         dir: tempfile::tempdir().expect("a temp dir"),
-        url: url_with_database(&url, &name),
-        server: Box::new(server),
-        name,
+        database: Box::new(database),
     };
     kill_and_restart(&store);
-}
-
-/// `url` with its database replaced by `name` (query parameters kept).
-fn url_with_database(url: &str, name: &str) -> String {
-    let (base, query) = match url.split_once('?') {
-        Some((base, query)) => (base, format!("?{query}")),
-        None => (url, String::new()),
-    };
-    let after_scheme = base.find("://").map_or(0, |at| at + 3);
-    let host_end = base[after_scheme..]
-        .find('/')
-        .map_or(base.len(), |at| after_scheme + at);
-    format!("{}/{name}{query}", &base[..host_end])
 }
