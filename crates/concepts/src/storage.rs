@@ -294,9 +294,9 @@ pub trait DbExecutor: Send + Sync {
 pub trait DbWorkflow: Send + Sync {
     /// Appends `req.events` in order at consecutive versions from `req.version` and creates
     /// `req.children`, all or nothing; returns the next version. An empty `events` is
-    /// [`ValidationError::EmptyBatch`]; every created execution must be announced by an event
-    /// of the batch (a `ChildExecutionRequest` for a child, a `Schedule` for a top-level
-    /// execution).
+    /// [`ValidationError::EmptyBatch`](crate::ValidationError::EmptyBatch); every created
+    /// execution must be announced by an event of the batch (a `ChildExecutionRequest` for a
+    /// child, a `Schedule` for a top-level execution).
     ///
     /// A lease extension is a batch of one `Locked` event by the same executor and run.
     async fn append_batch(&self, req: AppendBatchRequest) -> Result<Version, DbError>;

@@ -56,8 +56,8 @@
 //! # Writes
 //!
 //! Every write follows the protocol of [`concepts::kernel`], which owns every rule: the
-//! request names its [`Keys`](concepts::kernel::Keys), this backend loads them into a
-//! [`Snapshot`](concepts::kernel::Snapshot), the kernel plans, this backend persists the plan
+//! request names its [`Keys`], this backend loads them into a
+//! [`Snapshot`], the kernel plans, this backend persists the plan
 //! and, once committed, hands its wake-ups on. What this backend does is the loading, the
 //! locking and the writing, each one `READ COMMITTED` transaction:
 //!
@@ -85,7 +85,7 @@
 //! # Notifications
 //!
 //! The waits (`wait_for_pending`, `subscribe_to_next_responses`, `wait_for_finished_result`)
-//! use the kernel's [`WaiterHub`](concepts::kernel::WaiterHub). A committed write hands its
+//! use the kernel's [`WaiterHub`]. A committed write hands its
 //! wake-ups to this process's hub and publishes them on the channel `stele`:
 //! `p:<micros>:<ffqn>` when an execution of that function became pending at that time (one per
 //! function and transaction, the earliest), `r:<execution id>` when its responses grew,
