@@ -90,6 +90,39 @@ pub struct BackendError {
     pub source: Option<Arc<dyn std::error::Error + Send + Sync>>,
 }
 
+/// Why the execution model refuses to append an event: the log moved on, or the event breaks
+/// a rule. [`DbError`] wraps it, with the same kinds.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum AppendRefused {
+    /// Optimistic concurrency: somebody appended first.
+    #[error("version mismatch: appending at {appending_version}, expected {expected_version}")]
+    VersionMismatch {
+        /// The version the request carried.
+        appending_version: Version,
+        /// The version the log expects next.
+        expected_version: Version,
+    },
+    /// The event breaks a rule of the execution model.
+    #[error(transparent)]
+    Invalid(#[from] ValidationError),
+}
+
+impl From<AppendRefused> for DbError {
+    fn from(refused: AppendRefused) -> Self {
+        match refused {
+            AppendRefused::VersionMismatch {
+                appending_version,
+                expected_version,
+            } => Self::VersionMismatch {
+                appending_version,
+                expected_version,
+            },
+            AppendRefused::Invalid(invalid) => Self::Validation(invalid),
+        }
+    }
+}
+
 /// The portable error kinds of every storage operation. Every backend maps its driver's errors
 /// into these, so a caller (and the conformance suite) sees the same kind for the same
 /// situation on every backend.

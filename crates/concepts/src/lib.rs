@@ -43,7 +43,9 @@ pub mod retry;
 mod storage;
 mod time;
 
-pub use error::{BackendError, DbError, DbErrorKind, DuplicateKind, ValidationError};
+pub use error::{
+    AppendRefused, BackendError, DbError, DbErrorKind, DuplicateKind, ValidationError,
+};
 pub use event::{
     ClosingStrategy, ExecutionEvent, ExecutionEventInner, ExecutionMetadata,
     FinishedExecutionError, FinishedExecutionResult, HistoryEvent, JoinSetRequest, JoinSetResponse,

@@ -2,7 +2,7 @@
 //! transitions backends use to keep a state index, and the rules for appending.
 
 use crate::{
-    error::{DbError, ValidationError},
+    error::{AppendRefused, ValidationError},
     event::{
         ExecutionEvent, ExecutionEventInner, HistoryEvent, JoinSetResponseEventOuter, Locked,
         ResultKind, Version,
@@ -174,19 +174,19 @@ impl ExecutionState {
         appending_version: Version,
         now: DateTime<Utc>,
         event: &ExecutionEventInner,
-    ) -> Result<(), DbError> {
+    ) -> Result<(), AppendRefused> {
         if self.pending_state.is_finished() {
-            return Err(DbError::Validation(ValidationError::AlreadyFinished));
+            return Err(ValidationError::AlreadyFinished.into());
         }
         if appending_version != self.next_version {
-            return Err(DbError::VersionMismatch {
+            return Err(AppendRefused::VersionMismatch {
                 appending_version,
                 expected_version: self.next_version,
             });
         }
         match event {
             ExecutionEventInner::Created { .. } => {
-                Err(DbError::Validation(ValidationError::CreatedEventAppended))
+                Err(ValidationError::CreatedEventAppended.into())
             }
             ExecutionEventInner::Locked(Locked {
                 executor_id,
@@ -196,7 +196,7 @@ impl ExecutionState {
             }) => self
                 .pending_state
                 .can_lock(now, *executor_id, *run_id, *lock_expires_at)
-                .map_err(DbError::Validation),
+                .map_err(AppendRefused::Invalid),
             _ => Ok(()),
         }
     }

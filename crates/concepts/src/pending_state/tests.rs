@@ -329,8 +329,8 @@ fn append_validation_order() {
             .validate_append(Version(version), t(2), &any_event)
             .unwrap_err();
         assert_eq!(
-            err.as_validation(),
-            Some(&ValidationError::AlreadyFinished),
+            err,
+            AppendRefused::Invalid(ValidationError::AlreadyFinished),
             "at version {version}"
         );
     }
@@ -340,17 +340,17 @@ fn append_validation_order() {
     };
     assert!(matches!(
         open.validate_append(Version(2), t(2), &any_event),
-        Err(DbError::VersionMismatch {
+        Err(AppendRefused::VersionMismatch {
             appending_version: Version(2),
             expected_version: Version(3)
         })
     ));
     let created_event = created(0).event;
     assert_eq!(
-        open.validate_append(Version(3), t(2), &created_event)
-            .unwrap_err()
-            .as_validation(),
-        Some(&ValidationError::CreatedEventAppended)
+        open.validate_append(Version(3), t(2), &created_event),
+        Err(AppendRefused::Invalid(
+            ValidationError::CreatedEventAppended
+        ))
     );
     assert!(
         open.validate_append(Version(3), t(2), &locked(2, 1, 1).event)
