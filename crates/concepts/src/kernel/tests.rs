@@ -454,8 +454,15 @@ fn a_finished_child_answers_its_parent_in_the_same_plan() {
         Err(DbError::Validation(ValidationError::InvalidRequest(_)))
     ));
     assert!(matches!(
-        run(&snapshot, append(&child, 2, 4, vec![finished])),
+        run(&snapshot, append(&child, 2, 4, vec![finished.clone()])),
         Err(DbError::Validation(ValidationError::InvalidRequest(_)))
+    ));
+    // A parent that does not exist is `NotFound`, though it is not the child's parent either.
+    let stranger = (ExecutionId::generate_at(at(1)), join_set());
+    let lost = OutcomeWrite::new(child.clone(), Version(2), at(4), finished, Some(&stranger));
+    assert!(matches!(
+        run(&snapshot, WriteRequest::Outcome(lost)),
+        Err(DbError::NotFound(_))
     ));
 }
 
