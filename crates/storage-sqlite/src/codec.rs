@@ -4,8 +4,8 @@
 use crate::error::{Result, SqliteError};
 use chrono::{DateTime, Utc};
 use concepts::{
-    ExecutionEventInner, ExecutionId, ExecutionState, FunctionFqn, HistoryEvent, JoinSetId,
-    JoinSetResponse, PendingState, Version,
+    ExecutionEventInner, ExecutionState, HistoryEvent, JoinSetResponse, PendingState, Version,
+    kernel::ExecutionRow,
 };
 use std::{str::FromStr, time::Duration};
 
@@ -60,18 +60,8 @@ where
         .map_err(|err| SqliteError::corrupt(format!("stored {what} `{text}`: {err}")))
 }
 
-/// The `state` column of a pending state.
-pub(crate) fn state_kind(state: &PendingState) -> &'static str {
-    match state {
-        PendingState::PendingAt { .. } => "PendingAt",
-        PendingState::Locked { .. } => "Locked",
-        PendingState::BlockedByJoinSet { .. } => "BlockedByJoinSet",
-        PendingState::Finished { .. } => "Finished",
-    }
-}
-
-/// The `state` column value for a state kind filter.
-pub(crate) fn state_kind_name(kind: concepts::PendingStateKind) -> &'static str {
+/// The `state` column value of a state kind (a state's, or a filter's).
+pub(crate) fn state_kind(kind: concepts::PendingStateKind) -> &'static str {
     match kind {
         concepts::PendingStateKind::PendingAt => "PendingAt",
         concepts::PendingStateKind::Locked => "Locked",
@@ -133,7 +123,7 @@ pub(crate) struct StateColumns {
 impl StateColumns {
     pub(crate) fn of(state: &PendingState) -> Result<Self> {
         let mut columns = StateColumns {
-            state: state_kind(state),
+            state: state_kind(state.kind()),
             pending_at: None,
             lock_expires_at: None,
             executor_id: None,
@@ -171,62 +161,45 @@ impl StateColumns {
     }
 }
 
-/// One row of `t_execution_state`: what validating an append and computing the next state
-/// need, without reading the log.
-#[derive(Debug, Clone)]
-pub(crate) struct StateRow {
-    pub(crate) execution_id: ExecutionId,
-    pub(crate) ffqn: FunctionFqn,
-    pub(crate) next_version: Version,
-    pub(crate) pending_state: PendingState,
-    pub(crate) temporary_event_count: u32,
-    pub(crate) max_retries: u32,
-    pub(crate) retry_exp_backoff: Duration,
-    pub(crate) parent: Option<(ExecutionId, JoinSetId)>,
-}
-
-/// The column list [`StateRow::from_row`] reads, in order.
+/// The column list [`execution_row`] reads, in order.
 pub(crate) const STATE_ROW_COLUMNS: &str = "execution_id, ffqn, next_version, state_json, \
      temporary_event_count, max_retries, retry_exp_backoff_us, parent_execution_id, \
      parent_join_set_id";
 
-impl StateRow {
-    /// Decodes a row selected with [`STATE_ROW_COLUMNS`].
-    pub(crate) fn from_row(row: &rusqlite::Row<'_>) -> Result<Self> {
-        let execution_id: String = row.get(0)?;
-        let ffqn: String = row.get(1)?;
-        let state_json: String = row.get(3)?;
-        let parent_execution_id: Option<String> = row.get(7)?;
-        let parent_join_set_id: Option<String> = row.get(8)?;
-        let parent = match (parent_execution_id, parent_join_set_id) {
-            (Some(id), Some(join_set)) => Some((
-                parse(&id, "parent execution id")?,
-                parse(&join_set, "join set id")?,
-            )),
-            (None, None) => None,
-            _ => {
-                return Err(SqliteError::corrupt(format!(
-                    "execution {execution_id} has half a parent"
-                )));
-            }
-        };
-        Ok(Self {
-            execution_id: parse(&execution_id, "execution id")?,
-            ffqn: parse(&ffqn, "function name")?,
+/// Decodes a row of `t_execution_state` selected with [`STATE_ROW_COLUMNS`].
+///
+/// `response_count` is left at 0: it is not stored, because responses are numbered by the
+/// autoincrement id of `t_response` (arrival order), so nothing here uses
+/// [`PlannedResponse::idx`](concepts::kernel::PlannedResponse).
+pub(crate) fn execution_row(row: &rusqlite::Row<'_>) -> Result<ExecutionRow> {
+    let execution_id: String = row.get(0)?;
+    let ffqn: String = row.get(1)?;
+    let state_json: String = row.get(3)?;
+    let parent_execution_id: Option<String> = row.get(7)?;
+    let parent_join_set_id: Option<String> = row.get(8)?;
+    let parent = match (parent_execution_id, parent_join_set_id) {
+        (Some(id), Some(join_set)) => Some((
+            parse(&id, "parent execution id")?,
+            parse(&join_set, "join set id")?,
+        )),
+        (None, None) => None,
+        _ => {
+            return Err(SqliteError::corrupt(format!(
+                "execution {execution_id} has half a parent"
+            )));
+        }
+    };
+    Ok(ExecutionRow {
+        execution_id: parse(&execution_id, "execution id")?,
+        ffqn: parse(&ffqn, "function name")?,
+        state: ExecutionState {
             next_version: version_from_sql(row.get(2)?)?,
             pending_state: serde_json::from_str(&state_json)?,
-            temporary_event_count: u32_from_sql(row.get(4)?, "temporary event count")?,
-            max_retries: u32_from_sql(row.get(5)?, "max retries")?,
-            retry_exp_backoff: duration_from_sql(row.get(6)?),
-            parent,
-        })
-    }
-
-    /// The state as `concepts` validates and transitions it.
-    pub(crate) fn execution_state(&self) -> ExecutionState {
-        ExecutionState {
-            next_version: self.next_version,
-            pending_state: self.pending_state.clone(),
-        }
-    }
+        },
+        temporary_event_count: u32_from_sql(row.get(4)?, "temporary event count")?,
+        response_count: 0,
+        max_retries: u32_from_sql(row.get(5)?, "max retries")?,
+        retry_exp_backoff: duration_from_sql(row.get(6)?),
+        parent,
+    })
 }

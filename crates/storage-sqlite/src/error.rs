@@ -2,7 +2,7 @@
 //! operation, mapped into the portable [`DbError`] kinds in exactly one place
 //! ([`SqliteError::into_db_error`]).
 
-use concepts::{BackendError, DbError, DuplicateKind, ValidationError};
+use concepts::{BackendError, DbError, DuplicateKind};
 use rusqlite::ErrorCode;
 use std::{
     path::{Path, PathBuf},
@@ -168,7 +168,7 @@ impl From<SqliteOpenError> for DbError {
 /// Every way an operation of this backend can fail, before it is mapped to a [`DbError`].
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum SqliteError {
-    /// Already a portable error (validation, version mismatch, not found, duplicate).
+    /// Already a portable error (the kernel's refusals, not found, duplicate).
     #[error(transparent)]
     Db(#[from] DbError),
     /// The driver failed.
@@ -183,12 +183,6 @@ pub(crate) enum SqliteError {
     /// The reader pool failed.
     #[error("reader pool: {0}")]
     Pool(String),
-}
-
-impl From<concepts::ValidationError> for SqliteError {
-    fn from(err: concepts::ValidationError) -> Self {
-        Self::Db(DbError::Validation(err))
-    }
 }
 
 impl SqliteError {
@@ -214,8 +208,9 @@ impl SqliteError {
     /// This is the one place where driver errors become portable kinds:
     /// - busy or locked: a retriable backend error (the single writer makes this rare: only a
     ///   reader waiting past `busy_timeout` on a checkpoint sees it);
-    /// - a constraint that is not a known duplicate: a validation error (the request was
-    ///   inconsistent; duplicates are mapped with their context by [`Self::from_insert`]);
+    /// - a constraint that is not a known duplicate: a backend error (the kernel validated the
+    ///   write, so the rows disagree with it; duplicates are mapped with their context by
+    ///   [`Self::from_insert`]);
     /// - a full disk, I/O errors, a corrupt file: a backend error naming the file;
     /// - a row that does not decode: a backend error naming the file.
     pub(crate) fn into_db_error(self, path: &Path) -> DbError {
@@ -239,11 +234,11 @@ impl SqliteError {
                         true,
                         Some(Arc::new(err)),
                     ),
-                    Some(ErrorCode::ConstraintViolation) => {
-                        DbError::Validation(ValidationError::InvalidRequest(format!(
-                            "constraint violated in SQLite database {display}: {err}"
-                        )))
-                    }
+                    Some(ErrorCode::ConstraintViolation) => backend(
+                        format!("constraint violated in SQLite database {display}: {err}"),
+                        false,
+                        Some(Arc::new(err)),
+                    ),
                     Some(ErrorCode::DiskFull) => backend(
                         format!("disk full while writing SQLite database {display}: {err}"),
                         false,
@@ -296,6 +291,15 @@ impl SqliteError {
             ),
         }
     }
+}
+
+/// A backend error of this crate's own (no driver error behind it).
+pub(crate) fn backend_error(message: String, retriable: bool) -> DbError {
+    DbError::Backend(BackendError {
+        message,
+        retriable,
+        source: None,
+    })
 }
 
 /// True for a violated `UNIQUE` or `PRIMARY KEY` constraint.

@@ -9,6 +9,21 @@
 //! # Ok(()) }
 //! ```
 //!
+//! # Writes: load, plan, persist, wake
+//!
+//! The rules of every write live in [`concepts::kernel`]; this crate loads rows, persists plans
+//! and wakes waiters. A write becomes a [`WriteRequest`](concepts::kernel::WriteRequest) whose
+//! keys are computed on the caller's task (a request refused by its keys alone never reaches the
+//! writer). On the writer thread, the command loads the snapshot of those keys with cached
+//! prepared statements, calls [`concepts::kernel::plan`], and persists the plan: a state row
+//! inserted per new execution and updated per changed one, the new events, responses and
+//! delays, and the delays it closed. What has no column is derived as it is loaded: join-set
+//! counters are counted in `t_event` and `t_response`, the arrival times of the responses the
+//! next `JoinNext` events consume are read by `LIMIT`/`OFFSET`, a delay counts as requested when
+//! `t_delay` has it and as answered when `t_response` has its `DelayFinished`. The executions a
+//! write creates are not read first: the primary key refuses a stored one as its row is
+//! inserted, which is the same `Duplicate` error. The plan's wake-ups wait for the commit.
+//!
 //! # Writer and group commit
 //!
 //! All writes go through one OS thread that owns the only write connection. Each storage
@@ -23,9 +38,8 @@
 //! caller is told that a write committed when it did not.
 //!
 //! Because there is one writer, writes never see `SQLITE_BUSY`: there is nobody to wait for.
-//! Validation and state transitions use [`concepts::ExecutionState::validate_append`],
-//! [`concepts::ExecutionState::after_append`] and [`concepts::ExecutionState::after_response`]
-//! on the state row, so error kinds agree with every other backend.
+//! The transaction holds the write lock from `BEGIN IMMEDIATE` on, so what a command loads
+//! cannot change before it persists, not even from another process.
 //!
 //! # Reads
 //!
@@ -72,26 +86,24 @@
 //!
 //! # Errors
 //!
-//! Each operation fails with a private error that is mapped into [`concepts::DbError`] in one
-//! place: a unique constraint on insert becomes `Duplicate` with its context (execution, delay
-//! response, child response); any other constraint becomes `Validation`; busy becomes a
-//! retriable `Backend` error; a full disk, I/O errors and a corrupt file become `Backend` errors
+//! Each operation fails with the kernel's error or a private error that is mapped into
+//! [`concepts::DbError`] in one place: the primary key of a new execution becomes `Duplicate`;
+//! any other constraint becomes a `Backend` error (the kernel validated the write already);
+//! busy becomes a retriable `Backend` error; a full disk, I/O errors and a corrupt file become `Backend` errors
 //! whose message names the file. Library code never panics on bad input.
 //!
 //! # Notifications and closing
 //!
 //! `wait_for_pending`, `subscribe_to_next_responses` and `wait_for_finished_result` are
-//! in-process: a waiter subscribes first, then checks with a read, then waits, so a write that
-//! commits in between still wakes it. The writer thread sends wake-ups only after the commit.
-//! A subscription is removed when its waiter leaves (woken, timed out or dropped), so no
-//! registry only grows. `close` is idempotent: it refuses new calls ([`concepts::DbError::Closed`]),
-//! releases every waiter, lets the writer finish the queued commands, and returns once the
-//! writer thread has stopped.
+//! in-process, on the store's [`concepts::kernel::WaiterHub`]; the checks they run between
+//! waits are reads of the pool, and the writer thread delivers the wake-ups of a batch only
+//! after its commit and replies. `close` is idempotent: it refuses new calls
+//! ([`concepts::DbError::Closed`]), closes the hub (which releases every waiter), lets the
+//! writer finish the queued commands, and returns once the writer thread has stopped.
 
 mod codec;
 mod config;
 mod error;
-mod notify;
 mod ops;
 mod pool;
 mod reads;

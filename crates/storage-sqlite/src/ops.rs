@@ -1,121 +1,275 @@
-//! The write operations, run by the writer thread on its connection inside the batch's
-//! transaction, each inside its own savepoint. Validation and state transitions are those of
-//! `concepts::ExecutionState`, so error kinds agree with every other backend.
+//! One write as the writer thread runs it, inside the batch's transaction and its own
+//! savepoint: load the rows its [`Keys`] name, let [`kernel::plan`] decide, persist the plan.
+//! The rules are the kernel's; this module only reads and writes rows.
 
 use crate::{
     codec::{
-        StateColumns, StateRow, duration_to_sql, event_join_set, event_kind, micros, response_keys,
+        StateColumns, duration_to_sql, event_join_set, event_kind, micros, response_keys,
         version_to_sql,
     },
     error::{Result, SqliteError},
-    notify::Note,
     reads,
 };
-use chrono::{DateTime, Utc};
 use concepts::{
-    CreateRequest, DuplicateKind, ExecutionEvent, ExecutionEventInner, ExecutionId, ExecutionState,
-    FunctionFqn, HistoryEvent, JoinSetRequest, JoinSetResponse, JoinSetResponseEvent,
-    JoinSetResponseEventOuter, LockPendingRequest, Locked, LockedExecution, PendingState, RunId,
-    ValidationError, Version,
+    CreateRequest, DelayId, DuplicateKind, ExecutionEvent, ExecutionId, JoinSetResponseEventOuter,
+    Version,
+    kernel::{
+        self, DelayRow, ExecutionChange, ExecutionRow, JoinSetCounters, JoinSetKey, JoinSetRow,
+        Keys, LogRows, Snapshot, Wakeup, WritePlan, WriteRequest,
+    },
 };
-use rusqlite::{Connection, params};
+use rusqlite::{CachedStatement, Connection, params};
 
-/// The writer's view of one operation: its connection (inside the batch transaction) and the
-/// notifications it will send if it commits.
+/// The writer's view of one command: its connection (inside the batch transaction) and the
+/// wake-ups that are delivered if the batch commits.
 pub(crate) struct WriteCtx<'a> {
     pub(crate) conn: &'a Connection,
-    pub(crate) notes: &'a mut Vec<Note>,
+    pub(crate) wakeups: &'a mut Vec<Wakeup>,
 }
 
-impl WriteCtx<'_> {
-    /// Creates an execution; returns `Version(1)`.
-    pub(crate) fn create(&mut self, req: &CreateRequest) -> Result<Version> {
-        let created = req.to_created_event();
-        let initial = ExecutionState {
-            next_version: Version(0),
-            pending_state: PendingState::PendingAt {
-                scheduled_at: req.scheduled_at,
-            },
-        };
-        let state = initial.after_append(&created, |_| None);
-        let columns = StateColumns::of(&state.pending_state)?;
-        let (parent_id, parent_join_set) = match &req.parent {
-            Some((id, join_set)) => (Some(id.to_string()), Some(join_set.to_string())),
-            None => (None, None),
-        };
-        let mut stmt = self.conn.prepare_cached(
-            "INSERT INTO t_execution_state (execution_id, ffqn, component_id, next_version, state, \
-             pending_at, lock_expires_at, executor_id, run_id, join_set_id, result_kind, \
-             state_json, temporary_event_count, max_retries, retry_exp_backoff_us, \
-             parent_execution_id, parent_join_set_id, is_top_level, created_at, scheduled_at) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, 0, ?13, ?14, ?15, ?16, \
-             ?17, ?18, ?19)",
-        )?;
-        stmt.execute(params![
-            req.execution_id.as_str(),
-            req.ffqn.to_string(),
-            req.component_id.to_string(),
-            version_to_sql(state.next_version),
-            columns.state,
-            columns.pending_at,
-            columns.lock_expires_at,
-            columns.executor_id,
-            columns.run_id,
-            columns.join_set_id,
-            columns.result_kind,
-            columns.json,
-            i64::from(req.max_retries),
-            duration_to_sql(req.retry_exp_backoff),
-            parent_id,
-            parent_join_set,
-            req.execution_id.is_top_level(),
-            micros(req.created_at),
-            micros(req.scheduled_at),
-        ])
-        .map_err(|err| {
-            SqliteError::from_insert(err, || DuplicateKind::Execution(req.execution_id.clone()))
-        })?;
-        self.insert_event(&req.execution_id, Version(0), &created)?;
-        self.notes.push(Note::Pending {
-            ffqn: req.ffqn.clone(),
-            at: req.scheduled_at,
-        });
-        Ok(state.next_version)
+/// A statement taken from the connection's cache once per write, not once per row: a lookup
+/// hashes the whole SQL text, and a batch of creates runs each statement thousands of times.
+type Reused<'c> = Option<CachedStatement<'c>>;
+
+/// The statement in `slot`, taken from the cache on first use.
+fn reused<'s, 'c>(
+    conn: &'c Connection,
+    slot: &'s mut Reused<'c>,
+    sql: &str,
+) -> Result<&'s mut CachedStatement<'c>> {
+    let stmt = match slot.take() {
+        Some(stmt) => stmt,
+        None => conn.prepare_cached(sql)?,
+    };
+    Ok(slot.insert(stmt))
+}
+
+impl<'c> WriteCtx<'c> {
+    /// Loads what `keys` (the keys of `request`) name, plans `request` and persists the plan;
+    /// keeps its wake-ups for after the commit and returns the rest of the plan.
+    pub(crate) fn write(&mut self, request: WriteRequest, keys: &Keys) -> Result<WritePlan> {
+        let snapshot = self.load(keys)?;
+        let mut plan = kernel::plan(&snapshot, request)?;
+        self.persist(&plan)?;
+        self.wakeups.append(&mut plan.wakeups);
+        Ok(plan)
     }
 
-    fn insert_event(
-        &self,
-        execution_id: &ExecutionId,
-        version: Version,
-        event: &ExecutionEvent,
-    ) -> Result<()> {
+    /// The snapshot of `keys`. The executions a write creates are not read: the primary key of
+    /// `t_execution_state` refuses a stored one as its row is inserted (see
+    /// [`WriteCtx::insert_execution`]), which costs no extra statement per created execution.
+    fn load(&self, keys: &Keys) -> Result<Snapshot> {
+        let mut snapshot = Snapshot::default();
+        for execution_id in &keys.executions {
+            if let Some(row) = reads::execution_row(self.conn, execution_id)? {
+                snapshot.add_execution(row);
+            }
+        }
+        for key in &keys.join_sets {
+            let row = self.join_set(key)?;
+            snapshot
+                .join_sets
+                .insert((key.execution_id.clone(), key.join_set_id.clone()), row);
+        }
+        for (execution_id, delay_id) in &keys.delays {
+            let row = self.delay(execution_id, *delay_id)?;
+            snapshot
+                .delays
+                .insert((execution_id.clone(), *delay_id), row);
+        }
+        for (execution_id, child_id) in &keys.child_responses {
+            let mut stmt = self.conn.prepare_cached(
+                "SELECT 1 FROM t_response WHERE execution_id = ?1 AND child_execution_id = ?2",
+            )?;
+            if stmt.exists(params![execution_id.as_str(), child_id.as_str()])? {
+                snapshot
+                    .child_responses
+                    .insert((execution_id.clone(), child_id.clone()));
+            }
+        }
+        if let Some(due) = &keys.due {
+            let rows = reads::due_rows(self.conn, &due.ffqns, due.pending_at_or_sooner, due.limit)?;
+            for row in rows {
+                let log = LogRows {
+                    events: reads::events(self.conn, &row.execution_id)?,
+                    responses: reads::responses_from(self.conn, &row.execution_id, 0)?,
+                };
+                snapshot.add_due(row, log);
+            }
+        }
+        Ok(snapshot)
+    }
+
+    /// The counters of a join set, counted in the log and the responses (they are not stored),
+    /// and the arrival times of the responses its next `JoinNext` events consume.
+    fn join_set(&self, key: &JoinSetKey) -> Result<JoinSetRow> {
+        let execution_id = key.execution_id.as_str();
+        let join_set_id = key.join_set_id.to_string();
         let mut stmt = self.conn.prepare_cached(
-            "INSERT INTO t_event (execution_id, version, created_at, kind, join_set_id, event_json) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            "SELECT (SELECT COUNT(*) FROM t_event WHERE execution_id = ?1 AND kind = 'JoinNext' \
+             AND join_set_id = ?2), \
+             (SELECT COUNT(*) FROM t_response WHERE execution_id = ?1 AND join_set_id = ?2)",
         )?;
-        stmt.execute(params![
-            execution_id.as_str(),
-            version_to_sql(version),
-            micros(event.created_at),
-            event_kind(&event.event),
-            event_join_set(&event.event),
-            serde_json::to_string(event)?,
-        ])?;
+        let (join_nexts, responses): (i64, i64) = stmt
+            .query_row(params![execution_id, join_set_id], |row| {
+                Ok((row.get(0)?, row.get(1)?))
+            })?;
+        let mut next_response_times = Vec::new();
+        if key.next_responses > 0 && responses > join_nexts {
+            let mut stmt = self.conn.prepare_cached(
+                "SELECT response_json FROM t_response WHERE execution_id = ?1 AND join_set_id = ?2 \
+                 ORDER BY id LIMIT ?3 OFFSET ?4",
+            )?;
+            let limit = i64::try_from(key.next_responses).unwrap_or(i64::MAX);
+            let mut rows = stmt.query(params![execution_id, join_set_id, limit, join_nexts])?;
+            while let Some(row) = rows.next()? {
+                let json: String = row.get(0)?;
+                let response: JoinSetResponseEventOuter = serde_json::from_str(&json)?;
+                next_response_times.push(response.created_at);
+            }
+        }
+        let count = |value: i64| u64::try_from(value).unwrap_or(0);
+        Ok(JoinSetRow {
+            counters: JoinSetCounters {
+                join_next_count: count(join_nexts),
+                response_count: count(responses),
+            },
+            next_response_times,
+        })
+    }
+
+    /// Whether a delay was requested (`t_delay`) and answered (`t_response`).
+    fn delay(&self, execution_id: &ExecutionId, delay_id: DelayId) -> Result<DelayRow> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT EXISTS(SELECT 1 FROM t_delay WHERE execution_id = ?1 AND delay_id = ?2), \
+             EXISTS(SELECT 1 FROM t_response WHERE execution_id = ?1 AND delay_id = ?2)",
+        )?;
+        Ok(stmt.query_row(
+            params![execution_id.as_str(), delay_id.to_string()],
+            |row| {
+                Ok(DelayRow {
+                    requested: row.get(0)?,
+                    answered: row.get(1)?,
+                })
+            },
+        )?)
+    }
+
+    /// Writes every change of `plan`. Join-set counters are not stored: they are counted from
+    /// `t_event` and `t_response` when loaded.
+    fn persist(&self, plan: &WritePlan) -> Result<()> {
+        let (mut insert_state, mut update_state, mut insert_event) = (None, None, None);
+        for change in &plan.changes {
+            if let Some(req) = &change.created {
+                self.insert_execution(&mut insert_state, &change.row, req)?;
+            } else if !change.events.is_empty() || change.state_changed() {
+                self.update_execution(&mut update_state, &change.row)?;
+            }
+            for (version, event) in &change.events {
+                self.insert_event(&mut insert_event, &change.row.execution_id, *version, event)?;
+            }
+            self.persist_responses_and_delays(change)?;
+        }
         Ok(())
     }
 
-    /// Writes the state row back after appends.
-    pub(crate) fn save_state(&self, row: &StateRow) -> Result<()> {
-        let columns = StateColumns::of(&row.pending_state)?;
-        let mut stmt = self.conn.prepare_cached(
-            "UPDATE t_execution_state SET next_version = ?2, state = ?3, pending_at = ?4, \
+    /// The responses, requested delays and closed delays of one execution's change.
+    fn persist_responses_and_delays(&self, change: &ExecutionChange) -> Result<()> {
+        let execution_id = change.row.execution_id.as_str();
+        for planned in &change.responses {
+            let (delay_id, child_id) = response_keys(&planned.response.event.event);
+            let mut stmt = self.conn.prepare_cached(
+                "INSERT INTO t_response (execution_id, created_at, join_set_id, delay_id, \
+                 child_execution_id, response_json) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            )?;
+            stmt.execute(params![
+                execution_id,
+                micros(planned.response.created_at),
+                planned.response.event.join_set_id.to_string(),
+                delay_id,
+                child_id,
+                serde_json::to_string(&planned.response)?,
+            ])?;
+        }
+        for delay in &change.delays_requested {
+            let mut stmt = self.conn.prepare_cached(
+                "INSERT INTO t_delay (execution_id, delay_id, join_set_id, expires_at, is_open) \
+                 VALUES (?1, ?2, ?3, ?4, ?5)",
+            )?;
+            stmt.execute(params![
+                execution_id,
+                delay.delay_id.to_string(),
+                delay.join_set_id.to_string(),
+                micros(delay.expires_at),
+                delay.open,
+            ])?;
+        }
+        for delay_id in &change.delays_closed {
+            let mut stmt = self.conn.prepare_cached(
+                "UPDATE t_delay SET is_open = 0 WHERE execution_id = ?1 AND delay_id = ?2",
+            )?;
+            stmt.execute(params![execution_id, delay_id.to_string()])?;
+        }
+        Ok(())
+    }
+
+    /// Inserts the state row of a new execution; a stored one makes it a duplicate.
+    fn insert_execution(
+        &self,
+        stmt: &mut Reused<'c>,
+        row: &ExecutionRow,
+        req: &CreateRequest,
+    ) -> Result<()> {
+        let columns = StateColumns::of(&row.state.pending_state)?;
+        let (parent_id, parent_join_set) = match &row.parent {
+            Some((id, join_set)) => (Some(id.to_string()), Some(join_set.to_string())),
+            None => (None, None),
+        };
+        let sql = "INSERT INTO t_execution_state (execution_id, ffqn, component_id, next_version, \
+             state, pending_at, lock_expires_at, executor_id, run_id, join_set_id, result_kind, \
+             state_json, temporary_event_count, max_retries, retry_exp_backoff_us, \
+             parent_execution_id, parent_join_set_id, is_top_level, created_at, scheduled_at) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, \
+             ?17, ?18, ?19, ?20)";
+        reused(self.conn, stmt, sql)?
+            .execute(params![
+                row.execution_id.as_str(),
+                row.ffqn.to_string(),
+                req.component_id.to_string(),
+                version_to_sql(row.state.next_version),
+                columns.state,
+                columns.pending_at,
+                columns.lock_expires_at,
+                columns.executor_id,
+                columns.run_id,
+                columns.join_set_id,
+                columns.result_kind,
+                columns.json,
+                i64::from(row.temporary_event_count),
+                i64::from(row.max_retries),
+                duration_to_sql(row.retry_exp_backoff),
+                parent_id,
+                parent_join_set,
+                row.execution_id.is_top_level(),
+                micros(req.created_at),
+                micros(req.scheduled_at),
+            ])
+            .map_err(|err| {
+                SqliteError::from_insert(err, || DuplicateKind::Execution(row.execution_id.clone()))
+            })?;
+        Ok(())
+    }
+
+    /// Writes the state row of an existing execution back.
+    fn update_execution(&self, stmt: &mut Reused<'c>, row: &ExecutionRow) -> Result<()> {
+        let columns = StateColumns::of(&row.state.pending_state)?;
+        let sql = "UPDATE t_execution_state SET next_version = ?2, state = ?3, pending_at = ?4, \
              lock_expires_at = ?5, executor_id = ?6, run_id = ?7, join_set_id = ?8, \
              result_kind = ?9, state_json = ?10, temporary_event_count = ?11 \
-             WHERE execution_id = ?1",
-        )?;
-        let changed = stmt.execute(params![
+             WHERE execution_id = ?1";
+        let changed = reused(self.conn, stmt, sql)?.execute(params![
             row.execution_id.as_str(),
-            version_to_sql(row.next_version),
+            version_to_sql(row.state.next_version),
             columns.state,
             columns.pending_at,
             columns.lock_expires_at,
@@ -136,295 +290,23 @@ impl WriteCtx<'_> {
         }
     }
 
-    /// Validates and appends one event at `version` to the log of `row`, updating `row` (the
-    /// caller saves it).
-    pub(crate) fn append(
-        &mut self,
-        row: &mut StateRow,
-        version: Version,
-        created_at: DateTime<Utc>,
-        event: ExecutionEventInner,
-    ) -> Result<()> {
-        let state = row.execution_state();
-        state.validate_append(version, created_at, &event)?;
-        let delay = match &event {
-            ExecutionEventInner::HistoryEvent {
-                event:
-                    HistoryEvent::JoinSetRequest {
-                        join_set_id,
-                        request:
-                            JoinSetRequest::DelayRequest {
-                                delay_id,
-                                expires_at,
-                            },
-                    },
-            } => Some((delay_id.to_string(), join_set_id.to_string(), *expires_at)),
-            _ => None,
-        };
-        if let Some((delay_id, ..)) = &delay {
-            let mut stmt = self.conn.prepare_cached(
-                "SELECT 1 FROM t_delay WHERE execution_id = ?1 AND delay_id = ?2",
-            )?;
-            if stmt.exists(params![row.execution_id.as_str(), delay_id])? {
-                return Err(ValidationError::InvalidRequest(format!(
-                    "delay {delay_id} was already requested by execution {}",
-                    row.execution_id
-                ))
-                .into());
-            }
-        }
-        let event = ExecutionEvent { created_at, event };
-        let mut lookup_error = None;
-        let new_state = state.after_append(&event, |join_set_id| {
-            let join_set_id = join_set_id.to_string();
-            let lookup = reads::join_next_count(self.conn, &row.execution_id, &join_set_id)
-                .and_then(|already| {
-                    reads::nth_response_time(
-                        self.conn,
-                        &row.execution_id,
-                        &join_set_id,
-                        already + 1,
-                    )
-                });
-            lookup.unwrap_or_else(|err| {
-                lookup_error = Some(err);
-                None
-            })
-        });
-        if let Some(err) = lookup_error {
-            return Err(err);
-        }
-        self.insert_event(&row.execution_id, row.next_version, &event)?;
-        if let Some((delay_id, join_set_id, expires_at)) = delay {
-            let mut answered = self.conn.prepare_cached(
-                "SELECT 1 FROM t_response WHERE execution_id = ?1 AND delay_id = ?2",
-            )?;
-            let is_open = !answered.exists(params![row.execution_id.as_str(), delay_id])?;
-            let mut stmt = self.conn.prepare_cached(
-                "INSERT INTO t_delay (execution_id, delay_id, join_set_id, expires_at, is_open) \
-                 VALUES (?1, ?2, ?3, ?4, ?5)",
-            )?;
-            stmt.execute(params![
-                row.execution_id.as_str(),
-                delay_id,
-                join_set_id,
-                micros(expires_at),
-                is_open
-            ])?;
-        }
-        if event.event.is_temporary_event() {
-            row.temporary_event_count = row.temporary_event_count.saturating_add(1);
-        }
-        self.note_transition(
-            &row.ffqn,
-            &row.execution_id,
-            &row.pending_state,
-            &new_state.pending_state,
-        );
-        row.next_version = new_state.next_version;
-        row.pending_state = new_state.pending_state;
-        Ok(())
-    }
-
-    fn note_transition(
-        &mut self,
-        ffqn: &FunctionFqn,
-        execution_id: &ExecutionId,
-        old: &PendingState,
-        new: &PendingState,
-    ) {
-        if old == new {
-            return;
-        }
-        match new {
-            PendingState::PendingAt { scheduled_at } => {
-                self.notes.push(Note::Pending {
-                    ffqn: ffqn.clone(),
-                    at: *scheduled_at,
-                });
-            }
-            PendingState::Finished { .. } => self.notes.push(Note::Finished(execution_id.clone())),
-            PendingState::Locked { .. } | PendingState::BlockedByJoinSet { .. } => {}
-        }
-    }
-
-    /// Appends `batch` in order from `version`, all to one execution; returns the next version.
-    pub(crate) fn append_batch(
-        &mut self,
+    fn insert_event(
+        &self,
+        stmt: &mut Reused<'c>,
         execution_id: &ExecutionId,
         version: Version,
-        created_at: DateTime<Utc>,
-        batch: Vec<ExecutionEventInner>,
-    ) -> Result<Version> {
-        let mut row = reads::state_row(self.conn, execution_id)?;
-        let mut version = version;
-        for event in batch {
-            self.append(&mut row, version, created_at, event)?;
-            version = row.next_version;
-        }
-        self.save_state(&row)?;
-        Ok(row.next_version)
-    }
-
-    /// Stores a response beside the log and moves a blocked execution on.
-    pub(crate) fn append_response(
-        &mut self,
-        created_at: DateTime<Utc>,
-        execution_id: &ExecutionId,
-        response: JoinSetResponseEvent,
+        event: &ExecutionEvent,
     ) -> Result<()> {
-        let mut row = reads::state_row(self.conn, execution_id)?;
-        let (delay_id, child_id) = response_keys(&response.event);
-        let join_set_id = response.join_set_id.clone();
-        let outer = JoinSetResponseEventOuter {
-            created_at,
-            event: response,
-        };
-        let mut stmt = self.conn.prepare_cached(
-            "INSERT INTO t_response (execution_id, created_at, join_set_id, delay_id, \
-             child_execution_id, response_json) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-        )?;
-        stmt.execute(params![
+        let sql = "INSERT INTO t_event (execution_id, version, created_at, kind, join_set_id, \
+             event_json) VALUES (?1, ?2, ?3, ?4, ?5, ?6)";
+        reused(self.conn, stmt, sql)?.execute(params![
             execution_id.as_str(),
-            micros(created_at),
-            join_set_id.to_string(),
-            delay_id,
-            child_id,
-            serde_json::to_string(&outer)?,
-        ])
-        .map_err(|err| {
-            SqliteError::from_insert(err, || match &outer.event.event {
-                JoinSetResponse::DelayFinished { delay_id } => DuplicateKind::DelayResponse {
-                    execution_id: execution_id.clone(),
-                    delay_id: *delay_id,
-                },
-                JoinSetResponse::ChildExecutionFinished {
-                    child_execution_id, ..
-                } => DuplicateKind::ChildResponse {
-                    execution_id: execution_id.clone(),
-                    child_execution_id: child_execution_id.clone(),
-                },
-            })
-        })?;
-        if let Some(delay_id) = &delay_id {
-            let mut stmt = self.conn.prepare_cached(
-                "UPDATE t_delay SET is_open = 0 WHERE execution_id = ?1 AND delay_id = ?2",
-            )?;
-            stmt.execute(params![execution_id.as_str(), delay_id])?;
-        }
-        // Only an execution blocked on this join set can change; skip the counting otherwise.
-        if matches!(&row.pending_state, PendingState::BlockedByJoinSet { join_set_id: blocked, .. } if *blocked == join_set_id)
-        {
-            let key = join_set_id.to_string();
-            let responses = reads::response_count(self.conn, execution_id, &key)?;
-            let join_nexts = reads::join_next_count(self.conn, execution_id, &key)?;
-            let new_state = row.execution_state().after_response(
-                &join_set_id,
-                created_at,
-                responses,
-                join_nexts,
-            );
-            if new_state.pending_state != row.pending_state {
-                self.note_transition(
-                    &row.ffqn,
-                    execution_id,
-                    &row.pending_state,
-                    &new_state.pending_state,
-                );
-                row.pending_state = new_state.pending_state;
-                self.save_state(&row)?;
-            }
-        }
-        self.notes.push(Note::Response(execution_id.clone()));
+            version_to_sql(version),
+            micros(event.created_at),
+            event_kind(&event.event),
+            event_join_set(&event.event),
+            serde_json::to_string(event)?,
+        ])?;
         Ok(())
-    }
-
-    /// Locks up to `batch_size` due executions, all or nothing.
-    pub(crate) fn lock_pending(
-        &mut self,
-        req: &LockPendingRequest,
-    ) -> Result<Vec<LockedExecution>> {
-        let &LockPendingRequest {
-            batch_size,
-            pending_at_or_sooner,
-            ref ffqns,
-            now,
-            ref component_id,
-            executor_id,
-            lock_expires_at,
-        } = req;
-        if lock_expires_at <= now {
-            return Err(ValidationError::InvalidExpiryDate {
-                lock_expires_at,
-                now,
-            }
-            .into());
-        }
-        let candidates = reads::due_rows(self.conn, ffqns, pending_at_or_sooner, batch_size)?;
-        let mut locked = Vec::with_capacity(candidates.len());
-        for mut row in candidates {
-            // The index keeps microseconds; a sub-microsecond later due time is not due yet.
-            if row
-                .pending_state
-                .pending_at()
-                .is_none_or(|at| at > pending_at_or_sooner)
-            {
-                continue;
-            }
-            let locked_event = Locked {
-                component_id: component_id.clone(),
-                executor_id,
-                run_id: RunId::generate_at(now),
-                lock_expires_at,
-            };
-            let version = row.next_version;
-            self.append(
-                &mut row,
-                version,
-                now,
-                ExecutionEventInner::Locked(locked_event.clone()),
-            )?;
-            self.save_state(&row)?;
-            locked.push(self.locked_execution(row, locked_event)?);
-        }
-        Ok(locked)
-    }
-
-    /// What a worker needs about an execution that was just locked.
-    fn locked_execution(&self, row: StateRow, locked_event: Locked) -> Result<LockedExecution> {
-        let mut events = reads::events(self.conn, &row.execution_id)?.into_iter();
-        let Some(ExecutionEventInner::Created {
-            params,
-            metadata,
-            scheduled_at,
-            ..
-        }) = events.next().map(|e| e.event)
-        else {
-            return Err(SqliteError::corrupt(format!(
-                "execution {}: version 0 is not `Created`",
-                row.execution_id
-            )));
-        };
-        let event_history = events
-            .filter_map(|e| match e.event {
-                ExecutionEventInner::HistoryEvent { event } => Some(event),
-                _ => None,
-            })
-            .collect();
-        Ok(LockedExecution {
-            event_history,
-            responses: reads::responses_from(self.conn, &row.execution_id, 0)?,
-            execution_id: row.execution_id,
-            next_version: row.next_version,
-            metadata,
-            locked_event,
-            ffqn: row.ffqn,
-            params,
-            scheduled_at,
-            retry_exp_backoff: row.retry_exp_backoff,
-            max_retries: row.max_retries,
-            parent: row.parent,
-            temporary_event_count: row.temporary_event_count,
-        })
     }
 }

@@ -1,10 +1,9 @@
 //! [`SqlitePool`]: the store handle. Writes go to the writer thread, reads to a pool of
-//! read-only connections, waits to the in-process notifier.
+//! read-only connections, waits to the store's [`WaiterHub`].
 
 use crate::{
     EffectiveSettings, SqliteConfig, SqliteOpenError,
-    error::SqliteError,
-    notify::{Horizon, Notifier},
+    error::{SqliteError, backend_error},
     ops::WriteCtx,
     reads, schema,
     writer::{self, FnCommand, Message},
@@ -15,8 +14,8 @@ use concepts::{
     AppendBatchRequest, CreateRequest, DbClient, DbConnection, DbError, DbExecutor, DbTimers,
     DbWorkflow, ExecutionEvent, ExecutionId, ExecutionLog, ExecutionSummary, ExpiredTimer,
     FinishedExecutionResult, FunctionFqn, JoinSetResponseEvent, JoinSetResponseEventOuter,
-    ListExecutionsFilter, LockPendingRequest, LockedExecution, OutcomeWrite, Pagination,
-    ValidationError, Version,
+    ListExecutionsFilter, LockPendingRequest, LockedExecution, OutcomeWrite, Pagination, Version,
+    kernel::{WaiterCounts, WaiterHub, WritePlan, WriteRequest},
 };
 use deadpool_sqlite::{Hook, HookError, Runtime};
 use std::{
@@ -27,7 +26,7 @@ use std::{
     },
     time::Duration,
 };
-use tokio::sync::{Notify, mpsc, watch};
+use tokio::sync::{mpsc, watch};
 
 /// A SQLite store. Cheap to clone: clones share the writer thread, the reader pool and the
 /// waiters. Dropping the last clone stops the writer after it finished the queued commands;
@@ -43,10 +42,8 @@ struct Inner {
     commands: mpsc::Sender<Message>,
     /// Always `Some` until `Drop`, which may have to leak it (see there).
     readers: Option<deadpool_sqlite::Pool>,
-    notifier: Arc<Notifier>,
+    hub: Arc<WaiterHub>,
     closed: AtomicBool,
-    /// Set to `true` by `close`; waiters select on it.
-    closing: watch::Sender<bool>,
     /// Its sender lives in the writer thread: the channel closes when the thread ends.
     writer_stopped: watch::Receiver<()>,
 }
@@ -91,13 +88,13 @@ impl SqlitePool {
     /// a newer schema, WAL unavailable, cannot open or create the file, and so on.
     pub async fn open(config: SqliteConfig) -> Result<Self, SqliteOpenError> {
         let path: Arc<Path> = Arc::from(config.path.as_path());
-        let notifier = Arc::new(Notifier::new());
+        let hub = Arc::new(WaiterHub::new());
         let (commands, rx) = mpsc::channel(config.queue_capacity.max(1));
         let (opened_tx, opened_rx) = tokio::sync::oneshot::channel();
         let (stopped_tx, writer_stopped) = watch::channel(());
         let thread_config = config.clone();
         let thread_path = Arc::clone(&path);
-        let thread_notifier = Arc::clone(&notifier);
+        let thread_hub = Arc::clone(&hub);
         std::thread::Builder::new()
             .name("stele-sqlite-writer".to_string())
             .spawn(move || {
@@ -110,7 +107,7 @@ impl SqlitePool {
                                 conn,
                                 thread_path,
                                 rx,
-                                thread_notifier,
+                                thread_hub,
                                 thread_config.max_commands_per_transaction,
                             );
                         }
@@ -146,9 +143,8 @@ impl SqlitePool {
                 settings,
                 commands,
                 readers: Some(readers),
-                notifier,
+                hub,
                 closed: AtomicBool::new(false),
-                closing: watch::channel(false).0,
                 writer_stopped,
             }),
         })
@@ -167,11 +163,11 @@ impl SqlitePool {
         &self.inner.path
     }
 
-    /// The number of registered waiters of every kind (they are removed when their callers
+    /// The number of registered waiters of each kind (they are removed when their callers
     /// leave; this lets tests check that nothing only grows).
     #[must_use]
-    pub fn waiter_count(&self) -> usize {
-        self.inner.notifier.waiter_count()
+    pub fn waiter_counts(&self) -> WaiterCounts {
+        self.inner.hub.counts()
     }
 
     fn check_open(&self) -> Result<(), DbError> {
@@ -186,34 +182,27 @@ impl SqlitePool {
         if self.inner.closed.load(Ordering::Acquire) {
             DbError::Closed
         } else {
-            DbError::Backend(concepts::BackendError {
-                message: format!(
-                    "the SQLite writer of {} has stopped",
-                    self.inner.path.display()
-                ),
-                retriable: false,
-                source: None,
-            })
+            let path = self.inner.path.display();
+            backend_error(format!("the SQLite writer of {path} has stopped"), false)
         }
     }
 
-    /// Queues a write for the writer thread and awaits its outcome (sent after the commit).
-    async fn write<T, F>(&self, op: F) -> Result<T, DbError>
-    where
-        T: Send + 'static,
-        F: FnOnce(&mut WriteCtx<'_>) -> Result<T, SqliteError> + Send + 'static,
-    {
+    /// Runs `request` on the writer thread and awaits what `answer` takes from its committed
+    /// plan, or why it was refused (sent after the commit). The keys are computed here, off
+    /// the writer thread, and so are the refusals that depend on the request alone; the rest
+    /// of the plan is dropped on the writer thread, which allocated it.
+    async fn write<T: Send + 'static>(
+        &self,
+        request: WriteRequest,
+        answer: fn(WritePlan) -> Result<T, SqliteError>,
+    ) -> Result<T, DbError> {
         self.check_open()?;
-        let (command, rx) = FnCommand::boxed(op);
-        if self
-            .inner
-            .commands
-            .send(Message::Command(command))
-            .await
-            .is_err()
-        {
-            return Err(self.stopped_error());
-        }
+        let keys = request.keys()?;
+        let (command, rx) = FnCommand::boxed(move |ctx: &mut WriteCtx<'_>| {
+            ctx.write(request, &keys).and_then(answer)
+        });
+        let sent = self.inner.commands.send(Message::Command(command)).await;
+        sent.map_err(|_| self.stopped_error())?;
         rx.await.unwrap_or_else(|_| Err(self.stopped_error()))
     }
 
@@ -235,13 +224,14 @@ impl SqlitePool {
         })?;
         outcome.map_err(|err| err.into_db_error(&path))
     }
+}
 
-    /// Resolves when `close` has been called.
-    async fn closing(&self) {
-        let mut rx = self.inner.closing.subscribe();
-        // An error means the sender is gone, which only happens with the store itself.
-        let _ = rx.wait_for(|closing| *closing).await;
-    }
+/// The answer of a write that appends to or creates one execution.
+fn next_version(plan: WritePlan) -> Result<Version, SqliteError> {
+    plan.next_version.ok_or_else(|| {
+        let message = "the storage kernel planned no next version for an append";
+        SqliteError::Db(backend_error(message.to_string(), false))
+    })
 }
 
 /// Opens the reader pool and checks that one connection works.
@@ -294,24 +284,12 @@ async fn open_readers(config: &SqliteConfig) -> Result<deadpool_sqlite::Pool, Sq
 #[async_trait]
 impl DbExecutor for SqlitePool {
     async fn lock_pending(&self, req: LockPendingRequest) -> Result<Vec<LockedExecution>, DbError> {
-        self.write(move |ctx| ctx.lock_pending(&req)).await
+        self.write(WriteRequest::LockPending(req), |plan| Ok(plan.locked))
+            .await
     }
 
     async fn append_outcome(&self, write: OutcomeWrite) -> Result<Version, DbError> {
-        let parent_response = write.parent_response();
-        self.write(move |ctx| {
-            let next_version = ctx.append_batch(
-                &write.execution_id,
-                write.version,
-                write.now,
-                vec![write.event],
-            )?;
-            if let Some((parent_id, response)) = parent_response {
-                ctx.append_response(response.created_at, &parent_id, response.event)?;
-            }
-            Ok(next_version)
-        })
-        .await
+        self.write(WriteRequest::Outcome(write), next_version).await
     }
 
     async fn wait_for_pending(
@@ -323,60 +301,33 @@ impl DbExecutor for SqlitePool {
         if self.check_open().is_err() {
             return;
         }
-        // Subscribe first, then check: a write that commits after the check finds the
-        // subscription, one that committed before it is seen by the check.
-        let notify = Arc::new(Notify::new());
-        let horizon = Horizon::starting_at(pending_at_or_sooner);
-        let _subscriptions: Vec<_> = ffqns
-            .iter()
-            .map(|ffqn| {
-                self.inner
-                    .notifier
-                    .pending
-                    .subscribe(ffqn.clone(), horizon, Arc::clone(&notify))
-            })
-            .collect();
         let check_ffqns = Arc::clone(&ffqns);
-        let due = if ffqns.is_empty() {
-            Ok(false)
-        } else {
-            self.read(move |conn| reads::any_due(conn, &check_ffqns, pending_at_or_sooner))
-                .await
-        };
-        match due {
-            Ok(true) | Err(DbError::Closed) => return,
-            Ok(false) => {}
-            Err(err) => {
-                tracing::warn!("wait_for_pending could not check for due executions: {err}")
+        let is_due = async move {
+            let due = self
+                .read(move |conn| reads::any_due(conn, &check_ffqns, pending_at_or_sooner))
+                .await;
+            match due {
+                Ok(due) => due,
+                // Closing: stop waiting.
+                Err(DbError::Closed) => true,
+                Err(err) => {
+                    tracing::warn!("wait_for_pending could not check for due executions: {err}");
+                    false
+                }
             }
-        }
-        tokio::select! {
-            () = notify.notified() => {}
-            () = tokio::time::sleep(max_wait) => {}
-            () = self.closing() => {}
-        }
+        };
+        self.inner
+            .hub
+            .wait_for_pending(pending_at_or_sooner, ffqns, max_wait, is_due)
+            .await;
     }
 }
 
 #[async_trait]
 impl DbWorkflow for SqlitePool {
     async fn append_batch(&self, req: AppendBatchRequest) -> Result<Version, DbError> {
-        concepts::kernel::validate_append_batch(&req)?;
-        let AppendBatchRequest {
-            execution_id,
-            version,
-            now,
-            events,
-            children,
-        } = req;
-        self.write(move |ctx| {
-            let next_version = ctx.append_batch(&execution_id, version, now, events)?;
-            for child in &children {
-                ctx.create(child)?;
-            }
-            Ok(next_version)
-        })
-        .await
+        self.write(WriteRequest::AppendBatch(req), next_version)
+            .await
     }
 
     async fn subscribe_to_next_responses(
@@ -384,33 +335,11 @@ impl DbWorkflow for SqlitePool {
         execution_id: &ExecutionId,
         start_idx: usize,
     ) -> Result<Vec<JoinSetResponseEventOuter>, DbError> {
-        loop {
-            let notify = Arc::new(Notify::new());
-            let _subscription = self.inner.notifier.responses.subscribe(
-                execution_id.clone(),
-                (),
-                Arc::clone(&notify),
-            );
+        let check = || {
             let id = execution_id.clone();
-            let responses = self
-                .read(move |conn| {
-                    let tx = conn.transaction()?;
-                    let responses = reads::responses_from(&tx, &id, start_idx)?;
-                    if responses.is_empty() && !reads::exists(&tx, &id)? {
-                        return Err(DbError::execution_not_found(&id).into());
-                    }
-                    tx.finish()?;
-                    Ok(responses)
-                })
-                .await?;
-            if !responses.is_empty() {
-                return Ok(responses);
-            }
-            tokio::select! {
-                () = notify.notified() => {}
-                () = self.closing() => return Err(DbError::Closed),
-            }
-        }
+            self.read(move |conn| reads::next_responses(conn, &id, start_idx))
+        };
+        self.inner.hub.wait_for_responses(execution_id, check).await
     }
 }
 
@@ -426,29 +355,24 @@ impl DbTimers for SqlitePool {
         execution_id: &ExecutionId,
         response: JoinSetResponseEvent,
     ) -> Result<(), DbError> {
-        let execution_id = execution_id.clone();
-        self.write(move |ctx| ctx.append_response(now, &execution_id, response))
-            .await
+        let request = WriteRequest::Response {
+            now,
+            execution_id: execution_id.clone(),
+            response,
+        };
+        self.write(request, |_| Ok(())).await
     }
 }
 
 #[async_trait]
 impl DbClient for SqlitePool {
     async fn create(&self, req: CreateRequest) -> Result<Version, DbError> {
-        self.write(move |ctx| ctx.create(&req)).await
+        self.write(WriteRequest::Create(req), next_version).await
     }
 
     async fn create_batch(&self, reqs: Vec<CreateRequest>) -> Result<(), DbError> {
-        if reqs.is_empty() {
-            return Err(ValidationError::EmptyBatch("create_batch").into());
-        }
-        self.write(move |ctx| {
-            for req in &reqs {
-                ctx.create(req)?;
-            }
-            Ok(())
-        })
-        .await
+        self.write(WriteRequest::CreateBatch(reqs), |_| Ok(()))
+            .await
     }
 
     async fn get(&self, execution_id: &ExecutionId) -> Result<ExecutionLog, DbError> {
@@ -481,33 +405,14 @@ impl DbClient for SqlitePool {
         execution_id: &ExecutionId,
         timeout: Option<Duration>,
     ) -> Result<FinishedExecutionResult, DbError> {
-        let wait = async {
-            loop {
-                let notify = Arc::new(Notify::new());
-                let _subscription = self.inner.notifier.finished.subscribe(
-                    execution_id.clone(),
-                    (),
-                    Arc::clone(&notify),
-                );
-                let id = execution_id.clone();
-                if let Some(result) = self
-                    .read(move |conn| reads::finished_result(conn, &id))
-                    .await?
-                {
-                    return Ok(result);
-                }
-                tokio::select! {
-                    () = notify.notified() => {}
-                    () = self.closing() => return Err(DbError::Closed),
-                }
-            }
+        let check = || {
+            let id = execution_id.clone();
+            self.read(move |conn| reads::finished_result(conn, &id))
         };
-        match timeout {
-            Some(timeout) => tokio::time::timeout(timeout, wait)
-                .await
-                .unwrap_or(Err(DbError::Timeout)),
-            None => wait.await,
-        }
+        self.inner
+            .hub
+            .wait_for_finished(execution_id, timeout, check)
+            .await
     }
 }
 
@@ -515,7 +420,7 @@ impl DbClient for SqlitePool {
 impl DbConnection for SqlitePool {
     async fn close(&self) {
         if !self.inner.closed.swap(true, Ordering::AcqRel) {
-            self.inner.closing.send_replace(true);
+            self.inner.hub.close();
             // The writer finishes what is queued before this, then stops.
             let _ = self.inner.commands.send(Message::Shutdown).await;
         }

@@ -4,30 +4,35 @@
 
 use crate::{
     codec::{
-        self, STATE_ROW_COLUMNS, StateRow, from_micros, micros, parse, version_from_sql,
-        version_to_sql,
+        self, STATE_ROW_COLUMNS, from_micros, micros, parse, version_from_sql, version_to_sql,
     },
     error::{Result, SqliteError},
 };
 use chrono::{DateTime, Utc};
 use concepts::{
     DbError, DelayId, ExecutionEvent, ExecutionEventInner, ExecutionId, ExecutionLog,
-    ExecutionSummary, ExpiredDelay, ExpiredLock, ExpiredTimer, FinishedExecutionResult,
-    FunctionFqn, JoinSetResponseEventOuter, ListExecutionsFilter, Pagination, PendingState,
-    Version,
+    ExecutionSummary, ExpiredDelay, ExpiredTimer, FinishedExecutionResult, FunctionFqn,
+    JoinSetResponseEventOuter, ListExecutionsFilter, Pagination, PendingState, Version,
+    kernel::ExecutionRow,
 };
 use rusqlite::{Connection, OptionalExtension, params, params_from_iter, types::Value};
 
-/// The state row of an execution, or `NotFound`.
-pub(crate) fn state_row(conn: &Connection, execution_id: &ExecutionId) -> Result<StateRow> {
+/// The state row of an execution, `None` when it does not exist.
+pub(crate) fn execution_row(
+    conn: &Connection,
+    execution_id: &ExecutionId,
+) -> Result<Option<ExecutionRow>> {
     let mut stmt = conn.prepare_cached(&format!(
         "SELECT {STATE_ROW_COLUMNS} FROM t_execution_state WHERE execution_id = ?1"
     ))?;
     let mut rows = stmt.query([execution_id.as_str()])?;
-    match rows.next()? {
-        Some(row) => StateRow::from_row(row),
-        None => Err(DbError::execution_not_found(execution_id).into()),
-    }
+    rows.next()?.map(codec::execution_row).transpose()
+}
+
+/// The state row of an execution, or `NotFound`.
+fn existing_row(conn: &Connection, execution_id: &ExecutionId) -> Result<ExecutionRow> {
+    execution_row(conn, execution_id)?
+        .ok_or_else(|| DbError::execution_not_found(execution_id).into())
 }
 
 /// True when the execution exists.
@@ -106,19 +111,34 @@ pub(crate) fn responses_from(
     Ok(responses)
 }
 
+/// The responses from index `start_idx` on, `None` while there are none, from one snapshot.
+pub(crate) fn next_responses(
+    conn: &mut Connection,
+    execution_id: &ExecutionId,
+    start_idx: usize,
+) -> Result<Option<Vec<JoinSetResponseEventOuter>>> {
+    let tx = conn.transaction()?;
+    let responses = responses_from(&tx, execution_id, start_idx)?;
+    if responses.is_empty() && !exists(&tx, execution_id)? {
+        return Err(DbError::execution_not_found(execution_id).into());
+    }
+    tx.finish()?;
+    Ok((!responses.is_empty()).then_some(responses))
+}
+
 /// The whole log with its state, from one snapshot.
 pub(crate) fn execution_log(
     conn: &mut Connection,
     execution_id: &ExecutionId,
 ) -> Result<ExecutionLog> {
     let tx = conn.transaction()?;
-    let row = state_row(&tx, execution_id)?;
+    let row = existing_row(&tx, execution_id)?;
     let log = ExecutionLog {
         execution_id: execution_id.clone(),
         events: events(&tx, execution_id)?,
         responses: responses_from(&tx, execution_id, 0)?,
-        next_version: row.next_version,
-        pending_state: row.pending_state,
+        next_version: row.state.next_version,
+        pending_state: row.state.pending_state,
     };
     tx.finish()?;
     Ok(log)
@@ -130,8 +150,7 @@ pub(crate) fn finished_result(
     execution_id: &ExecutionId,
 ) -> Result<Option<FinishedExecutionResult>> {
     let tx = conn.transaction()?;
-    let row = state_row(&tx, execution_id)?;
-    let result = match row.pending_state {
+    let result = match existing_row(&tx, execution_id)?.state.pending_state {
         PendingState::Finished { version, .. } => match event_at(&tx, execution_id, version)?.event
         {
             ExecutionEventInner::Finished { result } => Some(result),
@@ -167,10 +186,10 @@ pub(crate) fn due_rows(
     ffqns: &[FunctionFqn],
     at: DateTime<Utc>,
     limit: usize,
-) -> Result<Vec<StateRow>> {
+) -> Result<Vec<ExecutionRow>> {
     let mut rows = Vec::new();
     query_due(conn, STATE_ROW_COLUMNS, ffqns, at, limit, |row| {
-        rows.push(StateRow::from_row(row)?);
+        rows.push(codec::execution_row(row)?);
         Ok(())
     })?;
     Ok(rows)
@@ -232,33 +251,21 @@ pub(crate) fn expired_timers(
         ))?;
         let mut rows = stmt.query([micros(at)])?;
         while let Some(row) = rows.next()? {
-            let row = StateRow::from_row(row)?;
+            let row = codec::execution_row(row)?;
             let PendingState::Locked {
                 lock_expires_at, ..
-            } = row.pending_state
+            } = row.state.pending_state
             else {
                 return Err(SqliteError::corrupt(format!(
                     "execution {} is indexed as locked but its state is {:?}",
-                    row.execution_id, row.pending_state
+                    row.execution_id, row.state.pending_state
                 )));
             };
             if lock_expires_at > at {
                 continue;
             }
-            timers.push((
-                lock_expires_at,
-                row.execution_id.clone(),
-                None,
-                ExpiredTimer::Lock(ExpiredLock {
-                    execution_id: row.execution_id,
-                    next_version: row.next_version,
-                    temporary_event_count: row.temporary_event_count,
-                    max_retries: row.max_retries,
-                    retry_exp_backoff: row.retry_exp_backoff,
-                    parent: row.parent,
-                    lock_expires_at,
-                }),
-            ));
+            let timer = ExpiredTimer::Lock(row.expired_lock(lock_expires_at));
+            timers.push((lock_expires_at, row.execution_id, None, timer));
         }
     }
     {
@@ -310,7 +317,7 @@ pub(crate) fn list_executions(
     };
     let mut rows = stmt.query(params![
         filter.ffqn.as_ref().map(ToString::to_string),
-        filter.state.map(codec::state_kind_name),
+        filter.state.map(codec::state_kind),
         filter.top_level_only,
         cursor_at,
         cursor_id,
@@ -329,62 +336,4 @@ pub(crate) fn list_executions(
         });
     }
     Ok(out)
-}
-
-/// The `created_at` of the `n`-th (1-based) response for `join_set_id`, in arrival order.
-pub(crate) fn nth_response_time(
-    conn: &Connection,
-    execution_id: &ExecutionId,
-    join_set_id: &str,
-    n: usize,
-) -> Result<Option<DateTime<Utc>>> {
-    let Some(offset) = n.checked_sub(1) else {
-        return Ok(None);
-    };
-    let mut stmt = conn.prepare_cached(
-        "SELECT response_json FROM t_response WHERE execution_id = ?1 AND join_set_id = ?2 \
-         ORDER BY id LIMIT 1 OFFSET ?3",
-    )?;
-    let json: Option<String> = stmt
-        .query_row(
-            params![
-                execution_id.as_str(),
-                join_set_id,
-                i64::try_from(offset).unwrap_or(i64::MAX)
-            ],
-            |row| row.get(0),
-        )
-        .optional()?;
-    json.map(|json| Ok(serde_json::from_str::<JoinSetResponseEventOuter>(&json)?.created_at))
-        .transpose()
-}
-
-/// The number of `JoinNext` events for `join_set_id` in the log.
-pub(crate) fn join_next_count(
-    conn: &Connection,
-    execution_id: &ExecutionId,
-    join_set_id: &str,
-) -> Result<usize> {
-    let mut stmt = conn.prepare_cached(
-        "SELECT COUNT(*) FROM t_event WHERE execution_id = ?1 AND kind = 'JoinNext' AND join_set_id = ?2",
-    )?;
-    let count: i64 = stmt.query_row(params![execution_id.as_str(), join_set_id], |row| {
-        row.get(0)
-    })?;
-    Ok(usize::try_from(count).unwrap_or(0))
-}
-
-/// The number of responses for `join_set_id`.
-pub(crate) fn response_count(
-    conn: &Connection,
-    execution_id: &ExecutionId,
-    join_set_id: &str,
-) -> Result<usize> {
-    let mut stmt = conn.prepare_cached(
-        "SELECT COUNT(*) FROM t_response WHERE execution_id = ?1 AND join_set_id = ?2",
-    )?;
-    let count: i64 = stmt.query_row(params![execution_id.as_str(), join_set_id], |row| {
-        row.get(0)
-    })?;
-    Ok(usize::try_from(count).unwrap_or(0))
 }

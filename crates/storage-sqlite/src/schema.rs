@@ -168,7 +168,7 @@ pub(crate) fn open_writer(
     conn.pragma_update(None, "temp_store", "MEMORY")
         .map_err(driver)?;
 
-    migrate(&conn, path, found_version)?;
+    migrate_to(&conn, path, found_version, current_version())?;
     let reported: i64 = conn
         .pragma_query_value(None, "synchronous", |row| row.get(0))
         .map_err(driver)?;
@@ -249,11 +249,6 @@ fn check_ownership(
         });
     }
     Ok(())
-}
-
-/// Applies the migrations after `found_version` in one immediate transaction.
-fn migrate(conn: &Connection, path: &Path, found_version: u32) -> Result<(), SqliteOpenError> {
-    migrate_to(conn, path, found_version, current_version())
 }
 
 /// Applies the migrations from `found_version` up to `target` in one transaction.

@@ -3,7 +3,7 @@
 
 use crate::{
     SqliteConfig, SqliteOpenError, SqlitePool, Synchronous,
-    notify::Notifier,
+    error::SqliteError,
     ops::WriteCtx,
     schema::{self, APPLICATION_ID},
     writer::{self, Command, FnCommand},
@@ -15,6 +15,7 @@ use concepts::{
     ExecutorId, FunctionFqn, HistoryEvent, JoinSetId, JoinSetRequest, JoinSetResponse,
     JoinSetResponseEvent, Json, LockPendingRequest, PendingState, SupportedFunctionReturnValue,
     Version,
+    kernel::{WaiterCounts, WaiterHub, WriteRequest},
 };
 use std::{path::Path, sync::Arc, time::Duration};
 
@@ -479,14 +480,19 @@ async fn close_is_idempotent_releases_waiters_and_refuses_calls() {
         tokio::spawn(async move { store.wait_for_finished_result(&id(1), None).await })
     };
     // Both waiters are registered before closing (they subscribe before their first read).
+    let both = WaiterCounts {
+        pending: 0,
+        responses: 1,
+        finished: 1,
+    };
     for _ in 0..1000 {
-        if store.waiter_count() == 2 {
+        if store.waiter_counts() == both {
             break;
         }
         tokio::task::yield_now().await;
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
-    assert_eq!(store.waiter_count(), 2);
+    assert_eq!(store.waiter_counts(), both);
     store.close().await;
     store.close().await;
     let released = tokio::time::timeout(Duration::from_secs(10), waiter)
@@ -504,8 +510,8 @@ async fn close_is_idempotent_releases_waiters_and_refuses_calls() {
         DbErrorKind::Closed
     );
     assert_eq!(
-        store.waiter_count(),
-        0,
+        store.waiter_counts(),
+        WaiterCounts::default(),
         "waiters that left are unregistered"
     );
     let err = store
@@ -538,7 +544,7 @@ async fn timed_out_waiters_leave_no_registration() {
             .expect_err("times out");
         assert_eq!(err.kind(), DbErrorKind::Timeout);
     }
-    assert_eq!(store.waiter_count(), 0);
+    assert_eq!(store.waiter_counts(), WaiterCounts::default());
     store.close().await;
 }
 
@@ -584,7 +590,17 @@ fn run_commands(conn: rusqlite::Connection, path: &Path, commands: Vec<Box<dyn C
     }
     assert!(tx.try_send(writer::Message::Shutdown).is_ok());
     drop(tx);
-    writer::run(conn, Arc::from(path), rx, Arc::new(Notifier::new()), 1024);
+    writer::run(conn, Arc::from(path), rx, Arc::new(WaiterHub::new()), 1024);
+}
+
+/// Creates an execution inside a writer command, as `SqlitePool::create` does.
+fn create(ctx: &mut WriteCtx<'_>, req: CreateRequest) -> Result<Version, SqliteError> {
+    let request = WriteRequest::Create(req);
+    let keys = request.keys()?;
+    Ok(ctx
+        .write(request, &keys)?
+        .next_version
+        .expect("a create has a next version"))
 }
 
 /// A failing command in a group commit rolls back only its own writes.
@@ -594,14 +610,14 @@ fn a_failing_command_rolls_back_only_itself() {
     let path = dir.path().join("db.sqlite");
     let (conn, _) = schema::open_writer(&SqliteConfig::new(&path)).expect("opens");
     let (first, first_rx) =
-        FnCommand::boxed(|ctx: &mut WriteCtx<'_>| ctx.create(&create_request(id(1), t0())));
+        FnCommand::boxed(|ctx: &mut WriteCtx<'_>| create(ctx, create_request(id(1), t0())));
     // Creates 2, then fails on a duplicate of 1: its create of 2 must be rolled back.
     let (second, second_rx) = FnCommand::boxed(|ctx: &mut WriteCtx<'_>| {
-        ctx.create(&create_request(id(2), t0()))?;
-        ctx.create(&create_request(id(1), t0()))
+        create(ctx, create_request(id(2), t0()))?;
+        create(ctx, create_request(id(1), t0()))
     });
     let (third, third_rx) =
-        FnCommand::boxed(|ctx: &mut WriteCtx<'_>| ctx.create(&create_request(id(3), t0())));
+        FnCommand::boxed(|ctx: &mut WriteCtx<'_>| create(ctx, create_request(id(3), t0())));
     run_commands(conn, &path, vec![first, second, third]);
     let conn = rusqlite::Connection::open(&path).expect("opens");
     assert_eq!(
@@ -684,7 +700,7 @@ fn a_full_disk_is_a_typed_error_and_replies_match_what_committed() {
             // Far more than eight pages.
             req.params = Json(serde_json::json!(["x".repeat(1 << 20)]));
         }
-        let (command, rx) = FnCommand::boxed(move |ctx: &mut WriteCtx<'_>| ctx.create(&req));
+        let (command, rx) = FnCommand::boxed(move |ctx: &mut WriteCtx<'_>| create(ctx, req));
         commands.push(command);
         receivers.push((n, rx));
     }

@@ -7,11 +7,13 @@
 //! load many small writes share one commit and one fsync.
 
 use crate::{
-    error::SqliteError,
-    notify::{Note, Notifier},
+    error::{SqliteError, backend_error},
     ops::WriteCtx,
 };
-use concepts::{BackendError, DbError};
+use concepts::{
+    DbError,
+    kernel::{WaiterHub, Wakeup},
+};
 use rusqlite::Connection;
 use std::{panic::AssertUnwindSafe, path::Path, sync::Arc};
 use tokio::sync::{mpsc, oneshot};
@@ -76,11 +78,8 @@ where
 
     fn reply(self: Box<Self>) {
         let outcome = self.outcome.unwrap_or_else(|| {
-            Err(DbError::Backend(BackendError {
-                message: "the SQLite writer did not run the command".to_string(),
-                retriable: true,
-                source: None,
-            }))
+            let message = "the SQLite writer did not run the command";
+            Err(backend_error(message.to_string(), true))
         });
         // The caller may have gone away (its future was dropped); the write stands.
         let _ = self.reply.send(outcome);
@@ -100,7 +99,7 @@ pub(crate) fn run(
     conn: Connection,
     path: Arc<Path>,
     mut rx: mpsc::Receiver<Message>,
-    notifier: Arc<Notifier>,
+    hub: Arc<WaiterHub>,
     max_commands_per_transaction: usize,
 ) {
     let mut batch: Vec<Box<dyn Command>> = Vec::new();
@@ -117,11 +116,11 @@ pub(crate) fn run(
             }
         }
         if !batch.is_empty() {
-            let notes = run_batch(&conn, &path, &mut batch);
+            let wakeups = run_batch(&conn, &path, &mut batch);
             for command in batch.drain(..) {
                 command.reply();
             }
-            notifier.dispatch(notes);
+            hub.deliver(&wakeups);
         }
         if shutdown {
             // Refuse new commands; the queued ones are still received and run.
@@ -139,13 +138,14 @@ pub(crate) fn run(
     tracing::debug!(path = %path.display(), "SQLite writer stopped");
 }
 
-/// Runs `batch` in one transaction; returns the notifications of what committed.
+/// Runs `batch` in one transaction; returns the wake-ups of what committed.
 ///
 /// Normally there is one transaction. If SQLite itself aborts it (a full disk, an I/O error),
 /// the commands that had succeeded in it are failed (their writes are gone) and the remaining
 /// commands run in a new transaction.
-fn run_batch(conn: &Connection, path: &Path, batch: &mut [Box<dyn Command>]) -> Vec<Note> {
-    let mut notes = Vec::new();
+fn run_batch(conn: &Connection, path: &Path, batch: &mut [Box<dyn Command>]) -> Vec<Wakeup> {
+    // The wake-ups of the commands that succeeded in the current transaction.
+    let mut woken = Vec::new();
     let mut segment_start = 0;
     let mut in_transaction = false;
     for idx in 0..batch.len() {
@@ -160,64 +160,58 @@ fn run_batch(conn: &Connection, path: &Path, batch: &mut [Box<dyn Command>]) -> 
             segment_start = idx;
         }
         if let Err(err) = exec(conn, "SAVEPOINT op") {
-            abort_segment(conn, path, &mut batch[segment_start..=idx], &mut notes, err);
+            abort_segment(conn, path, &mut batch[segment_start..=idx], &mut woken, err);
             in_transaction = false;
             continue;
         }
-        let mut op_notes = Vec::new();
+        let mut op_wakeups = Vec::new();
         let command = &mut batch[idx];
         // A bug that panics inside one command must not take the writer (and every other
         // caller) down with it: the command fails and its savepoint is rolled back.
         let ok = std::panic::catch_unwind(AssertUnwindSafe(|| {
             let mut ctx = WriteCtx {
                 conn,
-                notes: &mut op_notes,
+                wakeups: &mut op_wakeups,
             };
             command.run(&mut ctx, path)
         }))
         .unwrap_or_else(|_| {
             tracing::error!(path = %path.display(), "a SQLite write command panicked");
-            command.fail(&DbError::Backend(BackendError {
-                message: format!("SQLite database {}: the write panicked", path.display()),
-                retriable: false,
-                source: None,
-            }));
+            let message = format!("SQLite database {}: the write panicked", path.display());
+            command.fail(&backend_error(message, false));
             false
         });
         if ok {
             match exec(conn, "RELEASE op") {
-                Ok(()) => notes.extend(op_notes),
+                Ok(()) => woken.append(&mut op_wakeups),
                 Err(err) => {
-                    abort_segment(conn, path, &mut batch[segment_start..=idx], &mut notes, err);
+                    abort_segment(conn, path, &mut batch[segment_start..=idx], &mut woken, err);
                     in_transaction = false;
                 }
             }
         } else if conn.is_autocommit() {
             // SQLite rolled back the whole transaction: the earlier commands of this
             // transaction lost their writes too.
-            let err = DbError::Backend(BackendError {
-                message: format!(
-                    "SQLite database {}: the transaction was rolled back by an error of a \
-                     command batched with this one",
-                    path.display()
-                ),
-                retriable: true,
-                source: None,
-            });
+            let message = format!(
+                "SQLite database {}: the transaction was rolled back by an error of a command \
+                 batched with this one",
+                path.display()
+            );
+            let err = backend_error(message, true);
             fail_all(&mut batch[segment_start..idx], &err);
-            notes.clear();
+            woken.clear();
             in_transaction = false;
         } else if let Err(err) =
             exec(conn, "ROLLBACK TO op").and_then(|()| exec(conn, "RELEASE op"))
         {
-            abort_segment(conn, path, &mut batch[segment_start..=idx], &mut notes, err);
+            abort_segment(conn, path, &mut batch[segment_start..=idx], &mut woken, err);
             in_transaction = false;
         }
     }
     if in_transaction && let Err(err) = exec(conn, "COMMIT") {
-        abort_segment(conn, path, &mut batch[segment_start..], &mut notes, err);
+        abort_segment(conn, path, &mut batch[segment_start..], &mut woken, err);
     }
-    notes
+    woken
 }
 
 /// The current transaction is lost: roll it back and fail the commands that had succeeded.
@@ -225,7 +219,7 @@ fn abort_segment(
     conn: &Connection,
     path: &Path,
     segment: &mut [Box<dyn Command>],
-    notes: &mut Vec<Note>,
+    woken: &mut Vec<Wakeup>,
     err: rusqlite::Error,
 ) {
     let err = SqliteError::from(err).into_db_error(path);
@@ -234,7 +228,7 @@ fn abort_segment(
         let _ = conn.execute_batch("ROLLBACK");
     }
     fail_all(segment, &err);
-    notes.clear();
+    woken.clear();
 }
 
 fn fail_all(batch: &mut [Box<dyn Command>], err: &DbError) {
