@@ -1,8 +1,11 @@
 //! Rules that depend on a request alone, checked before anything is read.
 
+use super::snapshot::FastHash;
 use crate::{
-    AppendBatchRequest, ExecutionEventInner, HistoryEvent, JoinSetRequest, ValidationError,
+    AppendBatchRequest, ExecutionEventInner, ExecutionId, HistoryEvent, JoinSetId, JoinSetRequest,
+    ValidationError,
 };
+use std::collections::HashSet;
 
 /// Checks a request of `append_batch`: the batch is not empty, and every execution it creates
 /// is announced by an event of the same batch, a child by a `ChildExecutionRequest` in the join
@@ -17,33 +20,42 @@ pub fn validate_append_batch(req: &AppendBatchRequest) -> Result<(), ValidationE
     if events.is_empty() {
         return Err(ValidationError::EmptyBatch("append_batch"));
     }
-    for child in children {
-        let announced = events.iter().any(|event| {
-            let ExecutionEventInner::HistoryEvent { event } = event else {
-                return false;
-            };
-            match (event, &child.parent) {
-                (
+    if children.is_empty() {
+        return Ok(());
+    }
+    // Indexed once: a fan-out creates thousands of children in one batch.
+    let mut requested: HashSet<(&ExecutionId, &JoinSetId), FastHash> = HashSet::default();
+    let mut scheduled: HashSet<&ExecutionId, FastHash> = HashSet::default();
+    for event in events {
+        match event {
+            ExecutionEventInner::HistoryEvent {
+                event:
                     HistoryEvent::JoinSetRequest {
                         join_set_id,
                         request: JoinSetRequest::ChildExecutionRequest { child_execution_id },
                     },
-                    Some((parent_id, parent_join_set)),
-                ) => {
-                    *child_execution_id == child.execution_id
-                        && parent_id == execution_id
-                        && parent_join_set == join_set_id
-                }
-                (
+            } => {
+                requested.insert((child_execution_id, join_set_id));
+            }
+            ExecutionEventInner::HistoryEvent {
+                event:
                     HistoryEvent::Schedule {
-                        execution_id: scheduled,
+                        execution_id: scheduled_id,
                         ..
                     },
-                    None,
-                ) => *scheduled == child.execution_id,
-                _ => false,
+            } => {
+                scheduled.insert(scheduled_id);
             }
-        });
+            _ => {}
+        }
+    }
+    for child in children {
+        let announced = match &child.parent {
+            Some((parent_id, join_set_id)) => {
+                parent_id == execution_id && requested.contains(&(&child.execution_id, join_set_id))
+            }
+            None => scheduled.contains(&child.execution_id),
+        };
         if !announced {
             return Err(ValidationError::InvalidRequest(format!(
                 "execution {} is created by {execution_id} without a matching \
