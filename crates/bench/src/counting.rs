@@ -3,9 +3,8 @@
 
 use chrono::{DateTime, Utc};
 use concepts::{
-    AppendRequest, ComponentId, DbConnection, DbError, DbExecutor, ExecutionEventInner,
-    ExecutionId, ExecutorId, FunctionFqn, HistoryEvent, JoinSetResponseEventOuter, LockedExecution,
-    RunId, Version,
+    DbConnection, DbError, DbExecutor, ExecutionEventInner, FunctionFqn, LockPendingRequest,
+    LockedExecution, OutcomeWrite, Version,
 };
 use std::{
     io::Write as _,
@@ -56,8 +55,9 @@ impl CountingDb {
         }
     }
 
-    fn count(&self, result: &Result<Version, DbError>, event: &ExecutionEventInner) {
-        if result.is_ok() && matches!(event, ExecutionEventInner::Finished { .. }) {
+    /// Counts `result` when it acknowledges a `Finished` append (`finished`).
+    fn count(&self, result: &Result<Version, DbError>, finished: bool) {
+        if result.is_ok() && finished {
             let finished = self.finished.fetch_add(1, Ordering::SeqCst) + 1;
             if self.report {
                 let mut stdout = std::io::stdout().lock();
@@ -74,88 +74,14 @@ impl CountingDb {
 
 #[async_trait::async_trait]
 impl DbExecutor for CountingDb {
-    async fn lock_pending(
-        &self,
-        batch_size: usize,
-        pending_at_or_sooner: DateTime<Utc>,
-        ffqns: Arc<[FunctionFqn]>,
-        created_at: DateTime<Utc>,
-        component_id: ComponentId,
-        executor_id: ExecutorId,
-        lock_expires_at: DateTime<Utc>,
-    ) -> Result<Vec<LockedExecution>, DbError> {
-        self.inner
-            .lock_pending(
-                batch_size,
-                pending_at_or_sooner,
-                ffqns,
-                created_at,
-                component_id,
-                executor_id,
-                lock_expires_at,
-            )
-            .await
+    async fn lock_pending(&self, req: LockPendingRequest) -> Result<Vec<LockedExecution>, DbError> {
+        self.inner.lock_pending(req).await
     }
 
-    async fn lock(
-        &self,
-        created_at: DateTime<Utc>,
-        component_id: ComponentId,
-        execution_id: &ExecutionId,
-        run_id: RunId,
-        version: Version,
-        executor_id: ExecutorId,
-        lock_expires_at: DateTime<Utc>,
-    ) -> Result<(Vec<HistoryEvent>, Version), DbError> {
-        self.inner
-            .lock(
-                created_at,
-                component_id,
-                execution_id,
-                run_id,
-                version,
-                executor_id,
-                lock_expires_at,
-            )
-            .await
-    }
-
-    async fn append(
-        &self,
-        execution_id: &ExecutionId,
-        version: Version,
-        req: AppendRequest,
-    ) -> Result<Version, DbError> {
-        let event = req.event.clone();
-        let result = self.inner.append(execution_id, version, req).await;
-        self.count(&result, &event);
-        result
-    }
-
-    async fn append_batch_respond_to_parent(
-        &self,
-        execution_id: &ExecutionId,
-        created_at: DateTime<Utc>,
-        batch: Vec<ExecutionEventInner>,
-        version: Version,
-        parent_execution_id: &ExecutionId,
-        parent_response: JoinSetResponseEventOuter,
-    ) -> Result<Version, DbError> {
-        let last = batch.last().cloned();
-        let result = self
-            .inner
-            .append_batch_respond_to_parent(
-                execution_id,
-                created_at,
-                batch,
-                version,
-                parent_execution_id,
-                parent_response,
-            )
-            .await;
-        if let Some(last) = last {
-            self.count(&result, &last);
-        }
+    async fn append_outcome(&self, write: OutcomeWrite) -> Result<Version, DbError> {
+        let finished = matches!(write.event, ExecutionEventInner::Finished { .. });
+        let result = self.inner.append_outcome(write).await;
+        self.count(&result, finished);
         result
     }
 

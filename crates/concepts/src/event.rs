@@ -100,6 +100,7 @@ pub enum PermanentFailureKind {
 
 /// Why an execution finished with an error.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[non_exhaustive]
 pub enum FinishedExecutionError {
     /// The execution timed out and had no retry left.
     #[error("permanent timeout")]
@@ -398,7 +399,7 @@ pub struct JoinSetResponseEventOuter {
 }
 
 /// Serializes a `Duration` as integer microseconds (saturating).
-pub mod duration_micros {
+pub(crate) mod duration_micros {
     use serde::{Deserialize, Deserializer, Serializer};
     use std::time::Duration;
 

@@ -12,6 +12,12 @@
 //! function of the log and its responses: [`derive_pending_state`] is the reference, and every
 //! backend's state index must agree with it.
 //!
+//! Storage is reached through narrow traits, split by who calls them: [`DbExecutor`],
+//! [`DbWorkflow`], [`DbTimers`] and [`DbClient`] ([`DbConnection`] is all four). A write takes
+//! one request: [`CreateRequest`], [`LockPendingRequest`], [`AppendBatchRequest`] (events, and
+//! the executions created with them) or [`OutcomeWrite`] (how a run ended, and the parent's
+//! response when a child finishes).
+//!
 //! This crate knows no database driver and reads no clock: timestamps are passed in, and time
 //! comes from a [`ClockFn`] chosen by the caller.
 //!
@@ -27,17 +33,35 @@
 //! assert!("E_nope".parse::<ExecutionId>().is_err());
 //! ```
 
-pub mod event;
-pub mod ids;
-pub mod outcome;
-pub mod pending_state;
+mod error;
+mod event;
+mod ids;
+mod outcome;
+mod pending_state;
 pub mod retry;
-pub mod storage;
-pub mod time;
+mod storage;
+mod time;
 
-pub use event::*;
-pub use ids::*;
-pub use outcome::*;
-pub use pending_state::*;
-pub use storage::*;
-pub use time::*;
+pub use error::{BackendError, DbError, DbErrorKind, DuplicateKind, ValidationError};
+pub use event::{
+    ClosingStrategy, ExecutionEvent, ExecutionEventInner, ExecutionMetadata,
+    FinishedExecutionError, FinishedExecutionResult, HistoryEvent, JoinSetRequest, JoinSetResponse,
+    JoinSetResponseEvent, JoinSetResponseEventOuter, Json, Locked, Params, PermanentFailureKind,
+    PersistKind, ResultKind, SupportedFunctionReturnValue, Version,
+};
+pub use ids::{
+    ComponentId, DelayId, ExecutionId, ExecutionIdTopLevel, ExecutorId, FunctionFqn, IdParseError,
+    JoinSetId, JoinSetKind, RunId,
+};
+pub use outcome::{OutcomeWrite, is_lost_race};
+pub use pending_state::{
+    ExecutionState, PendingState, PendingStateKind, count_join_next, derive_pending_state,
+    temporary_event_count,
+};
+pub use storage::{
+    AppendBatchRequest, CreateRequest, DbClient, DbClientExt, DbConnection, DbExecutor, DbTimers,
+    DbWorkflow, ExecutionLog, ExecutionSummary, ExpiredDelay, ExpiredLock, ExpiredTimer,
+    ListExecutionsFilter, LockPendingRequest, LockedExecution, Pagination,
+    validate_batch_create_new_execution,
+};
+pub use time::{ClockFn, add_saturating, sub_saturating, truncate_to_micros};

@@ -2,56 +2,70 @@
 //! an event at the version the writer read, plus the parent's response when it finishes a child.
 
 use crate::{
+    error::{DbError, ValidationError},
     event::{
         ExecutionEventInner, JoinSetResponse, JoinSetResponseEvent, JoinSetResponseEventOuter,
         Version,
     },
     ids::{ExecutionId, JoinSetId},
-    storage::{AppendRequest, DbError, DbExecutor, ValidationError},
 };
 use chrono::{DateTime, Utc};
 
 /// One event appended at one version; when the event is `Finished` and the execution has a
 /// parent, also the `ChildExecutionFinished` response to the parent, written in the same
 /// transaction (a child that finishes, for any reason, always notifies its parent; temporary
-/// outcomes never do).
+/// outcomes never do). Written by `DbExecutor::append_outcome`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OutcomeWrite {
     /// The execution the event is appended to.
     pub execution_id: ExecutionId,
     /// The version the writer read; the append is refused if the log moved on.
     pub version: Version,
-    /// When it is written.
-    pub created_at: DateTime<Utc>,
+    /// The time of the write: the `created_at` of the event and of the parent's response.
+    pub now: DateTime<Utc>,
     /// The event.
     pub event: ExecutionEventInner,
-    /// The parent and the response it receives, when `event` finishes a child.
-    pub parent_response: Option<(ExecutionId, JoinSetResponseEventOuter)>,
+    /// The execution's parent and the join set it belongs to, for a child
+    /// (`LockedExecution::parent`, `ExpiredLock::parent`).
+    pub parent: Option<(ExecutionId, JoinSetId)>,
 }
 
 impl OutcomeWrite {
     /// The write of `event` at `version`; `parent` is the execution's parent and join set.
-    ///
-    /// The parent response is derived here, so that no caller can forget it: it carries the
-    /// child's id, `version` as the finished version (a `Finished` event is stored at the
-    /// version it was appended at) and the result.
     #[must_use]
     pub fn new(
         execution_id: ExecutionId,
         version: Version,
-        created_at: DateTime<Utc>,
+        now: DateTime<Utc>,
         event: ExecutionEventInner,
         parent: Option<&(ExecutionId, JoinSetId)>,
     ) -> Self {
-        let parent_response = match (&event, parent) {
+        Self {
+            execution_id,
+            version,
+            now,
+            event,
+            parent: parent.cloned(),
+        }
+    }
+
+    /// The parent and the response it receives, when `event` is `Finished` and the execution
+    /// has a parent; `None` otherwise.
+    ///
+    /// The response is derived here, so that no writer can forget it: it carries the child's
+    /// id, `version` as the finished version (a `Finished` event is stored at the version it
+    /// was appended at) and the result, and arrives at `now`.
+    #[must_use]
+    pub fn parent_response(&self) -> Option<(ExecutionId, JoinSetResponseEventOuter)> {
+        match (&self.event, &self.parent) {
             (ExecutionEventInner::Finished { result }, Some((parent_id, join_set_id))) => {
                 let response = JoinSetResponseEventOuter {
-                    created_at,
+                    created_at: self.now,
                     event: JoinSetResponseEvent {
                         join_set_id: join_set_id.clone(),
                         event: JoinSetResponse::ChildExecutionFinished {
-                            child_execution_id: execution_id.clone(),
-                            finished_version: version,
+                            child_execution_id: self.execution_id.clone(),
+                            finished_version: self.version,
                             result: result.clone(),
                         },
                     },
@@ -59,38 +73,6 @@ impl OutcomeWrite {
                 Some((parent_id.clone(), response))
             }
             _ => None,
-        };
-        Self {
-            execution_id,
-            version,
-            created_at,
-            event,
-            parent_response,
-        }
-    }
-
-    /// Writes it: a plain `append`, or `append_batch_respond_to_parent` when a parent must be
-    /// notified. Returns the next version.
-    pub async fn write<D: DbExecutor + ?Sized>(self, db: &D) -> Result<Version, DbError> {
-        match self.parent_response {
-            Some((parent_id, response)) => {
-                db.append_batch_respond_to_parent(
-                    &self.execution_id,
-                    self.created_at,
-                    vec![self.event],
-                    self.version,
-                    &parent_id,
-                    response,
-                )
-                .await
-            }
-            None => {
-                let req = AppendRequest {
-                    created_at: self.created_at,
-                    event: self.event,
-                };
-                db.append(&self.execution_id, self.version, req).await
-            }
         }
     }
 }
@@ -137,8 +119,9 @@ mod tests {
             },
             Some(&parent),
         );
+        assert_eq!(write.parent.as_ref(), Some(&parent));
         let (to, response) = write
-            .parent_response
+            .parent_response()
             .expect("a finished child notifies its parent");
         assert_eq!(to, parent_id);
         assert_eq!(response.created_at, at(7));
@@ -161,13 +144,14 @@ mod tests {
             backoff_expires_at: at(9),
         };
         let write = OutcomeWrite::new(child_id, Version(2), at(7), timed_out, Some(&parent));
-        assert_eq!(write.parent_response, None);
+        assert_eq!(write.parent, Some(parent));
+        assert_eq!(write.parent_response(), None);
 
         let finished = ExecutionEventInner::Finished {
             result: Ok(SupportedFunctionReturnValue::None),
         };
         let write = OutcomeWrite::new(parent_id, Version(2), at(7), finished, None);
-        assert_eq!(write.parent_response, None);
+        assert_eq!(write.parent_response(), None);
     }
 
     #[test]

@@ -2,12 +2,12 @@
 //! transitions backends use to keep a state index, and the rules for appending.
 
 use crate::{
+    error::{DbError, ValidationError},
     event::{
         ExecutionEvent, ExecutionEventInner, HistoryEvent, JoinSetResponseEventOuter, Locked,
         ResultKind, Version,
     },
     ids::{ExecutorId, JoinSetId, RunId},
-    storage::{DbError, ValidationError},
 };
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -168,11 +168,11 @@ impl ExecutionState {
     ///
     /// Order of checks: a finished execution refuses everything ("already finished"), then the
     /// version must match, then `Created` is refused (only `create` writes it), then `Locked`
-    /// must pass the locking rules at `created_at`.
+    /// must pass the locking rules at `now`, the time of the append.
     pub fn validate_append(
         &self,
         appending_version: Version,
-        created_at: DateTime<Utc>,
+        now: DateTime<Utc>,
         event: &ExecutionEventInner,
     ) -> Result<(), DbError> {
         if self.pending_state.is_finished() {
@@ -195,7 +195,7 @@ impl ExecutionState {
                 ..
             }) => self
                 .pending_state
-                .can_lock(created_at, *executor_id, *run_id, *lock_expires_at)
+                .can_lock(now, *executor_id, *run_id, *lock_expires_at)
                 .map_err(DbError::Validation),
             _ => Ok(()),
         }

@@ -1,5 +1,5 @@
-//! The narrow storage traits every backend implements, the requests they take, and the portable
-//! error kinds they return.
+//! The narrow storage traits every backend implements and the requests they take; their
+//! portable error kinds are in `error.rs`.
 //!
 //! Every write is atomic: all of it commits, or none of it does. Storage never reads a clock;
 //! every timestamp is passed in by the caller. Notifications (`wait_for_pending`,
@@ -7,193 +7,19 @@
 //! correct if every wake-up is lost.
 
 use crate::{
+    error::{DbError, ValidationError},
     event::{
         ExecutionEvent, ExecutionEventInner, ExecutionMetadata, FinishedExecutionResult,
-        HistoryEvent, JoinSetResponseEvent, JoinSetResponseEventOuter, Locked, Params, Version,
+        HistoryEvent, JoinSetRequest, JoinSetResponseEvent, JoinSetResponseEventOuter, Locked,
+        Params, Version,
     },
-    ids::{ComponentId, DelayId, ExecutionId, ExecutorId, FunctionFqn, JoinSetId, RunId},
+    ids::{ComponentId, DelayId, ExecutionId, ExecutorId, FunctionFqn, JoinSetId},
+    outcome::OutcomeWrite,
     pending_state::{PendingState, PendingStateKind},
 };
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use std::{sync::Arc, time::Duration};
-
-/// Why a request was refused by the execution model's rules.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ValidationError {
-    /// Locking an execution that is not due yet.
-    #[error("not yet pending: the execution is scheduled at {scheduled_at}")]
-    NotYetPending {
-        /// When it becomes due.
-        scheduled_at: DateTime<Utc>,
-    },
-    /// Locking an execution that another executor or run holds (expired or not).
-    #[error("already locked: another executor or run holds the lease")]
-    AlreadyLocked,
-    /// Locking an execution that waits for a join set response.
-    #[error("not yet pending: the execution is blocked by join set {join_set_id}")]
-    BlockedByJoinSet {
-        /// The join set it waits on.
-        join_set_id: JoinSetId,
-    },
-    /// Appending to a finished execution.
-    #[error("already finished: a finished execution takes no more events")]
-    AlreadyFinished,
-    /// A lease that expires at or before the time it is taken.
-    #[error("invalid expiry date: lease expiry {lock_expires_at} is not after {now}")]
-    InvalidExpiryDate {
-        /// The requested expiry.
-        lock_expires_at: DateTime<Utc>,
-        /// The time of the request.
-        now: DateTime<Utc>,
-    },
-    /// `Created` passed to an append; only `create` writes it.
-    #[error("`Created` can only be written by `create`, not appended")]
-    CreatedEventAppended,
-    /// A batch with nothing in it.
-    #[error("empty batch: {0} needs at least one item")]
-    EmptyBatch(&'static str),
-    /// A request that is inconsistent in itself.
-    #[error("invalid request: {0}")]
-    InvalidRequest(String),
-}
-
-/// What already existed.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum DuplicateKind {
-    /// An execution with this id exists.
-    #[error("execution {0} already exists")]
-    Execution(ExecutionId),
-    /// This execution already has a `DelayFinished` for this delay.
-    #[error("execution {execution_id} already has a response for delay {delay_id}")]
-    DelayResponse {
-        /// The execution that received the response.
-        execution_id: ExecutionId,
-        /// The delay.
-        delay_id: DelayId,
-    },
-    /// This execution already has a response from this child.
-    #[error("execution {execution_id} already has a response from child {child_execution_id}")]
-    ChildResponse {
-        /// The execution that received the response.
-        execution_id: ExecutionId,
-        /// The child.
-        child_execution_id: ExecutionId,
-    },
-}
-
-/// A backend's own error, wrapped: the driver's message and whether retrying may help.
-#[derive(Debug, Clone, thiserror::Error)]
-#[error("{message}")]
-pub struct BackendError {
-    /// What went wrong, with the context a person needs (a path, say).
-    pub message: String,
-    /// True when the same request may succeed if retried (a busy database, a serialization
-    /// failure).
-    pub retriable: bool,
-    /// The driver's error.
-    #[source]
-    pub source: Option<Arc<dyn std::error::Error + Send + Sync>>,
-}
-
-/// The portable error kinds of every storage operation. Every backend maps its driver's errors
-/// into these, so a caller (and the conformance suite) sees the same kind for the same
-/// situation on every backend.
-#[derive(Debug, Clone, thiserror::Error)]
-pub enum DbError {
-    /// The execution (or event) does not exist.
-    #[error("not found: {0}")]
-    NotFound(String),
-    /// Optimistic concurrency: somebody appended first.
-    #[error("version mismatch: appending at {appending_version}, expected {expected_version}")]
-    VersionMismatch {
-        /// The version the request carried.
-        appending_version: Version,
-        /// The version the log expects next.
-        expected_version: Version,
-    },
-    /// The request breaks a rule of the execution model.
-    #[error("validation failed: {0}")]
-    Validation(#[from] ValidationError),
-    /// Something unique already exists.
-    #[error("duplicate: {0}")]
-    Duplicate(#[from] DuplicateKind),
-    /// The store was closed.
-    #[error("the store is closed")]
-    Closed,
-    /// A wait ran out of time.
-    #[error("timed out waiting")]
-    Timeout,
-    /// The connection to the database was lost; the request may be retried once it returns.
-    #[error("connection error: {0}")]
-    Connection(String),
-    /// Any other error of the backend.
-    #[error("backend error: {0}")]
-    Backend(#[from] BackendError),
-}
-
-/// The kind of a [`DbError`], for callers that branch on it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, derive_more::Display)]
-pub enum DbErrorKind {
-    /// [`DbError::NotFound`].
-    NotFound,
-    /// [`DbError::VersionMismatch`].
-    VersionMismatch,
-    /// [`DbError::Validation`].
-    Validation,
-    /// [`DbError::Duplicate`].
-    Duplicate,
-    /// [`DbError::Closed`].
-    Closed,
-    /// [`DbError::Timeout`].
-    Timeout,
-    /// [`DbError::Connection`].
-    Connection,
-    /// [`DbError::Backend`].
-    Backend,
-}
-
-impl DbError {
-    /// The kind.
-    #[must_use]
-    pub fn kind(&self) -> DbErrorKind {
-        match self {
-            Self::NotFound(_) => DbErrorKind::NotFound,
-            Self::VersionMismatch { .. } => DbErrorKind::VersionMismatch,
-            Self::Validation(_) => DbErrorKind::Validation,
-            Self::Duplicate(_) => DbErrorKind::Duplicate,
-            Self::Closed => DbErrorKind::Closed,
-            Self::Timeout => DbErrorKind::Timeout,
-            Self::Connection(_) => DbErrorKind::Connection,
-            Self::Backend(_) => DbErrorKind::Backend,
-        }
-    }
-
-    /// The validation error, if this is one.
-    #[must_use]
-    pub fn as_validation(&self) -> Option<&ValidationError> {
-        match self {
-            Self::Validation(v) => Some(v),
-            _ => None,
-        }
-    }
-
-    /// True when retrying the same request later may succeed.
-    #[must_use]
-    pub fn is_retriable(&self) -> bool {
-        match self {
-            Self::Connection(_) | Self::Timeout => true,
-            Self::Backend(b) => b.retriable,
-            _ => false,
-        }
-    }
-
-    /// A `NotFound` for an execution.
-    #[must_use]
-    pub fn execution_not_found(execution_id: &ExecutionId) -> Self {
-        Self::NotFound(format!("execution {execution_id}"))
-    }
-}
 
 /// Everything `create` needs; becomes the `Created` event at version 0.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -243,70 +69,97 @@ impl CreateRequest {
     }
 }
 
-/// Checks the request of `append_batch_create_new_execution`: the batch is not empty, and every
-/// execution it creates is announced by an event of the same batch, a child by a `ChildExecutionRequest` in the join
+/// Checks a request of `append_batch`: the batch is not empty, and every execution it creates
+/// is announced by an event of the same batch, a child by a `ChildExecutionRequest` in the join
 /// set of its `parent` (which must be `execution_id`), a top-level execution by a `Schedule`.
 /// Every backend calls this, so a creation that no log explains is refused everywhere alike.
 pub fn validate_batch_create_new_execution(
-    execution_id: &ExecutionId,
-    batch: &[ExecutionEventInner],
-    child_req: &[CreateRequest],
+    req: &AppendBatchRequest,
 ) -> Result<(), ValidationError> {
-    if batch.is_empty() {
-        return Err(ValidationError::EmptyBatch(
-            "append_batch_create_new_execution",
-        ));
+    let AppendBatchRequest {
+        execution_id,
+        events,
+        children,
+        ..
+    } = req;
+    if events.is_empty() {
+        return Err(ValidationError::EmptyBatch("append_batch"));
     }
-    for req in child_req {
-        let announced =
-            batch.iter().any(|event| {
-                let ExecutionEventInner::HistoryEvent { event } = event else {
-                    return false;
-                };
-                match (event, &req.parent) {
-                    (
-                        HistoryEvent::JoinSetRequest {
-                            join_set_id,
-                            request:
-                                crate::event::JoinSetRequest::ChildExecutionRequest {
-                                    child_execution_id,
-                                },
-                        },
-                        Some((parent_id, parent_join_set)),
-                    ) => {
-                        *child_execution_id == req.execution_id
-                            && parent_id == execution_id
-                            && parent_join_set == join_set_id
-                    }
-                    (
-                        HistoryEvent::Schedule {
-                            execution_id: scheduled,
-                            ..
-                        },
-                        None,
-                    ) => *scheduled == req.execution_id,
-                    _ => false,
+    for child in children {
+        let announced = events.iter().any(|event| {
+            let ExecutionEventInner::HistoryEvent { event } = event else {
+                return false;
+            };
+            match (event, &child.parent) {
+                (
+                    HistoryEvent::JoinSetRequest {
+                        join_set_id,
+                        request: JoinSetRequest::ChildExecutionRequest { child_execution_id },
+                    },
+                    Some((parent_id, parent_join_set)),
+                ) => {
+                    *child_execution_id == child.execution_id
+                        && parent_id == execution_id
+                        && parent_join_set == join_set_id
                 }
-            });
+                (
+                    HistoryEvent::Schedule {
+                        execution_id: scheduled,
+                        ..
+                    },
+                    None,
+                ) => *scheduled == child.execution_id,
+                _ => false,
+            }
+        });
         if !announced {
             return Err(ValidationError::InvalidRequest(format!(
                 "execution {} is created by {execution_id} without a matching \
                  `ChildExecutionRequest` (for a child whose parent is {execution_id}) or \
                  `Schedule` (for a top-level execution) event in the same batch",
-                req.execution_id
+                child.execution_id
             )));
         }
     }
     Ok(())
 }
 
-/// One event to append, with its time.
+/// What `lock_pending` locks, and how.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AppendRequest {
-    /// When it is written.
-    pub created_at: DateTime<Utc>,
-    /// The event.
-    pub event: ExecutionEventInner,
+pub struct LockPendingRequest {
+    /// How many executions to lock at most.
+    pub batch_size: usize,
+    /// Only executions due at or before this time are locked.
+    pub pending_at_or_sooner: DateTime<Utc>,
+    /// Only executions of these functions are locked.
+    pub ffqns: Arc<[FunctionFqn]>,
+    /// The time of the lock: the `created_at` of every `Locked` event, and the time the
+    /// locking rules are checked at.
+    pub now: DateTime<Utc>,
+    /// The component that runs the locked executions.
+    pub component_id: ComponentId,
+    /// The executor that takes the lease.
+    pub executor_id: ExecutorId,
+    /// When the lease expires; must be after `now`.
+    pub lock_expires_at: DateTime<Utc>,
+}
+
+/// Several events appended to one execution in order at consecutive versions, and the
+/// executions created in the same transaction; all or nothing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AppendBatchRequest {
+    /// The execution the events are appended to.
+    pub execution_id: ExecutionId,
+    /// The version of the first event, the one the writer read; the batch is refused if the
+    /// log moved on.
+    pub version: Version,
+    /// The time of the request: the `created_at` of every event.
+    pub now: DateTime<Utc>,
+    /// The events, in order; at least one.
+    pub events: Vec<ExecutionEventInner>,
+    /// Executions created in the same transaction (children, or top-level executions it
+    /// schedules), each announced by an event of `events`; may be empty.
+    pub children: Vec<CreateRequest>,
 }
 
 /// An execution locked by `lock_pending`: everything a worker needs.
@@ -466,50 +319,15 @@ impl Default for Pagination {
 /// What an executor needs from storage.
 #[async_trait]
 pub trait DbExecutor: Send + Sync {
-    /// Locks up to `batch_size` executions of `ffqns` that are due at `pending_at_or_sooner`,
-    /// oldest `scheduled_at` first (ties by execution id), each with a fresh run id; all or
-    /// nothing. Two callers never lock the same execution.
-    async fn lock_pending(
-        &self,
-        batch_size: usize,
-        pending_at_or_sooner: DateTime<Utc>,
-        ffqns: Arc<[FunctionFqn]>,
-        created_at: DateTime<Utc>,
-        component_id: ComponentId,
-        executor_id: ExecutorId,
-        lock_expires_at: DateTime<Utc>,
-    ) -> Result<Vec<LockedExecution>, DbError>;
+    /// Locks up to `req.batch_size` executions of `req.ffqns` that are due at
+    /// `req.pending_at_or_sooner`, oldest `scheduled_at` first (ties by execution id), each with
+    /// a fresh run id; all or nothing. Two callers never lock the same execution.
+    async fn lock_pending(&self, req: LockPendingRequest) -> Result<Vec<LockedExecution>, DbError>;
 
-    /// Locks (or extends the lease of) one execution; returns its history and the next version.
-    async fn lock(
-        &self,
-        created_at: DateTime<Utc>,
-        component_id: ComponentId,
-        execution_id: &ExecutionId,
-        run_id: RunId,
-        version: Version,
-        executor_id: ExecutorId,
-        lock_expires_at: DateTime<Utc>,
-    ) -> Result<(Vec<HistoryEvent>, Version), DbError>;
-
-    /// Appends one event at `version`; returns the next version.
-    async fn append(
-        &self,
-        execution_id: &ExecutionId,
-        version: Version,
-        req: AppendRequest,
-    ) -> Result<Version, DbError>;
-
-    /// A child's final events plus the response to its parent, in one transaction.
-    async fn append_batch_respond_to_parent(
-        &self,
-        execution_id: &ExecutionId,
-        created_at: DateTime<Utc>,
-        batch: Vec<ExecutionEventInner>,
-        version: Version,
-        parent_execution_id: &ExecutionId,
-        parent_response: JoinSetResponseEventOuter,
-    ) -> Result<Version, DbError>;
+    /// Records how a run ended: its event at the version the writer read and, when
+    /// [`OutcomeWrite::parent_response`] is `Some`, the response to the parent, in one
+    /// transaction. Returns the next version.
+    async fn append_outcome(&self, write: OutcomeWrite) -> Result<Version, DbError>;
 
     /// Returns at once if an execution of `ffqns` is due at `pending_at_or_sooner`; otherwise
     /// when a write makes one due, or after `max_wait`. Never loses a wake-up between its check
@@ -530,24 +348,13 @@ pub trait DbExecutor: Send + Sync {
 /// What a workflow-style worker needs beyond the executor's operations.
 #[async_trait]
 pub trait DbWorkflow: Send + Sync {
-    /// Several events in order at consecutive versions from `version`; all or nothing.
-    async fn append_batch(
-        &self,
-        created_at: DateTime<Utc>,
-        batch: Vec<ExecutionEventInner>,
-        execution_id: &ExecutionId,
-        version: Version,
-    ) -> Result<Version, DbError>;
-
-    /// The parent's events plus the creation of its children, in one transaction.
-    async fn append_batch_create_new_execution(
-        &self,
-        created_at: DateTime<Utc>,
-        batch: Vec<ExecutionEventInner>,
-        execution_id: &ExecutionId,
-        version: Version,
-        child_req: Vec<CreateRequest>,
-    ) -> Result<Version, DbError>;
+    /// Appends `req.events` in order at consecutive versions from `req.version` and creates
+    /// `req.children`, all or nothing; returns the next version. An empty `events` is
+    /// [`ValidationError::EmptyBatch`]; every created execution must be announced by an event
+    /// of the batch ([`validate_batch_create_new_execution`]).
+    ///
+    /// A lease extension is a batch of one `Locked` event by the same executor and run.
+    async fn append_batch(&self, req: AppendBatchRequest) -> Result<Version, DbError>;
 
     /// Responses from index `start_idx` on, at once if there are any, else when the next
     /// arrives.
@@ -564,11 +371,11 @@ pub trait DbTimers: Send + Sync {
     /// Every lease with `lock_expires_at <= at` and every open delay with `expires_at <= at`.
     async fn get_expired_timers(&self, at: DateTime<Utc>) -> Result<Vec<ExpiredTimer>, DbError>;
 
-    /// Stores a response beside the log. A second response for the same delay id, or from the
-    /// same child, to the same execution is a `Duplicate`.
+    /// Stores a response beside the log, arriving at `now`. A second response for the same
+    /// delay id, or from the same child, to the same execution is a `Duplicate`.
     async fn append_response(
         &self,
-        created_at: DateTime<Utc>,
+        now: DateTime<Utc>,
         execution_id: &ExecutionId,
         response: JoinSetResponseEvent,
     ) -> Result<(), DbError>;
@@ -586,9 +393,6 @@ pub trait DbClient: Send + Sync {
     /// The whole log.
     async fn get(&self, execution_id: &ExecutionId) -> Result<ExecutionLog, DbError>;
 
-    /// The current pending state.
-    async fn get_pending_state(&self, execution_id: &ExecutionId) -> Result<PendingState, DbError>;
-
     /// One event.
     async fn get_execution_event(
         &self,
@@ -602,14 +406,6 @@ pub trait DbClient: Send + Sync {
         filter: ListExecutionsFilter,
         pagination: Pagination,
     ) -> Result<Vec<ExecutionSummary>, DbError>;
-
-    /// Events from `since` on, at most `max_length`.
-    async fn list_execution_events(
-        &self,
-        execution_id: &ExecutionId,
-        since: Version,
-        max_length: usize,
-    ) -> Result<Vec<ExecutionEvent>, DbError>;
 
     /// The finished result: at once if finished, else when it finishes, else `Timeout` after
     /// `timeout` (`None` waits forever).

@@ -8,7 +8,7 @@ use crate::{
 use chrono::{DateTime, Utc};
 use concepts::{
     ClockFn, ComponentId, DbError, DbExecutor, ExecutionId, ExecutorId, FunctionFqn,
-    LockedExecution, add_saturating, is_lost_race, retry,
+    LockPendingRequest, LockedExecution, add_saturating, is_lost_race, retry,
 };
 use futures_util::FutureExt as _;
 use std::panic::AssertUnwindSafe;
@@ -207,15 +207,15 @@ impl<C: ClockFn> ExecTask<C> {
         }
         let locked = self
             .db
-            .lock_pending(
-                permits.len(),
-                executed_at,
-                self.ffqns.clone(),
-                executed_at,
-                self.config.component_id.clone(),
-                self.executor_id,
-                add_saturating(executed_at, self.config.lock_expiry),
-            )
+            .lock_pending(LockPendingRequest {
+                batch_size: permits.len(),
+                pending_at_or_sooner: executed_at,
+                ffqns: self.ffqns.clone(),
+                now: executed_at,
+                component_id: self.config.component_id.clone(),
+                executor_id: self.executor_id,
+                lock_expires_at: add_saturating(executed_at, self.config.lock_expiry),
+            })
             .await?;
         let executions = locked
             .into_iter()
@@ -259,7 +259,7 @@ impl<C: ClockFn> ExecTask<C> {
             let result = run_catching_panics(worker, ctx).await;
             if let Some(write) = map_worker_result(result, &run, clock.now()) {
                 let event = write.event.variant_name();
-                match write.write(db.as_ref()).await {
+                match db.append_outcome(write).await {
                     Ok(_) => debug!("wrote {event}"),
                     Err(err) if is_lost_race(&err) => {
                         warn!("{event} refused, the lease was already resolved: {err}");

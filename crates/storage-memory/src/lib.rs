@@ -1,4 +1,4 @@
-//! The in-memory storage backend of Stele: every storage trait of [`concepts::storage`] over one
+//! The in-memory storage backend of Stele: every storage trait of [`concepts`] over one
 //! mutex-protected state, for tests, examples and single-process use.
 //!
 //! # Design
@@ -66,18 +66,18 @@
 //!     scheduled_by: None,
 //! };
 //! assert_eq!(store.create(req).await.unwrap(), Version(1));
-//! let state = store.get_pending_state(&execution_id).await.unwrap();
-//! assert_eq!(state, PendingState::PendingAt { scheduled_at: at });
+//! let log = store.get(&execution_id).await.unwrap();
+//! assert_eq!(log.pending_state, PendingState::PendingAt { scheduled_at: at });
 //! # });
 //! ```
 //!
 //! # Choices where the contract leaves room
 //!
-//! - `lock_pending` refuses a lease that expires at or before `created_at` with
+//! - `lock_pending` refuses a lease that expires at or before `now` with
 //!   `InvalidExpiryDate` even when nothing is due; it selects executions due at
-//!   `pending_at_or_sooner` and validates each lock with the locking rules at `created_at`; if
+//!   `pending_at_or_sooner` and validates each lock with the locking rules at `now`; if
 //!   any is refused, the call fails and locks nothing.
-//! - `append_batch_create_new_execution`: every `CreateRequest` must be announced by an event of
+//! - `append_batch` with `children`: every `CreateRequest` must be announced by an event of
 //!   the batch: a child (with `parent = Some((execution_id, J))`) by a
 //!   `JoinSetRequest { join_set_id: J, request: ChildExecutionRequest { child_execution_id } }`,
 //!   a top-level execution (`parent = None`) by a `Schedule { execution_id }`. Otherwise the
@@ -85,7 +85,6 @@
 //!   elsewhere) are allowed.
 //! - A second `DelayRequest` with a delay id the execution already requested is
 //!   `InvalidRequest`.
-//! - `list_execution_events` past the end returns an empty list.
 
 mod state;
 #[cfg(test)]
@@ -94,12 +93,11 @@ mod tests;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use concepts::{
-    AppendRequest, ComponentId, CreateRequest, DbClient, DbConnection, DbError, DbExecutor,
-    DbTimers, DbWorkflow, ExecutionEvent, ExecutionEventInner, ExecutionId, ExecutionLog,
-    ExecutionSummary, ExecutorId, ExpiredDelay, ExpiredLock, ExpiredTimer, FinishedExecutionResult,
-    FunctionFqn, HistoryEvent, JoinSetResponseEvent, JoinSetResponseEventOuter,
-    ListExecutionsFilter, Locked, LockedExecution, Pagination, PendingState, RunId,
-    ValidationError, Version,
+    AppendBatchRequest, CreateRequest, DbClient, DbConnection, DbError, DbExecutor, DbTimers,
+    DbWorkflow, ExecutionEvent, ExecutionEventInner, ExecutionId, ExecutionLog, ExecutionSummary,
+    ExpiredDelay, ExpiredLock, ExpiredTimer, FinishedExecutionResult, FunctionFqn,
+    JoinSetResponseEvent, JoinSetResponseEventOuter, ListExecutionsFilter, LockPendingRequest,
+    Locked, LockedExecution, OutcomeWrite, Pagination, RunId, ValidationError, Version,
 };
 use state::{PendingWaiter, State, TimerKind, Tx};
 use std::{
@@ -205,32 +203,32 @@ fn stage_batch(
     tx: &mut Tx<'_>,
     execution_id: &ExecutionId,
     mut version: Version,
-    created_at: DateTime<Utc>,
+    now: DateTime<Utc>,
     batch: Vec<ExecutionEventInner>,
 ) -> Result<Version, DbError> {
     for event in batch {
-        version = tx.append(execution_id, version, created_at, event)?;
+        version = tx.append(execution_id, version, now, event)?;
     }
     Ok(version)
 }
 
 #[async_trait]
 impl DbExecutor for MemoryStore {
-    async fn lock_pending(
-        &self,
-        batch_size: usize,
-        pending_at_or_sooner: DateTime<Utc>,
-        ffqns: Arc<[FunctionFqn]>,
-        created_at: DateTime<Utc>,
-        component_id: ComponentId,
-        executor_id: ExecutorId,
-        lock_expires_at: DateTime<Utc>,
-    ) -> Result<Vec<LockedExecution>, DbError> {
+    async fn lock_pending(&self, req: LockPendingRequest) -> Result<Vec<LockedExecution>, DbError> {
+        let LockPendingRequest {
+            batch_size,
+            pending_at_or_sooner,
+            ffqns,
+            now,
+            component_id,
+            executor_id,
+            lock_expires_at,
+        } = req;
         self.with_state(|state| {
-            if lock_expires_at <= created_at {
+            if lock_expires_at <= now {
                 return Err(ValidationError::InvalidExpiryDate {
                     lock_expires_at,
-                    now: created_at,
+                    now,
                 }
                 .into());
             }
@@ -245,13 +243,13 @@ impl DbExecutor for MemoryStore {
                 let locked_event = Locked {
                     component_id: component_id.clone(),
                     executor_id,
-                    run_id: RunId::generate_at(created_at),
+                    run_id: RunId::generate_at(now),
                     lock_expires_at,
                 };
                 let next_version = tx.append(
                     &execution_id,
                     version,
-                    created_at,
+                    now,
                     ExecutionEventInner::Locked(locked_event.clone()),
                 )?;
                 locked.push((execution_id, next_version, locked_event));
@@ -283,63 +281,14 @@ impl DbExecutor for MemoryStore {
         })
     }
 
-    async fn lock(
-        &self,
-        created_at: DateTime<Utc>,
-        component_id: ComponentId,
-        execution_id: &ExecutionId,
-        run_id: RunId,
-        version: Version,
-        executor_id: ExecutorId,
-        lock_expires_at: DateTime<Utc>,
-    ) -> Result<(Vec<HistoryEvent>, Version), DbError> {
-        self.with_state(|state| {
-            let mut tx = Tx::new(state);
-            let next_version = tx.append(
-                execution_id,
-                version,
-                created_at,
-                ExecutionEventInner::Locked(Locked {
-                    component_id,
-                    executor_id,
-                    run_id,
-                    lock_expires_at,
-                }),
-            )?;
-            let staged = tx.into_staged();
-            state.apply(staged);
-            Ok((state.record(execution_id)?.event_history(), next_version))
-        })
-    }
-
-    async fn append(
-        &self,
-        execution_id: &ExecutionId,
-        version: Version,
-        req: AppendRequest,
-    ) -> Result<Version, DbError> {
-        self.write(|tx| tx.append(execution_id, version, req.created_at, req.event))
-    }
-
-    async fn append_batch_respond_to_parent(
-        &self,
-        execution_id: &ExecutionId,
-        created_at: DateTime<Utc>,
-        batch: Vec<ExecutionEventInner>,
-        version: Version,
-        parent_execution_id: &ExecutionId,
-        parent_response: JoinSetResponseEventOuter,
-    ) -> Result<Version, DbError> {
-        if batch.is_empty() {
-            return Err(ValidationError::EmptyBatch("append_batch_respond_to_parent").into());
-        }
+    async fn append_outcome(&self, write: OutcomeWrite) -> Result<Version, DbError> {
+        let parent_response = write.parent_response();
         self.write(|tx| {
-            let next_version = stage_batch(tx, execution_id, version, created_at, batch)?;
-            tx.append_response(
-                parent_response.created_at,
-                parent_execution_id,
-                parent_response.event,
-            )?;
+            let next_version =
+                tx.append(&write.execution_id, write.version, write.now, write.event)?;
+            if let Some((parent_id, response)) = parent_response {
+                tx.append_response(response.created_at, &parent_id, response.event)?;
+            }
             Ok(next_version)
         })
     }
@@ -382,32 +331,19 @@ impl DbExecutor for MemoryStore {
 
 #[async_trait]
 impl DbWorkflow for MemoryStore {
-    async fn append_batch(
-        &self,
-        created_at: DateTime<Utc>,
-        batch: Vec<ExecutionEventInner>,
-        execution_id: &ExecutionId,
-        version: Version,
-    ) -> Result<Version, DbError> {
-        if batch.is_empty() {
-            return Err(ValidationError::EmptyBatch("append_batch").into());
-        }
-        self.write(|tx| stage_batch(tx, execution_id, version, created_at, batch))
-    }
-
-    async fn append_batch_create_new_execution(
-        &self,
-        created_at: DateTime<Utc>,
-        batch: Vec<ExecutionEventInner>,
-        execution_id: &ExecutionId,
-        version: Version,
-        child_req: Vec<CreateRequest>,
-    ) -> Result<Version, DbError> {
-        concepts::validate_batch_create_new_execution(execution_id, &batch, &child_req)?;
+    async fn append_batch(&self, req: AppendBatchRequest) -> Result<Version, DbError> {
+        concepts::validate_batch_create_new_execution(&req)?;
+        let AppendBatchRequest {
+            execution_id,
+            version,
+            now,
+            events,
+            children,
+        } = req;
         self.write(|tx| {
-            let next_version = stage_batch(tx, execution_id, version, created_at, batch)?;
-            for req in child_req {
-                tx.create(req)?;
+            let next_version = stage_batch(tx, &execution_id, version, now, events)?;
+            for child in children {
+                tx.create(child)?;
             }
             Ok(next_version)
         })
@@ -499,11 +435,11 @@ impl DbTimers for MemoryStore {
 
     async fn append_response(
         &self,
-        created_at: DateTime<Utc>,
+        now: DateTime<Utc>,
         execution_id: &ExecutionId,
         response: JoinSetResponseEvent,
     ) -> Result<(), DbError> {
-        self.write(|tx| tx.append_response(created_at, execution_id, response))
+        self.write(|tx| tx.append_response(now, execution_id, response))
     }
 }
 
@@ -535,17 +471,6 @@ impl DbClient for MemoryStore {
                 next_version: record.index.state.next_version,
                 pending_state: record.index.state.pending_state.clone(),
             })
-        })
-    }
-
-    async fn get_pending_state(&self, execution_id: &ExecutionId) -> Result<PendingState, DbError> {
-        self.with_state(|state| {
-            Ok(state
-                .record(execution_id)?
-                .index
-                .state
-                .pending_state
-                .clone())
         })
     }
 
@@ -605,25 +530,6 @@ impl DbClient for MemoryStore {
                 });
             }
             Ok(out)
-        })
-    }
-
-    async fn list_execution_events(
-        &self,
-        execution_id: &ExecutionId,
-        since: Version,
-        max_length: usize,
-    ) -> Result<Vec<ExecutionEvent>, DbError> {
-        self.with_state(|state| {
-            let record = state.record(execution_id)?;
-            let since = usize::try_from(since.0).unwrap_or(usize::MAX);
-            Ok(record
-                .events
-                .iter()
-                .skip(since)
-                .take(max_length)
-                .cloned()
-                .collect())
         })
     }
 

@@ -5,8 +5,8 @@
 use super::*;
 use chrono::TimeZone;
 use concepts::{
-    DbErrorKind, DelayId, ExecutionIdTopLevel, ExecutionMetadata, JoinSetId, JoinSetRequest,
-    JoinSetResponse, Json, SupportedFunctionReturnValue,
+    DbErrorKind, DelayId, ExecutionIdTopLevel, ExecutionMetadata, ExecutorId, HistoryEvent,
+    JoinSetId, JoinSetRequest, JoinSetResponse, Json, SupportedFunctionReturnValue,
 };
 
 fn t0() -> DateTime<Utc> {
@@ -25,6 +25,21 @@ fn ffqn() -> FunctionFqn {
 
 fn id(n: u128) -> ExecutionId {
     ExecutionIdTopLevel::from_parts(1, n).into()
+}
+
+/// A batch of `events` appended to `execution_id` at `version`, at `t0()`, creating nothing.
+fn batch(
+    execution_id: &ExecutionId,
+    version: Version,
+    events: Vec<ExecutionEventInner>,
+) -> AppendBatchRequest {
+    AppendBatchRequest {
+        execution_id: execution_id.clone(),
+        version,
+        now: t0(),
+        events,
+        children: Vec::new(),
+    }
 }
 
 fn create_req(execution_id: ExecutionId) -> CreateRequest {
@@ -107,16 +122,13 @@ async fn waiters_leave_no_entry_behind() {
         .unwrap();
     assert_eq!(responses.await.unwrap().unwrap().len(), 1);
     store
-        .append(
+        .append_batch(batch(
             &e,
             Version(1),
-            AppendRequest {
-                created_at: t0(),
-                event: ExecutionEventInner::Finished {
-                    result: Ok(SupportedFunctionReturnValue::None),
-                },
-            },
-        )
+            vec![ExecutionEventInner::Finished {
+                result: Ok(SupportedFunctionReturnValue::None),
+            }],
+        ))
         .await
         .unwrap();
     assert_eq!(
@@ -193,38 +205,28 @@ async fn a_lease_and_delays_at_the_same_instant_do_not_collide() {
     let delays = [DelayId::from_parts(1, 2), DelayId::from_parts(1, 1)];
     let executor_id = ExecutorId::from_parts(1, 1);
     let run_id = RunId::from_parts(1, 1);
-    let component_id: ComponentId = "activity:test".parse().unwrap();
+    let locked = ExecutionEventInner::Locked(Locked {
+        component_id: "activity:test".parse().unwrap(),
+        executor_id,
+        run_id,
+        lock_expires_at: expiry,
+    });
     let mut version = store
-        .lock(
-            t0(),
-            component_id,
-            &e,
-            run_id,
-            Version(1),
-            executor_id,
-            expiry,
-        )
+        .append_batch(batch(&e, Version(1), vec![locked]))
         .await
-        .unwrap()
-        .1;
+        .unwrap();
     for delay_id in delays {
-        version = store
-            .append(
-                &e,
-                version,
-                AppendRequest {
-                    created_at: t0(),
-                    event: ExecutionEventInner::HistoryEvent {
-                        event: HistoryEvent::JoinSetRequest {
-                            join_set_id: join_set.clone(),
-                            request: JoinSetRequest::DelayRequest {
-                                delay_id,
-                                expires_at: expiry,
-                            },
-                        },
-                    },
+        let delay_request = ExecutionEventInner::HistoryEvent {
+            event: HistoryEvent::JoinSetRequest {
+                join_set_id: join_set.clone(),
+                request: JoinSetRequest::DelayRequest {
+                    delay_id,
+                    expires_at: expiry,
                 },
-            )
+            },
+        };
+        version = store
+            .append_batch(batch(&e, version, vec![delay_request]))
             .await
             .unwrap();
     }
@@ -245,8 +247,9 @@ async fn a_failing_write_leaves_every_index_untouched() {
     let timers_before = store.lock_state().timers.clone();
     let pending_before = store.lock_state().pending.clone();
     let err = store
-        .append_batch(
-            t0(),
+        .append_batch(batch(
+            &e,
+            Version(1),
             vec![
                 ExecutionEventInner::Locked(Locked {
                     component_id: "activity:test".parse().unwrap(),
@@ -275,9 +278,7 @@ async fn a_failing_write_leaves_every_index_untouched() {
                     scheduled_by: None,
                 },
             ],
-            &e,
-            Version(1),
-        )
+        ))
         .await
         .unwrap_err();
     assert_eq!(

@@ -112,11 +112,10 @@
 //! # Choices where the contract leaves room
 //!
 //! The same as the in-memory backend's: `lock_pending` refuses an expiry at or before
-//! `created_at` even when nothing is due, and fails as a whole if a selected execution cannot be
-//! locked at `created_at`; `append_batch_create_new_execution` requires every created
-//! execution to be announced by a `ChildExecutionRequest` or `Schedule` event of the batch; a
-//! second `DelayRequest` with the same delay id is `InvalidRequest`; `list_execution_events`
-//! past the end is empty. Timestamps are compared at microsecond precision in SQL (the exact
+//! `now` even when nothing is due, and fails as a whole if a selected execution cannot be
+//! locked at `now`; `append_batch` requires every execution it creates to be announced by a
+//! `ChildExecutionRequest` or `Schedule` event of the batch; a second `DelayRequest` with the
+//! same delay id is `InvalidRequest`. Timestamps are compared at microsecond precision in SQL (the exact
 //! value decides where a row is read back).
 
 pub mod admin;
@@ -141,11 +140,11 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use codec::micros;
 use concepts::{
-    AppendRequest, ComponentId, CreateRequest, DbClient, DbConnection, DbError, DbExecutor,
-    DbTimers, DbWorkflow, ExecutionEvent, ExecutionEventInner, ExecutionId, ExecutionLog,
-    ExecutionSummary, ExecutorId, ExpiredTimer, FinishedExecutionResult, FunctionFqn, HistoryEvent,
-    JoinSetResponseEvent, JoinSetResponseEventOuter, ListExecutionsFilter, Locked, LockedExecution,
-    Pagination, PendingState, RunId, ValidationError, Version,
+    AppendBatchRequest, CreateRequest, DbClient, DbConnection, DbError, DbExecutor, DbTimers,
+    DbWorkflow, ExecutionEvent, ExecutionEventInner, ExecutionId, ExecutionLog, ExecutionSummary,
+    ExpiredTimer, FinishedExecutionResult, FunctionFqn, JoinSetResponseEvent,
+    JoinSetResponseEventOuter, ListExecutionsFilter, LockPendingRequest, Locked, LockedExecution,
+    OutcomeWrite, Pagination, RunId, ValidationError, Version,
 };
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use error::{is_transaction_retriable, map_pg_error, map_pool_error};
@@ -355,21 +354,21 @@ const SELECT_DUE: &str = concat!(
 
 #[async_trait]
 impl DbExecutor for PostgresStore {
-    async fn lock_pending(
-        &self,
-        batch_size: usize,
-        pending_at_or_sooner: DateTime<Utc>,
-        ffqns: Arc<[FunctionFqn]>,
-        created_at: DateTime<Utc>,
-        component_id: ComponentId,
-        executor_id: ExecutorId,
-        lock_expires_at: DateTime<Utc>,
-    ) -> Result<Vec<LockedExecution>, DbError> {
+    async fn lock_pending(&self, req: LockPendingRequest) -> Result<Vec<LockedExecution>, DbError> {
+        let LockPendingRequest {
+            batch_size,
+            pending_at_or_sooner,
+            ffqns,
+            now,
+            component_id,
+            executor_id,
+            lock_expires_at,
+        } = req;
         self.check_open()?;
-        if lock_expires_at <= created_at {
+        if lock_expires_at <= now {
             return Err(ValidationError::InvalidExpiryDate {
                 lock_expires_at,
-                now: created_at,
+                now,
             }
             .into());
         }
@@ -407,14 +406,14 @@ impl DbExecutor for PostgresStore {
                 let locked_event = Locked {
                     component_id: component_id.clone(),
                     executor_id,
-                    run_id: RunId::generate_at(created_at),
+                    run_id: RunId::generate_at(now),
                     lock_expires_at,
                 };
                 let next_version = tx
                     .append(
                         execution_id,
                         version,
-                        created_at,
+                        now,
                         ExecutionEventInner::Locked(locked_event.clone()),
                     )
                     .await?;
@@ -450,71 +449,22 @@ impl DbExecutor for PostgresStore {
         })
     }
 
-    async fn lock(
-        &self,
-        created_at: DateTime<Utc>,
-        component_id: ComponentId,
-        execution_id: &ExecutionId,
-        run_id: RunId,
-        version: Version,
-        executor_id: ExecutorId,
-        lock_expires_at: DateTime<Utc>,
-    ) -> Result<(Vec<HistoryEvent>, Version), DbError> {
+    async fn append_outcome(&self, write: OutcomeWrite) -> Result<Version, DbError> {
         self.check_open()?;
-        let event = ExecutionEventInner::Locked(Locked {
-            component_id,
-            executor_id,
-            run_id,
-            lock_expires_at,
-        });
+        let parent_response = write.parent_response();
         write_tx!(self, |tx| {
             let next_version = tx
-                .append(execution_id, version, created_at, event.clone())
+                .append(
+                    &write.execution_id,
+                    write.version,
+                    write.now,
+                    write.event.clone(),
+                )
                 .await?;
-            let history = reads::event_history(tx.client(), execution_id).await?;
-            (history, next_version)
-        })
-    }
-
-    async fn append(
-        &self,
-        execution_id: &ExecutionId,
-        version: Version,
-        req: AppendRequest,
-    ) -> Result<Version, DbError> {
-        self.check_open()?;
-        write_tx!(self, |tx| {
-            tx.append(execution_id, version, req.created_at, req.event.clone())
-                .await?
-        })
-    }
-
-    async fn append_batch_respond_to_parent(
-        &self,
-        execution_id: &ExecutionId,
-        created_at: DateTime<Utc>,
-        batch: Vec<ExecutionEventInner>,
-        version: Version,
-        parent_execution_id: &ExecutionId,
-        parent_response: JoinSetResponseEventOuter,
-    ) -> Result<Version, DbError> {
-        if batch.is_empty() {
-            return Err(ValidationError::EmptyBatch("append_batch_respond_to_parent").into());
-        }
-        self.check_open()?;
-        write_tx!(self, |tx| {
-            let mut next_version = version;
-            for event in &batch {
-                next_version = tx
-                    .append(execution_id, next_version, created_at, event.clone())
+            if let Some((parent_id, response)) = &parent_response {
+                tx.append_response(response.created_at, parent_id, response.event.clone())
                     .await?;
             }
-            tx.append_response(
-                parent_response.created_at,
-                parent_execution_id,
-                parent_response.event.clone(),
-            )
-            .await?;
             next_version
         })
     }
@@ -580,47 +530,25 @@ impl PostgresStore {
 
 #[async_trait]
 impl DbWorkflow for PostgresStore {
-    async fn append_batch(
-        &self,
-        created_at: DateTime<Utc>,
-        batch: Vec<ExecutionEventInner>,
-        execution_id: &ExecutionId,
-        version: Version,
-    ) -> Result<Version, DbError> {
-        if batch.is_empty() {
-            return Err(ValidationError::EmptyBatch("append_batch").into());
-        }
+    async fn append_batch(&self, req: AppendBatchRequest) -> Result<Version, DbError> {
+        concepts::validate_batch_create_new_execution(&req)?;
         self.check_open()?;
+        let AppendBatchRequest {
+            execution_id,
+            version,
+            now,
+            events,
+            children,
+        } = &req;
         write_tx!(self, |tx| {
-            let mut next_version = version;
-            for event in &batch {
+            let mut next_version = *version;
+            for event in events {
                 next_version = tx
-                    .append(execution_id, next_version, created_at, event.clone())
+                    .append(execution_id, next_version, *now, event.clone())
                     .await?;
             }
-            next_version
-        })
-    }
-
-    async fn append_batch_create_new_execution(
-        &self,
-        created_at: DateTime<Utc>,
-        batch: Vec<ExecutionEventInner>,
-        execution_id: &ExecutionId,
-        version: Version,
-        child_req: Vec<CreateRequest>,
-    ) -> Result<Version, DbError> {
-        concepts::validate_batch_create_new_execution(execution_id, &batch, &child_req)?;
-        self.check_open()?;
-        write_tx!(self, |tx| {
-            let mut next_version = version;
-            for event in &batch {
-                next_version = tx
-                    .append(execution_id, next_version, created_at, event.clone())
-                    .await?;
-            }
-            for req in &child_req {
-                tx.create(req)?;
+            for child in children {
+                tx.create(child)?;
             }
             next_version
         })
@@ -654,13 +582,13 @@ impl DbTimers for PostgresStore {
 
     async fn append_response(
         &self,
-        created_at: DateTime<Utc>,
+        now: DateTime<Utc>,
         execution_id: &ExecutionId,
         response: JoinSetResponseEvent,
     ) -> Result<(), DbError> {
         self.check_open()?;
         write_tx!(self, |tx| {
-            tx.append_response(created_at, execution_id, response.clone())
+            tx.append_response(now, execution_id, response.clone())
                 .await?;
         })
     }
@@ -690,11 +618,6 @@ impl DbClient for PostgresStore {
         reads::get(&mut client, execution_id).await
     }
 
-    async fn get_pending_state(&self, execution_id: &ExecutionId) -> Result<PendingState, DbError> {
-        let client = self.client().await?;
-        reads::pending_state(&client, execution_id).await
-    }
-
     async fn get_execution_event(
         &self,
         execution_id: &ExecutionId,
@@ -711,16 +634,6 @@ impl DbClient for PostgresStore {
     ) -> Result<Vec<ExecutionSummary>, DbError> {
         let client = self.client().await?;
         reads::list_executions(&client, &filter, &pagination).await
-    }
-
-    async fn list_execution_events(
-        &self,
-        execution_id: &ExecutionId,
-        since: Version,
-        max_length: usize,
-    ) -> Result<Vec<ExecutionEvent>, DbError> {
-        let client = self.client().await?;
-        reads::list_execution_events(&client, execution_id, since, max_length).await
     }
 
     async fn wait_for_finished_result(

@@ -57,34 +57,6 @@ pub(crate) async fn any_due(
     row.try_get(0).map_err(map_pg_error)
 }
 
-/// The history events of an execution's log, in order.
-pub(crate) async fn event_history(
-    client: &impl GenericClient,
-    execution_id: &ExecutionId,
-) -> Result<Vec<HistoryEvent>, DbError> {
-    let stmt = client
-        .prepare_cached(
-            "SELECT event_json FROM t_event WHERE execution_id = $1 AND is_history \
-             ORDER BY version",
-        )
-        .await
-        .map_err(map_pg_error)?;
-    let rows = client
-        .query(&stmt, &[&execution_id.as_str()])
-        .await
-        .map_err(map_pg_error)?;
-    rows.iter()
-        .filter_map(|row| match event_of(row, 0) {
-            Ok(ExecutionEvent {
-                event: ExecutionEventInner::HistoryEvent { event },
-                ..
-            }) => Some(Ok(event)),
-            Ok(_) => None,
-            Err(e) => Some(Err(e)),
-        })
-        .collect()
-}
-
 /// What a worker needs of a locked execution beyond its state row.
 pub(crate) struct LockDetail {
     pub(crate) metadata: ExecutionMetadata,
@@ -362,23 +334,6 @@ pub(crate) async fn get(
     })
 }
 
-/// The current pending state.
-pub(crate) async fn pending_state(
-    client: &impl GenericClient,
-    execution_id: &ExecutionId,
-) -> Result<PendingState, DbError> {
-    let stmt = client
-        .prepare_cached("SELECT state_json FROM t_execution WHERE execution_id = $1")
-        .await
-        .map_err(map_pg_error)?;
-    let row = client
-        .query_opt(&stmt, &[&execution_id.as_str()])
-        .await
-        .map_err(map_pg_error)?
-        .ok_or_else(|| DbError::execution_not_found(execution_id))?;
-    from_json(get_str(&row, 0)?, "pending state")
-}
-
 /// One event; `NotFound` names the execution or the version that is missing.
 pub(crate) async fn execution_event(
     client: &impl GenericClient,
@@ -475,41 +430,6 @@ pub(crate) async fn list_executions(
                 )?),
             })
         })
-        .collect()
-}
-
-/// Events from `since` on, at most `max_length`; `NotFound` for an unknown execution.
-pub(crate) async fn list_execution_events(
-    client: &impl GenericClient,
-    execution_id: &ExecutionId,
-    since: Version,
-    max_length: usize,
-) -> Result<Vec<ExecutionEvent>, DbError> {
-    let (exists_stmt, events_stmt) = tokio::join!(
-        client.prepare_cached("SELECT 1 FROM t_execution WHERE execution_id = $1"),
-        client.prepare_cached(
-            "SELECT event_json FROM t_event WHERE execution_id = $1 AND version >= $2 \
-             ORDER BY version LIMIT $3",
-        ),
-    );
-    let exists_stmt = exists_stmt.map_err(map_pg_error)?;
-    let events_stmt = events_stmt.map_err(map_pg_error)?;
-    let id = execution_id.as_str();
-    let limit = i64::try_from(max_length).unwrap_or(i64::MAX);
-    let since = version_to_i64(since);
-    let exists_params: [&(dyn ToSql + Sync); 1] = [&id];
-    let events_params: [&(dyn ToSql + Sync); 3] = [&id, &since, &limit];
-    let (exists, rows) = tokio::join!(
-        biased;
-        client.query_opt(&exists_stmt, &exists_params),
-        client.query(&events_stmt, &events_params),
-    );
-    if exists.map_err(map_pg_error)?.is_none() {
-        return Err(DbError::execution_not_found(execution_id));
-    }
-    rows.map_err(map_pg_error)?
-        .iter()
-        .map(|row| event_of(row, 0))
         .collect()
 }
 

@@ -202,29 +202,28 @@ async fn another_store_is_woken_through_notify() {
     });
     until_waiters(&waiter, |(_, _, finished)| finished == 1).await;
     let locked = writer
-        .lock_pending(
-            1,
-            now(),
-            Arc::from(vec![f.clone()]),
-            now(),
-            "activity:test".parse().unwrap(),
-            concepts::ExecutorId::from_parts(1, 1),
-            now() + chrono::TimeDelta::seconds(10),
-        )
+        .lock_pending(concepts::LockPendingRequest {
+            batch_size: 1,
+            pending_at_or_sooner: now(),
+            ffqns: Arc::from(vec![f.clone()]),
+            now: now(),
+            component_id: "activity:test".parse().unwrap(),
+            executor_id: concepts::ExecutorId::from_parts(1, 1),
+            lock_expires_at: now() + chrono::TimeDelta::seconds(10),
+        })
         .await
         .unwrap();
     assert_eq!(locked.len(), 1);
     writer
-        .append(
-            &execution_id(1),
-            locked[0].next_version,
-            concepts::AppendRequest {
-                created_at: now(),
-                event: concepts::ExecutionEventInner::Finished {
-                    result: Ok(concepts::SupportedFunctionReturnValue::None),
-                },
-            },
-        )
+        .append_batch(concepts::AppendBatchRequest {
+            execution_id: execution_id(1),
+            version: locked[0].next_version,
+            now: now(),
+            events: vec![concepts::ExecutionEventInner::Finished {
+                result: Ok(concepts::SupportedFunctionReturnValue::None),
+            }],
+            children: Vec::new(),
+        })
         .await
         .unwrap();
     let result = tokio::time::timeout(SAFETY, result_wait)

@@ -1,4 +1,4 @@
-//! The durable embedded storage backend of Stele: every trait of [`concepts::storage`] over one
+//! The durable embedded storage backend of Stele: every storage trait of [`concepts`] over one
 //! SQLite file in WAL mode, written by a single group-committing writer thread.
 //!
 //! ```no_run
@@ -12,7 +12,7 @@
 //! # Writer and group commit
 //!
 //! All writes go through one OS thread that owns the only write connection. Each storage
-//! write (`create`, `append`, `lock_pending`, ...) is a command sent over a bounded channel
+//! write (`create`, `append_batch`, `lock_pending`, ...) is a command sent over a bounded channel
 //! with a oneshot for its reply. The thread takes every queued command (up to
 //! [`SqliteConfig::max_commands_per_transaction`]), runs them all in ONE `BEGIN IMMEDIATE`
 //! transaction, each inside its own `SAVEPOINT` so that a failing command rolls back only its
@@ -32,8 +32,8 @@
 //! Reads run on a `deadpool-sqlite` pool of read-only connections beside the writer (WAL lets
 //! readers and the writer run at once). A read that takes several statements runs in one read
 //! transaction and so sees one snapshot. Since a write is acknowledged only after its commit,
-//! a read issued after a write's reply sees that write (read-your-writes). `lock_pending` and
-//! `lock`, which must read what they lock, run entirely in the writer's transaction.
+//! a read issued after a write's reply sees that write (read-your-writes). `lock_pending`, which
+//! must read what it locks, runs entirely in the writer's transaction.
 //!
 //! # Schema
 //!

@@ -13,9 +13,9 @@ use crate::{
 };
 use chrono::{DateTime, Utc};
 use concepts::{
-    ComponentId, CreateRequest, DuplicateKind, ExecutionEvent, ExecutionEventInner, ExecutionId,
-    ExecutionState, ExecutorId, FunctionFqn, HistoryEvent, JoinSetRequest, JoinSetResponse,
-    JoinSetResponseEvent, JoinSetResponseEventOuter, Locked, LockedExecution, PendingState, RunId,
+    CreateRequest, DuplicateKind, ExecutionEvent, ExecutionEventInner, ExecutionId, ExecutionState,
+    FunctionFqn, HistoryEvent, JoinSetRequest, JoinSetResponse, JoinSetResponseEvent,
+    JoinSetResponseEventOuter, LockPendingRequest, Locked, LockedExecution, PendingState, RunId,
     ValidationError, Version,
 };
 use rusqlite::{Connection, params};
@@ -339,49 +339,24 @@ impl WriteCtx<'_> {
         Ok(())
     }
 
-    /// Locks (or extends) one execution; returns its history and the next version.
-    pub(crate) fn lock(
-        &mut self,
-        created_at: DateTime<Utc>,
-        component_id: ComponentId,
-        execution_id: &ExecutionId,
-        run_id: RunId,
-        version: Version,
-        executor_id: ExecutorId,
-        lock_expires_at: DateTime<Utc>,
-    ) -> Result<(Vec<HistoryEvent>, Version)> {
-        let mut row = reads::state_row(self.conn, execution_id)?;
-        let locked = Locked {
-            component_id,
-            executor_id,
-            run_id,
-            lock_expires_at,
-        };
-        self.append(
-            &mut row,
-            version,
-            created_at,
-            ExecutionEventInner::Locked(locked),
-        )?;
-        self.save_state(&row)?;
-        Ok((reads::history(self.conn, execution_id)?, row.next_version))
-    }
-
     /// Locks up to `batch_size` due executions, all or nothing.
     pub(crate) fn lock_pending(
         &mut self,
-        batch_size: usize,
-        pending_at_or_sooner: DateTime<Utc>,
-        ffqns: &[FunctionFqn],
-        created_at: DateTime<Utc>,
-        component_id: &ComponentId,
-        executor_id: ExecutorId,
-        lock_expires_at: DateTime<Utc>,
+        req: &LockPendingRequest,
     ) -> Result<Vec<LockedExecution>> {
-        if lock_expires_at <= created_at {
+        let &LockPendingRequest {
+            batch_size,
+            pending_at_or_sooner,
+            ref ffqns,
+            now,
+            ref component_id,
+            executor_id,
+            lock_expires_at,
+        } = req;
+        if lock_expires_at <= now {
             return Err(ValidationError::InvalidExpiryDate {
                 lock_expires_at,
-                now: created_at,
+                now,
             }
             .into());
         }
@@ -399,14 +374,14 @@ impl WriteCtx<'_> {
             let locked_event = Locked {
                 component_id: component_id.clone(),
                 executor_id,
-                run_id: RunId::generate_at(created_at),
+                run_id: RunId::generate_at(now),
                 lock_expires_at,
             };
             let version = row.next_version;
             self.append(
                 &mut row,
                 version,
-                created_at,
+                now,
                 ExecutionEventInner::Locked(locked_event.clone()),
             )?;
             self.save_state(&row)?;

@@ -12,11 +12,11 @@ use crate::{
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use concepts::{
-    AppendRequest, ComponentId, CreateRequest, DbClient, DbConnection, DbError, DbExecutor,
-    DbTimers, DbWorkflow, ExecutionEvent, ExecutionEventInner, ExecutionId, ExecutionLog,
-    ExecutionSummary, ExecutorId, ExpiredTimer, FinishedExecutionResult, FunctionFqn, HistoryEvent,
-    JoinSetResponseEvent, JoinSetResponseEventOuter, ListExecutionsFilter, LockedExecution,
-    Pagination, PendingState, RunId, ValidationError, Version,
+    AppendBatchRequest, CreateRequest, DbClient, DbConnection, DbError, DbExecutor, DbTimers,
+    DbWorkflow, ExecutionEvent, ExecutionId, ExecutionLog, ExecutionSummary, ExpiredTimer,
+    FinishedExecutionResult, FunctionFqn, JoinSetResponseEvent, JoinSetResponseEventOuter,
+    ListExecutionsFilter, LockPendingRequest, LockedExecution, OutcomeWrite, Pagination,
+    ValidationError, Version,
 };
 use deadpool_sqlite::{Hook, HookError, Runtime};
 use std::{
@@ -293,89 +293,22 @@ async fn open_readers(config: &SqliteConfig) -> Result<deadpool_sqlite::Pool, Sq
 
 #[async_trait]
 impl DbExecutor for SqlitePool {
-    async fn lock_pending(
-        &self,
-        batch_size: usize,
-        pending_at_or_sooner: DateTime<Utc>,
-        ffqns: Arc<[FunctionFqn]>,
-        created_at: DateTime<Utc>,
-        component_id: ComponentId,
-        executor_id: ExecutorId,
-        lock_expires_at: DateTime<Utc>,
-    ) -> Result<Vec<LockedExecution>, DbError> {
-        self.write(move |ctx| {
-            ctx.lock_pending(
-                batch_size,
-                pending_at_or_sooner,
-                &ffqns,
-                created_at,
-                &component_id,
-                executor_id,
-                lock_expires_at,
-            )
-        })
-        .await
+    async fn lock_pending(&self, req: LockPendingRequest) -> Result<Vec<LockedExecution>, DbError> {
+        self.write(move |ctx| ctx.lock_pending(&req)).await
     }
 
-    async fn lock(
-        &self,
-        created_at: DateTime<Utc>,
-        component_id: ComponentId,
-        execution_id: &ExecutionId,
-        run_id: RunId,
-        version: Version,
-        executor_id: ExecutorId,
-        lock_expires_at: DateTime<Utc>,
-    ) -> Result<(Vec<HistoryEvent>, Version), DbError> {
-        let execution_id = execution_id.clone();
+    async fn append_outcome(&self, write: OutcomeWrite) -> Result<Version, DbError> {
+        let parent_response = write.parent_response();
         self.write(move |ctx| {
-            ctx.lock(
-                created_at,
-                component_id,
-                &execution_id,
-                run_id,
-                version,
-                executor_id,
-                lock_expires_at,
-            )
-        })
-        .await
-    }
-
-    async fn append(
-        &self,
-        execution_id: &ExecutionId,
-        version: Version,
-        req: AppendRequest,
-    ) -> Result<Version, DbError> {
-        let execution_id = execution_id.clone();
-        self.write(move |ctx| {
-            ctx.append_batch(&execution_id, version, req.created_at, vec![req.event])
-        })
-        .await
-    }
-
-    async fn append_batch_respond_to_parent(
-        &self,
-        execution_id: &ExecutionId,
-        created_at: DateTime<Utc>,
-        batch: Vec<ExecutionEventInner>,
-        version: Version,
-        parent_execution_id: &ExecutionId,
-        parent_response: JoinSetResponseEventOuter,
-    ) -> Result<Version, DbError> {
-        if batch.is_empty() {
-            return Err(ValidationError::EmptyBatch("append_batch_respond_to_parent").into());
-        }
-        let execution_id = execution_id.clone();
-        let parent_execution_id = parent_execution_id.clone();
-        self.write(move |ctx| {
-            let next_version = ctx.append_batch(&execution_id, version, created_at, batch)?;
-            ctx.append_response(
-                parent_response.created_at,
-                &parent_execution_id,
-                parent_response.event,
+            let next_version = ctx.append_batch(
+                &write.execution_id,
+                write.version,
+                write.now,
+                vec![write.event],
             )?;
+            if let Some((parent_id, response)) = parent_response {
+                ctx.append_response(response.created_at, &parent_id, response.event)?;
+            }
             Ok(next_version)
         })
         .await
@@ -427,35 +360,19 @@ impl DbExecutor for SqlitePool {
 
 #[async_trait]
 impl DbWorkflow for SqlitePool {
-    async fn append_batch(
-        &self,
-        created_at: DateTime<Utc>,
-        batch: Vec<ExecutionEventInner>,
-        execution_id: &ExecutionId,
-        version: Version,
-    ) -> Result<Version, DbError> {
-        if batch.is_empty() {
-            return Err(ValidationError::EmptyBatch("append_batch").into());
-        }
-        let execution_id = execution_id.clone();
-        self.write(move |ctx| ctx.append_batch(&execution_id, version, created_at, batch))
-            .await
-    }
-
-    async fn append_batch_create_new_execution(
-        &self,
-        created_at: DateTime<Utc>,
-        batch: Vec<ExecutionEventInner>,
-        execution_id: &ExecutionId,
-        version: Version,
-        child_req: Vec<CreateRequest>,
-    ) -> Result<Version, DbError> {
-        concepts::validate_batch_create_new_execution(execution_id, &batch, &child_req)?;
-        let execution_id = execution_id.clone();
+    async fn append_batch(&self, req: AppendBatchRequest) -> Result<Version, DbError> {
+        concepts::validate_batch_create_new_execution(&req)?;
+        let AppendBatchRequest {
+            execution_id,
+            version,
+            now,
+            events,
+            children,
+        } = req;
         self.write(move |ctx| {
-            let next_version = ctx.append_batch(&execution_id, version, created_at, batch)?;
-            for req in &child_req {
-                ctx.create(req)?;
+            let next_version = ctx.append_batch(&execution_id, version, now, events)?;
+            for child in &children {
+                ctx.create(child)?;
             }
             Ok(next_version)
         })
@@ -505,12 +422,12 @@ impl DbTimers for SqlitePool {
 
     async fn append_response(
         &self,
-        created_at: DateTime<Utc>,
+        now: DateTime<Utc>,
         execution_id: &ExecutionId,
         response: JoinSetResponseEvent,
     ) -> Result<(), DbError> {
         let execution_id = execution_id.clone();
-        self.write(move |ctx| ctx.append_response(created_at, &execution_id, response))
+        self.write(move |ctx| ctx.append_response(now, &execution_id, response))
             .await
     }
 }
@@ -540,12 +457,6 @@ impl DbClient for SqlitePool {
             .await
     }
 
-    async fn get_pending_state(&self, execution_id: &ExecutionId) -> Result<PendingState, DbError> {
-        let execution_id = execution_id.clone();
-        self.read(move |conn| Ok(reads::state_row(conn, &execution_id)?.pending_state))
-            .await
-    }
-
     async fn get_execution_event(
         &self,
         execution_id: &ExecutionId,
@@ -563,25 +474,6 @@ impl DbClient for SqlitePool {
     ) -> Result<Vec<ExecutionSummary>, DbError> {
         self.read(move |conn| reads::list_executions(conn, &filter, &pagination))
             .await
-    }
-
-    async fn list_execution_events(
-        &self,
-        execution_id: &ExecutionId,
-        since: Version,
-        max_length: usize,
-    ) -> Result<Vec<ExecutionEvent>, DbError> {
-        let execution_id = execution_id.clone();
-        self.read(move |conn| {
-            let tx = conn.transaction()?;
-            if !reads::exists(&tx, &execution_id)? {
-                return Err(DbError::execution_not_found(&execution_id).into());
-            }
-            let events = reads::events_since(&tx, &execution_id, since, max_length)?;
-            tx.finish()?;
-            Ok(events)
-        })
-        .await
     }
 
     async fn wait_for_finished_result(

@@ -13,8 +13,8 @@ use chrono::{DateTime, Utc};
 use concepts::{
     DbError, DelayId, ExecutionEvent, ExecutionEventInner, ExecutionId, ExecutionLog,
     ExecutionSummary, ExpiredDelay, ExpiredLock, ExpiredTimer, FinishedExecutionResult,
-    FunctionFqn, HistoryEvent, JoinSetResponseEventOuter, ListExecutionsFilter, Pagination,
-    PendingState, Version,
+    FunctionFqn, JoinSetResponseEventOuter, ListExecutionsFilter, Pagination, PendingState,
+    Version,
 };
 use rusqlite::{Connection, OptionalExtension, params, params_from_iter, types::Value};
 
@@ -61,30 +61,6 @@ pub(crate) fn events_since(
         events.push(serde_json::from_str(&json)?);
     }
     Ok(events)
-}
-
-/// The history events of the log, in order.
-pub(crate) fn history(conn: &Connection, execution_id: &ExecutionId) -> Result<Vec<HistoryEvent>> {
-    let mut stmt = conn.prepare_cached(
-        "SELECT event_json FROM t_event WHERE execution_id = ?1 \
-         AND kind IN ('Persist', 'JoinSetCreate', 'JoinSetRequest', 'JoinNext', 'Schedule') \
-         ORDER BY version",
-    )?;
-    let mut rows = stmt.query([execution_id.as_str()])?;
-    let mut history = Vec::new();
-    while let Some(row) = rows.next()? {
-        let json: String = row.get(0)?;
-        match serde_json::from_str::<ExecutionEvent>(&json)?.event {
-            ExecutionEventInner::HistoryEvent { event } => history.push(event),
-            other => {
-                return Err(SqliteError::corrupt(format!(
-                    "execution {execution_id}: a {} event is stored as a history event",
-                    other.variant_name()
-                )));
-            }
-        }
-    }
-    Ok(history)
 }
 
 /// One event, or `NotFound`.

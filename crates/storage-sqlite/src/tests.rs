@@ -10,10 +10,11 @@ use crate::{
 };
 use chrono::{DateTime, TimeZone, Utc};
 use concepts::{
-    AppendRequest, ComponentId, CreateRequest, DbClient, DbConnection, DbError, DbErrorKind,
+    AppendBatchRequest, ComponentId, CreateRequest, DbClient, DbConnection, DbError, DbErrorKind,
     DbExecutor, DbTimers, DbWorkflow, DelayId, ExecutionEventInner, ExecutionId, ExecutionMetadata,
     ExecutorId, FunctionFqn, HistoryEvent, JoinSetId, JoinSetRequest, JoinSetResponse,
-    JoinSetResponseEvent, Json, PendingState, SupportedFunctionReturnValue, Version,
+    JoinSetResponseEvent, Json, LockPendingRequest, PendingState, SupportedFunctionReturnValue,
+    Version,
 };
 use std::{path::Path, sync::Arc, time::Duration};
 
@@ -40,6 +41,21 @@ fn create_request(execution_id: ExecutionId, at: DateTime<Utc>) -> CreateRequest
         component_id: ComponentId::new("activity", "test").expect("a valid component id"),
         metadata: ExecutionMetadata::default(),
         scheduled_by: None,
+    }
+}
+
+/// A batch of `events` appended to `execution_id` at `version`, at `t0()`, creating nothing.
+fn batch(
+    execution_id: &ExecutionId,
+    version: Version,
+    events: Vec<ExecutionEventInner>,
+) -> AppendBatchRequest {
+    AppendBatchRequest {
+        execution_id: execution_id.clone(),
+        version,
+        now: t0(),
+        events,
+        children: Vec::new(),
     }
 }
 
@@ -145,9 +161,10 @@ async fn an_older_schema_is_migrated_and_keeps_its_data() {
     assert!(has_index, "migration 2 created its index");
     assert_eq!(
         store
-            .get_pending_state(&id(7))
+            .get(&id(7))
             .await
-            .expect("the old row is readable"),
+            .expect("the old row is readable")
+            .pending_state,
         PendingState::PendingAt { scheduled_at: t0() }
     );
     store.close().await;
@@ -330,30 +347,36 @@ async fn close_and_reopen_keeps_every_log_response_and_state() {
         .await
         .expect("creates");
     let locked = store
-        .lock_pending(10, t0(), ffqns, t0(), component.clone(), executor, later)
+        .lock_pending(LockPendingRequest {
+            batch_size: 10,
+            pending_at_or_sooner: t0(),
+            ffqns,
+            now: t0(),
+            component_id: component.clone(),
+            executor_id: executor,
+            lock_expires_at: later,
+        })
         .await
         .expect("locks");
     assert_eq!(locked.len(), 3);
     store
-        .append(
+        .append_batch(batch(
             &id(3),
             Version(2),
-            AppendRequest {
-                created_at: t0(),
-                event: ExecutionEventInner::Finished {
-                    result: Ok(SupportedFunctionReturnValue::InfallibleOrResultOk(Json(
-                        serde_json::json!({"z": 1, "a": 2}),
-                    ))),
-                },
-            },
-        )
+            vec![ExecutionEventInner::Finished {
+                result: Ok(SupportedFunctionReturnValue::InfallibleOrResultOk(Json(
+                    serde_json::json!({"z": 1, "a": 2}),
+                ))),
+            }],
+        ))
         .await
         .expect("finishes");
     let join_set: JoinSetId = "n:sleep".parse().expect("valid");
     let delay_id = DelayId::generate_at(t0());
     store
-        .append_batch(
-            t0(),
+        .append_batch(batch(
+            &id(4),
+            Version(2),
             vec![
                 ExecutionEventInner::HistoryEvent {
                     event: HistoryEvent::JoinSetCreate {
@@ -378,9 +401,7 @@ async fn close_and_reopen_keeps_every_log_response_and_state() {
                     },
                 },
             ],
-            &id(4),
-            Version(2),
-        )
+        ))
         .await
         .expect("appends");
     store
@@ -632,11 +653,11 @@ async fn a_second_delay_request_with_the_same_id_is_refused() {
         },
     };
     store
-        .append_batch(t0(), vec![request.clone()], &id(1), Version(1))
+        .append_batch(batch(&id(1), Version(1), vec![request.clone()]))
         .await
         .expect("appends");
     let err = store
-        .append_batch(t0(), vec![request], &id(1), Version(2))
+        .append_batch(batch(&id(1), Version(2), vec![request]))
         .await
         .expect_err("refused");
     assert_eq!(err.kind(), DbErrorKind::Validation, "{err}");

@@ -68,7 +68,7 @@ where
         match timer {
             ExpiredTimer::Lock(lock) => {
                 let execution_id = lock.execution_id.clone();
-                match expired_lock_write(&lock, now).write(db).await {
+                match db.append_outcome(expired_lock_write(&lock, now)).await {
                     Ok(_) => progress.expired_locks += 1,
                     Err(err) if is_lost_race(&err) => {
                         debug!(%execution_id, "the worker wrote first: {err}");

@@ -36,7 +36,8 @@ fn expired_lease_with_a_retry_left_times_out_temporarily() {
         }
     );
     assert_eq!(
-        write.parent_response, None,
+        write.parent_response(),
+        None,
         "temporary outcomes never notify the parent"
     );
 }
@@ -53,7 +54,7 @@ fn expired_lease_without_a_retry_is_a_permanent_timeout_that_notifies_the_parent
             result: result.clone()
         }
     );
-    let (parent, response) = write.parent_response.expect("the parent is notified");
+    let (parent, response) = write.parent_response().expect("the parent is notified");
     assert_eq!(
         Some((parent, response.event.join_set_id.clone())),
         lock.parent

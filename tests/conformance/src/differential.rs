@@ -16,17 +16,17 @@
 use crate::{
     StoreFactory,
     storage_scenarios::helpers::{
-        assert_next_version_consistent, child_execution_request, component_id, delay_finished,
-        join_next, join_set_create, persist,
+        append, assert_next_version_consistent, child_execution_request, component_id,
+        delay_finished, join_next, join_set_create, lock, persist,
     },
 };
 use chrono::{DateTime, TimeDelta, Utc};
 use concepts::{
-    AppendRequest, ClockFn, CreateRequest, DbConnection, DbError, DelayId, ExecutionEventInner,
-    ExecutionId, ExecutionIdTopLevel, ExecutionLog, ExecutorId, ExpiredTimer,
+    AppendBatchRequest, ClockFn, CreateRequest, DbConnection, DbError, DelayId,
+    ExecutionEventInner, ExecutionId, ExecutionIdTopLevel, ExecutionLog, ExecutorId, ExpiredTimer,
     FinishedExecutionError, FinishedExecutionResult, FunctionFqn, HistoryEvent, JoinSetId,
-    JoinSetKind, JoinSetRequest, JoinSetResponse, JoinSetResponseEvent, JoinSetResponseEventOuter,
-    Json, Locked, PendingState, PermanentFailureKind, RunId, SupportedFunctionReturnValue,
+    JoinSetKind, JoinSetRequest, JoinSetResponse, JoinSetResponseEvent, Json, LockPendingRequest,
+    Locked, OutcomeWrite, PendingState, PermanentFailureKind, RunId, SupportedFunctionReturnValue,
     ValidationError, Version, derive_pending_state, retry,
 };
 use std::{collections::HashMap, fmt::Debug, sync::Arc, time::Duration};
@@ -489,15 +489,15 @@ impl<'a> Run<'a> {
         let expiry = concepts::add_saturating(now, lease);
         let result = self
             .db
-            .lock_pending(
+            .lock_pending(LockPendingRequest {
                 batch_size,
+                pending_at_or_sooner: now,
+                ffqns: ffqns.clone(),
                 now,
-                ffqns.clone(),
-                now,
-                component_id(),
+                component_id: component_id(),
                 executor_id,
-                expiry,
-            )
+                lock_expires_at: expiry,
+            })
             .await;
         if let Ok(locked) = &result {
             for l in locked {
@@ -579,18 +579,8 @@ impl<'a> Run<'a> {
         };
         let expiry = concepts::add_saturating(now, lease);
         let id = log.execution_id.clone();
-        let result = self
-            .db
-            .lock(
-                now,
-                component_id(),
-                &id,
-                run_id,
-                version,
-                executor_id,
-                expiry,
-            )
-            .await;
+        // A lock of one execution (or a lease extension) is an append of one `Locked` event.
+        let result = lock(self.db, now, &id, run_id, version, executor_id, expiry).await;
         if result.is_ok() {
             self.run_ids.insert(id.clone(), run_id);
         }
@@ -721,11 +711,7 @@ impl<'a> Run<'a> {
         let event = self.random_event(&log);
         let id = log.execution_id.clone();
         let what = format!("append {id} at {version} {event:?}");
-        let request = AppendRequest {
-            created_at: self.now(),
-            event: event.clone(),
-        };
-        let result = self.db.append(&id, version, request).await;
+        let result = append(self.db, &id, version, self.now(), event.clone()).await;
         if result.is_ok() {
             self.note_lock(&id, &[event]);
         }
@@ -743,7 +729,13 @@ impl<'a> Run<'a> {
         let what = format!("append_batch {id} at {version} {batch:?}");
         let result = self
             .db
-            .append_batch(self.now(), batch.clone(), &id, version)
+            .append_batch(AppendBatchRequest {
+                execution_id: id.clone(),
+                version,
+                now: self.now(),
+                events: batch.clone(),
+                children: Vec::new(),
+            })
             .await;
         if result.is_ok() {
             self.note_lock(&id, &batch);
@@ -794,7 +786,13 @@ impl<'a> Run<'a> {
         let what = format!("create_children of {parent} at {version} {batch:?}");
         let result = self
             .db
-            .append_batch_create_new_execution(self.now(), batch, &parent, version, reqs)
+            .append_batch(AppendBatchRequest {
+                execution_id: parent.clone(),
+                version,
+                now: self.now(),
+                events: batch,
+                children: reqs,
+            })
             .await;
         if result.is_ok() {
             self.ids.extend(children);
@@ -848,36 +846,20 @@ impl<'a> Run<'a> {
             return self.append().await;
         };
         let child = log.execution_id.clone();
-        let Some((parent, join_set_id)) = child.split_to_parent() else {
+        let Some(parent) = child.split_to_parent() else {
             return self.append().await;
         };
-        self.touch(&parent);
+        self.touch(&parent.0);
         let version = self.version_for(&log);
-        let result = self.random_result();
-        let mut batch = Vec::new();
-        if self.rng.chance(30) {
-            batch.push(persist(self.rng.below(1_000)));
-        }
-        let finished_version = Version(version.0 + u32::try_from(batch.len()).unwrap_or(0));
-        batch.push(ExecutionEventInner::Finished {
-            result: result.clone(),
-        });
-        let response = JoinSetResponseEventOuter {
-            created_at: self.now(),
-            event: JoinSetResponseEvent {
-                join_set_id,
-                event: JoinSetResponse::ChildExecutionFinished {
-                    child_execution_id: child.clone(),
-                    finished_version,
-                    result,
-                },
-            },
+        let finished = ExecutionEventInner::Finished {
+            result: self.random_result(),
         };
-        let what = format!("respond_to_parent {child} at {version} {batch:?} to {parent}");
-        let outcome = self
-            .db
-            .append_batch_respond_to_parent(&child, self.now(), batch, version, &parent, response)
-            .await;
+        let what = format!(
+            "respond_to_parent {child} at {version} {finished:?} to {}",
+            parent.0
+        );
+        let write = OutcomeWrite::new(child, version, self.now(), finished, Some(&parent));
+        let outcome = self.db.append_outcome(write).await;
         self.record(&what, &outcome);
     }
 
@@ -899,7 +881,7 @@ impl<'a> Run<'a> {
                     if let Some((parent, _)) = &lock.parent {
                         self.touch(parent);
                     }
-                    match retry::retry_backoff(
+                    let (event, what) = match retry::retry_backoff(
                         lock.temporary_event_count,
                         lock.max_retries,
                         lock.retry_exp_backoff,
@@ -912,68 +894,24 @@ impl<'a> Run<'a> {
                                 "watcher: time out {id} at {} {event:?}",
                                 lock.next_version
                             );
-                            let result = self
-                                .db
-                                .append(
-                                    &id,
-                                    lock.next_version,
-                                    AppendRequest {
-                                        created_at: now,
-                                        event,
-                                    },
-                                )
-                                .await;
-                            self.record(&what, &result);
+                            (event, what)
                         }
                         None => {
-                            let result = Err(FinishedExecutionError::PermanentTimeout);
-                            let finished = ExecutionEventInner::Finished {
-                                result: result.clone(),
+                            let event = ExecutionEventInner::Finished {
+                                result: Err(FinishedExecutionError::PermanentTimeout),
                             };
                             let what = format!(
                                 "watcher: permanent timeout of {id} at {}",
                                 lock.next_version
                             );
-                            let outcome = match &lock.parent {
-                                Some((parent, join_set_id)) => {
-                                    let response = JoinSetResponseEventOuter {
-                                        created_at: now,
-                                        event: JoinSetResponseEvent {
-                                            join_set_id: join_set_id.clone(),
-                                            event: JoinSetResponse::ChildExecutionFinished {
-                                                child_execution_id: id.clone(),
-                                                finished_version: lock.next_version,
-                                                result,
-                                            },
-                                        },
-                                    };
-                                    self.db
-                                        .append_batch_respond_to_parent(
-                                            &id,
-                                            now,
-                                            vec![finished],
-                                            lock.next_version,
-                                            parent,
-                                            response,
-                                        )
-                                        .await
-                                }
-                                None => {
-                                    self.db
-                                        .append(
-                                            &id,
-                                            lock.next_version,
-                                            AppendRequest {
-                                                created_at: now,
-                                                event: finished,
-                                            },
-                                        )
-                                        .await
-                                }
-                            };
-                            self.record(&what, &outcome);
+                            (event, what)
                         }
-                    }
+                    };
+                    // Like the timers watcher: the parent is notified when the child finishes.
+                    let write =
+                        OutcomeWrite::new(id, lock.next_version, now, event, lock.parent.as_ref());
+                    let result = self.db.append_outcome(write).await;
+                    self.record(&what, &result);
                 }
                 ExpiredTimer::Delay(delay) => {
                     self.touch(&delay.execution_id);
@@ -1038,6 +976,9 @@ fn portable_error(err: &DbError) -> String {
                 ValidationError::CreatedEventAppended => "CreatedEventAppended".to_string(),
                 ValidationError::EmptyBatch(_) => "EmptyBatch".to_string(),
                 ValidationError::InvalidRequest(_) => "InvalidRequest".to_string(),
+                // A rule added later: its whole form, until it gets a line of its own here (a
+                // backend-specific message in it makes the dumps differ, and the test says so).
+                other => format!("{other:?}"),
             };
             format!("Validation({rule})")
         }

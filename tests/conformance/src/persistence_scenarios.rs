@@ -6,9 +6,9 @@
 use crate::{
     StoreFactory, skip,
     storage_scenarios::helpers::{
-        assert_state_matches_derivation, at_time, child_execution_request, child_request,
-        create_request, delay_finished, delay_id, delay_request, executor_id, ffqn, finished_ok,
-        join_next, join_set, join_set_create, persist, plus, run_id,
+        append, assert_state_matches_derivation, batch_creating, child_execution_request,
+        child_request, create_request, delay_finished, delay_id, delay_request, executor_id, ffqn,
+        finished_ok, join_next, join_set, join_set_create, lock, persist, plus, run_id,
     },
 };
 use concepts::{ClockFn, DbConnection, ExecutionId, ExpiredTimer, Version};
@@ -75,9 +75,9 @@ pub async fn p1_close_and_reopen<F: StoreFactory>(factory: &F) {
     db.create(create_request(held.clone(), ffqn("p1"), now))
         .await
         .expect("create");
-    db.lock(
+    lock(
+        db.as_ref(),
         now,
-        crate::storage_scenarios::helpers::component_id(),
         &held,
         run_id(1),
         Version(1),
@@ -86,7 +86,7 @@ pub async fn p1_close_and_reopen<F: StoreFactory>(factory: &F) {
     )
     .await
     .expect("lock");
-    db.append(&held, Version(2), at_time(now, persist(7)))
+    append(db.as_ref(), &held, Version(2), now, persist(7))
         .await
         .expect("persist");
 
@@ -97,9 +97,9 @@ pub async fn p1_close_and_reopen<F: StoreFactory>(factory: &F) {
     db.create(create_request(parent.clone(), ffqn("p1"), now))
         .await
         .expect("create parent");
-    db.lock(
+    lock(
+        db.as_ref(),
         now,
-        crate::storage_scenarios::helpers::component_id(),
         &parent,
         run_id(2),
         Version(1),
@@ -109,7 +109,9 @@ pub async fn p1_close_and_reopen<F: StoreFactory>(factory: &F) {
     .await
     .expect("lock parent");
     let child = parent.next_level(&children, 1);
-    db.append_batch_create_new_execution(
+    db.append_batch(batch_creating(
+        &parent,
+        Version(2),
         now,
         vec![
             join_set_create(&children),
@@ -119,10 +121,8 @@ pub async fn p1_close_and_reopen<F: StoreFactory>(factory: &F) {
             delay_request(&sleeps, delay_id(2), plus(now, Duration::from_secs(500))),
             join_next(&children, now),
         ],
-        &parent,
-        Version(2),
         vec![child_request(&parent, &children, 1, ffqn("p1-child"), now)],
-    )
+    ))
     .await
     .expect("parent's batch");
     db.append_response(
@@ -138,10 +138,12 @@ pub async fn p1_close_and_reopen<F: StoreFactory>(factory: &F) {
     db.create(create_request(done.clone(), ffqn("p1"), now))
         .await
         .expect("create");
-    db.append(
+    append(
+        db.as_ref(),
         &done,
         Version(1),
-        at_time(now, finished_ok(serde_json::json!({"b": 1, "a": 2}))),
+        now,
+        finished_ok(serde_json::json!({"b": 1, "a": 2})),
     )
     .await
     .expect("finish");
@@ -169,15 +171,15 @@ pub async fn p1_close_and_reopen<F: StoreFactory>(factory: &F) {
 
     // The reopened store takes writes where the old one left off.
     let held = &ids[1];
-    let next = reopened
-        .db
-        .append(
-            held,
-            Version(3),
-            at_time(now, finished_ok(serde_json::json!(null))),
-        )
-        .await
-        .expect("append after reopening");
+    let next = append(
+        reopened.db.as_ref(),
+        held,
+        Version(3),
+        now,
+        finished_ok(serde_json::json!(null)),
+    )
+    .await
+    .expect("append after reopening");
     assert_eq!(next, Version(3));
     assert_state_matches_derivation(reopened.db.as_ref(), held).await;
 }

@@ -12,8 +12,8 @@ use crate::StoreFactory;
 use concepts::{
     ClockFn, DbError, DbErrorKind, DuplicateKind, ExecutionEventInner, ExecutionId, ExpiredDelay,
     ExpiredLock, ExpiredTimer, FinishedExecutionError, FunctionFqn, HistoryEvent, JoinSetResponse,
-    Json, ListExecutionsFilter, Pagination, PendingState, PendingStateKind, ResultKind,
-    SupportedFunctionReturnValue, ValidationError, Version,
+    Json, ListExecutionsFilter, LockPendingRequest, OutcomeWrite, Pagination, PendingState,
+    PendingStateKind, ResultKind, SupportedFunctionReturnValue, ValidationError, Version,
 };
 use helpers::*;
 use std::{collections::BTreeSet, sync::Arc, time::Duration};
@@ -112,9 +112,7 @@ pub async fn s1_lifecycle<F: StoreFactory>(factory: &F) {
     let backoff_expires_at = plus(now, Duration::from_secs(1));
     let timed_out = ExecutionEventInner::TemporarilyTimedOut { backoff_expires_at };
     assert_eq!(
-        db.append(&id, Version(2), at_time(now, timed_out))
-            .await
-            .unwrap(),
+        append(db, &id, Version(2), now, timed_out).await.unwrap(),
         Version(3)
     );
     assert_state_matches_derivation(db, &id).await;
@@ -122,16 +120,7 @@ pub async fn s1_lifecycle<F: StoreFactory>(factory: &F) {
     clock.move_time_forward(ms(500)).await;
     let now = clock.now();
     expect_not_yet_pending(
-        db.lock(
-            now,
-            component_id(),
-            &id,
-            run_id(10),
-            Version(3),
-            exr,
-            plus(now, LEASE),
-        )
-        .await,
+        lock(db, now, &id, run_id(10), Version(3), exr, plus(now, LEASE)).await,
         backoff_expires_at,
     );
     assert!(
@@ -143,16 +132,7 @@ pub async fn s1_lifecycle<F: StoreFactory>(factory: &F) {
     // Exactly at the backoff.
     clock.move_time_to(backoff_expires_at);
     let now = clock.now();
-    let (history, version) = db
-        .lock(
-            now,
-            component_id(),
-            &id,
-            run_id(11),
-            Version(3),
-            exr,
-            plus(now, LEASE),
-        )
+    let (history, version) = lock(db, now, &id, run_id(11), Version(3), exr, plus(now, LEASE))
         .await
         .unwrap();
     assert!(history.is_empty());
@@ -161,9 +141,9 @@ pub async fn s1_lifecycle<F: StoreFactory>(factory: &F) {
 
     // Another executor, or the same executor with another run, cannot lock it.
     expect_already_locked(
-        db.lock(
+        lock(
+            db,
             now,
-            component_id(),
             &id,
             run_id(12),
             version,
@@ -173,9 +153,9 @@ pub async fn s1_lifecycle<F: StoreFactory>(factory: &F) {
         .await,
     );
     expect_already_locked(
-        db.lock(
+        lock(
+            db,
             now,
-            component_id(),
             &id,
             run_id(11),
             version,
@@ -184,22 +164,10 @@ pub async fn s1_lifecycle<F: StoreFactory>(factory: &F) {
         )
         .await,
     );
-    expect_already_locked(
-        db.lock(
-            now,
-            component_id(),
-            &id,
-            run_id(12),
-            version,
-            exr,
-            plus(now, LEASE),
-        )
-        .await,
-    );
+    expect_already_locked(lock(db, now, &id, run_id(12), version, exr, plus(now, LEASE)).await);
     // The same executor and run extend the lease.
     let extended = plus(now, LEASE * 2);
-    let (history, version) = db
-        .lock(now, component_id(), &id, run_id(11), version, exr, extended)
+    let (history, version) = lock(db, now, &id, run_id(11), version, exr, extended)
         .await
         .unwrap();
     assert!(history.is_empty());
@@ -215,10 +183,7 @@ pub async fn s1_lifecycle<F: StoreFactory>(factory: &F) {
     );
 
     // `Persist`, then `Unlocked`.
-    let version = db
-        .append(&id, version, at_time(now, persist(7)))
-        .await
-        .unwrap();
+    let version = append(db, &id, version, now, persist(7)).await.unwrap();
     assert_eq!(version, Version(6));
     assert_state_matches_derivation(db, &id).await;
     let unlock_at = plus(now, Duration::from_secs(2));
@@ -226,26 +191,14 @@ pub async fn s1_lifecycle<F: StoreFactory>(factory: &F) {
         backoff_expires_at: unlock_at,
         reason: "limit reached".to_string(),
     };
-    let version = db
-        .append(&id, version, at_time(now, unlocked))
-        .await
-        .unwrap();
+    let version = append(db, &id, version, now, unlocked).await.unwrap();
     assert_eq!(version, Version(7));
     assert_state_matches_derivation(db, &id).await;
 
     clock.move_time_forward(Duration::from_secs(1)).await;
     let now = clock.now();
     expect_not_yet_pending(
-        db.lock(
-            now,
-            component_id(),
-            &id,
-            run_id(13),
-            version,
-            exr,
-            plus(now, LEASE),
-        )
-        .await,
+        lock(db, now, &id, run_id(13), version, exr, plus(now, LEASE)).await,
         unlock_at,
     );
     assert!(
@@ -271,8 +224,7 @@ pub async fn s1_lifecycle<F: StoreFactory>(factory: &F) {
 
     // `Finished`; a second one is refused.
     let finished = finished_ok(serde_json::json!("done"));
-    let version = db
-        .append(&id, Version(8), at_time(now, finished.clone()))
+    let version = append(db, &id, Version(8), now, finished.clone())
         .await
         .unwrap();
     assert_eq!(
@@ -289,14 +241,8 @@ pub async fn s1_lifecycle<F: StoreFactory>(factory: &F) {
             result_kind: ResultKind::Ok
         }
     );
-    expect_already_finished(
-        db.append(&id, Version(8), at_time(now, finished.clone()))
-            .await,
-    );
-    expect_already_finished(
-        db.append(&id, Version(9), at_time(now, finished.clone()))
-            .await,
-    );
+    expect_already_finished(append(db, &id, Version(8), now, finished.clone()).await);
+    expect_already_finished(append(db, &id, Version(9), now, finished.clone()).await);
     assert_eq!(db.get(&id).await.unwrap(), log);
     assert_eq!(
         db.get_execution_event(&id, Version(8)).await.unwrap().event,
@@ -341,10 +287,7 @@ pub async fn s2_expired_lease_reported<F: StoreFactory>(factory: &F) {
         reason_inner: "boom".to_string(),
         detail: None,
     };
-    let version = db
-        .append(&child, Version(2), at_time(now, failed))
-        .await
-        .unwrap();
+    let version = append(db, &child, Version(2), now, failed).await.unwrap();
     assert_state_matches_derivation(db, &child).await;
     assert!(
         db.get_expired_timers(plus(now, Duration::from_secs(3600)))
@@ -390,7 +333,7 @@ pub async fn s2_expired_lease_reported<F: StoreFactory>(factory: &F) {
     let timed_out = ExecutionEventInner::TemporarilyTimedOut {
         backoff_expires_at: plus(now, ms(600)),
     };
-    db.append(&child, next_version, at_time(now, timed_out))
+    append(db, &child, next_version, now, timed_out)
         .await
         .unwrap();
     assert_state_matches_derivation(db, &child).await;
@@ -434,38 +377,21 @@ pub async fn s3_expired_delay_reported_once<F: StoreFactory>(factory: &F) {
         .unwrap();
     let a_expiry = plus(now, Duration::from_secs(10));
     let b_expiry = plus(now, Duration::from_secs(5));
-    let (_, a_version) = db
-        .lock(
-            now,
-            component_id(),
-            &a,
-            run_id(1),
-            Version(1),
-            executor_id(1),
-            a_expiry,
-        )
+    let (_, a_version) = lock(db, now, &a, run_id(1), Version(1), executor_id(1), a_expiry)
         .await
         .unwrap();
-    db.lock(
-        now,
-        component_id(),
-        &b,
-        run_id(2),
-        Version(1),
-        executor_id(1),
-        b_expiry,
-    )
-    .await
-    .unwrap();
+    lock(db, now, &b, run_id(2), Version(1), executor_id(1), b_expiry)
+        .await
+        .unwrap();
     let j = join_set("o:sleep");
     let d = delay_id(1);
     let delay_expiry = plus(now, Duration::from_secs(1));
-    db.append_batch(
-        now,
-        vec![join_set_create(&j), delay_request(&j, d, delay_expiry)],
+    db.append_batch(batch(
         &a,
         a_version,
-    )
+        now,
+        vec![join_set_create(&j), delay_request(&j, d, delay_expiry)],
+    ))
     .await
     .unwrap();
     assert_state_matches_derivation(db, &a).await;
@@ -559,15 +485,15 @@ pub async fn s4_lock_pending_order_and_batch_size<F: StoreFactory>(factory: &F) 
             .is_empty()
     );
     assert!(
-        db.lock_pending(
-            0,
+        db.lock_pending(LockPendingRequest {
+            batch_size: 0,
+            pending_at_or_sooner: now,
+            ffqns: ffqns_of(&other),
             now,
-            ffqns_of(&other),
-            now,
-            component_id(),
-            executor_id(1),
-            plus(now, LEASE)
-        )
+            component_id: component_id(),
+            executor_id: executor_id(1),
+            lock_expires_at: plus(now, LEASE),
+        })
         .await
         .unwrap()
         .is_empty(),
@@ -598,18 +524,17 @@ pub async fn s5_expired_lease_never_relocked<F: StoreFactory>(factory: &F) {
         .await
         .unwrap();
     let expiry = plus(start, LEASE);
-    let (_, version) = db
-        .lock(
-            start,
-            component_id(),
-            &id,
-            run_id(1),
-            Version(1),
-            executor_id(1),
-            expiry,
-        )
-        .await
-        .unwrap();
+    let (_, version) = lock(
+        db,
+        start,
+        &id,
+        run_id(1),
+        Version(1),
+        executor_id(1),
+        expiry,
+    )
+    .await
+    .unwrap();
     for offset in [ms(500), ms(1000), ms(2000)] {
         let now = plus(start, offset);
         assert!(
@@ -622,9 +547,9 @@ pub async fn s5_expired_lease_never_relocked<F: StoreFactory>(factory: &F) {
     }
     let now = plus(start, ms(2000));
     expect_already_locked(
-        db.lock(
+        lock(
+            db,
             now,
-            component_id(),
             &id,
             run_id(2),
             version,
@@ -636,9 +561,7 @@ pub async fn s5_expired_lease_never_relocked<F: StoreFactory>(factory: &F) {
     let timed_out = ExecutionEventInner::TemporarilyTimedOut {
         backoff_expires_at: now,
     };
-    db.append(&id, version, at_time(now, timed_out))
-        .await
-        .unwrap();
+    append(db, &id, version, now, timed_out).await.unwrap();
     assert_state_matches_derivation(db, &id).await;
     let locked = lock_pending_now(db, &ffqns, 10, now, executor_id(2), LEASE).await;
     assert_eq!(ids_of(&locked), vec![id.clone()]);
@@ -660,9 +583,7 @@ pub async fn s6_lock_after_history_event<F: StoreFactory>(factory: &F) {
         .unwrap();
     // No lock is needed for other appends: the version is the guard.
     assert_eq!(
-        db.append(&id, Version(1), at_time(now, persist(1)))
-            .await
-            .unwrap(),
+        append(db, &id, Version(1), now, persist(1)).await.unwrap(),
         Version(2)
     );
     let log = assert_state_matches_derivation(db, &id).await;
@@ -679,24 +600,28 @@ pub async fn s6_lock_after_history_event<F: StoreFactory>(factory: &F) {
 
     let j = join_set("n:later");
     let version = db
-        .append_batch(now, vec![persist(2), join_set_create(&j)], &id, Version(3))
+        .append_batch(batch(
+            &id,
+            Version(3),
+            now,
+            vec![persist(2), join_set_create(&j)],
+        ))
         .await
         .unwrap();
     assert_eq!(version, Version(5));
     let log = assert_state_matches_derivation(db, &id).await;
     assert_eq!(log.pending_state.kind(), PendingStateKind::Locked);
-    let (history, version) = db
-        .lock(
-            now,
-            component_id(),
-            &id,
-            run,
-            version,
-            executor_id(1),
-            plus(now, LEASE * 2),
-        )
-        .await
-        .unwrap();
+    let (history, version) = lock(
+        db,
+        now,
+        &id,
+        run,
+        version,
+        executor_id(1),
+        plus(now, LEASE * 2),
+    )
+    .await
+    .unwrap();
     assert_eq!(version, Version(6));
     assert_eq!(history.len(), 3);
     assert_state_matches_derivation(db, &id).await;
@@ -705,27 +630,20 @@ pub async fn s6_lock_after_history_event<F: StoreFactory>(factory: &F) {
         backoff_expires_at: now,
         reason: "limit".to_string(),
     };
-    let version = db
-        .append(&id, version, at_time(now, unlocked))
-        .await
-        .unwrap();
-    let version = db
-        .append(&id, version, at_time(now, persist(3)))
-        .await
-        .unwrap();
+    let version = append(db, &id, version, now, unlocked).await.unwrap();
+    let version = append(db, &id, version, now, persist(3)).await.unwrap();
     assert_state_matches_derivation(db, &id).await;
-    let (history, version) = db
-        .lock(
-            now,
-            component_id(),
-            &id,
-            run_id(9),
-            version,
-            executor_id(2),
-            plus(now, LEASE),
-        )
-        .await
-        .unwrap();
+    let (history, version) = lock(
+        db,
+        now,
+        &id,
+        run_id(9),
+        version,
+        executor_id(2),
+        plus(now, LEASE),
+    )
+    .await
+    .unwrap();
     assert_eq!(version, Version(9));
     assert_eq!(history.len(), 4);
     assert_state_matches_derivation(db, &id).await;
@@ -744,28 +662,24 @@ pub async fn s7_versions_not_found_finished<F: StoreFactory>(factory: &F) {
     db.create(req.clone()).await.unwrap();
 
     for wrong in [Version(0), Version(2), Version(5)] {
-        let err = db
-            .append(&id, wrong, at_time(now, persist(1)))
-            .await
-            .unwrap_err();
+        let err = append(db, &id, wrong, now, persist(1)).await.unwrap_err();
         assert!(
             matches!(err, DbError::VersionMismatch { appending_version, expected_version }
                 if appending_version == wrong && expected_version == Version(1)),
             "{err:?}"
         );
     }
-    let err = db
-        .lock(
-            now,
-            component_id(),
-            &id,
-            run_id(1),
-            Version(3),
-            executor_id(1),
-            plus(now, LEASE),
-        )
-        .await
-        .unwrap_err();
+    let err = lock(
+        db,
+        now,
+        &id,
+        run_id(1),
+        Version(3),
+        executor_id(1),
+        plus(now, LEASE),
+    )
+    .await
+    .unwrap_err();
     assert!(
         matches!(
             err,
@@ -777,29 +691,16 @@ pub async fn s7_versions_not_found_finished<F: StoreFactory>(factory: &F) {
         "{err:?}"
     );
     expect_kind(
-        db.append_batch(now, vec![persist(1)], &id, Version(2))
+        db.append_batch(batch(&id, Version(2), now, vec![persist(1)]))
             .await,
         DbErrorKind::VersionMismatch,
     );
     assert_eq!(
-        expect_validation(
-            db.append(&id, Version(1), at_time(now, req.to_created_event().event))
-                .await
-        ),
+        expect_validation(append(db, &id, Version(1), now, req.to_created_event().event).await),
         ValidationError::CreatedEventAppended
     );
-    let err = expect_validation(
-        db.lock(
-            now,
-            component_id(),
-            &id,
-            run_id(1),
-            Version(1),
-            executor_id(1),
-            now,
-        )
-        .await,
-    );
+    let err =
+        expect_validation(lock(db, now, &id, run_id(1), Version(1), executor_id(1), now).await);
     assert_eq!(
         err,
         ValidationError::InvalidExpiryDate {
@@ -808,15 +709,15 @@ pub async fn s7_versions_not_found_finished<F: StoreFactory>(factory: &F) {
         }
     );
     let err = expect_validation(
-        db.lock_pending(
-            10,
+        db.lock_pending(LockPendingRequest {
+            batch_size: 10,
+            pending_at_or_sooner: now,
+            ffqns: ffqns_of(&f),
             now,
-            ffqns_of(&f),
-            now,
-            component_id(),
-            executor_id(1),
-            now,
-        )
+            component_id: component_id(),
+            executor_id: executor_id(1),
+            lock_expires_at: now,
+        })
         .await,
     );
     assert_eq!(
@@ -831,23 +732,16 @@ pub async fn s7_versions_not_found_finished<F: StoreFactory>(factory: &F) {
 
     // Empty batches.
     for result in [
-        db.append_batch(now, vec![], &id, Version(1)).await,
-        db.append_batch_create_new_execution(now, vec![], &id, Version(1), vec![])
+        db.append_batch(batch(&id, Version(1), now, vec![])).await,
+        db.append_batch(batch_creating(&id, Version(1), now, vec![], vec![]))
             .await,
-        db.append_batch_respond_to_parent(
+        db.append_batch(batch_creating(
             &id,
+            Version(1),
             now,
             vec![],
-            Version(1),
-            &execution_id(2),
-            child_finished(
-                now,
-                &join_set("o:x"),
-                &id,
-                Version(1),
-                Ok(SupportedFunctionReturnValue::None),
-            ),
-        )
+            vec![child_request(&id, &join_set("n:x"), 1, ffqn("child"), now)],
+        ))
         .await,
     ] {
         assert!(matches!(
@@ -863,29 +757,34 @@ pub async fn s7_versions_not_found_finished<F: StoreFactory>(factory: &F) {
     // Unknown executions.
     let unknown = execution_id(99);
     expect_kind(db.get(&unknown).await, DbErrorKind::NotFound);
-    expect_kind(db.get_pending_state(&unknown).await, DbErrorKind::NotFound);
     expect_kind(
         db.get_execution_event(&unknown, Version(0)).await,
         DbErrorKind::NotFound,
     );
     expect_kind(
-        db.list_execution_events(&unknown, Version(0), 10).await,
+        append(db, &unknown, Version(1), now, persist(1)).await,
         DbErrorKind::NotFound,
     );
     expect_kind(
-        db.append(&unknown, Version(1), at_time(now, persist(1)))
+        db.append_batch(batch(&unknown, Version(1), now, vec![persist(1)]))
             .await,
         DbErrorKind::NotFound,
     );
     expect_kind(
-        db.append_batch(now, vec![persist(1)], &unknown, Version(1))
-            .await,
-        DbErrorKind::NotFound,
-    );
-    expect_kind(
-        db.lock(
+        db.append_outcome(OutcomeWrite::new(
+            unknown.clone(),
+            Version(1),
             now,
-            component_id(),
+            finished_ok(serde_json::json!(1)),
+            None,
+        ))
+        .await,
+        DbErrorKind::NotFound,
+    );
+    expect_kind(
+        lock(
+            db,
+            now,
             &unknown,
             run_id(1),
             Version(1),
@@ -916,27 +815,24 @@ pub async fn s7_versions_not_found_finished<F: StoreFactory>(factory: &F) {
     // After `Finished`, every append is "already finished", at any version.
     let finished = finished_ok(serde_json::json!(1));
     assert_eq!(
-        db.append(&id, Version(1), at_time(now, finished.clone()))
+        append(db, &id, Version(1), now, finished.clone())
             .await
             .unwrap(),
         Version(1)
     );
     assert_state_matches_derivation(db, &id).await;
     for version in [Version(0), Version(1), Version(2), Version(100)] {
-        expect_already_finished(db.append(&id, version, at_time(now, persist(1))).await);
-        expect_already_finished(
-            db.append(&id, version, at_time(now, finished.clone()))
-                .await,
-        );
+        expect_already_finished(append(db, &id, version, now, persist(1)).await);
+        expect_already_finished(append(db, &id, version, now, finished.clone()).await);
     }
     expect_already_finished(
-        db.append_batch(now, vec![persist(1)], &id, Version(1))
+        db.append_batch(batch(&id, Version(1), now, vec![persist(1)]))
             .await,
     );
     expect_already_finished(
-        db.lock(
+        lock(
+            db,
             now,
-            component_id(),
             &id,
             run_id(1),
             Version(1),
@@ -964,12 +860,12 @@ pub async fn s8_failing_batch_writes_nothing<F: StoreFactory>(factory: &F) {
     // append_batch
     let before = db.get(&id).await.unwrap();
     let err = db
-        .append_batch(
-            now,
-            vec![persist(1), persist(2), created.to_created_event().event],
+        .append_batch(batch(
             &id,
             Version(1),
-        )
+            now,
+            vec![persist(1), persist(2), created.to_created_event().event],
+        ))
         .await;
     assert_eq!(
         expect_validation(err),
@@ -977,26 +873,26 @@ pub async fn s8_failing_batch_writes_nothing<F: StoreFactory>(factory: &F) {
     );
     assert_eq!(db.get(&id).await.unwrap(), before);
     let err = db
-        .append_batch(
+        .append_batch(batch(
+            &id,
+            Version(1),
             now,
             vec![
                 locked(executor_id(1), run_id(1), plus(now, LEASE)),
                 persist(1),
                 locked(executor_id(2), run_id(2), plus(now, LEASE)),
             ],
-            &id,
-            Version(1),
-        )
+        ))
         .await;
     expect_already_locked(err);
     assert_eq!(db.get(&id).await.unwrap(), before);
     let err = db
-        .append_batch(
-            now,
-            vec![persist(1), finished_ok(serde_json::json!(1)), persist(2)],
+        .append_batch(batch(
             &id,
             Version(1),
-        )
+            now,
+            vec![persist(1), finished_ok(serde_json::json!(1)), persist(2)],
+        ))
         .await;
     expect_already_finished(err);
     assert_eq!(db.get(&id).await.unwrap(), before);
@@ -1007,7 +903,7 @@ pub async fn s8_failing_batch_writes_nothing<F: StoreFactory>(factory: &F) {
     );
     let parent_version = Version(2);
 
-    // append_batch_create_new_execution: the second child exists already.
+    // append_batch creating children: the second child exists already.
     let j = join_set("n:kids");
     let c1 = child_request(&id, &j, 1, child_ffqn.clone(), now);
     let c2 = child_request(&id, &j, 2, child_ffqn.clone(), now);
@@ -1021,13 +917,13 @@ pub async fn s8_failing_batch_writes_nothing<F: StoreFactory>(factory: &F) {
         join_next(&j, now),
     ];
     let err = db
-        .append_batch_create_new_execution(
-            now,
-            batch.clone(),
+        .append_batch(batch_creating(
             &id,
             parent_version,
+            now,
+            batch.clone(),
             vec![c1.clone(), c2.clone()],
-        )
+        ))
         .await;
     expect_kind(err, DbErrorKind::Duplicate);
     assert_eq!(db.get(&id).await.unwrap(), before);
@@ -1036,16 +932,16 @@ pub async fn s8_failing_batch_writes_nothing<F: StoreFactory>(factory: &F) {
     // ... and a failing parent event with valid children.
     let c3 = child_request(&id, &j, 3, child_ffqn.clone(), now);
     let err = db
-        .append_batch_create_new_execution(
+        .append_batch(batch_creating(
+            &id,
+            parent_version,
             now,
             vec![
                 child_execution_request(&j, &c3.execution_id),
                 created.to_created_event().event,
             ],
-            &id,
-            parent_version,
             vec![c3.clone()],
-        )
+        ))
         .await;
     assert_eq!(
         expect_validation(err),
@@ -1055,7 +951,7 @@ pub async fn s8_failing_batch_writes_nothing<F: StoreFactory>(factory: &F) {
     expect_kind(db.get(&c3.execution_id).await, DbErrorKind::NotFound);
     assert_state_matches_derivation(db, &id).await;
 
-    // append_batch_respond_to_parent: the parent already has this child's response.
+    // append_outcome that responds to the parent: the parent already has this child's response.
     let child = c2.execution_id.clone();
     let locked_child =
         lock_pending_now(db, &ffqns_of(&child_ffqn), 10, now, executor_id(1), LEASE).await;
@@ -1067,33 +963,33 @@ pub async fn s8_failing_batch_writes_nothing<F: StoreFactory>(factory: &F) {
         .unwrap();
     let parent_before = db.get(&id).await.unwrap();
     let child_before = db.get(&child).await.unwrap();
-    let err = db
-        .append_batch_respond_to_parent(
-            &child,
-            now,
-            vec![ExecutionEventInner::Finished {
-                result: result.clone(),
-            }],
-            Version(2),
-            &id,
-            response.clone(),
-        )
-        .await;
+    let finished = ExecutionEventInner::Finished {
+        result: result.clone(),
+    };
+    let write = OutcomeWrite::new(
+        child.clone(),
+        Version(2),
+        now,
+        finished.clone(),
+        Some(&(id.clone(), j.clone())),
+    );
+    assert_eq!(
+        write.parent_response(),
+        Some((id.clone(), response.clone()))
+    );
+    let err = db.append_outcome(write).await;
     expect_kind(err, DbErrorKind::Duplicate);
     assert_eq!(db.get(&child).await.unwrap(), child_before);
     assert_eq!(db.get(&id).await.unwrap(), parent_before);
     // ... an unknown parent.
     let err = db
-        .append_batch_respond_to_parent(
-            &child,
-            now,
-            vec![ExecutionEventInner::Finished {
-                result: result.clone(),
-            }],
+        .append_outcome(OutcomeWrite::new(
+            child.clone(),
             Version(2),
-            &execution_id(77),
-            response.clone(),
-        )
+            now,
+            finished.clone(),
+            Some(&(execution_id(77), j.clone())),
+        ))
         .await;
     expect_kind(err, DbErrorKind::NotFound);
     assert_eq!(db.get(&child).await.unwrap(), child_before);
@@ -1104,14 +1000,13 @@ pub async fn s8_failing_batch_writes_nothing<F: StoreFactory>(factory: &F) {
         .unwrap();
     let other_before = db.get(&other_parent).await.unwrap();
     let err = db
-        .append_batch_respond_to_parent(
-            &child,
-            now,
-            vec![ExecutionEventInner::Finished { result }],
+        .append_outcome(OutcomeWrite::new(
+            child.clone(),
             Version(7),
-            &other_parent,
-            response,
-        )
+            now,
+            finished,
+            Some(&(other_parent.clone(), j.clone())),
+        ))
         .await;
     expect_kind(err, DbErrorKind::VersionMismatch);
     assert_eq!(db.get(&child).await.unwrap(), child_before);
@@ -1193,35 +1088,27 @@ pub async fn s9_duplicate_responses_refused<F: StoreFactory>(factory: &F) {
         "{err:?}"
     );
     // Through respond-to-parent as well.
-    let (_, version) = db
-        .lock(
-            now,
-            component_id(),
-            &child,
-            run_id(1),
-            Version(1),
-            executor_id(1),
-            plus(now, LEASE),
-        )
-        .await
-        .unwrap();
+    let (_, version) = lock(
+        db,
+        now,
+        &child,
+        run_id(1),
+        Version(1),
+        executor_id(1),
+        plus(now, LEASE),
+    )
+    .await
+    .unwrap();
     let err = db
-        .append_batch_respond_to_parent(
-            &child,
-            now,
-            vec![ExecutionEventInner::Finished {
-                result: Ok(SupportedFunctionReturnValue::None),
-            }],
+        .append_outcome(OutcomeWrite::new(
+            child.clone(),
             version,
-            &p,
-            child_finished(
-                now,
-                &jc,
-                &child,
-                version,
-                Ok(SupportedFunctionReturnValue::None),
-            ),
-        )
+            now,
+            ExecutionEventInner::Finished {
+                result: Ok(SupportedFunctionReturnValue::None),
+            },
+            Some(&(p.clone(), jc.clone())),
+        ))
         .await;
     expect_kind(err, DbErrorKind::Duplicate);
 
@@ -1282,7 +1169,13 @@ pub async fn s10_join_sets<F: StoreFactory>(factory: &F) {
         join_next(&j, t0),
     ];
     let version = db
-        .append_batch_create_new_execution(t0, batch, &p, Version(2), vec![c1.clone(), c2.clone()])
+        .append_batch(batch_creating(
+            &p,
+            Version(2),
+            t0,
+            batch,
+            vec![c1.clone(), c2.clone()],
+        ))
         .await
         .unwrap();
     assert_eq!(version, Version(6));
@@ -1296,9 +1189,9 @@ pub async fn s10_join_sets<F: StoreFactory>(factory: &F) {
         }
     );
     expect_validation(
-        db.lock(
+        lock(
+            db,
             t0,
-            component_id(),
             &p,
             run_id(9),
             version,
@@ -1341,14 +1234,13 @@ pub async fn s10_join_sets<F: StoreFactory>(factory: &F) {
         serde_json::json!("one"),
     )));
     let c1_version = db
-        .append_batch_respond_to_parent(
-            &c1.execution_id,
-            t1,
-            vec![ExecutionEventInner::Finished { result: r1.clone() }],
+        .append_outcome(OutcomeWrite::new(
+            c1.execution_id.clone(),
             Version(2),
-            &p,
-            child_finished(t1, &j, &c1.execution_id, Version(2), r1.clone()),
-        )
+            t1,
+            ExecutionEventInner::Finished { result: r1.clone() },
+            Some(&(p.clone(), j.clone())),
+        ))
         .await
         .unwrap();
     assert_eq!(c1_version, Version(2));
@@ -1368,29 +1260,28 @@ pub async fn s10_join_sets<F: StoreFactory>(factory: &F) {
         kind: concepts::PermanentFailureKind::ActivityTrap,
         detail: Some("detail".to_string()),
     });
-    let (_, c2_version) = db
-        .lock(
-            t2,
-            component_id(),
-            &c2.execution_id,
-            locked_children[1].locked_event.run_id,
-            Version(2),
-            executor_id(2),
-            plus(t2, LEASE),
-        )
+    let (_, c2_version) = lock(
+        db,
+        t2,
+        &c2.execution_id,
+        locked_children[1].locked_event.run_id,
+        Version(2),
+        executor_id(2),
+        plus(t2, LEASE),
+    )
+    .await
+    .unwrap();
+    let c2_version = append(db, &c2.execution_id, c2_version, t2, persist(5))
         .await
         .unwrap();
-    db.append_batch_respond_to_parent(
-        &c2.execution_id,
-        t2,
-        vec![
-            persist(5),
-            ExecutionEventInner::Finished { result: r2.clone() },
-        ],
+    assert_eq!(c2_version, Version(4));
+    db.append_outcome(OutcomeWrite::new(
+        c2.execution_id.clone(),
         c2_version,
-        &p,
-        child_finished(t2, &j, &c2.execution_id, Version(4), r2.clone()),
-    )
+        t2,
+        ExecutionEventInner::Finished { result: r2.clone() },
+        Some(&(p.clone(), j.clone())),
+    ))
     .await
     .unwrap();
     assert_state_matches_derivation(db, &c2.execution_id).await;
@@ -1436,8 +1327,7 @@ pub async fn s10_join_sets<F: StoreFactory>(factory: &F) {
             },
         ]
     );
-    let version = db
-        .append(&p, relocked[0].next_version, at_time(t3, join_next(&j, t3)))
+    let version = append(db, &p, relocked[0].next_version, t3, join_next(&j, t3))
         .await
         .unwrap();
     let log = assert_state_matches_derivation(db, &p).await;
@@ -1459,16 +1349,16 @@ pub async fn s10_join_sets<F: StoreFactory>(factory: &F) {
     assert_eq!(relocked[0].next_version, version.next().unwrap());
     let warm_until = plus(t0, Duration::from_secs(20));
     let c3 = child_request(&p, &j, 3, child_ffqn.clone(), t3);
-    db.append_batch_create_new_execution(
+    db.append_batch(batch_creating(
+        &p,
+        relocked[0].next_version,
         t3,
         vec![
             child_execution_request(&j, &c3.execution_id),
             join_next(&j, warm_until),
         ],
-        &p,
-        relocked[0].next_version,
         vec![c3.clone()],
-    )
+    ))
     .await
     .unwrap();
     let log = assert_state_matches_derivation(db, &p).await;
@@ -1485,14 +1375,13 @@ pub async fn s10_join_sets<F: StoreFactory>(factory: &F) {
     let locked_c3 = lock_pending_now(db, &children, 10, t4, executor_id(2), LEASE).await;
     assert_eq!(ids_of(&locked_c3), vec![c3.execution_id.clone()]);
     let r3 = Err(FinishedExecutionError::PermanentTimeout);
-    db.append_batch_respond_to_parent(
-        &c3.execution_id,
-        t4,
-        vec![ExecutionEventInner::Finished { result: r3.clone() }],
+    db.append_outcome(OutcomeWrite::new(
+        c3.execution_id.clone(),
         Version(2),
-        &p,
-        child_finished(t4, &j, &c3.execution_id, Version(2), r3.clone()),
-    )
+        t4,
+        ExecutionEventInner::Finished { result: r3.clone() },
+        Some(&(p.clone(), j.clone())),
+    ))
     .await
     .unwrap();
     let log = assert_state_matches_derivation(db, &p).await;
@@ -1538,10 +1427,12 @@ pub async fn s11_response_to_finished_execution<F: StoreFactory>(factory: &F) {
     db.create(create_request(id.clone(), ffqn("finished"), now))
         .await
         .unwrap();
-    db.append(
+    append(
+        db,
         &id,
         Version(1),
-        at_time(now, finished_ok(serde_json::json!(null))),
+        now,
+        finished_ok(serde_json::json!(null)),
     )
     .await
     .unwrap();
@@ -1611,22 +1502,18 @@ pub async fn s12_json_key_order<F: StoreFactory>(factory: &F) {
             kind: concepts::PersistKind::Custom("json".to_string()),
         },
     };
-    let version = db
-        .append(&id, Version(2), at_time(now, persisted))
-        .await
-        .unwrap();
-    let (history, version) = db
-        .lock(
-            now,
-            component_id(),
-            &id,
-            locked[0].locked_event.run_id,
-            version,
-            executor_id(1),
-            plus(now, LEASE),
-        )
-        .await
-        .unwrap();
+    let version = append(db, &id, Version(2), now, persisted).await.unwrap();
+    let (history, version) = lock(
+        db,
+        now,
+        &id,
+        locked[0].locked_event.run_id,
+        version,
+        executor_id(1),
+        plus(now, LEASE),
+    )
+    .await
+    .unwrap();
     match &history[0] {
         HistoryEvent::Persist { value, .. } => same_text(value),
         other => panic!("{other:?}"),
@@ -1634,16 +1521,13 @@ pub async fn s12_json_key_order<F: StoreFactory>(factory: &F) {
     let result = Ok(SupportedFunctionReturnValue::InfallibleOrResultOk(Json(
         value.clone(),
     )));
-    db.append_batch_respond_to_parent(
-        &id,
-        now,
-        vec![ExecutionEventInner::Finished {
-            result: result.clone(),
-        }],
+    db.append_outcome(OutcomeWrite::new(
+        id.clone(),
         version,
-        &p,
-        child_finished(now, &j, &id, version, result),
-    )
+        now,
+        ExecutionEventInner::Finished { result },
+        Some(&(p.clone(), j.clone())),
+    ))
     .await
     .unwrap();
     let check_result = |result: &concepts::FinishedExecutionResult| match result {
@@ -1819,13 +1703,9 @@ pub async fn s14_wait_for_pending<F: StoreFactory>(factory: &F) {
         backoff_expires_at: now,
         reason: "limit".to_string(),
     };
-    db.append(
-        &execution_id(4),
-        locked[0].next_version,
-        at_time(now, unlocked),
-    )
-    .await
-    .unwrap();
+    append(db, &execution_id(4), locked[0].next_version, now, unlocked)
+        .await
+        .unwrap();
     join_within_safety(waiter, "wait_for_pending woken by unlock").await;
 
     // Woken by a response that unblocks an execution.
@@ -1835,7 +1715,7 @@ pub async fn s14_wait_for_pending<F: StoreFactory>(factory: &F) {
     db.create(create_request(b.clone(), blocked.clone(), now))
         .await
         .unwrap();
-    db.append(&b, Version(1), at_time(now, join_next(&j, now)))
+    append(db, &b, Version(1), now, join_next(&j, now))
         .await
         .unwrap();
     let mut waiter = tokio::spawn({
@@ -1942,7 +1822,7 @@ pub async fn s16_wait_for_finished_result<F: StoreFactory>(factory: &F) {
     let ExecutionEventInner::Finished { result: expected } = finished.clone() else {
         unreachable!("finished_ok() makes a Finished event")
     };
-    db.append(&done, Version(1), at_time(now, finished.clone()))
+    append(db, &done, Version(1), now, finished.clone())
         .await
         .unwrap();
     for timeout in [None, Some(Duration::from_secs(60))] {
@@ -1966,7 +1846,7 @@ pub async fn s16_wait_for_finished_result<F: StoreFactory>(factory: &F) {
         "wait_for_finished_result of a running execution",
     )
     .await;
-    db.append(&running, Version(1), at_time(now, finished))
+    append(db, &running, Version(1), now, finished)
         .await
         .unwrap();
     assert_eq!(
@@ -2039,43 +1919,39 @@ pub async fn s17_close<F: StoreFactory>(factory: &F) {
         closed,
     );
     expect_kind(db.get(&id).await, closed);
-    expect_kind(db.get_pending_state(&id).await, closed);
     expect_kind(db.get_execution_event(&id, Version(0)).await, closed);
     expect_kind(
         db.list_executions(ListExecutionsFilter::default(), Pagination::default())
             .await,
         closed,
     );
-    expect_kind(db.list_execution_events(&id, Version(0), 10).await, closed);
+    expect_kind(append(db, &id, Version(1), now, persist(1)).await, closed);
     expect_kind(
-        db.append(&id, Version(1), at_time(now, persist(1))).await,
-        closed,
-    );
-    expect_kind(
-        db.append_batch(now, vec![persist(1)], &id, Version(1))
+        db.append_batch(batch(&id, Version(1), now, vec![persist(1)]))
             .await,
         closed,
     );
+    let kids = join_set("n:kids");
+    let child = child_request(&id, &kids, 1, f.clone(), now);
     expect_kind(
-        db.append_batch_create_new_execution(now, vec![persist(1)], &id, Version(1), vec![])
-            .await,
-        closed,
-    );
-    expect_kind(
-        db.append_batch_respond_to_parent(
+        db.append_batch(batch_creating(
             &id,
-            now,
-            vec![finished_ok(serde_json::json!(1))],
             Version(1),
-            &execution_id(9),
-            child_finished(
-                now,
-                &j,
-                &id,
-                Version(1),
-                Ok(SupportedFunctionReturnValue::None),
-            ),
-        )
+            now,
+            vec![child_execution_request(&kids, &child.execution_id)],
+            vec![child],
+        ))
+        .await,
+        closed,
+    );
+    expect_kind(
+        db.append_outcome(OutcomeWrite::new(
+            id.clone(),
+            Version(1),
+            now,
+            finished_ok(serde_json::json!(1)),
+            Some(&(execution_id(9), j.clone())),
+        ))
         .await,
         closed,
     );
@@ -2085,9 +1961,9 @@ pub async fn s17_close<F: StoreFactory>(factory: &F) {
         closed,
     );
     expect_kind(
-        db.lock(
+        lock(
+            db,
             now,
-            component_id(),
             &id,
             run_id(1),
             Version(1),
@@ -2098,15 +1974,15 @@ pub async fn s17_close<F: StoreFactory>(factory: &F) {
         closed,
     );
     expect_kind(
-        db.lock_pending(
-            10,
+        db.lock_pending(LockPendingRequest {
+            batch_size: 10,
+            pending_at_or_sooner: now,
+            ffqns: ffqns.clone(),
             now,
-            ffqns.clone(),
-            now,
-            component_id(),
-            executor_id(1),
-            plus(now, LEASE),
-        )
+            component_id: component_id(),
+            executor_id: executor_id(1),
+            lock_expires_at: plus(now, LEASE),
+        })
         .await,
         closed,
     );
@@ -2155,7 +2031,7 @@ pub async fn s18_state_matches_derivation<F: StoreFactory>(factory: &F) {
         reason_inner: "x".to_string(),
         detail: None,
     };
-    let next = db.append(&id, version, at_time(now, failed)).await.unwrap();
+    let next = append(db, &id, version, now, failed).await.unwrap();
     assert_eq!(next, version.next().unwrap());
     assert_state_matches_derivation(db, &id).await;
 
@@ -2176,7 +2052,7 @@ pub async fn s18_state_matches_derivation<F: StoreFactory>(factory: &F) {
         join_next(&j1, plus(now, ms(30))),
     ];
     for step in steps {
-        version = db.append(&id, version, at_time(now, step)).await.unwrap();
+        version = append(db, &id, version, now, step).await.unwrap();
         assert_state_matches_derivation(db, &id).await;
     }
     // The response of the other join set arrives first and changes nothing.
@@ -2200,8 +2076,7 @@ pub async fn s18_state_matches_derivation<F: StoreFactory>(factory: &F) {
     version = lock_pending_now(db, &ffqns, 1, now, exr, LEASE).await[0].next_version;
     assert_state_matches_derivation(db, &id).await;
     // j2 has one response and gets its first JoinNext now: pending at max(run expiry, arrival).
-    version = db
-        .append(&id, version, at_time(now, join_next(&j2, plus(now, ms(5)))))
+    version = append(db, &id, version, now, join_next(&j2, plus(now, ms(5))))
         .await
         .unwrap();
     let log = assert_state_matches_derivation(db, &id).await;
@@ -2212,8 +2087,7 @@ pub async fn s18_state_matches_derivation<F: StoreFactory>(factory: &F) {
         }
     );
     // A second JoinNext on j1 with no second response blocks.
-    let next = db
-        .append(&id, version, at_time(now, join_next(&j1, now)))
+    let next = append(db, &id, version, now, join_next(&j1, now))
         .await
         .unwrap();
     assert_eq!(next, version.next().unwrap());
@@ -2227,10 +2101,7 @@ pub async fn s18_state_matches_derivation<F: StoreFactory>(factory: &F) {
     let timed_out = ExecutionEventInner::TemporarilyTimedOut {
         backoff_expires_at: now,
     };
-    let next = db
-        .append(&id, version, at_time(now, timed_out))
-        .await
-        .unwrap();
+    let next = append(db, &id, version, now, timed_out).await.unwrap();
     assert_eq!(next, version.next().unwrap());
     assert_state_matches_derivation(db, &id).await;
     version = lock_pending_now(db, &ffqns, 1, now, exr, LEASE).await[0].next_version;
@@ -2241,9 +2112,7 @@ pub async fn s18_state_matches_derivation<F: StoreFactory>(factory: &F) {
             root_cause_id: id.next_level(&j1, 1),
         }),
     };
-    db.append(&id, version, at_time(now, failure))
-        .await
-        .unwrap();
+    append(db, &id, version, now, failure).await.unwrap();
     let log = assert_state_matches_derivation(db, &id).await;
     assert!(matches!(
         log.pending_state,
@@ -2371,24 +2240,17 @@ pub async fn s19_create_batch<F: StoreFactory>(factory: &F) {
         .unwrap();
     assert!(pending_rows.is_empty());
 
-    let events = db
-        .list_execution_events(&execution_id(1), Version(0), 10)
-        .await
-        .unwrap();
+    let events = db.get(&execution_id(1)).await.unwrap().events;
     assert_eq!(events.len(), 2);
     assert_eq!(events[0], reqs[0].to_created_event());
-    assert_eq!(
-        db.list_execution_events(&execution_id(1), Version(1), 10)
-            .await
-            .unwrap(),
-        events[1..].to_vec()
-    );
-    assert_eq!(
-        db.list_execution_events(&execution_id(1), Version(0), 1)
-            .await
-            .unwrap(),
-        events[..1].to_vec()
-    );
+    for (version, event) in (0..).map(Version).zip(&events) {
+        assert_eq!(
+            &db.get_execution_event(&execution_id(1), version)
+                .await
+                .unwrap(),
+            event
+        );
+    }
 }
 
 /// S20 (beyond `SCENARIOS.md`): `pending_at_or_sooner` is the waiter's present, and its horizon
@@ -2430,7 +2292,7 @@ pub async fn s20_wait_for_pending_horizon_moves_on<F: StoreFactory>(factory: &F)
 }
 
 /// S21 (beyond `SCENARIOS.md`): rules every backend applies alike to the requests of a
-/// workflow. A child created by `append_batch_create_new_execution` must be announced by a
+/// workflow. A child created by `append_batch` must be announced by a
 /// `ChildExecutionRequest` of the same batch in its own join set (else the log would not explain
 /// it), and a `DelayRequest` may not reuse a delay id the execution already requested (its
 /// response could not be told apart). Both are `InvalidRequest`, and nothing is written.
@@ -2460,13 +2322,13 @@ pub async fn s21_unexplained_creations_and_repeated_delays_refused<F: StoreFacto
         ],
     ] {
         let refused = db
-            .append_batch_create_new_execution(
-                now,
-                batch,
+            .append_batch(batch_creating(
                 &parent,
                 Version(1),
+                now,
+                batch,
                 vec![child_request(&parent, &kids, 1, ffqn("s21-child"), now)],
-            )
+            ))
             .await;
         assert!(
             matches!(
@@ -2480,16 +2342,16 @@ pub async fn s21_unexplained_creations_and_repeated_delays_refused<F: StoreFacto
     }
 
     // Announced properly, it is created.
-    db.append_batch_create_new_execution(
+    db.append_batch(batch_creating(
+        &parent,
+        Version(1),
         now,
         vec![
             join_set_create(&kids),
             child_execution_request(&kids, &child),
         ],
-        &parent,
-        Version(1),
         vec![child_request(&parent, &kids, 1, ffqn("s21-child"), now)],
-    )
+    ))
     .await
     .expect("an announced child is created");
     assert_state_matches_derivation(db, &child).await;
@@ -2497,25 +2359,26 @@ pub async fn s21_unexplained_creations_and_repeated_delays_refused<F: StoreFacto
     // A delay id used twice by one execution.
     let sleeps = join_set("o:sleep");
     let expires = plus(now, Duration::from_secs(5));
-    db.append_batch(
+    db.append_batch(batch(
+        &parent,
+        Version(3),
         now,
         vec![
             join_set_create(&sleeps),
             delay_request(&sleeps, delay_id(1), expires),
         ],
-        &parent,
-        Version(3),
-    )
+    ))
     .await
     .expect("the first request of the delay");
     let before = assert_state_matches_derivation(db, &parent).await;
-    let repeated = db
-        .append(
-            &parent,
-            Version(5),
-            at_time(now, delay_request(&sleeps, delay_id(1), expires)),
-        )
-        .await;
+    let repeated = append(
+        db,
+        &parent,
+        Version(5),
+        now,
+        delay_request(&sleeps, delay_id(1), expires),
+    )
+    .await;
     assert!(
         matches!(
             expect_validation(repeated),

@@ -11,8 +11,7 @@ use crate::Out;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use concepts::{
-    AppendRequest, ClockFn, ComponentId, DbError, DbExecutor, ExecutionEventInner, ExecutionId,
-    ExecutorId, FunctionFqn, HistoryEvent, JoinSetResponseEventOuter, LockedExecution, RunId,
+    ClockFn, DbError, DbExecutor, FunctionFqn, LockPendingRequest, LockedExecution, OutcomeWrite,
     Version,
 };
 use executor::Now;
@@ -65,28 +64,8 @@ pub(crate) fn wall_ms() -> i64 {
 
 #[async_trait]
 impl DbExecutor for TracedDb {
-    async fn lock_pending(
-        &self,
-        batch_size: usize,
-        pending_at_or_sooner: DateTime<Utc>,
-        ffqns: Arc<[FunctionFqn]>,
-        created_at: DateTime<Utc>,
-        component_id: ComponentId,
-        executor_id: ExecutorId,
-        lock_expires_at: DateTime<Utc>,
-    ) -> Result<Vec<LockedExecution>, DbError> {
-        let locked = self
-            .inner
-            .lock_pending(
-                batch_size,
-                pending_at_or_sooner,
-                ffqns,
-                created_at,
-                component_id,
-                executor_id,
-                lock_expires_at,
-            )
-            .await;
+    async fn lock_pending(&self, req: LockPendingRequest) -> Result<Vec<LockedExecution>, DbError> {
+        let locked = self.inner.lock_pending(req).await;
         if self.print
             && let Ok(locked) = &locked
             && !locked.is_empty()
@@ -96,57 +75,8 @@ impl DbExecutor for TracedDb {
         locked
     }
 
-    async fn lock(
-        &self,
-        created_at: DateTime<Utc>,
-        component_id: ComponentId,
-        execution_id: &ExecutionId,
-        run_id: RunId,
-        version: Version,
-        executor_id: ExecutorId,
-        lock_expires_at: DateTime<Utc>,
-    ) -> Result<(Vec<HistoryEvent>, Version), DbError> {
-        self.inner
-            .lock(
-                created_at,
-                component_id,
-                execution_id,
-                run_id,
-                version,
-                executor_id,
-                lock_expires_at,
-            )
-            .await
-    }
-
-    async fn append(
-        &self,
-        execution_id: &ExecutionId,
-        version: Version,
-        req: AppendRequest,
-    ) -> Result<Version, DbError> {
-        self.inner.append(execution_id, version, req).await
-    }
-
-    async fn append_batch_respond_to_parent(
-        &self,
-        execution_id: &ExecutionId,
-        created_at: DateTime<Utc>,
-        batch: Vec<ExecutionEventInner>,
-        version: Version,
-        parent_execution_id: &ExecutionId,
-        parent_response: JoinSetResponseEventOuter,
-    ) -> Result<Version, DbError> {
-        self.inner
-            .append_batch_respond_to_parent(
-                execution_id,
-                created_at,
-                batch,
-                version,
-                parent_execution_id,
-                parent_response,
-            )
-            .await
+    async fn append_outcome(&self, write: OutcomeWrite) -> Result<Version, DbError> {
+        self.inner.append_outcome(write).await
     }
 
     async fn wait_for_pending(

@@ -411,9 +411,10 @@ async fn read_crash_image(
     for id in acknowledged {
         let id: ExecutionId = id.parse().expect("the node prints execution ids");
         let state = db
-            .get_pending_state(&id)
+            .get(&id)
             .await
-            .unwrap_or_else(|e| panic!("{id} was acknowledged as finished before the kill: {e}"));
+            .unwrap_or_else(|e| panic!("{id} was acknowledged as finished before the kill: {e}"))
+            .pending_state;
         assert!(
             state.is_finished(),
             "{id} was acknowledged as finished before the kill, but the crash image says {state:?}"

@@ -585,7 +585,7 @@ fn kill_first_executor(
     let held: HashSet<ExecutionId> = checker.runtime.block_on(async {
         let mut held = HashSet::new();
         for id in all_ids(checker.db.as_ref(), Some(PendingStateKind::Locked)).await {
-            let state = checker.db.get_pending_state(&id).await.expect("a state");
+            let state = checker.db.get(&id).await.expect("a state").pending_state;
             if let PendingState::Locked { executor_id, .. } = state
                 && executor_id == killed
             {

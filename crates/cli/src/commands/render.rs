@@ -145,6 +145,8 @@ pub fn result(result: &FinishedExecutionResult) -> String {
         Err(FinishedExecutionError::PermanentFailure {
             reason_full, kind, ..
         }) => format!("PermanentFailure ({kind}): {reason_full}"),
+        // An error kind added later: its message, until it gets a rendering of its own.
+        Err(err) => err.to_string(),
     }
 }
 

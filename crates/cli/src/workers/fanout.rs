@@ -5,7 +5,7 @@
 //!
 //! 1. The first run (empty `event_history`) records `JoinSetCreate`, one
 //!    `JoinSetRequest::ChildExecutionRequest` per child and a first `JoinNext`, and creates the
-//!    children, all in ONE transaction (`append_batch_create_new_execution`): either the
+//!    children, all in ONE transaction (one `append_batch` with `children`): either the
 //!    parent's history and every child exist, or none of it does. The `JoinNext` carries
 //!    `run_expires_at = now`: the worker gives up its run (returns
 //!    [`WorkerResult::DbUpdatedByWorker`]) and the execution is `BlockedByJoinSet` until the
@@ -26,7 +26,7 @@
 //! Child ids are derived from the parent's (`<parent>.n:children_<i>`), so a replay finds them
 //! again without reading anything.
 
-use super::{decode_params, history, nondeterminism, ok};
+use super::{decode_params, history_batch, nondeterminism, ok};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use concepts::{
@@ -153,13 +153,7 @@ impl<C: ClockFn> FanoutWorker<C> {
             .collect();
         match self
             .db
-            .append_batch_create_new_execution(
-                now,
-                history(events),
-                &ctx.execution_id,
-                ctx.version,
-                children,
-            )
+            .append_batch(history_batch(ctx, now, events, children))
             .await
         {
             Ok(_) => WorkerResult::DbUpdatedByWorker,
@@ -239,7 +233,7 @@ impl<C: ClockFn> FanoutWorker<C> {
         events: Vec<HistoryEvent>,
     ) -> Result<Version, WorkerResult> {
         self.db
-            .append_batch(now, history(events), &ctx.execution_id, ctx.version)
+            .append_batch(history_batch(ctx, now, events, Vec::new()))
             .await
             .map_err(|err| WorkerResult::Err(WorkerError::DbError(err)))
     }

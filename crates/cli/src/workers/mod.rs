@@ -25,7 +25,11 @@ pub mod flaky;
 pub mod sleeper;
 pub mod slow;
 
-use concepts::{ExecutionEventInner, HistoryEvent, Json, SupportedFunctionReturnValue, Version};
+use chrono::{DateTime, Utc};
+use concepts::{
+    AppendBatchRequest, CreateRequest, ExecutionEventInner, HistoryEvent, Json,
+    SupportedFunctionReturnValue, Version,
+};
 use executor::{FatalError, WorkerContext, WorkerError, WorkerResult};
 use serde::de::DeserializeOwned;
 
@@ -68,6 +72,24 @@ pub fn history(events: Vec<HistoryEvent>) -> Vec<ExecutionEventInner> {
         .into_iter()
         .map(|event| ExecutionEventInner::HistoryEvent { event })
         .collect()
+}
+
+/// The `append_batch` request of a run: `events` (history events) appended at the run's
+/// version, at `now`, creating `children` in the same transaction.
+#[must_use]
+pub fn history_batch(
+    ctx: &WorkerContext,
+    now: DateTime<Utc>,
+    events: Vec<HistoryEvent>,
+    children: Vec<CreateRequest>,
+) -> AppendBatchRequest {
+    AppendBatchRequest {
+        execution_id: ctx.execution_id.clone(),
+        version: ctx.version,
+        now,
+        events: history(events),
+        children,
+    }
 }
 
 #[cfg(test)]

@@ -13,7 +13,7 @@
 //! this one request; the value reports how late the wake-up came (`woke_late_ms`: the
 //! response's time minus `expires_at`, both read from the log).
 
-use super::{decode_params, dice, history, nondeterminism, ok};
+use super::{decode_params, dice, history_batch, nondeterminism, ok};
 use async_trait::async_trait;
 use concepts::{
     ClockFn, ClosingStrategy, DbWorkflow, DelayId, FunctionFqn, HistoryEvent, JoinSetId,
@@ -84,7 +84,7 @@ impl<C: ClockFn> SleeperWorker<C> {
         ];
         match self
             .db
-            .append_batch(now, history(events), &ctx.execution_id, ctx.version)
+            .append_batch(history_batch(ctx, now, events, Vec::new()))
             .await
         {
             Ok(_) => WorkerResult::DbUpdatedByWorker,

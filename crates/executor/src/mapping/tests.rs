@@ -62,7 +62,7 @@ fn assert_write(
     let write = write.expect("a write");
     assert_eq!(write.execution_id, run.execution_id);
     assert_eq!(write.version, version);
-    assert_eq!(write.created_at, now());
+    assert_eq!(write.now, now());
     assert_eq!(&write.event, event);
     write
 }
@@ -70,12 +70,10 @@ fn assert_write(
 /// Asserts that a finished child's write carries the response to its parent.
 #[track_caller]
 fn assert_notifies_parent(write: &OutcomeWrite, run: &RunInfo) {
-    let (to, response) = write
-        .parent_response
-        .as_ref()
-        .expect("the parent is notified");
+    assert_eq!(write.parent, run.parent);
+    let (to, response) = write.parent_response().expect("the parent is notified");
     let (parent, join_set_id) = run.parent.as_ref().unwrap();
-    assert_eq!(to, parent);
+    assert_eq!(&to, parent);
     assert_eq!(&response.event.join_set_id, join_set_id);
     let ExecutionEventInner::Finished { result } = &write.event else {
         panic!("only `Finished` notifies the parent, got {:?}", write.event)
@@ -110,7 +108,7 @@ fn ok_finishes_at_the_workers_version_and_notifies_the_parent() {
         WorkerResult::Ok(SupportedFunctionReturnValue::None, Version(2)),
         &run,
     );
-    assert_eq!(write.unwrap().parent_response, None);
+    assert_eq!(write.unwrap().parent_response(), None);
 }
 
 #[test]
@@ -145,7 +143,8 @@ fn timeout_with_a_retry_left_is_temporarily_timed_out() {
         &event,
     );
     assert_eq!(
-        write.parent_response, None,
+        write.parent_response(),
+        None,
         "temporary outcomes never notify the parent"
     );
 }
@@ -182,7 +181,7 @@ fn activity_trap_with_a_retry_left_is_temporarily_failed() {
         detail: Some("at line 7".into()),
     };
     let write = assert_write(map(trap(), &run), &run, Version(2), &event);
-    assert_eq!(write.parent_response, None);
+    assert_eq!(write.parent_response(), None);
 }
 
 #[test]
@@ -280,7 +279,7 @@ fn limit_reached_unlocks_without_using_up_a_retry() {
             reason: "too many".into(),
         };
         let write = assert_write(map(result, &run), &run, Version(4), &event);
-        assert_eq!(write.parent_response, None);
+        assert_eq!(write.parent_response(), None);
     }
 }
 

@@ -4,9 +4,9 @@
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use concepts::{
-    ClockFn, ClosingStrategy, ComponentId, CreateRequest, DbConnection, DelayId,
-    ExecutionEventInner, ExecutionId, FinishedExecutionError, FunctionFqn, HistoryEvent, JoinSetId,
-    JoinSetRequest, JoinSetResponse, Json, PersistKind, SupportedFunctionReturnValue,
+    AppendBatchRequest, ClockFn, ClosingStrategy, ComponentId, CreateRequest, DbConnection,
+    DelayId, ExecutionEventInner, ExecutionId, FinishedExecutionError, FunctionFqn, HistoryEvent,
+    JoinSetId, JoinSetRequest, JoinSetResponse, Json, PersistKind, SupportedFunctionReturnValue,
     add_saturating,
 };
 use executor::{FatalError, Worker, WorkerContext, WorkerError, WorkerResult};
@@ -325,17 +325,14 @@ impl ParentWorker {
             metadata: ctx.metadata.clone(),
             scheduled_by: None,
         };
-        match self
-            .db
-            .append_batch_create_new_execution(
-                now,
-                batch,
-                &ctx.execution_id,
-                ctx.version,
-                vec![child],
-            )
-            .await
-        {
+        let req = AppendBatchRequest {
+            execution_id: ctx.execution_id.clone(),
+            version: ctx.version,
+            now,
+            events: batch,
+            children: vec![child],
+        };
+        match self.db.append_batch(req).await {
             Ok(_) => WorkerResult::DbUpdatedByWorker,
             Err(err) => WorkerResult::Err(WorkerError::DbError(err)),
         }
@@ -459,11 +456,14 @@ impl Worker for SleepingWorker {
                 closing: false,
             },
         ]);
-        match self
-            .db
-            .append_batch(now, batch, &ctx.execution_id, ctx.version)
-            .await
-        {
+        let req = AppendBatchRequest {
+            execution_id: ctx.execution_id.clone(),
+            version: ctx.version,
+            now,
+            events: batch,
+            children: Vec::new(),
+        };
+        match self.db.append_batch(req).await {
             Ok(_) => WorkerResult::DbUpdatedByWorker,
             Err(err) => WorkerResult::Err(WorkerError::DbError(err)),
         }
@@ -507,11 +507,14 @@ impl PersistingWorker {
 #[async_trait]
 impl Worker for PersistingWorker {
     async fn run(&self, ctx: WorkerContext) -> WorkerResult {
-        let req = concepts::AppendRequest {
-            created_at: self.clock.now(),
-            event: Self::persisted(),
+        let req = AppendBatchRequest {
+            execution_id: ctx.execution_id.clone(),
+            version: ctx.version,
+            now: self.clock.now(),
+            events: vec![Self::persisted()],
+            children: Vec::new(),
         };
-        match self.db.append(&ctx.execution_id, ctx.version, req).await {
+        match self.db.append_batch(req).await {
             Ok(_) => WorkerResult::DbUpdatedByWorker,
             Err(err) => WorkerResult::Err(WorkerError::DbError(err)),
         }

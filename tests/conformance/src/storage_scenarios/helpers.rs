@@ -1,15 +1,16 @@
 //! Fixtures and assertions shared by the storage scenarios and the differential test: ids
-//! from fixed parts, requests, events, error-kind checks, and the S18 check of the stored
-//! pending state against its reference derivation.
+//! from fixed parts, requests, events, one-event appends and single locks over `append_batch`,
+//! error-kind checks, and the S18 check of the stored pending state against its reference
+//! derivation.
 
 use chrono::{DateTime, Utc};
 use concepts::{
-    AppendRequest, ComponentId, CreateRequest, DbConnection, DbError, DbErrorKind, DelayId,
-    ExecutionEventInner, ExecutionId, ExecutionIdTopLevel, ExecutionLog, ExecutionMetadata,
-    ExecutorId, FinishedExecutionResult, FunctionFqn, HistoryEvent, JoinSetId, JoinSetRequest,
-    JoinSetResponse, JoinSetResponseEvent, JoinSetResponseEventOuter, Json, Locked, PendingState,
-    PersistKind, RunId, SupportedFunctionReturnValue, ValidationError, Version,
-    derive_pending_state,
+    AppendBatchRequest, ComponentId, CreateRequest, DbClient, DbConnection, DbError, DbErrorKind,
+    DbWorkflow, DelayId, ExecutionEventInner, ExecutionId, ExecutionIdTopLevel, ExecutionLog,
+    ExecutionMetadata, ExecutorId, FinishedExecutionResult, FunctionFqn, HistoryEvent, JoinSetId,
+    JoinSetRequest, JoinSetResponse, JoinSetResponseEvent, JoinSetResponseEventOuter, Json,
+    LockPendingRequest, Locked, PendingState, PersistKind, RunId, SupportedFunctionReturnValue,
+    ValidationError, Version, derive_pending_state,
 };
 use std::{fmt::Debug, time::Duration};
 
@@ -254,10 +255,93 @@ pub fn child_finished(
     }
 }
 
-/// An append request.
+/// The `append_batch` request of `events` to `execution_id` at `version`, at `now`, creating
+/// nothing.
 #[must_use]
-pub fn at_time(created_at: DateTime<Utc>, event: ExecutionEventInner) -> AppendRequest {
-    AppendRequest { created_at, event }
+pub fn batch(
+    execution_id: &ExecutionId,
+    version: Version,
+    now: DateTime<Utc>,
+    events: Vec<ExecutionEventInner>,
+) -> AppendBatchRequest {
+    batch_creating(execution_id, version, now, events, Vec::new())
+}
+
+/// The `append_batch` request of `events` to `execution_id` at `version`, at `now`, that also
+/// creates `children`.
+#[must_use]
+pub fn batch_creating(
+    execution_id: &ExecutionId,
+    version: Version,
+    now: DateTime<Utc>,
+    events: Vec<ExecutionEventInner>,
+    children: Vec<CreateRequest>,
+) -> AppendBatchRequest {
+    AppendBatchRequest {
+        execution_id: execution_id.clone(),
+        version,
+        now,
+        events,
+        children,
+    }
+}
+
+/// Appends one event at `version`, at `now`: an `append_batch` of that event alone. Returns the
+/// next version.
+///
+/// # Errors
+/// Whatever `append_batch` returns.
+pub async fn append<D: DbWorkflow + ?Sized>(
+    db: &D,
+    execution_id: &ExecutionId,
+    version: Version,
+    now: DateTime<Utc>,
+    event: ExecutionEventInner,
+) -> Result<Version, DbError> {
+    db.append_batch(batch(execution_id, version, now, vec![event]))
+        .await
+}
+
+/// Locks one execution at `version`, at `now`, for `executor_id` and `run_id` until
+/// `lock_expires_at` (or extends the lease of that executor and run): an `append_batch` of one
+/// `Locked` event of [`component_id`]. Returns the history events of the log after the lock, as
+/// `get` reads them, and the next version.
+///
+/// # Errors
+/// Whatever `append_batch` or `get` returns.
+pub async fn lock<D: DbWorkflow + DbClient + ?Sized>(
+    db: &D,
+    now: DateTime<Utc>,
+    execution_id: &ExecutionId,
+    run_id: RunId,
+    version: Version,
+    executor_id: ExecutorId,
+    lock_expires_at: DateTime<Utc>,
+) -> Result<(Vec<HistoryEvent>, Version), DbError> {
+    let locked = locked(executor_id, run_id, lock_expires_at);
+    let next_version = append(db, execution_id, version, now, locked).await?;
+    let history = db
+        .get(execution_id)
+        .await?
+        .events
+        .into_iter()
+        .filter_map(|event| match event.event {
+            ExecutionEventInner::HistoryEvent { event } => Some(event),
+            _ => None,
+        })
+        .collect();
+    Ok((history, next_version))
+}
+
+/// The pending state of an execution, as `get` reports it.
+///
+/// # Errors
+/// Whatever `get` returns.
+pub async fn pending_state<D: DbClient + ?Sized>(
+    db: &D,
+    execution_id: &ExecutionId,
+) -> Result<PendingState, DbError> {
+    Ok(db.get(execution_id).await?.pending_state)
 }
 
 /// The error of `result`, asserting its kind.
@@ -317,9 +401,9 @@ pub fn expect_already_finished<T: Debug>(result: Result<T, DbError>) {
     assert_eq!(expect_validation(result), ValidationError::AlreadyFinished);
 }
 
-/// S18: the pending state the store reports (in `get` and `get_pending_state`) equals the
-/// reference derivation from its own log and responses, and the next version is consistent
-/// with the log (`len` for a running execution, the `Finished` version for a finished one).
+/// S18: the pending state the store reports in `get` equals the reference derivation from its
+/// own log and responses, and the next version is consistent with the log (`len` for a running
+/// execution, the `Finished` version for a finished one).
 /// Returns the log.
 ///
 /// # Panics
@@ -338,11 +422,6 @@ pub async fn assert_state_matches_derivation(
         log.pending_state, derived,
         "stored pending state of {execution_id} differs from its derivation; log: {log:#?}"
     );
-    let by_itself = db
-        .get_pending_state(execution_id)
-        .await
-        .unwrap_or_else(|err| panic!("get_pending_state {execution_id}: {err}"));
-    assert_eq!(by_itself, derived, "get_pending_state of {execution_id}");
     assert_next_version_consistent(&log);
     log
 }
@@ -385,15 +464,15 @@ pub async fn lock_pending_now(
     executor_id: ExecutorId,
     lease: Duration,
 ) -> Vec<concepts::LockedExecution> {
-    db.lock_pending(
+    db.lock_pending(LockPendingRequest {
         batch_size,
+        pending_at_or_sooner: now,
+        ffqns: ffqns.clone(),
         now,
-        ffqns.clone(),
-        now,
-        component_id(),
+        component_id: component_id(),
         executor_id,
-        plus(now, lease),
-    )
+        lock_expires_at: plus(now, lease),
+    })
     .await
     .unwrap_or_else(|err| panic!("lock_pending at {now}: {err}"))
 }
