@@ -7,8 +7,8 @@ use crate::driver::RunIo;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use concepts::{
-    CreateRequest, DbClient, DbConnection, DbError, ExecutionEventInner, ExecutionId,
-    FinishedExecutionResult, HistoryEvent, JoinSetResponseEventOuter, Version,
+    AppendBatchRequest, CreateRequest, DbClient, DbConnection, DbError, ExecutionEventInner,
+    ExecutionId, FinishedExecutionResult, HistoryEvent, JoinSetResponseEventOuter, Version,
 };
 use std::{sync::Arc, time::Duration};
 
@@ -27,25 +27,17 @@ impl RunIo for RunStore {
         events: Vec<HistoryEvent>,
         children: Vec<CreateRequest>,
     ) -> Result<Version, DbError> {
-        let events = events
-            .into_iter()
-            .map(|event| ExecutionEventInner::HistoryEvent { event })
-            .collect();
-        if children.is_empty() {
-            self.db
-                .append_batch(now, events, &self.execution_id, version)
-                .await
-        } else {
-            self.db
-                .append_batch_create_new_execution(
-                    now,
-                    events,
-                    &self.execution_id,
-                    version,
-                    children,
-                )
-                .await
-        }
+        let request = AppendBatchRequest {
+            execution_id: self.execution_id.clone(),
+            version,
+            now,
+            events: events
+                .into_iter()
+                .map(|event| ExecutionEventInner::HistoryEvent { event })
+                .collect(),
+            children,
+        };
+        self.db.append_batch(request).await
     }
 
     async fn next_responses(
