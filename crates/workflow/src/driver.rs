@@ -199,11 +199,14 @@ impl Driver<'_> {
         if cold {
             return Some(self.give_up());
         }
+        // Bounded by the clock and by the same span of real time, so that a clock that does
+        // not move (a simulated one) cannot keep a run waiting forever.
+        let budget = (give_up_at - now).to_std().unwrap_or_default();
+        let started = tokio::time::Instant::now();
         loop {
             let now = (self.shared.clock)();
-            let Ok(left) = (give_up_at - now).to_std() else {
-                return Some(self.give_up());
-            };
+            let by_clock = (give_up_at - now).to_std().unwrap_or_default();
+            let left = by_clock.min(budget.saturating_sub(started.elapsed()));
             if left.is_zero() {
                 return Some(self.give_up());
             }
