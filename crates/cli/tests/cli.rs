@@ -268,6 +268,20 @@ fn demo_summary_adds_up_and_inspection_shows_what_the_log_holds() {
     for index in 1..=children {
         assert!(text.stdout.contains(&format!("{id}.n:children_{index}")));
     }
+    // The children as a tree, with their function and outcome; each await names its answer.
+    assert!(
+        text.stdout.contains(&format!("Children ({children}):")),
+        "{}",
+        text.stdout
+    );
+    assert!(
+        text.stdout.contains(&format!(
+            "  - {id}.n:children_1  stele:demo/activities.flaky  "
+        )),
+        "{}",
+        text.stdout
+    );
+    assert!(text.stdout.contains("answered by response #1"));
     let table = run(&[
         "--db",
         db,
