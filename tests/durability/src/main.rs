@@ -9,6 +9,9 @@
 //! default) and the watcher ticks every 100 ms, so the work of a killed node is recovered soon
 //! after a restart.
 //!
+//! With `--workload workflow` the N executions are workflows (see the `flows` module), each
+//! with four no-op children; N, `progress` and the `finished` lines count the workflows.
+//!
 //! With `--submit never` the node submits nothing and waits for N executions to be finished,
 //! whoever submits them (the multi-process test submits them itself, in batches).
 //! `--executor-tick-ms` gives the executor a `tick_sleep` of its own (the watcher keeps
@@ -65,6 +68,7 @@ const FFQN: &str = "durability:node/work@1.0.0.noop";
 /// submitting.
 const ID_MS: u64 = 1_700_000_000_000;
 
+mod flows;
 mod traced;
 
 #[derive(Parser, Debug)]
@@ -106,6 +110,15 @@ impl Role {
     }
 }
 
+/// What the submitted executions run.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum Workload {
+    /// The no-op function.
+    Noop,
+    /// The workflow of the `flows` module, whose children run the no-op function.
+    Workflow,
+}
+
 /// Whether a node submits the executions.
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 enum Submit {
@@ -130,6 +143,10 @@ struct RunArgs {
     /// Whether this node submits the executions.
     #[arg(long, value_enum, default_value_t = Submit::IfEmpty)]
     submit: Submit,
+    /// What the executions run; with `workflow`, N counts the top-level workflows (their
+    /// children come on top).
+    #[arg(long, value_enum, default_value_t = Workload::Noop)]
+    workload: Workload,
     /// The lease of each run, in milliseconds.
     #[arg(long, default_value_t = 1_500)]
     lock_expiry_ms: u64,
@@ -309,13 +326,14 @@ async fn submit_if_empty(
     }
 }
 
-/// Every execution id in `state` (every one for `None`).
+/// Every top-level execution id in `state` (every one for `None`).
 async fn list_ids(
     db: &dyn DbConnection,
     state: Option<PendingStateKind>,
 ) -> Result<Vec<ExecutionId>, DbError> {
     let filter = ListExecutionsFilter {
         state,
+        top_level_only: true,
         ..ListExecutionsFilter::default()
     };
     let all = db.list_all_executions(filter).await?;
@@ -330,12 +348,16 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     let database = DatabaseUrl::parse(&args.database)?;
     ensure!(args.executions > 0, "--executions must be at least 1");
     let ffqn: FunctionFqn = FFQN.parse()?;
+    let top_level = match args.workload {
+        Workload::Noop => ffqn.clone(),
+        Workload::Workflow => flows::FLOW.ffqn()?,
+    };
     let component_id = ComponentId::new("activity", "durability-noop")?;
     let db = database.open().await?;
 
     let (submission, total) = match args.submit {
         Submit::IfEmpty => {
-            let submission = submit_if_empty(db.as_ref(), &args, &ffqn, &component_id).await?;
+            let submission = submit_if_empty(db.as_ref(), &args, &top_level, &component_id).await?;
             let total = list_ids(db.as_ref(), None).await?.len();
             ensure!(
                 total == args.executions,
@@ -373,6 +395,32 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         Out::line(format!("executor {}", handle.executor_id()));
         handle
     });
+    let runs_executors = matches!(args.role, Role::Executor | Role::Both);
+    let mut workflows = match (args.workload, runs_executors) {
+        (Workload::Workflow, true) => {
+            let worker = workflow::WorkflowWorker::new(db.clone(), Now)
+                .child_settings(
+                    component_id.clone(),
+                    args.max_retries,
+                    Duration::from_millis(args.retry_backoff_ms),
+                )
+                .register(&flows::FLOW, flows::flow)?;
+            let config = ExecConfig {
+                lock_expiry: Duration::from_millis(args.lock_expiry_ms),
+                tick_sleep: tick,
+                batch_size: args.batch_size,
+                component_id: component_id.clone(),
+                task_limiter: Some(Arc::new(Semaphore::new(args.concurrency.max(1)))),
+            };
+            Some(ExecTask::spawn_new(
+                Arc::new(worker),
+                config,
+                Now,
+                db.clone(),
+            ))
+        }
+        _ => None,
+    };
     let mut watcher = matches!(args.role, Role::Watcher | Role::Both).then(|| {
         let config = TimersWatcherConfig {
             tick_sleep: tick,
@@ -411,6 +459,9 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
 
     if let Some(executor) = executor.as_mut() {
         executor.close().await;
+    }
+    if let Some(workflows) = workflows.as_mut() {
+        workflows.close().await;
     }
     if let Some(watcher) = watcher.as_mut() {
         watcher.close().await;

@@ -20,14 +20,19 @@
 //! crash image must hold all N executions or none (the submission is one transaction), and a
 //! restart on the committed one finishes them all.
 //!
-//! PostgreSQL runs the kill/restart test too when `STELE_TEST_POSTGRES_URL` names a server
+//! A third test runs workflows (`--workload workflow`: a fan-out to three children, a durable
+//! sleep, a call) and kills their nodes at several points: every workflow must finish with
+//! the result of an uninterrupted run, every child exist once, and every history have the
+//! expected shape, no step recorded twice.
+//!
+//! PostgreSQL runs the kill/restart tests too when `STELE_TEST_POSTGRES_URL` names a server
 //! (a fresh database per test); without it that test prints `SKIPPED: ...` and passes, except
 //! under `CI=true`, where it fails.
 
 use concepts::DbClientExt as _;
 use concepts::{
-    DbConnection, ExecutionEventInner, ExecutionId, Json, ListExecutionsFilter, PendingStateKind,
-    SupportedFunctionReturnValue, Version, derive_pending_state,
+    DbConnection, ExecutionEventInner, ExecutionId, HistoryEvent, Json, ListExecutionsFilter,
+    PendingStateKind, SupportedFunctionReturnValue, Version, derive_pending_state,
 };
 use std::{
     collections::HashSet,
@@ -246,11 +251,16 @@ impl Printed {
 
 impl Node {
     fn start(store: &Store, label: &str) -> Self {
+        Self::start_with(store, label, EXECUTIONS, &NODE_ARGS)
+    }
+
+    /// A node over `executions` executions (workflows with `--workload workflow`), with `args`.
+    fn start_with(store: &Store, label: &str, executions: usize, args: &[&str]) -> Self {
         let stderr = store.log_dir().join(format!("{label}.stderr"));
         let mut child = Command::new(env!("CARGO_BIN_EXE_durability-node"))
             .args(["run", "--database", &store.url()])
-            .args(["--executions", &EXECUTIONS.to_string()])
-            .args(NODE_ARGS)
+            .args(["--executions", &executions.to_string()])
+            .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(std::fs::File::create(&stderr).expect("a stderr file"))
@@ -670,8 +680,13 @@ fn sqlite_kill_during_submission_is_all_or_nothing() {
     assert_integrity(store.sqlite_path().expect("a SQLite store"));
 }
 
-#[test]
-fn postgres_kill_and_restart_loses_nothing() {
+/// A fresh database on the PostgreSQL test server, or `None` (after printing why) when no
+/// server is configured outside CI.
+#[expect(
+    clippy::print_stdout,
+    reason = "the skip line is read from the test's stdout"
+)]
+fn postgres_store(label: &str) -> Option<Store> {
     let Some(url) = std::env::var(POSTGRES_URL_VAR)
         .ok()
         .filter(|url| !url.is_empty())
@@ -683,21 +698,203 @@ fn postgres_kill_and_restart_loses_nothing() {
              run: start a server with `source .ci/postgres.sh && pg_start` first"
         );
         println!("SKIPPED: postgres: {POSTGRES_URL_VAR} is not set");
-        return;
+        return None;
     };
     let server = PostgresConfig::from_url(&url)
         .unwrap_or_else(|e| panic!("{POSTGRES_URL_VAR} does not parse: {e}"));
-    let name = format!("stele_durability_{}", std::process::id());
+    let name = format!("stele_durability_{label}_{}", std::process::id());
     runtime()
         .block_on(admin::create_database(&server, &name))
         .unwrap_or_else(|e| panic!("cannot create test database {name}: {e}"));
-    let store = Store::Postgres {
+    Some(Store::Postgres {
         dir: tempfile::tempdir().expect("a temp dir"),
         url: url_with_database(&url, &name),
         server: Box::new(server),
         name,
-    };
-    kill_and_restart(&store);
+    })
+}
+
+#[test]
+fn postgres_kill_and_restart_loses_nothing() {
+    if let Some(store) = postgres_store("noop") {
+        kill_and_restart(&store);
+    }
+}
+
+/// Workflows per workflow crash test; each has four children.
+const WORKFLOWS: usize = 150;
+/// The node's arguments for workflows: those of [`NODE_ARGS`] (16 workflows and 16 child
+/// runs of 20 ms at once), and the workload.
+fn workflow_args() -> Vec<&'static str> {
+    [&NODE_ARGS[..], &["--workload", "workflow"]].concat()
+}
+/// The history every workflow of `--workload workflow` records (`tests/durability/src/flows.rs`),
+/// by event kind and join set.
+const WORKFLOW_SHAPE: [&str; 14] = [
+    "Persist",
+    "JoinSetCreate n:children",
+    "JoinSetRequest n:children",
+    "JoinSetRequest n:children",
+    "JoinSetRequest n:children",
+    "JoinNext n:children",
+    "JoinNext n:children",
+    "JoinNext n:children",
+    "JoinSetCreate o:2",
+    "JoinSetRequest o:2",
+    "JoinNext o:2",
+    "JoinSetCreate o:3-noop",
+    "JoinSetRequest o:3-noop",
+    "JoinNext o:3-noop",
+];
+
+/// One history event as `<kind> <join set>`.
+fn shape_of(event: &HistoryEvent) -> String {
+    match event {
+        HistoryEvent::Persist { .. } => "Persist".to_string(),
+        HistoryEvent::JoinSetCreate { join_set_id, .. } => format!("JoinSetCreate {join_set_id}"),
+        HistoryEvent::JoinSetRequest { join_set_id, .. } => {
+            format!("JoinSetRequest {join_set_id}")
+        }
+        HistoryEvent::JoinNext { join_set_id, .. } => format!("JoinNext {join_set_id}"),
+        HistoryEvent::Schedule { .. } => "Schedule".to_string(),
+    }
+}
+
+/// Kills nodes running workflows at several points (mid fan-out, warm-waiting, finishing),
+/// restarts them, and checks that every workflow finished as an uninterrupted run would.
+fn workflows_kill_and_restart(store: &Store) {
+    let started = Instant::now();
+    for (idx, point) in KILL_POINTS.iter().enumerate() {
+        let label = format!("workflow-node-{idx}");
+        let kill_at = (WORKFLOWS as f64 * point) as usize;
+        let printed = Node::start_with(store, &label, WORKFLOWS, &workflow_args())
+            .kill_when(|p| p.progress >= kill_at);
+        assert!(
+            printed.progress < WORKFLOWS,
+            "{label} finished everything before it was killed"
+        );
+        eprintln!(
+            "{label}: killed at {} of {WORKFLOWS} workflows finished",
+            printed.progress
+        );
+    }
+    let last = Node::start_with(store, "workflow-node-last", WORKFLOWS, &workflow_args()).finish();
+    eprintln!(
+        "workflow-node-last: {}",
+        last.summary.expect("checked by finish")
+    );
+    runtime().block_on(check_workflows(store));
+    if let Some(path) = store.sqlite_path() {
+        assert_integrity(path);
+    }
+    eprintln!(
+        "workflows, kill and restart: {:?} in all",
+        started.elapsed()
+    );
+}
+
+/// Every workflow finished once with the result of an uninterrupted run, its history has
+/// the expected shape (no step recorded twice), and every child exists once and finished
+/// once, its response delivered once.
+async fn check_workflows(store: &Store) {
+    let db = store.open(None).await;
+    let all = all_ids(db.as_ref(), None).await;
+    let unique: HashSet<&ExecutionId> = all.iter().collect();
+    assert_eq!(
+        all.len(),
+        WORKFLOWS * 5,
+        "workflows and their four children each"
+    );
+    assert_eq!(unique.len(), all.len(), "every child was created once");
+    let (mut replayed, mut runs_total) = (0, 0);
+    for id in all.iter().filter(|id| id.is_top_level()) {
+        let log = db.get(id).await.unwrap_or_else(|e| panic!("get {id}: {e}"));
+        let finished = log
+            .events
+            .iter()
+            .filter(|e| matches!(e.event, ExecutionEventInner::Finished { .. }))
+            .count();
+        assert_eq!(finished, 1, "{id}: Finished events");
+        let Some(ExecutionEventInner::Created { params, .. }) =
+            log.events.first().map(|e| &e.event)
+        else {
+            panic!("{id}: the first event is not Created");
+        };
+        let index = params.0[0].as_u64().expect("the index");
+        let expected: u64 = (1..=3).map(|k| index * 10 + k).sum();
+        assert_eq!(
+            log.finished_result(),
+            Some(&Ok(SupportedFunctionReturnValue::InfallibleOrResultOk(
+                Json(expected.into())
+            ))),
+            "{id}: not the result of an uninterrupted run"
+        );
+        let shape: Vec<String> = log
+            .events
+            .iter()
+            .filter_map(|e| match &e.event {
+                ExecutionEventInner::HistoryEvent { event } => Some(shape_of(event)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            shape, WORKFLOW_SHAPE,
+            "{id}: a step recorded twice or left out"
+        );
+        let answered: HashSet<String> = log
+            .responses
+            .iter()
+            .map(|r| format!("{:?}", r.event.event))
+            .collect();
+        assert_eq!(
+            log.responses.len(),
+            5,
+            "{id}: four children and one delay answered"
+        );
+        assert_eq!(answered.len(), 5, "{id}: a response delivered twice");
+        assert_eq!(
+            Some(&log.pending_state),
+            derive_pending_state(&log.events, &log.responses).as_ref(),
+            "{id}: the stored pending state differs from its derivation"
+        );
+        let runs = log
+            .events
+            .iter()
+            .filter(|e| matches!(e.event, ExecutionEventInner::Locked(_)))
+            .count();
+        runs_total += runs;
+        if runs > 1 {
+            replayed += 1;
+        }
+    }
+    for id in all.iter().filter(|id| !id.is_top_level()) {
+        let log = db.get(id).await.unwrap_or_else(|e| panic!("get {id}: {e}"));
+        assert!(
+            log.finished_result().is_some(),
+            "child {id} is not finished"
+        );
+    }
+    assert!(
+        replayed > 0,
+        "no workflow was interrupted: the test replayed nothing"
+    );
+    eprintln!(
+        "final: {WORKFLOWS} workflows with {} children, all finished once with the expected result; {replayed} were replayed after a kill or a cold wait ({runs_total} runs in all)",
+        all.len() - WORKFLOWS
+    );
+    db.close().await;
+}
+
+#[test]
+fn sqlite_workflows_killed_and_restarted_finish_as_uninterrupted() {
+    workflows_kill_and_restart(&Store::sqlite());
+}
+
+#[test]
+fn postgres_workflows_killed_and_restarted_finish_as_uninterrupted() {
+    if let Some(store) = postgres_store("workflows") {
+        workflows_kill_and_restart(&store);
+    }
 }
 
 /// `url` with its database replaced by `name` (query parameters kept).
