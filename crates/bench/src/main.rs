@@ -439,20 +439,31 @@ async fn bench(args: Args) -> anyhow::Result<()> {
         )?;
         writeln!(report, "{}", workflows::WorkflowMeasurement::HEADER)?;
         for backend in &args.backends {
-            let db: Arc<dyn DbConnection> = match backend.as_str() {
-                "memory" => Arc::new(storage_memory::MemoryStore::new()),
-                "sqlite" => {
+            let mut postgres = None;
+            let db: Arc<dyn DbConnection> = match (backend.as_str(), &postgres_url) {
+                ("memory", _) => Arc::new(storage_memory::MemoryStore::new()),
+                ("sqlite", _) => {
                     let path = dir.path().join("workflows.db");
                     Arc::new(
                         SqlitePool::open(SqliteConfig::new(&path).with_synchronous(sync)).await?,
                     )
                 }
+                ("postgres", Some(url)) => {
+                    let run = PostgresRun::create(url, "workflows").await?;
+                    let db = run.connect().await?;
+                    postgres = Some(run);
+                    db
+                }
                 _ => continue,
             };
             eprintln!("measuring workflows on {backend} ...");
-            let m =
+            let measured =
                 workflows::measure(backend, db, args.workflow_steps, args.fan_out, args.history)
-                    .await?;
+                    .await;
+            if let Some(run) = postgres {
+                run.drop_database().await?;
+            }
+            let m = measured?;
             writeln!(report, "{}", m.row())?;
         }
     }

@@ -193,11 +193,16 @@ impl Driver<'_> {
         // Warm: nobody locks the execution before the deadline, even if the response arrives
         // at once. Cold: the response makes it due at once.
         let run_expires_at = if cold { now } else { self.limits.deadline };
-        if let Err(err) = self.flush(run_expires_at).await {
+        // Once this run has written a warm `JoinNext`, the execution is blocked or due only at
+        // the deadline: nobody needs further `JoinNext`s until this run gives up or ends, so
+        // a buffer of nothing else waits for the next write (a fan-out's awaits cost no
+        // transaction each). Requests are written at once: their children must exist.
+        let deferred = !cold && self.appended && self.shared.lock().awaits_only();
+        if !deferred && let Err(err) = self.flush(run_expires_at).await {
             return Some(WorkerResult::Err(WorkerError::DbError(err)));
         }
         if cold {
-            return Some(self.give_up());
+            return Some(self.give_up().await);
         }
         // Bounded by the clock and by the same span of real time, so that a clock that does
         // not move (a simulated one) cannot keep a run waiting forever.
@@ -208,7 +213,7 @@ impl Driver<'_> {
             let by_clock = (give_up_at - now).to_std().unwrap_or_default();
             let left = by_clock.min(budget.saturating_sub(started.elapsed()));
             if left.is_zero() {
-                return Some(self.give_up());
+                return Some(self.give_up().await);
             }
             let start = self.shared.lock().response_count();
             let slice = left.min(self.limits.wait_slice);
@@ -223,8 +228,12 @@ impl Driver<'_> {
         }
     }
 
-    /// Ends the run while the execution waits; whoever locks it later replays it.
-    fn give_up(&self) -> WorkerResult {
+    /// Ends the run while the execution waits, after writing what is buffered (warm: the
+    /// `JoinNext`s expire at the deadline); whoever locks it later replays it.
+    async fn give_up(&mut self) -> WorkerResult {
+        if let Err(err) = self.flush(self.limits.deadline).await {
+            return WorkerResult::Err(WorkerError::DbError(err));
+        }
         if self.appended {
             WorkerResult::DbUpdatedByWorker
         } else {

@@ -354,6 +354,15 @@ impl RunState {
         Some(delay_id)
     }
 
+    /// True when the buffer holds `JoinNext`s only (and so creates no child).
+    pub(crate) fn awaits_only(&self) -> bool {
+        self.children.is_empty()
+            && self
+                .buffer
+                .iter()
+                .all(|event| matches!(event, HistoryEvent::JoinNext { .. }))
+    }
+
     /// True when every request of the join set has been awaited.
     pub(crate) fn all_awaited(&mut self, join_set_id: &JoinSetId) -> bool {
         self.join_set_mut(join_set_id)
