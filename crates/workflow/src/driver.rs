@@ -158,6 +158,7 @@ impl Driver<'_> {
     async fn flush(&mut self, run_expires_at: DateTime<Utc>) -> Result<(), DbError> {
         let (mut events, children) = {
             let mut state = self.shared.lock();
+            state.buffered_requests = 0;
             (
                 std::mem::take(&mut state.buffer),
                 std::mem::take(&mut state.children),

@@ -76,6 +76,8 @@ pub(crate) struct RunState {
     pub buffer: Vec<HistoryEvent>,
     /// The children the buffered events create.
     pub children: Vec<CreateRequest>,
+    /// How many of the buffered events are not `JoinNext`s.
+    pub buffered_requests: usize,
     responses: Vec<JoinSetResponseEventOuter>,
     by_join_set: HashMap<JoinSetId, Vec<usize>>,
     arrived_children: HashMap<JoinSetId, usize>,
@@ -107,6 +109,7 @@ impl RunState {
             cursor: 0,
             buffer: Vec::new(),
             children: Vec::new(),
+            buffered_requests: 0,
             responses: Vec::new(),
             by_join_set: HashMap::new(),
             arrived_children: HashMap::new(),
@@ -198,6 +201,9 @@ impl RunState {
             return None;
         }
         let event = fresh(self);
+        if !matches!(event, HistoryEvent::JoinNext { .. }) {
+            self.buffered_requests += 1;
+        }
         self.buffer.push(event.clone());
         Some(event)
     }
@@ -356,11 +362,7 @@ impl RunState {
 
     /// True when the buffer holds `JoinNext`s only (and so creates no child).
     pub(crate) fn awaits_only(&self) -> bool {
-        self.children.is_empty()
-            && self
-                .buffer
-                .iter()
-                .all(|event| matches!(event, HistoryEvent::JoinNext { .. }))
+        self.children.is_empty() && self.buffered_requests == 0
     }
 
     /// True when every request of the join set has been awaited.
