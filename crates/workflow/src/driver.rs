@@ -156,7 +156,7 @@ impl Driver<'_> {
 
     /// Writes the buffered events with `JoinNext`s expiring at `run_expires_at`.
     async fn flush(&mut self, run_expires_at: DateTime<Utc>) -> Result<(), DbError> {
-        let (mut events, children) = {
+        let (mut events, children): (_, Vec<CreateRequest>) = {
             let mut state = self.shared.lock();
             state.buffered_requests = 0;
             (
@@ -176,6 +176,15 @@ impl Driver<'_> {
             }
         }
         let now = (self.shared.clock)();
+        // A child is created, and due, when the transaction that creates it commits.
+        let children = children
+            .into_iter()
+            .map(|child| CreateRequest {
+                created_at: now,
+                scheduled_at: now,
+                ..child
+            })
+            .collect();
         self.version = self.io.append(self.version, now, events, children).await?;
         self.appended = true;
         Ok(())
