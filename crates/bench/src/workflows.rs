@@ -92,11 +92,13 @@ impl Worker for Timed {
 /// The workflow numbers of one backend.
 pub struct WorkflowMeasurement {
     backend: String,
+    round_trip: Duration,
     serial_steps: u64,
     serial: Duration,
     serial_runs: usize,
     children: u64,
     fan_out: Duration,
+    fan_out_tail: Duration,
     fan_out_runs: usize,
     fan_out_events: usize,
     replayed_events: usize,
@@ -105,20 +107,22 @@ pub struct WorkflowMeasurement {
 
 impl WorkflowMeasurement {
     /// The table's header.
-    pub const HEADER: &str = "| backend | serial steps | steps/s | ms/step | parent runs | fan-out children | time to parent's Finished (s) | parent runs | events in the parent's log | replayed events | replayed events/s |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|";
+    pub const HEADER: &str = "| backend | one activity submitted and awaited (ms) | serial steps | steps/s | ms/step | parent runs | fan-out children | time to parent's Finished (s) | of which after the last child answered (s) | parent runs | events in the parent's log | replayed events | replayed events/s |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|";
 
     /// The table's row.
     pub fn row(&self) -> String {
         let steps_per_second = self.serial_steps as f64 / self.serial.as_secs_f64();
         format!(
-            "| {} | {} | {:.0} | {:.2} | {} | {} | {:.2} | {} | {} | {} | {:.0} |",
+            "| {} | {:.2} | {} | {:.0} | {:.2} | {} | {} | {:.2} | {:.2} | {} | {} | {} | {:.0} |",
             self.backend,
+            self.round_trip.as_secs_f64() * 1000.0 / self.serial_steps as f64,
             self.serial_steps,
             steps_per_second,
             1000.0 / steps_per_second,
             self.serial_runs,
             self.children,
             self.fan_out.as_secs_f64(),
+            self.fan_out_tail.as_secs_f64(),
             self.fan_out_runs,
             self.fan_out_events,
             self.replayed_events,
@@ -193,6 +197,14 @@ pub async fn measure(
     let client = Client::new(db.clone(), Now, component_id).retries(0, Duration::from_secs(1));
     let limit = Duration::from_secs(600);
 
+    eprintln!("  {backend}: {serial_steps} activities submitted and awaited one by one ...");
+    let start = Instant::now();
+    for step in 0..serial_steps {
+        let handle = client.submit(&NOOP, &step).await?;
+        handle.result_within(limit).await.context("round trip")?;
+    }
+    let round_trip = start.elapsed();
+
     eprintln!("  {backend}: {serial_steps} serial steps ...");
     let start = Instant::now();
     let handle = client.submit(&SERIAL, &serial_steps).await?;
@@ -210,6 +222,14 @@ pub async fn measure(
     }
     let log = db.get(handle.execution_id()).await?;
     let (fan_out_runs, fan_out_events) = (runs(&log), log.events.len());
+    // From the last child's response to the parent's `Finished`: the parent's last write
+    // (every `JoinNext` of the fan-out) and the executor's.
+    let fan_out_tail = match (log.responses.last(), log.events.last()) {
+        (Some(response), Some(finished)) => (finished.created_at - response.created_at)
+            .to_std()
+            .unwrap_or_default(),
+        _ => Duration::ZERO,
+    };
 
     eprintln!("  {backend}: a replay of {history_steps} recorded steps ...");
     let handle = client.submit(&LONG_HISTORY, &history_steps).await?;
@@ -233,11 +253,13 @@ pub async fn measure(
     db.close().await;
     Ok(WorkflowMeasurement {
         backend: backend.to_string(),
+        round_trip,
         serial_steps,
         serial,
         serial_runs,
         children,
         fan_out,
+        fan_out_tail,
         fan_out_runs,
         fan_out_events,
         replayed_events,

@@ -91,8 +91,19 @@
 //! A wait that can end within the lease is **warm**: the buffered events are written with
 //! `run_expires_at` = the lease's end, and the run waits for responses in memory
 //! (`subscribe_to_next_responses`), going on without a replay. A wait that cannot (a long
-//! sleep), or one still waiting shortly before the lease ends, is **cold**: the run ends and
-//! whoever locks the execution when its response arrives replays it.
+//! sleep), or one still waiting shortly before the lease ends (the last tenth of it, bounded
+//! by the clock and by as much real time), is **cold**: the run ends and whoever locks the
+//! execution when its response arrives replays it.
+//!
+//! Once a run has written a warm `JoinNext`, the execution is blocked, or due only at the
+//! lease's end, so later `JoinNext`s are needed by nobody until the run ends: a buffer of
+//! `JoinNext`s only is written with the next request, when the run gives up, or with the
+//! result. A fan-out of n children therefore costs two writes of the parent, not n. Requests
+//! are always written before the run waits: the children they create must exist.
+//!
+//! The result goes back to the executor as `WorkerResult::Ok` after the buffer is written with
+//! `run_expires_at` = the lease's end, so nobody locks the execution between that write and
+//! the executor's `Finished`: the last step is never replayed.
 //!
 //! This crate knows no storage backend and reads time only from the `ClockFn` it is given.
 
