@@ -12,6 +12,7 @@ mod ci;
 mod conformance;
 mod deps;
 mod libtest;
+mod tidy;
 
 use std::{
     path::{Path, PathBuf},

@@ -216,9 +216,9 @@ async fn measure(
 /// A database of its own on the PostgreSQL server, dropped by [`PostgresRun::drop_database`].
 struct PostgresRun {
     server: PostgresConfig,
+    /// The server's URL, as given.
+    server_url: String,
     name: String,
-    /// The server's URL naming this database (query parameters kept).
-    url: String,
 }
 
 impl PostgresRun {
@@ -229,8 +229,8 @@ impl PostgresRun {
             .await
             .with_context(|| format!("creating database {name} on {}", server.redacted_url()))?;
         Ok(Self {
-            url: url_with_database(server_url, &name),
             server,
+            server_url: server_url.to_string(),
             name,
         })
     }
@@ -247,19 +247,6 @@ impl PostgresRun {
             .await
             .with_context(|| format!("dropping database {}", self.name))
     }
-}
-
-/// `url` with its database replaced by `name` (query parameters kept).
-fn url_with_database(url: &str, name: &str) -> String {
-    let (base, query) = match url.split_once('?') {
-        Some((base, query)) => (base, format!("?{query}")),
-        None => (url, String::new()),
-    };
-    let after_scheme = base.find("://").map_or(0, |at| at + 3);
-    let host_end = base[after_scheme..]
-        .find('/')
-        .map_or(base.len(), |at| after_scheme + at);
-    format!("{}/{name}{query}", &base[..host_end])
 }
 
 /// The single-process PostgreSQL run on a fresh database.
@@ -284,7 +271,8 @@ async fn measure_processes(server_url: &str, args: &Args) -> anyhow::Result<Vec<
             Ok(parent) => {
                 let measured = multi::measure(
                     &parent,
-                    &run.url,
+                    &run.server_url,
+                    &run.name,
                     processes,
                     args.executions,
                     args.batch_size,

@@ -34,9 +34,12 @@ const TIMEOUT: Duration = Duration::from_secs(600);
 /// The arguments of a worker process (the hidden `worker-process` subcommand).
 #[derive(clap::Args, Debug)]
 pub(crate) struct WorkerArgs {
-    /// The database, a `postgres://` URL.
+    /// The server, a `postgres://` URL.
     #[arg(long)]
     url: String,
+    /// The database on it.
+    #[arg(long)]
+    database: String,
     /// How many executions the executor locks per tick.
     #[arg(long)]
     batch_size: usize,
@@ -46,7 +49,7 @@ pub(crate) struct WorkerArgs {
 /// acknowledged `Finished` count, on `stop` (or end of input) close and print
 /// `stopped <count>`.
 pub(crate) async fn worker_process(args: WorkerArgs) -> anyhow::Result<()> {
-    let config = PostgresConfig::from_url(&args.url)?;
+    let config = PostgresConfig::from_url(&args.url)?.with_database(&args.database);
     let db: Arc<dyn DbConnection> = Arc::new(PostgresStore::connect(config).await?);
     let (commands, mut received) = mpsc::unbounded_channel();
     std::thread::spawn(move || {
@@ -140,11 +143,12 @@ impl Drop for Worker {
 /// A line from child `idx`, or `None` when it closed its output.
 type Line = (usize, Option<String>);
 
-/// Runs N executions with `processes` worker processes on the database `url` names (which
-/// must exist, empty); `parent` is the parent's own store on it.
+/// Runs N executions with `processes` worker processes on the database `database` of the
+/// server `url` names (which must exist, empty); `parent` is the parent's own store on it.
 pub(crate) async fn measure(
     parent: &Arc<dyn DbConnection>,
     url: &str,
+    database: &str,
     processes: usize,
     executions: usize,
     batch_size: usize,
@@ -154,7 +158,7 @@ pub(crate) async fn measure(
     let mut workers = Vec::new();
     for idx in 0..processes {
         let mut child = Command::new(&exe)
-            .args(["worker-process", "--url", url])
+            .args(["worker-process", "--url", url, "--database", database])
             .args(["--batch-size", &batch_size.to_string()])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())

@@ -11,6 +11,7 @@ use std::{
     time::{Duration, Instant},
 };
 use storage_sqlite::{SqliteConfig, SqlitePool};
+use test_support::postgres::{TestDatabase, TestServer};
 
 /// The longest any single invocation may take before the test fails (a safety net, far above
 /// what the demo needs).
@@ -323,16 +324,7 @@ fn a_killed_demo_resumes_and_finishes_every_execution_exactly_once() {
         .spawn()
         .unwrap();
     // Its notes on stderr, line by line (the reader also keeps the pipe from filling up).
-    let (notes_tx, notes) = std::sync::mpsc::channel();
-    let stderr = demo.stderr.take().unwrap();
-    std::thread::spawn(move || {
-        for line in std::io::BufRead::lines(std::io::BufReader::new(stderr)) {
-            let Ok(line) = line else { break };
-            if notes_tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
+    let notes = test_support::process::read_lines(demo.stderr.take().unwrap());
     // Wait until the workload is submitted, so that no inspection opens the file while the
     // demo is still creating its schema.
     let submitted = notes
@@ -584,65 +576,19 @@ fn every_command_has_help() {
     );
 }
 
-/// The variable that names a PostgreSQL server for tests (as for the backend's own tests).
-const POSTGRES_URL_VAR: &str = "STELE_TEST_POSTGRES_URL";
-
-/// `url` with its database replaced by `database` (query options kept).
-fn with_database(url: &str, database: &str) -> String {
-    let (base, query) = url
-        .split_once('?')
-        .map_or((url, None), |(b, q)| (b, Some(q)));
-    let scheme_end = base.find("://").map_or(0, |i| i + 3);
-    let authority_end = base[scheme_end..]
-        .find('/')
-        .map_or(base.len(), |i| scheme_end + i);
-    let mut out = format!("{}/{database}", &base[..authority_end]);
-    if let Some(query) = query {
-        out.push('?');
-        out.push_str(query);
-    }
-    out
-}
-
-#[test]
-fn postgres_urls_name_the_database_to_use() {
-    assert_eq!(
-        with_database("postgres://u:p@h:5/postgres?pool_size=4", "x"),
-        "postgres://u:p@h:5/x?pool_size=4"
-    );
-    assert_eq!(with_database("postgres://h", "x"), "postgres://h/x");
-}
-
 #[test]
 fn the_demo_runs_on_postgres_too() {
-    let Some(server_url) = std::env::var(POSTGRES_URL_VAR)
-        .ok()
-        .filter(|url| !url.is_empty())
-    else {
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "{POSTGRES_URL_VAR} is not set, and CI=true requires the PostgreSQL tests to run"
-        );
-        eprintln!("SKIPPED the_demo_runs_on_postgres_too: {POSTGRES_URL_VAR} is not set");
+    let Some(server) = TestServer::or_skip("the_demo_runs_on_postgres_too") else {
         return;
     };
-    let server = storage_postgres::PostgresConfig::from_url(&server_url).expect("the URL parses");
-    let name = format!("stele_cli_test_{}", std::process::id());
-    block_on(async {
-        storage_postgres::admin::drop_database(&server, &name)
-            .await
-            .expect("drop");
-        storage_postgres::admin::create_database(&server, &name)
-            .await
-            .expect("create");
-    });
-    let url = with_database(&server_url, &name);
-    let report = run_json(&["--database", &url, "demo", "--executions", "20", "--json"]);
+    let database = block_on(TestDatabase::create(&server));
+    let url = &database.url;
+    let report = run_json(&["--database", url, "demo", "--executions", "20", "--json"]);
     assert_eq!(report["mode"], "new");
     assert_summary_adds_up(&report, 20);
     let rows = run_json(&[
         "--database",
-        &url,
+        url,
         "executions",
         "list",
         "--json",
@@ -653,9 +599,4 @@ fn the_demo_runs_on_postgres_too() {
         rows.as_array().unwrap().len() as u64,
         u64_at(&report, "/workload/executions")
     );
-    block_on(async {
-        storage_postgres::admin::drop_database(&server, &name)
-            .await
-            .expect("drop");
-    });
 }

@@ -36,6 +36,7 @@
 mod error;
 mod event;
 mod ids;
+pub mod kernel;
 mod outcome;
 mod pending_state;
 pub mod retry;
@@ -62,6 +63,5 @@ pub use storage::{
     AppendBatchRequest, CreateRequest, DbClient, DbClientExt, DbConnection, DbExecutor, DbTimers,
     DbWorkflow, ExecutionLog, ExecutionSummary, ExpiredDelay, ExpiredLock, ExpiredTimer,
     ListExecutionsFilter, LockPendingRequest, LockedExecution, Pagination,
-    validate_batch_create_new_execution,
 };
 pub use time::{ClockFn, add_saturating, sub_saturating, truncate_to_micros};

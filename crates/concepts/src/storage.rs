@@ -7,11 +7,10 @@
 //! correct if every wake-up is lost.
 
 use crate::{
-    error::{DbError, ValidationError},
+    error::DbError,
     event::{
         ExecutionEvent, ExecutionEventInner, ExecutionMetadata, FinishedExecutionResult,
-        HistoryEvent, JoinSetRequest, JoinSetResponseEvent, JoinSetResponseEventOuter, Locked,
-        Params, Version,
+        HistoryEvent, JoinSetResponseEvent, JoinSetResponseEventOuter, Locked, Params, Version,
     },
     ids::{ComponentId, DelayId, ExecutionId, ExecutorId, FunctionFqn, JoinSetId},
     outcome::OutcomeWrite,
@@ -67,61 +66,6 @@ impl CreateRequest {
             },
         }
     }
-}
-
-/// Checks a request of `append_batch`: the batch is not empty, and every execution it creates
-/// is announced by an event of the same batch, a child by a `ChildExecutionRequest` in the join
-/// set of its `parent` (which must be `execution_id`), a top-level execution by a `Schedule`.
-/// Every backend calls this, so a creation that no log explains is refused everywhere alike.
-pub fn validate_batch_create_new_execution(
-    req: &AppendBatchRequest,
-) -> Result<(), ValidationError> {
-    let AppendBatchRequest {
-        execution_id,
-        events,
-        children,
-        ..
-    } = req;
-    if events.is_empty() {
-        return Err(ValidationError::EmptyBatch("append_batch"));
-    }
-    for child in children {
-        let announced = events.iter().any(|event| {
-            let ExecutionEventInner::HistoryEvent { event } = event else {
-                return false;
-            };
-            match (event, &child.parent) {
-                (
-                    HistoryEvent::JoinSetRequest {
-                        join_set_id,
-                        request: JoinSetRequest::ChildExecutionRequest { child_execution_id },
-                    },
-                    Some((parent_id, parent_join_set)),
-                ) => {
-                    *child_execution_id == child.execution_id
-                        && parent_id == execution_id
-                        && parent_join_set == join_set_id
-                }
-                (
-                    HistoryEvent::Schedule {
-                        execution_id: scheduled,
-                        ..
-                    },
-                    None,
-                ) => *scheduled == child.execution_id,
-                _ => false,
-            }
-        });
-        if !announced {
-            return Err(ValidationError::InvalidRequest(format!(
-                "execution {} is created by {execution_id} without a matching \
-                 `ChildExecutionRequest` (for a child whose parent is {execution_id}) or \
-                 `Schedule` (for a top-level execution) event in the same batch",
-                child.execution_id
-            )));
-        }
-    }
-    Ok(())
 }
 
 /// What `lock_pending` locks, and how.
@@ -351,7 +295,8 @@ pub trait DbWorkflow: Send + Sync {
     /// Appends `req.events` in order at consecutive versions from `req.version` and creates
     /// `req.children`, all or nothing; returns the next version. An empty `events` is
     /// [`ValidationError::EmptyBatch`]; every created execution must be announced by an event
-    /// of the batch ([`validate_batch_create_new_execution`]).
+    /// of the batch (a `ChildExecutionRequest` for a child, a `Schedule` for a top-level
+    /// execution).
     ///
     /// A lease extension is a batch of one `Locked` event by the same executor and run.
     async fn append_batch(&self, req: AppendBatchRequest) -> Result<Version, DbError>;

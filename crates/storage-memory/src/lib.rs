@@ -332,7 +332,7 @@ impl DbExecutor for MemoryStore {
 #[async_trait]
 impl DbWorkflow for MemoryStore {
     async fn append_batch(&self, req: AppendBatchRequest) -> Result<Version, DbError> {
-        concepts::validate_batch_create_new_execution(&req)?;
+        concepts::kernel::validate_append_batch(&req)?;
         let AppendBatchRequest {
             execution_id,
             version,

@@ -531,7 +531,7 @@ impl PostgresStore {
 #[async_trait]
 impl DbWorkflow for PostgresStore {
     async fn append_batch(&self, req: AppendBatchRequest) -> Result<Version, DbError> {
-        concepts::validate_batch_create_new_execution(&req)?;
+        concepts::kernel::validate_append_batch(&req)?;
         self.check_open()?;
         let AppendBatchRequest {
             execution_id,

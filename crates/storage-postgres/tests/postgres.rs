@@ -5,10 +5,7 @@
 //! Each test uses a database of its own on the server that `STELE_TEST_POSTGRES_URL` names;
 //! without it the tests are skipped (printed), except under `CI=true`, where they fail.
 
-mod common;
-
 use chrono::{DateTime, TimeZone, Utc};
-use common::TestDatabase;
 use concepts::{
     ComponentId, CreateRequest, DbClient, DbConnection, DbError, DbExecutor, DbTimers, DbWorkflow,
     DelayId, DuplicateKind, ExecutionId, ExecutionMetadata, FunctionFqn, JoinSetId,
@@ -16,6 +13,7 @@ use concepts::{
 };
 use std::{sync::Arc, time::Duration};
 use storage_postgres::{PostgresError, PostgresStore, SCHEMA_VERSION, admin};
+use test_support::postgres::{TestDatabase, TestServer};
 
 /// The real-time safety net of every wait.
 const SAFETY: Duration = Duration::from_secs(20);
@@ -67,7 +65,7 @@ async fn until_waiters(store: &PostgresStore, cond: impl Fn((usize, usize, usize
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_stores_starting_at_once_migrate_once() {
-    let Some(server) = common::server_or_skip("two_stores_starting_at_once_migrate_once") else {
+    let Some(server) = TestServer::or_skip("two_stores_starting_at_once_migrate_once") else {
         return;
     };
     let database = TestDatabase::create(&server).await;
@@ -91,49 +89,43 @@ async fn two_stores_starting_at_once_migrate_once() {
     for store in [a, b, c] {
         store.close().await;
     }
-    let (client, connection) =
-        tokio_postgres::connect(&database_url(&database), tokio_postgres::NoTls)
-            .await
-            .unwrap();
-    let driver = tokio::spawn(connection);
-    let versions: Vec<i64> = client
-        .query(
-            "SELECT version FROM t_schema_migration ORDER BY version",
-            &[],
-        )
-        .await
-        .unwrap()
-        .iter()
-        .map(|row| row.get(0))
-        .collect();
+    let versions: Vec<i64> = database
+        .with_client(async |client| {
+            client
+                .query(
+                    "SELECT version FROM t_schema_migration ORDER BY version",
+                    &[],
+                )
+                .await
+                .unwrap()
+                .iter()
+                .map(|row| row.get(0))
+                .collect()
+        })
+        .await;
     assert_eq!(versions, (1..=SCHEMA_VERSION).collect::<Vec<_>>());
-    drop(client);
-    let _ = driver.await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_schema_newer_than_the_binary_is_refused() {
-    let Some(server) = common::server_or_skip("a_schema_newer_than_the_binary_is_refused") else {
+    let Some(server) = TestServer::or_skip("a_schema_newer_than_the_binary_is_refused") else {
         return;
     };
     let database = TestDatabase::create(&server).await;
     let store = open(&database).await;
     store.close().await;
     // Pretend a newer binary migrated the database.
-    let (client, connection) =
-        tokio_postgres::connect(&database_url(&database), tokio_postgres::NoTls)
-            .await
-            .unwrap();
-    let driver = tokio::spawn(connection);
-    client
-        .execute(
-            "INSERT INTO t_schema_migration (version, description) VALUES ($1, 'from the future')",
-            &[&(SCHEMA_VERSION + 1)],
-        )
-        .await
-        .unwrap();
-    drop(client);
-    let _ = driver.await;
+    database
+        .with_client(async |client| {
+            client
+                .execute(
+                    "INSERT INTO t_schema_migration (version, description) VALUES ($1, 'from the future')",
+                    &[&(SCHEMA_VERSION + 1)],
+                )
+                .await
+                .unwrap()
+        })
+        .await;
     let err = PostgresStore::connect(database.config.clone())
         .await
         .unwrap_err();
@@ -145,20 +137,9 @@ async fn a_schema_newer_than_the_binary_is_refused() {
     assert!(err.to_string().contains("upgrade"), "{err}");
 }
 
-/// The test database's URL (the server URL with the database replaced).
-fn database_url(database: &TestDatabase) -> String {
-    let server = common::server_url().expect("set, since the database exists");
-    let base = server.split('?').next().unwrap_or(&server);
-    let authority = base.rsplit_once('/').map_or(base, |(a, _)| a);
-    format!(
-        "{authority}/{}",
-        database.config.database_name().expect("named")
-    )
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn another_store_is_woken_through_notify() {
-    let Some(server) = common::server_or_skip("another_store_is_woken_through_notify") else {
+    let Some(server) = TestServer::or_skip("another_store_is_woken_through_notify") else {
         return;
     };
     let database = TestDatabase::create(&server).await;
@@ -239,7 +220,7 @@ async fn another_store_is_woken_through_notify() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_killed_listener_reconnects_and_hears_later_notifications() {
     let Some(server) =
-        common::server_or_skip("a_killed_listener_reconnects_and_hears_later_notifications")
+        TestServer::or_skip("a_killed_listener_reconnects_and_hears_later_notifications")
     else {
         return;
     };
@@ -257,7 +238,7 @@ async fn a_killed_listener_reconnects_and_hears_later_notifications() {
     let f = ffqn("after_reconnect");
     let long_wait = Duration::from_secs(60);
     let mut updates = waiter.listener_updates();
-    assert!(admin::terminate_backend(&server, pid).await.unwrap());
+    assert!(admin::terminate_backend(&server.config, pid).await.unwrap());
     tokio::time::timeout(SAFETY, updates.wait_for(|s| s.connects >= 2 && s.connected))
         .await
         .expect("the listener reconnects")
@@ -288,7 +269,7 @@ async fn a_killed_listener_reconnects_and_hears_later_notifications() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_responses_get_consecutive_indexes_and_duplicates_lose() {
     let Some(server) =
-        common::server_or_skip("concurrent_responses_get_consecutive_indexes_and_duplicates_lose")
+        TestServer::or_skip("concurrent_responses_get_consecutive_indexes_and_duplicates_lose")
     else {
         return;
     };
@@ -369,7 +350,7 @@ async fn concurrent_responses_get_consecutive_indexes_and_duplicates_lose() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn close_stops_the_listener_and_refuses_calls() {
-    let Some(server) = common::server_or_skip("close_stops_the_listener_and_refuses_calls") else {
+    let Some(server) = TestServer::or_skip("close_stops_the_listener_and_refuses_calls") else {
         return;
     };
     let database = TestDatabase::create(&server).await;
@@ -387,30 +368,27 @@ async fn close_stops_the_listener_and_refuses_calls() {
         Err(DbError::Closed)
     ));
     // The server ends the listener's session once its connection is gone.
-    let (client, connection) =
-        tokio_postgres::connect(&database_url(&database), tokio_postgres::NoTls)
+    database
+        .with_client(async |client| {
+            tokio::time::timeout(SAFETY, async {
+                loop {
+                    let row = client
+                        .query_one(
+                            "SELECT count(*) FROM pg_stat_activity WHERE pid = $1",
+                            &[&pid],
+                        )
+                        .await
+                        .unwrap();
+                    if row.get::<_, i64>(0) == 0 {
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            })
             .await
-            .unwrap();
-    let driver = tokio::spawn(connection);
-    tokio::time::timeout(SAFETY, async {
-        loop {
-            let row = client
-                .query_one(
-                    "SELECT count(*) FROM pg_stat_activity WHERE pid = $1",
-                    &[&pid],
-                )
-                .await
-                .unwrap();
-            if row.get::<_, i64>(0) == 0 {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
-    .await
-    .expect("the listener's session ends");
-    drop(client);
-    let _ = driver.await;
+            .expect("the listener's session ends");
+        })
+        .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -361,7 +361,7 @@ impl DbExecutor for SqlitePool {
 #[async_trait]
 impl DbWorkflow for SqlitePool {
     async fn append_batch(&self, req: AppendBatchRequest) -> Result<Version, DbError> {
-        concepts::validate_batch_create_new_execution(&req)?;
+        concepts::kernel::validate_append_batch(&req)?;
         let AppendBatchRequest {
             execution_id,
             version,

@@ -1,6 +1,7 @@
 //! Test helpers shared by every Stele crate and by the conformance suite: simulated clocks
 //! ([`SimClock`], [`ConstClock`]), a tracing set-up driven by `RUST_LOG` ([`set_up`]), proptest
-//! strategies for ids and events ([`arbitrary`]), and replayable seeds ([`seed`]).
+//! strategies for ids and events ([`arbitrary`]), replayable seeds ([`seed`]), and the skip rule
+//! every test of the workspace follows ([`skip`], [`skip_reason`]).
 //!
 //! ```
 //! use concepts::ClockFn;
@@ -131,4 +132,44 @@ pub fn seed() -> u64 {
     };
     eprintln!("seed: {seed} (replay with {SEED_ENV}={seed})");
     seed
+}
+
+/// The variable CI sets to `true`; under it no test may skip for want of something (a server,
+/// say), since CI must run them all.
+pub const CI_ENV: &str = "CI";
+
+/// True under `CI=true`.
+#[must_use]
+pub fn in_ci() -> bool {
+    std::env::var(CI_ENV).is_ok_and(|value| value == "true")
+}
+
+/// The skip rule: a test that cannot run here for `reason` fails under `CI=true` (the panic
+/// names `reason` and how to `fix` it) and is skipped elsewhere. Returns `reason`, for [`skip`]
+/// to print.
+///
+/// A scenario that does not apply to a backend (a capability it lacks) is not covered by this
+/// rule: it calls [`skip`] directly, in CI too.
+///
+/// # Panics
+/// Under `CI=true`.
+#[track_caller]
+pub fn skip_reason(reason: String, fix: &str) -> String {
+    assert!(
+        !in_ci(),
+        "{reason}, and {CI_ENV}=true requires every test to run: {fix}"
+    );
+    reason
+}
+
+/// Marks `test` as skipped: prints `SKIPPED: <reason>` on standard output, the line that
+/// `cargo xtask conformance` reads (through `--show-output`) to show the reason in its table,
+/// and logs it, so that nothing is skipped silently.
+#[expect(
+    clippy::print_stdout,
+    reason = "the skip reason is read from the test's stdout"
+)]
+pub fn skip(test: &str, reason: &str) {
+    println!("SKIPPED: {reason}");
+    tracing::warn!("{test} skipped: {reason}");
 }

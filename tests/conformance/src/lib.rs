@@ -24,7 +24,7 @@ use async_trait::async_trait;
 use concepts::DbConnection;
 use std::{any::Any, sync::Arc};
 
-pub use test_utils::set_up;
+pub use test_utils::{set_up, skip};
 
 /// What a backend can do beyond the common contract; scenarios that need more are skipped
 /// with a printed reason.
@@ -85,16 +85,6 @@ pub async fn checked_log(
         "stored vs derived state"
     );
     log
-}
-
-/// Prints the line `cargo xtask conformance` reads to mark a scenario as skipped.
-#[expect(
-    clippy::print_stdout,
-    reason = "the skip reason is read from the test's stdout"
-)]
-pub fn skip(scenario: &str, reason: &str) {
-    println!("SKIPPED: {reason}");
-    tracing::warn!("{scenario} skipped: {reason}");
 }
 
 /// Expands to one `#[tokio::test]` per scenario for the given [`StoreFactory`] value.

@@ -9,8 +9,8 @@
 //! default) and the watcher ticks every 100 ms, so the work of a killed node is recovered soon
 //! after a restart.
 //!
-//! With `--workload workflow` the N executions are workflows (see the `flows` module), each
-//! with four no-op children; N, `progress` and the `finished` lines count the workflows.
+//! With `--workload workflow` the N executions are workflows (`durability::flows`), each with
+//! four no-op children; N, `progress` and the `finished` lines count the workflows.
 //!
 //! With `--submit never` the node submits nothing and waits for N executions to be finished,
 //! whoever submits them (the multi-process test submits them itself, in batches).
@@ -18,33 +18,20 @@
 //! `--tick-ms`), and `--trace-waits` reports each lock and each `wait_for_pending` of the
 //! executor (see the `traced` module).
 //!
-//! Standard output, one line per fact, flushed as soon as it is known:
-//!
-//! | line | meaning |
-//! |---|---|
-//! | `submitting N` | the node found the store empty and is about to submit |
-//! | `submitted N` | the submission committed |
-//! | `resumed N` | the store already held the N executions (a restart) |
-//! | `awaiting N` | `--submit never`: the node waits for N executions that others submit |
-//! | `executor <executor id>` | the id of this node's executor (in every `Locked` it writes) |
-//! | `locked`, `waiting`, `waited` | with `--trace-waits`: see the `traced` module |
-//! | `finished <execution id>` | the store reported this execution finished (each id once per process) |
-//! | `progress F/N` | after each poll: F of the N executions are finished |
-//! | `{...}` | last line, on success: a JSON summary |
-//!
-//! A `finished` line is printed only after a read of the store returned the execution as
-//! finished, i.e. after the write committed: it is an acknowledgement a test can hold the
-//! store to after a crash. Diagnostics go to standard error (`RUST_LOG`, default `warn`).
+//! Standard output is one line per fact, flushed as soon as it is known: the [`Line`]s of the
+//! crate's library, whose documentation lists them. A `finished` line is printed only after a
+//! read of the store returned the execution as finished, i.e. after the write committed: it is
+//! an acknowledgement a test can hold the store to after a crash. Diagnostics go to standard
+//! error (`RUST_LOG`, default `warn`).
 
 use anyhow::{Context, bail, ensure};
 use async_trait::async_trait;
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use concepts::DbClientExt as _;
 use concepts::{
-    ClockFn, ComponentId, CreateRequest, DbConnection, DbError, ExecutionId, ExecutionIdTopLevel,
-    ExecutionMetadata, FunctionFqn, Json, ListExecutionsFilter, Pagination, PendingStateKind,
-    SupportedFunctionReturnValue,
+    ClockFn, DbConnection, DbError, ExecutionId, FunctionFqn, Json, ListExecutionsFilter,
+    Pagination, PendingStateKind, SupportedFunctionReturnValue,
 };
+use durability::{FFQN, Line, Workload, flows, list_ids};
 use executor::{ExecConfig, ExecTask, Now, Worker, WorkerContext, WorkerResult};
 use std::{
     collections::HashSet,
@@ -61,14 +48,6 @@ use storage_sqlite::{SqliteConfig, SqlitePool};
 use timers_watcher::TimersWatcherConfig;
 use tokio::sync::Semaphore;
 
-/// The function every submitted execution runs.
-const FFQN: &str = "durability:node/work@1.0.0.noop";
-/// The ULID timestamp part of every execution id: ids are a function of the index only, so
-/// that two nodes submitting at once collide (one of them gets `Duplicate`) instead of both
-/// submitting.
-const ID_MS: u64 = 1_700_000_000_000;
-
-mod flows;
 mod traced;
 
 #[derive(Parser, Debug)]
@@ -112,10 +91,10 @@ impl Role {
 
 /// What the submitted executions run.
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-enum Workload {
+enum WorkloadKind {
     /// The no-op function.
     Noop,
-    /// The workflow of the `flows` module, whose children run the no-op function.
+    /// The workflow of `durability::flows`, whose children run the no-op function.
     Workflow,
 }
 
@@ -145,8 +124,8 @@ struct RunArgs {
     submit: Submit,
     /// What the executions run; with `workflow`, N counts the top-level workflows (their
     /// children come on top).
-    #[arg(long, value_enum, default_value_t = Workload::Noop)]
-    workload: Workload,
+    #[arg(long, value_enum, default_value_t = WorkloadKind::Noop)]
+    workload: WorkloadKind,
     /// The lease of each run, in milliseconds.
     #[arg(long, default_value_t = 1_500)]
     lock_expiry_ms: u64,
@@ -231,7 +210,7 @@ impl DatabaseUrl {
 struct Out;
 
 impl Out {
-    fn lines<I: IntoIterator<Item = String>>(lines: I) {
+    fn lines<I: IntoIterator<Item = Line>>(lines: I) {
         let mut stdout = std::io::stdout().lock();
         for line in lines {
             let _ = writeln!(stdout, "{line}");
@@ -239,7 +218,7 @@ impl Out {
         let _ = stdout.flush();
     }
 
-    fn line(line: String) {
+    fn line(line: Line) {
         Self::lines([line]);
     }
 }
@@ -268,11 +247,6 @@ impl Worker for NoopWorker {
     }
 }
 
-/// The id of the `idx`-th execution (from 0).
-fn execution_id(idx: usize) -> ExecutionId {
-    ExecutionId::from(ExecutionIdTopLevel::from_parts(ID_MS, idx as u128 + 1))
-}
-
 /// How the node came by its executions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Submission {
@@ -286,8 +260,7 @@ enum Submission {
 async fn submit_if_empty(
     db: &dyn DbConnection,
     args: &RunArgs,
-    ffqn: &FunctionFqn,
-    component_id: &ComponentId,
+    workload: &Workload,
 ) -> anyhow::Result<Submission> {
     let any = db
         .list_executions(
@@ -302,22 +275,11 @@ async fn submit_if_empty(
         return Ok(Submission::Resumed);
     }
     let now = Now.now();
+    let backoff = Duration::from_millis(args.retry_backoff_ms);
     let requests = (0..args.executions)
-        .map(|idx| CreateRequest {
-            created_at: now,
-            execution_id: execution_id(idx),
-            ffqn: ffqn.clone(),
-            params: Json(serde_json::json!([idx])),
-            parent: None,
-            scheduled_at: now,
-            retry_exp_backoff: Duration::from_millis(args.retry_backoff_ms),
-            max_retries: args.max_retries,
-            component_id: component_id.clone(),
-            metadata: ExecutionMetadata::default(),
-            scheduled_by: None,
-        })
+        .map(|idx| workload.request(idx, now, backoff, args.max_retries))
         .collect();
-    Out::line(format!("submitting {}", args.executions));
+    Out::line(Line::Submitting(args.executions));
     match db.create_batch(requests).await {
         Ok(()) => Ok(Submission::Submitted),
         // All or nothing: another node's batch committed first, ours left nothing behind.
@@ -326,38 +288,19 @@ async fn submit_if_empty(
     }
 }
 
-/// Every top-level execution id in `state` (every one for `None`).
-async fn list_ids(
-    db: &dyn DbConnection,
-    state: Option<PendingStateKind>,
-) -> Result<Vec<ExecutionId>, DbError> {
-    let filter = ListExecutionsFilter {
-        state,
-        top_level_only: true,
-        ..ListExecutionsFilter::default()
-    };
-    let all = db.list_all_executions(filter).await?;
-    Ok(all
-        .into_iter()
-        .map(|summary| summary.execution_id)
-        .collect())
-}
-
 async fn run(args: RunArgs) -> anyhow::Result<()> {
     let started = Instant::now();
     let database = DatabaseUrl::parse(&args.database)?;
     ensure!(args.executions > 0, "--executions must be at least 1");
-    let ffqn: FunctionFqn = FFQN.parse()?;
-    let top_level = match args.workload {
-        Workload::Noop => ffqn.clone(),
-        Workload::Workflow => flows::FLOW.ffqn()?,
+    let workload = match args.workload {
+        WorkloadKind::Noop => Workload::new()?,
+        WorkloadKind::Workflow => Workload::workflows()?,
     };
-    let component_id = ComponentId::new("activity", "durability-noop")?;
     let db = database.open().await?;
 
     let (submission, total) = match args.submit {
         Submit::IfEmpty => {
-            let submission = submit_if_empty(db.as_ref(), &args, &top_level, &component_id).await?;
+            let submission = submit_if_empty(db.as_ref(), &args, &workload).await?;
             let total = list_ids(db.as_ref(), None).await?.len();
             ensure!(
                 total == args.executions,
@@ -365,19 +308,19 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
                 args.executions
             );
             Out::line(match submission {
-                Submission::Submitted => format!("submitted {total}"),
-                Submission::Resumed => format!("resumed {total}"),
+                Submission::Submitted => Line::Submitted(total),
+                Submission::Resumed => Line::Resumed(total),
             });
             (submission, total)
         }
         Submit::Never => {
-            Out::line(format!("awaiting {}", args.executions));
+            Out::line(Line::Awaiting(args.executions));
             (Submission::Resumed, args.executions)
         }
     };
 
     let worker = Arc::new(NoopWorker {
-        ffqns: vec![ffqn],
+        ffqns: vec![FFQN.parse()?],
         work: Duration::from_millis(args.work_ms),
         runs: AtomicU64::new(0),
     });
@@ -388,19 +331,19 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             lock_expiry: Duration::from_millis(args.lock_expiry_ms),
             tick_sleep: args.executor_tick_ms.map_or(tick, Duration::from_millis),
             batch_size: args.batch_size,
-            component_id: component_id.clone(),
+            component_id: workload.component_id.clone(),
             task_limiter: Some(Arc::new(Semaphore::new(args.concurrency.max(1)))),
         };
         let handle = ExecTask::spawn_new(worker.clone(), config, Now, traced.clone());
-        Out::line(format!("executor {}", handle.executor_id()));
+        Out::line(Line::Executor(handle.executor_id()));
         handle
     });
     let runs_executors = matches!(args.role, Role::Executor | Role::Both);
     let mut workflows = match (args.workload, runs_executors) {
-        (Workload::Workflow, true) => {
+        (WorkloadKind::Workflow, true) => {
             let worker = workflow::WorkflowWorker::new(db.clone(), Now)
                 .child_settings(
-                    component_id.clone(),
+                    workload.component_id.clone(),
                     args.max_retries,
                     Duration::from_millis(args.retry_backoff_ms),
                 )
@@ -409,15 +352,11 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
                 lock_expiry: Duration::from_millis(args.lock_expiry_ms),
                 tick_sleep: tick,
                 batch_size: args.batch_size,
-                component_id: component_id.clone(),
+                component_id: workload.component_id.clone(),
                 task_limiter: Some(Arc::new(Semaphore::new(args.concurrency.max(1)))),
             };
-            Some(ExecTask::spawn_new(
-                Arc::new(worker),
-                config,
-                Now,
-                db.clone(),
-            ))
+            let worker = Arc::new(worker);
+            Some(ExecTask::spawn_new(worker, config, Now, db.clone()))
         }
         _ => None,
     };
@@ -436,12 +375,15 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         let finished = list_ids(db.as_ref(), Some(PendingStateKind::Finished)).await?;
         let count = finished.len();
         finished_at_start.get_or_insert(count);
-        let new: Vec<String> = finished
+        let new: Vec<Line> = finished
             .into_iter()
             .filter(|id| seen.insert(id.clone()))
-            .map(|id| format!("finished {id}"))
+            .map(Line::Finished)
             .collect();
-        Out::lines(new.into_iter().chain([format!("progress {count}/{total}")]));
+        Out::lines(new.into_iter().chain([Line::Progress {
+            finished: count,
+            total,
+        }]));
         ensure!(
             count <= total,
             "{count} executions are finished, but the store holds {total}"
@@ -479,7 +421,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         "waits_timed_out": traced.counts.timed_out.load(Ordering::Relaxed),
         "elapsed_ms": u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
     });
-    Out::line(summary.to_string());
+    Out::line(Line::Summary(summary));
     Ok(())
 }
 

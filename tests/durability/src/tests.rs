@@ -25,13 +25,6 @@ fn database_urls_parse() {
 }
 
 #[test]
-fn execution_ids_depend_on_the_index_only() {
-    assert_eq!(execution_id(7), execution_id(7));
-    assert_ne!(execution_id(7), execution_id(8));
-    assert!(execution_id(0).is_top_level());
-}
-
-#[test]
 fn the_command_line_parses() {
     let cli = Cli::try_parse_from([
         "durability-node",

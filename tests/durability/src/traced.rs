@@ -11,10 +11,9 @@ use crate::Out;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use concepts::{
-    ClockFn, DbError, DbExecutor, FunctionFqn, LockPendingRequest, LockedExecution, OutcomeWrite,
-    Version,
+    DbError, DbExecutor, FunctionFqn, LockPendingRequest, LockedExecution, OutcomeWrite, Version,
 };
-use executor::Now;
+use durability::{Line, wall_ms};
 use std::{
     sync::{
         Arc,
@@ -34,13 +33,8 @@ pub(crate) struct WaitCounts {
     pub(crate) timed_out: AtomicU64,
 }
 
-/// Forwards everything to the store; counts, and with `print` reports on standard output:
-///
-/// | line | meaning |
-/// |---|---|
-/// | `locked <n>` | a `lock_pending` committed and returned n > 0 executions |
-/// | `waiting <start>` | a `wait_for_pending` call began (wall clock, ms since the epoch) |
-/// | `waited <start> <end> early\|timeout` | it returned before its `max_wait`, or at it |
+/// Forwards everything to the store; counts, and with `print` reports on standard output the
+/// lines [`Line::Locked`], [`Line::Waiting`] and [`Line::Waited`].
 pub(crate) struct TracedDb {
     inner: Arc<dyn DbExecutor>,
     print: bool,
@@ -57,11 +51,6 @@ impl TracedDb {
     }
 }
 
-/// The wall clock in milliseconds since the epoch, comparable across processes of one machine.
-pub(crate) fn wall_ms() -> i64 {
-    Now.now().timestamp_millis()
-}
-
 #[async_trait]
 impl DbExecutor for TracedDb {
     async fn lock_pending(&self, req: LockPendingRequest) -> Result<Vec<LockedExecution>, DbError> {
@@ -70,7 +59,7 @@ impl DbExecutor for TracedDb {
             && let Ok(locked) = &locked
             && !locked.is_empty()
         {
-            Out::line(format!("locked {}", locked.len()));
+            Out::line(Line::Locked(locked.len()));
         }
         locked
     }
@@ -87,7 +76,7 @@ impl DbExecutor for TracedDb {
     ) {
         let start_ms = wall_ms();
         if self.print {
-            Out::line(format!("waiting {start_ms}"));
+            Out::line(Line::Waiting { start: start_ms });
         }
         let started = Instant::now();
         self.inner
@@ -102,8 +91,11 @@ impl DbExecutor for TracedDb {
         };
         counter.fetch_add(1, Ordering::Relaxed);
         if self.print {
-            let how = if timed_out { "timeout" } else { "early" };
-            Out::line(format!("waited {start_ms} {} {how}", wall_ms()));
+            Out::line(Line::Waited {
+                start: start_ms,
+                end: wall_ms(),
+                early: !timed_out,
+            });
         }
     }
 }

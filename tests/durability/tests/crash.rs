@@ -21,29 +21,35 @@
 //! restart on the committed one finishes them all.
 //!
 //! A third test runs workflows (`--workload workflow`: a fan-out to three children, a durable
-//! sleep, a call) and kills their nodes at several points: every workflow must finish with
-//! the result of an uninterrupted run, every child exist once, and every history have the
-//! expected shape, no step recorded twice.
+//! sleep, a call) and kills their nodes at several points: every workflow must finish with the
+//! result of an uninterrupted run, every child exist once, and every history have the expected
+//! shape, no step recorded twice.
 //!
 //! PostgreSQL runs the kill/restart tests too when `STELE_TEST_POSTGRES_URL` names a server
 //! (a fresh database per test); without it that test prints `SKIPPED: ...` and passes, except
 //! under `CI=true`, where it fails.
 
+mod common;
+
+use common::{all_ids, assert_finished_once, runtime};
 use concepts::DbClientExt as _;
 use concepts::{
-    DbConnection, ExecutionEventInner, ExecutionId, HistoryEvent, Json, ListExecutionsFilter,
-    PendingStateKind, SupportedFunctionReturnValue, Version, derive_pending_state,
+    DbConnection, ExecutionEventInner, ExecutionId, Json, PendingStateKind,
+    SupportedFunctionReturnValue, Version, derive_pending_state,
 };
+use durability::{Line, flows};
 use std::{
     collections::HashSet,
-    io::{BufRead, BufReader},
     path::{Path, PathBuf},
-    process::{Child, Command, Stdio},
-    sync::{Arc, mpsc},
+    sync::Arc,
     time::{Duration, Instant},
 };
-use storage_postgres::{PostgresConfig, PostgresStore, admin};
+use storage_postgres::PostgresStore;
 use storage_sqlite::{SqliteConfig, SqlitePool};
+use test_support::{
+    postgres::{TestDatabase, TestServer},
+    process::{Output, Processes},
+};
 
 /// Executions per test: enough that every kill lands in the middle of the work.
 const EXECUTIONS: usize = 3_000;
@@ -67,8 +73,6 @@ const NODE_ARGS: [&str; 8] = [
 const SUBMISSION_PROBES: usize = 6;
 /// The longest a node may run before the test gives up on it.
 const NODE_TIMEOUT: Duration = Duration::from_secs(150);
-/// The variable that names the PostgreSQL test server.
-const POSTGRES_URL_VAR: &str = "STELE_TEST_POSTGRES_URL";
 
 /// Where the store of a test lives.
 enum Store {
@@ -78,9 +82,7 @@ enum Store {
     },
     Postgres {
         dir: tempfile::TempDir,
-        server: Box<PostgresConfig>,
-        url: String,
-        name: String,
+        database: Box<TestDatabase>,
     },
 }
 
@@ -95,7 +97,7 @@ impl Store {
     fn url(&self) -> String {
         match self {
             Self::Sqlite { path, .. } => format!("sqlite://{}", path.display()),
-            Self::Postgres { url, .. } => url.clone(),
+            Self::Postgres { database, .. } => database.url.clone(),
         }
     }
 
@@ -125,10 +127,12 @@ impl Store {
                         .unwrap_or_else(|e| panic!("opening {}: {e}", path.display())),
                 )
             }
-            Self::Postgres { server, name, .. } => Arc::new(
-                PostgresStore::connect(server.with_database(name))
+            Self::Postgres { database, .. } => Arc::new(
+                PostgresStore::connect(database.config.clone())
                     .await
-                    .unwrap_or_else(|e| panic!("connecting to test database {name}: {e}")),
+                    .unwrap_or_else(|e| {
+                        panic!("connecting to test database {}: {e}", database.name())
+                    }),
             ),
         }
     }
@@ -152,27 +156,6 @@ impl Store {
         };
         assert_integrity(&image);
         Some((image, wal_bytes))
-    }
-}
-
-impl Drop for Store {
-    fn drop(&mut self) {
-        if let Self::Postgres { server, name, .. } = self {
-            let (server, name) = (PostgresConfig::clone(server), name.clone());
-            let dropped = std::thread::spawn(move || {
-                let runtime = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .map_err(|e| e.to_string())?;
-                runtime
-                    .block_on(admin::drop_database(&server, &name))
-                    .map_err(|e| format!("cannot drop test database {name}: {e}"))
-            })
-            .join();
-            if let Ok(Err(e)) = dropped {
-                eprintln!("{e}");
-            }
-        }
     }
 }
 
@@ -206,19 +189,18 @@ fn assert_integrity(path: &Path) {
 /// A running node and the lines of its standard output.
 struct Node {
     label: String,
-    child: Child,
-    lines: mpsc::Receiver<String>,
-    stderr: PathBuf,
+    process: Processes,
     started: Instant,
 }
 
 /// What one node printed.
 #[derive(Default)]
 struct Printed {
-    /// Its first line (`submitting N`, `resumed N`) and the line that followed a submission.
-    submission: Vec<String>,
+    /// Its first line (`submitting N`, `resumed N`) and the lines that followed it before the
+    /// first `finished` or `progress` (`submitted N`, `executor <id>`).
+    submission: Vec<Line>,
     /// Every `finished <id>`.
-    finished: Vec<String>,
+    finished: Vec<ExecutionId>,
     /// The last `progress F/N`: F.
     progress: usize,
     /// The JSON summary, if it got that far.
@@ -231,21 +213,25 @@ struct Printed {
 
 impl Printed {
     fn take(&mut self, line: &str) {
-        if let Some(id) = line.strip_prefix("finished ") {
-            self.finished.push(id.to_string());
-        } else if let Some(progress) = line.strip_prefix("progress ") {
-            let done = progress.split('/').next().unwrap_or_default();
-            self.progress = done.parse().unwrap_or(self.progress);
-        } else if line.starts_with('{') {
-            self.summary = Some(serde_json::from_str(line).expect("the summary is JSON"));
-        } else {
-            if line.starts_with("submitting") {
-                self.submitting_at = Some(Instant::now());
-            } else if line.starts_with("submitted") {
-                self.submitted_at = Some(Instant::now());
+        let line = Line::parse(line).unwrap_or_else(|e| panic!("the node printed {e}"));
+        match line {
+            Line::Finished(id) => self.finished.push(id),
+            Line::Progress { finished, .. } => self.progress = finished,
+            Line::Summary(summary) => self.summary = Some(summary),
+            line => {
+                match line {
+                    Line::Submitting(_) => self.submitting_at = Some(Instant::now()),
+                    Line::Submitted(_) => self.submitted_at = Some(Instant::now()),
+                    _ => {}
+                }
+                self.submission.push(line);
             }
-            self.submission.push(line.to_string());
         }
+    }
+
+    /// Whether the node began with `expected` (`Submitting` or `Resumed`, whatever its count).
+    fn began_with(&self, expected: fn(&Line) -> bool) -> bool {
+        self.submission.first().is_some_and(expected)
     }
 }
 
@@ -256,31 +242,13 @@ impl Node {
 
     /// A node over `executions` executions (workflows with `--workload workflow`), with `args`.
     fn start_with(store: &Store, label: &str, executions: usize, args: &[&str]) -> Self {
-        let stderr = store.log_dir().join(format!("{label}.stderr"));
-        let mut child = Command::new(env!("CARGO_BIN_EXE_durability-node"))
-            .args(["run", "--database", &store.url()])
-            .args(["--executions", &executions.to_string()])
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(std::fs::File::create(&stderr).expect("a stderr file"))
-            .spawn()
-            .expect("starting durability-node");
-        let stdout = child.stdout.take().expect("piped stdout");
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
+        let mut process = Processes::new(&store.log_dir());
+        let mut command = common::node_command(&store.url(), executions);
+        command.args(args);
+        process.start(label, command);
         Self {
             label: label.to_string(),
-            child,
-            lines,
-            stderr,
+            process,
             started: Instant::now(),
         }
     }
@@ -317,10 +285,9 @@ impl Node {
 
     /// SIGKILLs the node and adds the lines still in the pipe (printed before the kill).
     fn kill(mut self, mut printed: Printed) -> Printed {
-        self.child.kill().expect("SIGKILL");
-        let status = self.child.wait().expect("waiting for the killed node");
+        let status = self.process.kill(0);
         assert!(!status.success(), "{}: killed, yet it exited 0", self.label);
-        while let Ok(line) = self.lines.recv_timeout(NODE_TIMEOUT) {
+        while let Some((_, Output::Line(line))) = self.process.next(NODE_TIMEOUT) {
             printed.take(&line);
         }
         printed
@@ -332,7 +299,7 @@ impl Node {
         while let Some(line) = self.next_line() {
             printed.take(&line);
         }
-        let status = self.child.wait().expect("waiting for the node");
+        let status = self.process.wait(0);
         if !status.success() {
             self.fail(&format!("exited with {status}"));
         }
@@ -345,36 +312,17 @@ impl Node {
     /// The next line, or `None` once the node closed its output.
     fn next_line(&mut self) -> Option<String> {
         let left = NODE_TIMEOUT.saturating_sub(self.started.elapsed());
-        match self.lines.recv_timeout(left) {
-            Ok(line) => Some(line),
-            Err(mpsc::RecvTimeoutError::Disconnected) => None,
-            Err(mpsc::RecvTimeoutError::Timeout) => {
-                let _ = self.child.kill();
-                self.fail(&format!("still running after {NODE_TIMEOUT:?}"))
-            }
+        match self.process.next(left) {
+            Some((_, Output::Line(line))) => Some(line),
+            Some((_, Output::Closed)) => None,
+            None => self.fail(&format!("still running after {NODE_TIMEOUT:?}")),
         }
     }
 
     fn fail(&mut self, what: &str) -> ! {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let stderr = std::fs::read_to_string(&self.stderr).unwrap_or_default();
-        panic!("{}: {what}; its stderr:\n{stderr}", self.label)
+        let what = format!("{}: {what}", self.label);
+        self.process.fail(&what)
     }
-}
-
-/// Every execution id in `state` (every one for `None`).
-async fn all_ids(db: &dyn DbConnection, state: Option<PendingStateKind>) -> Vec<ExecutionId> {
-    let filter = ListExecutionsFilter {
-        state,
-        ..ListExecutionsFilter::default()
-    };
-    db.list_all_executions(filter)
-        .await
-        .expect("list_executions")
-        .into_iter()
-        .map(|summary| summary.execution_id)
-        .collect()
 }
 
 /// What a crash image holds.
@@ -392,7 +340,7 @@ fn check_crash_image(
     runtime: &tokio::runtime::Runtime,
     store: &Store,
     label: &str,
-    acknowledged: &HashSet<String>,
+    acknowledged: &HashSet<ExecutionId>,
 ) -> CrashImage {
     let image = store.crash_image(label);
     let wal_bytes = image.as_ref().map_or(0, |(_, bytes)| *bytes);
@@ -408,7 +356,7 @@ fn check_crash_image(
 async fn read_crash_image(
     store: &Store,
     image: Option<&Path>,
-    acknowledged: &HashSet<String>,
+    acknowledged: &HashSet<ExecutionId>,
     wal_bytes: u64,
 ) -> CrashImage {
     let db = store.open(image).await;
@@ -419,9 +367,8 @@ async fn read_crash_image(
         ids.len()
     );
     for id in acknowledged {
-        let id: ExecutionId = id.parse().expect("the node prints execution ids");
         let state = db
-            .get(&id)
+            .get(id)
             .await
             .unwrap_or_else(|e| panic!("{id} was acknowledged as finished before the kill: {e}"))
             .pending_state;
@@ -446,7 +393,7 @@ async fn read_crash_image(
 /// The final checks, after the last node exited 0.
 async fn check_final(
     store: &Store,
-    acknowledged: &HashSet<String>,
+    acknowledged: &HashSet<ExecutionId>,
     locked_at_kills: &[ExecutionId],
 ) {
     let db = store.open(None).await;
@@ -459,39 +406,12 @@ async fn check_final(
     for id in &ids {
         let log = db.get(id).await.unwrap_or_else(|e| panic!("get {id}: {e}"));
         events += log.events.len();
-        let finished = log
-            .events
-            .iter()
-            .filter(|e| matches!(e.event, ExecutionEventInner::Finished { .. }))
-            .count();
-        assert_eq!(finished, 1, "{id}: Finished events in {log:#?}");
-        let Some(ExecutionEventInner::Finished { result }) = log.events.last().map(|e| &e.event)
-        else {
-            panic!("{id}: the last event is not Finished: {log:#?}");
-        };
-        let Some(ExecutionEventInner::Created { params, .. }) =
-            log.events.first().map(|e| &e.event)
-        else {
-            panic!("{id}: the first event is not Created: {log:#?}");
-        };
-        let expected = params.0.get(0).cloned().unwrap_or_default();
-        assert_eq!(
-            result,
-            &Ok(SupportedFunctionReturnValue::InfallibleOrResultOk(Json(
-                expected
-            ))),
-            "{id}: the result is not the execution's own parameter"
-        );
+        assert_finished_once(id, &log);
         let finished_version = u32::try_from(log.events.len() - 1).expect("a short log");
         assert_eq!(
             log.next_version,
             Version(finished_version),
             "{id}: the next version stays at Finished"
-        );
-        assert_eq!(
-            Some(&log.pending_state),
-            derive_pending_state(&log.events, &log.responses).as_ref(),
-            "{id}: the stored pending state differs from its derivation"
         );
         if log
             .events
@@ -502,11 +422,7 @@ async fn check_final(
         }
     }
     for id in acknowledged {
-        let id: ExecutionId = id.parse().expect("the node prints execution ids");
-        assert!(
-            unique.contains(&id),
-            "acknowledged {id} is not in the store"
-        );
+        assert!(unique.contains(id), "acknowledged {id} is not in the store");
     }
     for id in locked_at_kills {
         assert!(
@@ -524,31 +440,24 @@ async fn check_final(
     db.close().await;
 }
 
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("a tokio runtime")
-}
-
 /// Kills the node at every kill point and restarts it, then lets the last one finish and
 /// checks everything.
 fn kill_and_restart(store: &Store) {
     let started = Instant::now();
     let runtime = runtime();
-    let mut acknowledged: HashSet<String> = HashSet::new();
+    let mut acknowledged: HashSet<ExecutionId> = HashSet::new();
     let mut locked_at_kills = Vec::new();
     for (idx, point) in KILL_POINTS.iter().enumerate() {
         let label = format!("node-{idx}");
         let kill_at = (EXECUTIONS as f64 * point) as usize;
         let printed = Node::start(store, &label).kill_when(|p| p.progress >= kill_at);
-        let expected_start = if idx == 0 { "submitting" } else { "resumed" };
+        let (expected_start, began_so): (_, fn(&Line) -> bool) = if idx == 0 {
+            ("submitting", |l| matches!(l, Line::Submitting(_)))
+        } else {
+            ("resumed", |l| matches!(l, Line::Resumed(_)))
+        };
         assert!(
-            printed
-                .submission
-                .first()
-                .is_some_and(|l| l.starts_with(expected_start)),
+            printed.began_with(began_so),
             "{label} began with {:?}, expected `{expected_start} ...`",
             printed.submission
         );
@@ -583,9 +492,7 @@ fn kill_and_restart(store: &Store) {
     );
     let last = Node::start(store, "node-last").finish();
     assert!(
-        last.submission
-            .first()
-            .is_some_and(|l| l.starts_with("resumed")),
+        last.began_with(|l| matches!(l, Line::Resumed(_))),
         "the last node began with {:?}, expected `resumed ...`",
         last.submission
     );
@@ -616,10 +523,7 @@ fn probe_submission(
     let store = Store::sqlite();
     let printed = Node::start(&store, label).kill_after(after, delay);
     assert!(
-        printed
-            .submission
-            .first()
-            .is_some_and(|l| l.starts_with("submitting")),
+        printed.began_with(|l| matches!(l, Line::Submitting(_))),
         "{label} began with {:?}: the store was empty",
         printed.submission
     );
@@ -667,12 +571,10 @@ fn sqlite_kill_during_submission_is_all_or_nothing() {
          {after:?} after `submitting`",
         outcomes.0, outcomes.1
     );
-    let acknowledged: HashSet<String> = printed.finished.into_iter().collect();
+    let acknowledged: HashSet<ExecutionId> = printed.finished.into_iter().collect();
     let last = Node::start(&store, "node-after").finish();
     assert!(
-        last.submission
-            .first()
-            .is_some_and(|l| l.starts_with("resumed")),
+        last.began_with(|l| matches!(l, Line::Resumed(_))),
         "the restarted node began with {:?}, expected `resumed ...`",
         last.submission
     );
@@ -680,84 +582,26 @@ fn sqlite_kill_during_submission_is_all_or_nothing() {
     assert_integrity(store.sqlite_path().expect("a SQLite store"));
 }
 
-/// A fresh database on the PostgreSQL test server, or `None` (after printing why) when no
-/// server is configured outside CI.
-#[expect(
-    clippy::print_stdout,
-    reason = "the skip line is read from the test's stdout"
-)]
-fn postgres_store(label: &str) -> Option<Store> {
-    let Some(url) = std::env::var(POSTGRES_URL_VAR)
-        .ok()
-        .filter(|url| !url.is_empty())
-    else {
-        let in_ci = std::env::var("CI").is_ok_and(|ci| ci == "true");
-        assert!(
-            !in_ci,
-            "{POSTGRES_URL_VAR} is not set, and CI=true requires the PostgreSQL crash test to \
-             run: start a server with `source .ci/postgres.sh && pg_start` first"
-        );
-        println!("SKIPPED: postgres: {POSTGRES_URL_VAR} is not set");
-        return None;
-    };
-    let server = PostgresConfig::from_url(&url)
-        .unwrap_or_else(|e| panic!("{POSTGRES_URL_VAR} does not parse: {e}"));
-    let name = format!("stele_durability_{label}_{}", std::process::id());
-    runtime()
-        .block_on(admin::create_database(&server, &name))
-        .unwrap_or_else(|e| panic!("cannot create test database {name}: {e}"));
-    Some(Store::Postgres {
-        dir: tempfile::tempdir().expect("a temp dir"),
-        url: url_with_database(&url, &name),
-        server: Box::new(server),
-        name,
-    })
-}
-
 #[test]
 fn postgres_kill_and_restart_loses_nothing() {
-    if let Some(store) = postgres_store("noop") {
-        kill_and_restart(&store);
-    }
+    let Some(server) = TestServer::or_skip("postgres_kill_and_restart_loses_nothing") else {
+        return;
+    };
+    let database = runtime().block_on(TestDatabase::create(&server));
+    let store = Store::Postgres {
+        dir: tempfile::tempdir().expect("a temp dir"),
+        database: Box::new(database),
+    };
+    kill_and_restart(&store);
 }
 
 /// Workflows per workflow crash test; each has four children.
 const WORKFLOWS: usize = 150;
+
 /// The node's arguments for workflows: those of [`NODE_ARGS`] (16 workflows and 16 child
 /// runs of 20 ms at once), and the workload.
 fn workflow_args() -> Vec<&'static str> {
     [&NODE_ARGS[..], &["--workload", "workflow"]].concat()
-}
-/// The history every workflow of `--workload workflow` records (`tests/durability/src/flows.rs`),
-/// by event kind and join set.
-const WORKFLOW_SHAPE: [&str; 14] = [
-    "Persist",
-    "JoinSetCreate n:children",
-    "JoinSetRequest n:children",
-    "JoinSetRequest n:children",
-    "JoinSetRequest n:children",
-    "JoinNext n:children",
-    "JoinNext n:children",
-    "JoinNext n:children",
-    "JoinSetCreate o:2",
-    "JoinSetRequest o:2",
-    "JoinNext o:2",
-    "JoinSetCreate o:3-noop",
-    "JoinSetRequest o:3-noop",
-    "JoinNext o:3-noop",
-];
-
-/// One history event as `<kind> <join set>`.
-fn shape_of(event: &HistoryEvent) -> String {
-    match event {
-        HistoryEvent::Persist { .. } => "Persist".to_string(),
-        HistoryEvent::JoinSetCreate { join_set_id, .. } => format!("JoinSetCreate {join_set_id}"),
-        HistoryEvent::JoinSetRequest { join_set_id, .. } => {
-            format!("JoinSetRequest {join_set_id}")
-        }
-        HistoryEvent::JoinNext { join_set_id, .. } => format!("JoinNext {join_set_id}"),
-        HistoryEvent::Schedule { .. } => "Schedule".to_string(),
-    }
 }
 
 /// Kills nodes running workflows at several points (mid fan-out, warm-waiting, finishing),
@@ -793,12 +637,18 @@ fn workflows_kill_and_restart(store: &Store) {
     );
 }
 
-/// Every workflow finished once with the result of an uninterrupted run, its history has
-/// the expected shape (no step recorded twice), and every child exists once and finished
-/// once, its response delivered once.
+/// Every workflow finished once with the result of an uninterrupted run, its history has the
+/// expected shape (no step recorded twice or left out), its five responses arrived once each,
+/// and every child exists once and finished.
 async fn check_workflows(store: &Store) {
     let db = store.open(None).await;
-    let all = all_ids(db.as_ref(), None).await;
+    let all: Vec<ExecutionId> = db
+        .list_all_executions(concepts::ListExecutionsFilter::default())
+        .await
+        .expect("list_executions")
+        .into_iter()
+        .map(|summary| summary.execution_id)
+        .collect();
     let unique: HashSet<&ExecutionId> = all.iter().collect();
     assert_eq!(
         all.len(),
@@ -809,23 +659,22 @@ async fn check_workflows(store: &Store) {
     let (mut replayed, mut runs_total) = (0, 0);
     for id in all.iter().filter(|id| id.is_top_level()) {
         let log = db.get(id).await.unwrap_or_else(|e| panic!("get {id}: {e}"));
-        let finished = log
-            .events
-            .iter()
-            .filter(|e| matches!(e.event, ExecutionEventInner::Finished { .. }))
-            .count();
-        assert_eq!(finished, 1, "{id}: Finished events");
         let Some(ExecutionEventInner::Created { params, .. }) =
             log.events.first().map(|e| &e.event)
         else {
             panic!("{id}: the first event is not Created");
         };
         let index = params.0[0].as_u64().expect("the index");
-        let expected: u64 = (1..=3).map(|k| index * 10 + k).sum();
+        let finished = log
+            .events
+            .iter()
+            .filter(|e| matches!(e.event, ExecutionEventInner::Finished { .. }))
+            .count();
+        assert_eq!(finished, 1, "{id}: Finished events");
         assert_eq!(
             log.finished_result(),
             Some(&Ok(SupportedFunctionReturnValue::InfallibleOrResultOk(
-                Json(expected.into())
+                Json(flows::expected_result(index).into())
             ))),
             "{id}: not the result of an uninterrupted run"
         );
@@ -833,12 +682,13 @@ async fn check_workflows(store: &Store) {
             .events
             .iter()
             .filter_map(|e| match &e.event {
-                ExecutionEventInner::HistoryEvent { event } => Some(shape_of(event)),
+                ExecutionEventInner::HistoryEvent { event } => Some(flows::shape_of(event)),
                 _ => None,
             })
             .collect();
         assert_eq!(
-            shape, WORKFLOW_SHAPE,
+            shape,
+            flows::EXPECTED_SHAPE,
             "{id}: a step recorded twice or left out"
         );
         let answered: HashSet<String> = log
@@ -879,7 +729,8 @@ async fn check_workflows(store: &Store) {
         "no workflow was interrupted: the test replayed nothing"
     );
     eprintln!(
-        "final: {WORKFLOWS} workflows with {} children, all finished once with the expected result; {replayed} were replayed after a kill or a cold wait ({runs_total} runs in all)",
+        "final: {WORKFLOWS} workflows with {} children, all finished once with the expected \
+         result; {replayed} were replayed after a kill or a cold wait ({runs_total} runs in all)",
         all.len() - WORKFLOWS
     );
     db.close().await;
@@ -892,20 +743,15 @@ fn sqlite_workflows_killed_and_restarted_finish_as_uninterrupted() {
 
 #[test]
 fn postgres_workflows_killed_and_restarted_finish_as_uninterrupted() {
-    if let Some(store) = postgres_store("workflows") {
-        workflows_kill_and_restart(&store);
-    }
-}
-
-/// `url` with its database replaced by `name` (query parameters kept).
-fn url_with_database(url: &str, name: &str) -> String {
-    let (base, query) = match url.split_once('?') {
-        Some((base, query)) => (base, format!("?{query}")),
-        None => (url, String::new()),
+    let Some(server) =
+        TestServer::or_skip("postgres_workflows_killed_and_restarted_finish_as_uninterrupted")
+    else {
+        return;
     };
-    let after_scheme = base.find("://").map_or(0, |at| at + 3);
-    let host_end = base[after_scheme..]
-        .find('/')
-        .map_or(base.len(), |at| after_scheme + at);
-    format!("{}/{name}{query}", &base[..host_end])
+    let database = runtime().block_on(TestDatabase::create(&server));
+    let store = Store::Postgres {
+        dir: tempfile::tempdir().expect("a temp dir"),
+        database: Box::new(database),
+    };
+    workflows_kill_and_restart(&store);
 }

@@ -39,22 +39,25 @@
 //! Without `STELE_TEST_POSTGRES_URL` the test prints `SKIPPED: ...` and passes, except under
 //! `CI=true`, where it fails.
 
-use concepts::DbClientExt as _;
+mod common;
+
+use common::{all_ids, assert_finished_once};
 use concepts::{
-    ClockFn, ComponentId, CreateRequest, DbConnection, ExecutionEventInner, ExecutionId,
-    ExecutionIdTopLevel, ExecutionMetadata, ExecutorId, FunctionFqn, Json, ListExecutionsFilter,
-    Pagination, PendingState, PendingStateKind, SupportedFunctionReturnValue, derive_pending_state,
+    ClockFn, CreateRequest, DbConnection, ExecutionEventInner, ExecutionId, ExecutorId,
+    ListExecutionsFilter, Pagination, PendingState, PendingStateKind,
 };
+use durability::{Line, Workload, wall_ms};
 use executor::Now;
 use std::{
     collections::{HashMap, HashSet},
-    io::{BufRead, BufReader},
-    path::PathBuf,
-    process::{Child, Command, Stdio},
-    sync::{Arc, mpsc},
+    sync::Arc,
     time::{Duration, Instant},
 };
-use storage_postgres::{PostgresConfig, PostgresStore, admin};
+use storage_postgres::PostgresStore;
+use test_support::{
+    postgres::{TestDatabase, TestServer},
+    process::{Output, Processes},
+};
 
 /// Executions in all.
 const EXECUTIONS: usize = 5_000;
@@ -72,14 +75,8 @@ const WAKE_BOUND: Duration = Duration::from_secs(2);
 const SETTLE: Duration = Duration::from_millis(200);
 /// A wait with less than this left before its `max_wait` is not trusted to span a batch.
 const MIN_WAIT_LEFT: Duration = Duration::from_secs(5);
-/// The function the nodes run (the node's `FFQN`).
-const FFQN: &str = "durability:node/work@1.0.0.noop";
-/// The ULID time part of the execution ids (the node's `ID_MS`).
-const ID_MS: u64 = 1_700_000_000_000;
 /// The longest any one phase may take before the test gives up.
 const PHASE_TIMEOUT: Duration = Duration::from_secs(60);
-/// The variable that names the PostgreSQL test server.
-const POSTGRES_URL_VAR: &str = "STELE_TEST_POSTGRES_URL";
 
 /// Arguments of every node (the lease is the node's default of 1.5 s).
 const COMMON_ARGS: [&str; 6] = [
@@ -91,16 +88,6 @@ const COMMON_ARGS: [&str; 6] = [
     "150",
 ];
 
-/// The `idx`-th execution's id (from 0).
-fn execution_id(idx: usize) -> ExecutionId {
-    ExecutionId::from(ExecutionIdTopLevel::from_parts(ID_MS, idx as u128 + 1))
-}
-
-/// The wall clock in milliseconds since the epoch, as the nodes print it.
-fn wall_ms() -> i64 {
-    Now.now().timestamp_millis()
-}
-
 /// One `wait_for_pending` call of an executor, as it reported it.
 #[derive(Debug, Clone, Copy)]
 struct Wait {
@@ -109,12 +96,10 @@ struct Wait {
     early: bool,
 }
 
-/// A node process and what it printed so far.
+/// What a node process printed so far (its process is the one of the same index in
+/// [`Fleet::processes`]).
 struct Node {
-    label: String,
     executor: bool,
-    child: Child,
-    stderr: PathBuf,
     /// From its `executor <id>` line.
     executor_id: Option<ExecutorId>,
     /// The `wait_for_pending` it is in, if any: its index in `waits` once it returns, and its
@@ -124,117 +109,75 @@ struct Node {
     /// Its `locked <n>` lines so far.
     locked_lines: usize,
     summary: Option<serde_json::Value>,
-    /// Its standard output was closed.
-    closed: bool,
-    killed: bool,
 }
 
 impl Node {
     fn take(&mut self, line: &str) {
-        let words: Vec<&str> = line.split_whitespace().collect();
-        match words.as_slice() {
-            ["executor", id] => {
-                self.executor_id = Some(id.parse().expect("the node prints its executor id"));
-            }
-            ["waiting", start] => {
-                self.open_wait = Some((self.waits.len(), start.parse().expect("a time")));
-            }
-            ["waited", start, end, how] => {
+        match Line::parse(line).unwrap_or_else(|e| panic!("a node printed {e}")) {
+            Line::Executor(id) => self.executor_id = Some(id),
+            Line::Waiting { start } => self.open_wait = Some((self.waits.len(), start)),
+            Line::Waited { start, end, early } => {
                 self.open_wait = None;
-                self.waits.push(Wait {
-                    start: start.parse().expect("a time"),
-                    end: end.parse().expect("a time"),
-                    early: *how == "early",
-                });
+                self.waits.push(Wait { start, end, early });
             }
-            ["locked", _] => self.locked_lines += 1,
-            _ if line.starts_with('{') => {
-                self.summary = Some(serde_json::from_str(line).expect("the summary is JSON"));
-            }
+            Line::Locked(_) => self.locked_lines += 1,
+            Line::Summary(summary) => self.summary = Some(summary),
             _ => {}
         }
     }
-
-    fn alive(&self) -> bool {
-        !self.killed
-    }
 }
 
-/// The node processes and the lines they print, read by one thread per node.
+/// The node processes and what each printed.
 struct Fleet {
     nodes: Vec<Node>,
-    lines: mpsc::Receiver<(usize, Option<String>)>,
-    sender: mpsc::Sender<(usize, Option<String>)>,
-    dir: tempfile::TempDir,
+    processes: Processes,
+    _dir: tempfile::TempDir,
     /// Set once the nodes may exit (everything is finished).
     exits_expected: bool,
 }
 
 impl Fleet {
     fn new() -> Self {
-        let (sender, lines) = mpsc::channel();
+        let dir = tempfile::tempdir().expect("a temp dir");
         Self {
             nodes: Vec::new(),
-            lines,
-            sender,
-            dir: tempfile::tempdir().expect("a temp dir"),
+            processes: Processes::new(dir.path()),
+            _dir: dir,
             exits_expected: false,
         }
     }
 
     fn start(&mut self, label: &str, executor: bool, url: &str, args: &[&str]) {
-        let idx = self.nodes.len();
-        let stderr = self.dir.path().join(format!("{label}.stderr"));
-        let mut child = Command::new(env!("CARGO_BIN_EXE_durability-node"))
-            .args(["run", "--database", url])
-            .args(["--executions", &EXECUTIONS.to_string()])
-            .args(COMMON_ARGS)
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(std::fs::File::create(&stderr).expect("a stderr file"))
-            .spawn()
-            .expect("starting durability-node");
-        let stdout = child.stdout.take().expect("piped stdout");
-        let sender = self.sender.clone();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if sender.send((idx, Some(line))).is_err() {
-                    return;
-                }
-            }
-            let _ = sender.send((idx, None));
-        });
+        let mut command = common::node_command(url, EXECUTIONS);
+        command.args(COMMON_ARGS).args(args);
+        self.processes.start(label, command);
         self.nodes.push(Node {
-            label: label.to_string(),
             executor,
-            child,
-            stderr,
             executor_id: None,
             open_wait: None,
             waits: Vec::new(),
             locked_lines: 0,
             summary: None,
-            closed: false,
-            killed: false,
         });
     }
 
     /// Takes the lines that arrive within `wait`; false if none did.
     fn pump(&mut self, wait: Duration) -> bool {
-        let Ok(first) = self.lines.recv_timeout(wait) else {
+        let mut next = self.processes.next(wait);
+        if next.is_none() {
             return false;
-        };
-        let mut next = Some(first);
-        while let Some((idx, line)) = next {
-            match line {
-                Some(line) => self.nodes[idx].take(&line),
-                None => self.nodes[idx].closed = true,
+        }
+        while let Some((idx, output)) = next {
+            if let Output::Line(line) = output {
+                self.nodes[idx].take(&line);
             }
-            next = self.lines.try_recv().ok();
+            next = self.processes.try_next();
         }
         true
+    }
+
+    fn alive(&self, idx: usize) -> bool {
+        !self.processes.is_killed(idx)
     }
 
     /// Takes lines until `done` holds; fails after `PHASE_TIMEOUT`, or when a node that was
@@ -245,12 +188,10 @@ impl Fleet {
             if done(self) {
                 return;
             }
-            if let Some(node) = self
-                .nodes
-                .iter()
-                .find(|n| n.closed && !n.killed && !self.exits_expected)
-            {
-                let label = node.label.clone();
+            if let Some(idx) = (0..self.nodes.len()).find(|&idx| {
+                self.processes.is_closed(idx) && self.alive(idx) && !self.exits_expected
+            }) {
+                let label = self.processes.label(idx).to_string();
                 self.fail(&format!("{label} exited while waiting for {what}"));
             }
             if Instant::now() >= deadline {
@@ -266,71 +207,15 @@ impl Fleet {
         self.nodes.iter().enumerate().filter(|(_, n)| n.executor)
     }
 
+    /// The live executors.
+    fn live_executors(&self) -> impl Iterator<Item = (usize, &Node)> {
+        self.executors().filter(|(idx, _)| self.alive(*idx))
+    }
+
     /// Kills every node and panics with `what` and the nodes' standard error.
     fn fail(&mut self, what: &str) -> ! {
-        let mut report = String::new();
-        for node in &mut self.nodes {
-            let _ = node.child.kill();
-            let _ = node.child.wait();
-            let stderr = std::fs::read_to_string(&node.stderr).unwrap_or_default();
-            let tail: Vec<&str> = stderr.lines().rev().take(20).collect();
-            report.push_str(&format!(
-                "\n--- {} stderr (last lines, newest first):\n",
-                node.label
-            ));
-            report.push_str(&tail.join("\n"));
-        }
-        panic!("{what}{report}")
+        self.processes.fail(what)
     }
-}
-
-impl Drop for Fleet {
-    fn drop(&mut self) {
-        for node in &mut self.nodes {
-            let _ = node.child.kill();
-            let _ = node.child.wait();
-        }
-    }
-}
-
-/// A database created for the test on the server, dropped when this is dropped.
-struct TestDatabase {
-    server: PostgresConfig,
-    name: String,
-    /// The server's URL with this database and the caller's query parameters.
-    url: String,
-}
-
-impl Drop for TestDatabase {
-    fn drop(&mut self) {
-        let (server, name) = (self.server.clone(), self.name.clone());
-        let dropped = std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .map_err(|e| e.to_string())?;
-            runtime
-                .block_on(admin::drop_database(&server, &name))
-                .map_err(|e| format!("cannot drop test database {name}: {e}"))
-        })
-        .join();
-        if let Ok(Err(e)) = dropped {
-            eprintln!("{e}");
-        }
-    }
-}
-
-/// `url` with its database replaced by `name` (query parameters kept).
-fn url_with_database(url: &str, name: &str) -> String {
-    let (base, query) = match url.split_once('?') {
-        Some((base, query)) => (base, format!("?{query}")),
-        None => (url, String::new()),
-    };
-    let after_scheme = base.find("://").map_or(0, |at| at + 3);
-    let host_end = base[after_scheme..]
-        .find('/')
-        .map_or(base.len(), |at| after_scheme + at);
-    format!("{}/{name}{query}", &base[..host_end])
 }
 
 /// `url` with `params` appended to its query.
@@ -339,56 +224,20 @@ fn with_params(url: &str, params: &str) -> String {
     format!("{url}{sep}{params}")
 }
 
-/// `url` without the store's own query parameters, for a plain driver connection.
-fn driver_url(url: &str) -> String {
-    let Some((base, query)) = url.split_once('?') else {
-        return url.to_string();
-    };
-    let kept: Vec<&str> = query
-        .split('&')
-        .filter(|pair| {
-            let key = pair.split('=').next().unwrap_or_default();
-            !pair.is_empty() && key != "pool_size" && key != "statement_timeout_ms"
+/// How many server sessions of `database` carry `application_name`.
+async fn sessions(database: &TestDatabase, application_name: &str) -> i64 {
+    database
+        .with_client(async |client| {
+            client
+                .query_one(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND application_name = $2",
+                    &[&database.name(), &application_name],
+                )
+                .await
+                .expect("reading pg_stat_activity")
+                .get(0)
         })
-        .collect();
-    if kept.is_empty() {
-        base.to_string()
-    } else {
-        format!("{base}?{}", kept.join("&"))
-    }
-}
-
-/// How many server sessions of database `db` carry `application_name`.
-async fn sessions(server_url: &str, db: &str, application_name: &str) -> i64 {
-    let (client, connection) =
-        tokio_postgres::connect(&driver_url(server_url), tokio_postgres::NoTls)
-            .await
-            .expect("a driver connection to the test server");
-    let driver = tokio::spawn(connection);
-    let row = client
-        .query_one(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND application_name = $2",
-            &[&db, &application_name],
-        )
         .await
-        .expect("reading pg_stat_activity");
-    drop(client);
-    let _ = driver.await;
-    row.get(0)
-}
-
-/// Every execution id in `state` (every one for `None`).
-async fn all_ids(db: &dyn DbConnection, state: Option<PendingStateKind>) -> Vec<ExecutionId> {
-    let filter = ListExecutionsFilter {
-        state,
-        ..ListExecutionsFilter::default()
-    };
-    db.list_all_executions(filter)
-        .await
-        .expect("list_executions")
-        .into_iter()
-        .map(|summary| summary.execution_id)
-        .collect()
 }
 
 /// Whether any execution is in `state` (one row is enough).
@@ -425,27 +274,14 @@ async fn all_finished(db: &dyn DbConnection, submitted: usize) -> bool {
     all_ids(db, Some(PendingStateKind::Finished)).await.len() == submitted
 }
 
-/// The requests of batch `batch`: `EXECUTIONS / BATCHES` executions due now.
+/// The requests of batch `batch`: `EXECUTIONS / BATCHES` executions due now (as any client
+/// submits: nothing about the timing is staged), with no retry backoff.
 fn batch_requests(batch: usize) -> Vec<CreateRequest> {
-    let ffqn: FunctionFqn = FFQN.parse().expect("the node's function");
-    let component_id = ComponentId::new("activity", "durability-noop").expect("a component id");
+    let workload = Workload::new().expect("the node's workload");
     let size = EXECUTIONS / BATCHES;
     let now = Now.now();
     (batch * size..(batch + 1) * size)
-        .map(|idx| CreateRequest {
-            created_at: now,
-            execution_id: execution_id(idx),
-            ffqn: ffqn.clone(),
-            params: Json(serde_json::json!([idx])),
-            parent: None,
-            // Due now, as any client submits: nothing about the timing is staged.
-            scheduled_at: now,
-            retry_exp_backoff: Duration::ZERO,
-            max_retries: 10,
-            component_id: component_id.clone(),
-            metadata: ExecutionMetadata::default(),
-            scheduled_by: None,
-        })
+        .map(|idx| workload.request(idx, now, Duration::ZERO, 10))
         .collect()
 }
 
@@ -472,8 +308,7 @@ fn await_all_asleep(fleet: &mut Fleet, batch: usize) -> Vec<(usize, (usize, i64)
             let now = wall_ms();
             let min_start = now - (EXECUTOR_TICK - MIN_WAIT_LEFT).as_millis() as i64;
             let current: Option<Vec<(usize, (usize, i64))>> = fleet
-                .executors()
-                .filter(|(_, n)| n.alive())
+                .live_executors()
                 .map(|(idx, n)| {
                     n.open_wait
                         .filter(|(_, start)| *start >= min_start)
@@ -509,33 +344,32 @@ fn check_woken(fleet: &Fleet, batch: usize, submitted: &Submitted) -> Duration {
             panic!(
                 "batch {batch}: {} is still in the wait it began at {start} (the batch was \
                  submitted at {}): the submission did not wake it",
-                node.label, submitted.begin
+                fleet.processes.label(idx),
+                submitted.begin
             );
         };
+        let label = fleet.processes.label(idx);
         assert_eq!(
             wait.start, start,
-            "{}: the waits are reported in order",
-            node.label
+            "{label}: the waits are reported in order",
         );
         assert!(
             wait.early,
             "batch {batch}: {}'s wait_for_pending, asleep since {start} when the batch was \
              submitted at {}, ran to its {EXECUTOR_TICK:?} max_wait (ended {}): it was not woken \
              by the submission's notification, only by polling",
-            node.label, submitted.begin, wait.end
+            label, submitted.begin, wait.end
         );
         assert!(
             wait.end >= submitted.begin,
-            "batch {batch}: {}'s wait ended at {} before the submission at {}",
-            node.label,
+            "batch {batch}: {label}'s wait ended at {} before the submission at {}",
             wait.end,
             submitted.begin
         );
         let latency = Duration::from_millis((wait.end - submitted.begin).unsigned_abs());
         assert!(
             latency < WAKE_BOUND,
-            "batch {batch}: {} woke {latency:?} after the submission, no sooner than a poll",
-            node.label
+            "batch {batch}: {label} woke {latency:?} after the submission, no sooner than a poll",
         );
         slowest = slowest.max(latency);
     }
@@ -553,27 +387,25 @@ struct Checker {
 fn kill_first_executor(
     fleet: &mut Fleet,
     checker: &Checker,
-    server_url: &str,
-    db_name: &str,
+    database: &TestDatabase,
 ) -> (ExecutorId, HashSet<ExecutionId>) {
     let victim = 0;
     let locked_before = fleet.nodes[victim].locked_lines;
     fleet.until("the first executor to lock part of the batch", |fleet| {
         fleet.nodes[victim].locked_lines > locked_before
     });
-    let node = &mut fleet.nodes[victim];
-    node.child.kill().expect("SIGKILL");
-    let status = node.child.wait().expect("waiting for the killed node");
+    let status = fleet.processes.kill(victim);
     assert!(!status.success(), "killed, yet it exited 0");
-    node.killed = true;
-    let killed = node.executor_id.expect("the executor printed its id");
+    let killed = fleet.nodes[victim]
+        .executor_id
+        .expect("the executor printed its id");
     // A commit it sent just before the kill may still be running on the server: read the
     // store only once every session of the process is gone.
     let application_name = application_name(victim);
     let deadline = Instant::now() + PHASE_TIMEOUT;
     while checker
         .runtime
-        .block_on(sessions(server_url, db_name, &application_name))
+        .block_on(sessions(database, &application_name))
         > 0
     {
         assert!(
@@ -600,7 +432,7 @@ fn kill_first_executor(
     );
     eprintln!(
         "killed {} ({killed}) after it locked part of batch {KILL_BATCH}; it held {} executions",
-        fleet.nodes[victim].label,
+        fleet.processes.label(victim),
         held.len()
     );
     (killed, held)
@@ -628,35 +460,7 @@ fn check_logs(
         let mut runs_by: HashMap<ExecutorId, usize> = HashMap::new();
         for id in &ids {
             let log = db.get(id).await.unwrap_or_else(|e| panic!("get {id}: {e}"));
-            let finished = log
-                .events
-                .iter()
-                .filter(|e| matches!(e.event, ExecutionEventInner::Finished { .. }))
-                .count();
-            assert_eq!(finished, 1, "{id}: Finished events in {log:#?}");
-            let Some(ExecutionEventInner::Finished { result }) =
-                log.events.last().map(|e| &e.event)
-            else {
-                panic!("{id}: the last event is not Finished: {log:#?}");
-            };
-            let Some(ExecutionEventInner::Created { params, .. }) =
-                log.events.first().map(|e| &e.event)
-            else {
-                panic!("{id}: the first event is not Created: {log:#?}");
-            };
-            let expected = params.0.get(0).cloned().unwrap_or_default();
-            assert_eq!(
-                result,
-                &Ok(SupportedFunctionReturnValue::InfallibleOrResultOk(Json(
-                    expected
-                ))),
-                "{id}: the result is not the execution's own parameter"
-            );
-            assert_eq!(
-                Some(&log.pending_state),
-                derive_pending_state(&log.events, &log.responses).as_ref(),
-                "{id}: the stored pending state differs from its derivation"
-            );
+            assert_finished_once(id, &log);
             for (at, event) in log.events.iter().enumerate() {
                 let ExecutionEventInner::Locked(locked) = &event.event else {
                     continue;
@@ -724,37 +528,15 @@ fn check_logs(
 
 #[test]
 fn postgres_executors_in_many_processes_share_the_work_and_wake_each_other() {
-    let Some(server_url) = std::env::var(POSTGRES_URL_VAR)
-        .ok()
-        .filter(|url| !url.is_empty())
-    else {
-        let in_ci = std::env::var("CI").is_ok_and(|ci| ci == "true");
-        assert!(
-            !in_ci,
-            "{POSTGRES_URL_VAR} is not set, and CI=true requires the multi-process test to run: \
-             start a server with `source .ci/postgres.sh && pg_start` first"
-        );
-        println!("SKIPPED: postgres: {POSTGRES_URL_VAR} is not set");
+    let Some(server) = TestServer::or_skip(
+        "postgres_executors_in_many_processes_share_the_work_and_wake_each_other",
+    ) else {
         return;
     };
     let started = Instant::now();
-    let server = PostgresConfig::from_url(&server_url)
-        .unwrap_or_else(|e| panic!("{POSTGRES_URL_VAR} does not parse: {e}"));
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("a tokio runtime");
-    let name = format!("stele_multi_process_{}", std::process::id());
-    runtime
-        .block_on(admin::create_database(&server, &name))
-        .unwrap_or_else(|e| panic!("cannot create test database {name}: {e}"));
-    let database = TestDatabase {
-        url: url_with_database(&server_url, &name),
-        server: server.clone(),
-        name: name.clone(),
-    };
-    let mut test_config = server.with_database(&name);
+    let runtime = common::runtime();
+    let database = runtime.block_on(TestDatabase::create(&server));
+    let mut test_config = database.config.clone();
     test_config.pool_size = 4;
     let db: Arc<dyn DbConnection> = Arc::new(
         runtime
@@ -829,12 +611,7 @@ fn postgres_executors_in_many_processes_share_the_work_and_wake_each_other() {
             sleeping,
         };
         if batch == KILL_BATCH {
-            kill = Some(kill_first_executor(
-                &mut fleet,
-                &checker,
-                &server_url,
-                &name,
-            ));
+            kill = Some(kill_first_executor(&mut fleet, &checker, &database));
         }
         let expected = (batch + 1) * (EXECUTIONS / BATCHES);
         fleet.until(&format!("batch {batch} to finish"), |fleet| {
@@ -858,25 +635,25 @@ fn postgres_executors_in_many_processes_share_the_work_and_wake_each_other() {
     // Every node sees everything finished at its next poll and exits 0 with a summary.
     fleet.exits_expected = true;
     fleet.until("every node to exit", |fleet| {
-        fleet.nodes.iter().all(|n| n.closed || n.killed)
+        (0..fleet.nodes.len()).all(|idx| fleet.processes.is_closed(idx) || !fleet.alive(idx))
     });
-    for node in &mut fleet.nodes {
-        if node.killed {
+    for idx in 0..fleet.nodes.len() {
+        if !fleet.alive(idx) {
             continue;
         }
-        let status = node.child.wait().expect("waiting for a node");
-        assert!(status.success(), "{} exited with {status}", node.label);
-        let summary = node
+        let status = fleet.processes.wait(idx);
+        let label = fleet.processes.label(idx);
+        assert!(status.success(), "{label} exited with {status}");
+        let summary = fleet.nodes[idx]
             .summary
             .as_ref()
-            .unwrap_or_else(|| panic!("{} printed no summary", node.label));
-        eprintln!("{}: {summary}", node.label);
+            .unwrap_or_else(|| panic!("{label} printed no summary"));
+        eprintln!("{label}: {summary}");
     }
 
     let (killed, held) = kill.expect("the kill batch ran");
     let survivors: HashSet<ExecutorId> = fleet
-        .executors()
-        .filter(|(_, n)| n.alive())
+        .live_executors()
         .map(|(_, n)| n.executor_id.expect("an executor id"))
         .collect();
     assert_eq!(survivors.len(), EXECUTORS - 1, "surviving executors");

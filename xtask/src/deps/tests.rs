@@ -19,6 +19,8 @@ const MEMBERS: &[&str] = &[
     "timers-watcher",
     "workflow",
     "conformance",
+    "test-support",
+    "cli",
     "xtask",
 ];
 
@@ -47,6 +49,12 @@ const CLEAN_EDGES: &[FakeEdge] = &[
     ("conformance", "executor", NORMAL),
     ("conformance", "timers-watcher", NORMAL),
     ("conformance", "test-utils", NORMAL),
+    ("test-support", "conformance", NORMAL),
+    ("test-support", "storage-memory", NORMAL),
+    ("test-support", "tokio-postgres", NORMAL),
+    ("storage-memory", "test-support", DEV),
+    ("cli", "storage-sqlite", NORMAL),
+    ("cli", "test-support", DEV),
     ("xtask", "serde", NORMAL),
     // A dependency's own dev edges are never built for its dependents.
     ("test-utils", "storage-memory", DEV),
@@ -246,4 +254,33 @@ fn nothing_may_depend_on_xtask_and_xtask_on_nothing_of_the_workspace() {
     assert_eq!(paths(&found), ["storage-memory -(dev)-> xtask"]);
     let found = violations(&with(("xtask", "concepts", NORMAL)));
     assert_eq!(paths(&found), ["xtask -> concepts"]);
+}
+
+#[test]
+fn test_support_is_reached_through_dev_edges_only() {
+    let found = violations(&with(("cli", "test-support", NORMAL)));
+    assert_eq!(paths(&found), ["cli -> test-support"]);
+    let report = found[0].to_string();
+    assert!(
+        report
+            .starts_with("forbidden edge: `*` must not depend on `test-support` (normal edges): "),
+        "{report}"
+    );
+    // Behind another crate's normal edge it is reached too.
+    let mut edges = with(("cli", "some-helper", NORMAL));
+    edges.push(("some-helper", "test-support", NORMAL));
+    let found = violations(&edges);
+    assert_eq!(paths(&found), ["cli -> some-helper -> test-support"]);
+}
+
+#[test]
+fn test_support_must_not_bring_a_driver_to_the_executor() {
+    let found = violations(&with(("executor", "test-support", DEV)));
+    assert_eq!(
+        paths(&found),
+        [
+            "executor -(dev)-> test-support -> storage-memory",
+            "executor -(dev)-> test-support -> tokio-postgres",
+        ]
+    );
 }

@@ -1,0 +1,46 @@
+//! The storage kernel: every rule of the execution model that a write must obey, written once,
+//! for backend implementors. Users of Stele never need this module.
+//!
+//! A backend does not decide anything. Each write goes through four steps:
+//!
+//! 1. **Keys.** The backend wraps the call in a [`WriteRequest`] and asks it for its
+//!    [`Keys`]: exactly the rows the write touches (execution rows, join-set counters, delays,
+//!    child responses, whether due executions must be found, which logs a locked execution
+//!    needs). Rules that depend on the request alone (an empty batch, a lease that expires
+//!    before it starts, a child that no event announces) are checked here, before anything is
+//!    read.
+//! 2. **Load.** The backend reads those rows into a [`Snapshot`], under its own locking (a
+//!    mutex, the single writer's transaction, `SELECT ... FOR UPDATE`), and, when asked, finds
+//!    the due executions with its own index.
+//! 3. **Plan.** [`plan`] applies the request to the snapshot: it validates every step
+//!    (versions, the locking rules, a repeated delay, a duplicate response, a child's parent),
+//!    carries the pending state forward with [`ExecutionState`](crate::ExecutionState)'s
+//!    transitions, assigns versions and response indexes, and returns a [`WritePlan`]: the
+//!    events, rows, responses, counters and delays to persist, the executions locked, and the
+//!    [`Wakeup`]s the write causes. Or the typed error that refuses the whole write.
+//! 4. **Persist, then wake.** The backend writes the plan atomically, and only after it
+//!    committed hands the wake-ups to its [`WaiterHub`] (and, across processes, to whatever
+//!    carries them).
+//!
+//! Every validation, every error message and every transition lives in this module and in
+//! [`ExecutionState`](crate::ExecutionState); no backend constructs a
+//! [`ValidationError`](crate::ValidationError). The kernel is driver-free and clock-free: time
+//! comes in with the request.
+
+mod plan;
+mod snapshot;
+mod validate;
+mod waiters;
+
+pub use plan::{
+    ExecutionChange, PlannedDelay, PlannedResponse, Wakeup, WritePlan, WriteRequest, plan,
+};
+pub use snapshot::{
+    DelayRow, DueQuery, ExecutionRow, JoinSetCounters, JoinSetKey, JoinSetRow, Keys, LogRows,
+    Snapshot,
+};
+pub use validate::validate_append_batch;
+pub use waiters::{WaiterCounts, WaiterHub};
+
+#[cfg(test)]
+mod tests;

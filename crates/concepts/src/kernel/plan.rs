@@ -1,0 +1,734 @@
+//! The planner: a [`WriteRequest`] applied to a [`Snapshot`] gives a [`WritePlan`] or the typed
+//! error that refuses the whole write.
+
+use super::snapshot::{
+    DelayRow, DueQuery, ExecutionRow, FastHash, JoinSetCounters, JoinSetKey, Keys, Snapshot,
+};
+use super::validate::validate_append_batch;
+use crate::{
+    AppendBatchRequest, BackendError, CreateRequest, DbError, DelayId, DuplicateKind,
+    ExecutionEvent, ExecutionEventInner, ExecutionId, FunctionFqn, HistoryEvent, JoinSetId,
+    JoinSetRequest, JoinSetResponse, JoinSetResponseEvent, JoinSetResponseEventOuter,
+    LockPendingRequest, Locked, LockedExecution, OutcomeWrite, PendingState, RunId,
+    ValidationError, Version,
+};
+use chrono::{DateTime, Utc};
+use std::collections::{HashMap, HashSet};
+
+/// One write, as a backend receives it from a caller.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WriteRequest {
+    /// `create`.
+    Create(CreateRequest),
+    /// `create_batch`: all or nothing.
+    CreateBatch(Vec<CreateRequest>),
+    /// `append_batch`, with the children it creates.
+    AppendBatch(AppendBatchRequest),
+    /// `append_outcome`: one event, plus the parent's response when it finishes a child.
+    Outcome(OutcomeWrite),
+    /// `append_response`.
+    Response {
+        /// When it arrives.
+        now: DateTime<Utc>,
+        /// The execution that receives it.
+        execution_id: ExecutionId,
+        /// The response.
+        response: JoinSetResponseEvent,
+    },
+    /// `lock_pending`.
+    LockPending(LockPendingRequest),
+}
+
+/// A pending state became due, a response arrived, or an execution finished: who to wake.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Wakeup {
+    /// An execution of `ffqn` is due at `at`: wakes `wait_for_pending` callers of `ffqn`
+    /// whose horizon covers `at`.
+    Pending {
+        /// The function.
+        ffqn: FunctionFqn,
+        /// When it is due.
+        at: DateTime<Utc>,
+    },
+    /// The execution received responses: wakes `subscribe_to_next_responses` callers.
+    Responses(ExecutionId),
+    /// The execution finished: wakes `wait_for_finished_result` callers.
+    Finished(ExecutionId),
+}
+
+/// A response to store, with its place.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlannedResponse {
+    /// Its index among the execution's responses (arrival order).
+    pub idx: u64,
+    /// Its index among the responses of its join set.
+    pub join_set_idx: u64,
+    /// The response.
+    pub response: JoinSetResponseEventOuter,
+}
+
+/// A delay requested by this write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlannedDelay {
+    /// The delay.
+    pub delay_id: DelayId,
+    /// Its join set.
+    pub join_set_id: JoinSetId,
+    /// When it fires.
+    pub expires_at: DateTime<Utc>,
+    /// False when its `DelayFinished` is already stored: it never opens.
+    pub open: bool,
+}
+
+/// Everything a write changes about one execution.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExecutionChange {
+    /// The row after the write (state, counters).
+    pub row: ExecutionRow,
+    /// The request, when the write creates the execution (its `Created` event is the first of
+    /// `events`).
+    pub created: Option<CreateRequest>,
+    /// The pending state before the write; `None` for a new execution.
+    pub old_state: Option<PendingState>,
+    /// New events with their versions (a `Finished` is stored at the version it was appended
+    /// at).
+    pub events: Vec<(Version, ExecutionEvent)>,
+    /// New responses.
+    pub responses: Vec<PlannedResponse>,
+    /// The counters after the write of every join set it changed.
+    pub join_sets: Vec<(JoinSetId, JoinSetCounters)>,
+    /// Delays requested.
+    pub delays_requested: Vec<PlannedDelay>,
+    /// Delays requested earlier that this write answered: they close.
+    pub delays_closed: Vec<DelayId>,
+}
+
+impl ExecutionChange {
+    /// True when the write creates the execution.
+    #[must_use]
+    pub fn is_new(&self) -> bool {
+        self.created.is_some()
+    }
+
+    /// True when the pending state changed (always for a new execution).
+    #[must_use]
+    pub fn state_changed(&self) -> bool {
+        self.old_state.as_ref() != Some(&self.row.state.pending_state)
+    }
+}
+
+/// What a write persists, atomically, and what it causes once committed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WritePlan {
+    /// One entry per execution the write touches, in the order first touched.
+    pub changes: Vec<ExecutionChange>,
+    /// The wake-ups to deliver after the commit.
+    pub wakeups: Vec<Wakeup>,
+    /// The executions locked (`lock_pending`), in lock order.
+    pub locked: Vec<LockedExecution>,
+    /// The version the next append of the written execution carries (`create`, `append_batch`,
+    /// `append_outcome`); `None` for the other writes.
+    pub next_version: Option<Version>,
+}
+
+impl WriteRequest {
+    /// The rows this write touches. Rules that depend on the request alone are checked here,
+    /// before anything is read.
+    pub fn keys(&self) -> Result<Keys, DbError> {
+        let mut keys = Keys::default();
+        match self {
+            Self::Create(req) => keys.new_executions.push(req.execution_id.clone()),
+            Self::CreateBatch(reqs) => {
+                if reqs.is_empty() {
+                    return Err(ValidationError::EmptyBatch("create_batch").into());
+                }
+                keys.new_executions = reqs.iter().map(|r| r.execution_id.clone()).collect();
+            }
+            Self::AppendBatch(req) => {
+                validate_append_batch(req)?;
+                keys.executions.push(req.execution_id.clone());
+                event_keys(&mut keys, &req.execution_id, &req.events);
+                keys.new_executions = req
+                    .children
+                    .iter()
+                    .map(|c| c.execution_id.clone())
+                    .collect();
+            }
+            Self::Outcome(write) => {
+                keys.executions.push(write.execution_id.clone());
+                event_keys(
+                    &mut keys,
+                    &write.execution_id,
+                    std::slice::from_ref(&write.event),
+                );
+                if let Some((parent_id, response)) = write.parent_response() {
+                    keys.executions.push(parent_id.clone());
+                    response_keys(&mut keys, &parent_id, &response.event);
+                }
+            }
+            Self::Response {
+                execution_id,
+                response,
+                ..
+            } => {
+                keys.executions.push(execution_id.clone());
+                response_keys(&mut keys, execution_id, response);
+            }
+            Self::LockPending(req) => {
+                if req.lock_expires_at <= req.now {
+                    return Err(ValidationError::InvalidExpiryDate {
+                        lock_expires_at: req.lock_expires_at,
+                        now: req.now,
+                    }
+                    .into());
+                }
+                keys.due = Some(DueQuery {
+                    ffqns: req.ffqns.clone(),
+                    pending_at_or_sooner: req.pending_at_or_sooner,
+                    limit: req.batch_size,
+                });
+            }
+        }
+        Ok(keys)
+    }
+}
+
+/// The join sets and delays that `events` of `execution_id` touch.
+fn event_keys(keys: &mut Keys, execution_id: &ExecutionId, events: &[ExecutionEventInner]) {
+    for event in events {
+        let ExecutionEventInner::HistoryEvent { event } = event else {
+            continue;
+        };
+        match event {
+            HistoryEvent::JoinNext { join_set_id, .. } => {
+                join_set_key(keys, execution_id, join_set_id, 1);
+            }
+            HistoryEvent::JoinSetRequest {
+                request: JoinSetRequest::DelayRequest { delay_id, .. },
+                ..
+            } => keys.delays.push((execution_id.clone(), *delay_id)),
+            _ => {}
+        }
+    }
+}
+
+/// The join set, delay and child that a response to `execution_id` touches.
+fn response_keys(keys: &mut Keys, execution_id: &ExecutionId, response: &JoinSetResponseEvent) {
+    join_set_key(keys, execution_id, &response.join_set_id, 0);
+    match &response.event {
+        JoinSetResponse::DelayFinished { delay_id } => {
+            keys.delays.push((execution_id.clone(), *delay_id));
+        }
+        JoinSetResponse::ChildExecutionFinished {
+            child_execution_id, ..
+        } => keys
+            .child_responses
+            .push((execution_id.clone(), child_execution_id.clone())),
+    }
+}
+
+fn join_set_key(keys: &mut Keys, execution_id: &ExecutionId, join_set_id: &JoinSetId, n: usize) {
+    match keys
+        .join_sets
+        .iter_mut()
+        .find(|k| k.execution_id == *execution_id && k.join_set_id == *join_set_id)
+    {
+        Some(key) => key.next_responses += n,
+        None => keys.join_sets.push(JoinSetKey {
+            execution_id: execution_id.clone(),
+            join_set_id: join_set_id.clone(),
+            next_responses: n,
+        }),
+    }
+}
+
+/// Applies `request` to `snapshot` (loaded for `request.keys()`): the plan to persist, or the
+/// error that refuses the whole write.
+pub fn plan(snapshot: &Snapshot, request: WriteRequest) -> Result<WritePlan, DbError> {
+    let mut planner = Planner::new(snapshot);
+    let mut locked = Vec::new();
+    let next_version = match request {
+        WriteRequest::Create(req) => Some(planner.create(req)?),
+        WriteRequest::CreateBatch(reqs) => {
+            for req in reqs {
+                planner.create(req)?;
+            }
+            None
+        }
+        WriteRequest::AppendBatch(req) => Some(planner.append_batch(req)?),
+        WriteRequest::Outcome(write) => Some(planner.outcome(write)?),
+        WriteRequest::Response {
+            now,
+            execution_id,
+            response,
+        } => {
+            planner.respond(now, &execution_id, response)?;
+            None
+        }
+        WriteRequest::LockPending(req) => {
+            locked = planner.lock_pending(&req)?;
+            None
+        }
+    };
+    let changes = planner.changes;
+    let wakeups = changes.iter().flat_map(wakeups_of).collect();
+    Ok(WritePlan {
+        changes,
+        wakeups,
+        locked,
+        next_version,
+    })
+}
+
+/// Which waiters a change concerns: new responses; a new `Finished`; a new `PendingAt`.
+fn wakeups_of(change: &ExecutionChange) -> Vec<Wakeup> {
+    let execution_id = &change.row.execution_id;
+    let new_state = &change.row.state.pending_state;
+    let old_state = change.old_state.as_ref();
+    let mut wakeups = Vec::new();
+    if !change.responses.is_empty() {
+        wakeups.push(Wakeup::Responses(execution_id.clone()));
+    }
+    if new_state.is_finished() && old_state.is_none_or(|s| !s.is_finished()) {
+        wakeups.push(Wakeup::Finished(execution_id.clone()));
+    }
+    if let PendingState::PendingAt { scheduled_at } = new_state
+        && old_state != Some(new_state)
+    {
+        wakeups.push(Wakeup::Pending {
+            ffqn: change.row.ffqn.clone(),
+            at: *scheduled_at,
+        });
+    }
+    wakeups
+}
+
+/// The error of a snapshot that lacks what its keys named: a bug of the backend, never of the
+/// caller.
+fn inconsistent(what: String) -> DbError {
+    DbError::Backend(BackendError {
+        message: format!("storage is inconsistent: {what}"),
+        retriable: false,
+        source: None,
+    })
+}
+
+/// A join set within the write: counters, and the arrival times of the responses from
+/// join-set index `base` on, as far as they are known.
+#[derive(Debug)]
+struct StagedJoinSet {
+    counters: JoinSetCounters,
+    base: u64,
+    times: Vec<DateTime<Utc>>,
+}
+
+impl StagedJoinSet {
+    /// The arrival time of the response with join-set index `idx`, `None` when there is none.
+    fn time_at(
+        &self,
+        idx: u64,
+        what: impl FnOnce() -> String,
+    ) -> Result<Option<DateTime<Utc>>, DbError> {
+        if idx >= self.counters.response_count {
+            return Ok(None);
+        }
+        idx.checked_sub(self.base)
+            .and_then(|offset| usize::try_from(offset).ok())
+            .and_then(|offset| self.times.get(offset))
+            .map(|t| Some(*t))
+            .ok_or_else(|| inconsistent(what()))
+    }
+}
+
+struct Planner<'s> {
+    snapshot: &'s Snapshot,
+    changes: Vec<ExecutionChange>,
+    position: HashMap<ExecutionId, usize, FastHash>,
+    join_sets: HashMap<(ExecutionId, JoinSetId), StagedJoinSet, FastHash>,
+    delays: HashMap<(ExecutionId, DelayId), DelayRow, FastHash>,
+    answered_children: HashSet<(ExecutionId, ExecutionId), FastHash>,
+}
+
+impl<'s> Planner<'s> {
+    fn new(snapshot: &'s Snapshot) -> Self {
+        Self {
+            snapshot,
+            changes: Vec::new(),
+            position: HashMap::default(),
+            join_sets: HashMap::default(),
+            delays: HashMap::default(),
+            answered_children: HashSet::default(),
+        }
+    }
+
+    /// The index of the change of an existing execution, staged on first touch.
+    fn touch(&mut self, execution_id: &ExecutionId) -> Result<usize, DbError> {
+        if let Some(idx) = self.position.get(execution_id) {
+            return Ok(*idx);
+        }
+        let row = self
+            .snapshot
+            .executions
+            .get(execution_id)
+            .ok_or_else(|| DbError::execution_not_found(execution_id))?;
+        Ok(self.push(ExecutionChange {
+            old_state: Some(row.state.pending_state.clone()),
+            row: row.clone(),
+            created: None,
+            events: Vec::new(),
+            responses: Vec::new(),
+            join_sets: Vec::new(),
+            delays_requested: Vec::new(),
+            delays_closed: Vec::new(),
+        }))
+    }
+
+    fn push(&mut self, change: ExecutionChange) -> usize {
+        let idx = self.changes.len();
+        self.position.insert(change.row.execution_id.clone(), idx);
+        self.changes.push(change);
+        idx
+    }
+
+    fn join_set(
+        &mut self,
+        execution_id: &ExecutionId,
+        join_set_id: &JoinSetId,
+    ) -> &mut StagedJoinSet {
+        let key = (execution_id.clone(), join_set_id.clone());
+        let snapshot = self.snapshot;
+        self.join_sets.entry(key).or_insert_with_key(|key| {
+            let row = snapshot.join_sets.get(key).cloned().unwrap_or_default();
+            StagedJoinSet {
+                base: row.counters.join_next_count,
+                counters: row.counters,
+                times: row.next_response_times,
+            }
+        })
+    }
+
+    fn delay(&mut self, execution_id: &ExecutionId, delay_id: DelayId) -> &mut DelayRow {
+        let key = (execution_id.clone(), delay_id);
+        let snapshot = self.snapshot;
+        self.delays
+            .entry(key)
+            .or_insert_with_key(|key| snapshot.delays.get(key).copied().unwrap_or_default())
+    }
+
+    /// Records the counters of a join set in its execution's change.
+    fn note_join_set(&mut self, idx: usize, execution_id: &ExecutionId, join_set_id: &JoinSetId) {
+        let counters = self.join_set(execution_id, join_set_id).counters;
+        let change = &mut self.changes[idx];
+        match change.join_sets.iter_mut().find(|(j, _)| j == join_set_id) {
+            Some((_, c)) => *c = counters,
+            None => change.join_sets.push((join_set_id.clone(), counters)),
+        }
+    }
+
+    fn create(&mut self, req: CreateRequest) -> Result<Version, DbError> {
+        if self.snapshot.executions.contains_key(&req.execution_id)
+            || self.position.contains_key(&req.execution_id)
+        {
+            return Err(DuplicateKind::Execution(req.execution_id).into());
+        }
+        let row = ExecutionRow::new_execution(&req);
+        let next_version = row.state.next_version;
+        let created_event = req.to_created_event();
+        self.push(ExecutionChange {
+            row,
+            created: Some(req),
+            old_state: None,
+            events: vec![(Version(0), created_event)],
+            responses: Vec::new(),
+            join_sets: Vec::new(),
+            delays_requested: Vec::new(),
+            delays_closed: Vec::new(),
+        });
+        Ok(next_version)
+    }
+
+    /// Validates and stages one event at `version`; returns the next version.
+    fn append(
+        &mut self,
+        execution_id: &ExecutionId,
+        version: Version,
+        now: DateTime<Utc>,
+        event: ExecutionEventInner,
+    ) -> Result<Version, DbError> {
+        let idx = self.touch(execution_id)?;
+        self.changes[idx]
+            .row
+            .state
+            .validate_append(version, now, &event)?;
+        let mut nth_response_at = None;
+        if let ExecutionEventInner::HistoryEvent { event } = &event {
+            match event {
+                HistoryEvent::JoinSetRequest {
+                    join_set_id,
+                    request:
+                        JoinSetRequest::DelayRequest {
+                            delay_id,
+                            expires_at,
+                        },
+                } => {
+                    let delay = self.delay(execution_id, *delay_id);
+                    if delay.requested {
+                        return Err(ValidationError::InvalidRequest(format!(
+                            "delay {delay_id} was already requested by execution {execution_id}"
+                        ))
+                        .into());
+                    }
+                    delay.requested = true;
+                    let open = !delay.answered;
+                    self.changes[idx].delays_requested.push(PlannedDelay {
+                        delay_id: *delay_id,
+                        join_set_id: join_set_id.clone(),
+                        expires_at: *expires_at,
+                        open,
+                    });
+                }
+                HistoryEvent::JoinNext { join_set_id, .. } => {
+                    let join_set = self.join_set(execution_id, join_set_id);
+                    let k = join_set.counters.join_next_count;
+                    nth_response_at = join_set.time_at(k, || {
+                        format!("response {k} of join set {join_set_id} of {execution_id} was not loaded")
+                    })?;
+                    join_set.counters.join_next_count += 1;
+                    self.note_join_set(idx, execution_id, join_set_id);
+                }
+                _ => {}
+            }
+        }
+        let change = &mut self.changes[idx];
+        let event = ExecutionEvent {
+            created_at: now,
+            event,
+        };
+        let new_state = change.row.state.after_append(&event, |_| nth_response_at);
+        if event.event.is_temporary_event() {
+            change.row.temporary_event_count = change.row.temporary_event_count.saturating_add(1);
+        }
+        change.events.push((version, event));
+        change.row.state = new_state;
+        Ok(change.row.state.next_version)
+    }
+
+    /// Validates and stages a response beside the log of `execution_id`.
+    fn respond(
+        &mut self,
+        now: DateTime<Utc>,
+        execution_id: &ExecutionId,
+        response: JoinSetResponseEvent,
+    ) -> Result<(), DbError> {
+        let idx = self.touch(execution_id)?;
+        match &response.event {
+            JoinSetResponse::DelayFinished { delay_id } => {
+                let delay = self.delay(execution_id, *delay_id);
+                if delay.answered {
+                    return Err(DuplicateKind::DelayResponse {
+                        execution_id: execution_id.clone(),
+                        delay_id: *delay_id,
+                    }
+                    .into());
+                }
+                delay.answered = true;
+                let requested = delay.requested;
+                let change = &mut self.changes[idx];
+                match change
+                    .delays_requested
+                    .iter_mut()
+                    .find(|d| d.delay_id == *delay_id)
+                {
+                    Some(planned) => planned.open = false,
+                    None if requested => change.delays_closed.push(*delay_id),
+                    None => {}
+                }
+            }
+            JoinSetResponse::ChildExecutionFinished {
+                child_execution_id, ..
+            } => {
+                let key = (execution_id.clone(), child_execution_id.clone());
+                if self.snapshot.child_responses.contains(&key)
+                    || !self.answered_children.insert(key)
+                {
+                    return Err(DuplicateKind::ChildResponse {
+                        execution_id: execution_id.clone(),
+                        child_execution_id: child_execution_id.clone(),
+                    }
+                    .into());
+                }
+            }
+        }
+        let join_set_id = response.join_set_id.clone();
+        let join_set = self.join_set(execution_id, &join_set_id);
+        let join_set_idx = join_set.counters.response_count;
+        join_set.counters.response_count += 1;
+        // A JoinNext later in this write may consume it: keep its time when it extends the
+        // known window of unconsumed responses.
+        if join_set_idx.checked_sub(join_set.base) == u64::try_from(join_set.times.len()).ok() {
+            join_set.times.push(now);
+        }
+        let counters = join_set.counters;
+        self.note_join_set(idx, execution_id, &join_set_id);
+        let change = &mut self.changes[idx];
+        change.row.state = change.row.state.after_response(
+            &join_set_id,
+            now,
+            usize::try_from(counters.response_count).unwrap_or(usize::MAX),
+            usize::try_from(counters.join_next_count).unwrap_or(usize::MAX),
+        );
+        let response_idx = change.row.response_count;
+        change.row.response_count += 1;
+        change.responses.push(PlannedResponse {
+            idx: response_idx,
+            join_set_idx,
+            response: JoinSetResponseEventOuter {
+                created_at: now,
+                event: response,
+            },
+        });
+        Ok(())
+    }
+
+    fn append_batch(&mut self, req: AppendBatchRequest) -> Result<Version, DbError> {
+        let AppendBatchRequest {
+            execution_id,
+            mut version,
+            now,
+            events,
+            children,
+        } = req;
+        for event in events {
+            if matches!(event, ExecutionEventInner::Finished { .. }) {
+                self.refuse_silent_child_finish(&execution_id)?;
+            }
+            version = self.append(&execution_id, version, now, event)?;
+        }
+        for child in children {
+            self.create(child)?;
+        }
+        Ok(version)
+    }
+
+    /// A child finishes only through `append_outcome`, which answers its parent in the same
+    /// transaction.
+    fn refuse_silent_child_finish(&mut self, execution_id: &ExecutionId) -> Result<(), DbError> {
+        let idx = self.touch(execution_id)?;
+        match &self.changes[idx].row.parent {
+            Some((parent_id, _)) => Err(ValidationError::InvalidRequest(format!(
+                "execution {execution_id} is a child of {parent_id}: finish it with \
+                 `append_outcome`, which answers the parent in the same transaction"
+            ))
+            .into()),
+            None => Ok(()),
+        }
+    }
+
+    fn outcome(&mut self, write: OutcomeWrite) -> Result<Version, DbError> {
+        let parent_response = write.parent_response();
+        let next_version =
+            self.append(&write.execution_id, write.version, write.now, write.event)?;
+        let idx = self.touch(&write.execution_id)?;
+        if self.changes[idx].row.parent != write.parent {
+            return Err(ValidationError::InvalidRequest(format!(
+                "the outcome of execution {} names parent {}, the execution's parent is {}",
+                write.execution_id,
+                describe_parent(write.parent.as_ref()),
+                describe_parent(self.changes[idx].row.parent.as_ref()),
+            ))
+            .into());
+        }
+        if let Some((parent_id, response)) = parent_response {
+            self.respond(response.created_at, &parent_id, response.event)?;
+        }
+        Ok(next_version)
+    }
+
+    fn lock_pending(&mut self, req: &LockPendingRequest) -> Result<Vec<LockedExecution>, DbError> {
+        let mut locked = Vec::with_capacity(self.snapshot.due.len());
+        for execution_id in &self.snapshot.due {
+            let row =
+                self.snapshot.executions.get(execution_id).ok_or_else(|| {
+                    inconsistent(format!("due execution {execution_id} has no row"))
+                })?;
+            // An index may round a due time down (to microseconds, say): not due yet after all.
+            if row
+                .state
+                .pending_state
+                .pending_at()
+                .is_none_or(|at| at > req.pending_at_or_sooner)
+            {
+                continue;
+            }
+            let locked_event = Locked {
+                component_id: req.component_id.clone(),
+                executor_id: req.executor_id,
+                run_id: RunId::generate_at(req.now),
+                lock_expires_at: req.lock_expires_at,
+            };
+            let version = row.state.next_version;
+            self.append(
+                execution_id,
+                version,
+                req.now,
+                ExecutionEventInner::Locked(locked_event.clone()),
+            )?;
+            let idx = self.touch(execution_id)?;
+            locked.push(self.locked_execution(idx, locked_event)?);
+        }
+        Ok(locked)
+    }
+
+    /// What a worker needs about an execution this write locks.
+    fn locked_execution(
+        &self,
+        idx: usize,
+        locked_event: Locked,
+    ) -> Result<LockedExecution, DbError> {
+        let row = &self.changes[idx].row;
+        let log = self.snapshot.logs.get(&row.execution_id).ok_or_else(|| {
+            inconsistent(format!("the log of {} was not loaded", row.execution_id))
+        })?;
+        let Some(ExecutionEventInner::Created {
+            params,
+            metadata,
+            scheduled_at,
+            ..
+        }) = log.events.first().map(|e| &e.event)
+        else {
+            return Err(inconsistent(format!(
+                "version 0 of execution {} is not `Created`",
+                row.execution_id
+            )));
+        };
+        Ok(LockedExecution {
+            execution_id: row.execution_id.clone(),
+            next_version: row.state.next_version,
+            metadata: metadata.clone(),
+            locked_event,
+            ffqn: row.ffqn.clone(),
+            params: params.clone(),
+            event_history: log
+                .events
+                .iter()
+                .filter_map(|e| match &e.event {
+                    ExecutionEventInner::HistoryEvent { event } => Some(event.clone()),
+                    _ => None,
+                })
+                .collect(),
+            responses: log.responses.clone(),
+            scheduled_at: *scheduled_at,
+            retry_exp_backoff: row.retry_exp_backoff,
+            max_retries: row.max_retries,
+            parent: row.parent.clone(),
+            temporary_event_count: row.temporary_event_count,
+        })
+    }
+}
+
+fn describe_parent(parent: Option<&(ExecutionId, JoinSetId)>) -> String {
+    match parent {
+        Some((id, join_set_id)) => format!("{id} (join set {join_set_id})"),
+        None => "none".to_owned(),
+    }
+}

@@ -1,0 +1,186 @@
+//! What a write reads before it is planned: the [`Keys`] it names and the [`Snapshot`] a
+//! backend loads for them.
+
+use crate::{
+    CreateRequest, DelayId, ExecutionEvent, ExecutionId, ExecutionState, ExpiredLock, FunctionFqn,
+    JoinSetId, JoinSetResponseEventOuter, PendingState, Version,
+};
+use chrono::{DateTime, Utc};
+use std::{
+    collections::{HashMap, HashSet},
+    sync::Arc,
+    time::Duration,
+};
+
+/// The hasher of the kernel's maps: keys are short ids, and hashing sits on every write.
+pub(crate) type FastHash = foldhash::fast::RandomState;
+
+/// The state row of one execution: what a write needs to know about it without its log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExecutionRow {
+    /// The execution.
+    pub execution_id: ExecutionId,
+    /// Its function.
+    pub ffqn: FunctionFqn,
+    /// Next version and pending state.
+    pub state: ExecutionState,
+    /// `TemporarilyFailed` + `TemporarilyTimedOut` events so far.
+    pub temporary_event_count: u32,
+    /// How many responses it has received (the index of the next one).
+    pub response_count: u64,
+    /// How many failures are retried.
+    pub max_retries: u32,
+    /// The first retry's backoff.
+    pub retry_exp_backoff: Duration,
+    /// The parent and join set, for a child.
+    pub parent: Option<(ExecutionId, JoinSetId)>,
+}
+
+impl ExecutionRow {
+    /// The row of an execution that `req` creates: `PendingAt(scheduled_at)`, next version 1.
+    #[must_use]
+    pub fn new_execution(req: &CreateRequest) -> Self {
+        Self {
+            execution_id: req.execution_id.clone(),
+            ffqn: req.ffqn.clone(),
+            state: ExecutionState {
+                next_version: Version(1),
+                pending_state: PendingState::PendingAt {
+                    scheduled_at: req.scheduled_at,
+                },
+            },
+            temporary_event_count: 0,
+            response_count: 0,
+            max_retries: req.max_retries,
+            retry_exp_backoff: req.retry_exp_backoff,
+            parent: req.parent.clone(),
+        }
+    }
+
+    /// What the timers watcher needs about this execution's lease that expired at
+    /// `lock_expires_at`.
+    #[must_use]
+    pub fn expired_lock(&self, lock_expires_at: DateTime<Utc>) -> ExpiredLock {
+        ExpiredLock {
+            execution_id: self.execution_id.clone(),
+            next_version: self.state.next_version,
+            temporary_event_count: self.temporary_event_count,
+            max_retries: self.max_retries,
+            retry_exp_backoff: self.retry_exp_backoff,
+            parent: self.parent.clone(),
+            lock_expires_at,
+        }
+    }
+}
+
+/// The counters of one join set of one execution.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct JoinSetCounters {
+    /// `JoinNext` events for the join set in the log.
+    pub join_next_count: u64,
+    /// Responses for the join set.
+    pub response_count: u64,
+}
+
+/// A join set as a write sees it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct JoinSetRow {
+    /// Its counters (zero for a join set that has neither `JoinNext` events nor responses).
+    pub counters: JoinSetCounters,
+    /// The `created_at` of the responses with join-set indexes `join_next_count`,
+    /// `join_next_count + 1`, ...: the responses the next `JoinNext` events will consume, as
+    /// many as [`JoinSetKey::next_responses`] asked for and exist.
+    pub next_response_times: Vec<DateTime<Utc>>,
+}
+
+/// A requested delay as a write sees it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DelayRow {
+    /// The log holds a `DelayRequest` with this id.
+    pub requested: bool,
+    /// A `DelayFinished` for this id is stored.
+    pub answered: bool,
+}
+
+/// A join set a write touches.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JoinSetKey {
+    /// The execution.
+    pub execution_id: ExecutionId,
+    /// The join set.
+    pub join_set_id: JoinSetId,
+    /// How many of the next unconsumed responses' times the write needs (the number of its
+    /// `JoinNext` events for this join set).
+    pub next_responses: usize,
+}
+
+/// Which due executions a `lock_pending` must find.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DueQuery {
+    /// Of these functions.
+    pub ffqns: Arc<[FunctionFqn]>,
+    /// Due at or before this time.
+    pub pending_at_or_sooner: DateTime<Utc>,
+    /// At most this many, oldest `scheduled_at` first, ties by execution id.
+    pub limit: usize,
+}
+
+/// The rows a write touches, which the backend loads into a [`Snapshot`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Keys {
+    /// Existing executions whose rows the write changes, in the order to lock them.
+    pub executions: Vec<ExecutionId>,
+    /// Executions the write creates: a row found for one of them makes it a duplicate.
+    pub new_executions: Vec<ExecutionId>,
+    /// Join sets whose counters the write reads.
+    pub join_sets: Vec<JoinSetKey>,
+    /// Delays the write requests or answers.
+    pub delays: Vec<(ExecutionId, DelayId)>,
+    /// `(execution, child)` pairs: whether the execution has a response from the child.
+    pub child_responses: Vec<(ExecutionId, ExecutionId)>,
+    /// Due executions to find and lock; their rows and logs go into the snapshot too.
+    pub due: Option<DueQuery>,
+}
+
+/// The log of an execution that is being locked: what its worker is handed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogRows {
+    /// Every event, `events[v]` at version `v`.
+    pub events: Vec<ExecutionEvent>,
+    /// Every response, in arrival order.
+    pub responses: Vec<JoinSetResponseEventOuter>,
+}
+
+/// What the backend read for a write's [`Keys`]. A key that names nothing stored is simply
+/// absent (an execution that does not exist) or default (a join set with no counters yet, a
+/// delay never requested).
+#[derive(Debug, Clone, Default)]
+pub struct Snapshot {
+    /// The rows of the executions found, among `Keys::executions` and `Keys::new_executions`,
+    /// and of the due executions.
+    pub executions: HashMap<ExecutionId, ExecutionRow, FastHash>,
+    /// The join sets of `Keys::join_sets` that have counters.
+    pub join_sets: HashMap<(ExecutionId, JoinSetId), JoinSetRow, FastHash>,
+    /// The delays of `Keys::delays` that were requested or answered.
+    pub delays: HashMap<(ExecutionId, DelayId), DelayRow, FastHash>,
+    /// The pairs of `Keys::child_responses` whose response is stored.
+    pub child_responses: HashSet<(ExecutionId, ExecutionId), FastHash>,
+    /// The executions the due query found, in the order it found them.
+    pub due: Vec<ExecutionId>,
+    /// The logs of the due executions.
+    pub logs: HashMap<ExecutionId, LogRows, FastHash>,
+}
+
+impl Snapshot {
+    /// Adds an execution's row.
+    pub fn add_execution(&mut self, row: ExecutionRow) {
+        self.executions.insert(row.execution_id.clone(), row);
+    }
+
+    /// Adds a due execution: its row and its log, in the order found.
+    pub fn add_due(&mut self, row: ExecutionRow, log: LogRows) {
+        self.due.push(row.execution_id.clone());
+        self.logs.insert(row.execution_id.clone(), log);
+        self.add_execution(row);
+    }
+}

@@ -1,0 +1,613 @@
+//! Unit tests of the kernel without a backend: snapshots built by hand, plans checked field by
+//! field, and the waiter hub on tokio's paused clock.
+
+use super::*;
+use crate::{
+    AppendBatchRequest, ComponentId, CreateRequest, DbError, DelayId, DuplicateKind,
+    ExecutionEvent, ExecutionEventInner, ExecutionId, ExecutionState, ExecutorId,
+    FinishedExecutionError, FunctionFqn, HistoryEvent, JoinSetId, JoinSetRequest, JoinSetResponse,
+    JoinSetResponseEvent, LockPendingRequest, OutcomeWrite, PendingState, ValidationError, Version,
+};
+use chrono::{DateTime, Utc};
+use std::{sync::Arc, time::Duration};
+
+fn at(secs: i64) -> DateTime<Utc> {
+    DateTime::from_timestamp(secs, 0).unwrap()
+}
+
+fn ffqn() -> FunctionFqn {
+    "ns:pkg/ifc.fn".parse().unwrap()
+}
+
+fn join_set() -> JoinSetId {
+    "n:batch".parse().unwrap()
+}
+
+fn create_request(
+    execution_id: &ExecutionId,
+    parent: Option<(ExecutionId, JoinSetId)>,
+) -> CreateRequest {
+    CreateRequest {
+        created_at: at(0),
+        execution_id: execution_id.clone(),
+        ffqn: ffqn(),
+        params: serde_json::json!([1]).into(),
+        parent,
+        scheduled_at: at(0),
+        retry_exp_backoff: Duration::from_secs(1),
+        max_retries: 2,
+        component_id: "activity:test".parse::<ComponentId>().unwrap(),
+        metadata: Default::default(),
+        scheduled_by: None,
+    }
+}
+
+/// A row in `state` at `next_version`.
+fn row(execution_id: &ExecutionId, next_version: u32, pending_state: PendingState) -> ExecutionRow {
+    ExecutionRow {
+        state: ExecutionState {
+            next_version: Version(next_version),
+            pending_state,
+        },
+        ..ExecutionRow::new_execution(&create_request(execution_id, None))
+    }
+}
+
+fn snapshot_of(rows: impl IntoIterator<Item = ExecutionRow>) -> Snapshot {
+    let mut snapshot = Snapshot::default();
+    for row in rows {
+        snapshot.add_execution(row);
+    }
+    snapshot
+}
+
+fn run(snapshot: &Snapshot, request: WriteRequest) -> Result<WritePlan, DbError> {
+    request.keys()?;
+    plan(snapshot, request)
+}
+
+fn append(
+    execution_id: &ExecutionId,
+    version: u32,
+    now: i64,
+    events: Vec<ExecutionEventInner>,
+) -> WriteRequest {
+    WriteRequest::AppendBatch(AppendBatchRequest {
+        execution_id: execution_id.clone(),
+        version: Version(version),
+        now: at(now),
+        events,
+        children: Vec::new(),
+    })
+}
+
+fn join_next(run_expires_at: i64) -> ExecutionEventInner {
+    ExecutionEventInner::HistoryEvent {
+        event: HistoryEvent::JoinNext {
+            join_set_id: join_set(),
+            run_expires_at: at(run_expires_at),
+            closing: false,
+        },
+    }
+}
+
+fn delay_request(delay_id: DelayId) -> ExecutionEventInner {
+    ExecutionEventInner::HistoryEvent {
+        event: HistoryEvent::JoinSetRequest {
+            join_set_id: join_set(),
+            request: JoinSetRequest::DelayRequest {
+                delay_id,
+                expires_at: at(50),
+            },
+        },
+    }
+}
+
+fn pending(secs: i64) -> PendingState {
+    PendingState::PendingAt {
+        scheduled_at: at(secs),
+    }
+}
+
+#[test]
+fn a_new_execution_is_pending_at_its_schedule_and_wakes_its_function() {
+    let id = ExecutionId::generate_at(at(0));
+    let plan = run(
+        &Snapshot::default(),
+        WriteRequest::Create(create_request(&id, None)),
+    )
+    .unwrap();
+    assert_eq!(plan.next_version, Some(Version(1)));
+    let [change] = plan.changes.as_slice() else {
+        panic!("one change expected: {plan:?}");
+    };
+    assert!(change.is_new());
+    assert_eq!(change.row.state.pending_state, pending(0));
+    assert_eq!(change.events.len(), 1);
+    assert!(matches!(
+        change.events[0],
+        (
+            Version(0),
+            ExecutionEvent {
+                event: ExecutionEventInner::Created { .. },
+                ..
+            }
+        )
+    ));
+    assert_eq!(
+        plan.wakeups,
+        vec![Wakeup::Pending {
+            ffqn: ffqn(),
+            at: at(0)
+        }]
+    );
+}
+
+#[test]
+fn duplicates_are_refused_whether_stored_or_in_the_same_batch() {
+    let id = ExecutionId::generate_at(at(0));
+    let stored = snapshot_of([row(&id, 1, pending(0))]);
+    let err = run(&stored, WriteRequest::Create(create_request(&id, None))).unwrap_err();
+    assert!(
+        matches!(err, DbError::Duplicate(DuplicateKind::Execution(ref d)) if *d == id),
+        "{err:?}"
+    );
+    let twice =
+        WriteRequest::CreateBatch(vec![create_request(&id, None), create_request(&id, None)]);
+    assert!(matches!(
+        run(&Snapshot::default(), twice),
+        Err(DbError::Duplicate(_))
+    ));
+    let empty = WriteRequest::CreateBatch(Vec::new());
+    assert!(matches!(
+        empty.keys(),
+        Err(DbError::Validation(ValidationError::EmptyBatch(_)))
+    ));
+}
+
+#[test]
+fn appends_check_the_version_and_the_finished_state_first() {
+    let id = ExecutionId::generate_at(at(0));
+    let snapshot = snapshot_of([row(&id, 3, pending(0))]);
+    let err = run(&snapshot, append(&id, 2, 1, vec![join_next(5)])).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            DbError::VersionMismatch {
+                appending_version: Version(2),
+                expected_version: Version(3)
+            }
+        ),
+        "{err:?}"
+    );
+    let missing = ExecutionId::generate_at(at(1));
+    assert!(matches!(
+        run(&snapshot, append(&missing, 1, 1, vec![join_next(5)])),
+        Err(DbError::NotFound(_))
+    ));
+    let finished = snapshot_of([row(
+        &id,
+        3,
+        PendingState::Finished {
+            version: Version(3),
+            finished_at: at(1),
+            result_kind: crate::ResultKind::of(&Err(FinishedExecutionError::PermanentTimeout)),
+        },
+    )]);
+    let err = run(&finished, append(&id, 7, 2, vec![join_next(5)])).unwrap_err();
+    assert!(
+        matches!(err, DbError::Validation(ValidationError::AlreadyFinished)),
+        "{err:?}"
+    );
+}
+
+#[test]
+fn a_delay_id_is_requested_once_and_a_delay_answered_early_never_opens() {
+    let id = ExecutionId::generate_at(at(0));
+    let delay_id = DelayId::generate_at(at(0));
+    let mut snapshot = snapshot_of([row(&id, 2, pending(0))]);
+    let plan = run(&snapshot, append(&id, 2, 1, vec![delay_request(delay_id)])).unwrap();
+    assert_eq!(
+        plan.changes[0].delays_requested,
+        vec![PlannedDelay {
+            delay_id,
+            join_set_id: join_set(),
+            expires_at: at(50),
+            open: true
+        }]
+    );
+
+    let err = run(
+        &snapshot,
+        append(
+            &id,
+            2,
+            1,
+            vec![delay_request(delay_id), delay_request(delay_id)],
+        ),
+    )
+    .unwrap_err();
+    assert!(
+        matches!(err, DbError::Validation(ValidationError::InvalidRequest(_))),
+        "{err:?}"
+    );
+
+    snapshot.delays.insert(
+        (id.clone(), delay_id),
+        DelayRow {
+            requested: false,
+            answered: true,
+        },
+    );
+    let plan = run(&snapshot, append(&id, 2, 1, vec![delay_request(delay_id)])).unwrap();
+    assert!(!plan.changes[0].delays_requested[0].open);
+
+    snapshot.delays.insert(
+        (id.clone(), delay_id),
+        DelayRow {
+            requested: true,
+            answered: false,
+        },
+    );
+    let err = run(&snapshot, append(&id, 2, 1, vec![delay_request(delay_id)])).unwrap_err();
+    assert!(
+        matches!(err, DbError::Validation(ValidationError::InvalidRequest(ref m)) if m.contains("already requested")),
+        "{err:?}"
+    );
+}
+
+#[test]
+fn join_next_consumes_the_next_response_or_blocks() {
+    let id = ExecutionId::generate_at(at(0));
+    let mut snapshot = snapshot_of([row(&id, 2, pending(0))]);
+    let plan = run(&snapshot, append(&id, 2, 1, vec![join_next(5)])).unwrap();
+    let change = &plan.changes[0];
+    assert_eq!(
+        change.row.state.pending_state,
+        PendingState::BlockedByJoinSet {
+            join_set_id: join_set(),
+            lock_expires_at: at(5),
+            closing: false
+        }
+    );
+    assert_eq!(
+        change.join_sets,
+        vec![(
+            join_set(),
+            JoinSetCounters {
+                join_next_count: 1,
+                response_count: 0
+            }
+        )]
+    );
+    assert!(plan.wakeups.is_empty());
+
+    // Two responses stored, one consumed: the next JoinNext takes the second one's time.
+    snapshot.join_sets.insert(
+        (id.clone(), join_set()),
+        JoinSetRow {
+            counters: JoinSetCounters {
+                join_next_count: 1,
+                response_count: 2,
+            },
+            next_response_times: vec![at(9)],
+        },
+    );
+    let plan = run(&snapshot, append(&id, 2, 1, vec![join_next(5)])).unwrap();
+    assert_eq!(plan.changes[0].row.state.pending_state, pending(9));
+    assert_eq!(
+        plan.wakeups,
+        vec![Wakeup::Pending {
+            ffqn: ffqn(),
+            at: at(9)
+        }]
+    );
+
+    // A snapshot that lacks the time its counters promise is the backend's bug.
+    snapshot
+        .join_sets
+        .get_mut(&(id.clone(), join_set()))
+        .unwrap()
+        .next_response_times
+        .clear();
+    assert!(matches!(
+        run(&snapshot, append(&id, 2, 1, vec![join_next(5)])),
+        Err(DbError::Backend(_))
+    ));
+}
+
+#[test]
+fn keys_name_each_join_set_once_with_the_responses_it_consumes() {
+    let id = ExecutionId::generate_at(at(0));
+    let delay_id = DelayId::generate_at(at(0));
+    let keys = append(
+        &id,
+        2,
+        1,
+        vec![delay_request(delay_id), join_next(5), join_next(6)],
+    )
+    .keys()
+    .unwrap();
+    assert_eq!(keys.executions, vec![id.clone()]);
+    assert_eq!(keys.delays, vec![(id.clone(), delay_id)]);
+    assert_eq!(
+        keys.join_sets,
+        vec![JoinSetKey {
+            execution_id: id,
+            join_set_id: join_set(),
+            next_responses: 2
+        }]
+    );
+}
+
+#[test]
+fn a_response_unblocks_its_join_set_and_duplicates_are_refused() {
+    let parent = ExecutionId::generate_at(at(0));
+    let child = parent.next_level(&join_set(), 1);
+    let blocked = PendingState::BlockedByJoinSet {
+        join_set_id: join_set(),
+        lock_expires_at: at(5),
+        closing: false,
+    };
+    let mut snapshot = snapshot_of([row(&parent, 4, blocked)]);
+    snapshot.join_sets.insert(
+        (parent.clone(), join_set()),
+        JoinSetRow {
+            counters: JoinSetCounters {
+                join_next_count: 1,
+                response_count: 0,
+            },
+            next_response_times: Vec::new(),
+        },
+    );
+    let response = JoinSetResponseEvent {
+        join_set_id: join_set(),
+        event: JoinSetResponse::ChildExecutionFinished {
+            child_execution_id: child.clone(),
+            finished_version: Version(3),
+            result: Ok(crate::SupportedFunctionReturnValue::None),
+        },
+    };
+    let request = || WriteRequest::Response {
+        now: at(7),
+        execution_id: parent.clone(),
+        response: response.clone(),
+    };
+    let plan = run(&snapshot, request()).unwrap();
+    let change = &plan.changes[0];
+    assert_eq!(change.row.state.pending_state, pending(7));
+    assert_eq!(
+        (change.responses[0].idx, change.responses[0].join_set_idx),
+        (0, 0)
+    );
+    assert_eq!(change.row.response_count, 1);
+    assert_eq!(
+        plan.wakeups,
+        vec![
+            Wakeup::Responses(parent.clone()),
+            Wakeup::Pending {
+                ffqn: ffqn(),
+                at: at(7)
+            }
+        ]
+    );
+
+    snapshot
+        .child_responses
+        .insert((parent.clone(), child.clone()));
+    let err = run(&snapshot, request()).unwrap_err();
+    assert!(
+        matches!(err, DbError::Duplicate(DuplicateKind::ChildResponse { .. })),
+        "{err:?}"
+    );
+}
+
+#[test]
+fn a_finished_child_answers_its_parent_in_the_same_plan() {
+    let parent = ExecutionId::generate_at(at(0));
+    let child = parent.next_level(&join_set(), 1);
+    let child_row = ExecutionRow {
+        parent: Some((parent.clone(), join_set())),
+        ..row(
+            &child,
+            2,
+            PendingState::Locked {
+                executor_id: ExecutorId::generate_at(at(0)),
+                run_id: crate::RunId::generate_at(at(0)),
+                lock_expires_at: at(10),
+            },
+        )
+    };
+    let snapshot = snapshot_of([child_row.clone(), row(&parent, 3, pending(20))]);
+    let finished = ExecutionEventInner::Finished {
+        result: Ok(crate::SupportedFunctionReturnValue::None),
+    };
+    let write = OutcomeWrite::new(
+        child.clone(),
+        Version(2),
+        at(4),
+        finished.clone(),
+        child_row.parent.as_ref(),
+    );
+    let keys = WriteRequest::Outcome(write.clone()).keys().unwrap();
+    assert_eq!(
+        keys.executions,
+        vec![child.clone(), parent.clone()],
+        "the child is locked before its parent"
+    );
+    let plan = run(&snapshot, WriteRequest::Outcome(write)).unwrap();
+    assert_eq!(
+        plan.next_version,
+        Some(Version(2)),
+        "a Finished keeps its version"
+    );
+    assert_eq!(plan.changes.len(), 2);
+    assert_eq!(plan.changes[1].responses.len(), 1);
+    assert!(plan.wakeups.contains(&Wakeup::Finished(child.clone())));
+    assert!(plan.wakeups.contains(&Wakeup::Responses(parent.clone())));
+
+    // An outcome that names no parent for a child is refused, and so is a child's finish
+    // through append_batch, which could not answer the parent.
+    let orphan = OutcomeWrite::new(child.clone(), Version(2), at(4), finished.clone(), None);
+    assert!(matches!(
+        run(&snapshot, WriteRequest::Outcome(orphan)),
+        Err(DbError::Validation(ValidationError::InvalidRequest(_)))
+    ));
+    assert!(matches!(
+        run(&snapshot, append(&child, 2, 4, vec![finished])),
+        Err(DbError::Validation(ValidationError::InvalidRequest(_)))
+    ));
+}
+
+#[test]
+fn lock_pending_locks_what_is_due_and_hands_out_the_log() {
+    let due = ExecutionId::generate_at(at(0));
+    let later = ExecutionId::generate_at(at(1));
+    let request = |lock_expires_at| {
+        WriteRequest::LockPending(LockPendingRequest {
+            batch_size: 10,
+            pending_at_or_sooner: at(5),
+            ffqns: Arc::from([ffqn()]),
+            now: at(5),
+            component_id: "activity:test".parse().unwrap(),
+            executor_id: ExecutorId::generate_at(at(0)),
+            lock_expires_at,
+        })
+    };
+    assert!(matches!(
+        request(at(5)).keys(),
+        Err(DbError::Validation(
+            ValidationError::InvalidExpiryDate { .. }
+        ))
+    ));
+    let keys = request(at(9)).keys().unwrap();
+    assert_eq!(keys.due.as_ref().map(|d| d.limit), Some(10));
+
+    let mut snapshot = Snapshot::default();
+    let log = LogRows {
+        events: vec![create_request(&due, None).to_created_event()],
+        responses: Vec::new(),
+    };
+    snapshot.add_due(row(&due, 1, pending(3)), log.clone());
+    // An index that rounded a due time down returns a candidate that is not due yet.
+    snapshot.add_due(
+        row(
+            &later,
+            1,
+            PendingState::PendingAt {
+                scheduled_at: at(5) + chrono::TimeDelta::nanoseconds(1),
+            },
+        ),
+        log,
+    );
+    let plan = run(&snapshot, request(at(9))).unwrap();
+    assert_eq!(plan.locked.len(), 1);
+    let locked = &plan.locked[0];
+    assert_eq!(locked.execution_id, due);
+    assert_eq!(locked.next_version, Version(2));
+    assert_eq!(locked.params, serde_json::json!([1]).into());
+    assert_eq!(plan.changes.len(), 1);
+    assert!(matches!(
+        plan.changes[0].row.state.pending_state,
+        PendingState::Locked { .. }
+    ));
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_hub_wakes_pending_waiters_whose_moving_horizon_covers_the_work() {
+    let hub = Arc::new(WaiterHub::new());
+    let other: FunctionFqn = "ns:pkg/ifc.other".parse().unwrap();
+    let waiter = {
+        let hub = Arc::clone(&hub);
+        tokio::spawn(async move {
+            let start = tokio::time::Instant::now();
+            hub.wait_for_pending(
+                at(10),
+                Arc::from([ffqn()]),
+                Duration::from_secs(60),
+                async { false },
+            )
+            .await;
+            start.elapsed()
+        })
+    };
+    tokio::task::yield_now().await;
+    assert_eq!(hub.counts().pending, 1);
+    // Not its function, and not within its horizon yet: no wake-up.
+    hub.deliver(&[
+        Wakeup::Pending {
+            ffqn: other,
+            at: at(10),
+        },
+        Wakeup::Pending {
+            ffqn: ffqn(),
+            at: at(15),
+        },
+    ]);
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    assert!(!waiter.is_finished());
+    // Six seconds later its horizon is 16: work due at 15 wakes it.
+    hub.deliver(&[Wakeup::Pending {
+        ffqn: ffqn(),
+        at: at(15),
+    }]);
+    let waited = waiter.await.unwrap();
+    assert_eq!(waited, Duration::from_secs(6));
+    assert_eq!(
+        hub.counts(),
+        WaiterCounts::default(),
+        "a woken waiter leaves no registration"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_hub_loses_no_wakeup_between_check_and_wait_and_close_releases_everyone() {
+    let hub = Arc::new(WaiterHub::new());
+    let id = ExecutionId::generate_at(at(0));
+    let checks = Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let waiter = {
+        let (hub, id, checks) = (Arc::clone(&hub), id.clone(), Arc::clone(&checks));
+        tokio::spawn(async move {
+            hub.wait_for_responses(&id, || {
+                let n = checks.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let hub = Arc::clone(&hub);
+                let id = id.clone();
+                async move {
+                    if n == 0 {
+                        // A write commits between the check and the wait.
+                        hub.deliver(&[Wakeup::Responses(id)]);
+                        Ok(None)
+                    } else {
+                        Ok(Some(n))
+                    }
+                }
+            })
+            .await
+        })
+    };
+    assert_eq!(waiter.await.unwrap().unwrap(), 1);
+    assert_eq!(hub.counts(), WaiterCounts::default());
+
+    let finished = {
+        let (hub, id) = (Arc::clone(&hub), id.clone());
+        tokio::spawn(async move {
+            hub.wait_for_finished(&id, None, || async { Ok(None::<()>) })
+                .await
+        })
+    };
+    tokio::task::yield_now().await;
+    assert_eq!(hub.counts().finished, 1);
+    hub.close();
+    assert!(matches!(finished.await.unwrap(), Err(DbError::Closed)));
+    assert!(matches!(
+        hub.wait_for_finished(&id, None, || async { Ok(None::<()>) })
+            .await,
+        Err(DbError::Closed)
+    ));
+    let timed_out = WaiterHub::new()
+        .wait_for_finished(&id, Some(Duration::from_secs(1)), || async {
+            Ok(None::<()>)
+        })
+        .await;
+    assert!(matches!(timed_out, Err(DbError::Timeout)));
+}

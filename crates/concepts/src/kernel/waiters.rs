@@ -1,0 +1,350 @@
+//! The waiter hub: in-process notifications for every backend. A waiter registers, checks the
+//! store, and only then waits; a committed write's [`Wakeup`]s wake the waiters they concern;
+//! a waiter that leaves, however it leaves, removes its registration.
+
+use super::{plan::Wakeup, snapshot::FastHash};
+use crate::{DbError, ExecutionId, FunctionFqn, add_saturating};
+use chrono::{DateTime, Utc};
+use std::{
+    collections::HashMap,
+    future::Future,
+    sync::{Arc, Mutex, MutexGuard, PoisonError},
+    time::Duration,
+};
+use tokio::sync::Notify;
+
+/// The number of registered waiters of each kind (for tests: registries must shrink).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WaiterCounts {
+    /// `wait_for_pending` callers.
+    pub pending: usize,
+    /// `subscribe_to_next_responses` callers.
+    pub responses: usize,
+    /// `wait_for_finished_result` callers.
+    pub finished: usize,
+}
+
+/// What a `wait_for_pending` caller waits for: executions of its functions due at or before
+/// its present, a time that moves on with the time it has waited, so that work another writer
+/// makes due at that writer's later present wakes it too.
+#[derive(Debug)]
+struct PendingWaiter {
+    ffqns: Arc<[FunctionFqn]>,
+    pending_at_or_sooner: DateTime<Utc>,
+    since: tokio::time::Instant,
+    notify: Arc<Notify>,
+}
+
+impl PendingWaiter {
+    fn covers(&self, at: DateTime<Utc>) -> bool {
+        at <= add_saturating(self.pending_at_or_sooner, self.since.elapsed())
+    }
+}
+
+type ExecutionWaiters = HashMap<ExecutionId, Vec<(u64, Arc<Notify>)>, FastHash>;
+
+#[derive(Debug, Default)]
+struct Registry {
+    closed: bool,
+    next_id: u64,
+    pending: HashMap<u64, PendingWaiter, FastHash>,
+    responses: ExecutionWaiters,
+    finished: ExecutionWaiters,
+}
+
+impl Registry {
+    fn next_id(&mut self) -> u64 {
+        let id = self.next_id;
+        self.next_id = self.next_id.wrapping_add(1);
+        id
+    }
+}
+
+/// Every waiter of one store, by kind. Cheap to share behind an `Arc`; a backend owns one.
+#[derive(Debug, Default)]
+pub struct WaiterHub {
+    registry: Mutex<Registry>,
+}
+
+/// Which registration a [`Registration`] removes.
+#[derive(Debug)]
+enum Key {
+    Pending(u64),
+    Responses(ExecutionId, u64),
+    Finished(ExecutionId, u64),
+}
+
+/// A registered waiter; dropping it removes the registration.
+#[derive(Debug)]
+struct Registration<'h> {
+    hub: &'h WaiterHub,
+    key: Key,
+    notify: Arc<Notify>,
+}
+
+impl Drop for Registration<'_> {
+    fn drop(&mut self) {
+        let mut registry = self.hub.lock();
+        match &self.key {
+            Key::Pending(id) => {
+                registry.pending.remove(id);
+            }
+            Key::Responses(execution_id, id) => {
+                unregister(&mut registry.responses, execution_id, *id)
+            }
+            Key::Finished(execution_id, id) => {
+                unregister(&mut registry.finished, execution_id, *id)
+            }
+        }
+    }
+}
+
+fn unregister(waiters: &mut ExecutionWaiters, execution_id: &ExecutionId, id: u64) {
+    if let Some(entries) = waiters.get_mut(execution_id) {
+        entries.retain(|(entry_id, _)| *entry_id != id);
+        if entries.is_empty() {
+            waiters.remove(execution_id);
+        }
+    }
+}
+
+fn wake(waiters: &ExecutionWaiters, execution_id: &ExecutionId) {
+    if let Some(entries) = waiters.get(execution_id) {
+        for (_, notify) in entries {
+            // A permit is kept when the waiter is not waiting yet: no wake-up is lost.
+            notify.notify_one();
+        }
+    }
+}
+
+impl WaiterHub {
+    /// A hub with no waiters.
+    #[must_use]
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Registry> {
+        // Every section leaves the registry consistent, so a poisoned lock is still usable.
+        self.registry.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Wakes the waiters that committed writes concern. Call it only after the commit.
+    pub fn deliver(&self, wakeups: &[Wakeup]) {
+        if wakeups.is_empty() {
+            return;
+        }
+        let registry = self.lock();
+        // Many wake-ups of one write concern the same function: test each waiter once, with
+        // the earliest due time of each of its functions.
+        let mut earliest: HashMap<&FunctionFqn, DateTime<Utc>, FastHash> = HashMap::default();
+        for wakeup in wakeups {
+            match wakeup {
+                Wakeup::Pending { ffqn, at } => {
+                    earliest
+                        .entry(ffqn)
+                        .and_modify(|t| *t = (*t).min(*at))
+                        .or_insert(*at);
+                }
+                Wakeup::Responses(execution_id) => wake(&registry.responses, execution_id),
+                Wakeup::Finished(execution_id) => wake(&registry.finished, execution_id),
+            }
+        }
+        if earliest.is_empty() {
+            return;
+        }
+        for waiter in registry.pending.values() {
+            if waiter
+                .ffqns
+                .iter()
+                .filter_map(|ffqn| earliest.get(ffqn))
+                .any(|at| waiter.covers(*at))
+            {
+                waiter.notify.notify_one();
+            }
+        }
+    }
+
+    /// Wakes every waiter once: something may have been missed (a notification channel that
+    /// reconnected, say).
+    pub fn wake_everyone(&self) {
+        let registry = self.lock();
+        for waiter in registry.pending.values() {
+            waiter.notify.notify_one();
+        }
+        for entries in registry
+            .responses
+            .values()
+            .chain(registry.finished.values())
+        {
+            for (_, notify) in entries {
+                notify.notify_one();
+            }
+        }
+    }
+
+    /// Releases every waiter and refuses new ones: waits return at once, with
+    /// [`DbError::Closed`] where they return a result. Idempotent.
+    pub fn close(&self) {
+        let mut registry = self.lock();
+        registry.closed = true;
+        drop(registry);
+        self.wake_everyone();
+    }
+
+    /// True once [`WaiterHub::close`] was called.
+    #[must_use]
+    pub fn is_closed(&self) -> bool {
+        self.lock().closed
+    }
+
+    /// The number of registered waiters.
+    #[must_use]
+    pub fn counts(&self) -> WaiterCounts {
+        let registry = self.lock();
+        WaiterCounts {
+            pending: registry.pending.len(),
+            responses: registry.responses.values().map(Vec::len).sum(),
+            finished: registry.finished.values().map(Vec::len).sum(),
+        }
+    }
+
+    fn register_pending(
+        &self,
+        pending_at_or_sooner: DateTime<Utc>,
+        ffqns: Arc<[FunctionFqn]>,
+    ) -> Option<Registration<'_>> {
+        let mut registry = self.lock();
+        if registry.closed {
+            return None;
+        }
+        let id = registry.next_id();
+        let notify = Arc::new(Notify::new());
+        registry.pending.insert(
+            id,
+            PendingWaiter {
+                ffqns,
+                pending_at_or_sooner,
+                since: tokio::time::Instant::now(),
+                notify: Arc::clone(&notify),
+            },
+        );
+        Some(Registration {
+            hub: self,
+            key: Key::Pending(id),
+            notify,
+        })
+    }
+
+    fn register_execution(
+        &self,
+        execution_id: &ExecutionId,
+        finished: bool,
+    ) -> Option<Registration<'_>> {
+        let mut registry = self.lock();
+        if registry.closed {
+            return None;
+        }
+        let id = registry.next_id();
+        let notify = Arc::new(Notify::new());
+        let waiters = if finished {
+            &mut registry.finished
+        } else {
+            &mut registry.responses
+        };
+        waiters
+            .entry(execution_id.clone())
+            .or_default()
+            .push((id, Arc::clone(&notify)));
+        let key = if finished {
+            Key::Finished(execution_id.clone(), id)
+        } else {
+            Key::Responses(execution_id.clone(), id)
+        };
+        Some(Registration {
+            hub: self,
+            key,
+            notify,
+        })
+    }
+
+    /// `wait_for_pending`: registers, then awaits `is_due` (the backend's check whether an
+    /// execution of `ffqns` is due at `pending_at_or_sooner`); returns at once if it is, else
+    /// when a delivered wake-up concerns this waiter, or after `max_wait`, or on close.
+    pub async fn wait_for_pending(
+        &self,
+        pending_at_or_sooner: DateTime<Utc>,
+        ffqns: Arc<[FunctionFqn]>,
+        max_wait: Duration,
+        is_due: impl Future<Output = bool>,
+    ) {
+        let Some(registration) = self.register_pending(pending_at_or_sooner, ffqns) else {
+            return;
+        };
+        if is_due.await || self.is_closed() {
+            return;
+        }
+        // Woken, closed or timed out: all mean "look again".
+        let _ = tokio::time::timeout(max_wait, registration.notify.notified()).await;
+    }
+
+    /// `subscribe_to_next_responses`: registers, then runs `check` until it returns something,
+    /// waiting for a wake-up of `execution_id`'s responses between two checks.
+    pub async fn wait_for_responses<T, F, Fut>(
+        &self,
+        execution_id: &ExecutionId,
+        check: F,
+    ) -> Result<T, DbError>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<Option<T>, DbError>>,
+    {
+        let registration = self.register_execution(execution_id, false);
+        self.check_and_wait(registration, check).await
+    }
+
+    /// `wait_for_finished_result`: as [`WaiterHub::wait_for_responses`] for the finish of
+    /// `execution_id`, and [`DbError::Timeout`] after `timeout` (`None` waits forever).
+    pub async fn wait_for_finished<T, F, Fut>(
+        &self,
+        execution_id: &ExecutionId,
+        timeout: Option<Duration>,
+        check: F,
+    ) -> Result<T, DbError>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<Option<T>, DbError>>,
+    {
+        let registration = self.register_execution(execution_id, true);
+        let wait = self.check_and_wait(registration, check);
+        match timeout {
+            Some(timeout) => tokio::time::timeout(timeout, wait)
+                .await
+                .unwrap_or(Err(DbError::Timeout)),
+            None => wait.await,
+        }
+    }
+
+    async fn check_and_wait<T, F, Fut>(
+        &self,
+        registration: Option<Registration<'_>>,
+        mut check: F,
+    ) -> Result<T, DbError>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<Option<T>, DbError>>,
+    {
+        let Some(registration) = registration else {
+            return Err(DbError::Closed);
+        };
+        loop {
+            if let Some(found) = check().await? {
+                return Ok(found);
+            }
+            if self.is_closed() {
+                return Err(DbError::Closed);
+            }
+            registration.notify.notified().await;
+        }
+    }
+}

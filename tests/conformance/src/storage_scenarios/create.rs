@@ -1,0 +1,230 @@
+//! S12 and S19: `create` and `create_batch` (all or nothing), `list_executions` pages, and JSON
+//! key order kept through every path.
+
+use super::{LEASE, ffqns_of, helpers::*};
+use crate::StoreFactory;
+use concepts::{
+    ClockFn, DbErrorKind, ExecutionEventInner, HistoryEvent, JoinSetResponse, Json,
+    ListExecutionsFilter, OutcomeWrite, Pagination, PendingState, PendingStateKind,
+    SupportedFunctionReturnValue, Version,
+};
+use std::time::Duration;
+use test_utils::SimClock;
+
+/// S12: JSON payloads keep their object key order through every path.
+pub async fn s12_json_key_order<F: StoreFactory>(factory: &F) {
+    let store = factory.fresh().await;
+    let db = store.db.as_ref();
+    let clock = SimClock::epoch();
+    let now = clock.now();
+    let text = r#"{"zeta":1,"alpha":{"yak":[3,{"b":2,"a":1}],"xeno":null},"mid":"m"}"#;
+    let value: serde_json::Value = serde_json::from_str(text).unwrap();
+    assert_eq!(
+        value.to_string(),
+        text,
+        "serde_json must keep key order (feature preserve_order)"
+    );
+    let same_text = |json: &Json| assert_eq!(json.0.to_string(), text);
+
+    let p = execution_id(1);
+    db.create(create_request(p.clone(), ffqn("parent"), now))
+        .await
+        .unwrap();
+    let j = join_set("n:json");
+    let f = ffqn("json");
+    let req = concepts::CreateRequest {
+        params: Json(value.clone()),
+        ..child_request(&p, &j, 1, f.clone(), now)
+    };
+    let id = req.execution_id.clone();
+    db.create(req).await.unwrap();
+    let log = db.get(&id).await.unwrap();
+    match &log.events[0].event {
+        ExecutionEventInner::Created { params, .. } => same_text(params),
+        other => panic!("{other:?}"),
+    }
+    let locked = lock_pending_now(db, &ffqns_of(&f), 1, now, executor_id(1), LEASE).await;
+    same_text(&locked[0].params);
+    let persisted = ExecutionEventInner::HistoryEvent {
+        event: HistoryEvent::Persist {
+            value: Json(value.clone()),
+            kind: concepts::PersistKind::Custom("json".to_string()),
+        },
+    };
+    let version = append(db, &id, Version(2), now, persisted).await.unwrap();
+    let (history, version) = lock(
+        db,
+        now,
+        &id,
+        locked[0].locked_event.run_id,
+        version,
+        executor_id(1),
+        plus(now, LEASE),
+    )
+    .await
+    .unwrap();
+    match &history[0] {
+        HistoryEvent::Persist { value, .. } => same_text(value),
+        other => panic!("{other:?}"),
+    }
+    let result = Ok(SupportedFunctionReturnValue::InfallibleOrResultOk(Json(
+        value.clone(),
+    )));
+    db.append_outcome(OutcomeWrite::new(
+        id.clone(),
+        version,
+        now,
+        ExecutionEventInner::Finished { result },
+        Some(&(p.clone(), j.clone())),
+    ))
+    .await
+    .unwrap();
+    let check_result = |result: &concepts::FinishedExecutionResult| match result {
+        Ok(SupportedFunctionReturnValue::InfallibleOrResultOk(json)) => same_text(json),
+        other => panic!("{other:?}"),
+    };
+    let finished = tokio::time::timeout(SAFETY, db.wait_for_finished_result(&id, Some(SAFETY)))
+        .await
+        .expect("finished")
+        .unwrap();
+    check_result(&finished);
+    check_result(
+        db.get(&id)
+            .await
+            .unwrap()
+            .finished_result()
+            .expect("finished"),
+    );
+    let parent_log = assert_state_matches_derivation(db, &p).await;
+    match &parent_log.responses[0].event.event {
+        JoinSetResponse::ChildExecutionFinished { result, .. } => check_result(result),
+        other => panic!("{other:?}"),
+    }
+    assert_state_matches_derivation(db, &id).await;
+}
+
+/// S19: `create_batch` creates all or nothing; `list_executions` pages newest first.
+pub async fn s19_create_batch<F: StoreFactory>(factory: &F) {
+    let store = factory.fresh().await;
+    let db = store.db.as_ref();
+    let clock = SimClock::epoch();
+    let start = clock.now();
+    let f = ffqn("bulk");
+    let reqs: Vec<_> = (1..=100u64)
+        .map(|n| {
+            let at = plus(start, ms(n));
+            create_request(execution_id(u128::from(n)), f.clone(), at)
+        })
+        .collect();
+    db.create_batch(reqs.clone()).await.unwrap();
+    for req in &reqs {
+        let log = assert_state_matches_derivation(db, &req.execution_id).await;
+        assert_eq!(
+            log.pending_state,
+            PendingState::PendingAt {
+                scheduled_at: req.scheduled_at
+            }
+        );
+        assert_eq!(log.next_version, Version(1));
+    }
+
+    // One duplicate id among new ones: none is created.
+    let mut with_dup: Vec<_> = (101..=110u128)
+        .map(|n| create_request(execution_id(n), f.clone(), start))
+        .collect();
+    with_dup.insert(5, reqs[4].clone());
+    expect_kind(db.create_batch(with_dup).await, DbErrorKind::Duplicate);
+    for n in 101..=110u128 {
+        expect_kind(db.get(&execution_id(n)).await, DbErrorKind::NotFound);
+    }
+    // A duplicate within the batch itself: none is created.
+    let twice = vec![
+        create_request(execution_id(201), f.clone(), start),
+        create_request(execution_id(202), f.clone(), start),
+        create_request(execution_id(201), f.clone(), start),
+    ];
+    expect_kind(db.create_batch(twice).await, DbErrorKind::Duplicate);
+    expect_kind(db.get(&execution_id(201)).await, DbErrorKind::NotFound);
+    expect_kind(db.get(&execution_id(202)).await, DbErrorKind::NotFound);
+
+    // Pages, newest first.
+    let mut seen = Vec::new();
+    let mut cursor = None;
+    loop {
+        let page = db
+            .list_executions(
+                ListExecutionsFilter {
+                    ffqn: Some(f.clone()),
+                    ..ListExecutionsFilter::default()
+                },
+                Pagination {
+                    cursor: cursor.clone(),
+                    length: 30,
+                },
+            )
+            .await
+            .unwrap();
+        assert!(page.len() <= 30);
+        let Some(last) = page.last() else { break };
+        cursor = Some((last.created_at, last.execution_id.clone()));
+        seen.extend(page.into_iter().map(|s| s.execution_id));
+    }
+    let newest_first: Vec<_> = (1..=100u128).rev().map(execution_id).collect();
+    assert_eq!(seen, newest_first);
+    let none = db
+        .list_executions(
+            ListExecutionsFilter {
+                ffqn: Some(ffqn("nothing")),
+                ..ListExecutionsFilter::default()
+            },
+            Pagination::default(),
+        )
+        .await
+        .unwrap();
+    assert!(none.is_empty());
+
+    // All of them are due and lockable.
+    let now = plus(start, Duration::from_secs(1));
+    let locked = lock_pending_now(db, &ffqns_of(&f), 1_000, now, executor_id(1), LEASE).await;
+    let expected: Vec<_> = (1..=100u128).map(execution_id).collect();
+    assert_eq!(ids_of(&locked), expected);
+    let locked_rows = db
+        .list_executions(
+            ListExecutionsFilter {
+                state: Some(PendingStateKind::Locked),
+                top_level_only: true,
+                ..ListExecutionsFilter::default()
+            },
+            Pagination {
+                cursor: None,
+                length: 1_000,
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(locked_rows.len(), 100);
+    assert_eq!(locked_rows[0].next_version, Version(2));
+    let pending_rows = db
+        .list_executions(
+            ListExecutionsFilter {
+                state: Some(PendingStateKind::PendingAt),
+                ..ListExecutionsFilter::default()
+            },
+            Pagination::default(),
+        )
+        .await
+        .unwrap();
+    assert!(pending_rows.is_empty());
+
+    let events = db.get(&execution_id(1)).await.unwrap().events;
+    assert_eq!(events.len(), 2);
+    assert_eq!(events[0], reqs[0].to_created_event());
+    for (version, event) in (0..).map(Version).zip(&events) {
+        assert_eq!(
+            &db.get_execution_event(&execution_id(1), version)
+                .await
+                .unwrap(),
+            event
+        );
+    }
+}

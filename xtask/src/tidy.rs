@@ -1,0 +1,189 @@
+//! Repository rules checked as ordinary tests (`cargo nextest run -p xtask`, part of
+//! `cargo xtask ci`): every source file says what it is for, no library file grows past a size
+//! a reader can hold, and no storage backend writes a rule of the model.
+
+#[cfg(test)]
+mod tests {
+    use std::path::{Path, PathBuf};
+
+    /// The longest library source file, in lines.
+    const MAX_LIBRARY_LINES: usize = 800;
+
+    fn workspace_root() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .parent()
+            .expect("xtask lives in the workspace root")
+            .to_path_buf()
+    }
+
+    /// Every `.rs` file under `dir`, skipping build output.
+    fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                if path.file_name().is_some_and(|n| n == "target") {
+                    continue;
+                }
+                rust_files(&path, out);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                out.push(path);
+            }
+        }
+    }
+
+    /// Every source file of the workspace, relative to its root (`crates/x/src/lib.rs`), so
+    /// that the rules never see where the checkout happens to live.
+    fn workspace_sources() -> Vec<PathBuf> {
+        let root = workspace_root();
+        let mut files = Vec::new();
+        for top in ["crates", "tests", "xtask"] {
+            rust_files(&root.join(top), &mut files);
+        }
+        let mut files: Vec<PathBuf> = files
+            .into_iter()
+            .map(|path| {
+                path.strip_prefix(&root)
+                    .expect("found under the root")
+                    .to_path_buf()
+            })
+            .collect();
+        files.sort();
+        assert!(
+            !files.is_empty(),
+            "no sources found under {}",
+            root.display()
+        );
+        files
+    }
+
+    /// The text of a workspace file (relative path); a file that cannot be read fails the rule
+    /// rather than slipping past it.
+    fn read(path: &Path) -> String {
+        std::fs::read_to_string(workspace_root().join(path))
+            .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()))
+    }
+
+    /// Library code: under a crate's `src/`, and not a unit-test module (`tests.rs`). `path` is
+    /// relative to the workspace root.
+    fn is_library_source(path: &Path) -> bool {
+        let in_src = path.components().any(|c| c.as_os_str() == "src");
+        let is_test_module = path.file_name().is_some_and(|n| n == "tests.rs");
+        in_src && !is_test_module
+    }
+
+    /// Whether a line of a backend's library code builds a `ValidationError`: a path through
+    /// the type (`ValidationError::EmptyBatch`, `concepts::ValidationError::InvalidRequest`) or
+    /// an alias that would hide it; comment lines are prose, not code.
+    fn constructs_validation_error(line: &str) -> bool {
+        let code = line.trim_start();
+        !code.starts_with("//")
+            && (code.contains("ValidationError::") || code.contains("ValidationError as "))
+    }
+
+    #[test]
+    fn every_source_file_starts_with_a_doc_line() {
+        let missing: Vec<String> = workspace_sources()
+            .into_iter()
+            .filter(|path| !read(path).trim_start().starts_with("//!"))
+            .map(|path| path.display().to_string())
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "these files do not start with a `//!` line saying what they are for:\n{}",
+            missing.join("\n")
+        );
+    }
+
+    #[test]
+    fn no_library_source_file_is_over_the_size_budget() {
+        let too_long: Vec<String> = workspace_sources()
+            .into_iter()
+            .filter(|path| is_library_source(path))
+            .filter_map(|path| {
+                let lines = read(&path).lines().count();
+                (lines > MAX_LIBRARY_LINES).then(|| format!("{} ({lines} lines)", path.display()))
+            })
+            .collect();
+        assert!(
+            too_long.is_empty(),
+            "library files over {MAX_LIBRARY_LINES} lines; split them by what they do:\n{}",
+            too_long.join("\n")
+        );
+    }
+
+    #[test]
+    fn storage_backends_construct_no_validation_error() {
+        let offending: Vec<String> = workspace_sources()
+            .into_iter()
+            .filter(|path| path.starts_with("crates") && is_library_source(path))
+            .filter(|path| {
+                path.components().nth(1).is_some_and(|krate| {
+                    krate.as_os_str().to_string_lossy().starts_with("storage-")
+                })
+            })
+            .flat_map(|path| {
+                read(&path)
+                    .lines()
+                    .enumerate()
+                    .filter(|(_, line)| constructs_validation_error(line))
+                    .map(|(n, line)| format!("{}:{}: {}", path.display(), n + 1, line.trim()))
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        assert!(
+            offending.is_empty(),
+            "storage backends only load and persist; the rules of the model (and their \
+             messages) live in `concepts::kernel`:\n{}",
+            offending.join("\n")
+        );
+    }
+
+    #[test]
+    fn the_library_filter_tells_library_code_from_unit_tests() {
+        assert!(is_library_source(Path::new(
+            "crates/storage-sqlite/src/ops.rs"
+        )));
+        assert!(is_library_source(Path::new("tests/conformance/src/lib.rs")));
+        assert!(!is_library_source(Path::new(
+            "crates/storage-sqlite/src/tests.rs"
+        )));
+        assert!(!is_library_source(Path::new(
+            "crates/storage-postgres/tests/postgres.rs"
+        )));
+        assert!(!is_library_source(Path::new(
+            "tests/durability/tests/common/mod.rs"
+        )));
+    }
+
+    #[test]
+    fn the_sources_are_named_relative_to_the_root() {
+        let sources = workspace_sources();
+        assert!(sources.iter().all(|path| path.is_relative()), "{sources:?}");
+        assert!(
+            sources.contains(&PathBuf::from("xtask/src/tidy.rs")),
+            "{sources:?}"
+        );
+    }
+
+    #[test]
+    fn constructions_are_told_from_mentions() {
+        for code in [
+            "return Err(ValidationError::EmptyBatch(\"create_batch\").into());",
+            "    DbError::Validation(concepts::ValidationError::InvalidRequest(format!(",
+            "use concepts::ValidationError as Invalid;",
+        ] {
+            assert!(constructs_validation_error(code), "{code}");
+        }
+        for mention in [
+            "use concepts::{DbError, ValidationError};",
+            "impl From<concepts::ValidationError> for SqliteError {",
+            "    // a ValidationError::InvalidRequest comes from the kernel",
+            "/// Maps a [`ValidationError::EmptyBatch`] ...",
+        ] {
+            assert!(!constructs_validation_error(mention), "{mention}");
+        }
+    }
+}
