@@ -15,12 +15,13 @@ use crate::{
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use concepts::{
-    CreateRequest, DbError, ExecutionId, HistoryEvent, JoinSetResponseEventOuter, Json,
-    SupportedFunctionReturnValue, Version,
+    CreateRequest, DbError, ExecutionId, FunctionFqn, HistoryEvent, JoinSetResponseEventOuter,
+    Json, SupportedFunctionReturnValue, Version,
 };
 use executor::{FatalError, WorkerError, WorkerResult};
 use futures_util::future::BoxFuture;
 use std::{
+    collections::HashMap,
     sync::Arc,
     task::{Context, Poll, Waker},
     time::Duration,
@@ -70,6 +71,12 @@ pub(crate) trait RunIo: Send + Sync {
 
     /// The version of the `index`-th history event of the log, for error messages.
     async fn history_event_version(&self, index: usize) -> Option<Version>;
+
+    /// The function and parameters of each of `children`, from their `Created` events.
+    async fn children_created(
+        &self,
+        children: Vec<ExecutionId>,
+    ) -> Result<HashMap<ExecutionId, (FunctionFqn, Json)>, DbError>;
 }
 
 /// The limits of one run.
@@ -119,6 +126,13 @@ enum Step {
 
 impl Driver<'_> {
     async fn run(&mut self, mut future: BoxFuture<'static, Outcome>) -> WorkerResult {
+        let requested = self.shared.lock().recorded_child_requests();
+        if !requested.is_empty() {
+            match self.io.children_created(requested).await {
+                Ok(children) => self.shared.lock().recorded_children = children,
+                Err(err) => return WorkerResult::Err(WorkerError::DbError(err)),
+            }
+        }
         loop {
             match self.poll(&mut future) {
                 Step::Faulted(fault) => return self.report(fault).await,

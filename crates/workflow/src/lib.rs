@@ -75,11 +75,12 @@
 //! # Replay and determinism
 //!
 //! A run first replays the recorded history: each operation checks that the next recorded
-//! event is what it would record (kind, join set, child id, persist kind). A mismatch is
-//! reported as `nondeterminism at version V: the log holds X, the code Y`, and the worker's
-//! [`NondeterminismPolicy`] decides: unlock and retry later, or fail permanently. The child
-//! function and parameters of a replayed request are checked through the child id, which for
-//! [`WorkflowCtx::call`] contains the function's name; they are not read back from the store.
+//! event is what it would record (kind, join set, child id, persist kind, and a child's
+//! function and parameters, read back from the children's `Created` events once per run
+//! before the replay). A delay's duration is not compared: its expiry was computed from the
+//! time of the first run. A mismatch is reported as
+//! `nondeterminism at version V: the log holds X, the code Y`, and the worker's
+//! [`NondeterminismPolicy`] decides: unlock and retry later, or fail permanently.
 //!
 //! The workflow's future is polled by this crate alone, with a waker nobody wakes: the only
 //! things that complete inside a workflow are its operations. Awaiting anything else (a tokio

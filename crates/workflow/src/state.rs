@@ -85,6 +85,9 @@ pub(crate) struct RunState {
     join_set_index: HashMap<JoinSetId, usize>,
     join_set_counter: u64,
     random_counter: u64,
+    /// The function and parameters of each child the recorded history requested, read back
+    /// from the children's `Created` events before the replay: a replayed request must match.
+    pub recorded_children: HashMap<ExecutionId, (FunctionFqn, Json)>,
     /// Set by an operation that cannot complete yet, cleared by the driver before each poll.
     pub wait: Option<Wait>,
     /// Set when the run cannot go on; operations then never complete.
@@ -117,6 +120,7 @@ impl RunState {
             join_set_index: HashMap::new(),
             join_set_counter: 0,
             random_counter: 0,
+            recorded_children: HashMap::new(),
             wait: None,
             fault: None,
         };
@@ -275,6 +279,21 @@ impl RunState {
         let child_id = self
             .execution_id
             .next_level(join_set_id, u64::try_from(ordinal).unwrap_or(u64::MAX));
+        if let Some((recorded_ffqn, recorded_params)) = self.recorded_children.get(&child_id)
+            && self.replaying()
+            && (*recorded_ffqn != ffqn || *recorded_params != params)
+        {
+            let fault = Fault::Nondeterminism {
+                history_index: self.cursor,
+                log_holds: format!(
+                    "a request for child {child_id} of {recorded_ffqn} with parameters \
+                     {recorded_params}"
+                ),
+                code_asked: format!("called {ffqn} with parameters {params}"),
+            };
+            self.fail(fault);
+            return None;
+        }
         let wanted = child_id.clone();
         let wanted_set = join_set_id.clone();
         self.replay_or_record(
@@ -358,6 +377,20 @@ impl RunState {
             .requests
             .push((Request::Delay { expires_at }, Some(delay_id)));
         Some(delay_id)
+    }
+
+    /// The children the recorded history requested, in order.
+    pub(crate) fn recorded_child_requests(&self) -> Vec<ExecutionId> {
+        self.history
+            .iter()
+            .filter_map(|event| match event {
+                HistoryEvent::JoinSetRequest {
+                    request: JoinSetRequest::ChildExecutionRequest { child_execution_id },
+                    ..
+                } => Some(child_execution_id.clone()),
+                _ => None,
+            })
+            .collect()
     }
 
     /// True when the buffer holds `JoinNext`s only (and so creates no child).

@@ -8,9 +8,10 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use concepts::{
     AppendBatchRequest, CreateRequest, DbClient, DbConnection, DbError, ExecutionEventInner,
-    ExecutionId, FinishedExecutionResult, HistoryEvent, JoinSetResponseEventOuter, Version,
+    ExecutionId, FinishedExecutionResult, FunctionFqn, HistoryEvent, JoinSetResponseEventOuter,
+    Json, Version,
 };
-use std::{sync::Arc, time::Duration};
+use std::{collections::HashMap, sync::Arc, time::Duration};
 
 /// The storage of one run of one execution.
 pub(crate) struct RunStore {
@@ -59,6 +60,20 @@ impl RunIo for RunStore {
             .nth(index)?
             .0;
         u32::try_from(position).ok().map(Version)
+    }
+
+    async fn children_created(
+        &self,
+        children: Vec<ExecutionId>,
+    ) -> Result<HashMap<ExecutionId, (FunctionFqn, Json)>, DbError> {
+        let mut created = HashMap::with_capacity(children.len());
+        for child in children {
+            let event = self.db.get_execution_event(&child, Version(0)).await?;
+            if let ExecutionEventInner::Created { ffqn, params, .. } = event.event {
+                created.insert(child, (ffqn, params));
+            }
+        }
+        Ok(created)
     }
 }
 

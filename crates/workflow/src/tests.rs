@@ -13,12 +13,14 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use concepts::{
     ClockFn, ComponentId, CreateRequest, DbError, ExecutionId, ExecutionMetadata,
-    FinishedExecutionError, HistoryEvent, JoinSetRequest, JoinSetResponse, JoinSetResponseEvent,
-    JoinSetResponseEventOuter, Json, RunId, SupportedFunctionReturnValue, Version,
+    FinishedExecutionError, FunctionFqn, HistoryEvent, JoinSetRequest, JoinSetResponse,
+    JoinSetResponseEvent, JoinSetResponseEventOuter, Json, RunId, SupportedFunctionReturnValue,
+    Version,
 };
 use executor::{FatalError, WorkerError, WorkerResult};
 use serde_json::json;
 use std::{
+    collections::HashMap,
     future::Future,
     sync::{Arc, Mutex},
     time::Duration,
@@ -84,6 +86,23 @@ impl RunIo for FakeLog {
 
     async fn history_event_version(&self, index: usize) -> Option<Version> {
         u32::try_from(index).ok().map(|index| Version(2 + index))
+    }
+
+    async fn children_created(
+        &self,
+        children: Vec<ExecutionId>,
+    ) -> Result<HashMap<ExecutionId, (FunctionFqn, Json)>, DbError> {
+        let created = self.children.lock().unwrap();
+        Ok(created
+            .iter()
+            .filter(|child| children.contains(&child.execution_id))
+            .map(|child| {
+                (
+                    child.execution_id.clone(),
+                    (child.ffqn.clone(), child.params.clone()),
+                )
+            })
+            .collect())
     }
 }
 
@@ -465,5 +484,62 @@ async fn a_sleep_longer_than_the_lease_gives_up_the_run_at_once() {
         run_expires_at,
         h.clock.now(),
         "cold: the run is given up at once"
+    );
+}
+
+/// Submits `function(n)` into the join set `n:work` and awaits it.
+async fn submits(
+    ctx: WorkflowCtx,
+    function: &'static Function<u64, u64>,
+    n: u64,
+) -> Result<u64, WorkflowError<String>> {
+    let js = ctx.join_set_named("work");
+    js.submit(function, &n);
+    match js.next().await {
+        Some(crate::Response::Child(child)) => Ok(child.into_result::<u64>()?),
+        _ => Err(WorkflowError::Failed("no child".to_string())),
+    }
+}
+
+#[tokio::test]
+async fn a_replayed_child_request_must_name_the_same_function_and_parameters() {
+    let h = Harness::new();
+    let first = h.run(|ctx, n| submits(ctx, &A, n)).await;
+    assert!(
+        matches!(first, WorkerResult::DbUpdatedByWorker),
+        "{first:?}"
+    );
+    // Same join set, same child id: only the child's `Created` event tells them apart.
+    let WorkerResult::Err(WorkerError::LimitReached { reason, .. }) =
+        h.run(|ctx, n| submits(ctx, &B, n)).await
+    else {
+        panic!("another function is nondeterminism");
+    };
+    let child = format!("{}.n:work_1", parent());
+    assert_eq!(
+        reason,
+        format!(
+            "nondeterminism at version 3: the log holds a request for child {child} of \
+             test:wf/api.a with parameters 7, the code called test:wf/api.b with parameters 7"
+        )
+    );
+    let WorkerResult::Err(WorkerError::LimitReached { reason, .. }) =
+        h.run(|ctx, n| submits(ctx, &A, n + 1)).await
+    else {
+        panic!("other parameters are nondeterminism");
+    };
+    assert!(
+        reason.ends_with("the code called test:wf/api.a with parameters 8"),
+        "{reason}"
+    );
+    // The same code replays the request.
+    let again = h.run(|ctx, n| submits(ctx, &A, n)).await;
+    // Nothing to write and nothing arrived: the run ends, the watcher acts on its lease.
+    assert!(
+        matches!(
+            again,
+            WorkerResult::Err(WorkerError::TemporaryTimeoutHandledByWatcher)
+        ),
+        "{again:?}"
     );
 }
