@@ -191,7 +191,9 @@ impl WorkflowCtx {
     ) -> T {
         let outcome = self.with(|state| {
             let value = state.persist(kind.clone(), |state| {
-                Json(serde_json::to_value(fresh(state)).unwrap_or_default())
+                serde_json::to_value(fresh(state))
+                    .map(Json)
+                    .map_err(|err| format!("cannot record a value of kind {kind:?}: {err}"))
             })?;
             match T::deserialize(&value.0) {
                 Ok(value) => Some(value),
@@ -232,12 +234,13 @@ impl WorkflowCtx {
     /// A random alphanumeric string whose length is in `length` (end exclusive), recorded.
     pub async fn random_string(&self, length: std::ops::Range<u64>) -> String {
         const ALPHABET: &[u8] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+        let end = length.end.max(length.start.saturating_add(1));
         let kind = PersistKind::RandomString {
             min_length: length.start,
-            max_length_exclusive: length.end.max(length.start + 1),
+            max_length_exclusive: end,
         };
         self.persisted(kind, |state| {
-            let span = u128::from((length.end.max(length.start + 1)) - length.start);
+            let span = u128::from(end - length.start).max(1);
             let len = length.start + u64::try_from(state.random_u128() % span).unwrap_or(0);
             (0..len)
                 .map(|_| {

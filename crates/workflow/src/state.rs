@@ -526,18 +526,30 @@ impl RunState {
             })
     }
 
-    /// Replays or records a `Persist`; `fresh` makes the value only when recording.
+    /// Replays or records a `Persist`; `fresh` makes the value only when recording, first, so
+    /// that a value that cannot be encoded records nothing (a trap).
     pub(crate) fn persist(
         &mut self,
         kind: PersistKind,
-        fresh: impl FnOnce(&mut Self) -> Json,
+        fresh: impl FnOnce(&mut Self) -> Result<Json, String>,
     ) -> Option<Json> {
+        let recorded_value = if self.replaying() || !self.begin() {
+            None
+        } else {
+            match fresh(self) {
+                Ok(value) => Some(value),
+                Err(reason) => {
+                    self.fail(Fault::Trap(reason));
+                    return None;
+                }
+            }
+        };
         let wanted = kind.clone();
         let event = self.replay_or_record(
             || format!("persisted a value of kind {wanted:?}"),
             |recorded| matches!(recorded, HistoryEvent::Persist { kind, .. } if *kind == wanted),
-            |state| HistoryEvent::Persist {
-                value: fresh(state),
+            |_| HistoryEvent::Persist {
+                value: recorded_value.unwrap_or(Json(serde_json::Value::Null)),
                 kind,
             },
         )?;

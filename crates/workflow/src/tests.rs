@@ -543,3 +543,24 @@ async fn a_replayed_child_request_must_name_the_same_function_and_parameters() {
         "{again:?}"
     );
 }
+
+#[tokio::test]
+async fn a_step_whose_output_cannot_be_recorded_is_a_trap_that_records_nothing() {
+    let h = Harness::new();
+    let result = h
+        .run(|ctx, n| async move {
+            // JSON object keys must be strings: this map cannot be recorded.
+            let map: HashMap<(u8, u8), u8> =
+                ctx.step("pairs", || HashMap::from([((1, 2), 3)])).await;
+            Ok(n + u64::from(map.len() as u8))
+        })
+        .await;
+    let WorkerResult::Err(WorkerError::TemporaryWorkflowTrap { reason, .. }) = result else {
+        panic!("a trap: {result:?}");
+    };
+    assert!(
+        reason.contains("cannot record a value of kind Custom(\"pairs\")"),
+        "{reason}"
+    );
+    assert!(h.log.history().is_empty(), "nothing recorded");
+}
