@@ -187,11 +187,11 @@ impl WorkflowCtx {
     async fn persisted<T: Serialize + DeserializeOwned>(
         &self,
         kind: PersistKind,
-        fresh: impl FnOnce(&mut RunState) -> T,
+        fresh: impl FnOnce(&mut RunState) -> Result<T, String>,
     ) -> T {
         let outcome = self.with(|state| {
             let value = state.persist(kind.clone(), |state| {
-                serde_json::to_value(fresh(state))
+                serde_json::to_value(fresh(state)?)
                     .map(Json)
                     .map_err(|err| format!("cannot record a value of kind {kind:?}: {err}"))
             })?;
@@ -215,7 +215,7 @@ impl WorkflowCtx {
     /// The current time, recorded: a replay returns the time of the first run.
     pub async fn now(&self) -> DateTime<Utc> {
         let now = self.now_unrecorded();
-        self.persisted(PersistKind::Custom("stele:now".to_string()), |_| now)
+        self.persisted(PersistKind::Custom("stele:now".to_string()), |_| Ok(now))
             .await
     }
 
@@ -226,7 +226,7 @@ impl WorkflowCtx {
         self.persisted(kind, |state| {
             let span = u128::from(max_inclusive - min) + 1;
             let offset = state.random_u128() % span;
-            min + u64::try_from(offset).unwrap_or(0)
+            Ok(min + u64::try_from(offset).unwrap_or(0))
         })
         .await
     }
@@ -242,12 +242,12 @@ impl WorkflowCtx {
         self.persisted(kind, |state| {
             let span = u128::from(end - length.start).max(1);
             let len = length.start + u64::try_from(state.random_u128() % span).unwrap_or(0);
-            (0..len)
+            Ok((0..len)
                 .map(|_| {
                     let index = usize::try_from(state.random_u128() % 62).unwrap_or(0);
                     char::from(ALPHABET[index])
                 })
-                .collect::<String>()
+                .collect::<String>())
         })
         .await
     }
@@ -258,14 +258,14 @@ impl WorkflowCtx {
             let bits =
                 (state.random_u128() & !(0xf << 76) & !(0x3 << 62)) | (0x4 << 76) | (0x2 << 62);
             let hex = format!("{bits:032x}");
-            format!(
+            Ok(format!(
                 "{}-{}-{}-{}-{}",
                 &hex[0..8],
                 &hex[8..12],
                 &hex[12..16],
                 &hex[16..20],
                 &hex[20..32]
-            )
+            ))
         })
         .await
     }
@@ -287,8 +287,15 @@ impl WorkflowCtx {
             });
             return stuck().await;
         }
-        self.persisted(PersistKind::Custom(name.to_string()), |_| f())
-            .await
+        // `f` runs outside the run's lock (it may call `ctx` itself), and only when recording.
+        let recording = self.with(|state| state.begin() && !state.replaying());
+        let mut output = recording.then(f);
+        self.persisted(PersistKind::Custom(name.to_string()), move |_| {
+            output
+                .take()
+                .ok_or_else(|| format!("step {name:?} was asked to record twice"))
+        })
+        .await
     }
 
     /// Awaits every child of every join set that the workflow has not consumed; the first

@@ -22,6 +22,7 @@ use executor::{FatalError, WorkerError, WorkerResult};
 use futures_util::future::BoxFuture;
 use std::{
     collections::HashMap,
+    panic::AssertUnwindSafe,
     sync::Arc,
     task::{Context, Poll, Waker},
     time::Duration,
@@ -149,7 +150,20 @@ impl Driver<'_> {
     fn poll(&self, future: &mut BoxFuture<'static, Outcome>) -> Step {
         self.shared.lock().wait = None;
         let mut cx = Context::from_waker(Waker::noop());
-        let polled = future.as_mut().poll(&mut cx);
+        // A panic is a trap at the version this run reached (retried, then permanent), not an
+        // activity trap at the version the run started from, which the log has moved past.
+        let polled =
+            match std::panic::catch_unwind(AssertUnwindSafe(|| future.as_mut().poll(&mut cx))) {
+                Ok(polled) => polled,
+                Err(payload) => {
+                    let message = payload
+                        .downcast_ref::<String>()
+                        .map(String::as_str)
+                        .or_else(|| payload.downcast_ref::<&str>().copied())
+                        .unwrap_or("a panic without a message");
+                    return Step::Faulted(Fault::Trap(format!("the workflow panicked: {message}")));
+                }
+            };
         let mut state = self.shared.lock();
         if let Some(fault) = state.fault.take() {
             return Step::Faulted(fault);

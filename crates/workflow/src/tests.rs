@@ -564,3 +564,74 @@ async fn a_step_whose_output_cannot_be_recorded_is_a_trap_that_records_nothing()
     );
     assert!(h.log.history().is_empty(), "nothing recorded");
 }
+
+#[tokio::test]
+async fn a_step_may_use_the_context_and_runs_only_when_recording() {
+    let h = Harness::new();
+    let counted = Arc::new(Mutex::new(0u64));
+    let workflow = {
+        let counted = counted.clone();
+        move |ctx: WorkflowCtx, n: u64| {
+            let counted = counted.clone();
+            async move {
+                let inner = ctx.clone();
+                let id = ctx
+                    .step("whoami", move || {
+                        *counted.lock().unwrap() += 1;
+                        inner.execution_id().to_string()
+                    })
+                    .await;
+                assert_eq!(id, parent().to_string());
+                ctx.sleep(Duration::from_secs(3600)).await;
+                Ok(n)
+            }
+        }
+    };
+    let first = h.run(workflow.clone()).await;
+    assert!(
+        matches!(first, WorkerResult::DbUpdatedByWorker),
+        "{first:?}"
+    );
+    let mut h = h;
+    h.delays_fire();
+    let WorkerResult::Ok(..) = h.run(workflow).await else {
+        panic!("the replay finishes");
+    };
+    assert_eq!(
+        *counted.lock().unwrap(),
+        1,
+        "the step ran once, the replay read it"
+    );
+}
+
+#[tokio::test]
+async fn a_panic_after_a_write_is_a_workflow_trap_at_the_version_reached() {
+    let mut h = Harness::new();
+    h.warm = Some(Duration::from_secs(10));
+    let js = "g:1".parse().unwrap();
+    let child = parent().next_level(&js, 1);
+    h.child_ok(&child, 1);
+    let arrived = std::mem::take(&mut h.responses);
+    h.log.arriving.lock().unwrap().extend(arrived);
+    let result = h
+        .run(|ctx, n| async move {
+            let js = ctx.join_set();
+            js.submit(&A, &n);
+            let _ = js.next().await;
+            panic!("the code has a bug");
+        })
+        .await;
+    let WorkerResult::Err(WorkerError::TemporaryWorkflowTrap {
+        reason, version, ..
+    }) = result
+    else {
+        panic!("a workflow trap: {result:?}");
+    };
+    assert_eq!(reason, "the workflow panicked: the code has a bug");
+    assert_eq!(
+        version,
+        h.log.next_version(),
+        "at the version after the run's write"
+    );
+    assert_eq!(version, Version(5));
+}
