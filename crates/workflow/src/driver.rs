@@ -48,6 +48,8 @@ pub(crate) enum Outcome {
 pub enum NondeterminismPolicy {
     /// Keep the execution alive: unlock it (`Unlocked`, which uses up no retry, with the reason)
     /// and try again after the execution's backoff, so that a fixed deployment can continue it.
+    /// Until then every attempt appends a `Locked` and an `Unlocked` to its log, one per
+    /// backoff (the execution's first retry backoff, which does not grow).
     #[default]
     RetryLater,
     /// Finish the execution with `PermanentFailure { kind: NondeterminismDetected }`.
