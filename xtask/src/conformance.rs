@@ -317,7 +317,7 @@ fn scenario_of(test: &str) -> &str {
     test.rsplit("::").next().unwrap_or(test)
 }
 
-/// Storage scenarios first, then executor, differential and persistence ones, each group by
+/// Storage scenarios first, then executor, differential, persistence and workflow ones, each group by
 /// number (`s2` before `s10`); names outside those groups come last, alphabetically.
 pub fn scenario_order(a: &str, b: &str) -> Ordering {
     scenario_key(a).cmp(&scenario_key(b)).then_with(|| a.cmp(b))
@@ -330,7 +330,8 @@ fn scenario_key(name: &str) -> (u8, u64) {
         Some('e') => 1,
         Some('d') => 2,
         Some('p') => 3,
-        _ => return (4, 0),
+        Some('w') => 4,
+        _ => return (5, 0),
     };
     let rest = chars.as_str();
     let digits_end = rest
@@ -338,7 +339,7 @@ fn scenario_key(name: &str) -> (u8, u64) {
         .unwrap_or(rest.len());
     match rest[..digits_end].parse::<u64>() {
         Ok(number) => (group, number),
-        Err(_) => (4, 0),
+        Err(_) => (5, 0),
     }
 }
 

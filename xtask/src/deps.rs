@@ -59,6 +59,7 @@ pub const RULES: &[Rule] = &[
     Rule { crates: "executor", edges: Edges::NormalAndDev, forbidden: &["storage-*", "@driver"], allowed: &[], why: "the executor works through the storage traits and never names a backend" },
     Rule { crates: "timers-watcher", edges: Edges::NormalAndDev, forbidden: &["storage-*", "@driver"], allowed: &[], why: "the watcher works through the storage traits and never names a backend" },
     Rule { crates: "timers-watcher", edges: Edges::NormalAndDev, forbidden: &["executor"], allowed: &[], why: "the watcher acts on expired timers through storage alone, it knows no executor" },
+    Rule { crates: "workflow", edges: Edges::NormalAndDev, forbidden: &["storage-*", "@driver"], allowed: &[], why: "the workflow layer works through the storage traits and never names a backend" },
     Rule { crates: "storage-*", edges: Edges::Normal, forbidden: &["@workspace"], allowed: &["concepts"], why: "a backend implements the concepts traits and knows nothing built on top of them" },
     Rule { crates: "test-utils", edges: Edges::Normal, forbidden: &["@workspace"], allowed: &["concepts"], why: "every crate's tests use it, so it must sit below all of them but concepts" },
     Rule { crates: "conformance", edges: Edges::NormalAndDev, forbidden: &["storage-*"], allowed: &[], why: "the suite is run by every backend and names none of them" },

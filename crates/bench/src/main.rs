@@ -20,6 +20,7 @@
 
 mod counting;
 mod multi;
+mod workflows;
 
 use anyhow::{Context, bail};
 use async_trait::async_trait;
@@ -88,6 +89,18 @@ struct Args {
     /// Skip the raw SQLite ceiling measurement.
     #[arg(long)]
     no_ceiling: bool,
+    /// Workflow rows: how many no-op activities the serial workflow calls in sequence.
+    #[arg(long, default_value_t = 1_000)]
+    workflow_steps: u64,
+    /// Workflow rows: how many no-op children the fan-out parent submits.
+    #[arg(long, default_value_t = 10_000)]
+    fan_out: u64,
+    /// Workflow rows: how many recorded steps the replayed history holds.
+    #[arg(long, default_value_t = 10_000)]
+    history: u64,
+    /// Skip the workflow rows.
+    #[arg(long)]
+    no_workflows: bool,
 }
 
 /// The function every benchmark execution runs.
@@ -405,6 +418,42 @@ async fn bench(args: Args) -> anyhow::Result<()> {
             other => bail!("unknown backend `{other}` (expected memory, sqlite or postgres)"),
         };
         writeln!(report, "{}", m.row())?;
+    }
+    if !args.no_workflows {
+        writeln!(
+            report,
+            "\nWorkflows (the `workflow` crate, the same backends, fresh stores): one workflow calling a no-op activity {} times in sequence; one parent submitting {} no-op children into a join set and consuming every response (time from submit to its result, runs = `Locked` events of the parent); a history of {} recorded values replayed by a fresh run after a cold sleep, timed inside the worker (the read is excluded).\n",
+            args.workflow_steps, args.fan_out, args.history
+        )?;
+        writeln!(report, "{}", workflows::WorkflowMeasurement::HEADER)?;
+        for backend in &args.backends {
+            let mut postgres = None;
+            let db: Arc<dyn DbConnection> = match (backend.as_str(), &postgres_url) {
+                ("memory", _) => Arc::new(storage_memory::MemoryStore::new()),
+                ("sqlite", _) => {
+                    let path = dir.path().join("workflows.db");
+                    Arc::new(
+                        SqlitePool::open(SqliteConfig::new(&path).with_synchronous(sync)).await?,
+                    )
+                }
+                ("postgres", Some(url)) => {
+                    let run = PostgresRun::create(url, "workflows").await?;
+                    let db = run.connect().await?;
+                    postgres = Some(run);
+                    db
+                }
+                _ => continue,
+            };
+            eprintln!("measuring workflows on {backend} ...");
+            let measured =
+                workflows::measure(backend, db, args.workflow_steps, args.fan_out, args.history)
+                    .await;
+            if let Some(run) = postgres {
+                run.drop_database().await?;
+            }
+            let m = measured?;
+            writeln!(report, "{}", m.row())?;
+        }
     }
     for note in &notes {
         writeln!(report, "\nNote: {note}.")?;

@@ -68,7 +68,7 @@ impl DemoFunctions {
         Self {
             flaky: function(
                 "flaky",
-                "stele:demo/activities.flaky",
+                crate::workers::fanout::FLAKY.name(),
                 "activity:flaky",
                 2_000,
                 5,
@@ -84,7 +84,7 @@ impl DemoFunctions {
             ),
             fanout: function(
                 "fanout",
-                "stele:demo/workflows.fanout",
+                crate::workers::fanout::FANOUT.name(),
                 "workflow:fanout",
                 2_000,
                 3,
@@ -92,7 +92,7 @@ impl DemoFunctions {
             ),
             sleeper: function(
                 "sleeper",
-                "stele:demo/workflows.sleeper",
+                crate::workers::sleeper::SLEEPER.name(),
                 "workflow:sleeper",
                 2_000,
                 3,

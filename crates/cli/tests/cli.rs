@@ -211,9 +211,10 @@ fn demo_summary_adds_up_and_inspection_shows_what_the_log_holds() {
     let rows = rows.as_array().unwrap();
     assert_eq!(rows.len() as u64, executions);
     assert!(rows.iter().all(|row| row["state"] == "Finished"));
-    let created: Vec<&str> = rows
+    // Parsed: RFC 3339 text with 3, 6 or 9 fraction digits does not sort as its time does.
+    let created: Vec<chrono::DateTime<chrono::Utc>> = rows
         .iter()
-        .map(|row| row["created_at"].as_str().unwrap())
+        .map(|row| row["created_at"].as_str().unwrap().parse().unwrap())
         .collect();
     assert!(
         created.windows(2).all(|pair| pair[0] >= pair[1]),
@@ -269,6 +270,20 @@ fn demo_summary_adds_up_and_inspection_shows_what_the_log_holds() {
     for index in 1..=children {
         assert!(text.stdout.contains(&format!("{id}.n:children_{index}")));
     }
+    // The children as a tree, with their function and outcome; each await names its answer.
+    assert!(
+        text.stdout.contains(&format!("Children ({children}):")),
+        "{}",
+        text.stdout
+    );
+    assert!(
+        text.stdout.contains(&format!(
+            "  - {id}.n:children_1  stele:demo/activities.flaky  "
+        )),
+        "{}",
+        text.stdout
+    );
+    assert!(text.stdout.contains("answered by response #1"));
     let table = run(&[
         "--db",
         db,

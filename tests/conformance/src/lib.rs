@@ -18,6 +18,7 @@ pub mod differential;
 pub mod executor_scenarios;
 pub mod persistence_scenarios;
 pub mod storage_scenarios;
+pub mod workflow_scenarios;
 
 use async_trait::async_trait;
 use concepts::DbConnection;
@@ -67,6 +68,25 @@ pub trait StoreFactory: Send + Sync + 'static {
     }
 }
 
+/// The log of `execution_id`, after checking that its stored pending state equals the
+/// reference derivation of `concepts`.
+///
+/// # Panics
+/// When the read fails or the states differ: the scenario fails.
+pub async fn checked_log(
+    db: &dyn DbConnection,
+    execution_id: &concepts::ExecutionId,
+) -> concepts::ExecutionLog {
+    let log = db.get(execution_id).await.expect("get");
+    let derived = concepts::derive_pending_state(&log.events, &log.responses);
+    assert_eq!(
+        Some(&log.pending_state),
+        derived.as_ref(),
+        "stored vs derived state"
+    );
+    log
+}
+
 /// Expands to one `#[tokio::test]` per scenario for the given [`StoreFactory`] value.
 #[macro_export]
 macro_rules! conformance_tests {
@@ -75,6 +95,7 @@ macro_rules! conformance_tests {
         $crate::executor_scenario_tests!($factory);
         $crate::differential_tests!($factory);
         $crate::persistence_scenario_tests!($factory);
+        $crate::workflow_scenario_tests!($factory);
     };
 }
 

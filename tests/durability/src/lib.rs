@@ -6,6 +6,7 @@
 //! The node prints a [`Line`] with `Display`; a test reads it back with [`Line::parse`], which
 //! refuses anything the node does not print, so a changed line cannot slip past a test.
 
+pub mod flows;
 mod protocol;
 mod workload;
 

@@ -9,6 +9,9 @@
 //! default) and the watcher ticks every 100 ms, so the work of a killed node is recovered soon
 //! after a restart.
 //!
+//! With `--workload workflow` the N executions are workflows (`durability::flows`), each with
+//! four no-op children; N, `progress` and the `finished` lines count the workflows.
+//!
 //! With `--submit never` the node submits nothing and waits for N executions to be finished,
 //! whoever submits them (the multi-process test submits them itself, in batches).
 //! `--executor-tick-ms` gives the executor a `tick_sleep` of its own (the watcher keeps
@@ -28,7 +31,7 @@ use concepts::{
     ClockFn, DbConnection, DbError, ExecutionId, FunctionFqn, Json, ListExecutionsFilter,
     Pagination, PendingStateKind, SupportedFunctionReturnValue,
 };
-use durability::{Line, Workload, list_ids};
+use durability::{FFQN, Line, Workload, flows, list_ids};
 use executor::{ExecConfig, ExecTask, Now, Worker, WorkerContext, WorkerResult};
 use std::{
     collections::HashSet,
@@ -86,6 +89,15 @@ impl Role {
     }
 }
 
+/// What the submitted executions run.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum WorkloadKind {
+    /// The no-op function.
+    Noop,
+    /// The workflow of `durability::flows`, whose children run the no-op function.
+    Workflow,
+}
+
 /// Whether a node submits the executions.
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 enum Submit {
@@ -110,6 +122,10 @@ struct RunArgs {
     /// Whether this node submits the executions.
     #[arg(long, value_enum, default_value_t = Submit::IfEmpty)]
     submit: Submit,
+    /// What the executions run; with `workflow`, N counts the top-level workflows (their
+    /// children come on top).
+    #[arg(long, value_enum, default_value_t = WorkloadKind::Noop)]
+    workload: WorkloadKind,
     /// The lease of each run, in milliseconds.
     #[arg(long, default_value_t = 1_500)]
     lock_expiry_ms: u64,
@@ -276,7 +292,10 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     let started = Instant::now();
     let database = DatabaseUrl::parse(&args.database)?;
     ensure!(args.executions > 0, "--executions must be at least 1");
-    let workload = Workload::new()?;
+    let workload = match args.workload {
+        WorkloadKind::Noop => Workload::new()?,
+        WorkloadKind::Workflow => Workload::workflows()?,
+    };
     let db = database.open().await?;
 
     let (submission, total) = match args.submit {
@@ -301,7 +320,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     };
 
     let worker = Arc::new(NoopWorker {
-        ffqns: vec![workload.ffqn.clone()],
+        ffqns: vec![FFQN.parse()?],
         work: Duration::from_millis(args.work_ms),
         runs: AtomicU64::new(0),
     });
@@ -319,6 +338,28 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         Out::line(Line::Executor(handle.executor_id()));
         handle
     });
+    let runs_executors = matches!(args.role, Role::Executor | Role::Both);
+    let mut workflows = match (args.workload, runs_executors) {
+        (WorkloadKind::Workflow, true) => {
+            let worker = workflow::WorkflowWorker::new(db.clone(), Now)
+                .child_settings(
+                    workload.component_id.clone(),
+                    args.max_retries,
+                    Duration::from_millis(args.retry_backoff_ms),
+                )
+                .register(&flows::FLOW, flows::flow)?;
+            let config = ExecConfig {
+                lock_expiry: Duration::from_millis(args.lock_expiry_ms),
+                tick_sleep: tick,
+                batch_size: args.batch_size,
+                component_id: workload.component_id.clone(),
+                task_limiter: Some(Arc::new(Semaphore::new(args.concurrency.max(1)))),
+            };
+            let worker = Arc::new(worker);
+            Some(ExecTask::spawn_new(worker, config, Now, db.clone()))
+        }
+        _ => None,
+    };
     let mut watcher = matches!(args.role, Role::Watcher | Role::Both).then(|| {
         let config = TimersWatcherConfig {
             tick_sleep: tick,
@@ -360,6 +401,9 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
 
     if let Some(executor) = executor.as_mut() {
         executor.close().await;
+    }
+    if let Some(workflows) = workflows.as_mut() {
+        workflows.close().await;
     }
     if let Some(watcher) = watcher.as_mut() {
         watcher.close().await;

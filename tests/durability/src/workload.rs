@@ -21,10 +21,11 @@ pub fn execution_id(idx: usize) -> ExecutionId {
     ExecutionId::from(ExecutionIdTopLevel::from_parts(ID_MS, idx as u128 + 1))
 }
 
-/// The executions a node runs: no-op runs of [`FFQN`] whose result is their parameter.
+/// The executions a node runs: no-op runs of [`FFQN`] whose result is their parameter, or
+/// workflows ([`crate::flows`]) whose children are.
 #[derive(Debug, Clone)]
 pub struct Workload {
-    /// [`FFQN`], parsed.
+    /// The function of the top-level executions: [`FFQN`] or the workflow, parsed.
     pub ffqn: FunctionFqn,
     /// The component every execution belongs to.
     pub component_id: ComponentId,
@@ -39,6 +40,17 @@ impl Workload {
         Ok(Self {
             ffqn: FFQN.parse()?,
             component_id: ComponentId::new("activity", "durability-noop")?,
+        })
+    }
+
+    /// The workflow workload: each execution is a [`crate::flows::FLOW`].
+    ///
+    /// # Errors
+    /// Never in practice, as [`Workload::new`].
+    pub fn workflows() -> anyhow::Result<Self> {
+        Ok(Self {
+            ffqn: crate::flows::FLOW.ffqn()?,
+            ..Self::new()?
         })
     }
 
@@ -68,7 +80,8 @@ impl Workload {
     }
 }
 
-/// Every execution id in `state` (every one for `None`).
+/// Every top-level execution id in `state` (every one for `None`): the executions submitted,
+/// not the children of workflows.
 ///
 /// # Errors
 /// What the store returned.
@@ -78,6 +91,7 @@ pub async fn list_ids(
 ) -> Result<Vec<ExecutionId>, DbError> {
     let filter = ListExecutionsFilter {
         state,
+        top_level_only: true,
         ..ListExecutionsFilter::default()
     };
     let all = db.list_all_executions(filter).await?;

@@ -20,15 +20,24 @@
 //! crash image must hold all N executions or none (the submission is one transaction), and a
 //! restart on the committed one finishes them all.
 //!
-//! PostgreSQL runs the kill/restart test too when `STELE_TEST_POSTGRES_URL` names a server
+//! A third test runs workflows (`--workload workflow`: a fan-out to three children, a durable
+//! sleep, a call) and kills their nodes at several points: every workflow must finish with the
+//! result of an uninterrupted run, every child exist once, and every history have the expected
+//! shape, no step recorded twice.
+//!
+//! PostgreSQL runs the kill/restart tests too when `STELE_TEST_POSTGRES_URL` names a server
 //! (a fresh database per test); without it that test prints `SKIPPED: ...` and passes, except
 //! under `CI=true`, where it fails.
 
 mod common;
 
 use common::{all_ids, assert_finished_once, runtime};
-use concepts::{DbConnection, ExecutionEventInner, ExecutionId, PendingStateKind, Version};
-use durability::Line;
+use concepts::DbClientExt as _;
+use concepts::{
+    DbConnection, ExecutionEventInner, ExecutionId, Json, PendingStateKind,
+    SupportedFunctionReturnValue, Version, derive_pending_state,
+};
+use durability::{Line, flows};
 use std::{
     collections::HashSet,
     path::{Path, PathBuf},
@@ -228,9 +237,14 @@ impl Printed {
 
 impl Node {
     fn start(store: &Store, label: &str) -> Self {
+        Self::start_with(store, label, EXECUTIONS, &NODE_ARGS)
+    }
+
+    /// A node over `executions` executions (workflows with `--workload workflow`), with `args`.
+    fn start_with(store: &Store, label: &str, executions: usize, args: &[&str]) -> Self {
         let mut process = Processes::new(&store.log_dir());
-        let mut command = common::node_command(&store.url(), EXECUTIONS);
-        command.args(NODE_ARGS);
+        let mut command = common::node_command(&store.url(), executions);
+        command.args(args);
         process.start(label, command);
         Self {
             label: label.to_string(),
@@ -579,4 +593,165 @@ fn postgres_kill_and_restart_loses_nothing() {
         database: Box::new(database),
     };
     kill_and_restart(&store);
+}
+
+/// Workflows per workflow crash test; each has four children.
+const WORKFLOWS: usize = 150;
+
+/// The node's arguments for workflows: those of [`NODE_ARGS`] (16 workflows and 16 child
+/// runs of 20 ms at once), and the workload.
+fn workflow_args() -> Vec<&'static str> {
+    [&NODE_ARGS[..], &["--workload", "workflow"]].concat()
+}
+
+/// Kills nodes running workflows at several points (mid fan-out, warm-waiting, finishing),
+/// restarts them, and checks that every workflow finished as an uninterrupted run would.
+fn workflows_kill_and_restart(store: &Store) {
+    let started = Instant::now();
+    for (idx, point) in KILL_POINTS.iter().enumerate() {
+        let label = format!("workflow-node-{idx}");
+        let kill_at = (WORKFLOWS as f64 * point) as usize;
+        let printed = Node::start_with(store, &label, WORKFLOWS, &workflow_args())
+            .kill_when(|p| p.progress >= kill_at);
+        assert!(
+            printed.progress < WORKFLOWS,
+            "{label} finished everything before it was killed"
+        );
+        eprintln!(
+            "{label}: killed at {} of {WORKFLOWS} workflows finished",
+            printed.progress
+        );
+    }
+    let last = Node::start_with(store, "workflow-node-last", WORKFLOWS, &workflow_args()).finish();
+    eprintln!(
+        "workflow-node-last: {}",
+        last.summary.expect("checked by finish")
+    );
+    runtime().block_on(check_workflows(store));
+    if let Some(path) = store.sqlite_path() {
+        assert_integrity(path);
+    }
+    eprintln!(
+        "workflows, kill and restart: {:?} in all",
+        started.elapsed()
+    );
+}
+
+/// Every workflow finished once with the result of an uninterrupted run, its history has the
+/// expected shape (no step recorded twice or left out), its five responses arrived once each,
+/// and every child exists once and finished.
+async fn check_workflows(store: &Store) {
+    let db = store.open(None).await;
+    let all: Vec<ExecutionId> = db
+        .list_all_executions(concepts::ListExecutionsFilter::default())
+        .await
+        .expect("list_executions")
+        .into_iter()
+        .map(|summary| summary.execution_id)
+        .collect();
+    let unique: HashSet<&ExecutionId> = all.iter().collect();
+    assert_eq!(
+        all.len(),
+        WORKFLOWS * 5,
+        "workflows and their four children each"
+    );
+    assert_eq!(unique.len(), all.len(), "every child was created once");
+    let (mut replayed, mut runs_total) = (0, 0);
+    for id in all.iter().filter(|id| id.is_top_level()) {
+        let log = db.get(id).await.unwrap_or_else(|e| panic!("get {id}: {e}"));
+        let Some(ExecutionEventInner::Created { params, .. }) =
+            log.events.first().map(|e| &e.event)
+        else {
+            panic!("{id}: the first event is not Created");
+        };
+        let index = params.0[0].as_u64().expect("the index");
+        let finished = log
+            .events
+            .iter()
+            .filter(|e| matches!(e.event, ExecutionEventInner::Finished { .. }))
+            .count();
+        assert_eq!(finished, 1, "{id}: Finished events");
+        assert_eq!(
+            log.finished_result(),
+            Some(&Ok(SupportedFunctionReturnValue::InfallibleOrResultOk(
+                Json(flows::expected_result(index).into())
+            ))),
+            "{id}: not the result of an uninterrupted run"
+        );
+        let shape: Vec<String> = log
+            .events
+            .iter()
+            .filter_map(|e| match &e.event {
+                ExecutionEventInner::HistoryEvent { event } => Some(flows::shape_of(event)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            shape,
+            flows::EXPECTED_SHAPE,
+            "{id}: a step recorded twice or left out"
+        );
+        let answered: HashSet<String> = log
+            .responses
+            .iter()
+            .map(|r| format!("{:?}", r.event.event))
+            .collect();
+        assert_eq!(
+            log.responses.len(),
+            5,
+            "{id}: four children and one delay answered"
+        );
+        assert_eq!(answered.len(), 5, "{id}: a response delivered twice");
+        assert_eq!(
+            Some(&log.pending_state),
+            derive_pending_state(&log.events, &log.responses).as_ref(),
+            "{id}: the stored pending state differs from its derivation"
+        );
+        let runs = log
+            .events
+            .iter()
+            .filter(|e| matches!(e.event, ExecutionEventInner::Locked(_)))
+            .count();
+        runs_total += runs;
+        if runs > 1 {
+            replayed += 1;
+        }
+    }
+    for id in all.iter().filter(|id| !id.is_top_level()) {
+        let log = db.get(id).await.unwrap_or_else(|e| panic!("get {id}: {e}"));
+        assert!(
+            log.finished_result().is_some(),
+            "child {id} is not finished"
+        );
+    }
+    assert!(
+        replayed > 0,
+        "no workflow was interrupted: the test replayed nothing"
+    );
+    eprintln!(
+        "final: {WORKFLOWS} workflows with {} children, all finished once with the expected \
+         result; {replayed} were replayed after a kill or a cold wait ({runs_total} runs in all)",
+        all.len() - WORKFLOWS
+    );
+    db.close().await;
+}
+
+#[test]
+fn sqlite_workflows_killed_and_restarted_finish_as_uninterrupted() {
+    workflows_kill_and_restart(&Store::sqlite());
+}
+
+#[test]
+fn postgres_workflows_killed_and_restarted_finish_as_uninterrupted() {
+    let Some(server) =
+        TestServer::or_skip("postgres_workflows_killed_and_restarted_finish_as_uninterrupted")
+    else {
+        return;
+    };
+    let database = runtime().block_on(TestDatabase::create(&server));
+    let store = Store::Postgres {
+        dir: tempfile::tempdir().expect("a temp dir"),
+        database: Box::new(database),
+    };
+    workflows_kill_and_restart(&store);
 }

@@ -71,6 +71,8 @@ fn scenarios_sort_by_group_then_number() {
         "s1_lifecycle",
         "setup_smoke",
         "p1_reopen",
+        "w10_nondeterminism",
+        "w2_sleep",
         "S3_upper",
     ];
     names.sort_by(|a, b| scenario_order(a, b));
@@ -86,6 +88,8 @@ fn scenarios_sort_by_group_then_number() {
             "d1_differential",
             "p1_reopen",
             "p3_durability",
+            "w2_sleep",
+            "w10_nondeterminism",
             "setup_smoke",
             "zz_other",
         ]

@@ -17,6 +17,7 @@ const MEMBERS: &[&str] = &[
     "storage-sqlite",
     "executor",
     "timers-watcher",
+    "workflow",
     "conformance",
     "test-support",
     "cli",
@@ -40,7 +41,11 @@ const CLEAN_EDGES: &[FakeEdge] = &[
     ("executor", "test-utils", DEV),
     ("timers-watcher", "concepts", NORMAL),
     ("timers-watcher", "test-utils", DEV),
+    ("workflow", "concepts", NORMAL),
+    ("workflow", "executor", NORMAL),
+    ("workflow", "test-utils", DEV),
     ("conformance", "concepts", NORMAL),
+    ("conformance", "workflow", NORMAL),
     ("conformance", "executor", NORMAL),
     ("conformance", "timers-watcher", NORMAL),
     ("conformance", "test-utils", NORMAL),
@@ -145,13 +150,14 @@ fn executor_dev_dependency_on_a_backend_is_reported() {
 fn transitive_normal_edge_to_a_driver_is_reported_with_its_path() {
     let found = violations(&with(("serde", "rusqlite", NORMAL)));
     // Everything that reaches serde reaches the driver; `xtask`, `test-utils`, the backends and
-    // the suite may, the three crates below may not.
+    // the suite may, the four crates below may not.
     assert_eq!(
         paths(&found),
         [
             "concepts -> serde -> rusqlite",
             "executor -> concepts -> serde -> rusqlite",
             "timers-watcher -> concepts -> serde -> rusqlite",
+            "workflow -> concepts -> serde -> rusqlite",
         ],
         "{found:#?}"
     );
@@ -165,6 +171,7 @@ fn normal_edge_behind_a_dev_edge_is_followed() {
         [
             "executor -(dev)-> test-utils -> storage-memory",
             "timers-watcher -(dev)-> test-utils -> storage-memory",
+            "workflow -(dev)-> test-utils -> storage-memory",
             "test-utils -> storage-memory",
             "conformance -> test-utils -> storage-memory",
         ]
@@ -188,6 +195,13 @@ fn backend_may_only_know_concepts() {
 fn watcher_must_not_know_the_executor() {
     let found = violations(&with(("timers-watcher", "executor", DEV)));
     assert_eq!(paths(&found), ["timers-watcher -(dev)-> executor"]);
+}
+
+#[test]
+fn workflow_must_not_name_a_backend() {
+    let found = violations(&with(("workflow", "storage-sqlite", DEV)));
+    assert_eq!(paths(&found), ["workflow -(dev)-> storage-sqlite"]);
+    assert_eq!(found[0].rule.crates, "workflow");
 }
 
 #[test]

@@ -6,9 +6,9 @@ use cli::{
     database::{DatabaseUrl, OpenMode},
     report::{self, StateCounts, Summary},
     workers::{
-        fanout::{ChildSettings, FanoutWorker},
+        fanout::{FANOUT, fanout},
         flaky::FlakyWorker,
-        sleeper::SleeperWorker,
+        sleeper::{SLEEPER, sleeper},
         slow::SlowWorker,
     },
     workload::{self, DemoFunction, DemoFunctions},
@@ -25,6 +25,7 @@ use std::{
 };
 use timers_watcher::{TimersWatcherConfig, TimersWatcherHandle};
 use tokio::sync::Semaphore;
+use workflow::WorkflowWorker;
 
 /// How often the timers watcher looks for expired leases and delays.
 const WATCHER_TICK: Duration = Duration::from_millis(100);
@@ -224,6 +225,19 @@ async fn check_functions(
     }
 }
 
+/// The worker of `fanout`: its children are created as `flaky` executions are.
+fn fanout_worker(db: &Arc<dyn DbConnection>, functions: &DemoFunctions) -> WorkflowWorker<Now> {
+    let flaky = &functions.flaky;
+    WorkflowWorker::new(db.clone(), Now)
+        .child_settings(
+            flaky.component_id.clone(),
+            flaky.max_retries,
+            flaky.retry_exp_backoff,
+        )
+        .register(&FANOUT, fanout)
+        .expect("the demo's function handles are legal and distinct")
+}
+
 /// The executors and the timers watcher of one invocation.
 struct Runtime {
     executors: Vec<ExecutorTaskHandle>,
@@ -246,27 +260,14 @@ impl Runtime {
                     SLOW_OVERRUN,
                 )),
             ),
-            (
-                &functions.fanout,
-                Arc::new(FanoutWorker::new(
-                    functions.fanout.ffqn.clone(),
-                    ChildSettings {
-                        ffqn: functions.flaky.ffqn.clone(),
-                        component_id: functions.flaky.component_id.clone(),
-                        max_retries: functions.flaky.max_retries,
-                        retry_exp_backoff: functions.flaky.retry_exp_backoff,
-                    },
-                    db.clone(),
-                    Now,
-                )),
-            ),
+            (&functions.fanout, Arc::new(fanout_worker(db, functions))),
             (
                 &functions.sleeper,
-                Arc::new(SleeperWorker::new(
-                    functions.sleeper.ffqn.clone(),
-                    db.clone(),
-                    Now,
-                )),
+                Arc::new(
+                    WorkflowWorker::new(db.clone(), Now)
+                        .register(&SLEEPER, sleeper)
+                        .expect("the demo's function handles are legal and distinct"),
+                ),
             ),
         ];
         let executors = workers

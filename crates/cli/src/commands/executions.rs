@@ -4,12 +4,12 @@
 use super::{CliError, Exit, print, print_json, render, with_store};
 use cli::database::{DatabaseUrl, OpenMode};
 use concepts::{
-    ExecutionEvent, ExecutionEventInner, ExecutionId, ExecutionLog, ExecutionSummary, FunctionFqn,
-    JoinSetResponseEventOuter, ListExecutionsFilter, Pagination, PendingState, PendingStateKind,
-    Version,
+    DbConnection, ExecutionEvent, ExecutionEventInner, ExecutionId, ExecutionLog, ExecutionSummary,
+    FunctionFqn, HistoryEvent, JoinSetId, JoinSetRequest, JoinSetResponseEventOuter,
+    ListExecutionsFilter, Pagination, PendingState, PendingStateKind, Version,
 };
 use serde::Serialize;
-use std::fmt::Write as _;
+use std::{collections::HashMap, fmt::Write as _};
 
 #[derive(Debug, clap::Subcommand)]
 pub enum ExecutionsCommand {
@@ -167,14 +167,21 @@ async fn show(url: &DatabaseUrl, args: ShowArgs) -> Result<(), CliError> {
         .id
         .parse()
         .map_err(|err| bad_input("execution id", err))?;
-    let log = with_store(url, OpenMode::ExistingOnly, async |db| {
-        db.get(&execution_id).await.map_err(|err| match err {
+    let json = args.json;
+    let (log, children) = with_store(url, OpenMode::ExistingOnly, async |db| {
+        let log = db.get(&execution_id).await.map_err(|err| match err {
             concepts::DbError::NotFound(_) => CliError::new(
                 Exit::NotFound,
                 format!("no execution {execution_id} in {url}"),
             ),
             other => CliError::db(format!("cannot read execution {execution_id}"), other),
-        })
+        })?;
+        let children = if json {
+            String::new()
+        } else {
+            children_tree(db.as_ref(), &log).await?
+        };
+        Ok((log, children))
     })
     .await?;
     if args.json {
@@ -197,7 +204,91 @@ async fn show(url: &DatabaseUrl, args: ShowArgs) -> Result<(), CliError> {
             responses: &log.responses,
         });
     }
-    print(&timeline(&log))
+    print(&format!("{}{children}", timeline(&log)))
+}
+
+/// The most children `show` lists, over every level of the tree.
+const CHILDREN_SHOWN: usize = 100;
+
+/// The children an execution's log requested, in request order.
+fn child_requests(log: &ExecutionLog) -> Vec<ExecutionId> {
+    log.events
+        .iter()
+        .filter_map(|event| match &event.event {
+            ExecutionEventInner::HistoryEvent {
+                event:
+                    HistoryEvent::JoinSetRequest {
+                        request: JoinSetRequest::ChildExecutionRequest { child_execution_id },
+                        ..
+                    },
+            } => Some(child_execution_id.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The children of `log` and theirs, as an indented tree of one line each: id, function and
+/// state (or result). At most [`CHILDREN_SHOWN`] lines; the rest is counted.
+async fn children_tree(db: &dyn DbConnection, log: &ExecutionLog) -> Result<String, CliError> {
+    let direct = child_requests(log);
+    if direct.is_empty() {
+        return Ok(String::new());
+    }
+    let mut text = format!("\nChildren ({}):\n", direct.len());
+    let mut stack: Vec<(ExecutionId, usize)> = direct.into_iter().rev().map(|id| (id, 1)).collect();
+    let mut shown = 0;
+    while let Some((id, depth)) = stack.pop() {
+        if shown == CHILDREN_SHOWN {
+            let _ = writeln!(text, "  ... and {} more not shown", stack.len() + 1);
+            break;
+        }
+        shown += 1;
+        let child = db
+            .get(&id)
+            .await
+            .map_err(|err| CliError::db(format!("cannot read child {id}"), err))?;
+        let function = child.ffqn().map(ToString::to_string).unwrap_or_default();
+        let outcome = child.finished_result().map_or_else(
+            || render::state_detail(&child.pending_state),
+            render::result,
+        );
+        let indent = "  ".repeat(depth);
+        let _ = writeln!(text, "{indent}- {id}  {function}  {outcome}");
+        stack.extend(
+            child_requests(&child)
+                .into_iter()
+                .rev()
+                .map(|grandchild| (grandchild, depth + 1)),
+        );
+    }
+    Ok(text)
+}
+
+/// For each `JoinNext` (by version), the number (from 1) of the response that answers it: the
+/// k-th `JoinNext` of a join set is answered by that set's k-th response in arrival order.
+fn answering_responses(log: &ExecutionLog) -> HashMap<usize, usize> {
+    let mut positions: HashMap<&JoinSetId, Vec<usize>> = HashMap::new();
+    for (index, response) in log.responses.iter().enumerate() {
+        positions
+            .entry(&response.event.join_set_id)
+            .or_default()
+            .push(index + 1);
+    }
+    let mut awaited: HashMap<&JoinSetId, usize> = HashMap::new();
+    let mut answers = HashMap::new();
+    for (version, event) in log.events.iter().enumerate() {
+        if let ExecutionEventInner::HistoryEvent {
+            event: HistoryEvent::JoinNext { join_set_id, .. },
+        } = &event.event
+        {
+            let nth = awaited.entry(join_set_id).or_default();
+            if let Some(answer) = positions.get(join_set_id).and_then(|p| p.get(*nth)) {
+                answers.insert(version, *answer);
+            }
+            *nth += 1;
+        }
+    }
+    answers
 }
 
 /// The human form of `show`: a header, the events, the responses.
@@ -240,14 +331,19 @@ fn timeline(log: &ExecutionLog) -> String {
     }
     let _ = writeln!(text, "Next version {}", log.next_version);
 
+    let answers = answering_responses(log);
     let mut events = render::table(["VERSION", "TIME", "ELAPSED", "EVENT", "DETAILS"]);
     for (version, event) in log.events.iter().enumerate() {
+        let mut details = render::event_details(origin, event);
+        if let Some(answer) = answers.get(&version) {
+            let _ = write!(details, "; answered by response #{answer}");
+        }
         events.add_row([
             version.to_string(),
             render::time(event.created_at),
             render::offset(origin, event.created_at),
             render::event_name(&event.event).to_string(),
-            render::event_details(origin, event),
+            details,
         ]);
     }
     let _ = write!(

@@ -8,12 +8,12 @@
 //! | [`sleeper`] | workflow | sleeps durably: a delay request that the timers watcher fires |
 //!
 //! An *activity* does its work and reports a [`executor::WorkerResult`]; the executor writes
-//! the outcome (one event) for it. A *workflow-style* worker records its own progress as
-//! history events ([`concepts::DbWorkflow::append_batch`]), gives up its run while it waits
-//! (`JoinNext` with `run_expires_at = now`, then [`executor::WorkerResult::DbUpdatedByWorker`]),
-//! and is replayed from the start by whichever executor locks it next: its
-//! [`executor::WorkerContext`] then carries the recorded `event_history` and the join set
-//! `responses`, and the worker must make the same decisions again (deterministic replay).
+//! the outcome (one event) for it. `flaky` and `slow` implement [`executor::Worker`] by hand
+//! to show that contract; the `workflow` crate's `ActivityWorker` does the same for an
+//! `async fn`. A *workflow* (`fanout`, `sleeper`) is an `async fn(WorkflowCtx, P)` run by
+//! `workflow::WorkflowWorker`, which records each step in the log, waits for responses and
+//! replays the log after an interruption; the example `order` (`cargo run --example order`)
+//! is a larger one.
 //!
 //! Randomness is reproducible: it is drawn from a hash of the execution id, the attempt and a
 //! label ([`dice`]), so a run that is repeated after a crash makes the same choice. Time comes
@@ -25,11 +25,7 @@ pub mod flaky;
 pub mod sleeper;
 pub mod slow;
 
-use chrono::{DateTime, Utc};
-use concepts::{
-    AppendBatchRequest, CreateRequest, ExecutionEventInner, HistoryEvent, Json,
-    SupportedFunctionReturnValue, Version,
-};
+use concepts::{Json, SupportedFunctionReturnValue, Version};
 use executor::{FatalError, WorkerContext, WorkerError, WorkerResult};
 use serde::de::DeserializeOwned;
 
@@ -56,40 +52,6 @@ pub fn ok(value: serde_json::Value, version: Version) -> WorkerResult {
         SupportedFunctionReturnValue::InfallibleOrResultOk(Json(value)),
         version,
     )
-}
-
-/// A fatal "the replay diverged from the recorded history" result.
-#[must_use]
-pub fn nondeterminism(reason: String, version: Version) -> WorkerResult {
-    let fatal = FatalError::NondeterminismDetected { reason };
-    WorkerResult::Err(WorkerError::FatalError(fatal, version))
-}
-
-/// Wraps history events as log events, for `append_batch`.
-#[must_use]
-pub fn history(events: Vec<HistoryEvent>) -> Vec<ExecutionEventInner> {
-    events
-        .into_iter()
-        .map(|event| ExecutionEventInner::HistoryEvent { event })
-        .collect()
-}
-
-/// The `append_batch` request of a run: `events` (history events) appended at the run's
-/// version, at `now`, creating `children` in the same transaction.
-#[must_use]
-pub fn history_batch(
-    ctx: &WorkerContext,
-    now: DateTime<Utc>,
-    events: Vec<HistoryEvent>,
-    children: Vec<CreateRequest>,
-) -> AppendBatchRequest {
-    AppendBatchRequest {
-        execution_id: ctx.execution_id.clone(),
-        version: ctx.version,
-        now,
-        events: history(events),
-        children,
-    }
 }
 
 #[cfg(test)]

@@ -3,9 +3,9 @@
 
 use super::{
     dice::{self, chance, roll},
-    fanout::{ChildSettings, FanoutWorker},
+    fanout::{FANOUT, FLAKY, fanout},
     flaky::FlakyWorker,
-    sleeper::SleeperWorker,
+    sleeper::{SLEEPER, sleeper},
     slow::SlowWorker,
 };
 use concepts::{
@@ -17,6 +17,7 @@ use executor::{ExecConfig, ExecTask, Worker};
 use std::{sync::Arc, time::Duration};
 use storage_memory::MemoryStore;
 use test_utils::SimClock;
+use workflow::{NondeterminismPolicy, WorkflowWorker};
 
 fn flaky_ffqn() -> FunctionFqn {
     "test:demo/activities.flaky".parse().unwrap()
@@ -271,96 +272,59 @@ async fn slow_in_time_finishes_with_its_attempt() {
     );
 }
 
-fn fanout(h: &Harness, child_max_retries: u32) -> (FunctionFqn, FanoutWorker<SimClock>) {
-    let ffqn: FunctionFqn = "test:demo/workflows.fanout".parse().unwrap();
-    let child = ChildSettings {
-        ffqn: flaky_ffqn(),
-        component_id: component("flaky"),
-        max_retries: child_max_retries,
-        retry_exp_backoff: Duration::from_millis(100),
-    };
-    let worker = FanoutWorker::new(ffqn.clone(), child, h.db.clone(), h.clock.clone());
-    (ffqn, worker)
+/// The parent `FANOUT` with `children` flaky children, run to its end by spawned executors;
+/// returns the parent's log.
+async fn run_fanout(h: &Harness, children: u32, fail_probability: f64) -> ExecutionLog {
+    let parent_ffqn = FANOUT.ffqn().unwrap();
+    let params = serde_json::json!({"children": children, "fail_probability": fail_probability});
+    let parent = h.create(&parent_ffqn, params, 1).await;
+    let workflows = WorkflowWorker::new(h.db.clone(), h.clock.clone())
+        .child_settings(component("flaky"), 0, Duration::from_millis(100))
+        .register(&FANOUT, fanout)
+        .unwrap();
+    let lease = Duration::from_secs(5);
+    let mut parent_exec = h.executor(Arc::new(workflows), lease, 1).spawn();
+    let flaky = Arc::new(FlakyWorker::new(FLAKY.ffqn().unwrap()));
+    let mut child_exec = h.executor(flaky, lease, 10).spawn();
+    let _finished =
+        h.db.wait_for_finished_result(&parent, Some(Duration::from_secs(60)))
+            .await
+            .unwrap();
+    parent_exec.close().await;
+    child_exec.close().await;
+    h.get(&parent).await
+}
+
+fn runs(log: &ExecutionLog) -> usize {
+    count(log, |event| matches!(event, ExecutionEventInner::Locked(_)))
 }
 
 #[tokio::test(start_paused = true)]
-async fn fanout_submits_its_children_at_once_and_awaits_each_response() {
+async fn fanout_submits_its_children_at_once_and_awaits_each_response_in_one_run() {
     let h = Harness::new();
-    let (ffqn, worker) = fanout(&h, 5);
-    let parent = h
-        .create(
-            &ffqn,
-            serde_json::json!({"children": 3, "fail_probability": 0.0}),
-            1,
-        )
-        .await;
-    let parent_exec = h.executor(Arc::new(worker), Duration::from_secs(5), 1);
-    let child_exec = h.executor(
-        Arc::new(FlakyWorker::new(flaky_ffqn())),
-        Duration::from_secs(5),
-        1,
-    );
-
-    h.tick(&parent_exec).await;
-    let log = h.get(&parent).await;
-    assert!(matches!(
-        log.pending_state,
-        PendingState::BlockedByJoinSet { .. }
-    ));
-    for index in 1..=3 {
-        let child = h
-            .get(&FanoutWorker::<SimClock>::child_id(&parent, index))
-            .await;
-        assert!(matches!(
-            child.pending_state,
-            PendingState::PendingAt { .. }
-        ));
-    }
-
-    // One child at a time: each response wakes the parent, which awaits the next.
-    for finished in 1..=3 {
-        assert_eq!(h.tick(&child_exec).await, 1);
-        assert_eq!(h.tick(&parent_exec).await, 1);
-        let log = h.get(&parent).await;
-        assert_eq!(log.responses.len(), finished);
-        if finished < 3 {
-            assert_eq!(count(&log, is_join_next), finished + 1);
-            assert!(matches!(
-                log.pending_state,
-                PendingState::BlockedByJoinSet { .. }
-            ));
-        }
-    }
-    let log = h.get(&parent).await;
-    assert_eq!(count(&log, is_join_next), 3, "one JoinNext per child");
+    let log = run_fanout(&h, 3, 0.0).await;
     assert_eq!(
         value(&log),
         serde_json::json!({"children": 3, "succeeded": 3, "failed": 0, "child_attempts": 3})
     );
+    assert_eq!(count(&log, is_join_next), 3, "one JoinNext per child");
+    assert_eq!(
+        runs(&log),
+        1,
+        "the children finished within the lease: no replay"
+    );
+    for index in 1..=3 {
+        let child = log
+            .execution_id
+            .next_level(&"n:children".parse().unwrap(), index);
+        assert!(h.get(&child).await.finished_result().is_some());
+    }
 }
 
 #[tokio::test(start_paused = true)]
-async fn fanout_consumes_every_response_that_arrived_while_it_was_away() {
+async fn fanout_counts_children_that_failed_for_good() {
     let h = Harness::new();
-    let (ffqn, worker) = fanout(&h, 0);
-    let parent = h
-        .create(
-            &ffqn,
-            serde_json::json!({"children": 4, "fail_probability": 1.0}),
-            1,
-        )
-        .await;
-    let parent_exec = h.executor(Arc::new(worker), Duration::from_secs(5), 1);
-    let child_exec = h.executor(
-        Arc::new(FlakyWorker::new(flaky_ffqn())),
-        Duration::from_secs(5),
-        10,
-    );
-    h.tick(&parent_exec).await;
-    assert_eq!(h.tick(&child_exec).await, 4); // All fail, without retries: handled by the parent.
-    assert_eq!(h.tick(&parent_exec).await, 1);
-    let log = h.get(&parent).await;
-    assert_eq!(count(&log, is_join_next), 4);
+    let log = run_fanout(&h, 4, 1.0).await; // All fail, without retries: handled by the parent.
     assert_eq!(
         value(&log),
         serde_json::json!({"children": 4, "succeeded": 0, "failed": 4, "child_attempts": 0})
@@ -370,12 +334,15 @@ async fn fanout_consumes_every_response_that_arrived_while_it_was_away() {
 #[tokio::test(start_paused = true)]
 async fn sleeper_sleeps_durably_until_the_watcher_delivers_its_delay() {
     let h = Harness::new();
-    let ffqn: FunctionFqn = "test:demo/workflows.sleeper".parse().unwrap();
+    let ffqn = SLEEPER.ffqn().unwrap();
     let id = h
         .create(&ffqn, serde_json::json!({"sleep_ms": 2_000}), 1)
         .await;
-    let worker = SleeperWorker::new(ffqn, h.db.clone(), h.clock.clone());
-    let exec = h.executor(Arc::new(worker), Duration::from_secs(5), 1);
+    let worker = WorkflowWorker::new(h.db.clone(), h.clock.clone())
+        .register(&SLEEPER, sleeper)
+        .unwrap();
+    // A lease shorter than the sleep: the run gives the execution up while it sleeps.
+    let exec = h.executor(Arc::new(worker), Duration::from_secs(1), 1);
     h.tick(&exec).await;
     assert!(matches!(
         h.get(&id).await.pending_state,
@@ -406,26 +373,28 @@ async fn sleeper_sleeps_durably_until_the_watcher_delivers_its_delay() {
 #[tokio::test(start_paused = true)]
 async fn a_replay_that_does_not_match_its_history_is_nondeterminism() {
     let h = Harness::new();
-    let ffqn: FunctionFqn = "test:demo/workflows.fanout".parse().unwrap();
     // Recorded with 2 children, replayed with parameters that now say 3.
     let id = h
         .create(
-            &ffqn,
+            &FANOUT.ffqn().unwrap(),
             serde_json::json!({"children": 2, "fail_probability": 0.0}),
             1,
         )
         .await;
-    let (_, two) = fanout(&h, 5);
-    h.tick(&h.executor(Arc::new(two), Duration::from_secs(5), 1))
-        .await;
-    let child_exec = h.executor(
-        Arc::new(FlakyWorker::new(flaky_ffqn())),
-        Duration::from_secs(5),
-        10,
-    );
-    h.tick(&child_exec).await;
+    let worker = || {
+        WorkflowWorker::new(h.db.clone(), h.clock.clone())
+            .nondeterminism_policy(NondeterminismPolicy::Fail)
+            .register(&FANOUT, fanout)
+            .unwrap()
+    };
+    // A lease that ends at once: the first run gives up at its first wait.
+    let instant = Duration::from_millis(1);
+    h.tick(&h.executor(Arc::new(worker()), instant, 1)).await;
+    let flaky = Arc::new(FlakyWorker::new(FLAKY.ffqn().unwrap()));
+    h.tick(&h.executor(flaky, Duration::from_secs(5), 10)).await;
+    h.clock.move_time_forward(instant).await; // past the first run's lease
 
-    struct Rewritten(FanoutWorker<SimClock>);
+    struct Rewritten(WorkflowWorker<SimClock>);
     #[async_trait::async_trait]
     impl Worker for Rewritten {
         async fn run(&self, mut ctx: executor::WorkerContext) -> executor::WorkerResult {
@@ -436,12 +405,17 @@ async fn a_replay_that_does_not_match_its_history_is_nondeterminism() {
             self.0.exported_functions()
         }
     }
-    let (_, three) = fanout(&h, 5);
-    h.tick(&h.executor(Arc::new(Rewritten(three)), Duration::from_secs(5), 1))
+    h.tick(&h.executor(Arc::new(Rewritten(worker())), Duration::from_secs(5), 1))
         .await;
     match h.get(&id).await.finished_result() {
-        Some(Err(FinishedExecutionError::PermanentFailure { kind, .. })) => {
+        Some(Err(FinishedExecutionError::PermanentFailure {
+            kind, reason_full, ..
+        })) => {
             assert_eq!(*kind, PermanentFailureKind::NondeterminismDetected);
+            assert!(
+                reason_full.contains("the code submitted child"),
+                "{reason_full}"
+            );
         }
         other => panic!("expected nondeterminism, got {other:?}"),
     }

@@ -42,7 +42,7 @@ use concepts::{
     ClockFn, CreateRequest, DbConnection, ExecutionEventInner, ExecutionId, ExecutionLog,
     ExecutionMetadata, FinishedExecutionError, FinishedExecutionResult, FunctionFqn,
     JoinSetResponse, JoinSetResponseEventOuter, Json, PendingState, PermanentFailureKind,
-    SupportedFunctionReturnValue, Version, add_saturating, derive_pending_state,
+    SupportedFunctionReturnValue, Version, add_saturating,
 };
 use executor::{ExecConfig, ExecTask, Worker};
 use serde_json::json;
@@ -144,14 +144,7 @@ impl Fixture {
 
     /// The log, after checking that its pending state equals the reference derivation.
     async fn log(&self, execution_id: &ExecutionId) -> ExecutionLog {
-        let log = self.db.get(execution_id).await.expect("get");
-        let derived = derive_pending_state(&log.events, &log.responses);
-        assert_eq!(
-            Some(&log.pending_state),
-            derived.as_ref(),
-            "stored vs derived state"
-        );
-        log
+        crate::checked_log(self.db.as_ref(), execution_id).await
     }
 
     async fn last_event(&self, execution_id: &ExecutionId) -> ExecutionEventInner {

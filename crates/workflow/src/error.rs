@@ -1,0 +1,177 @@
+//! The errors a workflow author sees: a failed child ([`ChildError`]), what a workflow returns
+//! ([`WorkflowError`]), and what a typed client reports ([`ClientError`]).
+
+use concepts::{
+    DbError, ExecutionId, FinishedExecutionError, FinishedExecutionResult, IdParseError, Json,
+    SupportedFunctionReturnValue,
+};
+use serde::de::DeserializeOwned;
+use std::fmt;
+
+/// Why a function's execution did not give the value its handle promises.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FunctionFailure {
+    /// The function returned its error variant (`FallibleResultErr`), shown as JSON.
+    #[error("returned the error {0}")]
+    ReturnedError(Json),
+    /// The execution failed: a permanent trap or timeout, an unhandled child error.
+    #[error("failed: {0}")]
+    Failed(FinishedExecutionError),
+    /// The execution finished with a value that is not the handle's result type: the handle and
+    /// the function disagree.
+    #[error("returned {value}, which is not the expected result type: {reason}")]
+    UndecodableResult {
+        /// The stored value.
+        value: Json,
+        /// Why it does not decode.
+        reason: String,
+    },
+}
+
+impl FunctionFailure {
+    /// The function's own error value, decoded, when it returned one.
+    #[must_use]
+    pub fn returned_error<E: DeserializeOwned>(&self) -> Option<E> {
+        match self {
+            Self::ReturnedError(value) => E::deserialize(&value.0).ok(),
+            _ => None,
+        }
+    }
+}
+
+/// Decodes a finished result into `R`: `Ok(value)`, or why not.
+pub(crate) fn decode_finished<R: DeserializeOwned>(
+    result: &FinishedExecutionResult,
+) -> Result<R, FunctionFailure> {
+    let value = match result {
+        Ok(SupportedFunctionReturnValue::InfallibleOrResultOk(value)) => value.clone(),
+        Ok(SupportedFunctionReturnValue::None) => Json(serde_json::Value::Null),
+        Ok(SupportedFunctionReturnValue::FallibleResultErr(value)) => {
+            return Err(FunctionFailure::ReturnedError(value.clone()));
+        }
+        Err(err) => return Err(FunctionFailure::Failed(err.clone())),
+    };
+    R::deserialize(&value.0).map_err(|err| FunctionFailure::UndecodableResult {
+        value,
+        reason: err.to_string(),
+    })
+}
+
+/// A child execution that did not give its value.
+///
+/// Handle it (compensate, try another way) or propagate it with `?`: a workflow that returns
+/// it ([`WorkflowError::Child`]) finishes with `UnhandledChildExecutionError`, naming the child
+/// and the execution where the failure started.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("child execution {child_execution_id} {failure}")]
+pub struct ChildError {
+    /// The child.
+    pub child_execution_id: ExecutionId,
+    /// What happened to it.
+    pub failure: FunctionFailure,
+}
+
+impl ChildError {
+    /// The execution where the failure started: the child itself, or, when the child failed
+    /// because of its own unhandled child, that one's root cause.
+    #[must_use]
+    pub fn root_cause_id(&self) -> &ExecutionId {
+        match &self.failure {
+            FunctionFailure::Failed(FinishedExecutionError::UnhandledChildExecutionError {
+                root_cause_id,
+                ..
+            }) => root_cause_id,
+            _ => &self.child_execution_id,
+        }
+    }
+}
+
+/// What a workflow returns when it does not succeed.
+///
+/// - [`WorkflowError::Child`]: a child failed and the workflow did not handle it (what `?` on a
+///   [`ChildError`] gives); the execution finishes with `UnhandledChildExecutionError`.
+/// - [`WorkflowError::Failed`]: the workflow chose to fail with its own error value; the
+///   execution finishes with that value as its `FallibleResultErr` (like an activity's `Err`).
+pub enum WorkflowError<E> {
+    /// An unhandled child failure.
+    Child(ChildError),
+    /// The workflow's own error value.
+    Failed(E),
+}
+
+impl<E> From<ChildError> for WorkflowError<E> {
+    fn from(err: ChildError) -> Self {
+        Self::Child(err)
+    }
+}
+
+impl<E: fmt::Debug> fmt::Debug for WorkflowError<E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Child(err) => f.debug_tuple("Child").field(err).finish(),
+            Self::Failed(err) => f.debug_tuple("Failed").field(err).finish(),
+        }
+    }
+}
+
+impl<E: fmt::Display> fmt::Display for WorkflowError<E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Child(err) => write!(f, "unhandled child failure: {err}"),
+            Self::Failed(err) => write!(f, "workflow failed: {err}"),
+        }
+    }
+}
+
+impl<E: fmt::Debug + fmt::Display> std::error::Error for WorkflowError<E> {}
+
+/// Why registering a function on a worker failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RegistrationError {
+    /// The handle's name is not a legal function name.
+    #[error("cannot register {name}: {source}")]
+    InvalidName {
+        /// The name.
+        name: &'static str,
+        /// Why.
+        source: IdParseError,
+    },
+    /// The worker already runs a function of that name.
+    #[error("{0} is registered twice on the same worker")]
+    Duplicate(&'static str),
+}
+
+/// Why a typed client could not submit or could not give a result.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ClientError {
+    /// The handle's name is not a legal function name.
+    #[error("cannot submit {name}: {source}")]
+    InvalidName {
+        /// The name.
+        name: &'static str,
+        /// Why.
+        source: IdParseError,
+    },
+    /// The parameters could not be encoded as JSON.
+    #[error("cannot encode the parameters of {name}: {reason}")]
+    EncodeParams {
+        /// The function.
+        name: &'static str,
+        /// Why.
+        reason: String,
+    },
+    /// The store refused or failed (a duplicate id, say, or a closed store).
+    #[error("storage: {0}")]
+    Db(#[from] DbError),
+    /// The execution did not finish within the time the caller gave.
+    #[error("execution {0} did not finish within the given time")]
+    Timeout(ExecutionId),
+    /// The execution finished without its value.
+    #[error("execution {execution_id} {failure}")]
+    Failed {
+        /// The execution.
+        execution_id: ExecutionId,
+        /// What happened.
+        failure: FunctionFailure,
+    },
+}

@@ -1,0 +1,128 @@
+//! Workflows as ordinary async Rust on Stele: a workflow is an
+//! `async fn(WorkflowCtx, P) -> Result<R, WorkflowError<E>>`, an activity an
+//! `async fn(ActivityCtx, P) -> Result<R, E>`, and this crate records every durable step of a
+//! workflow in its execution log, replays it after a crash or on another machine, and detects
+//! when the code no longer matches the log.
+//!
+//! ```
+//! use std::{sync::Arc, time::Duration};
+//! use concepts::{ComponentId, DbConnection};
+//! use executor::{ExecConfig, ExecTask, Now};
+//! use serde::{Deserialize, Serialize};
+//! use workflow::{ActivityCtx, Client, Function, Response, WorkflowCtx, WorkflowError, WorkflowWorker, ActivityWorker};
+//!
+//! // Typed handles: the function's name plus its parameter and result types.
+//! const DOUBLE: Function<u64, u64> = Function::new("demo:math/api.double");
+//! const SUM_OF_DOUBLES: Function<Vec<u64>, u64> = Function::new("demo:math/flows.sum-of-doubles");
+//!
+//! async fn double(_ctx: ActivityCtx, n: u64) -> Result<u64, String> {
+//!     n.checked_mul(2).ok_or_else(|| format!("{n} is too large to double"))
+//! }
+//!
+//! async fn sum_of_doubles(ctx: WorkflowCtx, numbers: Vec<u64>) -> Result<u64, WorkflowError<String>> {
+//!     let first = ctx.call(&DOUBLE, &1).await?;           // a child, awaited; `?` propagates its failure
+//!     let doubles = ctx.join_set();                       // children that run in parallel
+//!     for n in &numbers {
+//!         doubles.submit(&DOUBLE, n);
+//!     }
+//!     let mut sum = first;
+//!     while let Some(response) = doubles.next().await {   // in arrival order
+//!         if let Response::Child(child) = response {
+//!             sum += child.into_result::<u64>()?;
+//!         }
+//!     }
+//!     ctx.sleep(Duration::from_secs(1)).await;            // durable: survives restarts
+//!     let salt = ctx.random_u64(0..=9).await;             // recorded, the same on replay
+//!     Ok(sum + salt - salt)
+//! }
+//!
+//! async fn run(db: Arc<dyn DbConnection>) -> anyhow::Result<u64> {
+//!     let config = |name| ExecConfig {
+//!         lock_expiry: Duration::from_secs(10),
+//!         tick_sleep: Duration::from_millis(200),
+//!         batch_size: 16,
+//!         component_id: ComponentId::new("demo", name).unwrap(),
+//!         task_limiter: None,
+//!     };
+//!     let workflows = WorkflowWorker::new(db.clone(), Now).register(&SUM_OF_DOUBLES, sum_of_doubles)?;
+//!     let activities = ActivityWorker::new().register(&DOUBLE, double)?;
+//!     let _workflows = ExecTask::spawn_new(Arc::new(workflows), config("flows"), Now, db.clone());
+//!     let _activities = ExecTask::spawn_new(Arc::new(activities), config("math"), Now, db.clone());
+//!     // (a timers watcher must run too, for the durable sleep)
+//!     let client = Client::new(db, Now, ComponentId::new("demo", "flows")?);
+//!     let handle = client.submit(&SUM_OF_DOUBLES, &vec![1, 2, 3]).await?;
+//!     Ok(handle.result_within(Duration::from_secs(30)).await?)
+//! }
+//! # let _ = run;
+//! ```
+//!
+//! # What each operation records
+//!
+//! | operation | records |
+//! |---|---|
+//! | [`WorkflowCtx::call`] | `JoinSetCreate(o:<n>-<fn>)`, `JoinSetRequest(child)` with the child's creation, `JoinNext` |
+//! | [`WorkflowCtx::sleep`] | `JoinSetCreate(o:<n>)`, `JoinSetRequest(delay)`, `JoinNext` |
+//! | [`WorkflowCtx::join_set`], [`WorkflowCtx::join_set_named`] | `JoinSetCreate(g:<n>)` / `JoinSetCreate(n:<name>)` |
+//! | [`JoinSet::submit`], [`JoinSet::submit_delay`] | `JoinSetRequest` (+ the child's creation) |
+//! | [`JoinSet::next`] | `JoinNext`, answered by the set's next response in arrival order |
+//! | [`WorkflowCtx::now`], [`WorkflowCtx::random_u64`], [`WorkflowCtx::random_string`], [`WorkflowCtx::uuid`], [`WorkflowCtx::step`] | `Persist` |
+//!
+//! Child ids are `<parent>.<join set>_<k>`; new events are written in one append (with the
+//! children they create) at the next point where the workflow waits or ends. When the workflow
+//! returns, every child it did not consume is awaited (closing `JoinNext`s); a failed one makes
+//! it fail with `UnhandledChildExecutionError`. Delays nobody awaits are dropped.
+//!
+//! # Replay and determinism
+//!
+//! A run first replays the recorded history: each operation checks that the next recorded
+//! event is what it would record (kind, join set, child id, persist kind, and a child's
+//! function and parameters, read back from the children's `Created` events once per run
+//! before the replay). A delay's duration is not compared: its expiry was computed from the
+//! time of the first run. A mismatch is reported as
+//! `nondeterminism at version V: the log holds X, the code Y`, and the worker's
+//! [`NondeterminismPolicy`] decides: unlock and retry later, or fail permanently.
+//!
+//! The workflow's future is polled by this crate alone, with a waker nobody wakes: the only
+//! things that complete inside a workflow are its operations. Awaiting anything else (a tokio
+//! sleep, a channel, I/O), or two operations at once (`join!`, `select!`), is a determinism
+//! violation, reported under the same policy; concurrency goes through join sets.
+//!
+//! # Waiting
+//!
+//! A wait that can end within the lease is **warm**: the buffered events are written with
+//! `run_expires_at` = the lease's end, and the run waits for responses in memory
+//! (`subscribe_to_next_responses`), going on without a replay. A wait that cannot (a long
+//! sleep), or one still waiting shortly before the lease ends (the last tenth of it, bounded
+//! by the clock and by as much real time), is **cold**: the run ends and whoever locks the
+//! execution when its response arrives replays it.
+//!
+//! Once a run has written a warm `JoinNext`, the execution is blocked, or due only at the
+//! lease's end, so later `JoinNext`s are needed by nobody until the run ends: a buffer of
+//! `JoinNext`s only is written with the next request, when the run gives up, or with the
+//! result. A fan-out of n children therefore costs two writes of the parent, not n. Requests
+//! are always written before the run waits: the children they create must exist.
+//!
+//! The result goes back to the executor as `WorkerResult::Ok` after the buffer is written with
+//! `run_expires_at` = the lease's end, so nobody locks the execution between that write and
+//! the executor's `Finished`: the last step is never replayed.
+//!
+//! This crate knows no storage backend and reads time only from the `ClockFn` it is given.
+
+mod client;
+mod ctx;
+mod driver;
+mod error;
+mod function;
+mod state;
+mod store;
+mod worker;
+
+pub use client::{Client, ExecutionHandle};
+pub use ctx::{ChildResponse, JoinSet, Response, WorkflowCtx};
+pub use driver::NondeterminismPolicy;
+pub use error::{ChildError, ClientError, FunctionFailure, RegistrationError, WorkflowError};
+pub use function::Function;
+pub use worker::{ActivityCtx, ActivityWorker, WorkflowWorker};
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,92 @@
+//! Every storage call of the workflow layer, in one place: the run's appends and waits
+//! ([`RunStore`]) and the typed client's creates and result waits.
+//!
+//! Kept small on purpose: when the storage traits change shape, this is the module to adapt.
+
+use crate::driver::RunIo;
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use concepts::{
+    AppendBatchRequest, CreateRequest, DbClient, DbConnection, DbError, ExecutionEventInner,
+    ExecutionId, FinishedExecutionResult, FunctionFqn, HistoryEvent, JoinSetResponseEventOuter,
+    Json, Version,
+};
+use std::{collections::HashMap, sync::Arc, time::Duration};
+
+/// The storage of one run of one execution.
+pub(crate) struct RunStore {
+    pub db: Arc<dyn DbConnection>,
+    pub execution_id: ExecutionId,
+}
+
+#[async_trait]
+impl RunIo for RunStore {
+    async fn append(
+        &self,
+        version: Version,
+        now: DateTime<Utc>,
+        events: Vec<HistoryEvent>,
+        children: Vec<CreateRequest>,
+    ) -> Result<Version, DbError> {
+        let request = AppendBatchRequest {
+            execution_id: self.execution_id.clone(),
+            version,
+            now,
+            events: events
+                .into_iter()
+                .map(|event| ExecutionEventInner::HistoryEvent { event })
+                .collect(),
+            children,
+        };
+        self.db.append_batch(request).await
+    }
+
+    async fn next_responses(
+        &self,
+        start: usize,
+    ) -> Result<Vec<JoinSetResponseEventOuter>, DbError> {
+        self.db
+            .subscribe_to_next_responses(&self.execution_id, start)
+            .await
+    }
+
+    async fn history_event_version(&self, index: usize) -> Option<Version> {
+        let log = self.db.get(&self.execution_id).await.ok()?;
+        let position = log
+            .events
+            .iter()
+            .enumerate()
+            .filter(|(_, event)| matches!(event.event, ExecutionEventInner::HistoryEvent { .. }))
+            .nth(index)?
+            .0;
+        u32::try_from(position).ok().map(Version)
+    }
+
+    async fn children_created(
+        &self,
+        children: Vec<ExecutionId>,
+    ) -> Result<HashMap<ExecutionId, (FunctionFqn, Json)>, DbError> {
+        let mut created = HashMap::with_capacity(children.len());
+        for child in children {
+            let event = self.db.get_execution_event(&child, Version(0)).await?;
+            if let ExecutionEventInner::Created { ffqn, params, .. } = event.event {
+                created.insert(child, (ffqn, params));
+            }
+        }
+        Ok(created)
+    }
+}
+
+/// Creates one execution.
+pub(crate) async fn create(db: &dyn DbClient, request: CreateRequest) -> Result<(), DbError> {
+    db.create(request).await.map(|_| ())
+}
+
+/// The finished result, waiting at most `timeout` (`None`: without limit).
+pub(crate) async fn wait_for_result(
+    db: &dyn DbClient,
+    execution_id: &ExecutionId,
+    timeout: Option<Duration>,
+) -> Result<FinishedExecutionResult, DbError> {
+    db.wait_for_finished_result(execution_id, timeout).await
+}
