@@ -149,10 +149,7 @@ use deadpool_postgres::{
 };
 use error::{is_transaction_retriable, map_pg_error, map_pool_error};
 use std::{
-    sync::{
-        Arc, Mutex, PoisonError,
-        atomic::{AtomicBool, Ordering},
-    },
+    sync::{Arc, Mutex, PoisonError},
     time::Duration,
 };
 use tokio::{sync::watch, task::JoinHandle};
@@ -167,7 +164,6 @@ struct Inner {
     pool: Pool,
     config: PostgresConfig,
     hub: Arc<WaiterHub>,
-    closed: AtomicBool,
     shutdown: watch::Sender<bool>,
     listener_state: watch::Receiver<ListenerState>,
     listener_task: Mutex<Option<JoinHandle<()>>>,
@@ -185,7 +181,7 @@ impl std::fmt::Debug for PostgresStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PostgresStore")
             .field("config", &self.inner.config)
-            .field("closed", &self.inner.closed.load(Ordering::SeqCst))
+            .field("closed", &self.inner.hub.is_closed())
             .finish_non_exhaustive()
     }
 }
@@ -283,7 +279,6 @@ impl PostgresStore {
                 pool,
                 config,
                 hub,
-                closed: AtomicBool::new(false),
                 shutdown: shutdown_tx,
                 listener_state: state_rx,
                 listener_task: Mutex::new(Some(task)),
@@ -320,23 +315,15 @@ impl PostgresStore {
         self.inner.hub.counts()
     }
 
-    fn check_open(&self) -> Result<(), DbError> {
-        if self.inner.closed.load(Ordering::SeqCst) {
-            Err(DbError::Closed)
-        } else {
-            Ok(())
-        }
-    }
-
     async fn client(&self) -> Result<Object, DbError> {
-        self.check_open()?;
+        self.inner.hub.ensure_open()?;
         self.inner.pool.get().await.map_err(map_pool_error)
     }
 
     /// One write, as [`concepts::kernel`] describes it; a deadlock or serialization failure
     /// runs it again from the load.
     async fn write(&self, request: WriteRequest) -> Result<WritePlan, DbError> {
-        self.check_open()?;
+        self.inner.hub.ensure_open()?;
         let keys = request.keys()?;
         if keys
             .due
@@ -535,10 +522,9 @@ impl DbClient for PostgresStore {
 #[async_trait]
 impl DbConnection for PostgresStore {
     async fn close(&self) {
-        if self.inner.closed.swap(true, Ordering::SeqCst) {
+        if !self.inner.hub.close() {
             return;
         }
-        self.inner.hub.close();
         self.inner.pool.close();
         let _ = self.inner.shutdown.send(true);
         let task = self

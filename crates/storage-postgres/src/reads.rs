@@ -11,7 +11,7 @@ use chrono::{DateTime, Utc};
 use concepts::{
     DbError, DelayId, ExecutionEvent, ExecutionEventInner, ExecutionId, ExecutionLog,
     ExecutionSummary, ExpiredDelay, ExpiredTimer, FinishedExecutionResult, FunctionFqn,
-    JoinSetResponseEventOuter, ListExecutionsFilter, Pagination, PendingState, Version,
+    JoinSetResponseEventOuter, ListExecutionsFilter, Pagination, Version,
 };
 use deadpool_postgres::GenericClient;
 use tokio_postgres::{IsolationLevel, Row, types::ToSql};
@@ -104,48 +104,29 @@ pub(crate) async fn expired_timers(
         client.query(&locks_stmt, &params),
         client.query(&delays_stmt, &params),
     );
-    let mut timers: Vec<(DateTime<Utc>, ExecutionId, Option<DelayId>, ExpiredTimer)> = Vec::new();
+    let mut timers = Vec::new();
     for row in &locks.map_err(map_pg_error)? {
-        let row = execution_row(row)?;
-        let PendingState::Locked {
-            lock_expires_at, ..
-        } = row.state.pending_state
-        else {
-            return Err(corrupt(format!(
-                "{} has a lease expiry but is not locked",
-                row.execution_id
-            )));
-        };
-        // SQL compares microseconds; the exact expiry decides.
-        if lock_expires_at <= at {
-            let timer = ExpiredTimer::Lock(row.expired_lock(lock_expires_at));
-            timers.push((lock_expires_at, row.execution_id, None, timer));
+        if let Some(lock) = execution_row(row)?.expired_lock_at(at)? {
+            timers.push(ExpiredTimer::Lock(lock));
         }
     }
     for row in &delays.map_err(map_pg_error)? {
-        let execution_id = parse_execution_id(column(row, 0)?)?;
         let delay_id: DelayId = column::<&str>(row, 1)?
             .parse()
             .map_err(|e| corrupt(format!("delay id: {e}")))?;
-        let join_set_id = parse_join_set_id(column(row, 2)?)?;
         let expires_at = timestamp(column(row, 3)?, column(row, 4)?)?;
-        if expires_at > at {
-            continue;
-        }
-        timers.push((
-            expires_at,
-            execution_id.clone(),
-            Some(delay_id),
-            ExpiredTimer::Delay(ExpiredDelay {
-                execution_id,
-                join_set_id,
+        // SQL compares microseconds; the exact expiry decides.
+        if expires_at <= at {
+            timers.push(ExpiredTimer::Delay(ExpiredDelay {
+                execution_id: parse_execution_id(column(row, 0)?)?,
+                join_set_id: parse_join_set_id(column(row, 2)?)?,
                 delay_id,
                 expires_at,
-            }),
-        ));
+            }));
+        }
     }
-    timers.sort_by(|a, b| (a.0, &a.1, a.2).cmp(&(b.0, &b.1, b.2)));
-    Ok(timers.into_iter().map(|(_, _, _, timer)| timer).collect())
+    concepts::kernel::order_expired_timers(&mut timers);
+    Ok(timers)
 }
 
 /// The whole log, its responses and its state, from one snapshot.

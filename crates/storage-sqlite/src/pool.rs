@@ -18,14 +18,7 @@ use concepts::{
     kernel::{WaiterCounts, WaiterHub, WritePlan, WriteRequest},
 };
 use deadpool_sqlite::{Hook, HookError, Runtime};
-use std::{
-    path::Path,
-    sync::{
-        Arc,
-        atomic::{AtomicBool, Ordering},
-    },
-    time::Duration,
-};
+use std::{path::Path, sync::Arc, time::Duration};
 use tokio::sync::{mpsc, watch};
 
 /// A SQLite store. Cheap to clone: clones share the writer thread, the reader pool and the
@@ -43,7 +36,6 @@ struct Inner {
     /// Always `Some` until `Drop`, which may have to leak it (see there).
     readers: Option<deadpool_sqlite::Pool>,
     hub: Arc<WaiterHub>,
-    closed: AtomicBool,
     /// Its sender lives in the writer thread: the channel closes when the thread ends.
     writer_stopped: watch::Receiver<()>,
 }
@@ -71,7 +63,7 @@ impl std::fmt::Debug for SqlitePool {
         f.debug_struct("SqlitePool")
             .field("path", &self.inner.path)
             .field("settings", &self.inner.settings)
-            .field("closed", &self.inner.closed.load(Ordering::Relaxed))
+            .field("closed", &self.inner.hub.is_closed())
             .finish_non_exhaustive()
     }
 }
@@ -144,7 +136,6 @@ impl SqlitePool {
                 commands,
                 readers: Some(readers),
                 hub,
-                closed: AtomicBool::new(false),
                 writer_stopped,
             }),
         })
@@ -170,16 +161,8 @@ impl SqlitePool {
         self.inner.hub.counts()
     }
 
-    fn check_open(&self) -> Result<(), DbError> {
-        if self.inner.closed.load(Ordering::Acquire) {
-            Err(DbError::Closed)
-        } else {
-            Ok(())
-        }
-    }
-
     fn stopped_error(&self) -> DbError {
-        if self.inner.closed.load(Ordering::Acquire) {
+        if self.inner.hub.is_closed() {
             DbError::Closed
         } else {
             let path = self.inner.path.display();
@@ -196,7 +179,7 @@ impl SqlitePool {
         request: WriteRequest,
         answer: fn(WritePlan) -> Result<T, SqliteError>,
     ) -> Result<T, DbError> {
-        self.check_open()?;
+        self.inner.hub.ensure_open()?;
         let keys = request.keys()?;
         let (command, rx) = FnCommand::boxed(move |ctx: &mut WriteCtx<'_>| {
             ctx.write(request, &keys).and_then(answer)
@@ -212,7 +195,7 @@ impl SqlitePool {
         T: Send + 'static,
         F: FnOnce(&mut rusqlite::Connection) -> Result<T, SqliteError> + Send + 'static,
     {
-        self.check_open()?;
+        self.inner.hub.ensure_open()?;
         let path = Arc::clone(&self.inner.path);
         let readers = self.inner.readers.as_ref().ok_or(DbError::Closed)?;
         let conn = readers.get().await.map_err(|err| match err {
@@ -298,7 +281,7 @@ impl DbExecutor for SqlitePool {
         ffqns: Arc<[FunctionFqn]>,
         max_wait: Duration,
     ) {
-        if self.check_open().is_err() {
+        if self.inner.hub.ensure_open().is_err() {
             return;
         }
         let check_ffqns = Arc::clone(&ffqns);
@@ -419,8 +402,7 @@ impl DbClient for SqlitePool {
 #[async_trait]
 impl DbConnection for SqlitePool {
     async fn close(&self) {
-        if !self.inner.closed.swap(true, Ordering::AcqRel) {
-            self.inner.hub.close();
+        if self.inner.hub.close() {
             // The writer finishes what is queued before this, then stops.
             let _ = self.inner.commands.send(Message::Shutdown).await;
         }

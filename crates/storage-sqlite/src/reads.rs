@@ -10,10 +10,9 @@ use crate::{
 };
 use chrono::{DateTime, Utc};
 use concepts::{
-    DbError, DelayId, ExecutionEvent, ExecutionEventInner, ExecutionId, ExecutionLog,
-    ExecutionSummary, ExpiredDelay, ExpiredTimer, FinishedExecutionResult, FunctionFqn,
-    JoinSetResponseEventOuter, ListExecutionsFilter, Pagination, PendingState, Version,
-    kernel::ExecutionRow,
+    DbError, ExecutionEvent, ExecutionEventInner, ExecutionId, ExecutionLog, ExecutionSummary,
+    ExpiredDelay, ExpiredTimer, FinishedExecutionResult, FunctionFqn, JoinSetResponseEventOuter,
+    ListExecutionsFilter, Pagination, PendingState, Version, kernel::ExecutionRow,
 };
 use rusqlite::{Connection, OptionalExtension, params, params_from_iter, types::Value};
 
@@ -243,7 +242,7 @@ pub(crate) fn expired_timers(
     at: DateTime<Utc>,
 ) -> Result<Vec<ExpiredTimer>> {
     let tx = conn.transaction()?;
-    let mut timers: Vec<(DateTime<Utc>, ExecutionId, Option<DelayId>, ExpiredTimer)> = Vec::new();
+    let mut timers = Vec::new();
     {
         let mut stmt = tx.prepare_cached(&format!(
             "SELECT {STATE_ROW_COLUMNS} FROM t_execution_state \
@@ -251,21 +250,9 @@ pub(crate) fn expired_timers(
         ))?;
         let mut rows = stmt.query([micros(at)])?;
         while let Some(row) = rows.next()? {
-            let row = codec::execution_row(row)?;
-            let PendingState::Locked {
-                lock_expires_at, ..
-            } = row.state.pending_state
-            else {
-                return Err(SqliteError::corrupt(format!(
-                    "execution {} is indexed as locked but its state is {:?}",
-                    row.execution_id, row.state.pending_state
-                )));
-            };
-            if lock_expires_at > at {
-                continue;
+            if let Some(lock) = codec::execution_row(row)?.expired_lock_at(at)? {
+                timers.push(ExpiredTimer::Lock(lock));
             }
-            let timer = ExpiredTimer::Lock(row.expired_lock(lock_expires_at));
-            timers.push((lock_expires_at, row.execution_id, None, timer));
         }
     }
     {
@@ -275,26 +262,17 @@ pub(crate) fn expired_timers(
         )?;
         let mut rows = stmt.query([micros(at)])?;
         while let Some(row) = rows.next()? {
-            let execution_id: ExecutionId = parse(&row.get::<_, String>(0)?, "execution id")?;
-            let delay_id: DelayId = parse(&row.get::<_, String>(1)?, "delay id")?;
-            let join_set_id = parse(&row.get::<_, String>(2)?, "join set id")?;
-            let expires_at = from_micros(row.get(3)?)?;
-            timers.push((
-                expires_at,
-                execution_id.clone(),
-                Some(delay_id),
-                ExpiredTimer::Delay(ExpiredDelay {
-                    execution_id,
-                    join_set_id,
-                    delay_id,
-                    expires_at,
-                }),
-            ));
+            timers.push(ExpiredTimer::Delay(ExpiredDelay {
+                execution_id: parse(&row.get::<_, String>(0)?, "execution id")?,
+                join_set_id: parse(&row.get::<_, String>(2)?, "join set id")?,
+                delay_id: parse(&row.get::<_, String>(1)?, "delay id")?,
+                expires_at: from_micros(row.get(3)?)?,
+            }));
         }
     }
     tx.finish()?;
-    timers.sort_by(|a, b| (a.0, &a.1, a.2).cmp(&(b.0, &b.1, b.2)));
-    Ok(timers.into_iter().map(|(_, _, _, timer)| timer).collect())
+    concepts::kernel::order_expired_timers(&mut timers);
+    Ok(timers)
 }
 
 /// Executions newest first, filtered, after the cursor.

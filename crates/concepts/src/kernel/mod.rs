@@ -37,7 +37,7 @@ pub use plan::{
 };
 pub use snapshot::{
     DelayRow, DueQuery, ExecutionRow, JoinSetCounters, JoinSetKey, JoinSetRow, Keys, LogRows,
-    Snapshot,
+    Snapshot, order_expired_timers,
 };
 pub use validate::validate_append_batch;
 pub use waiters::{WaiterCounts, WaiterHub};

@@ -308,7 +308,7 @@ fn wakeups_of(change: &ExecutionChange, wakeups: &mut Vec<Wakeup>) {
 
 /// The error of a snapshot that lacks what its keys named: a bug of the backend, never of the
 /// caller.
-fn inconsistent(what: String) -> DbError {
+pub(crate) fn inconsistent(what: String) -> DbError {
     DbError::Backend(BackendError {
         message: format!("storage is inconsistent: {what}"),
         retriable: false,

@@ -2,8 +2,8 @@
 //! backend loads for them.
 
 use crate::{
-    CreateRequest, DelayId, ExecutionEvent, ExecutionId, ExecutionState, ExpiredLock, FunctionFqn,
-    JoinSetId, JoinSetResponseEventOuter, PendingState, Version,
+    CreateRequest, DbError, DelayId, ExecutionEvent, ExecutionId, ExecutionState, ExpiredLock,
+    ExpiredTimer, FunctionFqn, JoinSetId, JoinSetResponseEventOuter, PendingState, Version,
 };
 use chrono::{DateTime, Utc};
 use std::{
@@ -54,6 +54,21 @@ impl ExecutionRow {
             max_retries: req.max_retries,
             retry_exp_backoff: req.retry_exp_backoff,
             parent: req.parent.clone(),
+        }
+    }
+
+    /// What the timers watcher needs about this execution's lease, if it expired at or before
+    /// `at` (an index may round expiries: the exact time decides); an execution indexed as
+    /// locked that is not is the backend's inconsistency.
+    pub fn expired_lock_at(&self, at: DateTime<Utc>) -> Result<Option<ExpiredLock>, DbError> {
+        match self.state.pending_state {
+            PendingState::Locked {
+                lock_expires_at, ..
+            } => Ok((lock_expires_at <= at).then(|| self.expired_lock(lock_expires_at))),
+            ref other => Err(super::plan::inconsistent(format!(
+                "execution {} is indexed as locked, its state is {other:?}",
+                self.execution_id
+            ))),
         }
     }
 
@@ -182,5 +197,18 @@ impl Snapshot {
         self.due.push(row.execution_id.clone());
         self.logs.insert(row.execution_id.clone(), log);
         self.add_execution(row);
+    }
+}
+
+/// Orders the result of `get_expired_timers` as every backend returns it: by expiry, then
+/// execution id, then the lease before the delays, and delays by id.
+pub fn order_expired_timers(timers: &mut [ExpiredTimer]) {
+    timers.sort_by(|a, b| timer_key(a).cmp(&timer_key(b)));
+}
+
+fn timer_key(timer: &ExpiredTimer) -> (DateTime<Utc>, &ExecutionId, Option<DelayId>) {
+    match timer {
+        ExpiredTimer::Lock(lock) => (lock.lock_expires_at, &lock.execution_id, None),
+        ExpiredTimer::Delay(delay) => (delay.expires_at, &delay.execution_id, Some(delay.delay_id)),
     }
 }

@@ -637,3 +637,71 @@ fn a_large_batch_finds_its_duplicates_past_the_linear_lookup() {
         "{err:?}"
     );
 }
+
+#[test]
+fn expired_timers_come_in_one_order_and_a_lease_expires_inclusively() {
+    let first = ExecutionId::generate_at(at(0));
+    let second = ExecutionId::generate_at(at(1));
+    let locked = |lock_expires_at| PendingState::Locked {
+        executor_id: ExecutorId::generate_at(at(0)),
+        run_id: crate::RunId::generate_at(at(0)),
+        lock_expires_at,
+    };
+    let lease = row(&second, 2, locked(at(5)))
+        .expired_lock_at(at(5))
+        .unwrap()
+        .expect("expiry is inclusive");
+    assert_eq!(
+        row(&second, 2, locked(at(6)))
+            .expired_lock_at(at(5))
+            .unwrap(),
+        None
+    );
+    assert!(matches!(
+        row(&second, 2, pending(0)).expired_lock_at(at(5)),
+        Err(DbError::Backend(_))
+    ));
+    let delay = |execution_id: &ExecutionId, delay_id, expires_at| {
+        crate::ExpiredTimer::Delay(crate::ExpiredDelay {
+            execution_id: execution_id.clone(),
+            join_set_id: join_set(),
+            delay_id,
+            expires_at,
+        })
+    };
+    let (d1, d2) = (DelayId::generate_at(at(0)), DelayId::generate_at(at(1)));
+    let mut timers = vec![
+        delay(&second, d2, at(5)),
+        delay(&second, d1, at(5)),
+        crate::ExpiredTimer::Lock(lease),
+        delay(&first, d2, at(5)),
+        delay(&first, d1, at(4)),
+    ];
+    order_expired_timers(&mut timers);
+    let order: Vec<(ExecutionId, Option<DelayId>)> = timers
+        .iter()
+        .map(|t| match t {
+            crate::ExpiredTimer::Lock(l) => (l.execution_id.clone(), None),
+            crate::ExpiredTimer::Delay(d) => (d.execution_id.clone(), Some(d.delay_id)),
+        })
+        .collect();
+    assert_eq!(
+        order,
+        vec![
+            (first.clone(), Some(d1)),
+            (first, Some(d2)),
+            (second.clone(), None),
+            (second.clone(), Some(d1)),
+            (second, Some(d2))
+        ]
+    );
+}
+
+#[test]
+fn a_hub_closes_once_and_refuses_afterwards() {
+    let hub = WaiterHub::new();
+    assert!(hub.ensure_open().is_ok());
+    assert!(hub.close(), "the first close closes");
+    assert!(!hub.close(), "a second close is a no-op");
+    assert!(matches!(hub.ensure_open(), Err(DbError::Closed)));
+}

@@ -184,12 +184,25 @@ impl WaiterHub {
     }
 
     /// Releases every waiter and refuses new ones: waits return at once, with
-    /// [`DbError::Closed`] where they return a result. Idempotent.
-    pub fn close(&self) {
+    /// [`DbError::Closed`] where they return a result. Idempotent: returns true for the call
+    /// that closed it, so that a backend shuts down once.
+    pub fn close(&self) -> bool {
         let mut registry = self.lock();
+        let first = !registry.closed;
         registry.closed = true;
         drop(registry);
         self.wake_everyone();
+        first
+    }
+
+    /// [`DbError::Closed`] once [`WaiterHub::close`] was called: a backend closes its hub with
+    /// the store, so the hub's flag is the store's.
+    pub fn ensure_open(&self) -> Result<(), DbError> {
+        if self.is_closed() {
+            Err(DbError::Closed)
+        } else {
+            Ok(())
+        }
     }
 
     /// True once [`WaiterHub::close`] was called.
