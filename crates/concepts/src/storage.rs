@@ -106,6 +106,26 @@ pub struct AppendBatchRequest {
     pub children: Vec<CreateRequest>,
 }
 
+impl AppendBatchRequest {
+    /// A batch of `events` appended to `execution_id` from `version` at `now`, creating
+    /// nothing.
+    #[must_use]
+    pub fn events(
+        execution_id: ExecutionId,
+        version: Version,
+        now: DateTime<Utc>,
+        events: Vec<ExecutionEventInner>,
+    ) -> Self {
+        Self {
+            execution_id,
+            version,
+            now,
+            events,
+            children: Vec::new(),
+        }
+    }
+}
+
 /// An execution locked by `lock_pending`: everything a worker needs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LockedExecution {

@@ -34,13 +34,7 @@ fn batch(
     version: Version,
     events: Vec<ExecutionEventInner>,
 ) -> AppendBatchRequest {
-    AppendBatchRequest {
-        execution_id: execution_id.clone(),
-        version,
-        now: t0(),
-        events,
-        children: Vec::new(),
-    }
+    AppendBatchRequest::events(execution_id.clone(), version, t0(), events)
 }
 
 fn create_req(execution_id: ExecutionId) -> CreateRequest {
