@@ -70,8 +70,8 @@ pub(crate) fn state_kind(kind: concepts::PendingStateKind) -> &'static str {
     }
 }
 
-/// The `kind` column of an event; history events are named by their own variant so that
-/// `JoinNext` events can be counted by an indexed lookup.
+/// The `kind` column of an event; history events are named by their own variant (the
+/// migration to schema version 3 counts `JoinNext` events by it).
 pub(crate) fn event_kind(event: &ExecutionEventInner) -> &'static str {
     match event {
         ExecutionEventInner::HistoryEvent { event } => match event {

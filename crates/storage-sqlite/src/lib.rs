@@ -16,11 +16,13 @@
 //! keys are computed on the caller's task (a request refused by its keys alone never reaches the
 //! writer). On the writer thread, the command loads the snapshot of those keys with cached
 //! prepared statements, calls [`concepts::kernel::plan`], and persists the plan: a state row
-//! inserted per new execution and updated per changed one, the new events, responses and
-//! delays, and the delays it closed. What has no column is derived as it is loaded: join-set
-//! counters are counted in `t_event` and `t_response`, the arrival times of the responses the
-//! next `JoinNext` events consume are read by `LIMIT`/`OFFSET`, a delay counts as requested when
-//! `t_delay` has it and as answered when `t_response` has its `DelayFinished`. The executions a
+//! inserted per new execution and updated per changed one, the new events, responses (each with
+//! its index in its join set) and delays, the join-set counters it changed (upserted into
+//! `t_join_set`), and the delays it closed. Loading a join set is one primary-key lookup of its
+//! counters and an index range from `join_set_idx = join_next_count` for the arrival times of
+//! the responses the next `JoinNext` events consume, whatever the length of the log. A delay
+//! counts as requested when `t_delay` has it and as answered when `t_response` has its
+//! `DelayFinished`. The executions a
 //! write creates are not read first: the primary key refuses a stored one as its row is
 //! inserted, which is the same `Duplicate` error. The plan's wake-ups wait for the commit.
 //!
@@ -67,7 +69,8 @@
 //! |---|---|---|
 //! | `t_execution_state` | `execution_id` | one row per execution: ffqn, next version, pending state (as JSON plus the indexed columns `state`, `pending_at`, `lock_expires_at`, executor, run, join set, result kind), temporary event count, retry settings, parent, created and scheduled times |
 //! | `t_event` | `(execution_id, version)` | the log: each event as JSON, with `kind` and `join_set_id` columns for lookups |
-//! | `t_response` | autoincrement `id` (arrival order) | responses as JSON; partial unique indexes on `(execution_id, delay_id) WHERE delay_id IS NOT NULL` and `(execution_id, child_execution_id) WHERE child_execution_id IS NOT NULL` make duplicates impossible (never a unique constraint over nullable columns) |
+//! | `t_response` | autoincrement `id` (arrival order) | responses as JSON, with `join_set_idx` (the index within the join set; indexed with the execution and join set); partial unique indexes on `(execution_id, delay_id) WHERE delay_id IS NOT NULL` and `(execution_id, child_execution_id) WHERE child_execution_id IS NOT NULL` make duplicates impossible (never a unique constraint over nullable columns) |
+//! | `t_join_set` | `(execution_id, join_set_id)` | per join set the number of its `JoinNext` events and of its responses (schema version 3 filled it from the stored log and responses) |
 //! | `t_delay` | `(execution_id, delay_id)` | every requested delay, with its join set and expiry; `is_open` until its `DelayFinished` is stored (kept afterwards so that a repeated `DelayRequest` is refused) |
 //!
 //! `lock_pending` reads the partial index `(ffqn, pending_at, execution_id) WHERE state =

@@ -4,21 +4,20 @@
 
 use crate::{
     codec::{
-        StateColumns, duration_to_sql, event_join_set, event_kind, micros, response_keys,
-        version_to_sql,
+        StateColumns, duration_to_sql, event_join_set, event_kind, from_micros, micros,
+        response_keys, version_to_sql,
     },
     error::{Result, SqliteError},
     reads,
 };
 use concepts::{
-    CreateRequest, DelayId, DuplicateKind, ExecutionEvent, ExecutionId, JoinSetResponseEventOuter,
-    Version,
+    CreateRequest, DelayId, DuplicateKind, ExecutionEvent, ExecutionId, Version,
     kernel::{
         self, DelayRow, ExecutionChange, ExecutionRow, JoinSetCounters, JoinSetKey, JoinSetRow,
         Keys, LogRows, Snapshot, Wakeup, WritePlan, WriteRequest,
     },
 };
-use rusqlite::{CachedStatement, Connection, params};
+use rusqlite::{CachedStatement, Connection, OptionalExtension, params};
 
 /// The writer's view of one command: its connection (inside the batch transaction) and the
 /// wake-ups that are delivered if the batch commits.
@@ -100,32 +99,31 @@ impl<'c> WriteCtx<'c> {
         Ok(snapshot)
     }
 
-    /// The counters of a join set, counted in the log and the responses (they are not stored),
-    /// and the arrival times of the responses its next `JoinNext` events consume.
+    /// The counters of a join set (one `t_join_set` lookup) and the arrival times of the
+    /// responses its next `JoinNext` events consume (by `join_set_idx`; the `created_at` column
+    /// is whole microseconds, as every clock that feeds storage is).
     fn join_set(&self, key: &JoinSetKey) -> Result<JoinSetRow> {
-        let execution_id = key.execution_id.as_str();
-        let join_set_id = key.join_set_id.to_string();
+        let (execution_id, join_set_id) = (key.execution_id.as_str(), key.join_set_id.to_string());
         let mut stmt = self.conn.prepare_cached(
-            "SELECT (SELECT COUNT(*) FROM t_event WHERE execution_id = ?1 AND kind = 'JoinNext' \
-             AND join_set_id = ?2), \
-             (SELECT COUNT(*) FROM t_response WHERE execution_id = ?1 AND join_set_id = ?2)",
+            "SELECT join_next_count, response_count FROM t_join_set \
+             WHERE execution_id = ?1 AND join_set_id = ?2",
         )?;
-        let (join_nexts, responses): (i64, i64) = stmt
+        let counts: Option<(i64, i64)> = stmt
             .query_row(params![execution_id, join_set_id], |row| {
                 Ok((row.get(0)?, row.get(1)?))
-            })?;
+            })
+            .optional()?;
+        let (join_nexts, responses) = counts.unwrap_or_default();
         let mut next_response_times = Vec::new();
         if key.next_responses > 0 && responses > join_nexts {
             let mut stmt = self.conn.prepare_cached(
-                "SELECT response_json FROM t_response WHERE execution_id = ?1 AND join_set_id = ?2 \
-                 ORDER BY id LIMIT ?3 OFFSET ?4",
+                "SELECT created_at FROM t_response WHERE execution_id = ?1 AND join_set_id = ?2 \
+                 AND join_set_idx >= ?3 ORDER BY join_set_idx LIMIT ?4",
             )?;
             let limit = i64::try_from(key.next_responses).unwrap_or(i64::MAX);
-            let mut rows = stmt.query(params![execution_id, join_set_id, limit, join_nexts])?;
+            let mut rows = stmt.query(params![execution_id, join_set_id, join_nexts, limit])?;
             while let Some(row) = rows.next()? {
-                let json: String = row.get(0)?;
-                let response: JoinSetResponseEventOuter = serde_json::from_str(&json)?;
-                next_response_times.push(response.created_at);
+                next_response_times.push(from_micros(row.get(0)?)?);
             }
         }
         let count = |value: i64| u64::try_from(value).unwrap_or(0);
@@ -155,8 +153,7 @@ impl<'c> WriteCtx<'c> {
         )?)
     }
 
-    /// Writes every change of `plan`. Join-set counters are not stored: they are counted from
-    /// `t_event` and `t_response` when loaded.
+    /// Writes every change of `plan`.
     fn persist(&self, plan: &WritePlan) -> Result<()> {
         let (mut insert_state, mut update_state, mut insert_event) = (None, None, None);
         for change in &plan.changes {
@@ -173,19 +170,34 @@ impl<'c> WriteCtx<'c> {
         Ok(())
     }
 
-    /// The responses, requested delays and closed delays of one execution's change.
+    /// The responses, join-set counters, requested and closed delays of one execution's change.
     fn persist_responses_and_delays(&self, change: &ExecutionChange) -> Result<()> {
         let execution_id = change.row.execution_id.as_str();
+        for (join_set_id, counters) in &change.join_sets {
+            let mut stmt = self.conn.prepare_cached(
+                "INSERT INTO t_join_set (execution_id, join_set_id, join_next_count, \
+                 response_count) VALUES (?1, ?2, ?3, ?4) ON CONFLICT DO UPDATE SET \
+                 join_next_count = excluded.join_next_count, response_count = excluded.response_count",
+            )?;
+            let count = |value: u64| i64::try_from(value).unwrap_or(i64::MAX);
+            stmt.execute(params![
+                execution_id,
+                join_set_id.to_string(),
+                count(counters.join_next_count),
+                count(counters.response_count),
+            ])?;
+        }
         for planned in &change.responses {
             let (delay_id, child_id) = response_keys(&planned.response.event.event);
             let mut stmt = self.conn.prepare_cached(
-                "INSERT INTO t_response (execution_id, created_at, join_set_id, delay_id, \
-                 child_execution_id, response_json) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                "INSERT INTO t_response (execution_id, created_at, join_set_id, join_set_idx, \
+                 delay_id, child_execution_id, response_json) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
             )?;
             stmt.execute(params![
                 execution_id,
                 micros(planned.response.created_at),
                 planned.response.event.join_set_id.to_string(),
+                i64::try_from(planned.join_set_idx).unwrap_or(i64::MAX),
                 delay_id,
                 child_id,
                 serde_json::to_string(&planned.response)?,

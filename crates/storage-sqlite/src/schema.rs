@@ -85,6 +85,30 @@ CREATE INDEX ix_delay_expiry ON t_delay (expires_at, execution_id, delay_id)
     r"
 CREATE INDEX ix_state_created ON t_execution_state (created_at, execution_id);
 ",
+    // Version 3: join-set counters stored (not counted over the log per write) and each
+    // response's index within its join set; both filled from the rows already stored.
+    r"
+CREATE TABLE t_join_set (
+    execution_id    TEXT    NOT NULL,
+    join_set_id     TEXT    NOT NULL,
+    join_next_count INTEGER NOT NULL,
+    response_count  INTEGER NOT NULL,
+    PRIMARY KEY (execution_id, join_set_id)
+) WITHOUT ROWID;
+INSERT INTO t_join_set (execution_id, join_set_id, join_next_count, response_count)
+SELECT execution_id, join_set_id, SUM(join_nexts), SUM(responses) FROM (
+    SELECT execution_id, join_set_id, COUNT(*) AS join_nexts, 0 AS responses FROM t_event
+        WHERE kind = 'JoinNext' GROUP BY execution_id, join_set_id
+    UNION ALL
+    SELECT execution_id, join_set_id, 0, COUNT(*) FROM t_response GROUP BY execution_id, join_set_id
+) GROUP BY execution_id, join_set_id;
+ALTER TABLE t_response ADD COLUMN join_set_idx INTEGER;
+UPDATE t_response SET join_set_idx = numbered.idx FROM (
+    SELECT id, ROW_NUMBER() OVER (PARTITION BY execution_id, join_set_id ORDER BY id) - 1 AS idx
+    FROM t_response
+) AS numbered WHERE numbered.id = t_response.id;
+CREATE INDEX ix_response_join_set ON t_response (execution_id, join_set_id, join_set_idx);
+",
 ];
 
 /// The schema version this build writes.

@@ -118,51 +118,218 @@ async fn a_fresh_file_gets_the_current_schema_and_our_application_id() {
     store.close().await;
 }
 
+fn history(event: HistoryEvent) -> ExecutionEventInner {
+    ExecutionEventInner::HistoryEvent { event }
+}
+
+fn join_next(join_set_id: &JoinSetId) -> ExecutionEventInner {
+    history(HistoryEvent::JoinNext {
+        join_set_id: join_set_id.clone(),
+        run_expires_at: t0(),
+        closing: false,
+    })
+}
+
+fn delay_finished(join_set_id: &JoinSetId, delay_id: DelayId) -> JoinSetResponseEvent {
+    JoinSetResponseEvent {
+        join_set_id: join_set_id.clone(),
+        event: JoinSetResponse::DelayFinished { delay_id },
+    }
+}
+
+/// Takes a file of this build back to schema version `to`, as a build of that version would
+/// have left it: the rows are the same, less what later migrations added.
+fn downgrade(path: &Path, to: u32) {
+    let conn = rusqlite::Connection::open(path).expect("opens");
+    conn.execute_batch(
+        "DROP TABLE t_join_set; DROP INDEX ix_response_join_set; \
+         ALTER TABLE t_response DROP COLUMN join_set_idx;",
+    )
+    .expect("drops version 3");
+    if to < 2 {
+        conn.execute_batch("DROP INDEX ix_state_created")
+            .expect("drops version 2");
+    }
+    conn.pragma_update(None, "user_version", to)
+        .expect("sets the version");
+}
+
+/// `(join_set_id, join_next_count, response_count)` of every stored join set, in key order.
+fn join_set_rows(path: &Path) -> Vec<(String, i64, i64)> {
+    let conn = rusqlite::Connection::open(path).expect("opens");
+    let mut stmt = conn
+        .prepare("SELECT join_set_id, join_next_count, response_count FROM t_join_set ORDER BY 1")
+        .expect("prepares");
+    stmt.query_map([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))
+        .expect("queries")
+        .collect::<Result<_, _>>()
+        .expect("reads")
+}
+
+/// The `join_set_idx` of every response, in arrival order.
+fn join_set_idxs(path: &Path) -> Vec<Option<i64>> {
+    let conn = rusqlite::Connection::open(path).expect("opens");
+    let mut stmt = conn
+        .prepare("SELECT join_set_idx FROM t_response ORDER BY id")
+        .expect("prepares");
+    stmt.query_map([], |row| row.get(0))
+        .expect("queries")
+        .collect::<Result<_, _>>()
+        .expect("reads")
+}
+
+/// A file at each older schema version migrates and keeps its data: a state row written by
+/// version 1, and a join set with a consumed and an unconsumed response (behind a response of
+/// another join set), whose counters and response indexes the migration to version 3 derives.
 #[tokio::test]
 async fn an_older_schema_is_migrated_and_keeps_its_data() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let path = dir.path().join("db.sqlite");
-    {
+    for from in [1, 2] {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("db.sqlite");
+        let join_set: JoinSetId = "n:children".parse().expect("valid");
+        let other: JoinSetId = "o:other".parse().expect("valid");
+        let delays: Vec<DelayId> = (0..3)
+            .map(|i| DelayId::generate_at(t0() + chrono::TimeDelta::milliseconds(i)))
+            .collect();
+        let at = |secs| t0() + chrono::TimeDelta::seconds(secs);
+        {
+            let store = open(&path).await;
+            let version = store
+                .create(create_request(id(8), t0()))
+                .await
+                .expect("creates");
+            let mut events = vec![history(HistoryEvent::JoinSetCreate {
+                join_set_id: join_set.clone(),
+                closing_strategy: concepts::ClosingStrategy::Complete,
+            })];
+            events.extend(delays.iter().map(|delay_id| {
+                history(HistoryEvent::JoinSetRequest {
+                    join_set_id: join_set.clone(),
+                    request: JoinSetRequest::DelayRequest {
+                        delay_id: *delay_id,
+                        expires_at: at(60),
+                    },
+                })
+            }));
+            let version = store
+                .append_batch(batch(&id(8), version, events))
+                .await
+                .expect("appends");
+            let responses = [
+                (other.clone(), DelayId::generate_at(t0())),
+                (join_set.clone(), delays[0]),
+                (join_set.clone(), delays[1]),
+            ];
+            for (secs, (join_set_id, delay_id)) in (0..).zip(responses) {
+                store
+                    .append_response(at(secs), &id(8), delay_finished(&join_set_id, delay_id))
+                    .await
+                    .expect("stores");
+            }
+            store
+                .append_batch(batch(&id(8), version, vec![join_next(&join_set)]))
+                .await
+                .expect("appends");
+            store.close().await;
+        }
+        downgrade(&path, from);
+        {
+            let conn = rusqlite::Connection::open(&path).expect("opens");
+            // A row written by version 1 of the schema.
+            conn.execute(
+                "INSERT INTO t_execution_state (execution_id, ffqn, component_id, next_version, \
+                 state, pending_at, state_json, temporary_event_count, max_retries, \
+                 retry_exp_backoff_us, is_top_level, created_at, scheduled_at) \
+                 VALUES (?1, 'ns:pkg/ifc.fn', 'activity:test', 1, 'PendingAt', ?2, ?3, 0, 0, 0, 1, ?2, ?2)",
+                rusqlite::params![
+                    id(7).to_string(),
+                    t0().timestamp_micros(),
+                    serde_json::to_string(&PendingState::PendingAt { scheduled_at: t0() })
+                        .expect("json"),
+                ],
+            )
+            .expect("inserts");
+        }
+        assert_eq!(pragma_i64(&path, "user_version"), i64::from(from));
+        let store = open(&path).await;
+        assert_eq!(
+            store.effective_settings().schema_version,
+            schema::current_version()
+        );
         let conn = rusqlite::Connection::open(&path).expect("opens");
-        schema::migrate_to(&conn, &path, 0, 1).expect("version 1 applies");
-        // A row written by version 1 of the schema.
-        conn.execute(
-            "INSERT INTO t_execution_state (execution_id, ffqn, component_id, next_version, \
-             state, pending_at, state_json, temporary_event_count, max_retries, \
-             retry_exp_backoff_us, is_top_level, created_at, scheduled_at) \
-             VALUES (?1, 'ns:pkg/ifc.fn', 'activity:test', 1, 'PendingAt', ?2, ?3, 0, 0, 0, 1, ?2, ?2)",
-            rusqlite::params![
-                id(7).to_string(),
-                t0().timestamp_micros(),
-                serde_json::to_string(&PendingState::PendingAt { scheduled_at: t0() }).expect("json"),
-            ],
-        )
-        .expect("inserts");
-    }
-    assert_eq!(pragma_i64(&path, "user_version"), 1);
-    let store = open(&path).await;
-    assert_eq!(
-        store.effective_settings().schema_version,
-        schema::current_version()
-    );
-    let conn = rusqlite::Connection::open(&path).expect("opens");
-    let has_index: bool = conn
-        .query_row(
-            "SELECT EXISTS(SELECT 1 FROM sqlite_schema WHERE name = 'ix_state_created')",
-            [],
-            |row| row.get(0),
-        )
-        .expect("reads");
-    assert!(has_index, "migration 2 created its index");
-    assert_eq!(
-        store
-            .get(&id(7))
+        let has_index: bool = conn
+            .query_row(
+                "SELECT EXISTS(SELECT 1 FROM sqlite_schema WHERE name = 'ix_state_created')",
+                [],
+                |row| row.get(0),
+            )
+            .expect("reads");
+        assert!(has_index, "migration 2 created its index");
+        assert_eq!(
+            store
+                .get(&id(7))
+                .await
+                .expect("the old row is readable")
+                .pending_state,
+            PendingState::PendingAt { scheduled_at: t0() }
+        );
+        assert_eq!(
+            join_set_rows(&path),
+            vec![(join_set.to_string(), 1, 2), (other.to_string(), 0, 1)],
+            "migration 3 counted the join sets from version {from}"
+        );
+        assert_eq!(join_set_idxs(&path), vec![Some(0), Some(0), Some(1)]);
+
+        // The next JoinNext consumes the join set's second response (of t0 + 2 s), the one
+        // after that blocks, and the response that follows gets the next index and unblocks it.
+        let log = store.get(&id(8)).await.expect("reads");
+        assert_eq!(
+            log.pending_state,
+            PendingState::PendingAt {
+                scheduled_at: at(1)
+            }
+        );
+        let version = store
+            .append_batch(batch(&id(8), log.next_version, vec![join_next(&join_set)]))
             .await
-            .expect("the old row is readable")
-            .pending_state,
-        PendingState::PendingAt { scheduled_at: t0() }
-    );
-    store.close().await;
+            .expect("appends");
+        let log = store.get(&id(8)).await.expect("reads");
+        assert_eq!(
+            log.pending_state,
+            PendingState::PendingAt {
+                scheduled_at: at(2)
+            }
+        );
+        store
+            .append_batch(batch(&id(8), version, vec![join_next(&join_set)]))
+            .await
+            .expect("appends");
+        let log = store.get(&id(8)).await.expect("reads");
+        assert!(matches!(
+            log.pending_state,
+            PendingState::BlockedByJoinSet { .. }
+        ));
+        store
+            .append_response(at(3), &id(8), delay_finished(&join_set, delays[2]))
+            .await
+            .expect("stores");
+        let log = store.get(&id(8)).await.expect("reads");
+        assert_eq!(
+            log.pending_state,
+            PendingState::PendingAt {
+                scheduled_at: at(3)
+            }
+        );
+        assert_eq!(
+            join_set_idxs(&path),
+            vec![Some(0), Some(0), Some(1), Some(2)]
+        );
+        assert_eq!(
+            join_set_rows(&path),
+            vec![(join_set.to_string(), 3, 3), (other.to_string(), 0, 1)]
+        );
+        store.close().await;
+    }
 }
 
 #[tokio::test]
