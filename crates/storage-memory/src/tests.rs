@@ -28,15 +28,6 @@ fn id(n: u128) -> ExecutionId {
     ExecutionIdTopLevel::from_parts(1, n).into()
 }
 
-/// A batch of `events` appended to `execution_id` at `version`, at `t0()`, creating nothing.
-fn batch(
-    execution_id: &ExecutionId,
-    version: Version,
-    events: Vec<ExecutionEventInner>,
-) -> AppendBatchRequest {
-    AppendBatchRequest::events(execution_id.clone(), version, t0(), events)
-}
-
 fn create_req(execution_id: ExecutionId) -> CreateRequest {
     CreateRequest {
         created_at: t0(),
@@ -115,9 +106,10 @@ async fn waiters_leave_no_entry_behind() {
         .unwrap();
     assert_eq!(responses.await.unwrap().unwrap().len(), 1);
     store
-        .append_batch(batch(
-            &e,
+        .append_batch(AppendBatchRequest::events(
+            e.clone(),
             Version(1),
+            t0(),
             vec![ExecutionEventInner::Finished {
                 result: Ok(SupportedFunctionReturnValue::None),
             }],
@@ -211,7 +203,12 @@ async fn a_lease_and_delays_at_the_same_instant_do_not_collide() {
         lock_expires_at: expiry,
     });
     let mut version = store
-        .append_batch(batch(&e, Version(1), vec![locked]))
+        .append_batch(AppendBatchRequest::events(
+            e.clone(),
+            Version(1),
+            t0(),
+            vec![locked],
+        ))
         .await
         .unwrap();
     for delay_id in delays {
@@ -225,7 +222,12 @@ async fn a_lease_and_delays_at_the_same_instant_do_not_collide() {
             },
         };
         version = store
-            .append_batch(batch(&e, version, vec![delay_request]))
+            .append_batch(AppendBatchRequest::events(
+                e.clone(),
+                version,
+                t0(),
+                vec![delay_request],
+            ))
             .await
             .unwrap();
     }
@@ -246,9 +248,10 @@ async fn a_failing_write_leaves_every_index_untouched() {
     let timers_before = store.lock_state().timers.clone();
     let pending_before = store.lock_state().pending.clone();
     let err = store
-        .append_batch(batch(
-            &e,
+        .append_batch(AppendBatchRequest::events(
+            e.clone(),
             Version(1),
+            t0(),
             vec![
                 ExecutionEventInner::Locked(Locked {
                     component_id: "activity:test".parse().unwrap(),
@@ -298,7 +301,12 @@ async fn a_failing_write_leaves_every_index_untouched() {
         },
     };
     let version = store
-        .append_batch(batch(&e, Version(1), vec![delay_request]))
+        .append_batch(AppendBatchRequest::events(
+            e.clone(),
+            Version(1),
+            t0(),
+            vec![delay_request],
+        ))
         .await
         .unwrap();
     assert_eq!(version, Version(2));

@@ -45,15 +45,6 @@ fn create_request(execution_id: ExecutionId, at: DateTime<Utc>) -> CreateRequest
     }
 }
 
-/// A batch of `events` appended to `execution_id` at `version`, at `t0()`, creating nothing.
-fn batch(
-    execution_id: &ExecutionId,
-    version: Version,
-    events: Vec<ExecutionEventInner>,
-) -> AppendBatchRequest {
-    AppendBatchRequest::events(execution_id.clone(), version, t0(), events)
-}
-
 fn id(n: u128) -> ExecutionId {
     concepts::ExecutionIdTopLevel::from_parts(1, n).into()
 }
@@ -212,7 +203,12 @@ async fn an_older_schema_is_migrated_and_keeps_its_data() {
                 })
             }));
             let version = store
-                .append_batch(batch(&id(8), version, events))
+                .append_batch(AppendBatchRequest::events(
+                    id(8).clone(),
+                    version,
+                    t0(),
+                    events,
+                ))
                 .await
                 .expect("appends");
             let responses = [
@@ -227,7 +223,12 @@ async fn an_older_schema_is_migrated_and_keeps_its_data() {
                     .expect("stores");
             }
             store
-                .append_batch(batch(&id(8), version, vec![join_next(&join_set)]))
+                .append_batch(AppendBatchRequest::events(
+                    id(8).clone(),
+                    version,
+                    t0(),
+                    vec![join_next(&join_set)],
+                ))
                 .await
                 .expect("appends");
             store.close().await;
@@ -290,7 +291,12 @@ async fn an_older_schema_is_migrated_and_keeps_its_data() {
             }
         );
         let version = store
-            .append_batch(batch(&id(8), log.next_version, vec![join_next(&join_set)]))
+            .append_batch(AppendBatchRequest::events(
+                id(8).clone(),
+                log.next_version,
+                t0(),
+                vec![join_next(&join_set)],
+            ))
             .await
             .expect("appends");
         let log = store.get(&id(8)).await.expect("reads");
@@ -301,7 +307,12 @@ async fn an_older_schema_is_migrated_and_keeps_its_data() {
             }
         );
         store
-            .append_batch(batch(&id(8), version, vec![join_next(&join_set)]))
+            .append_batch(AppendBatchRequest::events(
+                id(8).clone(),
+                version,
+                t0(),
+                vec![join_next(&join_set)],
+            ))
             .await
             .expect("appends");
         let log = store.get(&id(8)).await.expect("reads");
@@ -522,9 +533,10 @@ async fn close_and_reopen_keeps_every_log_response_and_state() {
         .expect("locks");
     assert_eq!(locked.len(), 3);
     store
-        .append_batch(batch(
-            &id(3),
+        .append_batch(AppendBatchRequest::events(
+            id(3).clone(),
             Version(2),
+            t0(),
             vec![ExecutionEventInner::Finished {
                 result: Ok(SupportedFunctionReturnValue::InfallibleOrResultOk(Json(
                     serde_json::json!({"z": 1, "a": 2}),
@@ -536,9 +548,10 @@ async fn close_and_reopen_keeps_every_log_response_and_state() {
     let join_set: JoinSetId = "n:sleep".parse().expect("valid");
     let delay_id = DelayId::generate_at(t0());
     store
-        .append_batch(batch(
-            &id(4),
+        .append_batch(AppendBatchRequest::events(
+            id(4).clone(),
             Version(2),
+            t0(),
             vec![
                 ExecutionEventInner::HistoryEvent {
                     event: HistoryEvent::JoinSetCreate {
@@ -830,11 +843,21 @@ async fn a_second_delay_request_with_the_same_id_is_refused() {
         },
     };
     store
-        .append_batch(batch(&id(1), Version(1), vec![request.clone()]))
+        .append_batch(AppendBatchRequest::events(
+            id(1).clone(),
+            Version(1),
+            t0(),
+            vec![request.clone()],
+        ))
         .await
         .expect("appends");
     let err = store
-        .append_batch(batch(&id(1), Version(2), vec![request]))
+        .append_batch(AppendBatchRequest::events(
+            id(1).clone(),
+            Version(2),
+            t0(),
+            vec![request],
+        ))
         .await
         .expect_err("refused");
     assert_eq!(err.kind(), DbErrorKind::Validation, "{err}");
