@@ -8,7 +8,7 @@ use crate::{
 use chrono::{DateTime, Utc};
 use concepts::{
     ClockFn, ComponentId, DbError, DbExecutor, ExecutionId, ExecutorId, FunctionFqn,
-    LockPendingRequest, LockedExecution, add_saturating, is_lost_race, retry,
+    LockPendingRequest, LockedExecution, OutcomeWrite, add_saturating, is_lost_race, retry,
 };
 use futures_util::FutureExt as _;
 use std::panic::AssertUnwindSafe;
@@ -258,14 +258,7 @@ impl<C: ClockFn> ExecTask<C> {
         let task = async move {
             let result = run_catching_panics(worker, ctx).await;
             if let Some(write) = map_worker_result(result, &run, clock.now()) {
-                let event = write.event.variant_name();
-                match db.append_outcome(write).await {
-                    Ok(_) => debug!("wrote {event}"),
-                    Err(err) if is_lost_race(&err) => {
-                        warn!("{event} refused, the lease was already resolved: {err}");
-                    }
-                    Err(err) => warn!("cannot write {event}, the lease expiry recovers: {err}"),
-                }
+                write_outcome(db.as_ref(), write).await;
             }
             drop(permit);
         };
@@ -394,6 +387,40 @@ impl ExecutorTaskHandle {
     #[must_use]
     pub fn tick_count(&self) -> u64 {
         self.ticks.load(Ordering::Relaxed)
+    }
+}
+
+/// How many times a run's outcome is written when the store answers with a retriable error
+/// (busy, connection lost) before it is left to the lease expiry.
+pub const OUTCOME_WRITE_ATTEMPTS: u32 = 4;
+/// The pause before the first retry of an outcome write; it doubles with each retry.
+const OUTCOME_RETRY_BACKOFF: Duration = Duration::from_millis(20);
+
+/// Writes a run's outcome, retrying a retriable failure a few times with backoff: a transient
+/// error must not cost the whole lease. A retry that finds the log moved on
+/// (`is_lost_race`) is done either way: the watcher resolved the lease, or an earlier attempt
+/// committed although its reply was lost.
+async fn write_outcome(db: &dyn DbExecutor, write: OutcomeWrite) {
+    let event = write.event.variant_name();
+    let mut backoff = OUTCOME_RETRY_BACKOFF;
+    let mut attempt = 1;
+    let mut next = Some(write);
+    while let Some(write) = next.take() {
+        let retry = (attempt < OUTCOME_WRITE_ATTEMPTS).then(|| write.clone());
+        match db.append_outcome(write).await {
+            Ok(_) => debug!("wrote {event}"),
+            Err(err) if is_lost_race(&err) => {
+                warn!("{event} refused, the lease was already resolved: {err}");
+            }
+            Err(err) if err.is_retriable() && retry.is_some() => {
+                debug!("cannot write {event} (attempt {attempt}), retrying in {backoff:?}: {err}");
+                tokio::time::sleep(backoff).await;
+                backoff = backoff.saturating_mul(2);
+                attempt += 1;
+                next = retry;
+            }
+            Err(err) => warn!("cannot write {event}, the lease expiry recovers: {err}"),
+        }
     }
 }
 

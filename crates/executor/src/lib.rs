@@ -67,7 +67,9 @@
 //! A spawned executor repeats: take up to `batch_size` permits of the task limiter (waiting for
 //! at least one, or `tick_sleep`, never spinning), lock that many due executions with a lease
 //! of `lock_expiry`, run each worker in its own task with the lease expiry as its deadline,
-//! write its outcome, and wait for the next due execution (`wait_for_pending`, woken by the
+//! write its outcome (again with backoff, up to [`OUTCOME_WRITE_ATTEMPTS`] attempts, when the
+//! store fails it with a retriable error), and wait for the next due execution
+//! (`wait_for_pending`, woken by the
 //! store's notifications, at most `tick_sleep`). Leases that expire because a worker hung or
 //! its process died are resolved by the timers watcher, never by the executor.
 //!
@@ -82,7 +84,9 @@ mod exec_task;
 mod mapping;
 mod worker;
 
-pub use exec_task::{ExecConfig, ExecTask, ExecutionProgress, ExecutorTaskHandle};
+pub use exec_task::{
+    ExecConfig, ExecTask, ExecutionProgress, ExecutorTaskHandle, OUTCOME_WRITE_ATTEMPTS,
+};
 pub use mapping::{RunInfo, map_worker_result};
 pub use worker::{FatalError, Worker, WorkerContext, WorkerError, WorkerResult};
 

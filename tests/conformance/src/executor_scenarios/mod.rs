@@ -1,10 +1,11 @@
-//! The executor and watcher scenarios (E1..E19 of `SCENARIOS.md`): the executor's table, the
-//! watcher's recovery of expired leases and delays, join sets across parent and child, the
-//! task limiter, and several executors sharing a store.
+//! The executor and watcher scenarios (E1..E19 of `SCENARIOS.md`, and E20 beyond it): the
+//! executor's table, the watcher's recovery of expired leases and delays, join sets across
+//! parent and child, the task limiter, retried outcome writes, and several executors sharing a
+//! store.
 //!
 //! One module per subject: `outcomes` (one executor on manual ticks: E1, E3, E4, E5, E12, E13,
-//! E15, E18), `children` (E6..E9), `watcher` (E10, E11, E19) and `spawned` (the spawned loop:
-//! E2, E14, E16, E17); the fixture they share is here, the workers they run in `workers`, and
+//! E15, E18), `children` (E6..E9), `watcher` (E10, E11, E19), `faults` (E20: a store that
+//! fails outcome writes) and `spawned` (the spawned loop: E2, E14, E16, E17); the fixture they share is here, the workers they run in `workers`, and
 //! the scenarios are re-exported here, where the
 //! [`executor_scenario_tests!`](crate::executor_scenario_tests) macro finds them.
 //!
@@ -15,6 +16,7 @@
 pub mod workers;
 
 mod children;
+mod faults;
 mod outcomes;
 mod spawned;
 mod watcher;
@@ -23,6 +25,7 @@ pub use children::{
     e6_child_failure_notifies_parent, e7_child_timeout_by_watcher_notifies_parent,
     e8_unhandled_child_error_reaches_parent, e9_child_success_notifies_parent,
 };
+pub use faults::e20_retriable_outcome_write_is_retried;
 pub use outcomes::{
     e1_simple_lifecycle, e3_trap_with_retry_left, e4_trap_without_retry, e5_exponential_backoff,
     e12_limit_reached_unlocks, e13_returned_error, e15_locks_only_exported_and_due,
@@ -270,6 +273,7 @@ macro_rules! executor_scenario_tests {
             e17_four_executors_run_each_once,
             e18_db_updated_by_worker_writes_nothing,
             e19_durable_sleep,
+            e20_retriable_outcome_write_is_retried,
         );
     };
 }
