@@ -401,25 +401,39 @@ const OUTCOME_RETRY_BACKOFF: Duration = Duration::from_millis(20);
 /// (`is_lost_race`) is done either way: the watcher resolved the lease, or an earlier attempt
 /// committed although its reply was lost.
 async fn write_outcome(db: &dyn DbExecutor, write: OutcomeWrite) {
+    let copy = write.clone();
+    if let Err(err) = db.append_outcome(write).await {
+        // Out of line and boxed: the retries (and their timers) cost the task's future nothing
+        // on the common path.
+        Box::pin(after_failed_write(db, copy, err)).await;
+    } else {
+        debug!("wrote {}", copy.event.variant_name());
+    }
+}
+
+async fn after_failed_write(db: &dyn DbExecutor, write: OutcomeWrite, mut err: DbError) {
     let event = write.event.variant_name();
     let mut backoff = OUTCOME_RETRY_BACKOFF;
     let mut attempt = 1;
-    let mut next = Some(write);
-    while let Some(write) = next.take() {
-        let retry = (attempt < OUTCOME_WRITE_ATTEMPTS).then(|| write.clone());
-        match db.append_outcome(write).await {
-            Ok(_) => debug!("wrote {event}"),
-            Err(err) if is_lost_race(&err) => {
-                warn!("{event} refused, the lease was already resolved: {err}");
+    loop {
+        if is_lost_race(&err) {
+            warn!("{event} refused, the lease was already resolved: {err}");
+            return;
+        }
+        if !err.is_retriable() || attempt >= OUTCOME_WRITE_ATTEMPTS {
+            warn!("cannot write {event}, the lease expiry recovers: {err}");
+            return;
+        }
+        debug!("cannot write {event} (attempt {attempt}), retrying in {backoff:?}: {err}");
+        tokio::time::sleep(backoff).await;
+        backoff = backoff.saturating_mul(2);
+        attempt += 1;
+        match db.append_outcome(write.clone()).await {
+            Ok(_) => {
+                debug!("wrote {event} at attempt {attempt}");
+                return;
             }
-            Err(err) if err.is_retriable() && retry.is_some() => {
-                debug!("cannot write {event} (attempt {attempt}), retrying in {backoff:?}: {err}");
-                tokio::time::sleep(backoff).await;
-                backoff = backoff.saturating_mul(2);
-                attempt += 1;
-                next = retry;
-            }
-            Err(err) => warn!("cannot write {event}, the lease expiry recovers: {err}"),
+            Err(next) => err = next,
         }
     }
 }
