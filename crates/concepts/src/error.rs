@@ -74,6 +74,56 @@ pub enum DuplicateKind {
         /// The child.
         child_execution_id: ExecutionId,
     },
+    /// An execution with this id exists with another function, parameters or parent: a
+    /// `create` that reuses an id must repeat the request exactly.
+    #[error(
+        "execution {execution_id} already exists with a different {}",
+        Differences(differences)
+    )]
+    ExecutionConflict {
+        /// The execution.
+        execution_id: ExecutionId,
+        /// What differs, in the order function, parameters, parent.
+        differences: Vec<CreateConflict>,
+    },
+    /// The stub was already completed (or cancelled) with another result.
+    #[error("execution {execution_id} was already completed with a different result: {existing}")]
+    Completion {
+        /// The stub execution.
+        execution_id: ExecutionId,
+        /// The result it has, as text.
+        existing: String,
+    },
+}
+
+/// How a [`DuplicateKind::ExecutionConflict`] lists what differs.
+struct Differences<'a>(&'a [CreateConflict]);
+
+impl std::fmt::Display for Differences<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, d) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str(if i + 1 == self.0.len() { " and " } else { ", " })?;
+            }
+            write!(f, "{d}")?;
+        }
+        Ok(())
+    }
+}
+
+/// What differs between a `create` and the execution that already has its id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, derive_more::Display)]
+#[non_exhaustive]
+pub enum CreateConflict {
+    /// The function.
+    #[display("function")]
+    Function,
+    /// The parameters.
+    #[display("parameters")]
+    Params,
+    /// The parent (or its join set).
+    #[display("parent")]
+    Parent,
 }
 
 /// A backend's own error, wrapped: the driver's message and whether retrying may help.

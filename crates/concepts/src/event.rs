@@ -125,6 +125,13 @@ pub enum FinishedExecutionError {
         /// Extra detail (a backtrace, say).
         detail: Option<String>,
     },
+    /// The execution was cancelled (`DbClient::cancel`) before it finished, itself or as a
+    /// descendant of a cancelled execution.
+    #[error("cancelled: {reason}")]
+    Cancelled {
+        /// Why, as the canceller said.
+        reason: String,
+    },
 }
 
 /// The result of a finished execution.
@@ -143,6 +150,8 @@ pub enum ResultKind {
     UnhandledChildExecutionError,
     /// `Err(PermanentFailure { .. })`.
     PermanentFailure,
+    /// `Err(Cancelled { .. })`.
+    Cancelled,
 }
 
 impl ResultKind {
@@ -160,6 +169,7 @@ impl ResultKind {
                 Self::UnhandledChildExecutionError
             }
             Err(FinishedExecutionError::PermanentFailure { .. }) => Self::PermanentFailure,
+            Err(FinishedExecutionError::Cancelled { .. }) => Self::Cancelled,
         }
     }
 }

@@ -37,6 +37,7 @@ mod error;
 mod event;
 mod ids;
 pub mod kernel;
+mod lifecycle;
 mod outcome;
 mod pending_state;
 pub mod retry;
@@ -44,7 +45,8 @@ mod storage;
 mod time;
 
 pub use error::{
-    AppendRefused, BackendError, DbError, DbErrorKind, DuplicateKind, ValidationError,
+    AppendRefused, BackendError, CreateConflict, DbError, DbErrorKind, DuplicateKind,
+    ValidationError,
 };
 pub use event::{
     ClosingStrategy, ExecutionEvent, ExecutionEventInner, ExecutionMetadata,
@@ -56,14 +58,18 @@ pub use ids::{
     ComponentId, DelayId, ExecutionId, ExecutionIdTopLevel, ExecutorId, FunctionFqn, IdParseError,
     JoinSetId, JoinSetKind, RunId,
 };
+pub use lifecycle::{
+    CancelOutcome, CancelRequest, CompleteOutcome, CompleteRequest, CreateOutcome, PruneOutcome,
+    PruneRequest, STUB_INTERFACE,
+};
 pub use outcome::{OutcomeWrite, is_lost_race};
 pub use pending_state::{
     ExecutionState, PendingState, PendingStateKind, count_join_next, derive_pending_state,
     temporary_event_count,
 };
 pub use storage::{
-    AppendBatchRequest, CreateRequest, DbClient, DbClientExt, DbConnection, DbExecutor, DbTimers,
-    DbWorkflow, ExecutionLog, ExecutionSummary, ExpiredDelay, ExpiredLock, ExpiredTimer,
+    AppendBatchRequest, CreateRequest, DbAwait, DbClient, DbClientExt, DbConnection, DbExecutor,
+    DbTimers, DbWorkflow, ExecutionLog, ExecutionSummary, ExpiredDelay, ExpiredLock, ExpiredTimer,
     ListExecutionsFilter, LockPendingRequest, LockedExecution, Pagination,
 };
 pub use time::{ClockFn, add_saturating, sub_saturating, truncate_to_micros};

@@ -13,6 +13,10 @@ use crate::{
         HistoryEvent, JoinSetResponseEvent, JoinSetResponseEventOuter, Locked, Params, Version,
     },
     ids::{ComponentId, DelayId, ExecutionId, ExecutorId, FunctionFqn, JoinSetId},
+    lifecycle::{
+        CancelOutcome, CancelRequest, CompleteOutcome, CompleteRequest, CreateOutcome,
+        PruneOutcome, PruneRequest,
+    },
     outcome::OutcomeWrite,
     pending_state::{PendingState, PendingStateKind},
 };
@@ -280,9 +284,22 @@ impl Default for Pagination {
     }
 }
 
+/// Waiting for an execution to finish: what clients need, and what a running worker needs to
+/// learn that its execution was cancelled.
+#[async_trait]
+pub trait DbAwait: Send + Sync {
+    /// The finished result: at once if finished, else when it finishes, else `Timeout` after
+    /// `timeout` (`None` waits forever).
+    async fn wait_for_finished_result(
+        &self,
+        execution_id: &ExecutionId,
+        timeout: Option<Duration>,
+    ) -> Result<FinishedExecutionResult, DbError>;
+}
+
 /// What an executor needs from storage.
 #[async_trait]
-pub trait DbExecutor: Send + Sync {
+pub trait DbExecutor: DbAwait {
     /// Locks up to `req.batch_size` executions of `req.ffqns` that are due at
     /// `req.pending_at_or_sooner`, oldest `scheduled_at` first (ties by execution id), each with
     /// a fresh run id; all or nothing. Two callers never lock the same execution.
@@ -346,14 +363,38 @@ pub trait DbTimers: Send + Sync {
     ) -> Result<(), DbError>;
 }
 
-/// What clients (submitters, inspection tools) need.
+/// What clients (submitters, operators, inspection tools) need.
 #[async_trait]
-pub trait DbClient: Send + Sync {
-    /// Creates an execution; returns `Version(1)`. A duplicate id is a `Duplicate`.
-    async fn create(&self, req: CreateRequest) -> Result<Version, DbError>;
+pub trait DbClient: DbAwait {
+    /// Creates an execution (its next append carries version 1). Idempotent: when an
+    /// execution with this id already exists with the same function, parameters and parent,
+    /// nothing is written and the answer is [`CreateOutcome::AlreadyExisted`]; with another
+    /// function, parameters or parent it is a
+    /// [`DuplicateKind::ExecutionConflict`](crate::DuplicateKind::ExecutionConflict) naming
+    /// what differs.
+    async fn create(&self, req: CreateRequest) -> Result<CreateOutcome, DbError>;
 
-    /// Creates many executions, all or nothing.
+    /// Creates many executions, all or nothing, each item idempotent as in
+    /// [`DbClient::create`]: items that exist identically are skipped, one conflicting item
+    /// refuses the whole batch.
     async fn create_batch(&self, reqs: Vec<CreateRequest>) -> Result<(), DbError>;
+
+    /// Cancels a not-yet-finished execution and every unfinished descendant, in one
+    /// transaction with their parents' responses and the closing of their open delays.
+    /// A finished execution is left alone: [`CancelOutcome::AlreadyFinished`].
+    async fn cancel(&self, req: CancelRequest) -> Result<CancelOutcome, DbError>;
+
+    /// Completes a stub execution (a durable promise) with a value, answering its parent in
+    /// the same transaction. Completing it again with the same value is
+    /// [`CompleteOutcome::AlreadyCompleted`]; with another value a
+    /// [`DuplicateKind::Completion`](crate::DuplicateKind::Completion); an execution that is
+    /// not a stub is refused.
+    async fn complete(&self, req: CompleteRequest) -> Result<CompleteOutcome, DbError>;
+
+    /// Deletes up to `req.limit` top-level executions that finished before
+    /// `req.finished_before`, each with its whole tree (descendants, logs, responses, delays),
+    /// each tree all or nothing; a tree with an unfinished member is kept.
+    async fn prune(&self, req: PruneRequest) -> Result<PruneOutcome, DbError>;
 
     /// The whole log.
     async fn get(&self, execution_id: &ExecutionId) -> Result<ExecutionLog, DbError>;
@@ -371,14 +412,6 @@ pub trait DbClient: Send + Sync {
         filter: ListExecutionsFilter,
         pagination: Pagination,
     ) -> Result<Vec<ExecutionSummary>, DbError>;
-
-    /// The finished result: at once if finished, else when it finishes, else `Timeout` after
-    /// `timeout` (`None` waits forever).
-    async fn wait_for_finished_result(
-        &self,
-        execution_id: &ExecutionId,
-        timeout: Option<Duration>,
-    ) -> Result<FinishedExecutionResult, DbError>;
 }
 
 /// Conveniences over [`DbClient`], for every client (blanket impl).

@@ -11,7 +11,10 @@
 //!    read.
 //! 2. **Load.** The backend reads those rows into a [`Snapshot`], under its own locking (a
 //!    mutex, the single writer's transaction, `SELECT ... FOR UPDATE`), and, when asked, finds
-//!    the due executions with its own index.
+//!    the due executions, the descendants of an execution or the prune candidates with its
+//!    own indexes. A write whose rows depend on what it read (`cancel` needs the join sets of
+//!    the descendants it found, `prune` the trees of its candidates) names the rest with
+//!    [`WriteRequest::follow_up_keys`], which the backend loads into the same snapshot.
 //! 3. **Plan.** [`plan`] applies the request to the snapshot: it validates every step
 //!    (versions, the locking rules, a repeated delay, a duplicate response, a child's parent),
 //!    carries the pending state forward with [`ExecutionState`](crate::ExecutionState)'s
@@ -27,19 +30,21 @@
 //! [`ValidationError`](crate::ValidationError). The kernel is driver-free and clock-free: time
 //! comes in with the request.
 
+mod lifecycle;
 mod plan;
 mod snapshot;
 mod validate;
 mod waiters;
 
 pub use plan::{
-    ExecutionChange, PlannedDelay, PlannedResponse, Wakeup, WritePlan, WriteRequest, plan,
+    ExecutionChange, PlannedDelay, PlannedResponse, Wakeup, WritePlan, WriteReply, WriteRequest,
+    plan,
 };
 pub use snapshot::{
     DelayRow, DueQuery, ExecutionRow, JoinSetCounters, JoinSetKey, JoinSetRow, Keys, LogRows,
-    Snapshot, order_expired_timers,
+    PruneQuery, Snapshot, SubtreeKey, descendant_bounds, order_expired_timers,
 };
-pub use validate::validate_append_batch;
+pub use validate::{validate_append_batch, validate_create, validate_lock_pending};
 pub use waiters::{WaiterCounts, WaiterHub};
 
 #[cfg(test)]

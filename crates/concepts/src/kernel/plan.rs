@@ -4,12 +4,13 @@
 use super::snapshot::{
     DelayRow, DueQuery, ExecutionRow, FastHash, JoinSetCounters, JoinSetKey, Keys, Snapshot,
 };
-use super::validate::validate_append_batch;
+use super::validate::{validate_append_batch, validate_create, validate_lock_pending};
 use crate::{
-    AppendBatchRequest, BackendError, CreateRequest, DbError, DelayId, DuplicateKind,
-    ExecutionEvent, ExecutionEventInner, ExecutionId, FunctionFqn, HistoryEvent, JoinSetId,
-    JoinSetRequest, JoinSetResponse, JoinSetResponseEvent, JoinSetResponseEventOuter,
-    LockPendingRequest, Locked, LockedExecution, OutcomeWrite, PendingState, RunId,
+    AppendBatchRequest, BackendError, CancelOutcome, CancelRequest, CompleteOutcome,
+    CompleteRequest, CreateOutcome, CreateRequest, DbError, DelayId, DuplicateKind, ExecutionEvent,
+    ExecutionEventInner, ExecutionId, FunctionFqn, HistoryEvent, JoinSetId, JoinSetRequest,
+    JoinSetResponse, JoinSetResponseEvent, JoinSetResponseEventOuter, LockPendingRequest, Locked,
+    LockedExecution, OutcomeWrite, PendingState, PruneOutcome, PruneRequest, RunId,
     ValidationError, Version,
 };
 use chrono::{DateTime, Utc};
@@ -37,6 +38,70 @@ pub enum WriteRequest {
     },
     /// `lock_pending`.
     LockPending(LockPendingRequest),
+    /// `cancel`: the execution and its unfinished descendants.
+    Cancel(CancelRequest),
+    /// `complete`: a stub, with a value from outside.
+    Complete(CompleteRequest),
+    /// `prune`: finished trees.
+    Prune(PruneRequest),
+}
+
+/// What a write answers its caller, besides the plan's rows.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum WriteReply {
+    /// Nothing (`create_batch`, `append_response`, `lock_pending`, whose answer is
+    /// [`WritePlan::locked`]).
+    #[default]
+    Nothing,
+    /// The version the next append of the written execution carries (`append_batch`,
+    /// `append_outcome`).
+    Version(Version),
+    /// `create`.
+    Create(CreateOutcome),
+    /// `cancel`.
+    Cancel(CancelOutcome),
+    /// `complete`.
+    Complete(CompleteOutcome),
+    /// `prune`.
+    Prune(PruneOutcome),
+}
+
+macro_rules! reply_accessor {
+    ($(#[$doc:meta])* $name:ident, $variant:ident, $ty:ty) => {
+        $(#[$doc])*
+        pub fn $name(self) -> Result<$ty, DbError> {
+            match self {
+                Self::$variant(answer) => Ok(answer),
+                other => Err(inconsistent(format!(
+                    concat!("the kernel answered {:?} where ", stringify!($variant), " belongs"),
+                    other
+                ))),
+            }
+        }
+    };
+}
+
+impl WriteReply {
+    reply_accessor!(
+        /// The answer of `append_batch` and `append_outcome`.
+        version, Version, Version
+    );
+    reply_accessor!(
+        /// The answer of `create`.
+        create, Create, CreateOutcome
+    );
+    reply_accessor!(
+        /// The answer of `cancel`.
+        cancel, Cancel, CancelOutcome
+    );
+    reply_accessor!(
+        /// The answer of `complete`.
+        complete, Complete, CompleteOutcome
+    );
+    reply_accessor!(
+        /// The answer of `prune`.
+        prune, Prune, PruneOutcome
+    );
 }
 
 /// A pending state became due, a response arrived, or an execution finished: who to wake.
@@ -126,9 +191,11 @@ pub struct WritePlan {
     pub wakeups: Vec<Wakeup>,
     /// The executions locked (`lock_pending`), in lock order.
     pub locked: Vec<LockedExecution>,
-    /// The version the next append of the written execution carries (`create`, `append_batch`,
-    /// `append_outcome`); `None` for the other writes.
-    pub next_version: Option<Version>,
+    /// Executions to delete with everything stored about them (`prune`): events, responses,
+    /// join-set counters, delays and the row.
+    pub deleted: Vec<ExecutionId>,
+    /// What the caller is answered.
+    pub reply: WriteReply,
 }
 
 impl WriteRequest {
@@ -137,15 +204,24 @@ impl WriteRequest {
     pub fn keys(&self) -> Result<Keys, DbError> {
         let mut keys = Keys::default();
         match self {
-            Self::Create(req) => keys.new_executions.push(req.execution_id.clone()),
+            Self::Create(req) => {
+                validate_create(req)?;
+                keys.new_executions.push(req.execution_id.clone());
+            }
             Self::CreateBatch(reqs) => {
                 if reqs.is_empty() {
                     return Err(ValidationError::EmptyBatch("create_batch").into());
+                }
+                for req in reqs {
+                    validate_create(req)?;
                 }
                 keys.new_executions = reqs.iter().map(|r| r.execution_id.clone()).collect();
             }
             Self::AppendBatch(req) => {
                 validate_append_batch(req)?;
+                for child in &req.children {
+                    validate_create(child)?;
+                }
                 keys.executions.push(req.execution_id.clone());
                 event_keys(&mut keys, &req.execution_id, &req.events);
                 keys.new_executions = req
@@ -175,26 +251,40 @@ impl WriteRequest {
                 response_keys(&mut keys, execution_id, response);
             }
             Self::LockPending(req) => {
-                if req.lock_expires_at <= req.now {
-                    return Err(ValidationError::InvalidExpiryDate {
-                        lock_expires_at: req.lock_expires_at,
-                        now: req.now,
-                    }
-                    .into());
-                }
+                validate_lock_pending(req)?;
                 keys.due = Some(DueQuery {
                     ffqns: req.ffqns.clone(),
                     pending_at_or_sooner: req.pending_at_or_sooner,
                     limit: req.batch_size,
                 });
             }
+            Self::Cancel(req) => super::lifecycle::cancel_keys(&mut keys, req),
+            Self::Complete(req) => super::lifecycle::complete_keys(&mut keys, req),
+            Self::Prune(req) => super::lifecycle::prune_keys(&mut keys, req)?,
         }
         Ok(keys)
+    }
+
+    /// The rows this write touches that depend on what was loaded for [`WriteRequest::keys`]:
+    /// call it once, with the snapshot loaded for those keys, and load what it names into the
+    /// same snapshot. `None` when the first keys were all (every write but `cancel` and
+    /// `prune`).
+    #[must_use]
+    pub fn follow_up_keys(&self, snapshot: &Snapshot) -> Option<Keys> {
+        match self {
+            Self::Cancel(req) => super::lifecycle::cancel_follow_up_keys(snapshot, req),
+            Self::Prune(_) => super::lifecycle::prune_follow_up_keys(snapshot),
+            _ => None,
+        }
     }
 }
 
 /// The join sets and delays that `events` of `execution_id` touch.
-fn event_keys(keys: &mut Keys, execution_id: &ExecutionId, events: &[ExecutionEventInner]) {
+pub(super) fn event_keys(
+    keys: &mut Keys,
+    execution_id: &ExecutionId,
+    events: &[ExecutionEventInner],
+) {
     for event in events {
         let ExecutionEventInner::HistoryEvent { event } = event else {
             continue;
@@ -213,7 +303,11 @@ fn event_keys(keys: &mut Keys, execution_id: &ExecutionId, events: &[ExecutionEv
 }
 
 /// The join set, delay and child that a response to `execution_id` touches.
-fn response_keys(keys: &mut Keys, execution_id: &ExecutionId, response: &JoinSetResponseEvent) {
+pub(super) fn response_keys(
+    keys: &mut Keys,
+    execution_id: &ExecutionId,
+    response: &JoinSetResponseEvent,
+) {
     join_set_key(keys, execution_id, &response.join_set_id, 0);
     match &response.event {
         JoinSetResponse::DelayFinished { delay_id } => {
@@ -247,29 +341,37 @@ fn join_set_key(keys: &mut Keys, execution_id: &ExecutionId, join_set_id: &JoinS
 pub fn plan(snapshot: &Snapshot, request: WriteRequest) -> Result<WritePlan, DbError> {
     let mut planner = Planner::new(snapshot);
     let mut locked = Vec::new();
-    let next_version = match request {
-        WriteRequest::Create(req) => Some(planner.create(req)?),
+    let mut deleted = Vec::new();
+    let reply = match request {
+        WriteRequest::Create(req) => WriteReply::Create(planner.create(req, true)?),
         WriteRequest::CreateBatch(reqs) => {
             // One change per request: grown once, not doubled (and moved) a thousand times.
             planner.changes.reserve(reqs.len());
             for req in reqs {
-                planner.create(req)?;
+                planner.create(req, true)?;
             }
-            None
+            WriteReply::Nothing
         }
-        WriteRequest::AppendBatch(req) => Some(planner.append_batch(req)?),
-        WriteRequest::Outcome(write) => Some(planner.outcome(write)?),
+        WriteRequest::AppendBatch(req) => WriteReply::Version(planner.append_batch(req)?),
+        WriteRequest::Outcome(write) => WriteReply::Version(planner.outcome(write)?),
         WriteRequest::Response {
             now,
             execution_id,
             response,
         } => {
             planner.respond(now, &execution_id, response)?;
-            None
+            WriteReply::Nothing
         }
         WriteRequest::LockPending(req) => {
             locked = planner.lock_pending(&req)?;
-            None
+            WriteReply::Nothing
+        }
+        WriteRequest::Cancel(req) => WriteReply::Cancel(planner.cancel(req)?),
+        WriteRequest::Complete(req) => WriteReply::Complete(planner.complete(req)?),
+        WriteRequest::Prune(req) => {
+            let (outcome, ids) = super::lifecycle::plan_prune(snapshot, &req)?;
+            deleted = ids;
+            WriteReply::Prune(outcome)
         }
     };
     let changes = planner.changes;
@@ -281,7 +383,8 @@ pub fn plan(snapshot: &Snapshot, request: WriteRequest) -> Result<WritePlan, DbE
         changes,
         wakeups,
         locked,
-        next_version,
+        deleted,
+        reply,
     })
 }
 
@@ -346,9 +449,9 @@ impl StagedJoinSet {
 /// Up to this many changes, a change is found by a scan rather than a map.
 const LINEAR_LOOKUP: usize = 8;
 
-struct Planner<'s> {
-    snapshot: &'s Snapshot,
-    changes: Vec<ExecutionChange>,
+pub(super) struct Planner<'s> {
+    pub(super) snapshot: &'s Snapshot,
+    pub(super) changes: Vec<ExecutionChange>,
     /// The index of each change by execution, built only once a write touches more than
     /// [`LINEAR_LOOKUP`] executions: most writes touch one or two, and a scan is cheaper.
     position: HashMap<ExecutionId, usize, FastHash>,
@@ -370,7 +473,7 @@ impl<'s> Planner<'s> {
     }
 
     /// The index of the change of an existing execution, staged on first touch.
-    fn touch(&mut self, execution_id: &ExecutionId) -> Result<usize, DbError> {
+    pub(super) fn touch(&mut self, execution_id: &ExecutionId) -> Result<usize, DbError> {
         if let Some(idx) = self.find(execution_id) {
             return Ok(idx);
         }
@@ -453,14 +556,18 @@ impl<'s> Planner<'s> {
         }
     }
 
-    fn create(&mut self, req: CreateRequest) -> Result<Version, DbError> {
-        if self.snapshot.executions.contains_key(&req.execution_id)
-            || self.find(&req.execution_id).is_some()
-        {
-            return Err(DuplicateKind::Execution(req.execution_id).into());
+    /// Stages the creation of `req`. When its id exists (stored, or created earlier in this
+    /// write), `idempotent` decides: an identical request is answered `AlreadyExisted` and
+    /// writes nothing, a different one is a conflict; without it any existing id is a
+    /// duplicate (children of `append_batch`, fenced by their parent's version).
+    fn create(&mut self, req: CreateRequest, idempotent: bool) -> Result<CreateOutcome, DbError> {
+        if let Some(existing) = self.existing_creation(&req.execution_id)? {
+            if !idempotent {
+                return Err(DuplicateKind::Execution(req.execution_id).into());
+            }
+            return super::lifecycle::repeated_create(&req, existing);
         }
         let row = ExecutionRow::new_execution(&req);
-        let next_version = row.state.next_version;
         let created_event = req.to_created_event();
         self.push(ExecutionChange {
             row,
@@ -472,7 +579,30 @@ impl<'s> Planner<'s> {
             delays_requested: Vec::new(),
             delays_closed: Vec::new(),
         });
-        Ok(next_version)
+        Ok(CreateOutcome::Created)
+    }
+
+    /// The `Created` event and current state of an execution with this id, stored or created
+    /// earlier in this write.
+    fn existing_creation(
+        &self,
+        execution_id: &ExecutionId,
+    ) -> Result<Option<(ExecutionEvent, PendingState)>, DbError> {
+        if let Some(idx) = self.find(execution_id)
+            && let Some(req) = &self.changes[idx].created
+        {
+            let state = self.changes[idx].row.state.pending_state.clone();
+            return Ok(Some((req.to_created_event(), state)));
+        }
+        let Some(row) = self.snapshot.executions.get(execution_id) else {
+            return Ok(None);
+        };
+        let created = self.snapshot.created.get(execution_id).ok_or_else(|| {
+            inconsistent(format!(
+                "the `Created` event of existing execution {execution_id} was not loaded"
+            ))
+        })?;
+        Ok(Some((created.clone(), row.state.pending_state.clone())))
     }
 
     /// Validates and stages one event at `version`; returns the next version.
@@ -633,7 +763,7 @@ impl<'s> Planner<'s> {
             version = self.append(&execution_id, version, now, event)?;
         }
         for child in children {
-            self.create(child)?;
+            self.create(child, false)?;
         }
         Ok(version)
     }
@@ -652,7 +782,7 @@ impl<'s> Planner<'s> {
         }
     }
 
-    fn outcome(&mut self, write: OutcomeWrite) -> Result<Version, DbError> {
+    pub(super) fn outcome(&mut self, write: OutcomeWrite) -> Result<Version, DbError> {
         let parent_response = write.parent_response();
         let next_version =
             self.append(&write.execution_id, write.version, write.now, write.event)?;

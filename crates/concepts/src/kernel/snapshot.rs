@@ -3,7 +3,8 @@
 
 use crate::{
     CreateRequest, DbError, DelayId, ExecutionEvent, ExecutionId, ExecutionState, ExpiredLock,
-    ExpiredTimer, FunctionFqn, JoinSetId, JoinSetResponseEventOuter, PendingState, Version,
+    ExpiredTimer, FinishedExecutionResult, FunctionFqn, JoinSetId, JoinSetResponseEventOuter,
+    PendingState, Version,
 };
 use chrono::{DateTime, Utc};
 use std::{
@@ -140,13 +141,54 @@ pub struct DueQuery {
     pub limit: usize,
 }
 
+/// The descendants of one execution that a write reads: every execution whose id starts with
+/// `<root>.` (a child's id is derived from its parent's, so this is the whole tree below
+/// `root`; [`descendant_bounds`] gives the range of ids).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SubtreeKey {
+    /// The execution whose descendants are read (not itself).
+    pub root: ExecutionId,
+    /// Only the descendants that have not finished (`cancel`); otherwise all (`prune`).
+    pub unfinished_only: bool,
+}
+
+/// Which top-level executions `prune` examines.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PruneQuery {
+    /// Top-level executions that finished strictly before this time...
+    pub finished_before: DateTime<Utc>,
+    /// ...and after this `(finished_at, execution_id)`, when given...
+    pub after: Option<(DateTime<Utc>, ExecutionId)>,
+    /// ...at most this many, in `(finished_at, execution_id)` order.
+    pub limit: usize,
+}
+
+/// The ids of the descendants of `root`, as a half-open range in byte order: every id `d`
+/// with `low <= d < high` (`low` is `<root>.`, `high` is `<root>/`, since `/` follows `.`).
+#[must_use]
+pub fn descendant_bounds(root: &ExecutionId) -> (String, String) {
+    (format!("{root}."), format!("{root}/"))
+}
+
 /// The rows a write touches, which the backend loads into a [`Snapshot`].
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Keys {
     /// Existing executions whose rows the write changes, in the order to lock them.
     pub executions: Vec<ExecutionId>,
-    /// Executions the write creates: a row found for one of them makes it a duplicate.
+    /// Executions the write creates. For each one that exists, the backend loads its row and
+    /// its `Created` event (into [`Snapshot::created`]): the kernel decides whether the write
+    /// repeats it (idempotent submit) or conflicts with it.
     pub new_executions: Vec<ExecutionId>,
+    /// Descendants to read, with their rows, into [`Snapshot::subtrees`].
+    pub subtrees: Vec<SubtreeKey>,
+    /// Executions whose finished result the write needs, when they have finished: into
+    /// [`Snapshot::finished_results`].
+    pub finished_results: Vec<ExecutionId>,
+    /// Executions whose open delays the write closes: into [`Snapshot::open_delays`].
+    pub open_delays: Vec<ExecutionId>,
+    /// Top-level finished executions to examine for `prune`: their rows, and their ids into
+    /// [`Snapshot::prune_candidates`].
+    pub prune: Option<PruneQuery>,
     /// Join sets whose counters the write reads.
     pub join_sets: Vec<JoinSetKey>,
     /// Delays the write requests or answers.
@@ -172,8 +214,20 @@ pub struct LogRows {
 #[derive(Debug, Clone, Default)]
 pub struct Snapshot {
     /// The rows of the executions found, among `Keys::executions` and `Keys::new_executions`,
-    /// and of the due executions.
+    /// of the due executions, the descendants and the prune candidates.
     pub executions: HashMap<ExecutionId, ExecutionRow, FastHash>,
+    /// The `Created` event of every execution of `Keys::new_executions` that exists.
+    pub created: HashMap<ExecutionId, ExecutionEvent, FastHash>,
+    /// For each `Keys::subtrees` root: the descendants found, in id order (their rows are in
+    /// `executions`).
+    pub subtrees: HashMap<ExecutionId, Vec<ExecutionId>, FastHash>,
+    /// The finished results of the executions of `Keys::finished_results` that have finished.
+    pub finished_results: HashMap<ExecutionId, FinishedExecutionResult, FastHash>,
+    /// The open delays of each execution of `Keys::open_delays` that has any.
+    pub open_delays: HashMap<ExecutionId, Vec<DelayId>, FastHash>,
+    /// The executions `Keys::prune` found, in the order found (their rows are in
+    /// `executions`).
+    pub prune_candidates: Vec<ExecutionId>,
     /// The join sets of `Keys::join_sets` that have counters.
     pub join_sets: HashMap<(ExecutionId, JoinSetId), JoinSetRow, FastHash>,
     /// The delays of `Keys::delays` that were requested or answered.

@@ -3,10 +3,11 @@
 
 use super::*;
 use crate::{
-    AppendBatchRequest, ComponentId, CreateRequest, DbError, DelayId, DuplicateKind,
-    ExecutionEvent, ExecutionEventInner, ExecutionId, ExecutionState, ExecutorId,
-    FinishedExecutionError, FunctionFqn, HistoryEvent, JoinSetId, JoinSetRequest, JoinSetResponse,
-    JoinSetResponseEvent, LockPendingRequest, OutcomeWrite, PendingState, ValidationError, Version,
+    AppendBatchRequest, ComponentId, CreateConflict, CreateOutcome, CreateRequest, DbError,
+    DelayId, DuplicateKind, ExecutionEvent, ExecutionEventInner, ExecutionId, ExecutionState,
+    ExecutorId, FinishedExecutionError, FunctionFqn, HistoryEvent, JoinSetId, JoinSetRequest,
+    JoinSetResponse, JoinSetResponseEvent, LockPendingRequest, OutcomeWrite, PendingState,
+    ValidationError, Version,
 };
 use chrono::{DateTime, Utc};
 use std::{sync::Arc, time::Duration};
@@ -117,7 +118,7 @@ fn a_new_execution_is_pending_at_its_schedule_and_wakes_its_function() {
         WriteRequest::Create(create_request(&id, None)),
     )
     .unwrap();
-    assert_eq!(plan.next_version, Some(Version(1)));
+    assert_eq!(plan.reply, WriteReply::Create(CreateOutcome::Created));
     let [change] = plan.changes.as_slice() else {
         panic!("one change expected: {plan:?}");
     };
@@ -144,24 +145,50 @@ fn a_new_execution_is_pending_at_its_schedule_and_wakes_its_function() {
 }
 
 #[test]
-fn duplicates_are_refused_whether_stored_or_in_the_same_batch() {
+fn a_repeated_create_is_answered_and_a_conflicting_one_refused() {
     let id = ExecutionId::generate_at(at(0));
-    let stored = snapshot_of([row(&id, 1, pending(0))]);
-    let err = run(&stored, WriteRequest::Create(create_request(&id, None))).unwrap_err();
+    let mut stored = snapshot_of([row(&id, 1, pending(0))]);
+    stored
+        .created
+        .insert(id.clone(), create_request(&id, None).to_created_event());
+    let plan = run(&stored, WriteRequest::Create(create_request(&id, None))).unwrap();
+    assert_eq!(
+        plan.reply,
+        WriteReply::Create(CreateOutcome::AlreadyExisted {
+            pending_state: pending(0)
+        })
+    );
     assert!(
-        matches!(err, DbError::Duplicate(DuplicateKind::Execution(ref d)) if *d == id),
+        plan.changes.is_empty() && plan.wakeups.is_empty(),
+        "{plan:?}"
+    );
+    let mut other = create_request(&id, None);
+    other.params = serde_json::json!([2]).into();
+    other.ffqn = "ns:pkg/ifc.other".parse().unwrap();
+    let err = run(&stored, WriteRequest::Create(other.clone())).unwrap_err();
+    assert!(
+        matches!(
+            &err,
+            DbError::Duplicate(DuplicateKind::ExecutionConflict { execution_id, differences })
+                if *execution_id == id
+                    && *differences == [CreateConflict::Function, CreateConflict::Params]
+        ),
         "{err:?}"
+    );
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "duplicate: execution {id} already exists with a different function and parameters"
+        )
     );
     let twice =
         WriteRequest::CreateBatch(vec![create_request(&id, None), create_request(&id, None)]);
+    let plan = run(&Snapshot::default(), twice).unwrap();
+    assert_eq!(plan.changes.len(), 1, "the repeated item writes nothing");
+    let conflicting = WriteRequest::CreateBatch(vec![create_request(&id, None), other]);
     assert!(matches!(
-        run(&Snapshot::default(), twice),
-        Err(DbError::Duplicate(_))
-    ));
-    let empty = WriteRequest::CreateBatch(Vec::new());
-    assert!(matches!(
-        empty.keys(),
-        Err(DbError::Validation(ValidationError::EmptyBatch(_)))
+        run(&Snapshot::default(), conflicting),
+        Err(DbError::Duplicate(DuplicateKind::ExecutionConflict { .. }))
     ));
 }
 
@@ -437,8 +464,8 @@ fn a_finished_child_answers_its_parent_in_the_same_plan() {
     );
     let plan = run(&snapshot, WriteRequest::Outcome(write)).unwrap();
     assert_eq!(
-        plan.next_version,
-        Some(Version(2)),
+        plan.reply,
+        WriteReply::Version(Version(2)),
         "a Finished keeps its version"
     );
     assert_eq!(plan.changes.len(), 2);
@@ -630,10 +657,12 @@ fn a_large_batch_finds_its_duplicates_past_the_linear_lookup() {
     .unwrap();
     assert_eq!(plan.changes.len(), 20);
     assert_eq!(plan.wakeups.len(), 20);
-    reqs.push(create_request(&ids[3], None));
+    let mut conflicting = create_request(&ids[3], None);
+    conflicting.ffqn = "ns:pkg/ifc.other".parse().unwrap();
+    reqs.push(conflicting);
     let err = run(&Snapshot::default(), WriteRequest::CreateBatch(reqs)).unwrap_err();
     assert!(
-        matches!(err, DbError::Duplicate(DuplicateKind::Execution(ref d)) if *d == ids[3]),
+        matches!(err, DbError::Duplicate(DuplicateKind::ExecutionConflict { ref execution_id, .. }) if *execution_id == ids[3]),
         "{err:?}"
     );
 }

@@ -2,8 +2,8 @@
 
 use super::snapshot::FastHash;
 use crate::{
-    AppendBatchRequest, ExecutionEventInner, ExecutionId, HistoryEvent, JoinSetId, JoinSetRequest,
-    ValidationError,
+    AppendBatchRequest, CreateRequest, ExecutionEventInner, ExecutionId, HistoryEvent, JoinSetId,
+    JoinSetRequest, LockPendingRequest, ValidationError,
 };
 use std::collections::HashSet;
 
@@ -64,6 +64,44 @@ pub fn validate_append_batch(req: &AppendBatchRequest) -> Result<(), ValidationE
                 child.execution_id
             )));
         }
+    }
+    Ok(())
+}
+
+/// Checks a request of `create`: a child's id is derived from its parent and join set
+/// (`<parent>.<join set>_<index>`, [`ExecutionId::next_level`]), and an execution without a
+/// parent has a top-level id. So the descendants of an execution are exactly the ids that
+/// start with its id and a dot, which is how `cancel` and `prune` find a tree.
+pub fn validate_create(req: &CreateRequest) -> Result<(), ValidationError> {
+    let derived = req.execution_id.split_to_parent();
+    match (&req.parent, derived) {
+        (None, None) => Ok(()),
+        (Some(parent), Some(derived)) if *parent == derived => Ok(()),
+        (None, Some((parent_id, _))) => Err(ValidationError::InvalidRequest(format!(
+            "execution {} has a child's id (of {parent_id}), but the request names no parent",
+            req.execution_id
+        ))),
+        (Some((parent_id, join_set_id)), _) => Err(ValidationError::InvalidRequest(format!(
+            "execution {} is created as a child of {parent_id} in join set {join_set_id}, so \
+             its id must be `{parent_id}.{join_set_id}_<index>` (`ExecutionId::next_level`)",
+            req.execution_id
+        ))),
+    }
+}
+
+/// Checks a request of `lock_pending`: the lease ends after it starts, and no stub function is
+/// named (a stub is completed from outside, never run).
+pub fn validate_lock_pending(req: &LockPendingRequest) -> Result<(), ValidationError> {
+    if req.lock_expires_at <= req.now {
+        return Err(ValidationError::InvalidExpiryDate {
+            lock_expires_at: req.lock_expires_at,
+            now: req.now,
+        });
+    }
+    if let Some(stub) = req.ffqns.iter().find(|ffqn| ffqn.is_stub()) {
+        return Err(ValidationError::InvalidRequest(format!(
+            "function {stub} is a stub: no executor runs it, `complete` finishes its executions"
+        )));
     }
     Ok(())
 }
