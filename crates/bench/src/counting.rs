@@ -3,8 +3,9 @@
 
 use chrono::{DateTime, Utc};
 use concepts::{
-    DbConnection, DbError, DbExecutor, ExecutionEventInner, FunctionFqn, LockPendingRequest,
-    LockedExecution, OutcomeWrite, Version,
+    DbAwait, DbConnection, DbError, DbExecutor, ExecutionEventInner, ExecutionId,
+    FinishedExecutionResult, FunctionFqn, LockPendingRequest, LockedExecution, OutcomeWrite,
+    Version,
 };
 use std::{
     io::Write as _,
@@ -69,6 +70,19 @@ impl CountingDb {
                 self.done.notify_waiters();
             }
         }
+    }
+}
+
+#[async_trait::async_trait]
+impl DbAwait for CountingDb {
+    async fn wait_for_finished_result(
+        &self,
+        execution_id: &ExecutionId,
+        timeout: Option<Duration>,
+    ) -> Result<FinishedExecutionResult, DbError> {
+        self.inner
+            .wait_for_finished_result(execution_id, timeout)
+            .await
     }
 }
 

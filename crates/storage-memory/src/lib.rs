@@ -68,11 +68,12 @@ mod tests;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use concepts::{
-    AppendBatchRequest, BackendError, CreateRequest, DbClient, DbConnection, DbError, DbExecutor,
-    DbTimers, DbWorkflow, ExecutionEvent, ExecutionId, ExecutionLog, ExecutionSummary,
-    ExpiredDelay, ExpiredTimer, FinishedExecutionResult, FunctionFqn, JoinSetResponseEvent,
+    AppendBatchRequest, CancelOutcome, CancelRequest, CompleteOutcome, CompleteRequest,
+    CreateOutcome, CreateRequest, DbAwait, DbClient, DbConnection, DbError, DbExecutor, DbTimers,
+    DbWorkflow, ExecutionEvent, ExecutionId, ExecutionLog, ExecutionSummary, ExpiredDelay,
+    ExpiredTimer, FinishedExecutionResult, FunctionFqn, JoinSetResponseEvent,
     JoinSetResponseEventOuter, ListExecutionsFilter, LockPendingRequest, LockedExecution,
-    OutcomeWrite, Pagination, Version,
+    OutcomeWrite, Pagination, PruneOutcome, PruneRequest, Version,
     kernel::{self, WaiterCounts, WaiterHub, WritePlan, WriteRequest},
 };
 use state::{Record, State, TimerKind};
@@ -141,13 +142,7 @@ impl MemoryStore {
 
 /// The version a `create`, `append_batch` or `append_outcome` plan ends at.
 fn next_version(plan: WritePlan) -> Result<Version, DbError> {
-    plan.next_version.ok_or_else(|| {
-        DbError::Backend(BackendError {
-            message: "the plan of an append carries no next version".to_owned(),
-            retriable: false,
-            source: None,
-        })
-    })
+    plan.reply.version()
 }
 
 #[async_trait]
@@ -238,12 +233,24 @@ impl DbTimers for MemoryStore {
 
 #[async_trait]
 impl DbClient for MemoryStore {
-    async fn create(&self, req: CreateRequest) -> Result<Version, DbError> {
-        next_version(self.write(WriteRequest::Create(req))?)
+    async fn create(&self, req: CreateRequest) -> Result<CreateOutcome, DbError> {
+        self.write(WriteRequest::Create(req))?.reply.create()
     }
 
     async fn create_batch(&self, reqs: Vec<CreateRequest>) -> Result<(), DbError> {
         self.write(WriteRequest::CreateBatch(reqs)).map(drop)
+    }
+
+    async fn cancel(&self, req: CancelRequest) -> Result<CancelOutcome, DbError> {
+        self.write(WriteRequest::Cancel(req))?.reply.cancel()
+    }
+
+    async fn complete(&self, req: CompleteRequest) -> Result<CompleteOutcome, DbError> {
+        self.write(WriteRequest::Complete(req))?.reply.complete()
+    }
+
+    async fn prune(&self, req: PruneRequest) -> Result<PruneOutcome, DbError> {
+        self.write(WriteRequest::Prune(req))?.reply.prune()
     }
 
     async fn get(&self, execution_id: &ExecutionId) -> Result<ExecutionLog, DbError> {
@@ -304,7 +311,10 @@ impl DbClient for MemoryStore {
         }
         Ok(out)
     }
+}
 
+#[async_trait]
+impl DbAwait for MemoryStore {
     async fn wait_for_finished_result(
         &self,
         execution_id: &ExecutionId,

@@ -138,10 +138,12 @@ pub use schema::SCHEMA_VERSION;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use concepts::{
-    AppendBatchRequest, CreateRequest, DbClient, DbConnection, DbError, DbExecutor, DbTimers,
+    AppendBatchRequest, CancelOutcome, CancelRequest, CompleteOutcome, CompleteRequest,
+    CreateOutcome, CreateRequest, DbAwait, DbClient, DbConnection, DbError, DbExecutor, DbTimers,
     DbWorkflow, ExecutionEvent, ExecutionId, ExecutionLog, ExecutionSummary, ExpiredTimer,
     FinishedExecutionResult, FunctionFqn, JoinSetResponseEvent, JoinSetResponseEventOuter,
-    ListExecutionsFilter, LockPendingRequest, LockedExecution, OutcomeWrite, Pagination, Version,
+    ListExecutionsFilter, LockPendingRequest, LockedExecution, OutcomeWrite, Pagination,
+    PruneOutcome, PruneRequest, Version,
     kernel::{self, Keys, Snapshot, WaiterCounts, WaiterHub, WritePlan, WriteRequest},
 };
 use deadpool_postgres::{
@@ -381,13 +383,7 @@ impl PostgresStore {
 
 /// The version a write that names one returns.
 fn next_version(plan: WritePlan) -> Result<Version, DbError> {
-    plan.next_version.ok_or_else(|| {
-        DbError::Backend(concepts::BackendError {
-            message: "the kernel planned no next version for a write that returns one".into(),
-            retriable: false,
-            source: None,
-        })
-    })
+    plan.reply.version()
 }
 
 #[async_trait]
@@ -471,14 +467,29 @@ impl DbTimers for PostgresStore {
 
 #[async_trait]
 impl DbClient for PostgresStore {
-    async fn create(&self, req: CreateRequest) -> Result<Version, DbError> {
-        next_version(self.write(WriteRequest::Create(req)).await?)
+    async fn create(&self, req: CreateRequest) -> Result<CreateOutcome, DbError> {
+        self.write(WriteRequest::Create(req)).await?.reply.create()
     }
 
     async fn create_batch(&self, reqs: Vec<CreateRequest>) -> Result<(), DbError> {
         self.write(WriteRequest::CreateBatch(reqs))
             .await
             .map(|_| ())
+    }
+
+    async fn cancel(&self, req: CancelRequest) -> Result<CancelOutcome, DbError> {
+        self.write(WriteRequest::Cancel(req)).await?.reply.cancel()
+    }
+
+    async fn complete(&self, req: CompleteRequest) -> Result<CompleteOutcome, DbError> {
+        self.write(WriteRequest::Complete(req))
+            .await?
+            .reply
+            .complete()
+    }
+
+    async fn prune(&self, req: PruneRequest) -> Result<PruneOutcome, DbError> {
+        self.write(WriteRequest::Prune(req)).await?.reply.prune()
     }
 
     async fn get(&self, execution_id: &ExecutionId) -> Result<ExecutionLog, DbError> {
@@ -503,7 +514,10 @@ impl DbClient for PostgresStore {
         let client = self.client().await?;
         reads::list_executions(&client, &filter, &pagination).await
     }
+}
 
+#[async_trait]
+impl DbAwait for PostgresStore {
     async fn wait_for_finished_result(
         &self,
         execution_id: &ExecutionId,

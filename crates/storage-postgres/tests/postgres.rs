@@ -7,8 +7,8 @@
 
 use chrono::{DateTime, TimeZone, Utc};
 use concepts::{
-    ComponentId, CreateRequest, DbClient, DbConnection, DbError, DbExecutor, DbTimers, DbWorkflow,
-    DelayId, DuplicateKind, ExecutionId, ExecutionMetadata, FunctionFqn, JoinSetId,
+    ComponentId, CreateRequest, DbAwait, DbClient, DbConnection, DbError, DbExecutor, DbTimers,
+    DbWorkflow, DelayId, DuplicateKind, ExecutionId, ExecutionMetadata, FunctionFqn, JoinSetId,
     JoinSetResponse, JoinSetResponseEvent, Json, derive_pending_state, kernel::WaiterCounts,
 };
 use std::{sync::Arc, time::Duration};

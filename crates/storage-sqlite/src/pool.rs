@@ -11,10 +11,12 @@ use crate::{
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use concepts::{
-    AppendBatchRequest, CreateRequest, DbClient, DbConnection, DbError, DbExecutor, DbTimers,
+    AppendBatchRequest, CancelOutcome, CancelRequest, CompleteOutcome, CompleteRequest,
+    CreateOutcome, CreateRequest, DbAwait, DbClient, DbConnection, DbError, DbExecutor, DbTimers,
     DbWorkflow, ExecutionEvent, ExecutionId, ExecutionLog, ExecutionSummary, ExpiredTimer,
     FinishedExecutionResult, FunctionFqn, JoinSetResponseEvent, JoinSetResponseEventOuter,
-    ListExecutionsFilter, LockPendingRequest, LockedExecution, OutcomeWrite, Pagination, Version,
+    ListExecutionsFilter, LockPendingRequest, LockedExecution, OutcomeWrite, Pagination,
+    PruneOutcome, PruneRequest, Version,
     kernel::{WaiterCounts, WaiterHub, WritePlan, WriteRequest},
 };
 use deadpool_sqlite::{Hook, HookError, Runtime};
@@ -211,10 +213,7 @@ impl SqlitePool {
 
 /// The answer of a write that appends to or creates one execution.
 fn next_version(plan: WritePlan) -> Result<Version, SqliteError> {
-    plan.next_version.ok_or_else(|| {
-        let message = "the storage kernel planned no next version for an append";
-        SqliteError::Db(backend_error(message.to_string(), false))
-    })
+    plan.reply.version().map_err(SqliteError::Db)
 }
 
 /// Opens the reader pool and checks that one connection works.
@@ -349,13 +348,37 @@ impl DbTimers for SqlitePool {
 
 #[async_trait]
 impl DbClient for SqlitePool {
-    async fn create(&self, req: CreateRequest) -> Result<Version, DbError> {
-        self.write(WriteRequest::Create(req), next_version).await
+    async fn create(&self, req: CreateRequest) -> Result<CreateOutcome, DbError> {
+        self.write(WriteRequest::Create(req), |plan| {
+            plan.reply.create().map_err(SqliteError::Db)
+        })
+        .await
     }
 
     async fn create_batch(&self, reqs: Vec<CreateRequest>) -> Result<(), DbError> {
         self.write(WriteRequest::CreateBatch(reqs), |_| Ok(()))
             .await
+    }
+
+    async fn cancel(&self, req: CancelRequest) -> Result<CancelOutcome, DbError> {
+        self.write(WriteRequest::Cancel(req), |plan| {
+            plan.reply.cancel().map_err(SqliteError::Db)
+        })
+        .await
+    }
+
+    async fn complete(&self, req: CompleteRequest) -> Result<CompleteOutcome, DbError> {
+        self.write(WriteRequest::Complete(req), |plan| {
+            plan.reply.complete().map_err(SqliteError::Db)
+        })
+        .await
+    }
+
+    async fn prune(&self, req: PruneRequest) -> Result<PruneOutcome, DbError> {
+        self.write(WriteRequest::Prune(req), |plan| {
+            plan.reply.prune().map_err(SqliteError::Db)
+        })
+        .await
     }
 
     async fn get(&self, execution_id: &ExecutionId) -> Result<ExecutionLog, DbError> {
@@ -382,7 +405,10 @@ impl DbClient for SqlitePool {
         self.read(move |conn| reads::list_executions(conn, &filter, &pagination))
             .await
     }
+}
 
+#[async_trait]
+impl DbAwait for SqlitePool {
     async fn wait_for_finished_result(
         &self,
         execution_id: &ExecutionId,

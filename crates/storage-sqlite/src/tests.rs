@@ -10,11 +10,11 @@ use crate::{
 };
 use chrono::{DateTime, TimeZone, Utc};
 use concepts::{
-    AppendBatchRequest, ComponentId, CreateRequest, DbClient, DbConnection, DbError, DbErrorKind,
-    DbExecutor, DbTimers, DbWorkflow, DelayId, ExecutionEventInner, ExecutionId, ExecutionMetadata,
-    ExecutorId, FunctionFqn, HistoryEvent, JoinSetId, JoinSetRequest, JoinSetResponse,
-    JoinSetResponseEvent, Json, LockPendingRequest, PendingState, SupportedFunctionReturnValue,
-    Version,
+    AppendBatchRequest, ComponentId, CreateOutcome, CreateRequest, DbAwait, DbClient, DbConnection,
+    DbError, DbErrorKind, DbExecutor, DbTimers, DbWorkflow, DelayId, ExecutionEventInner,
+    ExecutionId, ExecutionMetadata, ExecutorId, FunctionFqn, HistoryEvent, JoinSetId,
+    JoinSetRequest, JoinSetResponse, JoinSetResponseEvent, Json, LockPendingRequest, PendingState,
+    SupportedFunctionReturnValue, Version,
     kernel::{WaiterCounts, WaiterHub, WriteRequest},
 };
 use std::{path::Path, sync::Arc, time::Duration};
@@ -185,10 +185,11 @@ async fn an_older_schema_is_migrated_and_keeps_its_data() {
         let at = |secs| t0() + chrono::TimeDelta::seconds(secs);
         {
             let store = open(&path).await;
-            let version = store
+            store
                 .create(create_request(id(8), t0()))
                 .await
                 .expect("creates");
+            let version = Version(1);
             let mut events = vec![history(HistoryEvent::JoinSetCreate {
                 join_set_id: join_set.clone(),
                 closing_strategy: concepts::ClosingStrategy::Complete,
@@ -730,26 +731,24 @@ async fn concurrent_writes_keep_their_own_outcomes() {
     let mut tasks = Vec::new();
     for n in 0..200u128 {
         let store = store.clone();
-        // Every id is created twice: exactly one of each pair succeeds.
+        // Every id is created twice: exactly one of each pair creates it, the other finds it.
         tasks.push(tokio::spawn(async move {
             store.create(create_request(id(n / 2), t0())).await
         }));
     }
-    let mut ok = 0;
-    let mut duplicates = 0;
+    let mut created = 0;
+    let mut existed = 0;
     for task in tasks {
-        match task.await.expect("joins") {
-            Ok(version) => {
-                assert_eq!(version, Version(1));
-                ok += 1;
-            }
-            Err(err) => {
-                assert_eq!(err.kind(), DbErrorKind::Duplicate, "{err}");
-                duplicates += 1;
-            }
+        match task
+            .await
+            .expect("joins")
+            .expect("an identical create succeeds")
+        {
+            CreateOutcome::Created => created += 1,
+            CreateOutcome::AlreadyExisted { .. } => existed += 1,
         }
     }
-    assert_eq!((ok, duplicates), (100, 100));
+    assert_eq!((created, existed), (100, 100));
     for n in 0..100u128 {
         assert_eq!(store.get(&id(n)).await.expect("reads").events.len(), 1);
     }
@@ -768,13 +767,10 @@ fn run_commands(conn: rusqlite::Connection, path: &Path, commands: Vec<Box<dyn C
 }
 
 /// Creates an execution inside a writer command, as `SqlitePool::create` does.
-fn create(ctx: &mut WriteCtx<'_>, req: CreateRequest) -> Result<Version, SqliteError> {
+fn create(ctx: &mut WriteCtx<'_>, req: CreateRequest) -> Result<CreateOutcome, SqliteError> {
     let request = WriteRequest::Create(req);
     let keys = request.keys()?;
-    Ok(ctx
-        .write(request, &keys)?
-        .next_version
-        .expect("a create has a next version"))
+    Ok(ctx.write(request, &keys)?.reply.create()?)
 }
 
 /// A failing command in a group commit rolls back only its own writes.
@@ -785,10 +781,12 @@ fn a_failing_command_rolls_back_only_itself() {
     let (conn, _) = schema::open_writer(&SqliteConfig::new(&path)).expect("opens");
     let (first, first_rx) =
         FnCommand::boxed(|ctx: &mut WriteCtx<'_>| create(ctx, create_request(id(1), t0())));
-    // Creates 2, then fails on a duplicate of 1: its create of 2 must be rolled back.
+    // Creates 2, then fails on a conflicting create of 1: its create of 2 must be rolled back.
     let (second, second_rx) = FnCommand::boxed(|ctx: &mut WriteCtx<'_>| {
         create(ctx, create_request(id(2), t0()))?;
-        create(ctx, create_request(id(1), t0()))
+        let mut conflicting = create_request(id(1), t0());
+        conflicting.ffqn = "ns:pkg/ifc.other".parse().expect("parses");
+        create(ctx, conflicting)
     });
     let (third, third_rx) =
         FnCommand::boxed(|ctx: &mut WriteCtx<'_>| create(ctx, create_request(id(3), t0())));
@@ -796,7 +794,7 @@ fn a_failing_command_rolls_back_only_itself() {
     let conn = rusqlite::Connection::open(&path).expect("opens");
     assert_eq!(
         first_rx.blocking_recv().expect("replied").expect("ok"),
-        Version(1)
+        CreateOutcome::Created
     );
     let err = second_rx
         .blocking_recv()
@@ -805,7 +803,7 @@ fn a_failing_command_rolls_back_only_itself() {
     assert_eq!(err.kind(), DbErrorKind::Duplicate);
     assert_eq!(
         third_rx.blocking_recv().expect("replied").expect("ok"),
-        Version(1)
+        CreateOutcome::Created
     );
     let ids: Vec<String> = {
         let mut stmt = conn

@@ -11,7 +11,8 @@ use crate::Out;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use concepts::{
-    DbError, DbExecutor, FunctionFqn, LockPendingRequest, LockedExecution, OutcomeWrite, Version,
+    DbAwait, DbError, DbExecutor, ExecutionId, FinishedExecutionResult, FunctionFqn,
+    LockPendingRequest, LockedExecution, OutcomeWrite, Version,
 };
 use durability::{Line, wall_ms};
 use std::{
@@ -48,6 +49,19 @@ impl TracedDb {
             print,
             counts: WaitCounts::default(),
         }
+    }
+}
+
+#[async_trait]
+impl DbAwait for TracedDb {
+    async fn wait_for_finished_result(
+        &self,
+        execution_id: &ExecutionId,
+        timeout: Option<Duration>,
+    ) -> Result<FinishedExecutionResult, DbError> {
+        self.inner
+            .wait_for_finished_result(execution_id, timeout)
+            .await
     }
 }
 

@@ -7,8 +7,8 @@ use crate::StoreFactory;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use concepts::{
-    ClockFn, DbError, DbExecutor, FunctionFqn, LockPendingRequest, LockedExecution, OutcomeWrite,
-    PendingState, Version,
+    ClockFn, DbAwait, DbError, DbExecutor, ExecutionId, FinishedExecutionResult, FunctionFqn,
+    LockPendingRequest, LockedExecution, OutcomeWrite, PendingState, Version,
 };
 use executor::OUTCOME_WRITE_ATTEMPTS;
 use serde_json::json;
@@ -39,6 +39,19 @@ impl FailingOutcomes {
             error: Mutex::new(error),
             attempts: AtomicU32::new(0),
         })
+    }
+}
+
+#[async_trait]
+impl DbAwait for FailingOutcomes {
+    async fn wait_for_finished_result(
+        &self,
+        execution_id: &ExecutionId,
+        timeout: Option<Duration>,
+    ) -> Result<FinishedExecutionResult, DbError> {
+        self.inner
+            .wait_for_finished_result(execution_id, timeout)
+            .await
     }
 }
 

@@ -5,8 +5,8 @@
 use super::{LEASE, ffqns_of, helpers::*};
 use crate::StoreFactory;
 use concepts::{
-    ClockFn, DbError, DbErrorKind, DuplicateKind, ExecutionEventInner, FinishedExecutionError,
-    PendingState, PendingStateKind, ResultKind, Version,
+    ClockFn, CreateOutcome, DbErrorKind, ExecutionEventInner, FinishedExecutionError, PendingState,
+    PendingStateKind, ResultKind, Version,
 };
 use std::time::Duration;
 use test_utils::SimClock;
@@ -29,12 +29,16 @@ pub async fn s1_lifecycle<F: StoreFactory>(factory: &F) {
     );
 
     let req = create_request(id.clone(), f.clone(), now);
-    assert_eq!(db.create(req.clone()).await.unwrap(), Version(1));
+    assert_eq!(
+        db.create(req.clone()).await.unwrap(),
+        CreateOutcome::Created
+    );
     assert_state_matches_derivation(db, &id).await;
-    let dup = expect_kind(db.create(req.clone()).await, DbErrorKind::Duplicate);
+    // A repeated submit is answered, not refused (LIFECYCLE.md §1; scenarios L* pin the rest).
+    let again = db.create(req.clone()).await.unwrap();
     assert!(
-        matches!(&dup, DbError::Duplicate(DuplicateKind::Execution(e)) if *e == id),
-        "{dup:?}"
+        matches!(again, CreateOutcome::AlreadyExisted { .. }),
+        "{again:?}"
     );
 
     let locked = lock_pending_now(db, &ffqns, 10, now, exr, LEASE).await;
