@@ -168,3 +168,13 @@ pub(crate) fn state_columns(state: &PendingState) -> (i16, Option<i64>, Option<i
         other => (state_kind(other), None, None),
     }
 }
+
+/// The `(finished_at, finished_at_ns)` columns of a pending state: set only while `Finished`.
+pub(crate) fn finished_columns(state: &PendingState) -> (Option<i64>, Option<i16>) {
+    match state {
+        PendingState::Finished { finished_at, .. } => {
+            (Some(micros(*finished_at)), Some(sub_micros(*finished_at)))
+        }
+        _ => (None, None),
+    }
+}

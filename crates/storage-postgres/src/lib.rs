@@ -251,7 +251,7 @@ impl PostgresStore {
             })?;
         {
             let mut client = pool.get().await.map_err(map_pool_error)?;
-            schema::migrate(&mut client).await?;
+            schema::migrate(&mut client, SCHEMA_VERSION).await?;
         }
         let hub = Arc::new(WaiterHub::new());
         let (state_tx, mut state_rx) = watch::channel(ListenerState::default());
@@ -340,7 +340,7 @@ impl PostgresStore {
             match self.write_once(&keys, &request).await {
                 Err(e)
                     if attempt < self.inner.config.max_transaction_retries
-                        && is_transaction_retriable(&e) =>
+                        && (is_transaction_retriable(&e) || is_raced_create(&request, &e)) =>
                 {
                     attempt += 1;
                     tracing::debug!(attempt, error = %e, "retrying a transaction");
@@ -355,7 +355,10 @@ impl PostgresStore {
             client: Some(self.client().await?),
         };
         let planned = async {
-            let snapshot = load::begin_and_load(tx.client(), keys).await?;
+            let mut snapshot = load::begin_and_load(tx.client(), keys).await?;
+            if let Some(more) = request.follow_up_keys(&snapshot) {
+                load::load_follow_up(tx.client(), &more, &mut snapshot).await?;
+            }
             let plan = kernel::plan(&snapshot, request.clone())?;
             persist::persist(tx.client(), &plan).await?;
             Ok::<_, DbError>(plan)
@@ -379,6 +382,20 @@ impl PostgresStore {
         let client = self.client().await?;
         reads::any_due(&client, at, ffqns).await
     }
+}
+
+/// True when a `create` or `create_batch` lost a race: another transaction inserted one of its
+/// ids after this one found it absent, which the unique index reported. Run again, the write
+/// finds the row and the kernel answers it as the repeat (or the conflict) it is; the kernel
+/// itself never reports `Execution` duplicates for these requests.
+fn is_raced_create(request: &WriteRequest, err: &DbError) -> bool {
+    matches!(
+        request,
+        WriteRequest::Create(_) | WriteRequest::CreateBatch(_)
+    ) && matches!(
+        err,
+        DbError::Duplicate(concepts::DuplicateKind::Execution(_))
+    )
 }
 
 /// The version a write that names one returns.
