@@ -5,7 +5,8 @@
 use crate::error::{corrupt, map_pg_error};
 use chrono::{DateTime, Utc};
 use concepts::{
-    DbError, ExecutionId, ExecutionState, JoinSetId, PendingState, Version, kernel::ExecutionRow,
+    DbError, ExecutionEvent, ExecutionEventInner, ExecutionId, ExecutionState,
+    FinishedExecutionResult, JoinSetId, PendingState, Version, kernel::ExecutionRow,
 };
 use serde::{Serialize, de::DeserializeOwned};
 use std::time::Duration;
@@ -136,6 +137,20 @@ pub(crate) fn to_json<T: Serialize + ?Sized>(value: &T) -> Result<String, DbErro
 /// JSON text as a `T`; `what` names it in the error.
 pub(crate) fn from_json<T: DeserializeOwned>(json: &str, what: &str) -> Result<T, DbError> {
     serde_json::from_str(json).map_err(|e| corrupt(format!("{what}: {e}")))
+}
+
+/// The result of the `Finished` event `json` of the finished execution `execution_id`.
+pub(crate) fn finished_result_of(
+    execution_id: &ExecutionId,
+    json: &str,
+) -> Result<FinishedExecutionResult, DbError> {
+    match from_json::<ExecutionEvent>(json, "event")?.event {
+        ExecutionEventInner::Finished { result } => Ok(result),
+        other => Err(corrupt(format!(
+            "{execution_id} is finished but its last event is {}",
+            other.variant_name()
+        ))),
+    }
 }
 
 /// The `state_kind` column of a pending state.

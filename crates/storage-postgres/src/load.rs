@@ -4,13 +4,13 @@
 
 use crate::{
     codec::{
-        column, count_to_i64, execution_columns, execution_row, from_json, i64_to_count, micros,
-        parse_execution_id, sub_micros,
+        column, count_to_i64, execution_columns, execution_row, finished_result_of, from_json,
+        i64_to_count, micros, parse_execution_id, sub_micros,
     },
     error::{corrupt, map_pg_error},
 };
 use concepts::{
-    DbError, DelayId, ExecutionEvent, ExecutionEventInner, JoinSetResponseEventOuter,
+    DbError, DelayId, JoinSetResponseEventOuter,
     kernel::{DelayRow, JoinSetCounters, JoinSetRow, Keys, LogRows, Snapshot, descendant_bounds},
 };
 use deadpool_postgres::ClientWrapper;
@@ -66,7 +66,8 @@ const SELECT_CREATED: &str = "SELECT execution_id, event_json FROM t_event \
     WHERE execution_id = ANY($1) AND version = 0";
 
 /// The descendants of each root `k` (ids in `[low, high)`, only the unfinished ones when
-/// asked), locked in id order after the rows of `LOCK_EXECUTIONS`, which sort before them.
+/// asked), locked in id order: after the rows of `LOCK_EXECUTIONS` (a root and its ancestors,
+/// whose ids sort before its descendants').
 const LOCK_SUBTREES: &str = concat!(
     "SELECT ",
     execution_columns!(),
@@ -291,13 +292,7 @@ async fn load(
     }
     for row in &finished {
         let id = parse_execution_id(column(row, 0)?)?;
-        let event: ExecutionEvent = from_json(column(row, 1)?, "event")?;
-        let ExecutionEventInner::Finished { result } = event.event else {
-            return Err(corrupt(format!(
-                "{id} is finished but its last event is {}",
-                event.event.variant_name()
-            )));
-        };
+        let result = finished_result_of(&id, column(row, 1)?)?;
         snapshot.finished_results.insert(id, result);
     }
     for row in &open_delays {
