@@ -74,7 +74,7 @@ use concepts::{
     ExpiredTimer, FinishedExecutionResult, FunctionFqn, JoinSetResponseEvent,
     JoinSetResponseEventOuter, ListExecutionsFilter, LockPendingRequest, LockedExecution,
     OutcomeWrite, Pagination, PruneOutcome, PruneRequest, Version,
-    kernel::{self, WaiterCounts, WaiterHub, WritePlan, WriteRequest},
+    kernel::{self, Snapshot, WaiterCounts, WaiterHub, WritePlan, WriteRequest},
 };
 use state::{Record, State, TimerKind};
 use std::{
@@ -125,9 +125,14 @@ impl MemoryStore {
     fn write(&self, request: WriteRequest) -> Result<WritePlan, DbError> {
         let keys = request.keys()?;
         let mut state = self.open_state()?;
-        let snapshot = state.snapshot(&keys);
+        let mut snapshot = Snapshot::default();
+        state.load(&keys, &mut snapshot);
+        if let Some(more) = request.follow_up_keys(&snapshot) {
+            state.load(&more, &mut snapshot);
+        }
         let mut plan = kernel::plan(&snapshot, request)?;
         state.apply(std::mem::take(&mut plan.changes));
+        state.delete(&plan.deleted);
         drop(state);
         self.hub.deliver(&plan.wakeups);
         Ok(plan)
