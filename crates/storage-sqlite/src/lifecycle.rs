@@ -24,6 +24,35 @@ const DELETES: [&str; 4] = [
     "DELETE FROM t_delay WHERE execution_id = ?1",
 ];
 
+/// The rows of the descendants of `?1`'s root, `?1 <= id < ?2` (all, or the unfinished only).
+pub(crate) fn subtree_sql(unfinished_only: bool) -> String {
+    let filter = if unfinished_only {
+        " AND state <> 'Finished'"
+    } else {
+        ""
+    };
+    format!(
+        "SELECT {STATE_ROW_COLUMNS} FROM t_execution_state \
+         WHERE execution_id >= ?1 AND execution_id < ?2{filter} ORDER BY execution_id"
+    )
+}
+
+/// The prune candidates finished before `?1`, at most `?2`, after the cursor `(?3, ?4)` when
+/// `with_cursor`. The literal `state = 'Finished' AND is_top_level = 1` lets the planner use
+/// the partial index `ix_state_finished`; the cursor is a row value, which it seeks to.
+pub(crate) fn prune_candidates_sql(with_cursor: bool) -> String {
+    let cursor = if with_cursor {
+        " AND (finished_at, execution_id) > (?3, ?4)"
+    } else {
+        ""
+    };
+    format!(
+        "SELECT {STATE_ROW_COLUMNS} FROM t_execution_state \
+         WHERE state = 'Finished' AND is_top_level = 1 AND finished_at < ?1{cursor} \
+         ORDER BY finished_at, execution_id LIMIT ?2"
+    )
+}
+
 impl WriteCtx<'_> {
     /// The executions among `ids` (the ones a write creates) that are stored: their rows and
     /// `Created` events. One prepared point lookup per id, in the write's transaction; an id
@@ -62,15 +91,9 @@ impl WriteCtx<'_> {
     /// The descendants of `key.root` (the unfinished ones, when asked), their rows, and their
     /// ids in id order: one range of the primary key, [`descendant_bounds`].
     pub(crate) fn load_subtree(&self, key: &SubtreeKey, snapshot: &mut Snapshot) -> Result<()> {
-        let filter = if key.unfinished_only {
-            " AND state <> 'Finished'"
-        } else {
-            ""
-        };
-        let mut stmt = self.conn.prepare_cached(&format!(
-            "SELECT {STATE_ROW_COLUMNS} FROM t_execution_state \
-             WHERE execution_id >= ?1 AND execution_id < ?2{filter} ORDER BY execution_id"
-        ))?;
+        let mut stmt = self
+            .conn
+            .prepare_cached(&subtree_sql(key.unfinished_only))?;
         let (low, high) = descendant_bounds(&key.root);
         let mut rows = stmt.query(params![low, high])?;
         let mut ids = Vec::new();
@@ -143,40 +166,19 @@ impl WriteCtx<'_> {
         query: &PruneQuery,
         snapshot: &mut Snapshot,
     ) -> Result<()> {
-        // The literal `state = 'Finished' AND is_top_level = 1` lets the planner use the
-        // partial index; the cursor is a row value, which it can seek to.
-        let select = format!(
-            "SELECT {STATE_ROW_COLUMNS} FROM t_execution_state \
-             WHERE state = 'Finished' AND is_top_level = 1 AND finished_at < ?1"
-        );
-        let order = "ORDER BY finished_at, execution_id LIMIT ?2";
         let limit = i64::try_from(query.limit).unwrap_or(i64::MAX);
         let before = micros(query.finished_before);
-        let mut found = Vec::new();
-        let mut each = |row: &rusqlite::Row<'_>| -> Result<()> {
-            found.push(codec::execution_row(row)?);
-            Ok(())
-        };
-        match &query.after {
-            None => {
-                let mut stmt = self.conn.prepare_cached(&format!("{select} {order}"))?;
-                let mut rows = stmt.query(params![before, limit])?;
-                while let Some(row) = rows.next()? {
-                    each(row)?;
-                }
-            }
+        let mut stmt = self
+            .conn
+            .prepare_cached(&prune_candidates_sql(query.after.is_some()))?;
+        let mut rows = match &query.after {
+            None => stmt.query(params![before, limit])?,
             Some((after_at, after_id)) => {
-                let mut stmt = self.conn.prepare_cached(&format!(
-                    "{select} AND (finished_at, execution_id) > (?3, ?4) {order}"
-                ))?;
-                let mut rows =
-                    stmt.query(params![before, limit, micros(*after_at), after_id.as_str()])?;
-                while let Some(row) = rows.next()? {
-                    each(row)?;
-                }
+                stmt.query(params![before, limit, micros(*after_at), after_id.as_str()])?
             }
-        }
-        for row in found {
+        };
+        while let Some(row) = rows.next()? {
+            let row = codec::execution_row(row)?;
             snapshot.prune_candidates.push(row.execution_id.clone());
             snapshot.add_execution(row);
         }
