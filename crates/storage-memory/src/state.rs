@@ -225,19 +225,16 @@ impl State {
             }
             snapshot.subtrees.insert(key.root.clone(), found);
         }
+        let results = &mut snapshot.finished_results;
         for execution_id in &keys.finished_results {
             let record = self.records.get(execution_id);
             if let Some(result) = record.and_then(|r| r.finished_result()) {
-                snapshot
-                    .finished_results
-                    .insert(execution_id.clone(), result);
+                results.insert(execution_id.clone(), result);
             }
         }
         for execution_id in &keys.open_delays {
-            let Some(record) = self.records.get(execution_id) else {
-                continue;
-            };
-            let mut open: Vec<DelayId> = (record.delays.iter())
+            let record = self.records.get(execution_id);
+            let mut open: Vec<DelayId> = (record.into_iter().flat_map(|r| &r.delays))
                 .filter_map(|(delay_id, delay)| delay.open.is_some().then_some(*delay_id))
                 .collect();
             if !open.is_empty() {
