@@ -2,7 +2,8 @@
 //! record each outcome, wait for the next due execution.
 
 use crate::{
-    mapping::{RunInfo, map_worker_result},
+    cancel::Cancellation,
+    mapping::{RunInfo, log_lost_race, map_worker_result},
     worker::{Worker, WorkerContext, WorkerError, WorkerResult},
 };
 use chrono::{DateTime, Utc};
@@ -238,6 +239,8 @@ impl<C: ClockFn> ExecTask<C> {
     ) -> JoinHandle<()> {
         let run = RunInfo::from(&locked);
         let span = self.worker_span(&locked);
+        // Two reference counts; the store is asked only if the worker polls `cancelled()`.
+        let cancellation = Cancellation::new(self.db.clone(), locked.execution_id.clone());
         let ctx = WorkerContext {
             can_be_retried: retry::can_be_retried(locked.temporary_event_count, locked.max_retries),
             temporary_event_count: locked.temporary_event_count,
@@ -251,6 +254,7 @@ impl<C: ClockFn> ExecTask<C> {
             responses: locked.responses,
             version: locked.next_version,
             worker_span: span.clone(),
+            cancellation,
         };
         let worker = self.worker.clone();
         let db = self.db.clone();
@@ -417,7 +421,7 @@ async fn after_failed_write(db: &dyn DbExecutor, write: OutcomeWrite, mut err: D
     let mut attempt = 1;
     loop {
         if is_lost_race(&err) {
-            warn!("{event} refused, the lease was already resolved: {err}");
+            log_lost_race(&format!("the {event} write"), &err);
             return;
         }
         if !err.is_retriable() || attempt >= OUTCOME_WRITE_ATTEMPTS {
