@@ -10,13 +10,15 @@ const FIRST_RETRY_PAUSE: Duration = Duration::from_millis(100);
 /// The longest pause between two tries of a failing wait.
 const MAX_RETRY_PAUSE: Duration = Duration::from_secs(5);
 
-/// A handle on the end of one execution, given to its worker in
-/// [`WorkerContext::cancellation`](crate::WorkerContext::cancellation).
+/// What a running worker watches to learn that its execution was finished by someone else;
+/// every [`WorkerContext`](crate::WorkerContext) carries one
+/// ([`WorkerContext::cancellation`](crate::WorkerContext::cancellation)).
 ///
-/// [`Cancellation::cancelled`] is a future that completes when the execution is finished by
+/// [`WorkerContext::cancelled`](crate::WorkerContext::cancelled) (or
+/// [`Cancellation::cancelled`]) is a future that completes when the execution is finished by
 /// someone else while the worker runs: `cancel` (`Err(Cancelled { reason })`), or the timers
 /// watcher after the lease expired without a retry left (`Err(PermanentTimeout)`). A worker
-/// that never asks pays for nothing but the handle's two reference counts: the wait is
+/// that never asks pays for nothing but the handle, one reference count: the wait is
 /// registered with the store only when the future is first polled, and deregistered when it is
 /// dropped.
 ///
@@ -24,15 +26,19 @@ const MAX_RETRY_PAUSE: Duration = Duration::from_secs(5);
 /// like any stale writer's (the executor logs the lost race and writes nothing more).
 #[derive(Clone)]
 pub struct Cancellation {
-    watched: Option<(Arc<dyn DbAwait>, ExecutionId)>,
+    // One word on purpose: the handle is in every context, and moves with it.
+    store: Option<Arc<Store>>,
 }
 
+/// The store the executor works with, shared by the handles of all its runs.
+struct Store(Arc<dyn DbAwait>);
+
 impl Cancellation {
-    /// The end of `execution_id`, as `db` reports it.
+    /// Watches executions in `db`. An executor makes one and gives each run a clone.
     #[must_use]
-    pub fn new(db: Arc<dyn DbAwait>, execution_id: ExecutionId) -> Self {
+    pub fn new(db: Arc<dyn DbAwait>) -> Self {
         Self {
-            watched: Some((db, execution_id)),
+            store: Some(Arc::new(Store(db))),
         }
     }
 
@@ -40,28 +46,35 @@ impl Cancellation {
     /// (unit tests) without a store.
     #[must_use]
     pub fn never() -> Self {
-        Self { watched: None }
+        Self { store: None }
     }
 
-    /// Completes with the execution's result once someone else finished it.
+    /// Completes with the result of `execution_id` once someone else finished it.
     ///
     /// Owns what it needs (`'static`), so it can be held across the worker's other awaits or
     /// raced against its work with `tokio::select!`. A store that fails with a retriable error
     /// is asked again after a pause (100 ms, doubling up to 5 s); one that cannot answer
     /// otherwise (closed, the execution unknown) is logged once and the future never
     /// completes: the worker goes on, and its write settles the matter.
-    pub fn cancelled(&self) -> impl Future<Output = FinishedExecutionResult> + Send + 'static {
-        let watched = self.watched.clone();
+    pub fn cancelled(
+        &self,
+        execution_id: &ExecutionId,
+    ) -> impl Future<Output = FinishedExecutionResult> + Send + 'static {
+        let store = self.store.clone();
+        let execution_id = execution_id.clone();
         async move {
-            let Some((db, execution_id)) = watched else {
+            let Some(store) = store else {
                 return std::future::pending().await;
             };
             let mut pause = FIRST_RETRY_PAUSE;
             loop {
-                match db.wait_for_finished_result(&execution_id, None).await {
+                match store.0.wait_for_finished_result(&execution_id, None).await {
                     Ok(result) => return result,
                     Err(err) if err.is_retriable() => {
-                        tracing::debug!(%execution_id, "cannot watch for a cancellation, retrying in {pause:?}: {err}");
+                        tracing::debug!(
+                            %execution_id,
+                            "cannot watch for a cancellation, retrying in {pause:?}: {err}"
+                        );
                         tokio::time::sleep(pause).await;
                         pause = pause.saturating_mul(2).min(MAX_RETRY_PAUSE);
                     }
@@ -82,13 +95,10 @@ async fn unwatchable(execution_id: &ExecutionId, err: &DbError) -> FinishedExecu
 
 impl fmt::Debug for Cancellation {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match &self.watched {
-            Some((_, execution_id)) => f
-                .debug_struct("Cancellation")
-                .field("execution_id", execution_id)
-                .finish_non_exhaustive(),
-            None => f.write_str("Cancellation(never)"),
-        }
+        f.write_str(match self.store {
+            Some(_) => "Cancellation(store)",
+            None => "Cancellation(never)",
+        })
     }
 }
 

@@ -62,6 +62,7 @@ pub struct ExecTask<C: ClockFn> {
     executor_id: ExecutorId,
     ffqns: Arc<[FunctionFqn]>,
     ticks: Arc<AtomicU64>,
+    cancellation: Cancellation,
 }
 
 impl<C: ClockFn> ExecTask<C> {
@@ -79,6 +80,7 @@ impl<C: ClockFn> ExecTask<C> {
             worker,
             config,
             clock,
+            cancellation: Cancellation::new(db.clone()),
             db,
             executor_id,
             ffqns,
@@ -239,8 +241,6 @@ impl<C: ClockFn> ExecTask<C> {
     ) -> JoinHandle<()> {
         let run = RunInfo::from(&locked);
         let span = self.worker_span(&locked);
-        // Two reference counts; the store is asked only if the worker polls `cancelled()`.
-        let cancellation = Cancellation::new(self.db.clone(), locked.execution_id.clone());
         let ctx = WorkerContext {
             can_be_retried: retry::can_be_retried(locked.temporary_event_count, locked.max_retries),
             temporary_event_count: locked.temporary_event_count,
@@ -254,7 +254,8 @@ impl<C: ClockFn> ExecTask<C> {
             responses: locked.responses,
             version: locked.next_version,
             worker_span: span.clone(),
-            cancellation,
+            // One reference count; the store is asked only if the worker polls `cancelled()`.
+            cancellation: self.cancellation.clone(),
         };
         let worker = self.worker.clone();
         let db = self.db.clone();

@@ -83,7 +83,7 @@ impl WorkerContext {
     pub fn cancelled(
         &self,
     ) -> impl std::future::Future<Output = FinishedExecutionResult> + Send + 'static {
-        self.cancellation.cancelled()
+        self.cancellation.cancelled(&self.execution_id)
     }
 }
 
