@@ -264,11 +264,12 @@ pub async fn l20_ambiguous_client_writes_are_safe_to_retry<F: StoreFactory>(fact
         Err(err) => panic!("expected the lost reply, got {err:?}"),
         Ok(_) => panic!("the reply was to be lost"),
     }
-    let handle = client
+    let retried = client
         .submit_with_id(typed.clone(), &SUBMITTED, &7)
         .await
         .expect("the submitter retries");
-    assert_eq!(handle.execution_id(), &typed);
+    assert!(!retried.created, "the lost submission had created it");
+    assert_eq!(retried.handle.execution_id(), &typed);
     assert_eq!(f.log(&typed).await.events.len(), 1, "one `Created`");
 
     let parent = f.top(5, "parent").await;
