@@ -67,67 +67,23 @@ async fn a_panicking_worker_is_an_activity_trap() {
     assert_eq!(reason, "worker panicked: cannot handle [1]");
 }
 
-/// A store whose only answer is the finished result it holds.
-struct FinishedWith(FinishedExecutionResult);
-
-#[async_trait]
-impl concepts::DbAwait for FinishedWith {
-    async fn wait_for_finished_result(
-        &self,
-        _execution_id: &ExecutionId,
-        _timeout: Option<Duration>,
-    ) -> Result<FinishedExecutionResult, DbError> {
-        Ok(self.0.clone())
-    }
-}
-
-#[async_trait]
-impl DbExecutor for FinishedWith {
-    async fn lock_pending(
-        &self,
-        _req: LockPendingRequest,
-    ) -> Result<Vec<LockedExecution>, DbError> {
-        Ok(Vec::new())
-    }
-
-    async fn append_outcome(&self, write: OutcomeWrite) -> Result<Version, DbError> {
-        Ok(write.version)
-    }
-
-    async fn wait_for_pending(
-        &self,
-        _pending_at_or_sooner: DateTime<Utc>,
-        _ffqns: Arc<[FunctionFqn]>,
-        _max_wait: Duration,
-    ) {
-    }
-}
-
-#[tokio::test]
-async fn a_refused_retry_knows_its_own_finished_from_another_writers() {
-    let at = DateTime::from_timestamp(1_000, 0).unwrap();
-    let ours: FinishedExecutionResult = Ok(SupportedFunctionReturnValue::None);
-    let write =
-        |event| OutcomeWrite::new(ExecutionId::generate_at(at), Version(2), at, event, None);
-    let finished = write(ExecutionEventInner::Finished {
-        result: ours.clone(),
-    });
-    assert!(written_earlier(&FinishedWith(ours.clone()), &finished).await);
-    let timed_out = FinishedWith(Err(concepts::FinishedExecutionError::PermanentTimeout));
-    assert!(!written_earlier(&timed_out, &finished).await);
-    let retry = write(ExecutionEventInner::TemporarilyTimedOut {
-        backoff_expires_at: at,
-    });
-    assert!(
-        !written_earlier(&FinishedWith(ours), &retry).await,
-        "only a `Finished` can be read back"
-    );
-}
-
-/// Refuses every outcome with the given error, counting the attempts.
+/// Refuses every outcome with the given error, counting the attempts; reports `finished` as
+/// the execution's result (`None`: closed).
 struct Refusing {
     error: DbError,
     attempts: std::sync::Mutex<u32>,
+    finished: Option<FinishedExecutionResult>,
+}
+
+impl Refusing {
+    /// A store whose execution finished with `result`.
+    fn holding(result: FinishedExecutionResult) -> Self {
+        Self {
+            error: DbError::Closed,
+            attempts: std::sync::Mutex::new(0),
+            finished: Some(result),
+        }
+    }
 }
 
 #[async_trait]
@@ -137,7 +93,7 @@ impl concepts::DbAwait for Refusing {
         _execution_id: &ExecutionId,
         _timeout: Option<Duration>,
     ) -> Result<concepts::FinishedExecutionResult, DbError> {
-        Err(DbError::Closed)
+        self.finished.clone().ok_or(DbError::Closed)
     }
 }
 
@@ -197,8 +153,30 @@ async fn a_write_refused_because_someone_else_finished_the_execution_is_not_retr
         let db = Refusing {
             error: error.clone(),
             attempts: std::sync::Mutex::new(0),
+            finished: None,
         };
         write_outcome(&db, write.clone()).await;
         assert_eq!(*db.attempts.lock().unwrap(), expected, "{error}");
     }
+}
+
+#[tokio::test]
+async fn a_refused_retry_knows_its_own_finished_from_another_writers() {
+    let at = DateTime::from_timestamp(1_000, 0).unwrap();
+    let ours: FinishedExecutionResult = Ok(SupportedFunctionReturnValue::None);
+    let write =
+        |event| OutcomeWrite::new(ExecutionId::generate_at(at), Version(2), at, event, None);
+    let finished = write(ExecutionEventInner::Finished {
+        result: ours.clone(),
+    });
+    assert!(written_earlier(&Refusing::holding(ours.clone()), &finished).await);
+    let timed_out = Refusing::holding(Err(concepts::FinishedExecutionError::PermanentTimeout));
+    assert!(!written_earlier(&timed_out, &finished).await);
+    let retry = write(ExecutionEventInner::TemporarilyTimedOut {
+        backoff_expires_at: at,
+    });
+    assert!(
+        !written_earlier(&Refusing::holding(ours), &retry).await,
+        "only a `Finished` can be read back"
+    );
 }

@@ -5,7 +5,6 @@
 use super::{Fixture, assert_finished_with, cancelled, child_responses, finished_version};
 use crate::{
     StoreFactory,
-    executor_scenarios::workers::test_component_id,
     storage_scenarios::helpers::{SAFETY, ffqn, join_set, ms},
 };
 use async_trait::async_trait;
@@ -13,7 +12,7 @@ use concepts::{
     CancelOutcome, ExecutionEventInner, ExecutionId, FinishedExecutionResult, FunctionFqn,
     SupportedFunctionReturnValue,
 };
-use executor::{ExecConfig, ExecTask, Worker, WorkerContext, WorkerResult};
+use executor::{Worker, WorkerContext, WorkerResult};
 use std::{
     collections::HashMap,
     sync::{Arc, Mutex, PoisonError},
@@ -61,14 +60,7 @@ pub async fn l11_worker_of_a_cancelled_execution_loses_its_race<F: StoreFactory>
         started,
         learned: Mutex::default(),
     });
-    let config = ExecConfig {
-        lock_expiry: std::time::Duration::from_secs(10),
-        tick_sleep: ms(50),
-        batch_size: 10,
-        component_id: test_component_id(),
-        task_limiter: None,
-    };
-    let exec = ExecTask::new(worker.clone(), config, f.clock.clone(), f.db.clone());
+    let exec = f.executor(worker.clone(), f.db.clone());
     let alone = f.top(1, "slow").await;
     let parent = f.top(2, "parent").await;
     let child = f

@@ -190,6 +190,23 @@ impl Fixture {
         crate::storage_scenarios::helpers::ids_of(&locked)
     }
 
+    /// A manually ticked executor of `worker` over `db` (this store, or a wrapper of it), on
+    /// this clock, with [`LEASE`] leases.
+    fn executor(
+        &self,
+        worker: Arc<dyn executor::Worker>,
+        db: Arc<dyn concepts::DbExecutor>,
+    ) -> executor::ExecTask<SimClock> {
+        let config = executor::ExecConfig {
+            lock_expiry: LEASE,
+            tick_sleep: Duration::from_millis(50),
+            batch_size: 10,
+            component_id: crate::executor_scenarios::workers::test_component_id(),
+            task_limiter: None,
+        };
+        executor::ExecTask::new(worker, config, self.clock.clone(), db)
+    }
+
     /// Cancels `execution_id` now with `reason`.
     async fn cancel(&self, execution_id: &ExecutionId, reason: &str) -> CancelOutcome {
         self.db
