@@ -1,14 +1,16 @@
 //! The rules of LIFECYCLE.md, planned like every other write: a repeated `create`, `cancel`
 //! over a tree, `complete` of a stub and `prune` of finished trees.
 
-use super::plan::{Planner, inconsistent, response_keys};
-use super::snapshot::{JoinSetKey, Keys, PruneQuery, Snapshot, SubtreeKey};
+use super::plan::{Planner, inconsistent};
+use super::request::response_keys;
+use super::snapshot::{FastHash, JoinSetKey, Keys, PruneQuery, Snapshot, SubtreeKey};
 use crate::{
     CancelOutcome, CancelRequest, CompleteOutcome, CompleteRequest, CreateConflict, CreateOutcome,
     CreateRequest, DbError, DuplicateKind, ExecutionEvent, ExecutionEventInner, ExecutionId,
     FinishedExecutionError, FinishedExecutionResult, JoinSetResponse, JoinSetResponseEvent,
     OutcomeWrite, PendingState, PruneOutcome, PruneRequest, ValidationError,
 };
+use std::collections::HashSet;
 
 /// A `create` of an id that exists: identical (function, parameters, parent) is answered
 /// `AlreadyExisted` and writes nothing; anything else is a conflict naming what differs.
@@ -50,7 +52,10 @@ pub(super) fn repeated_create(
 }
 
 /// `cancel`, first keys: the execution, its parent (named by its id), its finished result if
-/// it has one, and its unfinished descendants.
+/// it has one, and all its descendants. All of them, not only the unfinished ones: a cancelled
+/// descendant answers its parent, which may have finished, and every row the write touches is
+/// locked in the first load, in id order (a parent's id is a prefix of its children's), so
+/// that a cancel and a finishing child lock in the same order.
 pub(super) fn cancel_keys(keys: &mut Keys, req: &CancelRequest) {
     // The parent's id is a prefix of the child's, so this is also the order to lock them in.
     if let Some((parent_id, _)) = req.execution_id.split_to_parent() {
@@ -60,7 +65,7 @@ pub(super) fn cancel_keys(keys: &mut Keys, req: &CancelRequest) {
     keys.finished_results.push(req.execution_id.clone());
     keys.subtrees.push(SubtreeKey {
         root: req.execution_id.clone(),
-        unfinished_only: true,
+        unfinished_only: false,
     });
 }
 
@@ -93,14 +98,18 @@ pub(super) fn cancel_follow_up_keys(snapshot: &Snapshot, req: &CancelRequest) ->
         return None;
     }
     let mut keys = Keys::default();
+    // Siblings answer one join set: name it once, not once per child.
+    let mut answered = HashSet::<_, FastHash>::default();
     for member in members {
         keys.open_delays.push(member.clone());
-        if let Some((parent_id, join_set_id)) = &snapshot.executions[member].parent {
-            keys.join_sets.push(JoinSetKey {
-                execution_id: parent_id.clone(),
-                join_set_id: join_set_id.clone(),
-                next_responses: 0,
-            });
+        if let Some(parent @ (parent_id, join_set_id)) = &snapshot.executions[member].parent {
+            if answered.insert(parent) {
+                keys.join_sets.push(JoinSetKey {
+                    execution_id: parent_id.clone(),
+                    join_set_id: join_set_id.clone(),
+                    next_responses: 0,
+                });
+            }
             keys.child_responses
                 .push((parent_id.clone(), member.clone()));
         }

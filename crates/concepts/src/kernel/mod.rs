@@ -32,6 +32,7 @@
 
 mod lifecycle;
 mod plan;
+mod request;
 mod snapshot;
 mod validate;
 mod waiters;
@@ -47,5 +48,7 @@ pub use snapshot::{
 pub use validate::{validate_append_batch, validate_create, validate_lock_pending};
 pub use waiters::{WaiterCounts, WaiterHub};
 
+#[cfg(test)]
+mod lifecycle_tests;
 #[cfg(test)]
 mod tests;
