@@ -1,8 +1,11 @@
-//! The loop's building blocks that need no database: permits and panicking workers.
+//! The loop's building blocks that need no database: permits, panicking workers, and how a
+//! refused retry of an outcome tells its own earlier write from another writer's.
 
 use super::*;
 use async_trait::async_trait;
-use concepts::{ExecutionMetadata, Json, RunId, Version};
+use concepts::{
+    ExecutionMetadata, FinishedExecutionResult, Json, RunId, SupportedFunctionReturnValue, Version,
+};
 
 #[test]
 fn take_free_takes_at_most_what_is_free_and_asked() {
@@ -64,10 +67,23 @@ async fn a_panicking_worker_is_an_activity_trap() {
     assert_eq!(reason, "worker panicked: cannot handle [1]");
 }
 
-/// Refuses every outcome with the given error, counting the attempts.
+/// Refuses every outcome with the given error, counting the attempts; reports `finished` as
+/// the execution's result (`None`: closed).
 struct Refusing {
     error: DbError,
     attempts: std::sync::Mutex<u32>,
+    finished: Option<FinishedExecutionResult>,
+}
+
+impl Refusing {
+    /// A store whose execution finished with `result`.
+    fn holding(result: FinishedExecutionResult) -> Self {
+        Self {
+            error: DbError::Closed,
+            attempts: std::sync::Mutex::new(0),
+            finished: Some(result),
+        }
+    }
 }
 
 #[async_trait]
@@ -77,7 +93,7 @@ impl concepts::DbAwait for Refusing {
         _execution_id: &ExecutionId,
         _timeout: Option<Duration>,
     ) -> Result<concepts::FinishedExecutionResult, DbError> {
-        Err(DbError::Closed)
+        self.finished.clone().ok_or(DbError::Closed)
     }
 }
 
@@ -137,8 +153,30 @@ async fn a_write_refused_because_someone_else_finished_the_execution_is_not_retr
         let db = Refusing {
             error: error.clone(),
             attempts: std::sync::Mutex::new(0),
+            finished: None,
         };
         write_outcome(&db, write.clone()).await;
         assert_eq!(*db.attempts.lock().unwrap(), expected, "{error}");
     }
+}
+
+#[tokio::test]
+async fn a_refused_retry_knows_its_own_finished_from_another_writers() {
+    let at = DateTime::from_timestamp(1_000, 0).unwrap();
+    let ours: FinishedExecutionResult = Ok(SupportedFunctionReturnValue::None);
+    let write =
+        |event| OutcomeWrite::new(ExecutionId::generate_at(at), Version(2), at, event, None);
+    let finished = write(ExecutionEventInner::Finished {
+        result: ours.clone(),
+    });
+    assert!(written_earlier(&Refusing::holding(ours.clone()), &finished).await);
+    let timed_out = Refusing::holding(Err(concepts::FinishedExecutionError::PermanentTimeout));
+    assert!(!written_earlier(&timed_out, &finished).await);
+    let retry = write(ExecutionEventInner::TemporarilyTimedOut {
+        backoff_expires_at: at,
+    });
+    assert!(
+        !written_earlier(&Refusing::holding(ours), &retry).await,
+        "only a `Finished` can be read back"
+    );
 }
