@@ -554,8 +554,8 @@ pub async fn w12_awaiting_a_tokio_sleep_is_reported<F: StoreFactory>(factory: &F
 }
 
 /// W13: the typed client submits under a caller-chosen id (the same submission again is
-/// accepted, other parameters under it are a duplicate), and a result wait ends with `Timeout`
-/// when the execution does not finish.
+/// answered as not created, other parameters under it are a conflict naming what differs),
+/// and a result wait ends with `Timeout` when the execution does not finish.
 pub async fn w13_client_ids_and_timeouts<F: StoreFactory>(factory: &F) {
     let mut f = Fixture::new(factory).await;
     f.spawn(Arc::new(
@@ -565,24 +565,31 @@ pub async fn w13_client_ids_and_timeouts<F: StoreFactory>(factory: &F) {
     ));
     let client = f.client();
     let id = concepts::ExecutionId::generate_at(f.clock.now());
-    let handle = client
+    let submitted = client
         .submit_with_id(id.clone(), &ARRIVALS, &1)
         .await
         .expect("submit");
+    assert!(submitted.created);
+    let handle = submitted.handle;
     assert_eq!(handle.execution_id(), &id);
     // The id is the caller's idempotency key: the same submission again is answered with the
-    // same execution, other parameters under it are a duplicate (LIFECYCLE.md §1).
+    // same execution (not created again), other parameters under it are a conflict naming
+    // what differs (LIFECYCLE.md §1).
     let repeated = client
         .submit_with_id(id.clone(), &ARRIVALS, &1)
         .await
         .expect("a repeated submission is accepted");
-    assert_eq!(repeated.execution_id(), &id);
+    assert!(!repeated.created);
+    assert_eq!(repeated.handle.execution_id(), &id);
     match client.submit_with_id(id.clone(), &ARRIVALS, &2).await {
-        Err(ClientError::Db(err)) => assert_eq!(err.kind(), concepts::DbErrorKind::Duplicate),
-        other => panic!(
-            "expected a duplicate, got {:?}",
-            other.map(|h| h.execution_id().clone())
-        ),
+        Err(ClientError::Conflict {
+            execution_id,
+            differences,
+        }) => {
+            assert_eq!(execution_id, id);
+            assert_eq!(differences, [concepts::CreateConflict::Params]);
+        }
+        other => panic!("expected a conflict, got {other:?}"),
     }
     let waited = handle.result_within(Duration::from_millis(50)).await;
     assert!(
