@@ -208,22 +208,20 @@ impl State {
     /// Loads the keys of `cancel`, `complete` and `prune`: descendants, finished results,
     /// open delays and prune candidates.
     fn load_lifecycle(&self, keys: &Keys, snapshot: &mut Snapshot) {
-        for key in &keys.subtrees {
-            let (low, high) = descendant_bounds(&key.root);
+        for root in &keys.subtrees {
+            let (low, high) = descendant_bounds(root);
             // Ids between `<root>` and `<root>.` (a sibling whose join set name extends the
             // root's last step) are in the range but not descendants: filtered out.
             let range = (self.children)
-                .range((Bound::Excluded(&key.root), Bound::Unbounded))
+                .range((Bound::Excluded(root), Bound::Unbounded))
                 .take_while(|id| id.as_str() < high.as_str())
                 .filter(|id| id.as_str().starts_with(&low));
             let mut found = Vec::new();
             for record in range.filter_map(|id| self.records.get(id)) {
-                if !(key.unfinished_only && record.row.state.pending_state.is_finished()) {
-                    found.push(record.row.execution_id.clone());
-                    snapshot.add_execution(record.row.clone());
-                }
+                found.push(record.row.execution_id.clone());
+                snapshot.add_execution(record.row.clone());
             }
-            snapshot.subtrees.insert(key.root.clone(), found);
+            snapshot.subtrees.insert(root.clone(), found);
         }
         let results = &mut snapshot.finished_results;
         for execution_id in &keys.finished_results {

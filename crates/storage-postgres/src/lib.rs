@@ -71,8 +71,7 @@
 //!   ORDER BY execution_id FOR UPDATE`; then, each with one statement and only when the keys
 //!   name any, the `Created` events of the executions to create that exist (so a repeated
 //!   `create` of new ids costs no round trip more), the descendants of the subtrees
-//!   (`execution_id >= '<root>.' AND execution_id < '<root>/'`, unfinished ones only when
-//!   asked, locked in id order), `prune`'s candidates, finished results, open delays, the
+//!   (`execution_id >= '<root>.' AND execution_id < '<root>/'`, locked in id order), `prune`'s candidates, finished results, open delays, the
 //!   join-set counters with the times of the responses the next `JoinNext` events consume,
 //!   the delays, and the child responses. The server runs a pipeline in order, so every read
 //!   after the row locks sees the latest committed state. The follow-up keys of `cancel` (the

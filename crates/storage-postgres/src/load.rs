@@ -65,25 +65,22 @@ const SELECT_LOG_RESPONSES: &str = "SELECT execution_id, response_json FROM t_re
 const SELECT_CREATED: &str = "SELECT execution_id, event_json FROM t_event \
     WHERE execution_id = ANY($1) AND version = 0";
 
-/// The descendants of each root `k` (ids in `[low, high)`, only the unfinished ones when
-/// asked), locked in id order: after the rows of `LOCK_EXECUTIONS` (a root and its ancestors,
+/// The descendants of each root `k` (ids in `[low, high)`), locked in id order: after the rows of `LOCK_EXECUTIONS` (a root and its ancestors,
 /// whose ids sort before its descendants').
 const LOCK_SUBTREES: &str = concat!(
     "SELECT ",
     execution_columns!(),
-    ", k.ord FROM UNNEST($1::text[], $2::text[], $3::bool[]) \
-     WITH ORDINALITY AS k(low, high, unfinished_only, ord) \
+    ", k.ord FROM UNNEST($1::text[], $2::text[]) \
+     WITH ORDINALITY AS k(low, high, ord) \
      JOIN t_execution t ON t.execution_id >= k.low AND t.execution_id < k.high \
-     AND NOT (k.unfinished_only AND t.state_kind = 3) \
      ORDER BY t.execution_id, k.ord FOR UPDATE OF t"
 );
 
 /// The ids `LOCK_SUBTREES` would find now, read without locks: see [`lock_subtrees`].
 const SUBTREE_MEMBERS: &str = "SELECT t.execution_id, k.ord \
-    FROM UNNEST($1::text[], $2::text[], $3::bool[]) \
-    WITH ORDINALITY AS k(low, high, unfinished_only, ord) \
-    JOIN t_execution t ON t.execution_id >= k.low AND t.execution_id < k.high \
-    AND NOT (k.unfinished_only AND t.state_kind = 3)";
+    FROM UNNEST($1::text[], $2::text[]) \
+    WITH ORDINALITY AS k(low, high, ord) \
+    JOIN t_execution t ON t.execution_id >= k.low AND t.execution_id < k.high";
 
 /// `prune`'s candidates: finished top-level executions, finished strictly before `($1, $2)`
 /// and after the cursor `($3, $4, $5)`, oldest first, from the partial index on
@@ -382,11 +379,11 @@ fn subtree_members(rows: &[Row], id: usize, ord: usize) -> Result<Vec<(i64, &str
 
 /// Adds the locked descendants: their rows, and their ids in id order under each root.
 fn add_subtrees(keys: &Keys, rows: &[Row], snapshot: &mut Snapshot) -> Result<(), DbError> {
-    for key in &keys.subtrees {
-        snapshot.subtrees.entry(key.root.clone()).or_default();
+    for root in &keys.subtrees {
+        snapshot.subtrees.entry(root.clone()).or_default();
     }
     for row in rows {
-        let root = &keys.subtrees[ordinal(row, SUBTREE_ORD, keys.subtrees.len())?].root;
+        let root = &keys.subtrees[ordinal(row, SUBTREE_ORD, keys.subtrees.len())?];
         let row = execution_row(row)?;
         if let Some(members) = snapshot.subtrees.get_mut(root) {
             members.push(row.execution_id.clone());
@@ -396,30 +393,25 @@ fn add_subtrees(keys: &Keys, rows: &[Row], snapshot: &mut Snapshot) -> Result<()
     Ok(())
 }
 
-/// The parameters of `LOCK_SUBTREES` and `SUBTREE_MEMBERS`: per root, its bounds and filter.
+/// The parameters of `LOCK_SUBTREES` and `SUBTREE_MEMBERS`: per root, its bounds.
 struct SubtreeParams {
     lows: Vec<String>,
     highs: Vec<String>,
-    unfinished_only: Vec<bool>,
 }
 
 impl SubtreeParams {
     fn new(keys: &Keys) -> Self {
         let (mut lows, mut highs) = (Vec::new(), Vec::new());
-        for key in &keys.subtrees {
-            let (low, high) = descendant_bounds(&key.root);
+        for root in &keys.subtrees {
+            let (low, high) = descendant_bounds(root);
             lows.push(low);
             highs.push(high);
         }
-        Self {
-            lows,
-            highs,
-            unfinished_only: keys.subtrees.iter().map(|k| k.unfinished_only).collect(),
-        }
+        Self { lows, highs }
     }
 
-    fn as_params(&self) -> [&(dyn ToSql + Sync); 3] {
-        [&self.lows, &self.highs, &self.unfinished_only]
+    fn as_params(&self) -> [&(dyn ToSql + Sync); 2] {
+        [&self.lows, &self.highs]
     }
 }
 

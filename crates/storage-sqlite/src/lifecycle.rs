@@ -11,7 +11,7 @@ use crate::{
 };
 use concepts::{
     ExecutionId,
-    kernel::{PruneQuery, Snapshot, SubtreeKey, descendant_bounds},
+    kernel::{PruneQuery, Snapshot, descendant_bounds},
 };
 use rusqlite::params;
 
@@ -24,16 +24,11 @@ const DELETES: [&str; 4] = [
     "DELETE FROM t_delay WHERE execution_id = ?1",
 ];
 
-/// The rows of the descendants of `?1`'s root, `?1 <= id < ?2` (all, or the unfinished only).
-pub(crate) fn subtree_sql(unfinished_only: bool) -> String {
-    let filter = if unfinished_only {
-        " AND state <> 'Finished'"
-    } else {
-        ""
-    };
+/// The rows of the descendants of a root, `?1 <= id < ?2`.
+pub(crate) fn subtree_sql() -> String {
     format!(
         "SELECT {STATE_ROW_COLUMNS} FROM t_execution_state \
-         WHERE execution_id >= ?1 AND execution_id < ?2{filter} ORDER BY execution_id"
+         WHERE execution_id >= ?1 AND execution_id < ?2 ORDER BY execution_id"
     )
 }
 
@@ -88,13 +83,11 @@ impl WriteCtx<'_> {
         Ok(())
     }
 
-    /// The descendants of `key.root` (the unfinished ones, when asked), their rows, and their
-    /// ids in id order: one range of the primary key, [`descendant_bounds`].
-    pub(crate) fn load_subtree(&self, key: &SubtreeKey, snapshot: &mut Snapshot) -> Result<()> {
-        let mut stmt = self
-            .conn
-            .prepare_cached(&subtree_sql(key.unfinished_only))?;
-        let (low, high) = descendant_bounds(&key.root);
+    /// The descendants of `root`, their rows, and their ids in id order: one range of the
+    /// primary key, [`descendant_bounds`].
+    pub(crate) fn load_subtree(&self, root: &ExecutionId, snapshot: &mut Snapshot) -> Result<()> {
+        let mut stmt = self.conn.prepare_cached(&subtree_sql())?;
+        let (low, high) = descendant_bounds(root);
         let mut rows = stmt.query(params![low, high])?;
         let mut ids = Vec::new();
         while let Some(row) = rows.next()? {
@@ -102,7 +95,7 @@ impl WriteCtx<'_> {
             ids.push(row.execution_id.clone());
             snapshot.add_execution(row);
         }
-        snapshot.subtrees.insert(key.root.clone(), ids);
+        snapshot.subtrees.insert(root.clone(), ids);
         Ok(())
     }
 

@@ -68,8 +68,8 @@ impl<'c> WriteCtx<'c> {
             }
         }
         self.load_existing_creations(&keys.new_executions, snapshot)?;
-        for key in &keys.subtrees {
-            self.load_subtree(key, snapshot)?;
+        for root in &keys.subtrees {
+            self.load_subtree(root, snapshot)?;
         }
         self.load_finished_results(&keys.finished_results, snapshot)?;
         self.load_open_delays(&keys.open_delays, snapshot)?;

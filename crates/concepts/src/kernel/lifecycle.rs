@@ -3,7 +3,7 @@
 
 use super::plan::{Planner, inconsistent};
 use super::request::response_keys;
-use super::snapshot::{FastHash, JoinSetKey, Keys, PruneQuery, Snapshot, SubtreeKey};
+use super::snapshot::{FastHash, JoinSetKey, Keys, PruneQuery, Snapshot};
 use crate::{
     CancelOutcome, CancelRequest, CompleteOutcome, CompleteRequest, CreateConflict, CreateOutcome,
     CreateRequest, DbError, DuplicateKind, ExecutionEvent, ExecutionEventInner, ExecutionId,
@@ -52,10 +52,9 @@ pub(super) fn repeated_create(
 }
 
 /// `cancel`, first keys: the execution, its parent (named by its id), its finished result if
-/// it has one, and all its descendants. All of them, not only the unfinished ones: a cancelled
-/// descendant answers its parent, which may have finished, and every row the write touches is
-/// locked in the first load, in id order (a parent's id is a prefix of its children's), so
-/// that a cancel and a finishing child lock in the same order.
+/// it has one, and all its descendants: every row the write touches is locked in the first
+/// load, in id order (a parent's id is a prefix of its children's), so that a cancel and a
+/// finishing child lock in the same order.
 pub(super) fn cancel_keys(keys: &mut Keys, req: &CancelRequest) {
     // The parent's id is a prefix of the child's, so this is also the order to lock them in.
     if let Some((parent_id, _)) = req.execution_id.split_to_parent() {
@@ -63,10 +62,7 @@ pub(super) fn cancel_keys(keys: &mut Keys, req: &CancelRequest) {
     }
     keys.executions.push(req.execution_id.clone());
     keys.finished_results.push(req.execution_id.clone());
-    keys.subtrees.push(SubtreeKey {
-        root: req.execution_id.clone(),
-        unfinished_only: false,
-    });
+    keys.subtrees.push(req.execution_id.clone());
 }
 
 /// The executions `cancel` finishes: the execution and its unfinished descendants, parents
@@ -161,14 +157,7 @@ pub(super) fn prune_follow_up_keys(snapshot: &Snapshot) -> Option<Keys> {
         return None;
     }
     Some(Keys {
-        subtrees: snapshot
-            .prune_candidates
-            .iter()
-            .map(|root| SubtreeKey {
-                root: root.clone(),
-                unfinished_only: false,
-            })
-            .collect(),
+        subtrees: snapshot.prune_candidates.iter().cloned().collect(),
         ..Keys::default()
     })
 }

@@ -64,15 +64,14 @@ impl Table {
                 snapshot.add_execution(row.clone());
             }
         }
-        for key in &keys.subtrees {
-            let (low, high) = descendant_bounds(&key.root);
+        for root in &keys.subtrees {
+            let (low, high) = descendant_bounds(root);
             let found: Vec<ExecutionRow> = (self.rows.values())
                 .filter(|r| (low.as_str()..high.as_str()).contains(&r.execution_id.as_str()))
-                .filter(|r| !(key.unfinished_only && r.state.pending_state.is_finished()))
                 .cloned()
                 .collect();
             let ids = found.iter().map(|r| r.execution_id.clone()).collect();
-            snapshot.subtrees.insert(key.root.clone(), ids);
+            snapshot.subtrees.insert(root.clone(), ids);
             found.into_iter().for_each(|r| snapshot.add_execution(r));
         }
         for id in &keys.finished_results {
@@ -459,13 +458,7 @@ fn cancel_finishes_the_unfinished_tree_with_each_parent_answered_and_delays_clos
     let keys = cancel(&root).keys().unwrap();
     assert_eq!(keys.executions, std::slice::from_ref(&root));
     assert_eq!(keys.finished_results, std::slice::from_ref(&root));
-    assert_eq!(
-        keys.subtrees,
-        [SubtreeKey {
-            root: root.clone(),
-            unfinished_only: false
-        }]
-    );
+    assert_eq!(keys.subtrees, [root.clone()]);
     let mut snapshot = Snapshot::default();
     table.load(&keys, &mut snapshot);
     assert_eq!(

@@ -43,7 +43,7 @@ pub use plan::{
 };
 pub use snapshot::{
     DelayRow, DueQuery, ExecutionRow, JoinSetCounters, JoinSetKey, JoinSetRow, Keys, LogRows,
-    PruneQuery, Snapshot, SubtreeKey, descendant_bounds, order_expired_timers,
+    PruneQuery, Snapshot, descendant_bounds, order_expired_timers,
 };
 pub use validate::{validate_append_batch, validate_create, validate_lock_pending};
 pub use waiters::{WaiterCounts, WaiterHub};

@@ -141,17 +141,6 @@ pub struct DueQuery {
     pub limit: usize,
 }
 
-/// The descendants of one execution that a write reads: every execution whose id starts with
-/// `<root>.` (a child's id is derived from its parent's, so this is the whole tree below
-/// `root`; [`descendant_bounds`] gives the range of ids).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SubtreeKey {
-    /// The execution whose descendants are read (not itself).
-    pub root: ExecutionId,
-    /// Only the descendants that have not finished (`cancel`); otherwise all (`prune`).
-    pub unfinished_only: bool,
-}
-
 /// Which top-level executions `prune` examines.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PruneQuery {
@@ -179,8 +168,13 @@ pub struct Keys {
     /// its `Created` event (into [`Snapshot::created`]): the kernel decides whether the write
     /// repeats it (idempotent submit) or conflicts with it.
     pub new_executions: Vec<ExecutionId>,
-    /// Descendants to read, with their rows, into [`Snapshot::subtrees`].
-    pub subtrees: Vec<SubtreeKey>,
+    /// Executions whose descendants the write reads, with their rows, into
+    /// [`Snapshot::subtrees`]: every execution whose id starts with `<root>.` (a child's id is
+    /// derived from its parent's, so that is the whole tree below the root;
+    /// [`descendant_bounds`] gives the range of ids). All of them, finished or not: `cancel`
+    /// answers a descendant's parent that may have finished, and locks every row of the tree
+    /// in its first load.
+    pub subtrees: Vec<ExecutionId>,
     /// Executions whose finished result the write needs, when they have finished: into
     /// [`Snapshot::finished_results`].
     pub finished_results: Vec<ExecutionId>,
