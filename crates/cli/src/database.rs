@@ -82,9 +82,10 @@ impl fmt::Display for DatabaseUrl {
 /// Whether opening may create a new database.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OpenMode {
-    /// Create the SQLite file if it is missing (`stele demo`).
+    /// Create the SQLite file if it is missing (`stele demo`, `stele serve`).
     CreateIfMissing,
-    /// Refuse a SQLite file that does not exist (inspection commands never create one).
+    /// Refuse a SQLite file that does not exist or is empty: inspection and operator commands
+    /// never create a database.
     ExistingOnly,
 }
 
@@ -92,8 +93,18 @@ pub enum OpenMode {
 #[derive(Debug, thiserror::Error)]
 pub enum OpenError {
     /// [`OpenMode::ExistingOnly`] and no file at the path.
-    #[error("no database at {path} (run `stele demo --db {path}` to create one)", path = .0.display())]
+    #[error(
+        "no database at {path} (run `stele serve --db {path}` or `stele demo --db {path}` to create one)",
+        path = .0.display()
+    )]
     Missing(PathBuf),
+    /// [`OpenMode::ExistingOnly`] and an empty file at the path (`touch stele.db`): opening
+    /// it would turn it into a new database.
+    #[error(
+        "{path} is an empty file, not a Stele database (run `stele serve --db {path}` or `stele demo --db {path}` to create one)",
+        path = .0.display()
+    )]
+    Empty(PathBuf),
     /// The SQLite file cannot be opened, created or used.
     #[error(transparent)]
     Sqlite(#[from] SqliteOpenError),
@@ -105,13 +116,23 @@ pub enum OpenError {
 /// Opens the store named by `url`, as a whole backend.
 ///
 /// # Errors
-/// [`OpenError::Missing`] for a missing file in [`OpenMode::ExistingOnly`]; otherwise the
-/// backend's own error, which names the file or the server.
+/// [`OpenError::Missing`] for a missing file and [`OpenError::Empty`] for an empty one in
+/// [`OpenMode::ExistingOnly`]; otherwise the backend's own error, which names the file or the
+/// server.
 pub async fn open(url: &DatabaseUrl, mode: OpenMode) -> Result<Arc<dyn DbConnection>, OpenError> {
     match url {
         DatabaseUrl::Sqlite(path) => {
-            if mode == OpenMode::ExistingOnly && !path.exists() {
-                return Err(OpenError::Missing(path.clone()));
+            if mode == OpenMode::ExistingOnly {
+                match std::fs::metadata(path) {
+                    Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
+                        return Err(OpenError::Missing(path.clone()));
+                    }
+                    Ok(metadata) if metadata.is_file() && metadata.len() == 0 => {
+                        return Err(OpenError::Empty(path.clone()));
+                    }
+                    // A directory, an unreadable file: the backend names what is wrong.
+                    Ok(_) | Err(_) => {}
+                }
             }
             let pool = SqlitePool::open(SqliteConfig::new(path.clone())).await?;
             Ok(Arc::new(pool))

@@ -37,6 +37,7 @@
 //! Errors are printed as one line on stderr, starting with `error: `.
 
 pub mod database;
+pub mod duration;
 pub mod report;
 pub mod workers;
 pub mod workload;
