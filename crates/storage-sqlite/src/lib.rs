@@ -107,6 +107,7 @@
 mod codec;
 mod config;
 mod error;
+mod lifecycle;
 mod ops;
 mod pool;
 mod reads;
