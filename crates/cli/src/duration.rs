@@ -88,7 +88,7 @@ impl fmt::Display for HumanDuration {
         let (name, per_unit) = UNITS
             .iter()
             .rev()
-            .find(|(_, per_unit)| millis % u128::from(*per_unit) == 0 && millis > 0)
+            .find(|(_, per_unit)| millis > 0 && millis.is_multiple_of(u128::from(*per_unit)))
             .map_or(("s", 1_000), |(name, per_unit)| (*name, *per_unit));
         write!(f, "{}{name}", millis / u128::from(per_unit))
     }

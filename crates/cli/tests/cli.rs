@@ -540,6 +540,37 @@ fn inspection_never_creates_a_database() {
 }
 
 #[test]
+fn inspection_never_migrates_an_older_schema() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = empty_database(dir.path());
+    let version = |path: &Path| -> i64 {
+        rusqlite::Connection::open(path)
+            .unwrap()
+            .pragma_query_value(None, "user_version", |row| row.get(0))
+            .unwrap()
+    };
+    let current = version(&path);
+    // Claims to be one version older (the tables stay as they are: nothing may migrate it).
+    rusqlite::Connection::open(&path)
+        .unwrap()
+        .pragma_update(None, "user_version", current - 1)
+        .unwrap();
+    let db = path_str(&path);
+    let message = format!(
+        "{db} has schema version {}, older than this build's {current}",
+        current - 1
+    );
+    for command in [
+        &["executions", "list"][..],
+        &["executions", "show", ID],
+        &["executions", "wait", ID],
+    ] {
+        run_failing(&[&["--db", db][..], command].concat(), 4, &message);
+    }
+    assert_eq!(version(&path), current - 1, "left as it was");
+}
+
+#[test]
 fn usage_errors_exit_with_2() {
     run_failing(
         &["--database", "mysql://db/stele", "executions", "list"],
@@ -1070,7 +1101,7 @@ fn operator_commands_never_create_a_database_nor_touch_another_file() {
         run_failing(
             &[&["--db", path_str(&empty)][..], command].concat(),
             4,
-            "is an empty file, not a Stele database",
+            "is not a Stele database: it holds no schema",
         );
     }
     assert_eq!(std::fs::read_to_string(&notes).unwrap(), text);
@@ -1148,6 +1179,15 @@ fn serve_with_retention_removes_what_finished() {
         "invalid --prune-older-than: `7x` has the unknown unit `x`",
     );
     let server = Server::start(db, &["--prune-older-than", "0s", "--prune-every", "100ms"]);
+    // A promise nobody completes stays pending: never pruned.
+    let promise = submitted_id(&run_ok(&[
+        "--db",
+        db,
+        "submit",
+        "stele:stub.never",
+        "--params",
+        "[]",
+    ]));
     let id = submitted_id(&run_ok(&[
         "--db",
         db,
@@ -1156,8 +1196,7 @@ fn serve_with_retention_removes_what_finished() {
         "--params",
         FLAKY_PARAMS,
     ]));
-    assert!(run_ok(&["--db", db, "executions", "wait", &id]).starts_with("Ok "));
-    // Gone once the retention task ran after it finished: read until it is.
+    // Gone once it ran and the retention task ran after that: read until it is.
     let deadline = Instant::now() + SAFETY;
     loop {
         let shown = run(&["--db", db, "executions", "show", &id]);
@@ -1168,6 +1207,8 @@ fn serve_with_retention_removes_what_finished() {
         assert!(Instant::now() < deadline, "never pruned");
         std::thread::sleep(Duration::from_millis(100));
     }
+    let kept = run_json(&["--db", db, "executions", "show", &promise, "--json"]);
+    assert_eq!(kept["state"], "PendingAt");
     let (code, _) = server.terminate();
     assert_eq!(code, 130);
 }

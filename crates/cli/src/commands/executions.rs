@@ -1,5 +1,5 @@
 //! `stele executions`: the read-only inspection `list` and `show` (which never create a
-//! database), and the dispatch of the operator's commands of `operate`.
+//! database nor migrate one), and the dispatch of the operator's commands of `operate`.
 
 use super::{
     CliError, bad_input, operate, parse_execution_id, print, print_json, render, with_store,
@@ -122,7 +122,7 @@ async fn list(url: &DatabaseUrl, args: ListArgs) -> Result<(), CliError> {
         cursor: None,
         length: args.limit,
     };
-    let rows = with_store(url, OpenMode::ExistingOnly, async |db| {
+    let rows = with_store(url, OpenMode::Inspection, async |db| {
         db.list_executions(filter, pagination)
             .await
             .map_err(|err| CliError::db(format!("cannot list the executions in {url}"), err))
@@ -191,7 +191,7 @@ struct ShowDocument<'a> {
 async fn show(url: &DatabaseUrl, args: ShowArgs) -> Result<(), CliError> {
     let execution_id = parse_execution_id(&args.id)?;
     let json = args.json;
-    let (log, children) = with_store(url, OpenMode::ExistingOnly, async |db| {
+    let (log, children) = with_store(url, OpenMode::Inspection, async |db| {
         let log = db.get(&execution_id).await.map_err(|err| match err {
             concepts::DbError::NotFound(_) => CliError::no_execution(&execution_id, url),
             other => CliError::db(format!("cannot read execution {execution_id}"), other),

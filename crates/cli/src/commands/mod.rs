@@ -180,7 +180,6 @@ impl CliError {
         use storage_sqlite::SqliteOpenError;
         let (exit, error) = match err {
             OpenError::Missing(_) => (Exit::NotFound, anyhow::Error::new(err)),
-            OpenError::Empty(_) => (Exit::Database, anyhow::Error::new(err)),
             OpenError::Postgres(PostgresError::InvalidConfig { .. }) => {
                 (Exit::Usage, anyhow::Error::new(err))
             }
@@ -193,6 +192,12 @@ impl CliError {
                 Exit::Database,
                 anyhow::Error::msg(format!(
                     "{err} (check that its directory exists and can be written)"
+                )),
+            ),
+            OpenError::Sqlite(SqliteOpenError::SchemaTooOld { .. }) => (
+                Exit::Database,
+                anyhow::Error::msg(format!(
+                    "{err} (a command that writes, such as `stele serve`, migrates it)"
                 )),
             ),
             OpenError::Sqlite(_) => (Exit::Database, anyhow::Error::new(err)),

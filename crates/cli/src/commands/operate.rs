@@ -1,6 +1,6 @@
 //! `stele executions wait | cancel | complete | prune`: what an operator does to executions
-//! after submitting them. None of them creates a database: `wait` only reads, the others
-//! write to a database that already exists.
+//! after submitting them. None of them creates a database: `wait` only reads (and never
+//! migrates), the others write to a database that already exists.
 
 use super::{
     CliError, Exit, bad_input, interrupted, parse_execution_id, print, print_json, render,
@@ -99,7 +99,7 @@ pub async fn wait(url: &DatabaseUrl, args: WaitArgs) -> Result<(), CliError> {
         .as_deref()
         .map(|text| parse_duration("--timeout", text))
         .transpose()?;
-    let result = with_store(url, OpenMode::ExistingOnly, async |db| {
+    let result = with_store(url, OpenMode::Inspection, async |db| {
         tokio::select! {
             biased;
             () = interrupted() => Err(CliError::new(
