@@ -196,10 +196,7 @@ async fn an_older_schema_is_migrated_and_keeps_its_data() {
                 .await
                 .expect("creates");
             let version = Version(1);
-            let mut events = vec![history(HistoryEvent::JoinSetCreate {
-                join_set_id: join_set.clone(),
-                closing_strategy: concepts::ClosingStrategy::Complete,
-            })];
+            let mut events = vec![join_set_create(&join_set)];
             events.extend(delays.iter().map(|delay_id| {
                 history(HistoryEvent::JoinSetRequest {
                     join_set_id: join_set.clone(),
@@ -1076,6 +1073,22 @@ fn secs(n: i64) -> DateTime<Utc> {
     t0() + chrono::TimeDelta::seconds(n)
 }
 
+fn join_set_create(join_set_id: &JoinSetId) -> ExecutionEventInner {
+    history(HistoryEvent::JoinSetCreate {
+        join_set_id: join_set_id.clone(),
+        closing_strategy: concepts::ClosingStrategy::Complete,
+    })
+}
+
+fn child_request_event(join_set_id: &JoinSetId, child: &ExecutionId) -> ExecutionEventInner {
+    history(HistoryEvent::JoinSetRequest {
+        join_set_id: join_set_id.clone(),
+        request: JoinSetRequest::ChildExecutionRequest {
+            child_execution_id: child.clone(),
+        },
+    })
+}
+
 fn finished_ok() -> ExecutionEventInner {
     ExecutionEventInner::Finished {
         result: Ok(SupportedFunctionReturnValue::None),
@@ -1113,16 +1126,8 @@ async fn tree(
     child_req.parent = Some((root.clone(), outer.clone()));
     child_req.scheduled_by = Some(root.clone());
     let events = vec![
-        history(HistoryEvent::JoinSetCreate {
-            join_set_id: outer.clone(),
-            closing_strategy: concepts::ClosingStrategy::Complete,
-        }),
-        history(HistoryEvent::JoinSetRequest {
-            join_set_id: outer.clone(),
-            request: JoinSetRequest::ChildExecutionRequest {
-                child_execution_id: child.clone(),
-            },
-        }),
+        join_set_create(&outer),
+        child_request_event(&outer, &child),
         delay_request(&outer, root_delay),
     ];
     let root_version = store
@@ -1132,13 +1137,7 @@ async fn tree(
         })
         .await
         .expect("requests the child and a delay");
-    let events = vec![
-        history(HistoryEvent::JoinSetCreate {
-            join_set_id: inner.clone(),
-            closing_strategy: concepts::ClosingStrategy::Complete,
-        }),
-        delay_request(&inner, child_delay),
-    ];
+    let events = vec![join_set_create(&inner), delay_request(&inner, child_delay)];
     let child_version = store
         .append_batch(AppendBatchRequest::events(
             child.clone(),
@@ -1270,16 +1269,8 @@ async fn prune_leaves_no_row_of_a_pruned_tree_in_any_table() {
     let mut child_req = create_request(kept_child.clone(), secs(2));
     child_req.parent = Some((id(3), js("o:outer")));
     let events = vec![
-        history(HistoryEvent::JoinSetCreate {
-            join_set_id: js("o:outer"),
-            closing_strategy: concepts::ClosingStrategy::Complete,
-        }),
-        history(HistoryEvent::JoinSetRequest {
-            join_set_id: js("o:outer"),
-            request: JoinSetRequest::ChildExecutionRequest {
-                child_execution_id: kept_child.clone(),
-            },
-        }),
+        join_set_create(&js("o:outer")),
+        child_request_event(&js("o:outer"), &kept_child),
     ];
     let version = store
         .append_batch(AppendBatchRequest {

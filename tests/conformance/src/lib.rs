@@ -1,5 +1,6 @@
-//! The conformance suite: every scenario of `SCENARIOS.md` as a `pub async fn` that takes a
-//! [`StoreFactory`], so that every storage backend runs the same code.
+//! The conformance suite: every scenario of `SCENARIOS.md`, and the lifecycle scenarios of
+//! `LIFECYCLE.md` (L1..L20), as a `pub async fn` that takes a [`StoreFactory`], so that every
+//! storage backend runs the same code.
 //!
 //! A backend runs the whole list with one macro line in its `tests/conformance.rs`:
 //!
@@ -16,6 +17,7 @@
 
 pub mod differential;
 pub mod executor_scenarios;
+pub mod lifecycle_scenarios;
 pub mod persistence_scenarios;
 pub mod storage_scenarios;
 pub mod workflow_scenarios;
@@ -96,6 +98,7 @@ macro_rules! conformance_tests {
         $crate::differential_tests!($factory);
         $crate::persistence_scenario_tests!($factory);
         $crate::workflow_scenario_tests!($factory);
+        $crate::lifecycle_scenario_tests!($factory);
     };
 }
 

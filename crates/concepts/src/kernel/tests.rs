@@ -12,19 +12,19 @@ use crate::{
 use chrono::{DateTime, Utc};
 use std::{sync::Arc, time::Duration};
 
-fn at(secs: i64) -> DateTime<Utc> {
+pub(super) fn at(secs: i64) -> DateTime<Utc> {
     DateTime::from_timestamp(secs, 0).unwrap()
 }
 
-fn ffqn() -> FunctionFqn {
+pub(super) fn ffqn() -> FunctionFqn {
     "ns:pkg/ifc.fn".parse().unwrap()
 }
 
-fn join_set() -> JoinSetId {
+pub(super) fn join_set() -> JoinSetId {
     "n:batch".parse().unwrap()
 }
 
-fn create_request(
+pub(super) fn create_request(
     execution_id: &ExecutionId,
     parent: Option<(ExecutionId, JoinSetId)>,
 ) -> CreateRequest {
@@ -44,7 +44,11 @@ fn create_request(
 }
 
 /// A row in `state` at `next_version`.
-fn row(execution_id: &ExecutionId, next_version: u32, pending_state: PendingState) -> ExecutionRow {
+pub(super) fn row(
+    execution_id: &ExecutionId,
+    next_version: u32,
+    pending_state: PendingState,
+) -> ExecutionRow {
     ExecutionRow {
         state: ExecutionState {
             next_version: Version(next_version),
@@ -104,7 +108,7 @@ fn delay_request(delay_id: DelayId) -> ExecutionEventInner {
     }
 }
 
-fn pending(secs: i64) -> PendingState {
+pub(super) fn pending(secs: i64) -> PendingState {
     PendingState::PendingAt {
         scheduled_at: at(secs),
     }

@@ -1,8 +1,11 @@
-//! The loop's building blocks that need no database: permits and panicking workers.
+//! The loop's building blocks that need no database: permits, panicking workers, and how a
+//! refused retry of an outcome tells its own earlier write from another writer's.
 
 use super::*;
 use async_trait::async_trait;
-use concepts::{ExecutionMetadata, Json, RunId, Version};
+use concepts::{
+    ExecutionMetadata, FinishedExecutionResult, Json, RunId, SupportedFunctionReturnValue, Version,
+};
 
 #[test]
 fn take_free_takes_at_most_what_is_free_and_asked() {
@@ -61,4 +64,61 @@ async fn a_panicking_worker_is_an_activity_trap() {
         panic!("expected a trap, got {result:?}")
     };
     assert_eq!(reason, "worker panicked: cannot handle [1]");
+}
+
+/// A store whose only answer is the finished result it holds.
+struct FinishedWith(FinishedExecutionResult);
+
+#[async_trait]
+impl concepts::DbAwait for FinishedWith {
+    async fn wait_for_finished_result(
+        &self,
+        _execution_id: &ExecutionId,
+        _timeout: Option<Duration>,
+    ) -> Result<FinishedExecutionResult, DbError> {
+        Ok(self.0.clone())
+    }
+}
+
+#[async_trait]
+impl DbExecutor for FinishedWith {
+    async fn lock_pending(
+        &self,
+        _req: LockPendingRequest,
+    ) -> Result<Vec<LockedExecution>, DbError> {
+        Ok(Vec::new())
+    }
+
+    async fn append_outcome(&self, write: OutcomeWrite) -> Result<Version, DbError> {
+        Ok(write.version)
+    }
+
+    async fn wait_for_pending(
+        &self,
+        _pending_at_or_sooner: DateTime<Utc>,
+        _ffqns: Arc<[FunctionFqn]>,
+        _max_wait: Duration,
+    ) {
+    }
+}
+
+#[tokio::test]
+async fn a_refused_retry_knows_its_own_finished_from_another_writers() {
+    let at = DateTime::from_timestamp(1_000, 0).unwrap();
+    let ours: FinishedExecutionResult = Ok(SupportedFunctionReturnValue::None);
+    let write =
+        |event| OutcomeWrite::new(ExecutionId::generate_at(at), Version(2), at, event, None);
+    let finished = write(ExecutionEventInner::Finished {
+        result: ours.clone(),
+    });
+    assert!(written_earlier(&FinishedWith(ours.clone()), &finished).await);
+    let timed_out = FinishedWith(Err(concepts::FinishedExecutionError::PermanentTimeout));
+    assert!(!written_earlier(&timed_out, &finished).await);
+    let retry = write(ExecutionEventInner::TemporarilyTimedOut {
+        backoff_expires_at: at,
+    });
+    assert!(
+        !written_earlier(&FinishedWith(ours), &retry).await,
+        "only a `Finished` can be read back"
+    );
 }
