@@ -650,6 +650,34 @@ async fn the_hub_loses_no_wakeup_between_check_and_wait_and_close_releases_every
     assert!(matches!(timed_out, Err(DbError::Timeout)));
 }
 
+#[tokio::test(start_paused = true)]
+async fn a_timeout_bounds_the_wait_for_a_finish_never_the_check() {
+    let hub = WaiterHub::new();
+    let id = ExecutionId::generate_at(at(0));
+    // A check that takes time (a database read) finds the execution finished: even a zero
+    // timeout reports it.
+    let slow_check = || async {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        Ok(Some(7))
+    };
+    let found = hub
+        .wait_for_finished(&id, Some(Duration::ZERO), slow_check)
+        .await;
+    assert_eq!(found.unwrap(), 7);
+    // The timeout runs from the call: a slow first check counts against it.
+    let slow_miss = || async {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        Ok(None::<()>)
+    };
+    let started = tokio::time::Instant::now();
+    let missed = hub
+        .wait_for_finished(&id, Some(Duration::from_millis(20)), slow_miss)
+        .await;
+    assert!(matches!(missed, Err(DbError::Timeout)), "{missed:?}");
+    assert_eq!(started.elapsed(), Duration::from_millis(20));
+    assert_eq!(hub.counts(), WaiterCounts::default());
+}
+
 #[test]
 fn a_large_batch_finds_its_duplicates_past_the_linear_lookup() {
     let ids: Vec<ExecutionId> = (0..20).map(|i| ExecutionId::generate_at(at(i))).collect();
