@@ -2,7 +2,8 @@
 //! record each outcome, wait for the next due execution.
 
 use crate::{
-    mapping::{RunInfo, map_worker_result},
+    cancel::Cancellation,
+    mapping::{RunInfo, log_lost_race, map_worker_result},
     worker::{Worker, WorkerContext, WorkerError, WorkerResult},
 };
 use chrono::{DateTime, Utc};
@@ -62,6 +63,7 @@ pub struct ExecTask<C: ClockFn> {
     executor_id: ExecutorId,
     ffqns: Arc<[FunctionFqn]>,
     ticks: Arc<AtomicU64>,
+    cancellation: Cancellation,
 }
 
 impl<C: ClockFn> ExecTask<C> {
@@ -79,6 +81,7 @@ impl<C: ClockFn> ExecTask<C> {
             worker,
             config,
             clock,
+            cancellation: Cancellation::new(db.clone()),
             db,
             executor_id,
             ffqns,
@@ -252,6 +255,8 @@ impl<C: ClockFn> ExecTask<C> {
             responses: locked.responses,
             version: locked.next_version,
             worker_span: span.clone(),
+            // One reference count; the store is asked only if the worker polls `cancelled()`.
+            cancellation: self.cancellation.clone(),
         };
         let worker = self.worker.clone();
         let db = self.db.clone();
@@ -421,7 +426,7 @@ async fn after_failed_write(db: &dyn DbExecutor, write: OutcomeWrite, mut err: D
             if attempt > 1 && written_earlier(db, &write).await {
                 debug!("{event} was written by an earlier attempt whose reply was lost");
             } else {
-                warn!("{event} refused, the lease was already resolved: {err}");
+                log_lost_race(&format!("the {event} write"), &err);
             }
             return;
         }

@@ -1,5 +1,6 @@
 //! The timers watcher of Stele: it resolves leases that expired (the worker hung, or its
-//! process died) and fires durable sleeps that are due.
+//! process died) and fires durable sleeps that are due; and the [`Pruner`], which deletes
+//! finished executions once their retention period is over.
 //!
 //! Every `tick_sleep`, at `now - leeway` (the leeway lets a worker that is about to finish
 //! write its own outcome first), one [`tick`]:
@@ -24,8 +25,38 @@
 //! }
 //! ```
 //!
+//! # Retention
+//!
+//! The [`Pruner`] is the other periodic task that runs next to executors: every `interval`
+//! (the first time at once) it deletes the trees of executions that finished more than
+//! `retention` ago, one [`prune_finished`] pass at `now - retention`: `DbClient::prune` calls of
+//! `batch` top-level executions each, following the cursor each call returns until no
+//! candidate is left, yielding to the runtime between calls, so that no transaction holds the
+//! store for long. Which trees may go (whole trees, every member finished, each all or
+//! nothing) is the storage kernel's rule, not the pruner's. A [`PrunerConfig`] with a zero
+//! `batch` or `interval` is refused ([`PrunerConfigError`]).
+//!
+//! ```
+//! use concepts::DbConnection;
+//! use std::{sync::Arc, time::Duration};
+//! use timers_watcher::{Pruner, PrunerConfig, PrunerConfigError};
+//!
+//! fn start<C: concepts::ClockFn>(db: Arc<dyn DbConnection>, clock: C) -> Result<Pruner, PrunerConfigError> {
+//!     let config = PrunerConfig {
+//!         retention: Duration::from_secs(7 * 24 * 3600),
+//!         interval: Duration::from_secs(60),
+//!         batch: 100,
+//!     };
+//!     Pruner::spawn_new(db, config, clock) // later: `pruner.close().await`
+//! }
+//! ```
+//!
 //! This crate knows no storage backend and does not depend on the executor: the write that
 //! finishes a child and notifies its parent is [`concepts::OutcomeWrite`], shared with it.
+
+mod pruner;
+
+pub use pruner::{PruneTotals, Pruner, PrunerConfig, PrunerConfigError, prune_finished};
 
 use chrono::{DateTime, Utc};
 use concepts::{

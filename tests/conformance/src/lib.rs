@@ -1,5 +1,5 @@
 //! The conformance suite: every scenario of `SCENARIOS.md`, and the lifecycle scenarios of
-//! `LIFECYCLE.md` (L1..L20), as a `pub async fn` that takes a [`StoreFactory`], so that every
+//! `LIFECYCLE.md` (L1..L22), as a `pub async fn` that takes a [`StoreFactory`], so that every
 //! storage backend runs the same code.
 //!
 //! A backend runs the whole list with one macro line in its `tests/conformance.rs`:
