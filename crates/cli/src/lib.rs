@@ -23,11 +23,12 @@
 //!
 //! The library part holds what the binary is built from and what users can copy:
 //!
-//! - [`workers`]: four real [`executor::Worker`]s, each a template for one pattern: an activity
+//! - [`workers`]: five real [`executor::Worker`]s, each a template for one pattern: an activity
 //!   that fails and is retried ([`workers::flaky`]), an activity that outlives its lease and is
 //!   timed out by the watcher ([`workers::slow`]), a workflow that fans out to child executions
-//!   and awaits them through a join set ([`workers::fanout`]), and a workflow that sleeps
-//!   durably ([`workers::sleeper`]).
+//!   and awaits them through a join set ([`workers::fanout`]), a workflow that sleeps
+//!   durably ([`workers::sleeper`]), and a workflow that awaits a durable promise an operator
+//!   completes ([`workers::approval`]).
 //! - [`workload`]: the demo's functions, their settings, and the batch of executions it submits.
 //! - [`report`]: the summary of a workload, computed from the event logs alone.
 //! - [`database`]: how a `--database` argument (a path, `sqlite://PATH` or `postgres://...`) is

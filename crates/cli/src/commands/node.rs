@@ -4,6 +4,7 @@
 
 use cli::{
     workers::{
+        approval::{APPROVAL, approval},
         fanout::{FANOUT, fanout},
         flaky::FlakyWorker,
         sleeper::{SLEEPER, sleeper},
@@ -73,6 +74,14 @@ fn demo_workers<'f>(
             Arc::new(
                 WorkflowWorker::new(db.clone(), Now)
                     .register(&SLEEPER, sleeper)
+                    .expect("the demo's function handles are legal and distinct"),
+            ),
+        ),
+        (
+            &functions.approval,
+            Arc::new(
+                WorkflowWorker::new(db.clone(), Now)
+                    .register(&APPROVAL, approval)
                     .expect("the demo's function handles are legal and distinct"),
             ),
         ),

@@ -3,7 +3,10 @@
 use super::{CliError, Exit, bad_input, note, print, render, with_store};
 use cli::{
     database::{DatabaseUrl, OpenMode},
-    workers::{fanout::FanoutParams, flaky::FlakyParams, sleeper::SleeperParams, slow::SlowParams},
+    workers::{
+        approval::ApprovalParams, fanout::FanoutParams, flaky::FlakyParams, sleeper::SleeperParams,
+        slow::SlowParams,
+    },
     workload::{self, DemoFunctions},
 };
 use concepts::{
@@ -153,6 +156,7 @@ fn check_params(
         "slow" => decodes::<SlowParams>(params),
         "fanout" => decodes::<FanoutParams>(params),
         "sleeper" => decodes::<SleeperParams>(params),
+        "approval" => decodes::<ApprovalParams>(params),
         _ => Ok(()),
     };
     fits.map_err(|err| {
