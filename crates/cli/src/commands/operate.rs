@@ -13,8 +13,7 @@ use cli::{
 };
 use concepts::{
     CancelOutcome, CancelRequest, ClockFn as _, CompleteOutcome, CompleteRequest, DbConnection,
-    DbError, ExecutionId, FinishedExecutionResult, Json, PruneOutcome, PruneRequest, ResultKind,
-    SupportedFunctionReturnValue,
+    DbError, ExecutionId, FinishedExecutionResult, Json, ResultKind, SupportedFunctionReturnValue,
 };
 use executor::Now;
 use serde::Serialize;
@@ -222,19 +221,19 @@ pub async fn complete(url: &DatabaseUrl, args: CompleteArgs) -> Result<(), CliEr
     print(&text)
 }
 
-/// What `prune_all` removed; the document of `prune --json`.
-#[derive(Debug, Serialize)]
-pub struct PruneTotals {
+/// The document of `prune --json`.
+#[derive(Serialize)]
+struct PruneDocument {
     /// The age limit: what finished before it was examined.
-    pub finished_before: DateTime<Utc>,
+    finished_before: DateTime<Utc>,
     /// Trees removed (their top-level executions).
-    pub trees: usize,
+    trees: usize,
     /// Executions removed, top-level and descendants.
-    pub executions: usize,
+    executions: usize,
     /// Trees examined and kept because a member has not finished.
-    pub kept: usize,
+    kept: usize,
     /// Transactions run.
-    pub batches: usize,
+    batches: usize,
 }
 
 pub async fn prune(url: &DatabaseUrl, args: PruneArgs) -> Result<(), CliError> {
@@ -242,13 +241,19 @@ pub async fn prune(url: &DatabaseUrl, args: PruneArgs) -> Result<(), CliError> {
     let finished_before = concepts::sub_saturating(Now.now(), older_than);
     let limit = args.batch as usize;
     let totals = with_store(url, OpenMode::ExistingOnly, async |db| {
-        prune_all(db.as_ref(), finished_before, limit)
+        timers_watcher::prune_finished(db.as_ref(), finished_before, limit)
             .await
             .map_err(|err| CliError::db(format!("cannot prune {url}"), err))
     })
     .await?;
     if args.json {
-        return print_json(&totals);
+        return print_json(&PruneDocument {
+            finished_before,
+            trees: totals.trees,
+            executions: totals.executions,
+            kept: totals.kept,
+            batches: totals.batches,
+        });
     }
     print(&format!(
         "removed {} ({} executions) that finished before {}; kept {} with an unfinished \
@@ -258,44 +263,6 @@ pub async fn prune(url: &DatabaseUrl, args: PruneArgs) -> Result<(), CliError> {
         render::datetime(finished_before),
         trees(totals.kept),
     ))
-}
-
-/// Prunes every tree that finished before `finished_before`, `limit` top-level executions
-/// per transaction, following each batch's cursor until no candidate is left.
-pub async fn prune_all(
-    db: &dyn DbConnection,
-    finished_before: DateTime<Utc>,
-    limit: usize,
-) -> Result<PruneTotals, DbError> {
-    let mut totals = PruneTotals {
-        finished_before,
-        trees: 0,
-        executions: 0,
-        kept: 0,
-        batches: 0,
-    };
-    let mut after = None;
-    loop {
-        let request = PruneRequest {
-            finished_before,
-            limit,
-            after,
-        };
-        let PruneOutcome {
-            trees,
-            executions,
-            kept,
-            next,
-        } = db.prune(request).await?;
-        totals.trees += trees;
-        totals.executions += executions;
-        totals.kept += kept;
-        totals.batches += 1;
-        match next {
-            Some(cursor) => after = Some(cursor),
-            None => return Ok(totals),
-        }
-    }
 }
 
 fn trees(count: usize) -> String {

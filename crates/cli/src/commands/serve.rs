@@ -5,7 +5,7 @@ use super::{
     CliError, Exit, interrupted,
     node::{Runtime, default_concurrency},
     note,
-    operate::{parse_duration, prune_all},
+    operate::parse_duration,
     with_store,
 };
 use cli::{
@@ -13,10 +13,8 @@ use cli::{
     duration::HumanDuration,
     workload::DemoFunctions,
 };
-use concepts::{ClockFn as _, DbConnection};
 use executor::Now;
-use std::{sync::Arc, time::Duration};
-use tokio::task::JoinHandle;
+use timers_watcher::{Pruner, PrunerConfig};
 
 #[derive(Debug, clap::Args)]
 pub struct ServeArgs {
@@ -43,28 +41,22 @@ pub struct ServeArgs {
     prune_batch: u32,
 }
 
-/// The retention task's settings, as given on the command line.
-#[derive(Debug, Clone, Copy)]
-struct Retention {
-    older_than: Duration,
-    every: Duration,
-    batch: u32,
-}
-
 pub async fn run(url: &DatabaseUrl, args: ServeArgs) -> Result<(), CliError> {
     let retention = args
         .prune_older_than
         .as_deref()
         .map(|older_than| {
-            Ok::<_, CliError>(Retention {
-                older_than: parse_duration("--prune-older-than", older_than)?,
-                every: parse_duration("--prune-every", &args.prune_every)?,
-                batch: args.prune_batch,
+            Ok::<_, CliError>(PrunerConfig {
+                retention: parse_duration("--prune-older-than", older_than)?,
+                interval: parse_duration("--prune-every", &args.prune_every)?,
+                batch: args.prune_batch as usize,
             })
         })
         .transpose()?;
-    if retention.is_some_and(|retention| retention.every.is_zero()) {
-        return Err(super::bad_input("--prune-every", "must be more than 0s"));
+    if let Some(config) = retention {
+        config
+            .validate()
+            .map_err(|err| super::bad_input("--prune-every", err))?;
     }
     let concurrency = args
         .concurrency
@@ -72,14 +64,17 @@ pub async fn run(url: &DatabaseUrl, args: ServeArgs) -> Result<(), CliError> {
     with_store(url, OpenMode::CreateIfMissing, async |db| {
         // The signal handlers first: a signal after the note below stops cleanly.
         let stop = interrupted();
+        let mut pruner = retention
+            .map(|config| Pruner::spawn_new(db.clone(), config, Now))
+            .transpose()
+            .map_err(|err| super::bad_input("--prune-every", err))?;
         let functions = DemoFunctions::new();
         let mut runtime = Runtime::start(&db, &functions, concurrency);
-        let retention_task = retention.map(|retention| spawn_retention(db.clone(), retention));
         let pruning = match retention {
-            Some(retention) => format!(
+            Some(config) => format!(
                 "the retention task removes trees finished more than {} ago, every {}",
-                HumanDuration(retention.older_than),
-                HumanDuration(retention.every)
+                HumanDuration(config.retention),
+                HumanDuration(config.interval)
             ),
             None => "no retention task (--prune-older-than starts one)".to_string(),
         };
@@ -89,8 +84,8 @@ pub async fn run(url: &DatabaseUrl, args: ServeArgs) -> Result<(), CliError> {
             runtime.functions.join(", "),
         ));
         stop.await;
-        if let Some(task) = retention_task {
-            task.abort();
+        if let Some(pruner) = &mut pruner {
+            pruner.close().await;
         }
         runtime.close().await;
         Err(CliError::new(
@@ -102,20 +97,4 @@ pub async fn run(url: &DatabaseUrl, args: ServeArgs) -> Result<(), CliError> {
         ))
     })
     .await
-}
-
-/// The retention task: every `every`, removes what finished more than `older_than` ago, in
-/// transactions of `batch` top-level executions. A failed round is logged and tried again
-/// at the next.
-fn spawn_retention(db: Arc<dyn DbConnection>, retention: Retention) -> JoinHandle<()> {
-    tokio::spawn(async move {
-        loop {
-            let finished_before = concepts::sub_saturating(Now.now(), retention.older_than);
-            match prune_all(db.as_ref(), finished_before, retention.batch as usize).await {
-                Ok(totals) => tracing::info!(?totals, "retention"),
-                Err(err) => tracing::warn!("the retention task cannot prune: {err}"),
-            }
-            tokio::time::sleep(retention.every).await;
-        }
-    })
 }
