@@ -374,6 +374,56 @@ async fn a_newer_schema_is_refused_with_a_clear_error() {
 }
 
 #[tokio::test]
+async fn a_tool_that_asks_for_neither_creation_nor_migration_changes_nothing() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let missing = dir.path().join("missing.sqlite");
+    let err = SqlitePool::open(SqliteConfig::new(&missing).existing_only())
+        .await
+        .expect_err("refused");
+    assert!(matches!(err, SqliteOpenError::Open { .. }), "{err:?}");
+    assert!(!missing.exists(), "no file created");
+
+    let empty = dir.path().join("empty.sqlite");
+    std::fs::write(&empty, "").expect("writes");
+    let err = SqlitePool::open(SqliteConfig::new(&empty).existing_only())
+        .await
+        .expect_err("refused");
+    assert!(matches!(err, SqliteOpenError::NoSchema { .. }), "{err:?}");
+    assert!(err.to_string().contains("is not a Stele database"), "{err}");
+    assert_eq!(err.path(), empty);
+    assert_eq!(pragma_i64(&empty, "user_version"), 0, "no schema created");
+
+    let old = dir.path().join("old.sqlite");
+    open(&old).await.close().await;
+    downgrade(&old, 3);
+    let err = SqlitePool::open(SqliteConfig::new(&old).existing_only().without_migrations())
+        .await
+        .expect_err("refused");
+    assert!(
+        matches!(&err, SqliteOpenError::SchemaTooOld { found: 3, current, .. }
+            if *current == schema::current_version()),
+        "{err:?}"
+    );
+    assert_eq!(pragma_i64(&old, "user_version"), 3, "not migrated");
+
+    // A current file opens, and a write-free open is still a whole store.
+    let current = dir.path().join("current.sqlite");
+    open(&current).await.close().await;
+    let store = SqlitePool::open(
+        SqliteConfig::new(&current)
+            .existing_only()
+            .without_migrations(),
+    )
+    .await
+    .expect("opens");
+    assert_eq!(
+        store.effective_settings().schema_version,
+        schema::current_version()
+    );
+    store.close().await;
+}
+
+#[tokio::test]
 async fn a_file_that_is_not_a_database_is_refused_and_left_alone() {
     let dir = tempfile::tempdir().expect("temp dir");
     let path = dir.path().join("garbage.sqlite");

@@ -3,11 +3,11 @@
 //! (LIFECYCLE.md §4). Which trees may go is the storage kernel's rule (`DbClient::prune`); this
 //! module only decides when, and how much at a time.
 
+use crate::Task;
 use chrono::{DateTime, Utc};
 use concepts::{ClockFn, DbClient, DbError, PruneOutcome, PruneRequest, sub_saturating};
 use std::{sync::Arc, time::Duration};
-use tokio::{sync::watch, task::JoinHandle};
-use tracing::{Instrument, debug, info, info_span, warn};
+use tracing::{debug, info, info_span, warn};
 
 /// How the pruner works.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -140,8 +140,7 @@ async fn pass<D: DbClient + ?Sized>(
 /// transaction, all or nothing).
 #[derive(Debug)]
 pub struct Pruner {
-    closing: watch::Sender<bool>,
-    join: Option<JoinHandle<()>>,
+    task: Task,
 }
 
 impl Pruner {
@@ -159,9 +158,7 @@ impl Pruner {
         C: ClockFn,
     {
         config.validate()?;
-        let (closing_tx, mut closing) = watch::channel(false);
-        let task = async move {
-            debug!("pruner started");
+        let task = Task::spawn("pruner", info_span!("pruner"), |mut closing| async move {
             loop {
                 let finished_before = sub_saturating(clock.now(), config.retention);
                 let stop = || *closing.borrow();
@@ -179,35 +176,14 @@ impl Pruner {
                     () = tokio::time::sleep(config.interval) => {}
                 }
             }
-            debug!("pruner stopped");
-        };
-        let join = tokio::spawn(task.instrument(info_span!("pruner")));
-        Ok(Self {
-            closing: closing_tx,
-            join: Some(join),
-        })
+        });
+        Ok(Self { task })
     }
 
     /// Stops the pruner and returns once it has ended: a `prune` call in flight completes
     /// first, no further one starts. Idempotent.
     pub async fn close(&mut self) {
-        self.closing.send_replace(true);
-        if let Some(join) = self.join.take()
-            && let Err(err) = join.await
-        {
-            warn!("pruner ended abnormally: {err}");
-        }
-    }
-}
-
-impl Drop for Pruner {
-    fn drop(&mut self) {
-        if let Some(join) = self.join.take() {
-            if !join.is_finished() {
-                warn!("pruner dropped without `close`, aborting");
-            }
-            join.abort();
-        }
+        self.task.close().await;
     }
 }
 

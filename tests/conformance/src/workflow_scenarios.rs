@@ -1,12 +1,20 @@
-//! The workflow scenarios (W1..W13): every operation of `WORKFLOWS.md` §2 run through the
+//! The workflow scenarios (W1..W17): every operation of `WORKFLOWS.md` §2 run through the
 //! `workflow` crate on a real executor, so that every backend shows it records, replays and
-//! waits as the contract says.
+//! waits as the contract says; W14..W17 (in `lifecycle`) add promises, cancellation and
+//! retention as a workflow meets them (LIFECYCLE.md).
 //!
 //! Executors run as spawned loops on a [`test_utils::SimClock`]; the scenario moves the clock
 //! and ticks the timers watcher by hand wherever time matters, and controls when children
 //! finish through [`fixture::Gates`].
 
 pub mod fixture;
+mod lifecycle;
+
+pub use lifecycle::{
+    w14_promise_completed_before_it_is_awaited, w15_workflow_cancelled_while_waiting,
+    w16_activity_stops_early_when_cancelled,
+    w17_promise_given_up_at_its_deadline_is_cancelled_and_pruned,
+};
 
 use crate::StoreFactory;
 use concepts::{
@@ -581,6 +589,12 @@ pub async fn w13_client_ids_and_timeouts<F: StoreFactory>(factory: &F) {
         .expect("a repeated submission is accepted");
     assert!(!repeated.created);
     assert_eq!(repeated.handle.execution_id(), &id);
+    let top_level = concepts::ListExecutionsFilter {
+        top_level_only: true,
+        ..concepts::ListExecutionsFilter::default()
+    };
+    let listed = concepts::DbClientExt::list_all_executions(f.db.as_ref(), top_level).await;
+    assert_eq!(listed.expect("list").len(), 1, "one execution");
     match client.submit_with_id(id.clone(), &ARRIVALS, &2).await {
         Err(ClientError::Conflict {
             execution_id,
@@ -620,6 +634,10 @@ macro_rules! workflow_scenario_tests {
             w11_nondeterminism_retries_later_under_the_default_policy,
             w12_awaiting_a_tokio_sleep_is_reported,
             w13_client_ids_and_timeouts,
+            w14_promise_completed_before_it_is_awaited,
+            w15_workflow_cancelled_while_waiting,
+            w16_activity_stops_early_when_cancelled,
+            w17_promise_given_up_at_its_deadline_is_cancelled_and_pruned,
         );
     };
 }
