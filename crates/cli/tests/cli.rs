@@ -1168,6 +1168,104 @@ fn serve_runs_what_submit_creates_until_sigterm() {
     );
 }
 
+/// Reads `stele executions show ID --json` until `done` holds for it (an execution that
+/// another process writes), and returns that document.
+fn show_until(db: &str, id: &str, done: impl Fn(&Value) -> bool) -> Value {
+    let deadline = Instant::now() + SAFETY;
+    loop {
+        let shown = run(&["--db", db, "executions", "show", id, "--json"]);
+        if shown.code == 0 {
+            let doc: Value = serde_json::from_str(&shown.stdout).expect("JSON");
+            if done(&doc) {
+                return doc;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{id} never got there: {}",
+            shown.stderr
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn a_workflow_awaits_its_promise_until_complete_and_cancel_takes_the_promise_with_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let db_path = empty_database(dir.path());
+    let db = path_str(&db_path);
+    let server = Server::start(db, &[]);
+    let approval = "stele:demo/workflows.approval";
+    let params = r#"{"subject":"deploy 1.4"}"#;
+    let workflow = submitted_id(&run_ok(&[
+        "--db", db, "submit", approval, "--params", params,
+    ]));
+    // The workflow's first run creates the promise, `<workflow>.n:approval_1`, and waits.
+    let promise = format!("{workflow}.n:approval_1");
+    let waiting = show_until(db, &workflow, |doc| doc["state"] == "BlockedByJoinSet");
+    assert_eq!(
+        waiting["pending_state"]["BlockedByJoinSet"]["join_set_id"],
+        "n:approval"
+    );
+    let stub = run_json(&["--db", db, "executions", "show", &promise, "--json"]);
+    assert_eq!(stub["ffqn"], "stele:stub.approval");
+    let answer = r#"{"approved":true,"by":"ops"}"#;
+    assert_eq!(
+        run_ok(&[
+            "--db",
+            db,
+            "executions",
+            "complete",
+            &promise,
+            "--json",
+            answer
+        ]),
+        format!("completed {promise} with {answer}; {workflow} has its answer\n")
+    );
+    assert_eq!(
+        run_ok(&["--db", db, "executions", "wait", &workflow]),
+        format!("Ok {answer}\n")
+    );
+
+    // Another one, cancelled while it waits: its promise is cancelled with it.
+    let other = submitted_id(&run_ok(&[
+        "--db", db, "submit", approval, "--params", params,
+    ]));
+    show_until(db, &other, |doc| doc["state"] == "BlockedByJoinSet");
+    assert_eq!(
+        run_ok(&[
+            "--db",
+            db,
+            "executions",
+            "cancel",
+            &other,
+            "--reason",
+            "no longer needed"
+        ]),
+        format!("cancelled {other} and 1 unfinished descendant (2 executions)\n")
+    );
+    let other_promise = format!("{other}.n:approval_1");
+    assert_eq!(
+        run_ok(&["--db", db, "executions", "wait", &other_promise]),
+        "Cancelled: no longer needed\n"
+    );
+    run_failing(
+        &[
+            "--db",
+            db,
+            "executions",
+            "complete",
+            &other_promise,
+            "--json",
+            "true",
+        ],
+        2,
+        &format!("execution {other_promise} was already completed with a different result"),
+    );
+    let (code, _) = server.terminate();
+    assert_eq!(code, 130);
+}
+
 #[test]
 fn serve_with_retention_removes_what_finished() {
     let dir = tempfile::tempdir().unwrap();
