@@ -6,11 +6,12 @@
 //! `create_batch`, derived child ids), `cancel` (L5..L10: a pending, locked, blocked and finished
 //! execution, a tree, the watcher afterwards), `cancel_running` (L11: a worker still running
 //! when its execution is cancelled, under a real executor), `promise` (L12..L14: completing a
-//! stub), `prune` (L15..L17: finished trees only, limits and the cursor) and `ambiguous`
+//! stub), `prune` (L15..L17: finished trees only, limits and the cursor), `ambiguous`
 //! (L18..L20: a write that lands and reports a lost connection, for the executor, the watcher
-//! and a client) and `workflows` (L21, L22: a cancelled child and a promise as a workflow
-//! sees them, through the `workflow` crate); the fixture they share is here, and the scenarios are re-exported here,
-//! where the [`lifecycle_scenario_tests!`](crate::lifecycle_scenario_tests) macro finds them.
+//! and a client) and `workflows` (L21, L22: a cancelled child and a promise as a workflow sees
+//! them, through the `workflow` crate). The fixture they share is here, and the scenarios are
+//! re-exported here, where the [`lifecycle_scenario_tests!`](crate::lifecycle_scenario_tests)
+//! macro finds them.
 //!
 //! Time is a [`SimClock`]; every expected outcome comes from `LIFECYCLE.md` and the kernel's
 //! documented rules, and every log read is checked against the reference derivation (S18).
