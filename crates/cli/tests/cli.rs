@@ -654,8 +654,9 @@ fn run_ok(args: &[&str]) -> String {
     output.stdout
 }
 
-/// The first word of `submit`'s line: the execution id.
-fn submitted_id(line: &str) -> String {
+/// Submits `ffqn(params)` under a fresh id with `stele submit` and returns the id.
+fn submit(db: &str, ffqn: &str, params: &str) -> String {
+    let line = run_ok(&["--db", db, "submit", ffqn, "--params", params]);
     let (id, rest) = line.split_once(' ').expect("an id and a word");
     assert_eq!(rest, "created\n", "{line:?}");
     id.to_string()
@@ -716,12 +717,12 @@ fn submit_with_an_id_is_idempotent_and_refuses_a_conflicting_repeat() {
     let dir = tempfile::tempdir().unwrap();
     let db_path = empty_database(dir.path());
     let db = path_str(&db_path);
-    let submit = |params: &str| -> Vec<String> {
+    let submit_as_id = |params: &str| -> Vec<String> {
         ["--db", db, "submit", FLAKY, "--params", params, "--id", ID]
             .map(String::from)
             .to_vec()
     };
-    let args = submit(FLAKY_PARAMS);
+    let args = submit_as_id(FLAKY_PARAMS);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     assert_eq!(run_ok(&args), format!("{ID} created\n"));
     let again = run_ok(&args);
@@ -732,7 +733,7 @@ fn submit_with_an_id_is_idempotent_and_refuses_a_conflicting_repeat() {
         )),
         "{again}"
     );
-    let other = submit(r#"{"fail_probability":0.5,"work_ms":10}"#);
+    let other = submit_as_id(r#"{"fail_probability":0.5,"work_ms":10}"#);
     let other: Vec<&str> = other.iter().map(String::as_str).collect();
     run_failing(
         &other,
@@ -762,22 +763,8 @@ fn submit_with_an_id_is_idempotent_and_refuses_a_conflicting_repeat() {
     );
 
     // Without --id, a fresh id each time.
-    let first = submitted_id(&run_ok(&[
-        "--db",
-        db,
-        "submit",
-        FLAKY,
-        "--params",
-        FLAKY_PARAMS,
-    ]));
-    let second = submitted_id(&run_ok(&[
-        "--db",
-        db,
-        "submit",
-        FLAKY,
-        "--params",
-        FLAKY_PARAMS,
-    ]));
+    let first = submit(db, FLAKY, FLAKY_PARAMS);
+    let second = submit(db, FLAKY, FLAKY_PARAMS);
     assert_ne!(first, second);
     let rows = run_json(&["--db", db, "executions", "list", "--json"]);
     assert_eq!(rows.as_array().unwrap().len(), 3);
@@ -788,19 +775,19 @@ fn submit_refuses_bad_input_before_opening_the_database() {
     let dir = tempfile::tempdir().unwrap();
     let missing = dir.path().join("missing.db");
     let db = path_str(&missing);
-    let submit = |ffqn: &str, params: &str, more: &[&str], code: i32, message: &str| {
+    let refused = |ffqn: &str, params: &str, more: &[&str], code: i32, message: &str| {
         let args = [&["--db", db, "submit", ffqn, "--params", params][..], more].concat();
         run_failing(&args, code, message);
     };
-    submit(
+    refused(
         FLAKY,
         "{not json",
         &[],
         2,
         "invalid --params: key must be a string",
     );
-    submit(FLAKY, "", &[], 2, "invalid --params: EOF while parsing");
-    submit(
+    refused(FLAKY, "", &[], 2, "invalid --params: EOF while parsing");
+    refused(
         FLAKY,
         r#"{"work_ms":10}"#,
         &[],
@@ -808,9 +795,9 @@ fn submit_refuses_bad_input_before_opening_the_database() {
         "invalid --params: stele:demo/activities.flaky expects other parameters: missing field \
          `fail_probability` (for example '{",
     );
-    submit("nodot", "{}", &[], 2, "invalid function");
-    submit(FLAKY, FLAKY_PARAMS, &["--id", "E_nope"], 2, "invalid --id");
-    submit(
+    refused("nodot", "{}", &[], 2, "invalid function");
+    refused(FLAKY, FLAKY_PARAMS, &["--id", "E_nope"], 2, "invalid --id");
+    refused(
         FLAKY,
         FLAKY_PARAMS,
         &["--id", &format!("{ID}.n:children_1")],
@@ -818,7 +805,7 @@ fn submit_refuses_bad_input_before_opening_the_database() {
         "is a child's id; a submitted execution is top-level",
     );
     // Good input, but no database: refused, and none is created.
-    submit(FLAKY, FLAKY_PARAMS, &[], 3, "no database at");
+    refused(FLAKY, FLAKY_PARAMS, &[], 3, "no database at");
     assert!(!missing.exists());
 }
 
@@ -975,14 +962,7 @@ fn complete_resolves_a_stub_once_and_refuses_another_value() {
         &format!("no execution {UNKNOWN} in {db}"),
     );
     // An execution that runs is not completed from outside.
-    let flaky = submitted_id(&run_ok(&[
-        "--db",
-        db,
-        "submit",
-        FLAKY,
-        "--params",
-        FLAKY_PARAMS,
-    ]));
+    let flaky = submit(db, FLAKY, FLAKY_PARAMS);
     run_failing(
         &["--db", db, "executions", "complete", &flaky, "--json", "1"],
         2,
@@ -1011,25 +991,11 @@ fn prune_removes_finished_trees_in_batches_and_refuses_malformed_durations() {
     // Three finished executions (cancelled), one pending.
     let mut finished = Vec::new();
     for _ in 0..3 {
-        let id = submitted_id(&run_ok(&[
-            "--db",
-            db,
-            "submit",
-            FLAKY,
-            "--params",
-            FLAKY_PARAMS,
-        ]));
+        let id = submit(db, FLAKY, FLAKY_PARAMS);
         run_ok(&["--db", db, "executions", "cancel", &id]);
         finished.push(id);
     }
-    let pending = submitted_id(&run_ok(&[
-        "--db",
-        db,
-        "submit",
-        FLAKY,
-        "--params",
-        FLAKY_PARAMS,
-    ]));
+    let pending = submit(db, FLAKY, FLAKY_PARAMS);
 
     let kept = run_ok(&["--db", db, "executions", "prune", "--older-than", "7d"]);
     assert!(
@@ -1120,14 +1086,7 @@ fn serve_runs_what_submit_creates_until_sigterm() {
     let db = path_str(&db_path);
     // `serve` creates the database (as `demo` does).
     let server = Server::start(db, &["--concurrency", "4"]);
-    let id = submitted_id(&run_ok(&[
-        "--db",
-        db,
-        "submit",
-        FLAKY,
-        "--params",
-        FLAKY_PARAMS,
-    ]));
+    let id = submit(db, FLAKY, FLAKY_PARAMS);
     let result = run_json(&[
         "--db",
         db,
@@ -1141,14 +1100,11 @@ fn serve_runs_what_submit_creates_until_sigterm() {
     assert_eq!(result["result_kind"], "Ok");
     assert_eq!(result["value"]["attempts"], 1);
     // A workflow with children: the fan-out's tree runs to the end too.
-    let fanout = submitted_id(&run_ok(&[
-        "--db",
+    let fanout = submit(
         db,
-        "submit",
         "stele:demo/workflows.fanout",
-        "--params",
         r#"{"children":3,"fail_probability":0,"work_ms":10}"#,
-    ]));
+    );
     let summary = run_json(&["--db", db, "executions", "wait", &fanout, "--json"]);
     assert_eq!(summary["value"]["succeeded"], 3, "{summary}");
 
@@ -1168,6 +1124,100 @@ fn serve_runs_what_submit_creates_until_sigterm() {
     );
 }
 
+/// Reads `stele executions show ID --json` until `done` holds for it (an execution that
+/// another process writes), and returns that document.
+fn show_until(db: &str, id: &str, done: impl Fn(&Value) -> bool) -> Value {
+    let deadline = Instant::now() + SAFETY;
+    loop {
+        let shown = run(&["--db", db, "executions", "show", id, "--json"]);
+        if shown.code == 0 {
+            let doc: Value = serde_json::from_str(&shown.stdout).expect("JSON");
+            if done(&doc) {
+                return doc;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{id} never got there: {}",
+            shown.stderr
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn a_workflow_awaits_its_promise_until_complete_and_cancel_takes_the_promise_with_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let db_path = empty_database(dir.path());
+    let db = path_str(&db_path);
+    let server = Server::start(db, &[]);
+    let approval = "stele:demo/workflows.approval";
+    let params = r#"{"subject":"deploy 1.4"}"#;
+    let workflow = submit(db, approval, params);
+    // The workflow's first run creates the promise, `<workflow>.n:approval_1`, and waits.
+    let promise = format!("{workflow}.n:approval_1");
+    let waiting = show_until(db, &workflow, |doc| doc["state"] == "BlockedByJoinSet");
+    assert_eq!(
+        waiting["pending_state"]["BlockedByJoinSet"]["join_set_id"],
+        "n:approval"
+    );
+    let stub = run_json(&["--db", db, "executions", "show", &promise, "--json"]);
+    assert_eq!(stub["ffqn"], "stele:stub.approval");
+    let answer = r#"{"approved":true,"by":"ops"}"#;
+    assert_eq!(
+        run_ok(&[
+            "--db",
+            db,
+            "executions",
+            "complete",
+            &promise,
+            "--json",
+            answer
+        ]),
+        format!("completed {promise} with {answer}; {workflow} has its answer\n")
+    );
+    assert_eq!(
+        run_ok(&["--db", db, "executions", "wait", &workflow]),
+        format!("Ok {answer}\n")
+    );
+
+    // Another one, cancelled while it waits: its promise is cancelled with it.
+    let other = submit(db, approval, params);
+    show_until(db, &other, |doc| doc["state"] == "BlockedByJoinSet");
+    assert_eq!(
+        run_ok(&[
+            "--db",
+            db,
+            "executions",
+            "cancel",
+            &other,
+            "--reason",
+            "no longer needed"
+        ]),
+        format!("cancelled {other} and 1 unfinished descendant (2 executions)\n")
+    );
+    let other_promise = format!("{other}.n:approval_1");
+    assert_eq!(
+        run_ok(&["--db", db, "executions", "wait", &other_promise]),
+        "Cancelled: no longer needed\n"
+    );
+    run_failing(
+        &[
+            "--db",
+            db,
+            "executions",
+            "complete",
+            &other_promise,
+            "--json",
+            "true",
+        ],
+        2,
+        &format!("execution {other_promise} was already completed with a different result"),
+    );
+    let (code, _) = server.terminate();
+    assert_eq!(code, 130);
+}
+
 #[test]
 fn serve_with_retention_removes_what_finished() {
     let dir = tempfile::tempdir().unwrap();
@@ -1180,22 +1230,8 @@ fn serve_with_retention_removes_what_finished() {
     );
     let server = Server::start(db, &["--prune-older-than", "0s", "--prune-every", "100ms"]);
     // A promise nobody completes stays pending: never pruned.
-    let promise = submitted_id(&run_ok(&[
-        "--db",
-        db,
-        "submit",
-        "stele:stub.never",
-        "--params",
-        "[]",
-    ]));
-    let id = submitted_id(&run_ok(&[
-        "--db",
-        db,
-        "submit",
-        FLAKY,
-        "--params",
-        FLAKY_PARAMS,
-    ]));
+    let promise = submit(db, "stele:stub.never", "[]");
+    let id = submit(db, FLAKY, FLAKY_PARAMS);
     // Gone once it ran and the retention task ran after that: read until it is.
     let deadline = Instant::now() + SAFETY;
     loop {
@@ -1221,7 +1257,7 @@ fn the_operator_commands_run_on_postgres_too() {
     let database = block_on(TestDatabase::create(&server));
     let url = database.url.as_str();
     let serving = Server::start(url, &["--prune-older-than", "1d"]);
-    let submit = [
+    let submit_args = [
         "--db",
         url,
         "submit",
@@ -1231,19 +1267,12 @@ fn the_operator_commands_run_on_postgres_too() {
         "--id",
         ID,
     ];
-    assert_eq!(run_ok(&submit), format!("{ID} created\n"));
-    assert!(run_ok(&submit).starts_with(&format!("{ID} already existed")));
+    assert_eq!(run_ok(&submit_args), format!("{ID} created\n"));
+    assert!(run_ok(&submit_args).starts_with(&format!("{ID} already existed")));
     let result = run_json(&["--db", url, "executions", "wait", ID, "--json"]);
     assert_eq!(result["result_kind"], "Ok");
 
-    let stub = submitted_id(&run_ok(&[
-        "--db",
-        url,
-        "submit",
-        "stele:stub.approval",
-        "--params",
-        "[]",
-    ]));
+    let stub = submit(url, "stele:stub.approval", "[]");
     assert_eq!(
         run_ok(&[
             "--db",
@@ -1260,14 +1289,7 @@ fn the_operator_commands_run_on_postgres_too() {
         run_ok(&["--db", url, "executions", "wait", &stub]),
         "Ok true\n"
     );
-    let other = submitted_id(&run_ok(&[
-        "--db",
-        url,
-        "submit",
-        "stele:stub.approval",
-        "--params",
-        "[]",
-    ]));
+    let other = submit(url, "stele:stub.approval", "[]");
     assert_eq!(
         run_ok(&["--db", url, "executions", "cancel", &other]),
         format!("cancelled {other}\n")

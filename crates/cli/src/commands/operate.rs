@@ -180,6 +180,9 @@ pub async fn cancel(url: &DatabaseUrl, args: CancelArgs) -> Result<(), CliError>
     .await?;
     let text = match outcome {
         CancelOutcome::Cancelled { executions: 1 } => format!("cancelled {execution_id}\n"),
+        CancelOutcome::Cancelled { executions: 2 } => {
+            format!("cancelled {execution_id} and 1 unfinished descendant (2 executions)\n")
+        }
         CancelOutcome::Cancelled { executions } => format!(
             "cancelled {execution_id} and {} unfinished descendants ({executions} executions)\n",
             executions - 1

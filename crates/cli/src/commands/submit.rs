@@ -20,13 +20,13 @@ use std::{collections::BTreeMap, time::Duration};
 #[derive(Debug, clap::Args)]
 pub struct SubmitArgs {
     /// The function, e.g. stele:demo/activities.flaky (`stele serve` runs the demo's
-    /// functions; a stub stele:stub.<name> is a promise that `executions complete` resolves).
+    /// functions; a stub `stele:stub.<name>` is a promise that `executions complete` resolves).
     ffqn: String,
     /// The parameters, as one JSON value: each demo function takes an object, e.g.
     /// '{"fail_probability":0.35,"work_ms":100}' for flaky.
     #[arg(long, value_name = "JSON", allow_hyphen_values = true)]
     params: String,
-    /// The execution id, E_<ULID>: the idempotency key of a submit that may be retried. A
+    /// The execution id, `E_<ULID>`: the idempotency key of a submit that may be retried. A
     /// fresh id when omitted.
     #[arg(long, value_name = "ID")]
     id: Option<String>,
