@@ -77,7 +77,7 @@ pub enum DuplicateKind {
     /// An execution with this id exists with another function, parameters or parent: a
     /// `create` that reuses an id must repeat the request exactly.
     #[error(
-        "execution {execution_id} already exists with a different {}",
+        "execution {execution_id} already exists and differs in its {}",
         Differences(differences)
     )]
     ExecutionConflict {

@@ -182,7 +182,7 @@ fn a_repeated_create_is_answered_and_a_conflicting_one_refused() {
     assert_eq!(
         err.to_string(),
         format!(
-            "duplicate: execution {id} already exists with a different function and parameters"
+            "duplicate: execution {id} already exists and differs in its function and parameters"
         )
     );
     let twice =
