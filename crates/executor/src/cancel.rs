@@ -9,6 +9,10 @@ use std::{fmt, future::Future, sync::Arc, time::Duration};
 const FIRST_RETRY_PAUSE: Duration = Duration::from_millis(100);
 /// The longest pause between two tries of a failing wait.
 const MAX_RETRY_PAUSE: Duration = Duration::from_secs(5);
+/// How long one wait lasts before the store is asked again. A store's notifications reach
+/// only its own process on some backends (a SQLite file cancelled by `stele executions
+/// cancel` in another process), so the wait looks again this often.
+const RECHECK_EVERY: Duration = Duration::from_secs(1);
 
 /// What a running worker watches to learn that its execution was finished by someone else;
 /// every [`WorkerContext`](crate::WorkerContext) carries one
@@ -52,7 +56,9 @@ impl Cancellation {
     /// Completes with the result of `execution_id` once someone else finished it.
     ///
     /// Owns what it needs (`'static`), so it can be held across the worker's other awaits or
-    /// raced against its work with `tokio::select!`. A store that fails with a retriable error
+    /// raced against its work with `tokio::select!`. It is woken by the store's notification,
+    /// and asks the store again every second, for a cancellation from another process that
+    /// no notification carries. A store that fails with a retriable error
     /// is asked again after a pause (100 ms, doubling up to 5 s); one that cannot answer
     /// otherwise (closed, the execution unknown) is logged once and the future never
     /// completes: the worker goes on, and its write settles the matter.
@@ -68,8 +74,13 @@ impl Cancellation {
             };
             let mut pause = FIRST_RETRY_PAUSE;
             loop {
-                match store.0.wait_for_finished_result(&execution_id, None).await {
+                let waited = store
+                    .0
+                    .wait_for_finished_result(&execution_id, Some(RECHECK_EVERY))
+                    .await;
+                match waited {
                     Ok(result) => return result,
+                    Err(DbError::Timeout) => pause = FIRST_RETRY_PAUSE,
                     Err(err) if err.is_retriable() => {
                         tracing::debug!(
                             %execution_id,

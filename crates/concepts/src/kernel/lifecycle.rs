@@ -157,7 +157,7 @@ pub(super) fn prune_follow_up_keys(snapshot: &Snapshot) -> Option<Keys> {
         return None;
     }
     Some(Keys {
-        subtrees: snapshot.prune_candidates.iter().cloned().collect(),
+        subtrees: snapshot.prune_candidates.clone(),
         ..Keys::default()
     })
 }

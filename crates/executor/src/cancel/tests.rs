@@ -9,12 +9,14 @@ use std::sync::Mutex;
 use tokio::sync::Notify;
 
 /// Answers `wait_for_finished_result` with the queued answers, one per call, then waits for
-/// [`FakeAwait::finish`].
+/// [`FakeAwait::finish`] up to the call's timeout. A `finished_elsewhere` result is one that
+/// no notification carries (another process wrote it): only a new call sees it.
 #[derive(Default)]
 struct FakeAwait {
     calls: Mutex<usize>,
     answers: Mutex<Vec<Result<FinishedExecutionResult, DbError>>>,
     finished: Mutex<Option<FinishedExecutionResult>>,
+    finished_elsewhere: Mutex<Option<FinishedExecutionResult>>,
     notify: Notify,
 }
 
@@ -36,18 +38,26 @@ impl DbAwait for FakeAwait {
         _execution_id: &ExecutionId,
         timeout: Option<Duration>,
     ) -> Result<FinishedExecutionResult, DbError> {
-        assert_eq!(timeout, None, "a cancellation waits without limit");
+        assert_eq!(timeout, Some(RECHECK_EVERY), "a cancellation looks again");
         *self.calls.lock().unwrap() += 1;
         if let Some(answer) = self.answers.lock().unwrap().pop() {
             return answer;
         }
-        loop {
-            let notified = self.notify.notified();
-            if let Some(result) = self.finished.lock().unwrap().clone() {
-                return Ok(result);
-            }
-            notified.await;
+        if let Some(result) = self.finished_elsewhere.lock().unwrap().clone() {
+            return Ok(result);
         }
+        let wait = async {
+            loop {
+                let notified = self.notify.notified();
+                if let Some(result) = self.finished.lock().unwrap().clone() {
+                    return result;
+                }
+                notified.await;
+            }
+        };
+        tokio::time::timeout(RECHECK_EVERY, wait)
+            .await
+            .map_err(|_| DbError::Timeout)
     }
 }
 
@@ -108,5 +118,19 @@ async fn an_error_retrying_cannot_cure_leaves_the_future_pending() {
     assert_eq!(
         format!("{:?}", Cancellation::never()),
         "Cancellation(never)"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_cancellation_no_notification_carries_is_seen_at_the_next_look() {
+    let db = Arc::new(FakeAwait::default());
+    let mut future = Box::pin(Cancellation::new(db.clone()).cancelled(&id()));
+    assert!((&mut future).now_or_never().is_none());
+    *db.finished_elsewhere.lock().unwrap() = Some(cancelled("another process"));
+    assert_eq!(future.await, cancelled("another process"));
+    assert_eq!(
+        db.calls(),
+        2,
+        "the first wait ran out, the second look saw it"
     );
 }
