@@ -35,17 +35,26 @@ pub struct ExecConfig {
     /// The longest the loop waits for a due execution or a free permit before it looks again
     /// (real time). Notifications usually wake it much sooner.
     pub tick_sleep: Duration,
-    /// How many executions one tick locks at most; 0 is treated as 1.
+    /// How many executions one tick locks at most; 0 is treated as 1. Without a
+    /// `task_limiter`, it also bounds the runs this executor has in flight (see there).
     pub batch_size: usize,
     /// The component this executor runs; written into every `Locked` event.
     pub component_id: ComponentId,
-    /// Bounds the workers running at once, possibly shared by several executors: each running
-    /// worker holds one permit until its outcome is written.
+    /// Bounds the runs in flight (locked, running, or writing their outcome), possibly shared
+    /// by several executors: each run holds one permit until its outcome is written, and a tick
+    /// locks only as many executions as it took permits.
+    ///
+    /// `None` is a limiter of `batch_size` permits of this executor's own: at most one batch
+    /// in flight, so that an executor takes leases only as fast as its runs end and leaves the
+    /// work it cannot keep up with pending for other executors. A limiter given here
+    /// replaces that bound: to let one executor hold more (or fewer) runs than a batch, give it
+    /// a limiter of its own of that size; to share one bound among several executors, give
+    /// each the same limiter.
     pub task_limiter: Option<Arc<Semaphore>>,
 }
 
-/// One permit per execution a tick may lock; `None` stands for "no limiter".
-type Permits = Vec<Option<OwnedSemaphorePermit>>;
+/// One permit per execution a tick may lock.
+type Permits = Vec<OwnedSemaphorePermit>;
 
 /// An executor: runs one [`Worker`]'s functions against a store.
 ///
@@ -64,6 +73,8 @@ pub struct ExecTask<C: ClockFn> {
     ffqns: Arc<[FunctionFqn]>,
     ticks: Arc<AtomicU64>,
     cancellation: Cancellation,
+    /// `config.task_limiter`, or this executor's own of `batch_size` permits.
+    limiter: Arc<Semaphore>,
 }
 
 impl<C: ClockFn> ExecTask<C> {
@@ -77,7 +88,12 @@ impl<C: ClockFn> ExecTask<C> {
     ) -> Self {
         let executor_id = ExecutorId::generate_at(clock.now());
         let ffqns = worker.exported_functions().into();
+        let limiter = config
+            .task_limiter
+            .clone()
+            .unwrap_or_else(|| Arc::new(Semaphore::new(own_bound(config.batch_size))));
         Self {
+            limiter,
             worker,
             config,
             clock,
@@ -134,10 +150,7 @@ impl<C: ClockFn> ExecTask<C> {
     /// The returned [`ExecutionProgress`] lets a test await the workers and their writes.
     pub async fn tick(&self, executed_at: DateTime<Utc>) -> Result<ExecutionProgress, DbError> {
         self.ticks.fetch_add(1, Ordering::Relaxed);
-        let permits = match &self.config.task_limiter {
-            None => unlimited(self.batch_size()),
-            Some(limiter) => take_free(limiter, self.batch_size()),
-        };
+        let permits = take_free(&self.limiter, self.batch_size());
         self.lock_and_spawn(executed_at, permits).await
     }
 
@@ -170,13 +183,11 @@ impl<C: ClockFn> ExecTask<C> {
 
     /// At least one permit, waiting up to `tick_sleep` for it; empty if none came.
     async fn wait_for_permits(&self) -> Permits {
-        let Some(limiter) = &self.config.task_limiter else {
-            return unlimited(self.batch_size());
-        };
+        let limiter = &self.limiter;
         match tokio::time::timeout(self.config.tick_sleep, limiter.clone().acquire_owned()).await {
             Ok(Ok(first)) => {
                 let mut permits = take_free(limiter, self.batch_size() - 1);
-                permits.push(Some(first));
+                permits.push(first);
                 permits
             }
             Ok(Err(_closed)) => {
@@ -224,7 +235,7 @@ impl<C: ClockFn> ExecTask<C> {
         let executions = locked
             .into_iter()
             .map(|locked| {
-                let permit = permits.pop().flatten();
+                let permit = permits.pop();
                 (
                     locked.execution_id.clone(),
                     self.spawn_worker(locked, permit),
@@ -238,6 +249,7 @@ impl<C: ClockFn> ExecTask<C> {
     fn spawn_worker(
         &self,
         locked: LockedExecution,
+        // `None` only when the store locked more executions than it was asked for.
         permit: Option<OwnedSemaphorePermit>,
     ) -> JoinHandle<()> {
         let run = RunInfo::from(&locked);
@@ -318,15 +330,16 @@ async fn run_catching_panics(worker: Arc<dyn Worker>, ctx: WorkerContext) -> Wor
     }
 }
 
-fn unlimited(batch_size: usize) -> Permits {
-    std::iter::repeat_with(|| None).take(batch_size).collect()
+/// The permits of the limiter of an executor that was given none: one batch, `batch_size`
+/// (0 counts as 1), within what a semaphore can hold.
+fn own_bound(batch_size: usize) -> usize {
+    batch_size.clamp(1, Semaphore::MAX_PERMITS)
 }
 
 /// Up to `count` permits that are free right now.
 fn take_free(limiter: &Arc<Semaphore>, count: usize) -> Permits {
     std::iter::from_fn(|| limiter.clone().try_acquire_owned().ok())
         .take(count)
-        .map(Some)
         .collect()
 }
 

@@ -65,13 +65,23 @@
 //! # The loop
 //!
 //! A spawned executor repeats: take up to `batch_size` permits of the task limiter (waiting for
-//! at least one, or `tick_sleep`, never spinning), lock that many due executions with a lease
-//! of `lock_expiry`, run each worker in its own task with the lease expiry as its deadline,
-//! write its outcome (again with backoff, up to [`OUTCOME_WRITE_ATTEMPTS`] attempts, when the
-//! store fails it with a retriable error), and wait for the next due execution
-//! (`wait_for_pending`, woken by the
-//! store's notifications, at most `tick_sleep`). Leases that expire because a worker hung or
-//! its process died are resolved by the timers watcher, never by the executor.
+//! at least one, or `tick_sleep`, never spinning), lock at most that many due executions with a
+//! lease of `lock_expiry`, run each worker in its own task with the lease expiry as its
+//! deadline, write its outcome (again with backoff, up to [`OUTCOME_WRITE_ATTEMPTS`] attempts,
+//! when the store fails it with a retriable error), and wait for the next due execution
+//! (`wait_for_pending`, woken by the store's notifications, at most `tick_sleep`). Leases that
+//! expire because a worker hung or its process died are resolved by the timers watcher, never
+//! by the executor.
+//!
+//! Each run in flight holds its permit until its outcome is written, so the task limiter
+//! bounds how many leases the executor holds at once. Without a `task_limiter` in its
+//! [`ExecConfig`], an executor makes its own of `batch_size` permits: at most one batch in
+//! flight; once it is full, the loop waits for a run to end instead of taking leases faster
+//! than its runs end, and the work it cannot keep up with stays pending for other executors.
+//! `batch_size` is the bound because it already says how much one executor takes on at once;
+//! a fixed number would be too much for small batches and too little for large ones. A
+//! `task_limiter`, when given, is the only bound: give several executors the same one to share
+//! it, or one executor its own to allow more (or fewer) runs in flight than a batch.
 //!
 //! # Cancellation and other lost races
 //!

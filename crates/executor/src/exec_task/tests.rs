@@ -21,7 +21,13 @@ fn take_free_takes_at_most_what_is_free_and_asked() {
         3,
         "dropping permits releases them"
     );
-    assert_eq!(unlimited(4).len(), 4);
+}
+
+#[test]
+fn the_own_bound_is_one_batch_within_what_a_semaphore_holds() {
+    assert_eq!(own_bound(64), 64);
+    assert_eq!(own_bound(0), 1);
+    assert_eq!(own_bound(usize::MAX), Semaphore::MAX_PERMITS);
 }
 
 struct Panicking(Vec<FunctionFqn>);

@@ -1,12 +1,13 @@
-//! The executor and watcher scenarios (E1..E19 of `SCENARIOS.md`, and E20 beyond it): the
+//! The executor and watcher scenarios (E1..E19 of `SCENARIOS.md`, and E20, E21 beyond it): the
 //! executor's table, the watcher's recovery of expired leases and delays, join sets across
-//! parent and child, the task limiter, retried outcome writes, and several executors sharing a
-//! store.
+//! parent and child, the task limiter, retried outcome writes, the bound on runs in flight
+//! without a limiter, and several executors sharing a store.
 //!
 //! One module per subject: `outcomes` (one executor on manual ticks: E1, E3, E4, E5, E12, E13,
 //! E15, E18), `children` (E6..E9), `watcher` (E10, E11, E19), `faults` (E20: a store that
-//! fails outcome writes) and `spawned` (the spawned loop: E2, E14, E16, E17); the fixture they share is here, the workers they run in `workers`, and
-//! the scenarios are re-exported here, where the
+//! fails outcome writes), `bound` (E21: runs in flight without a task limiter) and `spawned`
+//! (the spawned loop: E2, E14, E16, E17); the fixture they share is here, the workers they run
+//! in `workers`, and the scenarios are re-exported here, where the
 //! [`executor_scenario_tests!`](crate::executor_scenario_tests) macro finds them.
 //!
 //! Time is a [`SimClock`] and executors are driven with manual ticks wherever time matters; the
@@ -15,12 +16,14 @@
 
 pub mod workers;
 
+mod bound;
 mod children;
 mod faults;
 mod outcomes;
 mod spawned;
 mod watcher;
 
+pub use bound::e21_runs_in_flight_are_bounded_without_a_limiter;
 pub use children::{
     e6_child_failure_notifies_parent, e7_child_timeout_by_watcher_notifies_parent,
     e8_unhandled_child_error_reaches_parent, e9_child_success_notifies_parent,
@@ -274,6 +277,7 @@ macro_rules! executor_scenario_tests {
             e18_db_updated_by_worker_writes_nothing,
             e19_durable_sleep,
             e20_retriable_outcome_write_is_retried,
+            e21_runs_in_flight_are_bounded_without_a_limiter,
         );
     };
 }
