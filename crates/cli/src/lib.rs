@@ -41,10 +41,13 @@
 //! |---|---|
 //! | 0 | success |
 //! | 1 | runtime failure: a database error, a workload that failed its exactly-once check, a `wait --timeout` that ran out |
-//! | 2 | usage or bad input: unknown flag, malformed execution id, function name, JSON or duration, unknown `--state`, parameters a demo function cannot decode, a `submit --id` repeated with another function or other parameters, a `complete` with another value than the promise has, a `complete` of an execution that is not a stub |
+//! | 2 | usage or bad input: unknown flag, a number option (`N`) that is not a whole number in its range (negative, too large, a fraction, a word), malformed execution id, function name, JSON or duration, unknown `--state`, parameters a demo function cannot decode, a `submit --id` repeated with another function or other parameters, a `complete` with another value than the promise has, a `complete` of an execution that is not a stub |
 //! | 3 | not found: no database file at the path, no execution with that id |
 //! | 4 | the database cannot be opened: not a Stele database (an empty file included), a path that cannot be written, a newer schema, an unreachable server |
 //! | 130 | interrupted (Ctrl-C or `SIGTERM`): the way `stele serve` stops; `stele demo` resumes the workload when run again |
+//!
+//! Every error is one line on stderr, `error: ` and the reason, command-line parsing errors
+//! included (clap's usage text is left out; `--help` shows it).
 //!
 //! Not errors (exit 0): a `submit --id` repeated identically (it says the execution already
 //! existed), a `cancel` of an execution that had already finished (it says how), a `complete`

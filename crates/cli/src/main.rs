@@ -5,11 +5,14 @@
 
 mod commands;
 
-use clap::Parser;
+use clap::{Parser, error::ErrorKind};
 use std::{process::ExitCode, time::Duration};
 
 fn main() -> ExitCode {
-    let cli = commands::Cli::parse();
+    let cli = match commands::Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(err) => return usage_error(&err),
+    };
     init_tracing();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -31,6 +34,20 @@ fn main() -> ExitCode {
                 eprintln!("error: {message}");
             }
             ExitCode::from(err.exit().code())
+        }
+    }
+}
+
+/// Help and version go to stdout (exit 0) as clap prints them; every other parsing error is
+/// one line on stderr and exit 2, like every bad input of `stele`.
+fn usage_error(err: &clap::Error) -> ExitCode {
+    match err.kind() {
+        ErrorKind::DisplayHelp
+        | ErrorKind::DisplayVersion
+        | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => err.exit(),
+        _ => {
+            eprintln!("error: {}", commands::usage_error_line(err));
+            ExitCode::from(commands::Exit::Usage.code())
         }
     }
 }

@@ -577,11 +577,50 @@ fn usage_errors_exit_with_2() {
         2,
         "unsupported database URL scheme `mysql://`",
     );
-    let output = run(&["executions", "list", "--no-such-flag"]);
-    assert_eq!(output.code, 2);
-    assert!(output.stderr.starts_with("error: "), "{}", output.stderr);
+    run_failing(
+        &["executions", "list", "--no-such-flag"],
+        2,
+        "unexpected argument '--no-such-flag' found",
+    );
     let output = run(&["demo", "--executions", "0"]);
     assert_eq!(output.code, 2, "{}", output.stderr);
+}
+
+#[test]
+fn every_numeric_option_refuses_a_bad_value_in_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let db_path = dir.path().join("never-created.db");
+    let db = path_str(&db_path);
+    let serve = &["serve", "--prune-older-than", "7d"][..];
+    let prune = &["executions", "prune", "--older-than", "7d"][..];
+    for (command, option, range) in [
+        (&["demo"][..], "--executions", "from 1 to 100000"),
+        (&["demo"], "--concurrency", "from 1 to 10000"),
+        (&["serve"], "--concurrency", "from 1 to 10000"),
+        (serve, "--prune-batch", "from 1 to 100000"),
+        (&["executions", "list"], "--limit", "from 1 to 1000000"),
+        (prune, "--batch", "from 1 to 100000"),
+    ] {
+        for value in [
+            "-1",
+            "0",
+            "99999999999",
+            "99999999999999999999999",
+            "ten",
+            "1.5",
+            "",
+        ] {
+            let mut args = vec!["--db", db];
+            args.extend(command);
+            args.extend([option, value]);
+            run_failing(
+                &args,
+                2,
+                &format!("invalid value '{value}' for '{option} <N>': not a whole number {range}"),
+            );
+        }
+    }
+    assert!(!db_path.exists(), "bad input creates no database");
 }
 
 #[test]

@@ -28,11 +28,12 @@ const PROGRESS_EVERY: Duration = Duration::from_millis(250);
 #[derive(Debug, clap::Args)]
 pub struct DemoArgs {
     /// How many top-level executions to submit (ignored when resuming).
-    #[arg(long, default_value_t = 200, value_name = "N",
-          value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    #[arg(long, default_value_t = 200, value_name = "N", allow_negative_numbers = true,
+          value_parser = super::whole_number(1, 100_000))]
     executions: u32,
     /// How many workers may run at once, over all executors [default: 8 per CPU core].
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    #[arg(long, value_name = "N", allow_negative_numbers = true,
+          value_parser = super::whole_number(1, 10_000))]
     concurrency: Option<u32>,
     /// Print the summary as one JSON document (progress and notes stay on stderr).
     #[arg(long)]

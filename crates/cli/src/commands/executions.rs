@@ -56,9 +56,10 @@ pub struct ListArgs {
     /// Only top-level executions (no children).
     #[arg(long)]
     top_level: bool,
-    /// At most this many rows.
-    #[arg(long, default_value_t = 50, value_name = "N")]
-    limit: usize,
+    /// At most this many rows (1 to 1000000).
+    #[arg(long, default_value_t = 50, value_name = "N", allow_negative_numbers = true,
+          value_parser = super::whole_number(1, 1_000_000))]
+    limit: u32,
     /// Print a JSON array instead of a table.
     #[arg(long)]
     json: bool,
@@ -110,9 +111,6 @@ async fn list(url: &DatabaseUrl, args: ListArgs) -> Result<(), CliError> {
         .map(str::parse::<PendingStateKind>)
         .transpose()
         .map_err(|err| bad_input("--state", err))?;
-    if args.limit == 0 {
-        return Err(bad_input("--limit", "must be at least 1"));
-    }
     let filter = ListExecutionsFilter {
         ffqn,
         state,
@@ -120,7 +118,7 @@ async fn list(url: &DatabaseUrl, args: ListArgs) -> Result<(), CliError> {
     };
     let pagination = Pagination {
         cursor: None,
-        length: args.limit,
+        length: args.limit as usize,
     };
     let rows = with_store(url, OpenMode::Inspection, async |db| {
         db.list_executions(filter, pagination)
@@ -146,7 +144,7 @@ async fn list(url: &DatabaseUrl, args: ListArgs) -> Result<(), CliError> {
         ]);
     }
     let mut text = render::finish(&table);
-    if rows.len() == args.limit {
+    if rows.len() == args.limit as usize {
         let _ = writeln!(
             text,
             "(the {} newest shown; --limit N shows more)",

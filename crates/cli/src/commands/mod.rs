@@ -240,6 +240,35 @@ impl CliError {
     }
 }
 
+/// The value parser of a whole-number option (`N`) from `min` to `max`: every bad value (a
+/// sign, a fraction, a word, nothing, too large for the range or for any integer) gets the
+/// same reason, which [`usage_error_line`] prints as one line.
+fn whole_number(
+    min: u32,
+    max: u32,
+) -> impl Fn(&str) -> Result<u32, String> + Clone + Send + Sync + 'static {
+    move |text| {
+        text.parse::<u32>()
+            .ok()
+            .filter(|n| (min..=max).contains(n))
+            .ok_or_else(|| format!("not a whole number from {min} to {max}"))
+    }
+}
+
+/// A command-line parsing error as one line without its `error: ` prefix: clap's message and
+/// its tips, without the usage and the `--help` hint it adds on lines of their own.
+pub fn usage_error_line(err: &clap::Error) -> String {
+    let text = err.to_string();
+    let parts: Vec<&str> = text
+        .lines()
+        .take_while(|line| !line.starts_with("Usage:") && !line.starts_with("For more information"))
+        .map(str::trim)
+        .filter(|line| !line.is_empty())
+        .collect();
+    let line = parts.join("; ");
+    line.strip_prefix("error: ").unwrap_or(&line).to_string()
+}
+
 /// Bad input: `invalid <what>: <why>` (exit 2).
 fn bad_input(what: &str, err: impl std::fmt::Display) -> CliError {
     CliError::new(Exit::Usage, format!("invalid {what}: {err}"))
@@ -314,6 +343,46 @@ mod tests {
     #[derive(Debug, thiserror::Error)]
     #[error("inner")]
     struct Inner(#[source] std::io::Error);
+
+    #[test]
+    fn a_whole_number_is_in_its_range_and_nothing_else_is() {
+        let parse = whole_number(1, 100);
+        assert_eq!(parse("1"), Ok(1));
+        assert_eq!(parse("100"), Ok(100));
+        for bad in [
+            "0",
+            "101",
+            "-1",
+            "1.5",
+            "ten",
+            "",
+            "99999999999999999999999",
+        ] {
+            assert_eq!(
+                parse(bad),
+                Err("not a whole number from 1 to 100".to_string()),
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_usage_error_is_one_line_with_its_tip() {
+        use clap::Parser as _;
+        let err = Cli::try_parse_from(["stele", "executions", "list", "--jsn"]).unwrap_err();
+        let line = usage_error_line(&err);
+        assert!(!line.contains('\n'), "{line:?}");
+        assert!(
+            line.starts_with("unexpected argument '--jsn' found"),
+            "{line:?}"
+        );
+        assert!(line.contains("'--json'"), "the tip is kept: {line:?}");
+        let err = Cli::try_parse_from(["stele", "demo", "--executions", "-1"]).unwrap_err();
+        assert_eq!(
+            usage_error_line(&err),
+            "invalid value '-1' for '--executions <N>': not a whole number from 1 to 100000"
+        );
+    }
 
     #[test]
     fn messages_are_one_line_without_repeating_a_quoted_cause() {

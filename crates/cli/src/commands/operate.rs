@@ -66,8 +66,8 @@ pub struct PruneArgs {
     #[arg(long, value_name = "DURATION", allow_hyphen_values = true)]
     older_than: String,
     /// How many top-level executions one transaction examines.
-    #[arg(long, default_value_t = 1_000, value_name = "N",
-          value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    #[arg(long, default_value_t = 1_000, value_name = "N", allow_negative_numbers = true,
+          value_parser = super::whole_number(1, 100_000))]
     batch: u32,
     /// Print the counts as one JSON document instead of a line.
     #[arg(long)]

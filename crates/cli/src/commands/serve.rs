@@ -19,7 +19,8 @@ use timers_watcher::{Pruner, PrunerConfig};
 #[derive(Debug, clap::Args)]
 pub struct ServeArgs {
     /// How many workers may run at once, over all executors [default: 8 per CPU core].
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    #[arg(long, value_name = "N", allow_negative_numbers = true,
+          value_parser = super::whole_number(1, 10_000))]
     concurrency: Option<u32>,
     /// Run the retention task: remove the trees of top-level executions that finished longer
     /// ago than this (a whole number and ms, s, m, h or d, e.g. 7d). Without it nothing is
@@ -37,7 +38,7 @@ pub struct ServeArgs {
     prune_every: String,
     /// How many top-level executions one transaction of the retention task examines.
     #[arg(long, default_value_t = 1_000, value_name = "N", requires = "prune_older_than",
-          value_parser = clap::value_parser!(u32).range(1..=100_000))]
+          allow_negative_numbers = true, value_parser = super::whole_number(1, 100_000))]
     prune_batch: u32,
 }
 
