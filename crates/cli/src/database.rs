@@ -82,15 +82,16 @@ impl fmt::Display for DatabaseUrl {
 /// What opening may change in the store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OpenMode {
-    /// Create the SQLite file and its schema if they are missing, migrate an older schema
-    /// (`stele demo`, `stele serve`).
+    /// Create the SQLite file and the schema (of either backend) if they are missing, migrate
+    /// an older schema (`stele demo`, `stele serve`).
     CreateIfMissing,
-    /// Only a database that exists: a missing file, an empty one and a file without Stele's
-    /// schema are refused, an older schema is migrated (the commands that write: `submit`,
-    /// `cancel`, `complete`, `prune`).
+    /// Only a database that exists: a missing file, an empty one, a file without Stele's
+    /// schema and a PostgreSQL database without Stele's tables are refused, an older schema is
+    /// migrated (the commands that write: `submit`, `cancel`, `complete`, `prune`).
     ExistingOnly,
     /// As [`OpenMode::ExistingOnly`], and an older schema is refused instead of migrated: the
-    /// file is left as it was (the commands that only read: `list`, `show`, `wait`).
+    /// file or database is left as it was (the commands that only read: `list`, `show`,
+    /// `wait`).
     Inspection,
 }
 
@@ -115,11 +116,10 @@ pub enum OpenError {
 ///
 /// # Errors
 /// [`OpenError::Missing`] for a missing file unless [`OpenMode::CreateIfMissing`]; otherwise
-/// the backend's own error, which names the file or the server (an empty file in a mode that
-/// does not create is `SqliteOpenError::NoSchema`).
-///
-/// A PostgreSQL database is connected to as every client does, whatever the mode: the
-/// backend applies its migrations when it connects.
+/// the backend's own error, which names the file or the database (an empty file or a
+/// PostgreSQL database without Stele's tables in a mode that does not create is
+/// `SqliteOpenError::NoSchema` or `PostgresError::NoSchema`, an older schema in
+/// [`OpenMode::Inspection`] `SchemaTooOld` of either).
 pub async fn open(url: &DatabaseUrl, mode: OpenMode) -> Result<Arc<dyn DbConnection>, OpenError> {
     match url {
         DatabaseUrl::Sqlite(path) => {
@@ -136,7 +136,13 @@ pub async fn open(url: &DatabaseUrl, mode: OpenMode) -> Result<Arc<dyn DbConnect
             Ok(Arc::new(pool))
         }
         DatabaseUrl::Postgres(url) => {
-            let store = PostgresStore::connect(PostgresConfig::from_url(url)?).await?;
+            let config = PostgresConfig::from_url(url)?;
+            let config = match mode {
+                OpenMode::CreateIfMissing => config,
+                OpenMode::ExistingOnly => config.existing_only(),
+                OpenMode::Inspection => config.existing_only().without_migrations(),
+            };
+            let store = PostgresStore::connect(config).await?;
             Ok(Arc::new(store))
         }
     }

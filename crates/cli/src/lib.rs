@@ -19,7 +19,9 @@
 //!   trees older than a duration) change what is stored.
 //!
 //! Only `stele demo` and `stele serve` create a database; every other command refuses a
-//! missing or empty file and a file that is not a Stele database.
+//! missing or empty file, a file that is not a Stele database and a PostgreSQL database
+//! without Stele's tables, and creates nothing in it. The commands that only read (`list`,
+//! `show`, `wait`) also refuse an older schema rather than migrate it, on either backend.
 //!
 //! The library part holds what the binary is built from and what users can copy:
 //!
@@ -43,7 +45,7 @@
 //! | 1 | runtime failure: a database error, a workload that failed its exactly-once check, a `wait --timeout` that ran out |
 //! | 2 | usage or bad input: unknown flag, a number option (`N`) that is not a whole number in its range (negative, too large, a fraction, a word), malformed execution id, function name, JSON or duration, unknown `--state`, parameters a demo function cannot decode, a `submit --id` repeated with another function or other parameters, a `complete` with another value than the promise has, a `complete` of an execution that is not a stub |
 //! | 3 | not found: no database file at the path, no execution with that id |
-//! | 4 | the database cannot be opened: not a Stele database (an empty file included), a path that cannot be written, a newer schema, an unreachable server |
+//! | 4 | the database cannot be opened: not a Stele database (an empty file or a PostgreSQL database without Stele's tables included), a path that cannot be written, a newer schema, an older schema for `list`, `show` and `wait`, an unreachable server |
 //! | 130 | interrupted (Ctrl-C or `SIGTERM`): the way `stele serve` stops; `stele demo` resumes the workload when run again |
 //!
 //! Every error is one line on stderr, `error: ` and the reason, command-line parsing errors

@@ -1351,3 +1351,95 @@ fn the_operator_commands_run_on_postgres_too() {
         &format!("no execution {ID}"),
     );
 }
+
+/// How many tables the database's `public` schema holds.
+fn table_count(database: &TestDatabase) -> i64 {
+    block_on(database.with_client(async |client| {
+        client
+            .query_one(
+                "SELECT count(*) FROM information_schema.tables WHERE table_schema = 'public'",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0)
+    }))
+}
+
+#[test]
+fn no_command_but_demo_and_serve_creates_stele_tables_in_a_postgres_database() {
+    let Some(server) = TestServer::or_skip(
+        "no_command_but_demo_and_serve_creates_stele_tables_in_a_postgres_database",
+    ) else {
+        return;
+    };
+    let database = block_on(TestDatabase::create(&server));
+    let url = database.url.as_str();
+    let commands: [&[&str]; 7] = [
+        &["executions", "list"],
+        &["executions", "show", ID],
+        &["executions", "wait", ID],
+        &["submit", FLAKY, "--params", FLAKY_PARAMS],
+        &["executions", "cancel", ID],
+        &["executions", "complete", ID, "--json", "1"],
+        &["executions", "prune", "--older-than", "1d"],
+    ];
+    for command in commands {
+        run_failing(
+            &[&["--db", url][..], command].concat(),
+            4,
+            "is not a Stele database: it holds none of Stele's tables",
+        );
+        assert_eq!(
+            table_count(&database),
+            0,
+            "stele {command:?} created a table"
+        );
+    }
+    // With a password in the URL (the test server trusts loopback and does not need it), the
+    // message shows it masked.
+    let password = "not-a-real-password";
+    let with_password = url.replacen("postgres@", &format!("postgres:{password}@"), 1);
+    if with_password != url {
+        let listed = run(&["--db", &with_password, "executions", "list"]);
+        assert_eq!(listed.code, 4, "{}", listed.stderr);
+        assert!(listed.stderr.contains("postgres:***@"), "{}", listed.stderr);
+        assert!(!listed.stderr.contains(password), "{}", listed.stderr);
+        assert_eq!(table_count(&database), 0);
+    }
+
+    // An older schema: the commands that only read leave it at its version.
+    block_on(storage_postgres::admin::migrate_to(&database.config, 1)).unwrap();
+    let tables_at_1 = table_count(&database);
+    for command in &commands[..3] {
+        run_failing(
+            &[&["--db", url][..], command].concat(),
+            4,
+            "has schema version 1, older than this build's",
+        );
+        assert_eq!(table_count(&database), tables_at_1);
+    }
+    let versions: Vec<i64> = block_on(database.with_client(async |client| {
+        client
+            .query("SELECT version FROM t_schema_migration", &[])
+            .await
+            .unwrap()
+            .iter()
+            .map(|row| row.get(0))
+            .collect()
+    }));
+    assert_eq!(versions, [1], "left at its version");
+    // A command that writes migrates it, and then the reads work.
+    let rows = run_json(&[
+        "--db",
+        url,
+        "executions",
+        "prune",
+        "--older-than",
+        "1d",
+        "--json",
+    ]);
+    assert_eq!(u64_at(&rows, "/trees"), 0, "{rows}");
+    let listed = run_json(&["--db", url, "executions", "list", "--json"]);
+    assert_eq!(listed.as_array().map(Vec::len), Some(0), "{listed}");
+}

@@ -61,7 +61,9 @@ async fn run_on_server(server: &PostgresConfig, sql: &str) -> Result<(), Postgre
 /// [`PostgresStore::connect`](crate::PostgresStore::connect) applies all of them, without
 /// opening a store: to prepare a database ahead of a rollout, or to test the upgrade from an
 /// older schema. A database already at `version` or newer is left as it is; a `version` this
-/// binary does not know is [`PostgresError::InvalidConfig`].
+/// binary does not know is [`PostgresError::InvalidConfig`]. It ignores `database`'s
+/// [`create`](PostgresConfig::create) and [`migrate`](PostgresConfig::migrate): creating and
+/// migrating are what it is asked for.
 pub async fn migrate_to(database: &PostgresConfig, version: i64) -> Result<(), PostgresError> {
     if !(1..=SCHEMA_VERSION).contains(&version) {
         return Err(PostgresError::InvalidConfig {
@@ -71,8 +73,11 @@ pub async fn migrate_to(database: &PostgresConfig, version: i64) -> Result<(), P
             ),
         });
     }
+    let mut changes_allowed = database.clone();
+    changes_allowed.create = true;
+    changes_allowed.migrate = true;
     with_connection(database, async |client| {
-        schema::migrate(client, version).await
+        schema::migrate(client, version, &changes_allowed).await
     })
     .await
 }

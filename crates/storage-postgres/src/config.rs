@@ -52,6 +52,14 @@ pub struct PostgresConfig {
     pub listener_min_backoff: Duration,
     /// The longest delay between two reconnection attempts of the listener.
     pub listener_max_backoff: Duration,
+    /// Whether a database without Stele's schema (none of its tables) gets it when connecting;
+    /// when false such a database is refused ([`PostgresError::NoSchema`]) and nothing is
+    /// created in it. Default true.
+    pub create: bool,
+    /// Whether a Stele database of an older schema version is migrated when connecting; when
+    /// false it is refused ([`PostgresError::SchemaTooOld`]) and left at its version, for
+    /// tools that only read. Default true.
+    pub migrate: bool,
 }
 
 impl fmt::Debug for PostgresConfig {
@@ -64,6 +72,8 @@ impl fmt::Debug for PostgresConfig {
             .field("max_transaction_retries", &self.max_transaction_retries)
             .field("listener_min_backoff", &self.listener_min_backoff)
             .field("listener_max_backoff", &self.listener_max_backoff)
+            .field("create", &self.create)
+            .field("migrate", &self.migrate)
             .finish()
     }
 }
@@ -146,7 +156,24 @@ impl PostgresConfig {
             max_transaction_retries: 5,
             listener_min_backoff: Duration::from_millis(50),
             listener_max_backoff: Duration::from_secs(5),
+            create: true,
+            migrate: true,
         })
+    }
+
+    /// The same configuration, connecting only to a database that already holds Stele's
+    /// schema: nothing is created (`create = false`).
+    #[must_use]
+    pub fn existing_only(mut self) -> Self {
+        self.create = false;
+        self
+    }
+
+    /// The same configuration, never migrating an older schema (`migrate = false`).
+    #[must_use]
+    pub fn without_migrations(mut self) -> Self {
+        self.migrate = false;
+        self
     }
 
     /// The database the URL names (`None`: the server's default, the user's name).

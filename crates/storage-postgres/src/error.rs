@@ -27,6 +27,31 @@ pub enum PostgresError {
         /// The newest migration this binary knows.
         supported: i64,
     },
+    /// The database holds none of Stele's tables (no `t_schema_migration`, or no version in
+    /// it) and the configuration does not create them
+    /// ([`PostgresConfig::create`](crate::PostgresConfig::create) is false); nothing was
+    /// created.
+    #[error(
+        "{url} is not a Stele database: it holds none of Stele's tables, and creating them was not asked for"
+    )]
+    NoSchema {
+        /// The database's URL, password hidden.
+        url: String,
+    },
+    /// The database has an older schema version and the configuration does not migrate
+    /// ([`PostgresConfig::migrate`](crate::PostgresConfig::migrate) is false); it is left at
+    /// its version.
+    #[error(
+        "{url} has schema version {found}, older than this build's {current}; it is migrated only when connected to with migrations"
+    )]
+    SchemaTooOld {
+        /// The database's URL, password hidden.
+        url: String,
+        /// The newest migration applied to the database.
+        found: i64,
+        /// The version this build uses.
+        current: i64,
+    },
     /// Connecting, migrating or starting the listener failed.
     #[error(transparent)]
     Db(#[from] DbError),

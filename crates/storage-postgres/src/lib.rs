@@ -28,6 +28,11 @@
 //! the applied versions are kept in `t_schema_migration`, and a database whose schema is newer
 //! than the binary's ([`SCHEMA_VERSION`]) is refused with [`PostgresError::SchemaTooNew`].
 //! [`admin::migrate_to`] applies them up to a given version without opening a store.
+//! A tool that must not change what it connects to says so in its [`PostgresConfig`]:
+//! [`PostgresConfig::existing_only`] creates nothing (a database without Stele's tables is
+//! refused with [`PostgresError::NoSchema`], and not even `t_schema_migration` is created),
+//! [`PostgresConfig::without_migrations`] refuses an older schema with
+//! [`PostgresError::SchemaTooOld`] and leaves it at its version.
 //!
 //! - `t_execution`: one row per execution, the state index: next version, the exact pending
 //!   state (`state_json`) plus the columns that are queried: `state_kind`, `pending_at` (set
@@ -271,7 +276,7 @@ impl PostgresStore {
             })?;
         {
             let mut client = pool.get().await.map_err(map_pool_error)?;
-            schema::migrate(&mut client, SCHEMA_VERSION).await?;
+            schema::migrate(&mut client, SCHEMA_VERSION, &config).await?;
         }
         let hub = Arc::new(WaiterHub::new());
         let (state_tx, mut state_rx) = watch::channel(ListenerState::default());

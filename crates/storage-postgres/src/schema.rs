@@ -1,6 +1,9 @@
 //! The embedded migrations and the guarded migration run at start.
 
-use crate::error::{PostgresError, map_pg_error};
+use crate::{
+    PostgresConfig,
+    error::{PostgresError, map_pg_error},
+};
 
 /// The advisory lock key that serializes migrations of one database ("STELEMIG").
 const MIGRATION_LOCK_KEY: i64 = 0x5354_454C_454D_4947;
@@ -154,23 +157,42 @@ CREATE INDEX t_execution_finished_top_level_idx
 
 /// Applies every missing migration up to version `up_to` in one transaction under an advisory
 /// lock, so that two processes starting at once do not both migrate. Refuses a database whose
-/// schema is newer than this binary's.
+/// schema is newer than this binary's; and, as `config` asks, a database without Stele's
+/// schema ([`PostgresConfig::create`] false: nothing is created, not even
+/// `t_schema_migration`) and one of an older version ([`PostgresConfig::migrate`] false: it
+/// stays at its version).
 pub(crate) async fn migrate(
     client: &mut tokio_postgres::Client,
     up_to: i64,
+    config: &PostgresConfig,
 ) -> Result<(), PostgresError> {
     let tx = client.transaction().await.map_err(map_pg_error)?;
     tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK_KEY])
         .await
         .map_err(map_pg_error)?;
-    tx.batch_execute(
-        "CREATE TABLE IF NOT EXISTS t_schema_migration (
-            version     BIGINT PRIMARY KEY,
-            description TEXT NOT NULL
-        )",
-    )
-    .await
-    .map_err(map_pg_error)?;
+    let no_schema = || PostgresError::NoSchema {
+        url: config.redacted_url().to_string(),
+    };
+    if config.create {
+        tx.batch_execute(
+            "CREATE TABLE IF NOT EXISTS t_schema_migration (
+                version     BIGINT PRIMARY KEY,
+                description TEXT NOT NULL
+            )",
+        )
+        .await
+        .map_err(map_pg_error)?;
+    } else {
+        // Resolved through `search_path`, as the `CREATE TABLE` above would be.
+        let has_table: bool = tx
+            .query_one("SELECT to_regclass('t_schema_migration') IS NOT NULL", &[])
+            .await
+            .map_err(map_pg_error)?
+            .get(0);
+        if !has_table {
+            return Err(no_schema());
+        }
+    }
     let current: i64 = tx
         .query_one(
             "SELECT COALESCE(MAX(version), 0) FROM t_schema_migration",
@@ -183,6 +205,16 @@ pub(crate) async fn migrate(
         return Err(PostgresError::SchemaTooNew {
             found: current,
             supported: SCHEMA_VERSION,
+        });
+    }
+    if current == 0 && !config.create {
+        return Err(no_schema());
+    }
+    if current > 0 && current < up_to && !config.migrate {
+        return Err(PostgresError::SchemaTooOld {
+            url: config.redacted_url().to_string(),
+            found: current,
+            current: SCHEMA_VERSION,
         });
     }
     for migration in MIGRATIONS

@@ -1,7 +1,7 @@
 //! What only the PostgreSQL backend has: the migration guard, the schema version check,
-//! wake-ups across stores through `NOTIFY`, the listener's reconnection, responses that commit
-//! concurrently, `close` stopping the listener, and the lifecycle writes under concurrency
-//! (`lifecycle`).
+//! connections that neither create nor migrate a schema, wake-ups across stores through
+//! `NOTIFY`, the listener's reconnection, responses that commit concurrently, `close` stopping
+//! the listener, and the lifecycle writes under concurrency (`lifecycle`).
 //!
 //! Each test uses a database of its own on the server that `STELE_TEST_POSTGRES_URL` names;
 //! without it the tests are skipped (printed), except under `CI=true`, where they fail.
@@ -94,21 +94,10 @@ async fn two_stores_starting_at_once_migrate_once() {
     for store in [a, b, c] {
         store.close().await;
     }
-    let versions: Vec<i64> = database
-        .with_client(async |client| {
-            client
-                .query(
-                    "SELECT version FROM t_schema_migration ORDER BY version",
-                    &[],
-                )
-                .await
-                .unwrap()
-                .iter()
-                .map(|row| row.get(0))
-                .collect()
-        })
-        .await;
-    assert_eq!(versions, (1..=SCHEMA_VERSION).collect::<Vec<_>>());
+    assert_eq!(
+        schema_versions(&database).await,
+        (1..=SCHEMA_VERSION).collect::<Vec<_>>()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -140,6 +129,147 @@ async fn a_schema_newer_than_the_binary_is_refused() {
         "{err:?}"
     );
     assert!(err.to_string().contains("upgrade"), "{err}");
+}
+
+/// The first column of what `sql` returns, on a plain connection to `database`.
+async fn first_column<T: for<'a> tokio_postgres::types::FromSql<'a>>(
+    database: &TestDatabase,
+    sql: &str,
+) -> Vec<T> {
+    database
+        .with_client(async |client| {
+            client
+                .query(sql, &[])
+                .await
+                .unwrap()
+                .iter()
+                .map(|row| row.get(0))
+                .collect()
+        })
+        .await
+}
+
+/// The tables of the database's `public` schema, by name.
+async fn tables(database: &TestDatabase) -> Vec<String> {
+    first_column(
+        database,
+        "SELECT table_name::text FROM information_schema.tables \
+         WHERE table_schema = 'public' ORDER BY table_name",
+    )
+    .await
+}
+
+/// `url` with a password: the one it has, or one added to its user; and that password.
+fn with_password(url: &str) -> (String, String) {
+    let (scheme, rest) = url.split_once("://").unwrap();
+    let (user_info, host) = rest.split_once('@').expect("the test URL names its user");
+    match user_info.split_once(':') {
+        Some((_, password)) => (url.to_string(), password.to_string()),
+        None => {
+            let password = "not-a-real-password".to_string();
+            (
+                format!("{scheme}://{user_info}:{password}@{host}"),
+                password,
+            )
+        }
+    }
+}
+
+/// The versions `t_schema_migration` holds.
+async fn schema_versions(database: &TestDatabase) -> Vec<i64> {
+    first_column(
+        database,
+        "SELECT version FROM t_schema_migration ORDER BY version",
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn existing_only_refuses_a_database_without_the_schema_and_creates_nothing() {
+    let Some(server) = TestServer::or_skip(
+        "existing_only_refuses_a_database_without_the_schema_and_creates_nothing",
+    ) else {
+        return;
+    };
+    let database = TestDatabase::create(&server).await;
+    for config in [
+        database.config.clone().existing_only(),
+        database.config.clone().existing_only().without_migrations(),
+    ] {
+        let err = PostgresStore::connect(config).await.unwrap_err();
+        assert!(
+            matches!(&err, PostgresError::NoSchema { url } if url.contains(database.name())),
+            "{err:?}"
+        );
+        assert!(err.to_string().contains("is not a Stele database"), "{err}");
+        assert_eq!(
+            tables(&database).await,
+            Vec::<String>::new(),
+            "nothing created"
+        );
+    }
+    // The password stays out of the message (the test server trusts loopback, so a URL with a
+    // password it does not need connects as well).
+    let (url, password) = with_password(&database.url);
+    let config = storage_postgres::PostgresConfig::from_url(&url)
+        .unwrap()
+        .existing_only();
+    let message = PostgresStore::connect(config)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(message.contains("is not a Stele database"), "{message}");
+    assert!(!message.contains(&password), "{message}");
+    // An existing Stele database opens.
+    open(&database).await.close().await;
+    let store = PostgresStore::connect(database.config.clone().existing_only())
+        .await
+        .expect("an existing Stele database opens");
+    store.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_migrations_refuses_an_older_schema_and_leaves_it_at_its_version() {
+    let Some(server) = TestServer::or_skip(
+        "without_migrations_refuses_an_older_schema_and_leaves_it_at_its_version",
+    ) else {
+        return;
+    };
+    let database = TestDatabase::create(&server).await;
+    admin::migrate_to(&database.config, 1).await.unwrap();
+    let tables_at_1 = tables(&database).await;
+    for config in [
+        database.config.clone().without_migrations(),
+        database.config.clone().existing_only().without_migrations(),
+    ] {
+        let err = PostgresStore::connect(config).await.unwrap_err();
+        assert!(
+            matches!(&err, PostgresError::SchemaTooOld { url, found: 1, current }
+                if url.contains(database.name()) && *current == SCHEMA_VERSION),
+            "{err:?}"
+        );
+        assert!(
+            err.to_string().contains(&format!(
+                "has schema version 1, older than this build's {SCHEMA_VERSION}"
+            )),
+            "{err}"
+        );
+        assert_eq!(schema_versions(&database).await, [1], "left at its version");
+        assert_eq!(tables(&database).await, tables_at_1);
+    }
+    // `existing_only` alone migrates an older schema.
+    let store = PostgresStore::connect(database.config.clone().existing_only())
+        .await
+        .expect("migrated");
+    store.close().await;
+    assert_eq!(
+        schema_versions(&database).await,
+        (1..=SCHEMA_VERSION).collect::<Vec<_>>()
+    );
+    let store = PostgresStore::connect(database.config.clone().without_migrations())
+        .await
+        .expect("a current schema opens without migrations");
+    store.close().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -183,6 +183,15 @@ impl CliError {
             OpenError::Postgres(PostgresError::InvalidConfig { .. }) => {
                 (Exit::Usage, anyhow::Error::new(err))
             }
+            OpenError::Postgres(PostgresError::NoSchema { .. }) => {
+                (Exit::Database, anyhow::Error::new(err))
+            }
+            OpenError::Postgres(PostgresError::SchemaTooOld { .. }) => (
+                Exit::Database,
+                anyhow::Error::msg(format!(
+                    "{err} (a command that writes, such as `stele serve`, migrates it)"
+                )),
+            ),
             OpenError::Postgres(_) => (
                 Exit::Database,
                 anyhow::Error::new(err)
