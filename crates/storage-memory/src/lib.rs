@@ -11,8 +11,9 @@
 //!
 //! **Load, plan, persist, wake.** A write locks the state, loads the
 //! [`Snapshot`](concepts::kernel::Snapshot) of its request's
-//! [`Keys`](concepts::kernel::Keys) from the records (due executions from the pending index),
-//! hands it to [`concepts::kernel::plan`], and applies the plan's changes to the records and
+//! [`Keys`](concepts::kernel::Keys) from the records and indexes (due executions, descendants,
+//! prune candidates), then its follow-up keys into the same snapshot, hands it to
+//! [`concepts::kernel::plan`], and applies the plan's changes and deletions to the records and
 //! indexes before it unlocks. Planning writes nothing, so a refused write leaves the state as
 //! it was. Once unlocked, it delivers the plan's wake-ups.
 //!
@@ -28,14 +29,21 @@
 //! - timers: a `BTreeSet` of `(expires_at, execution_id, Lock | Delay(delay_id, join_set_id))`:
 //!   a lease and any number of delays of one execution at the same instant never collide, and
 //!   `get_expired_timers(at)` is a range scan up to `at` inclusive;
-//! - `(created_at, execution_id)` of every execution, for `list_executions` (newest first).
+//! - `(created_at, execution_id)` of every execution, for `list_executions` (newest first);
+//! - children: a `BTreeSet` of the id of every child execution; a child's id extends its
+//!   parent's, so the descendants of an execution are one range of it (`cancel`, `prune`), and
+//!   top-level ids, nobody's descendants, stay out of it;
+//! - `(finished_at, execution_id)` of every finished top-level execution: the candidates of
+//!   `prune`, in its order.
+//!
+//! Deleting an execution (`prune`) removes its record and its entry in every index.
 //!
 //! **Waits** go through the store's [`WaiterHub`], which checks
 //! the state after registering; `close` releases every waiter. [`MemoryStore::waiter_counts`]
 //! exposes the size of its registries, for tests.
 //!
 //! ```
-//! use concepts::{CreateRequest, DbClient, ExecutionId, PendingState, Version};
+//! use concepts::{CreateOutcome, CreateRequest, DbClient, ExecutionId, PendingState};
 //! use storage_memory::MemoryStore;
 //!
 //! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
@@ -55,9 +63,12 @@
 //!     metadata: Default::default(),
 //!     scheduled_by: None,
 //! };
-//! assert_eq!(store.create(req).await.unwrap(), Version(1));
-//! let log = store.get(&execution_id).await.unwrap();
-//! assert_eq!(log.pending_state, PendingState::PendingAt { scheduled_at: at });
+//! assert_eq!(store.create(req.clone()).await.unwrap(), CreateOutcome::Created);
+//! // A repeated submit writes nothing and says so.
+//! let pending_state = PendingState::PendingAt { scheduled_at: at };
+//! let again = store.create(req).await.unwrap();
+//! assert_eq!(again, CreateOutcome::AlreadyExisted { pending_state: pending_state.clone() });
+//! assert_eq!(store.get(&execution_id).await.unwrap().pending_state, pending_state);
 //! # });
 //! ```
 
@@ -74,7 +85,7 @@ use concepts::{
     ExpiredTimer, FinishedExecutionResult, FunctionFqn, JoinSetResponseEvent,
     JoinSetResponseEventOuter, ListExecutionsFilter, LockPendingRequest, LockedExecution,
     OutcomeWrite, Pagination, PruneOutcome, PruneRequest, Version,
-    kernel::{self, WaiterCounts, WaiterHub, WritePlan, WriteRequest},
+    kernel::{self, Snapshot, WaiterCounts, WaiterHub, WritePlan, WriteRequest},
 };
 use state::{Record, State, TimerKind};
 use std::{
@@ -125,9 +136,14 @@ impl MemoryStore {
     fn write(&self, request: WriteRequest) -> Result<WritePlan, DbError> {
         let keys = request.keys()?;
         let mut state = self.open_state()?;
-        let snapshot = state.snapshot(&keys);
+        let mut snapshot = Snapshot::default();
+        state.load(&keys, &mut snapshot);
+        if let Some(more) = request.follow_up_keys(&snapshot) {
+            state.load(&more, &mut snapshot);
+        }
         let mut plan = kernel::plan(&snapshot, request)?;
         state.apply(std::mem::take(&mut plan.changes));
+        state.delete(&plan.deleted);
         drop(state);
         self.hub.deliver(&plan.wakeups);
         Ok(plan)
@@ -140,11 +156,6 @@ impl MemoryStore {
     }
 }
 
-/// The version a `create`, `append_batch` or `append_outcome` plan ends at.
-fn next_version(plan: WritePlan) -> Result<Version, DbError> {
-    plan.reply.version()
-}
-
 #[async_trait]
 impl DbExecutor for MemoryStore {
     async fn lock_pending(&self, req: LockPendingRequest) -> Result<Vec<LockedExecution>, DbError> {
@@ -152,7 +163,7 @@ impl DbExecutor for MemoryStore {
     }
 
     async fn append_outcome(&self, write: OutcomeWrite) -> Result<Version, DbError> {
-        next_version(self.write(WriteRequest::Outcome(write))?)
+        self.write(WriteRequest::Outcome(write))?.reply.version()
     }
 
     async fn wait_for_pending(
@@ -174,7 +185,7 @@ impl DbExecutor for MemoryStore {
 #[async_trait]
 impl DbWorkflow for MemoryStore {
     async fn append_batch(&self, req: AppendBatchRequest) -> Result<Version, DbError> {
-        next_version(self.write(WriteRequest::AppendBatch(req))?)
+        self.write(WriteRequest::AppendBatch(req))?.reply.version()
     }
 
     async fn subscribe_to_next_responses(

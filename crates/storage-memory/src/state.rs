@@ -1,5 +1,6 @@
 //! The state behind the mutex: the execution records and their indexes, how a write's
-//! [`Snapshot`] is loaded from them, and how its plan's changes are applied to them.
+//! [`Snapshot`] is loaded from them, and how its plan's changes and deletions are applied to
+//! them.
 
 use chrono::{DateTime, Utc};
 use concepts::{
@@ -7,10 +8,13 @@ use concepts::{
     FunctionFqn, JoinSetId, JoinSetResponse, JoinSetResponseEventOuter, PendingState,
     kernel::{
         DelayRow, ExecutionChange, ExecutionRow, JoinSetCounters, JoinSetRow, Keys, LogRows,
-        Snapshot,
+        Snapshot, descendant_bounds,
     },
 };
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::{
+    collections::{BTreeSet, HashMap, HashSet},
+    ops::Bound,
+};
 
 /// The hasher of the maps keyed by ids: `foldhash`'s per-process seeded hasher, several times
 /// cheaper than SipHash on these short keys, and hashing sits on every write.
@@ -29,7 +33,7 @@ pub(crate) enum TimerKind {
 /// The key of the timer index: expiry first, so that a range scan finds everything due.
 pub(crate) type TimerKey = (DateTime<Utc>, ExecutionId, TimerKind);
 
-/// A key of the pending index and of the creation index.
+/// A key of the pending, creation and finished indexes.
 type TimeKey = (DateTime<Utc>, ExecutionId);
 
 /// A join set of one execution, as far as a snapshot needs it.
@@ -88,6 +92,12 @@ pub(crate) struct State {
     pub(crate) pending: HashMap<FunctionFqn, BTreeSet<TimeKey>, FastHash>,
     /// Every lease of a `Locked` execution and every open delay.
     pub(crate) timers: BTreeSet<TimerKey>,
+    /// The id of every child execution, in id order: the descendants of an execution are one
+    /// range ([`descendant_bounds`]). Top-level ids are never descendants, so their creation
+    /// does not pay for it.
+    pub(crate) children: BTreeSet<ExecutionId>,
+    /// `(finished_at, execution_id)` of every finished top-level execution, for `prune`.
+    pub(crate) finished: BTreeSet<TimeKey>,
 }
 
 impl State {
@@ -109,14 +119,25 @@ impl State {
         })
     }
 
-    /// The rows `keys` name, as they are now.
-    pub(crate) fn snapshot(&self, keys: &Keys) -> Snapshot {
-        let mut snapshot = Snapshot::default();
-        for execution_id in keys.executions.iter().chain(&keys.new_executions) {
+    /// Loads the rows `keys` name, as they are now, into `snapshot` (which may hold the rows
+    /// of earlier keys of the same write).
+    pub(crate) fn load(&self, keys: &Keys, snapshot: &mut Snapshot) {
+        for execution_id in &keys.executions {
             if let Some(record) = self.records.get(execution_id) {
                 snapshot.add_execution(record.row.clone());
             }
         }
+        for execution_id in &keys.new_executions {
+            if let Some(record) = self.records.get(execution_id) {
+                if let Some(created) = record.events.first() {
+                    snapshot
+                        .created
+                        .insert(execution_id.clone(), created.clone());
+                }
+                snapshot.add_execution(record.row.clone());
+            }
+        }
+        self.load_lifecycle(keys, snapshot);
         for key in &keys.join_sets {
             let record = self.records.get(&key.execution_id);
             let Some(join_set) = record.and_then(|r| r.join_sets.get(&key.join_set_id)) else {
@@ -174,7 +195,63 @@ impl State {
                 snapshot.add_due(record.row.clone(), log);
             }
         }
-        snapshot
+    }
+
+    /// Loads the keys of `cancel`, `complete` and `prune`: descendants, finished results,
+    /// open delays and prune candidates.
+    fn load_lifecycle(&self, keys: &Keys, snapshot: &mut Snapshot) {
+        for key in &keys.subtrees {
+            let (low, high) = descendant_bounds(&key.root);
+            // Ids between `<root>` and `<root>.` (a sibling whose join set name extends the
+            // root's last step) are in the range but not descendants: filtered out.
+            let range = (self.children)
+                .range((Bound::Excluded(&key.root), Bound::Unbounded))
+                .take_while(|id| id.as_str() < high.as_str())
+                .filter(|id| id.as_str().starts_with(&low));
+            let mut found = Vec::new();
+            for record in range.filter_map(|id| self.records.get(id)) {
+                if !(key.unfinished_only && record.row.state.pending_state.is_finished()) {
+                    found.push(record.row.execution_id.clone());
+                    snapshot.add_execution(record.row.clone());
+                }
+            }
+            snapshot.subtrees.insert(key.root.clone(), found);
+        }
+        for execution_id in &keys.finished_results {
+            let record = self.records.get(execution_id);
+            if let Some(result) = record.and_then(|r| r.finished_result()) {
+                snapshot
+                    .finished_results
+                    .insert(execution_id.clone(), result);
+            }
+        }
+        for execution_id in &keys.open_delays {
+            let Some(record) = self.records.get(execution_id) else {
+                continue;
+            };
+            let mut open: Vec<DelayId> = (record.delays.iter())
+                .filter_map(|(delay_id, delay)| delay.open.is_some().then_some(*delay_id))
+                .collect();
+            if !open.is_empty() {
+                open.sort_unstable();
+                snapshot.open_delays.insert(execution_id.clone(), open);
+            }
+        }
+        if let Some(query) = &keys.prune {
+            let after = query
+                .after
+                .as_ref()
+                .map_or(Bound::Unbounded, Bound::Excluded);
+            let candidates = (self.finished.range((after, Bound::Unbounded)))
+                .take_while(|(finished_at, _)| *finished_at < query.finished_before)
+                .take(query.limit);
+            for (_, execution_id) in candidates {
+                if let Some(record) = self.records.get(execution_id) {
+                    snapshot.prune_candidates.push(execution_id.clone());
+                    snapshot.add_execution(record.row.clone());
+                }
+            }
+        }
     }
 
     /// Applies a plan's changes to the records and every index. Planning validated them
@@ -203,6 +280,9 @@ impl State {
                 Some(created) => {
                     self.by_created
                         .insert((created.created_at, execution_id.clone()));
+                    if created.parent.is_some() {
+                        self.children.insert(execution_id.clone());
+                    }
                     let record = Box::new(Record {
                         created,
                         row,
@@ -271,6 +351,32 @@ impl State {
         }
     }
 
+    /// Deletes each execution with everything stored about it: its record (log, responses,
+    /// join sets, delays) and its entry in every index.
+    pub(crate) fn delete(&mut self, deleted: &[ExecutionId]) {
+        for execution_id in deleted {
+            let Some(record) = self.records.remove(execution_id) else {
+                // The plan deletes only executions its snapshot found here.
+                tracing::error!(%execution_id, "planned deletion of a missing record");
+                continue;
+            };
+            let Record { created, row, .. } = &*record;
+            self.unindex_state(&row.ffqn, execution_id, &row.state.pending_state);
+            self.by_created
+                .remove(&(created.created_at, execution_id.clone()));
+            if created.parent.is_some() {
+                self.children.remove(execution_id);
+            }
+            for (delay_id, delay) in &record.delays {
+                if let Some((join_set_id, expires_at)) = &delay.open {
+                    let kind = TimerKind::Delay(*delay_id, join_set_id.clone());
+                    self.timers
+                        .remove(&(*expires_at, execution_id.clone(), kind));
+                }
+            }
+        }
+    }
+
     fn unindex_state(
         &mut self,
         ffqn: &FunctionFqn,
@@ -292,7 +398,11 @@ impl State {
                 let key = (*lock_expires_at, execution_id.clone(), TimerKind::Lock);
                 self.timers.remove(&key);
             }
-            PendingState::BlockedByJoinSet { .. } | PendingState::Finished { .. } => {}
+            // Only a deletion leaves `Finished`.
+            PendingState::Finished { finished_at, .. } => {
+                self.finished.remove(&(*finished_at, execution_id.clone()));
+            }
+            PendingState::BlockedByJoinSet { .. } => {}
         }
     }
 
@@ -307,6 +417,9 @@ impl State {
             } => {
                 let key = (*lock_expires_at, execution_id.clone(), TimerKind::Lock);
                 self.timers.insert(key);
+            }
+            PendingState::Finished { finished_at, .. } if execution_id.is_top_level() => {
+                self.finished.insert((*finished_at, execution_id.clone()));
             }
             PendingState::BlockedByJoinSet { .. } | PendingState::Finished { .. } => {}
         }

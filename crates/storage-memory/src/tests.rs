@@ -1,6 +1,7 @@
 //! Unit tests of what is specific to the memory backend: waiter registries that shrink when
 //! waiters leave, waiters released by `close`, timer keys that do not collide, indexes left
-//! untouched by a failing write.
+//! untouched by a failing write, indexes emptied of what `prune` deletes and of the lease and
+//! delays `cancel` closes.
 
 use super::*;
 use chrono::TimeZone;
@@ -9,6 +10,7 @@ use concepts::{
     HistoryEvent, JoinSetId, JoinSetRequest, JoinSetResponse, Json, Locked, RunId,
     SupportedFunctionReturnValue, ValidationError,
 };
+use state::TimerKey;
 
 fn t0() -> DateTime<Utc> {
     Utc.with_ymd_and_hms(2000, 1, 1, 0, 0, 0)
@@ -310,4 +312,190 @@ async fn a_failing_write_leaves_every_index_untouched() {
         .await
         .unwrap();
     assert_eq!(version, Version(2));
+}
+
+fn delay_request(delay_id: DelayId, expires_at: DateTime<Utc>) -> ExecutionEventInner {
+    ExecutionEventInner::HistoryEvent {
+        event: HistoryEvent::JoinSetRequest {
+            join_set_id: "o:sleep".parse().unwrap(),
+            request: JoinSetRequest::DelayRequest {
+                delay_id,
+                expires_at,
+            },
+        },
+    }
+}
+
+fn finished() -> ExecutionEventInner {
+    ExecutionEventInner::Finished {
+        result: Ok(SupportedFunctionReturnValue::None),
+    }
+}
+
+/// Creates `parent` with a child in join set `n:batch` and an open delay: the child's id.
+async fn create_tree(store: &MemoryStore, parent: &ExecutionId) -> ExecutionId {
+    store.create(create_req(parent.clone())).await.unwrap();
+    let join_set: JoinSetId = "n:batch".parse().unwrap();
+    let child = parent.next_level(&join_set, 1);
+    let child_request = ExecutionEventInner::HistoryEvent {
+        event: HistoryEvent::JoinSetRequest {
+            join_set_id: join_set.clone(),
+            request: JoinSetRequest::ChildExecutionRequest {
+                child_execution_id: child.clone(),
+            },
+        },
+    };
+    let mut batch = AppendBatchRequest::events(
+        parent.clone(),
+        Version(1),
+        t0(),
+        vec![
+            delay_request(DelayId::from_parts(1, 1), at(5_000)),
+            child_request,
+        ],
+    );
+    batch.children.push(CreateRequest {
+        parent: Some((parent.clone(), join_set)),
+        ..create_req(child.clone())
+    });
+    store.append_batch(batch).await.unwrap();
+    child
+}
+
+/// What the store's indexes hold about `execution_id`, by index name.
+fn indexed(store: &MemoryStore, execution_id: &ExecutionId) -> Vec<&'static str> {
+    let state = store.lock_state();
+    let mut found = Vec::new();
+    let mut check = |name, present| {
+        if present {
+            found.push(name);
+        }
+    };
+    check("record", state.record(execution_id).is_ok());
+    check(
+        "by_created",
+        state.by_created.iter().any(|(_, id)| id == execution_id),
+    );
+    check(
+        "pending",
+        (state.pending.values().flatten()).any(|(_, id)| id == execution_id),
+    );
+    check(
+        "timers",
+        state.timers.iter().any(|(_, id, _)| id == execution_id),
+    );
+    check("children", state.children.contains(execution_id));
+    check(
+        "finished",
+        state.finished.iter().any(|(_, id)| id == execution_id),
+    );
+    found
+}
+
+#[tokio::test]
+async fn prune_leaves_no_index_entry_of_what_it_deleted() {
+    let store = MemoryStore::new();
+    let (pruned, kept) = (id(1), id(2));
+    let pruned_child = create_tree(&store, &pruned).await;
+    let kept_child = create_tree(&store, &kept).await;
+    let child_done = OutcomeWrite::new(
+        pruned_child.clone(),
+        Version(1),
+        at(10),
+        finished(),
+        pruned_child.split_to_parent().as_ref(),
+    );
+    store.append_outcome(child_done).await.unwrap();
+    for parent in [&pruned, &kept] {
+        // Finished before its delay fired: the delay's timer is still indexed.
+        let done = AppendBatchRequest::events(parent.clone(), Version(3), at(20), vec![finished()]);
+        store.append_batch(done).await.unwrap();
+    }
+    assert_eq!(
+        indexed(&store, &pruned),
+        ["record", "by_created", "timers", "finished"]
+    );
+    assert_eq!(
+        indexed(&store, &pruned_child),
+        ["record", "by_created", "children"]
+    );
+
+    let outcome = store
+        .prune(PruneRequest {
+            finished_before: at(1_000),
+            limit: 10,
+            after: None,
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        outcome,
+        PruneOutcome {
+            trees: 1,
+            executions: 2,
+            kept: 1,
+            next: None
+        }
+    );
+    for execution_id in [&pruned, &pruned_child] {
+        let left = indexed(&store, execution_id);
+        assert!(left.is_empty(), "{execution_id} is still in {left:?}");
+    }
+    // The kept tree (its child is still pending) is whole.
+    assert_eq!(
+        indexed(&store, &kept),
+        ["record", "by_created", "timers", "finished"]
+    );
+    assert_eq!(
+        indexed(&store, &kept_child),
+        ["record", "by_created", "pending", "children"]
+    );
+}
+
+#[tokio::test]
+async fn cancel_removes_the_lease_and_the_delays_from_the_timers_index() {
+    let store = MemoryStore::new();
+    let parent = id(1);
+    let child = create_tree(&store, &parent).await;
+    let lock = ExecutionEventInner::Locked(Locked {
+        component_id: "activity:test".parse().unwrap(),
+        executor_id: ExecutorId::from_parts(1, 1),
+        run_id: RunId::from_parts(1, 1),
+        lock_expires_at: at(1_000),
+    });
+    let locking = AppendBatchRequest::events(parent.clone(), Version(3), t0(), vec![lock]);
+    let version = store.append_batch(locking).await.unwrap();
+    let second_delay = delay_request(DelayId::from_parts(1, 2), at(5_000));
+    let delaying = AppendBatchRequest::events(parent.clone(), version, t0(), vec![second_delay]);
+    store.append_batch(delaying).await.unwrap();
+    let timers = |store: &MemoryStore| -> Vec<TimerKey> {
+        store.lock_state().timers.iter().cloned().collect()
+    };
+    assert_eq!(timers(&store).len(), 3, "the lease and two delays");
+
+    let outcome = store
+        .cancel(CancelRequest {
+            execution_id: parent.clone(),
+            now: at(10),
+            reason: "test".to_owned(),
+        })
+        .await
+        .unwrap();
+    assert_eq!(outcome, CancelOutcome::Cancelled { executions: 2 });
+    assert_eq!(timers(&store), []);
+    assert!(
+        store
+            .get_expired_timers(at(10_000))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(
+        indexed(&store, &parent),
+        ["record", "by_created", "finished"]
+    );
+    assert_eq!(
+        indexed(&store, &child),
+        ["record", "by_created", "children"]
+    );
 }

@@ -50,7 +50,10 @@ pub(super) fn repeated_create(
 }
 
 /// `cancel`, first keys: the execution, its parent (named by its id), its finished result if
-/// it has one, and its unfinished descendants.
+/// it has one, and all its descendants. All of them, not only the unfinished ones: a cancelled
+/// descendant answers its parent, which may have finished, and every row the write touches is
+/// locked in the first load, in id order (a parent's id is a prefix of its children's), so
+/// that a cancel and a finishing child lock in the same order.
 pub(super) fn cancel_keys(keys: &mut Keys, req: &CancelRequest) {
     // The parent's id is a prefix of the child's, so this is also the order to lock them in.
     if let Some((parent_id, _)) = req.execution_id.split_to_parent() {
@@ -60,7 +63,7 @@ pub(super) fn cancel_keys(keys: &mut Keys, req: &CancelRequest) {
     keys.finished_results.push(req.execution_id.clone());
     keys.subtrees.push(SubtreeKey {
         root: req.execution_id.clone(),
-        unfinished_only: true,
+        unfinished_only: false,
     });
 }
 

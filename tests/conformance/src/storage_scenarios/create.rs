@@ -128,20 +128,23 @@ pub async fn s19_create_batch<F: StoreFactory>(factory: &F) {
         assert_eq!(log.next_version, Version(1));
     }
 
-    // One duplicate id among new ones: none is created.
+    // One conflicting duplicate id among new ones (an identical one would be a repeated
+    // submit, accepted): none is created.
     let mut with_dup: Vec<_> = (101..=110u128)
         .map(|n| create_request(execution_id(n), f.clone(), start))
         .collect();
-    with_dup.insert(5, reqs[4].clone());
+    let mut conflicting = reqs[4].clone();
+    conflicting.params = Json(serde_json::json!(["other"]));
+    with_dup.insert(5, conflicting);
     expect_kind(db.create_batch(with_dup).await, DbErrorKind::Duplicate);
     for n in 101..=110u128 {
         expect_kind(db.get(&execution_id(n)).await, DbErrorKind::NotFound);
     }
-    // A duplicate within the batch itself: none is created.
+    // A conflicting duplicate within the batch itself: none is created.
     let twice = vec![
         create_request(execution_id(201), f.clone(), start),
         create_request(execution_id(202), f.clone(), start),
-        create_request(execution_id(201), f.clone(), start),
+        create_request(execution_id(201), ffqn("other"), start),
     ];
     expect_kind(db.create_batch(twice).await, DbErrorKind::Duplicate);
     expect_kind(db.get(&execution_id(201)).await, DbErrorKind::NotFound);
