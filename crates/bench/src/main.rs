@@ -15,6 +15,14 @@
 //!
 //! With PostgreSQL it also runs the same workload with 1, 2 and 4 executor processes against
 //! one server (`--processes`): see the `multi` module for how that is measured.
+//!
+//! Then the lifecycle rows (`lifecycle`, skipped with `--no-lifecycle`): executions removed
+//! per second by `prune`, and one `cancel` of a parent with 10,000 unfinished children, its
+//! time and the transactions it committed (read through `probe`).
+//!
+//! `--soak` runs only the soak (`soak`): a steady submit rate for minutes with an executor,
+//! the timers watcher and a pruner, printing the store's size over time and whether it
+//! levelled off.
 
 #![expect(clippy::print_stdout, reason = "a benchmark prints its results")]
 
