@@ -1,6 +1,7 @@
-//! Creating and dropping whole databases on a server, for tests, benchmarks and set-up tools.
+//! Creating, dropping and migrating whole databases on a server, for tests, benchmarks and
+//! set-up tools.
 
-use crate::{PostgresConfig, PostgresError, error::map_pg_error};
+use crate::{PostgresConfig, PostgresError, SCHEMA_VERSION, error::map_pg_error, schema};
 use concepts::DbError;
 
 /// Checks that `name` is a plain database name (lower-case ASCII letters, digits and `_`, not
@@ -24,9 +25,12 @@ fn check_name(name: &str) -> Result<(), PostgresError> {
     }
 }
 
-/// Runs one statement on a short-lived connection to the database `server` names.
-async fn run_on_server(server: &PostgresConfig, sql: &str) -> Result<(), PostgresError> {
-    let (client, connection) = server
+/// Runs `work` on a short-lived connection to the database `server` names.
+async fn with_connection<T>(
+    server: &PostgresConfig,
+    work: impl AsyncFnOnce(&mut tokio_postgres::Client) -> Result<T, PostgresError>,
+) -> Result<T, PostgresError> {
+    let (mut client, connection) = server
         .listener_pg_config()
         .connect(tokio_postgres::NoTls)
         .await
@@ -36,10 +40,41 @@ async fn run_on_server(server: &PostgresConfig, sql: &str) -> Result<(), Postgre
             tracing::debug!(error = %e, "admin connection ended");
         }
     });
-    let result = client.batch_execute(sql).await.map_err(map_pg_error);
+    let result = work(&mut client).await;
     drop(client);
     let _ = driver.await;
-    result.map_err(PostgresError::Db)
+    result
+}
+
+/// Runs one statement on a short-lived connection to the database `server` names.
+async fn run_on_server(server: &PostgresConfig, sql: &str) -> Result<(), PostgresError> {
+    with_connection(server, async |client| {
+        client
+            .batch_execute(sql)
+            .await
+            .map_err(|e| PostgresError::Db(map_pg_error(e)))
+    })
+    .await
+}
+
+/// Applies the embedded migrations up to `version` to the database `database` names, the way
+/// [`PostgresStore::connect`](crate::PostgresStore::connect) applies all of them, without
+/// opening a store: to prepare a database ahead of a rollout, or to test the upgrade from an
+/// older schema. A database already at `version` or newer is left as it is; a `version` this
+/// binary does not know is [`PostgresError::InvalidConfig`].
+pub async fn migrate_to(database: &PostgresConfig, version: i64) -> Result<(), PostgresError> {
+    if !(1..=SCHEMA_VERSION).contains(&version) {
+        return Err(PostgresError::InvalidConfig {
+            url: database.redacted_url().to_string(),
+            problem: format!(
+                "schema version {version} is not one this binary knows (1 to {SCHEMA_VERSION})"
+            ),
+        });
+    }
+    with_connection(database, async |client| {
+        schema::migrate(client, version).await
+    })
+    .await
 }
 
 /// Creates the database `name` on the server of `server` (connecting to the database
@@ -63,22 +98,13 @@ pub async fn drop_database(server: &PostgresConfig, name: &str) -> Result<(), Po
 /// Ends the server session with process id `pid` (`pg_terminate_backend`); returns whether
 /// a session was ended. Tests use it to cut a store's listener connection.
 pub async fn terminate_backend(server: &PostgresConfig, pid: i32) -> Result<bool, PostgresError> {
-    let (client, connection) = server
-        .listener_pg_config()
-        .connect(tokio_postgres::NoTls)
-        .await
-        .map_err(|e| PostgresError::Db(map_pg_error(e)))?;
-    let driver = tokio::spawn(async move {
-        if let Err(e) = connection.await {
-            tracing::debug!(error = %e, "admin connection ended");
-        }
-    });
-    let result = client
-        .query_one("SELECT pg_terminate_backend($1)", &[&pid])
-        .await
-        .map_err(map_pg_error)
-        .and_then(|row| row.try_get::<_, bool>(0).map_err(map_pg_error));
-    drop(client);
-    let _ = driver.await;
-    result.map_err(|e: DbError| PostgresError::Db(e))
+    with_connection(server, async |client| {
+        client
+            .query_one("SELECT pg_terminate_backend($1)", &[&pid])
+            .await
+            .map_err(map_pg_error)
+            .and_then(|row| row.try_get::<_, bool>(0).map_err(map_pg_error))
+            .map_err(|e: DbError| PostgresError::Db(e))
+    })
+    .await
 }

@@ -5,7 +5,8 @@
 use crate::error::{corrupt, map_pg_error};
 use chrono::{DateTime, Utc};
 use concepts::{
-    DbError, ExecutionId, ExecutionState, JoinSetId, PendingState, Version, kernel::ExecutionRow,
+    DbError, ExecutionEvent, ExecutionEventInner, ExecutionId, ExecutionState,
+    FinishedExecutionResult, JoinSetId, PendingState, Version, kernel::ExecutionRow,
 };
 use serde::{Serialize, de::DeserializeOwned};
 use std::time::Duration;
@@ -138,6 +139,20 @@ pub(crate) fn from_json<T: DeserializeOwned>(json: &str, what: &str) -> Result<T
     serde_json::from_str(json).map_err(|e| corrupt(format!("{what}: {e}")))
 }
 
+/// The result of the `Finished` event `json` of the finished execution `execution_id`.
+pub(crate) fn finished_result_of(
+    execution_id: &ExecutionId,
+    json: &str,
+) -> Result<FinishedExecutionResult, DbError> {
+    match from_json::<ExecutionEvent>(json, "event")?.event {
+        ExecutionEventInner::Finished { result } => Ok(result),
+        other => Err(corrupt(format!(
+            "{execution_id} is finished but its last event is {}",
+            other.variant_name()
+        ))),
+    }
+}
+
 /// The `state_kind` column of a pending state.
 pub(crate) fn state_kind(state: &PendingState) -> i16 {
     match state {
@@ -166,5 +181,15 @@ pub(crate) fn state_columns(state: &PendingState) -> (i16, Option<i64>, Option<i
             lock_expires_at, ..
         } => (1, None, Some(micros(*lock_expires_at))),
         other => (state_kind(other), None, None),
+    }
+}
+
+/// The `(finished_at, finished_at_ns)` columns of a pending state: set only while `Finished`.
+pub(crate) fn finished_columns(state: &PendingState) -> (Option<i64>, Option<i16>) {
+    match state {
+        PendingState::Finished { finished_at, .. } => {
+            (Some(micros(*finished_at)), Some(sub_micros(*finished_at)))
+        }
+        _ => (None, None),
     }
 }

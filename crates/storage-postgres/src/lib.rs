@@ -27,14 +27,19 @@
 //! first takes `pg_advisory_xact_lock`, so two processes starting at once do not both migrate;
 //! the applied versions are kept in `t_schema_migration`, and a database whose schema is newer
 //! than the binary's ([`SCHEMA_VERSION`]) is refused with [`PostgresError::SchemaTooNew`].
+//! [`admin::migrate_to`] applies them up to a given version without opening a store.
 //!
 //! - `t_execution`: one row per execution, the state index: next version, the exact pending
 //!   state (`state_json`) plus the columns that are queried: `state_kind`, `pending_at` (set
-//!   only while `PendingAt`), `lock_expires_at` (set only while `Locked`), the temporary event
+//!   only while `PendingAt`), `lock_expires_at` (set only while `Locked`), `finished_at` and
+//!   `finished_at_ns` (set only while `Finished`, since schema version 2), the temporary event
 //!   count, the response count, retry settings and parent. Partial indexes on
 //!   `(pending_at, execution_id)` and `(ffqn, pending_at, execution_id)` serve `lock_pending`,
-//!   one on `(lock_expires_at, execution_id)` serves expired leases, and one on
-//!   `(created_at, created_at_ns, execution_id)` serves `list_executions`.
+//!   one on `(lock_expires_at, execution_id)` serves expired leases, one on
+//!   `(finished_at, finished_at_ns, execution_id)` of finished top-level executions serves
+//!   `prune`, and one on `(created_at, created_at_ns, execution_id)` serves
+//!   `list_executions`. The descendants of an execution are a range of the primary key (see
+//!   [`concepts::kernel::descendant_bounds`]).
 //! - `t_event`: the log, keyed by `(execution_id, version)`, each event as JSON text.
 //! - `t_response`: responses keyed by `(execution_id, idx)` where `idx` is the arrival order,
 //!   with `join_set_idx`, the order within the join set. Partial unique indexes on
@@ -64,22 +69,36 @@
 //! - **Load.** The `BEGIN` and every load the keys ask for go out in one pipeline: the rows of
 //!   the executions written or created, with one `SELECT ... WHERE execution_id = ANY($1)
 //!   ORDER BY execution_id FOR UPDATE`; then, each with one statement and only when the keys
-//!   name any, the join-set counters with the times of the responses the next `JoinNext`
-//!   events consume, the delays, and the child responses. The server runs a pipeline in
-//!   order, so every read after the row locks sees the latest committed state.
+//!   name any, the `Created` events of the executions to create that exist (so a repeated
+//!   `create` of new ids costs no round trip more), the descendants of the subtrees
+//!   (`execution_id >= '<root>.' AND execution_id < '<root>/'`, unfinished ones only when
+//!   asked, locked in id order), `prune`'s candidates, finished results, open delays, the
+//!   join-set counters with the times of the responses the next `JoinNext` events consume,
+//!   the delays, and the child responses. The server runs a pipeline in order, so every read
+//!   after the row locks sees the latest committed state. The follow-up keys of `cancel` (the
+//!   join sets and open delays of what it cancels) and `prune` (the trees of its candidates)
+//!   go out in a second pipeline in the same transaction.
+//! - **Subtrees.** A descendant created by a transaction that committed while the locking
+//!   statement waited for a row is not in that statement's snapshot. So the locking statement
+//!   is followed, in the same pipeline, by a plain read of the members: once every member
+//!   found (and the root) is locked, nothing can create another below them, and a read that
+//!   finds no member more proves the set complete; otherwise both run again.
 //! - **Lock.** Every write that waits for row locks takes them in id order, so writes never
 //!   wait for each other in a circle (a finishing child and its parent: the parent's id is a
 //!   prefix of the child's). `lock_pending` never waits: it finds due executions with
 //!   `FOR UPDATE SKIP LOCKED`, ordered by `(pending_at, execution_id)`, `LIMIT batch_size`, so
 //!   two processes never lock the same execution (a row another transaction holds is
 //!   skipped, one it moved out of `PendingAt` no longer matches when re-checked); a second
-//!   pipeline loads the logs of what it found. A deadlock or serialization failure that
-//!   happens anyway (overlapping `create_batch` calls of two processes) is retried
+//!   pipeline loads the logs of what it found. `prune` finds its candidates the same way,
+//!   ordered by `(finished_at, execution_id)`: a tree another write holds waits for the next
+//!   pass. A deadlock or serialization failure that happens anyway (overlapping
+//!   `create_batch` calls of two processes) is retried
 //!   ([`PostgresConfig::max_transaction_retries`] times) and then returned as retriable.
 //! - **Persist.** The plan's changes are written with a few multi-row `UNNEST` statements, one
 //!   per table and kind of change, sent in one pipeline over prepared statements cached per
 //!   connection, then `COMMIT`. A response is stored under its receiver's row lock, so its
-//!   index never changes afterwards, even when children finish concurrently.
+//!   index never changes afterwards, even when children finish concurrently. What `prune`
+//!   deletes goes in one more statement: every row of those executions in every table.
 //! - Reads of several tables (`get`) run in one `REPEATABLE READ READ ONLY` transaction.
 //!
 //! # Notifications
@@ -109,7 +128,9 @@
 //!
 //! Driver errors are mapped in one place: SQLSTATE `23505` (unique violation) becomes
 //! [`concepts::DbError::Duplicate`] with the kind named by the constraint (the backstop for
-//! two processes creating or answering the same thing at once), `40001` / `40P01` a
+//! two processes creating or answering the same thing at once; a `create` or `create_batch`
+//! that lost such a race runs again, and the kernel answers the repeat or the conflict it
+//! finds), `40001` / `40P01` a
 //! retriable backend error, a lost connection [`concepts::DbError::Connection`], a closed
 //! store [`concepts::DbError::Closed`], anything else a backend error carrying the server's
 //! message and SQLSTATE. Every other error comes from the kernel, the same as on every other
@@ -251,7 +272,7 @@ impl PostgresStore {
             })?;
         {
             let mut client = pool.get().await.map_err(map_pool_error)?;
-            schema::migrate(&mut client).await?;
+            schema::migrate(&mut client, SCHEMA_VERSION).await?;
         }
         let hub = Arc::new(WaiterHub::new());
         let (state_tx, mut state_rx) = watch::channel(ListenerState::default());
@@ -340,7 +361,7 @@ impl PostgresStore {
             match self.write_once(&keys, &request).await {
                 Err(e)
                     if attempt < self.inner.config.max_transaction_retries
-                        && is_transaction_retriable(&e) =>
+                        && (is_transaction_retriable(&e) || is_raced_create(&request, &e)) =>
                 {
                     attempt += 1;
                     tracing::debug!(attempt, error = %e, "retrying a transaction");
@@ -355,7 +376,10 @@ impl PostgresStore {
             client: Some(self.client().await?),
         };
         let planned = async {
-            let snapshot = load::begin_and_load(tx.client(), keys).await?;
+            let mut snapshot = load::begin_and_load(tx.client(), keys).await?;
+            if let Some(more) = request.follow_up_keys(&snapshot) {
+                load::load_follow_up(tx.client(), &more, &mut snapshot).await?;
+            }
             let plan = kernel::plan(&snapshot, request.clone())?;
             persist::persist(tx.client(), &plan).await?;
             Ok::<_, DbError>(plan)
@@ -379,6 +403,20 @@ impl PostgresStore {
         let client = self.client().await?;
         reads::any_due(&client, at, ffqns).await
     }
+}
+
+/// True when a `create` or `create_batch` lost a race: another transaction inserted one of its
+/// ids after this one found it absent, which the unique index reported. Run again, the write
+/// finds the row and the kernel answers it as the repeat (or the conflict) it is; the kernel
+/// itself never reports `Execution` duplicates for these requests.
+fn is_raced_create(request: &WriteRequest, err: &DbError) -> bool {
+    matches!(
+        request,
+        WriteRequest::Create(_) | WriteRequest::CreateBatch(_)
+    ) && matches!(
+        err,
+        DbError::Duplicate(concepts::DuplicateKind::Execution(_))
+    )
 }
 
 /// The version a write that names one returns.

@@ -1,16 +1,17 @@
 //! The read half of a write: the rows its [`Keys`] name, loaded into a [`Snapshot`] under row
-//! locks. Every load a write needs goes out in one pipeline behind its `BEGIN`; only
-//! `lock_pending` needs a second one, for the logs of what it found.
+//! locks. Every load a write needs goes out in one pipeline behind its `BEGIN`; a second one
+//! loads the logs of what `lock_pending` found, or the follow-up keys of `cancel` and `prune`.
 
 use crate::{
     codec::{
-        column, count_to_i64, execution_columns, execution_row, from_json, i64_to_count, micros,
+        column, count_to_i64, execution_columns, execution_row, finished_result_of, from_json,
+        i64_to_count, micros, parse_execution_id, sub_micros,
     },
     error::{corrupt, map_pg_error},
 };
 use concepts::{
-    DbError, JoinSetResponseEventOuter,
-    kernel::{DelayRow, JoinSetCounters, JoinSetRow, Keys, LogRows, Snapshot},
+    DbError, DelayId, JoinSetResponseEventOuter,
+    kernel::{DelayRow, JoinSetCounters, JoinSetRow, Keys, LogRows, Snapshot, descendant_bounds},
 };
 use deadpool_postgres::ClientWrapper;
 use std::collections::HashMap;
@@ -60,23 +61,114 @@ const SELECT_LOG_EVENTS: &str = "SELECT execution_id, event_json FROM t_event \
 const SELECT_LOG_RESPONSES: &str = "SELECT execution_id, response_json FROM t_response \
     WHERE execution_id = ANY($1) ORDER BY execution_id, idx";
 
-/// Begins the write transaction and loads what `keys` name, in one pipeline. A key that
-/// names nothing costs no statement.
+/// The `Created` event (version 0) of each execution `$1` that exists.
+const SELECT_CREATED: &str = "SELECT execution_id, event_json FROM t_event \
+    WHERE execution_id = ANY($1) AND version = 0";
+
+/// The descendants of each root `k` (ids in `[low, high)`, only the unfinished ones when
+/// asked), locked in id order: after the rows of `LOCK_EXECUTIONS` (a root and its ancestors,
+/// whose ids sort before its descendants').
+const LOCK_SUBTREES: &str = concat!(
+    "SELECT ",
+    execution_columns!(),
+    ", k.ord FROM UNNEST($1::text[], $2::text[], $3::bool[]) \
+     WITH ORDINALITY AS k(low, high, unfinished_only, ord) \
+     JOIN t_execution t ON t.execution_id >= k.low AND t.execution_id < k.high \
+     AND NOT (k.unfinished_only AND t.state_kind = 3) \
+     ORDER BY t.execution_id, k.ord FOR UPDATE OF t"
+);
+
+/// The ids `LOCK_SUBTREES` would find now, read without locks: see [`lock_subtrees`].
+const SUBTREE_MEMBERS: &str = "SELECT t.execution_id, k.ord \
+    FROM UNNEST($1::text[], $2::text[], $3::bool[]) \
+    WITH ORDINALITY AS k(low, high, unfinished_only, ord) \
+    JOIN t_execution t ON t.execution_id >= k.low AND t.execution_id < k.high \
+    AND NOT (k.unfinished_only AND t.state_kind = 3)";
+
+/// `prune`'s candidates: finished top-level executions, finished strictly before `($1, $2)`
+/// and after the cursor `($3, $4, $5)`, oldest first, from the partial index on
+/// `(finished_at, finished_at_ns, execution_id)`. A candidate another transaction holds is
+/// skipped: the next pass finds it.
+const SELECT_PRUNE: &str = concat!(
+    "SELECT ",
+    execution_columns!(),
+    " FROM t_execution WHERE is_top_level AND finished_at IS NOT NULL \
+     AND (finished_at, finished_at_ns) < ($1, $2) \
+     AND (finished_at, finished_at_ns, execution_id) > ($3, $4, $5) \
+     ORDER BY finished_at, finished_at_ns, execution_id LIMIT $6 FOR UPDATE SKIP LOCKED"
+);
+
+/// The `Finished` event of each execution `$1` that finished: it is stored at the version the
+/// row keeps as its next one.
+const SELECT_FINISHED: &str = "SELECT e.execution_id, ev.event_json FROM t_execution e \
+    JOIN t_event ev ON ev.execution_id = e.execution_id AND ev.version = e.next_version \
+    WHERE e.execution_id = ANY($1) AND e.state_kind = 3";
+
+/// The open delays of each execution `$1`.
+const SELECT_OPEN_DELAYS: &str = "SELECT execution_id, delay_id FROM t_delay \
+    WHERE execution_id = ANY($1) AND is_open ORDER BY execution_id, delay_id";
+
+/// The column of `LOCK_SUBTREES` that holds the ordinal of the root.
+const SUBTREE_ORD: usize = 10;
+
+/// Begins the write transaction and loads what `keys` name, in one pipeline.
 pub(crate) async fn begin_and_load(
     client: &ClientWrapper,
     keys: &Keys,
 ) -> Result<Snapshot, DbError> {
+    let mut snapshot = Snapshot::default();
+    load(client, keys, true, &mut snapshot).await?;
+    Ok(snapshot)
+}
+
+/// Loads a write's follow-up keys into its snapshot, inside the transaction that
+/// [`begin_and_load`] began: one more pipeline.
+pub(crate) async fn load_follow_up(
+    client: &ClientWrapper,
+    keys: &Keys,
+    snapshot: &mut Snapshot,
+) -> Result<(), DbError> {
+    load(client, keys, false, snapshot).await
+}
+
+/// Loads what `keys` name into `snapshot` in one pipeline, after a `BEGIN` when `begin`. A
+/// key that names nothing costs no statement. The statements that wait for row locks take
+/// them in id order: the executions, then the descendants (whose ids follow their roots').
+async fn load(
+    client: &ClientWrapper,
+    keys: &Keys,
+    begin: bool,
+    snapshot: &mut Snapshot,
+) -> Result<(), DbError> {
     let locked_ids: Vec<&str> = keys
         .executions
         .iter()
         .chain(&keys.new_executions)
         .map(|id| id.as_str())
         .collect();
-    let [due, executions, join_sets, delays, children] = prepare(
+    let [
+        due,
+        executions,
+        created,
+        subtrees,
+        subtree_members,
+        prune,
+        finished,
+        open_delays,
+        join_sets,
+        delays,
+        children,
+    ] = prepare(
         client,
         [
             keys.due.is_some().then_some(SELECT_DUE),
             (!locked_ids.is_empty()).then_some(LOCK_EXECUTIONS),
+            (!keys.new_executions.is_empty()).then_some(SELECT_CREATED),
+            (!keys.subtrees.is_empty()).then_some(LOCK_SUBTREES),
+            (!keys.subtrees.is_empty()).then_some(SUBTREE_MEMBERS),
+            keys.prune.is_some().then_some(SELECT_PRUNE),
+            (!keys.finished_results.is_empty()).then_some(SELECT_FINISHED),
+            (!keys.open_delays.is_empty()).then_some(SELECT_OPEN_DELAYS),
             (!keys.join_sets.is_empty()).then_some(SELECT_JOIN_SETS),
             (!keys.delays.is_empty()).then_some(SELECT_DELAYS),
             (!keys.child_responses.is_empty()).then_some(SELECT_CHILD_RESPONSES),
@@ -88,10 +180,15 @@ pub(crate) async fn begin_and_load(
         Some(due) => (
             micros(due.pending_at_or_sooner),
             due.ffqns.iter().map(ToString::to_string).collect(),
-            i64::try_from(due.limit).unwrap_or(i64::MAX),
+            limit_param(due.limit),
         ),
         None => (0, Vec::new(), 0),
     };
+    let new_ids: Vec<&str> = keys.new_executions.iter().map(|id| id.as_str()).collect();
+    let subtree_params = SubtreeParams::new(keys);
+    let prune_params = PruneParams::new(keys);
+    let finished_ids: Vec<&str> = keys.finished_results.iter().map(|id| id.as_str()).collect();
+    let open_delay_ids: Vec<&str> = keys.open_delays.iter().map(|id| id.as_str()).collect();
     let join_set_ids: Vec<&str> = keys
         .join_sets
         .iter()
@@ -120,11 +217,36 @@ pub(crate) async fn begin_and_load(
         .map(|(_, child)| child.as_str())
         .collect();
 
-    let (begin, due, executions, join_sets, delays, children) = tokio::join!(
+    let (
+        begin,
+        due,
+        executions,
+        created,
+        subtree_rows,
+        subtree_check,
+        prune,
+        finished,
+        open_delays,
+        join_sets,
+        delays,
+        children,
+    ) = tokio::join!(
         biased;
-        client.batch_execute("BEGIN"),
+        async {
+            if begin {
+                client.batch_execute("BEGIN").await
+            } else {
+                Ok(())
+            }
+        },
         query(client, due, [&due_at, &due_ffqns, &due_limit]),
         query(client, executions, [&locked_ids]),
+        query(client, created, [&new_ids]),
+        query(client, subtrees.clone(), subtree_params.as_params()),
+        query(client, subtree_members.clone(), subtree_params.as_params()),
+        query(client, prune, prune_params.as_params()),
+        query(client, finished, [&finished_ids]),
+        query(client, open_delays, [&open_delay_ids]),
         query(client, join_sets, [&join_set_ids, &join_set_names, &join_set_next]),
         query(client, delays, [&delay_ids, &delay_names]),
         query(client, children, [&parent_ids, &child_ids]),
@@ -134,16 +256,55 @@ pub(crate) async fn begin_and_load(
     begin.map_err(map_pg_error)?;
     let due = due.map_err(map_pg_error)?;
     let executions = executions.map_err(map_pg_error)?;
+    let created = created.map_err(map_pg_error)?;
+    let subtree_rows = subtree_rows.map_err(map_pg_error)?;
+    let subtree_check = subtree_check.map_err(map_pg_error)?;
+    let prune = prune.map_err(map_pg_error)?;
+    let finished = finished.map_err(map_pg_error)?;
+    let open_delays = open_delays.map_err(map_pg_error)?;
     let join_sets = join_sets.map_err(map_pg_error)?;
     let delays = delays.map_err(map_pg_error)?;
     let children = children.map_err(map_pg_error)?;
 
-    let mut snapshot = Snapshot::default();
     for row in &executions {
         snapshot.add_execution(execution_row(row)?);
     }
+    for row in &created {
+        let id = parse_execution_id(column(row, 0)?)?;
+        snapshot
+            .created
+            .insert(id, from_json(column(row, 1)?, "event")?);
+    }
+    if let (Some(lock), Some(members)) = (subtrees, subtree_members) {
+        let rows = lock_subtrees(
+            client,
+            (&lock, &members),
+            &subtree_params,
+            (subtree_rows, subtree_check),
+        )
+        .await?;
+        add_subtrees(keys, &rows, snapshot)?;
+    }
+    for row in &prune {
+        let row = execution_row(row)?;
+        snapshot.prune_candidates.push(row.execution_id.clone());
+        snapshot.add_execution(row);
+    }
+    for row in &finished {
+        let id = parse_execution_id(column(row, 0)?)?;
+        let result = finished_result_of(&id, column(row, 1)?)?;
+        snapshot.finished_results.insert(id, result);
+    }
+    for row in &open_delays {
+        let id = parse_execution_id(column(row, 0)?)?;
+        let delay_id: &str = column(row, 1)?;
+        let delay_id: DelayId = delay_id
+            .parse()
+            .map_err(|e| corrupt(format!("delay id `{delay_id}` of {id}: {e}")))?;
+        snapshot.open_delays.entry(id).or_default().push(delay_id);
+    }
     for row in &join_sets {
-        let key = &keys.join_sets[ordinal(row, keys.join_sets.len())?];
+        let key = &keys.join_sets[ordinal(row, 0, keys.join_sets.len())?];
         let responses: Vec<&str> = column(row, 3)?;
         snapshot.join_sets.insert(
             (key.execution_id.clone(), key.join_set_id.clone()),
@@ -165,7 +326,7 @@ pub(crate) async fn begin_and_load(
     for row in &delays {
         let (requested, answered) = (column(row, 1)?, column(row, 2)?);
         if requested || answered {
-            let key = keys.delays[ordinal(row, keys.delays.len())?].clone();
+            let key = keys.delays[ordinal(row, 0, keys.delays.len())?].clone();
             snapshot.delays.insert(
                 key,
                 DelayRow {
@@ -176,13 +337,138 @@ pub(crate) async fn begin_and_load(
         }
     }
     for row in &children {
-        let key = keys.child_responses[ordinal(row, keys.child_responses.len())?].clone();
+        let key = keys.child_responses[ordinal(row, 0, keys.child_responses.len())?].clone();
         snapshot.child_responses.insert(key);
     }
     if !due.is_empty() {
-        load_due(client, &due, &mut snapshot).await?;
+        load_due(client, &due, snapshot).await?;
     }
-    Ok(snapshot)
+    Ok(())
+}
+
+/// Locks the subtrees of `keys` until no member is missing, and returns the rows of the last
+/// locking statement. A descendant created by a transaction that committed while the first
+/// statement waited for a lock is not in that statement's snapshot; once every member found is
+/// locked (and the roots already were), no new member can appear below them, so a read that
+/// finds no more members than were locked proves the set complete. The first lock and check
+/// go out with the other loads; another pair only when the tree grew meanwhile.
+async fn lock_subtrees(
+    client: &ClientWrapper,
+    (lock, members): (&Statement, &Statement),
+    params: &SubtreeParams,
+    (mut rows, mut check): (Vec<Row>, Vec<Row>),
+) -> Result<Vec<Row>, DbError> {
+    while subtree_members(&rows, 0, SUBTREE_ORD)? != subtree_members(&check, 0, 1)? {
+        let (locked, checked) = tokio::join!(
+            biased;
+            query(client, Some(lock.clone()), params.as_params()),
+            query(client, Some(members.clone()), params.as_params()),
+        );
+        rows = locked.map_err(map_pg_error)?;
+        check = checked.map_err(map_pg_error)?;
+    }
+    Ok(rows)
+}
+
+/// The `(root ordinal, member id)` pairs of subtree rows, sorted.
+fn subtree_members(rows: &[Row], id: usize, ord: usize) -> Result<Vec<(i64, &str)>, DbError> {
+    let mut members = rows
+        .iter()
+        .map(|row| Ok((column(row, ord)?, column(row, id)?)))
+        .collect::<Result<Vec<_>, DbError>>()?;
+    members.sort_unstable();
+    Ok(members)
+}
+
+/// Adds the locked descendants: their rows, and their ids in id order under each root.
+fn add_subtrees(keys: &Keys, rows: &[Row], snapshot: &mut Snapshot) -> Result<(), DbError> {
+    for key in &keys.subtrees {
+        snapshot.subtrees.entry(key.root.clone()).or_default();
+    }
+    for row in rows {
+        let root = &keys.subtrees[ordinal(row, SUBTREE_ORD, keys.subtrees.len())?].root;
+        let row = execution_row(row)?;
+        if let Some(members) = snapshot.subtrees.get_mut(root) {
+            members.push(row.execution_id.clone());
+        }
+        snapshot.add_execution(row);
+    }
+    Ok(())
+}
+
+/// The parameters of `LOCK_SUBTREES` and `SUBTREE_MEMBERS`: per root, its bounds and filter.
+struct SubtreeParams {
+    lows: Vec<String>,
+    highs: Vec<String>,
+    unfinished_only: Vec<bool>,
+}
+
+impl SubtreeParams {
+    fn new(keys: &Keys) -> Self {
+        let (mut lows, mut highs) = (Vec::new(), Vec::new());
+        for key in &keys.subtrees {
+            let (low, high) = descendant_bounds(&key.root);
+            lows.push(low);
+            highs.push(high);
+        }
+        Self {
+            lows,
+            highs,
+            unfinished_only: keys.subtrees.iter().map(|k| k.unfinished_only).collect(),
+        }
+    }
+
+    fn as_params(&self) -> [&(dyn ToSql + Sync); 3] {
+        [&self.lows, &self.highs, &self.unfinished_only]
+    }
+}
+
+/// The parameters of `SELECT_PRUNE`; without a cursor, one below every row.
+struct PruneParams<'a> {
+    before: (i64, i16),
+    after: (i64, i16, &'a str),
+    limit: i64,
+}
+
+impl<'a> PruneParams<'a> {
+    fn new(keys: &'a Keys) -> Self {
+        let Some(prune) = &keys.prune else {
+            return Self {
+                before: (0, 0),
+                after: (0, 0, ""),
+                limit: 0,
+            };
+        };
+        let at = |at| (micros(at), sub_micros(at));
+        let after = match &prune.after {
+            Some((finished_at, id)) => {
+                let (micros, sub) = at(*finished_at);
+                (micros, sub, id.as_str())
+            }
+            None => (i64::MIN, i16::MIN, ""),
+        };
+        Self {
+            before: at(prune.finished_before),
+            after,
+            limit: limit_param(prune.limit),
+        }
+    }
+
+    fn as_params(&self) -> [&(dyn ToSql + Sync); 6] {
+        [
+            &self.before.0,
+            &self.before.1,
+            &self.after.0,
+            &self.after.1,
+            &self.after.2,
+            &self.limit,
+        ]
+    }
+}
+
+/// A `LIMIT` parameter.
+fn limit_param(limit: usize) -> i64 {
+    i64::try_from(limit).unwrap_or(i64::MAX)
 }
 
 /// Adds the due executions `rows` with their logs, oldest first: SQL ordered them by
@@ -265,9 +551,10 @@ async fn query<const N: usize>(
     }
 }
 
-/// The 0-based position among `len` keys of the key a row answers (its `WITH ORDINALITY`).
-fn ordinal(row: &Row, len: usize) -> Result<usize, DbError> {
-    let ordinal: i64 = column(row, 0)?;
+/// The 0-based position among `len` keys of the key a row answers (its `WITH ORDINALITY`, in
+/// column `idx`).
+fn ordinal(row: &Row, idx: usize, len: usize) -> Result<usize, DbError> {
+    let ordinal: i64 = column(row, idx)?;
     usize::try_from(ordinal - 1)
         .ok()
         .filter(|idx| *idx < len)

@@ -1,10 +1,11 @@
 //! The write half of a write: a [`WritePlan`]'s changes as a handful of multi-row statements
 //! (`UNNEST` arrays, one statement per table and kind of change), sent in one pipeline over
-//! statements prepared once per connection.
+//! statements prepared once per connection; the executions `prune` deletes go in one more.
 
 use crate::{
     codec::{
-        count_to_i64, duration_to_nanos, micros, state_columns, sub_micros, to_json, version_to_i64,
+        count_to_i64, duration_to_nanos, finished_columns, micros, state_columns, sub_micros,
+        to_json, version_to_i64,
     },
     error::map_pg_error,
     load::prepare,
@@ -18,25 +19,27 @@ use tokio_postgres::{Statement, types::ToSql};
 
 const INSERT_EXECUTIONS: &str = "INSERT INTO t_execution (execution_id, ffqn, created_at, \
     created_at_ns, scheduled_at, scheduled_at_ns, is_top_level, next_version, state_kind, \
-    pending_at, lock_expires_at, state_json, temporary_event_count, response_count, max_retries, \
-    retry_exp_backoff_ns, parent_execution_id, parent_join_set_id) \
+    pending_at, lock_expires_at, finished_at, finished_at_ns, state_json, temporary_event_count, \
+    response_count, max_retries, retry_exp_backoff_ns, parent_execution_id, parent_join_set_id) \
     SELECT u.id, u.ffqn, u.created_at, u.created_at_ns, u.scheduled_at, u.scheduled_at_ns, \
-    u.is_top_level, u.next_version, u.state_kind, u.pending_at, u.lock_expires_at, u.state_json, \
-    0, 0, u.max_retries, u.backoff_ns, u.parent_id, u.parent_join_set_id \
+    u.is_top_level, u.next_version, u.state_kind, u.pending_at, u.lock_expires_at, \
+    u.finished_at, u.finished_at_ns, u.state_json, 0, 0, u.max_retries, u.backoff_ns, \
+    u.parent_id, u.parent_join_set_id \
     FROM UNNEST($1::text[], $2::text[], $3::int8[], $4::int2[], $5::int8[], $6::int2[], \
-    $7::bool[], $8::int8[], $9::int2[], $10::int8[], $11::int8[], $12::text[], $13::int8[], \
-    $14::int8[], $15::text[], $16::text[]) WITH ORDINALITY AS u(id, ffqn, created_at, \
-    created_at_ns, scheduled_at, scheduled_at_ns, is_top_level, next_version, state_kind, \
-    pending_at, lock_expires_at, state_json, max_retries, backoff_ns, parent_id, \
-    parent_join_set_id, ord) ORDER BY u.ord";
+    $7::bool[], $8::int8[], $9::int2[], $10::int8[], $11::int8[], $12::int8[], $13::int2[], \
+    $14::text[], $15::int8[], $16::int8[], $17::text[], $18::text[]) WITH ORDINALITY AS u(id, \
+    ffqn, created_at, created_at_ns, scheduled_at, scheduled_at_ns, is_top_level, next_version, \
+    state_kind, pending_at, lock_expires_at, finished_at, finished_at_ns, state_json, \
+    max_retries, backoff_ns, parent_id, parent_join_set_id, ord) ORDER BY u.ord";
 
 const UPDATE_EXECUTIONS: &str = "UPDATE t_execution AS t SET next_version = u.next_version, \
     state_kind = u.state_kind, pending_at = u.pending_at, lock_expires_at = u.lock_expires_at, \
-    state_json = u.state_json, temporary_event_count = u.temporary_event_count, \
-    response_count = u.response_count \
-    FROM UNNEST($1::text[], $2::int8[], $3::int2[], $4::int8[], $5::int8[], $6::text[], \
-    $7::int8[], $8::int8[]) AS u(id, next_version, state_kind, pending_at, lock_expires_at, \
-    state_json, temporary_event_count, response_count) \
+    finished_at = u.finished_at, finished_at_ns = u.finished_at_ns, state_json = u.state_json, \
+    temporary_event_count = u.temporary_event_count, response_count = u.response_count \
+    FROM UNNEST($1::text[], $2::int8[], $3::int2[], $4::int8[], $5::int8[], $6::int8[], \
+    $7::int2[], $8::text[], $9::int8[], $10::int8[]) AS u(id, next_version, state_kind, \
+    pending_at, lock_expires_at, finished_at, finished_at_ns, state_json, temporary_event_count, \
+    response_count) \
     WHERE t.execution_id = u.id";
 
 const INSERT_EVENTS: &str = "INSERT INTO t_event (execution_id, version, is_history, event_json) \
@@ -65,9 +68,19 @@ const CLOSE_DELAYS: &str = "UPDATE t_delay AS t SET is_open = false \
     FROM UNNEST($1::text[], $2::text[]) AS u(id, delay_id) \
     WHERE t.execution_id = u.id AND t.delay_id = u.delay_id";
 
+/// Everything stored about the executions `$1` (`prune`): one statement, so one entry in the
+/// pipeline; the row goes last.
+const DELETE_EXECUTIONS: &str = "WITH \
+    events AS (DELETE FROM t_event WHERE execution_id = ANY($1)), \
+    responses AS (DELETE FROM t_response WHERE execution_id = ANY($1)), \
+    join_sets AS (DELETE FROM t_join_set WHERE execution_id = ANY($1)), \
+    delays AS (DELETE FROM t_delay WHERE execution_id = ANY($1)) \
+    DELETE FROM t_execution WHERE execution_id = ANY($1)";
+
 /// Writes every change of `plan` inside the open transaction: new executions in the order the
 /// request named them (so that a duplicate found by the database is the first one), then
-/// updated rows, events, responses, join-set counters, delays requested and delays closed.
+/// updated rows, events, responses, join-set counters, delays requested and delays closed,
+/// and last the deleted executions.
 pub(crate) async fn persist(client: &ClientWrapper, plan: &WritePlan) -> Result<(), DbError> {
     let mut columns = Columns::default();
     for change in &plan.changes {
@@ -82,6 +95,7 @@ pub(crate) async fn persist(client: &ClientWrapper, plan: &WritePlan) -> Result<
         delays,
         closed,
     } = &columns;
+    let deleted: Vec<&str> = plan.deleted.iter().map(|id| id.as_str()).collect();
     let statements = prepare(
         client,
         [
@@ -92,6 +106,7 @@ pub(crate) async fn persist(client: &ClientWrapper, plan: &WritePlan) -> Result<
             (!join_sets.ids.is_empty()).then_some(UPSERT_JOIN_SETS),
             (!delays.ids.is_empty()).then_some(INSERT_DELAYS),
             (!closed.ids.is_empty()).then_some(CLOSE_DELAYS),
+            (!deleted.is_empty()).then_some(DELETE_EXECUTIONS),
         ],
     )
     .await?;
@@ -103,18 +118,20 @@ pub(crate) async fn persist(client: &ClientWrapper, plan: &WritePlan) -> Result<
         upsert_join_sets,
         insert_delays,
         close_delays,
+        delete_executions,
     ] = statements;
     let results = tokio::join!(
         biased;
         execute(client, insert_executions, [
             &new.ids, &new.ffqns, &new.created_at, &new.created_at_ns, &new.scheduled_at,
             &new.scheduled_at_ns, &new.is_top_level, &new.state.next_version, &new.state.kind,
-            &new.state.pending_at, &new.state.lock_expires_at, &new.state.json,
-            &new.max_retries, &new.backoff_ns, &new.parent_ids, &new.parent_join_set_ids,
+            &new.state.pending_at, &new.state.lock_expires_at, &new.state.finished_at,
+            &new.state.finished_at_ns, &new.state.json, &new.max_retries, &new.backoff_ns, &new.parent_ids, &new.parent_join_set_ids,
         ]),
         execute(client, update_executions, [
             &updated.ids, &updated.state.next_version, &updated.state.kind,
-            &updated.state.pending_at, &updated.state.lock_expires_at, &updated.state.json,
+            &updated.state.pending_at, &updated.state.lock_expires_at,
+            &updated.state.finished_at, &updated.state.finished_at_ns, &updated.state.json,
             &updated.temporary_event_count, &updated.response_count,
         ]),
         execute(client, insert_events, [
@@ -132,11 +149,12 @@ pub(crate) async fn persist(client: &ClientWrapper, plan: &WritePlan) -> Result<
             &delays.expires_at_ns, &delays.is_open,
         ]),
         execute(client, close_delays, [&closed.ids, &closed.delay_ids]),
+        execute(client, delete_executions, [&deleted]),
     );
     // After a failed statement every later one fails with "current transaction is aborted":
     // the first error in statement order is the one that says why.
-    let (r0, r1, r2, r3, r4, r5, r6) = results;
-    for result in [r0, r1, r2, r3, r4, r5, r6] {
+    let (r0, r1, r2, r3, r4, r5, r6, r7) = results;
+    for result in [r0, r1, r2, r3, r4, r5, r6, r7] {
         result.map_err(map_pg_error)?;
     }
     Ok(())
@@ -265,6 +283,8 @@ struct StateColumns {
     kind: Vec<i16>,
     pending_at: Vec<Option<i64>>,
     lock_expires_at: Vec<Option<i64>>,
+    finished_at: Vec<Option<i64>>,
+    finished_at_ns: Vec<Option<i16>>,
     json: Vec<String>,
 }
 
@@ -276,6 +296,9 @@ impl StateColumns {
         self.kind.push(kind);
         self.pending_at.push(pending_at);
         self.lock_expires_at.push(lock_expires_at);
+        let (finished_at, finished_at_ns) = finished_columns(&row.state.pending_state);
+        self.finished_at.push(finished_at);
+        self.finished_at_ns.push(finished_at_ns);
         self.json.push(to_json(&row.state.pending_state)?);
         Ok(())
     }

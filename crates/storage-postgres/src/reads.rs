@@ -2,16 +2,17 @@
 
 use crate::{
     codec::{
-        column, count_to_i64, execution_columns, execution_row, from_json, i64_to_u32, kind_to_i16,
-        micros, parse_execution_id, parse_join_set_id, sub_micros, timestamp, version_to_i64,
+        column, count_to_i64, execution_columns, execution_row, finished_result_of, from_json,
+        i64_to_u32, kind_to_i16, micros, parse_execution_id, parse_join_set_id, sub_micros,
+        timestamp, version_to_i64,
     },
     error::{corrupt, map_pg_error},
 };
 use chrono::{DateTime, Utc};
 use concepts::{
-    DbError, DelayId, ExecutionEvent, ExecutionEventInner, ExecutionId, ExecutionLog,
-    ExecutionSummary, ExpiredDelay, ExpiredTimer, FinishedExecutionResult, FunctionFqn,
-    JoinSetResponseEventOuter, ListExecutionsFilter, Pagination, Version,
+    DbError, DelayId, ExecutionEvent, ExecutionId, ExecutionLog, ExecutionSummary, ExpiredDelay,
+    ExpiredTimer, FinishedExecutionResult, FunctionFqn, JoinSetResponseEventOuter,
+    ListExecutionsFilter, Pagination, Version,
 };
 use deadpool_postgres::GenericClient;
 use tokio_postgres::{IsolationLevel, Row, types::ToSql};
@@ -294,14 +295,6 @@ pub(crate) async fn finished_result(
         .map_err(map_pg_error)?
         .ok_or_else(|| DbError::execution_not_found(execution_id))?;
     let json: Option<&str> = column(&row, 0)?;
-    let Some(json) = json else {
-        return Ok(None);
-    };
-    match from_json::<ExecutionEvent>(json, "event")?.event {
-        ExecutionEventInner::Finished { result } => Ok(Some(result)),
-        other => Err(corrupt(format!(
-            "{execution_id} is finished but its last event is {}",
-            other.variant_name()
-        ))),
-    }
+    json.map(|json| finished_result_of(execution_id, json))
+        .transpose()
 }

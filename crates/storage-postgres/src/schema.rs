@@ -1,7 +1,6 @@
 //! The embedded migrations and the guarded migration run at start.
 
 use crate::error::{PostgresError, map_pg_error};
-use deadpool_postgres::Object;
 
 /// The advisory lock key that serializes migrations of one database ("STELEMIG").
 const MIGRATION_LOCK_KEY: i64 = 0x5354_454C_454D_4947;
@@ -14,14 +13,21 @@ struct Migration {
 }
 
 /// Every migration this binary knows, in order.
-const MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    description: "executions, events, responses, join set counters, delays",
-    sql: SCHEMA_V1,
-}];
+const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        description: "executions, events, responses, join set counters, delays",
+        sql: SCHEMA_V1,
+    },
+    Migration {
+        version: 2,
+        description: "the finished time of executions, indexed for prune",
+        sql: SCHEMA_V2,
+    },
+];
 
 /// The newest schema version this binary knows (the number of embedded migrations).
-pub const SCHEMA_VERSION: i64 = 1;
+pub const SCHEMA_VERSION: i64 = 2;
 
 /// Version 1. Timestamps are `BIGINT` microseconds since the Unix epoch (a `*_ns` column keeps
 /// the sub-microsecond remainder where the exact value is reported back); ids are `TEXT
@@ -114,10 +120,45 @@ CREATE TABLE t_delay (
 CREATE INDEX t_delay_open_idx ON t_delay (expires_at, execution_id) WHERE is_open;
 "#;
 
-/// Applies every missing migration in one transaction under an advisory lock, so that two
-/// processes starting at once do not both migrate. Refuses a database whose schema is newer
-/// than this binary's.
-pub(crate) async fn migrate(client: &mut Object) -> Result<(), PostgresError> {
+/// Version 2: `finished_at` (`finished_at_ns`), set exactly while the state is `Finished`, and
+/// the partial index that `prune` reads its candidates from: finished top-level executions in
+/// `(finished_at, execution_id)` order. Rows that finished before the migration get the time
+/// from their state's JSON (RFC 3339, up to nine fractional digits, always in UTC).
+const SCHEMA_V2: &str = r#"
+ALTER TABLE t_execution
+    ADD COLUMN finished_at    BIGINT NULL,
+    ADD COLUMN finished_at_ns SMALLINT NULL;
+WITH finished AS (
+    SELECT execution_id, (state_json::json -> 'Finished' ->> 'finished_at') AS finished_text
+    FROM t_execution WHERE state_kind = 3
+), parts AS (
+    SELECT execution_id,
+        EXTRACT(EPOCH FROM regexp_replace(finished_text, '\.[0-9]+', '')::timestamptz)::bigint
+            AS seconds,
+        rpad(COALESCE(substring(finished_text FROM '\.([0-9]+)'), ''), 9, '0') AS fraction
+    FROM finished
+)
+UPDATE t_execution AS t
+SET finished_at = p.seconds * 1000000 + substr(p.fraction, 1, 6)::bigint,
+    finished_at_ns = substr(p.fraction, 7, 3)::smallint
+FROM parts AS p WHERE t.execution_id = p.execution_id;
+ALTER TABLE t_execution
+    ADD CONSTRAINT t_execution_finished_at_check
+        CHECK ((state_kind = 3) = (finished_at IS NOT NULL)),
+    ADD CONSTRAINT t_execution_finished_at_ns_check
+        CHECK ((finished_at IS NULL) = (finished_at_ns IS NULL));
+CREATE INDEX t_execution_finished_top_level_idx
+    ON t_execution (finished_at, finished_at_ns, execution_id)
+    WHERE is_top_level AND finished_at IS NOT NULL;
+"#;
+
+/// Applies every missing migration up to version `up_to` in one transaction under an advisory
+/// lock, so that two processes starting at once do not both migrate. Refuses a database whose
+/// schema is newer than this binary's.
+pub(crate) async fn migrate(
+    client: &mut tokio_postgres::Client,
+    up_to: i64,
+) -> Result<(), PostgresError> {
     let tx = client.transaction().await.map_err(map_pg_error)?;
     tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK_KEY])
         .await
@@ -144,7 +185,10 @@ pub(crate) async fn migrate(client: &mut Object) -> Result<(), PostgresError> {
             supported: SCHEMA_VERSION,
         });
     }
-    for migration in MIGRATIONS.iter().filter(|m| m.version > current) {
+    for migration in MIGRATIONS
+        .iter()
+        .filter(|m| m.version > current && m.version <= up_to)
+    {
         tracing::info!(
             version = migration.version,
             description = migration.description,

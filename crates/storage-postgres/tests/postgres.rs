@@ -1,19 +1,24 @@
 //! What only the PostgreSQL backend has: the migration guard, the schema version check,
 //! wake-ups across stores through `NOTIFY`, the listener's reconnection, responses that commit
-//! concurrently, and `close` stopping the listener.
+//! concurrently, `close` stopping the listener, and the lifecycle writes under concurrency
+//! (`lifecycle`).
 //!
 //! Each test uses a database of its own on the server that `STELE_TEST_POSTGRES_URL` names;
 //! without it the tests are skipped (printed), except under `CI=true`, where they fail.
 
 use chrono::{DateTime, TimeZone, Utc};
 use concepts::{
-    ComponentId, CreateRequest, DbAwait, DbClient, DbConnection, DbError, DbExecutor, DbTimers,
-    DbWorkflow, DelayId, DuplicateKind, ExecutionId, ExecutionMetadata, FunctionFqn, JoinSetId,
-    JoinSetResponse, JoinSetResponseEvent, Json, derive_pending_state, kernel::WaiterCounts,
+    ComponentId, CreateOutcome, CreateRequest, DbAwait, DbClient, DbConnection, DbError,
+    DbExecutor, DbTimers, DbWorkflow, DelayId, DuplicateKind, ExecutionId, ExecutionMetadata,
+    FunctionFqn, JoinSetId, JoinSetResponse, JoinSetResponseEvent, Json, derive_pending_state,
+    kernel::WaiterCounts,
 };
 use std::{sync::Arc, time::Duration};
 use storage_postgres::{PostgresError, PostgresStore, SCHEMA_VERSION, admin};
 use test_support::postgres::{TestDatabase, TestServer};
+
+#[path = "postgres/lifecycle.rs"]
+mod lifecycle;
 
 /// The real-time safety net of every wait.
 const SAFETY: Duration = Duration::from_secs(20);
@@ -78,13 +83,13 @@ async fn two_stores_starting_at_once_migrate_once() {
         1,
         "every store sees the same schema and data"
     );
-    let err = c
+    let again = c
         .create(create_request(execution_id(1), ffqn("f")))
         .await
-        .unwrap_err();
+        .unwrap();
     assert!(
-        matches!(err, DbError::Duplicate(DuplicateKind::Execution(ref id)) if *id == execution_id(1)),
-        "{err:?}"
+        matches!(again, CreateOutcome::AlreadyExisted { .. }),
+        "{again:?}"
     );
     for store in [a, b, c] {
         store.close().await;

@@ -117,6 +117,8 @@ pub(crate) struct StateColumns {
     pub(crate) run_id: Option<String>,
     pub(crate) join_set_id: Option<String>,
     pub(crate) result_kind: Option<String>,
+    /// When it finished (the `created_at` of its `Finished` event): the key of `prune`.
+    pub(crate) finished_at: Option<i64>,
     pub(crate) json: String,
 }
 
@@ -130,6 +132,7 @@ impl StateColumns {
             run_id: None,
             join_set_id: None,
             result_kind: None,
+            finished_at: None,
             json: serde_json::to_string(state)?,
         };
         match state {
@@ -153,8 +156,13 @@ impl StateColumns {
                 columns.lock_expires_at = Some(micros(*lock_expires_at));
                 columns.join_set_id = Some(join_set_id.to_string());
             }
-            PendingState::Finished { result_kind, .. } => {
+            PendingState::Finished {
+                result_kind,
+                finished_at,
+                ..
+            } => {
                 columns.result_kind = Some(result_kind.to_string());
+                columns.finished_at = Some(micros(*finished_at));
             }
         }
         Ok(columns)

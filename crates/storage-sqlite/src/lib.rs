@@ -22,9 +22,17 @@
 //! counters and an index range from `join_set_idx = join_next_count` for the arrival times of
 //! the responses the next `JoinNext` events consume, whatever the length of the log. A delay
 //! counts as requested when `t_delay` has it and as answered when `t_response` has its
-//! `DelayFinished`. The executions a
-//! write creates are not read first: the primary key refuses a stored one as its row is
-//! inserted, which is the same `Duplicate` error. The plan's wake-ups wait for the commit.
+//! `DelayFinished`. The executions a write creates are looked up first, one prepared point
+//! lookup of the row and its `Created` event per id (an id that is not stored costs one probe
+//! of the primary key), so that the kernel answers a repeated `create` with `AlreadyExisted`
+//! or names what conflicts; the primary key stays the last guard. A write whose rows depend on
+//! what it read (`cancel`, `prune`) loads its follow-up keys in the same transaction. The
+//! descendants of an execution are one range of the primary key
+//! ([`descendant_bounds`](concepts::kernel::descendant_bounds)), its open delays a range of
+//! `t_delay`'s key, a finished result the `Finished` event at the version its state names, and
+//! the prune candidates one range of the partial index `ix_state_finished`. The executions a
+//! plan deletes (`prune`) lose every row in every table, a few statements bounded by each id,
+//! inside the command's savepoint. The plan's wake-ups wait for the commit.
 //!
 //! # Writer and group commit
 //!
@@ -53,10 +61,11 @@
 //!
 //! # Schema
 //!
-//! Versioned migrations are applied at open; `PRAGMA user_version` holds the version and
-//! `PRAGMA application_id` marks the file as Stele's. A fresh file and a file of an older
-//! version are migrated; a file of a newer version, a SQLite file of another application and a
-//! file that is not a database are refused with a typed [`SqliteOpenError`] naming the path.
+//! Versioned migrations are applied at open (this build writes schema version 4);
+//! `PRAGMA user_version` holds the version and `PRAGMA application_id` marks the file as
+//! Stele's. A fresh file and a file of an older version are migrated; a file of a newer
+//! version, a SQLite file of another application and a file that is not a database are
+//! refused with a typed [`SqliteOpenError`] naming the path.
 //!
 //! Timestamps in columns are integer microseconds since the Unix epoch (fixed width and
 //! sortable; every `DateTime<Utc>` fits). The JSON documents (events, responses, the pending
@@ -67,7 +76,7 @@
 //!
 //! | table | key | holds |
 //! |---|---|---|
-//! | `t_execution_state` | `execution_id` | one row per execution: ffqn, next version, pending state (as JSON plus the indexed columns `state`, `pending_at`, `lock_expires_at`, executor, run, join set, result kind), temporary event count, retry settings, parent, created and scheduled times |
+//! | `t_execution_state` | `execution_id` | one row per execution: ffqn, next version, pending state (as JSON plus the indexed columns `state`, `pending_at`, `lock_expires_at`, executor, run, join set, result kind, `finished_at`), temporary event count, retry settings, parent, created and scheduled times; `finished_at` is the time of the `Finished` event (schema version 4 filled it from the stored log) |
 //! | `t_event` | `(execution_id, version)` | the log: each event as JSON, with `kind` and `join_set_id` columns for lookups |
 //! | `t_response` | autoincrement `id` (arrival order) | responses as JSON, with `join_set_idx` (the index within the join set; indexed with the execution and join set); partial unique indexes on `(execution_id, delay_id) WHERE delay_id IS NOT NULL` and `(execution_id, child_execution_id) WHERE child_execution_id IS NOT NULL` make duplicates impossible (never a unique constraint over nullable columns) |
 //! | `t_join_set` | `(execution_id, join_set_id)` | per join set the number of its `JoinNext` events and of its responses (schema version 3 filled it from the stored log and responses) |
@@ -75,7 +84,9 @@
 //!
 //! `lock_pending` reads the partial index `(ffqn, pending_at, execution_id) WHERE state =
 //! 'PendingAt'`; `get_expired_timers` reads `(lock_expires_at, execution_id) WHERE state =
-//! 'Locked'` and `t_delay (expires_at, ...) WHERE is_open = 1`: small indexes, never the log.
+//! 'Locked'` and `t_delay (expires_at, ...) WHERE is_open = 1`; `prune` reads
+//! `ix_state_finished (finished_at, execution_id) WHERE state = 'Finished' AND is_top_level =
+//! 1`, seeking to its cursor: small indexes, never the log.
 //! A lease and any number of delays of one execution expiring at the same instant never
 //! collide: delays are keyed by their id.
 //!
@@ -107,6 +118,7 @@
 mod codec;
 mod config;
 mod error;
+mod lifecycle;
 mod ops;
 mod pool;
 mod reads;

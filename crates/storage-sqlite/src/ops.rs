@@ -44,25 +44,37 @@ fn reused<'s, 'c>(
 }
 
 impl<'c> WriteCtx<'c> {
-    /// Loads what `keys` (the keys of `request`) name, plans `request` and persists the plan;
-    /// keeps its wake-ups for after the commit and returns the rest of the plan.
+    /// Loads what `keys` (the keys of `request`) name and what its follow-up keys name, plans
+    /// `request` and persists the plan; keeps its wake-ups for after the commit and returns the
+    /// rest of the plan.
     pub(crate) fn write(&mut self, request: WriteRequest, keys: &Keys) -> Result<WritePlan> {
-        let snapshot = self.load(keys)?;
+        let mut snapshot = Snapshot::default();
+        self.load(keys, &mut snapshot)?;
+        if let Some(more) = request.follow_up_keys(&snapshot) {
+            self.load(&more, &mut snapshot)?;
+        }
         let mut plan = kernel::plan(&snapshot, request)?;
         self.persist(&plan)?;
         self.wakeups.append(&mut plan.wakeups);
         Ok(plan)
     }
 
-    /// The snapshot of `keys`. The executions a write creates are not read: the primary key of
-    /// `t_execution_state` refuses a stored one as its row is inserted (see
-    /// [`WriteCtx::insert_execution`]), which costs no extra statement per created execution.
-    fn load(&self, keys: &Keys) -> Result<Snapshot> {
-        let mut snapshot = Snapshot::default();
+    /// Adds the rows `keys` name to `snapshot`. Every lookup is a prepared statement on an
+    /// index, inside the write's transaction.
+    fn load(&self, keys: &Keys, snapshot: &mut Snapshot) -> Result<()> {
         for execution_id in &keys.executions {
             if let Some(row) = reads::execution_row(self.conn, execution_id)? {
                 snapshot.add_execution(row);
             }
+        }
+        self.load_existing_creations(&keys.new_executions, snapshot)?;
+        for key in &keys.subtrees {
+            self.load_subtree(key, snapshot)?;
+        }
+        self.load_finished_results(&keys.finished_results, snapshot)?;
+        self.load_open_delays(&keys.open_delays, snapshot)?;
+        if let Some(query) = &keys.prune {
+            self.load_prune_candidates(query, snapshot)?;
         }
         for key in &keys.join_sets {
             let row = self.join_set(key)?;
@@ -96,7 +108,7 @@ impl<'c> WriteCtx<'c> {
                 snapshot.add_due(row, log);
             }
         }
-        Ok(snapshot)
+        Ok(())
     }
 
     /// The counters of a join set (one `t_join_set` lookup) and the arrival times of the
@@ -153,7 +165,7 @@ impl<'c> WriteCtx<'c> {
         )?)
     }
 
-    /// Writes every change of `plan`.
+    /// Writes every change of `plan`, then deletes what it prunes.
     fn persist(&self, plan: &WritePlan) -> Result<()> {
         let (mut insert_state, mut update_state, mut insert_event) = (None, None, None);
         for change in &plan.changes {
@@ -167,7 +179,7 @@ impl<'c> WriteCtx<'c> {
             }
             self.persist_responses_and_delays(change)?;
         }
-        Ok(())
+        self.delete_executions(&plan.deleted)
     }
 
     /// The responses, join-set counters, requested and closed delays of one execution's change.
@@ -225,7 +237,8 @@ impl<'c> WriteCtx<'c> {
         Ok(())
     }
 
-    /// Inserts the state row of a new execution; a stored one makes it a duplicate.
+    /// Inserts the state row of a new execution. The kernel refused a stored id already (it was
+    /// loaded); the primary key stays the last guard and makes it a duplicate too.
     fn insert_execution(
         &self,
         stmt: &mut Reused<'c>,
@@ -240,9 +253,9 @@ impl<'c> WriteCtx<'c> {
         let sql = "INSERT INTO t_execution_state (execution_id, ffqn, component_id, next_version, \
              state, pending_at, lock_expires_at, executor_id, run_id, join_set_id, result_kind, \
              state_json, temporary_event_count, max_retries, retry_exp_backoff_us, \
-             parent_execution_id, parent_join_set_id, is_top_level, created_at, scheduled_at) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, \
-             ?17, ?18, ?19, ?20)";
+             parent_execution_id, parent_join_set_id, is_top_level, created_at, scheduled_at, \
+             finished_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, \
+             ?15, ?16, ?17, ?18, ?19, ?20, ?21)";
         reused(self.conn, stmt, sql)?
             .execute(params![
                 row.execution_id.as_str(),
@@ -265,6 +278,7 @@ impl<'c> WriteCtx<'c> {
                 row.execution_id.is_top_level(),
                 micros(req.created_at),
                 micros(req.scheduled_at),
+                columns.finished_at,
             ])
             .map_err(|err| {
                 SqliteError::from_insert(err, || DuplicateKind::Execution(row.execution_id.clone()))
@@ -277,7 +291,7 @@ impl<'c> WriteCtx<'c> {
         let columns = StateColumns::of(&row.state.pending_state)?;
         let sql = "UPDATE t_execution_state SET next_version = ?2, state = ?3, pending_at = ?4, \
              lock_expires_at = ?5, executor_id = ?6, run_id = ?7, join_set_id = ?8, \
-             result_kind = ?9, state_json = ?10, temporary_event_count = ?11 \
+             result_kind = ?9, state_json = ?10, temporary_event_count = ?11, finished_at = ?12 \
              WHERE execution_id = ?1";
         let changed = reused(self.conn, stmt, sql)?.execute(params![
             row.execution_id.as_str(),
@@ -291,6 +305,7 @@ impl<'c> WriteCtx<'c> {
             columns.result_kind,
             columns.json,
             i64::from(row.temporary_event_count),
+            columns.finished_at,
         ])?;
         if changed == 1 {
             Ok(())

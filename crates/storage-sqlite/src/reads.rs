@@ -149,21 +149,29 @@ pub(crate) fn finished_result(
     execution_id: &ExecutionId,
 ) -> Result<Option<FinishedExecutionResult>> {
     let tx = conn.transaction()?;
-    let result = match existing_row(&tx, execution_id)?.state.pending_state {
-        PendingState::Finished { version, .. } => match event_at(&tx, execution_id, version)?.event
-        {
-            ExecutionEventInner::Finished { result } => Some(result),
-            other => {
-                return Err(SqliteError::corrupt(format!(
-                    "execution {execution_id} is finished at version {version}, which holds a {} event",
-                    other.variant_name()
-                )));
-            }
-        },
-        _ => None,
-    };
+    let pending_state = existing_row(&tx, execution_id)?.state.pending_state;
+    let result = result_if_finished(&tx, execution_id, &pending_state)?;
     tx.finish()?;
     Ok(result)
+}
+
+/// The result of an execution in `pending_state`: its `Finished` event's, `None` unless it
+/// finished.
+pub(crate) fn result_if_finished(
+    conn: &Connection,
+    execution_id: &ExecutionId,
+    pending_state: &PendingState,
+) -> Result<Option<FinishedExecutionResult>> {
+    let PendingState::Finished { version, .. } = *pending_state else {
+        return Ok(None);
+    };
+    match event_at(conn, execution_id, version)?.event {
+        ExecutionEventInner::Finished { result } => Ok(Some(result)),
+        other => Err(SqliteError::corrupt(format!(
+            "execution {execution_id} is finished at version {version}, which holds a {} event",
+            other.variant_name()
+        ))),
+    }
 }
 
 /// `?, ?, ...` with `count` placeholders.

@@ -109,6 +109,18 @@ UPDATE t_response SET join_set_idx = numbered.idx FROM (
 ) AS numbered WHERE numbered.id = t_response.id;
 CREATE INDEX ix_response_join_set ON t_response (execution_id, join_set_id, join_set_idx);
 ",
+    // Version 4: when each execution finished (the `created_at` of its `Finished` event, filled
+    // from the stored log), and the index `prune` reads: top-level finished executions in
+    // `(finished_at, execution_id)` order.
+    r"
+ALTER TABLE t_execution_state ADD COLUMN finished_at INTEGER;
+UPDATE t_execution_state SET finished_at = (
+    SELECT e.created_at FROM t_event AS e
+    WHERE e.execution_id = t_execution_state.execution_id AND e.kind = 'Finished'
+) WHERE state = 'Finished';
+CREATE INDEX ix_state_finished ON t_execution_state (finished_at, execution_id)
+    WHERE state = 'Finished' AND is_top_level = 1;
+",
 ];
 
 /// The schema version this build writes.

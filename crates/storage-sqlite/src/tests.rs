@@ -133,10 +133,16 @@ fn delay_finished(join_set_id: &JoinSetId, delay_id: DelayId) -> JoinSetResponse
 fn downgrade(path: &Path, to: u32) {
     let conn = rusqlite::Connection::open(path).expect("opens");
     conn.execute_batch(
-        "DROP TABLE t_join_set; DROP INDEX ix_response_join_set; \
-         ALTER TABLE t_response DROP COLUMN join_set_idx;",
+        "DROP INDEX ix_state_finished; ALTER TABLE t_execution_state DROP COLUMN finished_at;",
     )
-    .expect("drops version 3");
+    .expect("drops version 4");
+    if to < 3 {
+        conn.execute_batch(
+            "DROP TABLE t_join_set; DROP INDEX ix_response_join_set; \
+             ALTER TABLE t_response DROP COLUMN join_set_idx;",
+        )
+        .expect("drops version 3");
+    }
     if to < 2 {
         conn.execute_batch("DROP INDEX ix_state_created")
             .expect("drops version 2");
@@ -174,7 +180,7 @@ fn join_set_idxs(path: &Path) -> Vec<Option<i64>> {
 /// another join set), whose counters and response indexes the migration to version 3 derives.
 #[tokio::test]
 async fn an_older_schema_is_migrated_and_keeps_its_data() {
-    for from in [1, 2] {
+    for from in [1, 2, 3] {
         let dir = tempfile::tempdir().expect("temp dir");
         let path = dir.path().join("db.sqlite");
         let join_set: JoinSetId = "n:children".parse().expect("valid");
@@ -1010,4 +1016,440 @@ fn concurrent_opens_of_a_fresh_file_migrate_once() {
             assert_eq!(settings.schema_version, schema::current_version());
         }
     }
+}
+
+fn js(text: &str) -> JoinSetId {
+    text.parse().expect("a valid join set id")
+}
+
+fn secs(n: i64) -> DateTime<Utc> {
+    t0() + chrono::TimeDelta::seconds(n)
+}
+
+fn finished_ok() -> ExecutionEventInner {
+    ExecutionEventInner::Finished {
+        result: Ok(SupportedFunctionReturnValue::None),
+    }
+}
+
+/// A tree that leaves a row in every table: `root` (a join set, a child, a delay, both
+/// answered and consumed) and its child (a join set and a delay of its own, answered and
+/// consumed). The child finishes at `at`; the root too when `finish_root`. Returns
+/// `[root, child]`.
+async fn tree(
+    store: &SqlitePool,
+    root: ExecutionId,
+    at: DateTime<Utc>,
+    finish_root: bool,
+) -> [ExecutionId; 2] {
+    let (outer, inner) = (js("o:outer"), js("n:inner"));
+    let child = root.next_level(&outer, 1);
+    let ms = u64::try_from(at.timestamp_millis()).expect("after the epoch");
+    let (root_delay, child_delay) = (DelayId::from_parts(ms, 1), DelayId::from_parts(ms, 2));
+    let delay_request = |join_set: &JoinSetId, delay_id| {
+        history(HistoryEvent::JoinSetRequest {
+            join_set_id: join_set.clone(),
+            request: JoinSetRequest::DelayRequest {
+                delay_id,
+                expires_at: at,
+            },
+        })
+    };
+    store
+        .create(create_request(root.clone(), at))
+        .await
+        .expect("creates the root");
+    let mut child_req = create_request(child.clone(), at);
+    child_req.parent = Some((root.clone(), outer.clone()));
+    child_req.scheduled_by = Some(root.clone());
+    let events = vec![
+        history(HistoryEvent::JoinSetCreate {
+            join_set_id: outer.clone(),
+            closing_strategy: concepts::ClosingStrategy::Complete,
+        }),
+        history(HistoryEvent::JoinSetRequest {
+            join_set_id: outer.clone(),
+            request: JoinSetRequest::ChildExecutionRequest {
+                child_execution_id: child.clone(),
+            },
+        }),
+        delay_request(&outer, root_delay),
+    ];
+    let root_version = store
+        .append_batch(AppendBatchRequest {
+            children: vec![child_req],
+            ..AppendBatchRequest::events(root.clone(), Version(1), at, events)
+        })
+        .await
+        .expect("requests the child and a delay");
+    let events = vec![
+        history(HistoryEvent::JoinSetCreate {
+            join_set_id: inner.clone(),
+            closing_strategy: concepts::ClosingStrategy::Complete,
+        }),
+        delay_request(&inner, child_delay),
+    ];
+    let child_version = store
+        .append_batch(AppendBatchRequest::events(
+            child.clone(),
+            Version(1),
+            at,
+            events,
+        ))
+        .await
+        .expect("the child requests a delay");
+    store
+        .append_response(at, &child, delay_finished(&inner, child_delay))
+        .await
+        .expect("answers the child's delay");
+    let child_version = store
+        .append_batch(AppendBatchRequest::events(
+            child.clone(),
+            child_version,
+            at,
+            vec![join_next(&inner)],
+        ))
+        .await
+        .expect("the child consumes it");
+    let parent = (root.clone(), outer.clone());
+    store
+        .append_outcome(concepts::OutcomeWrite::new(
+            child.clone(),
+            child_version,
+            at,
+            finished_ok(),
+            Some(&parent),
+        ))
+        .await
+        .expect("the child finishes");
+    store
+        .append_response(at, &root, delay_finished(&outer, root_delay))
+        .await
+        .expect("answers the root's delay");
+    let root_version = store
+        .append_batch(AppendBatchRequest::events(
+            root.clone(),
+            root_version,
+            at,
+            vec![join_next(&outer), join_next(&outer)],
+        ))
+        .await
+        .expect("the root consumes both responses");
+    if finish_root {
+        store
+            .append_outcome(concepts::OutcomeWrite::new(
+                root.clone(),
+                root_version,
+                at,
+                finished_ok(),
+                None,
+            ))
+            .await
+            .expect("the root finishes");
+    }
+    [root, child]
+}
+
+/// The tables that hold rows of an execution, keyed by `execution_id`.
+const TABLES: [&str; 5] = [
+    "t_execution_state",
+    "t_event",
+    "t_response",
+    "t_join_set",
+    "t_delay",
+];
+
+/// Per table, how many rows belong to `ids` (and, for `t_response`, how many name one of them
+/// as the child that answered).
+fn rows_of(path: &Path, ids: &[ExecutionId]) -> Vec<(&'static str, i64)> {
+    let conn = rusqlite::Connection::open(path).expect("opens");
+    let list = ids
+        .iter()
+        .map(|id| format!("'{id}'"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let count =
+        |sql: String| -> i64 { conn.query_row(&sql, [], |row| row.get(0)).expect("counts") };
+    let mut counts: Vec<_> = TABLES
+        .iter()
+        .map(|table| {
+            let sql = format!("SELECT COUNT(*) FROM {table} WHERE execution_id IN ({list})");
+            (*table, count(sql))
+        })
+        .collect();
+    let sql = format!("SELECT COUNT(*) FROM t_response WHERE child_execution_id IN ({list})");
+    counts.push(("t_response (as child)", count(sql)));
+    counts
+}
+
+fn integrity_check(path: &Path) -> String {
+    let conn = rusqlite::Connection::open(path).expect("opens");
+    conn.query_row("PRAGMA integrity_check", [], |row| row.get(0))
+        .expect("checks")
+}
+
+fn prune_request(
+    finished_before: DateTime<Utc>,
+    limit: usize,
+    after: Option<(DateTime<Utc>, ExecutionId)>,
+) -> concepts::PruneRequest {
+    concepts::PruneRequest {
+        finished_before,
+        limit,
+        after,
+    }
+}
+
+/// Prune deletes every row of a pruned tree from every table, in bounded batches that follow
+/// the cursor, keeps the rows of everything else (a tree with an unfinished member, an
+/// unfinished execution, a tree finished too late) and leaves a file that passes
+/// `PRAGMA integrity_check`.
+#[tokio::test]
+async fn prune_leaves_no_row_of_a_pruned_tree_in_any_table() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("db.sqlite");
+    let store = open(&path).await;
+    let first = tree(&store, id(1), secs(1), true).await;
+    let second = tree(&store, id(2), secs(3), true).await;
+    // The root finishes, its child does not: the tree is kept.
+    let kept_child = id(3).next_level(&js("o:outer"), 1);
+    store
+        .create(create_request(id(3), secs(2)))
+        .await
+        .expect("creates");
+    let mut child_req = create_request(kept_child.clone(), secs(2));
+    child_req.parent = Some((id(3), js("o:outer")));
+    let events = vec![
+        history(HistoryEvent::JoinSetCreate {
+            join_set_id: js("o:outer"),
+            closing_strategy: concepts::ClosingStrategy::Complete,
+        }),
+        history(HistoryEvent::JoinSetRequest {
+            join_set_id: js("o:outer"),
+            request: JoinSetRequest::ChildExecutionRequest {
+                child_execution_id: kept_child.clone(),
+            },
+        }),
+    ];
+    let version = store
+        .append_batch(AppendBatchRequest {
+            children: vec![child_req],
+            ..AppendBatchRequest::events(id(3), Version(1), secs(2), events)
+        })
+        .await
+        .expect("requests a child");
+    store
+        .append_outcome(concepts::OutcomeWrite::new(
+            id(3),
+            version,
+            secs(2),
+            finished_ok(),
+            None,
+        ))
+        .await
+        .expect("the root finishes before its child");
+    let kept = [id(3), kept_child];
+    let late = tree(&store, id(4), secs(10), true).await;
+    store
+        .create(create_request(id(5), secs(1)))
+        .await
+        .expect("creates an unfinished execution");
+    for ids in [&first, &second, &late] {
+        assert!(
+            rows_of(&path, ids).iter().all(|(_, n)| *n > 0),
+            "the tree has rows in every table: {:?}",
+            rows_of(&path, ids)
+        );
+    }
+    let untouched: Vec<ExecutionId> = kept.iter().chain(&late).cloned().chain([id(5)]).collect();
+    let untouched_before = rows_of(&path, &untouched);
+    // Two candidates in (finished_at, id) order: the first tree, then the kept one.
+    let outcome = store
+        .prune(prune_request(secs(5), 2, None))
+        .await
+        .expect("prunes");
+    assert_eq!((outcome.trees, outcome.executions, outcome.kept), (1, 2, 1));
+    assert_eq!(outcome.next, Some((secs(2), id(3))));
+    let outcome = store
+        .prune(prune_request(secs(5), 2, outcome.next))
+        .await
+        .expect("prunes");
+    assert_eq!((outcome.trees, outcome.executions, outcome.kept), (1, 2, 0));
+    assert_eq!(outcome.next, None, "fewer candidates than the limit");
+    for ids in [&first, &second] {
+        assert!(
+            rows_of(&path, ids).iter().all(|(_, n)| *n == 0),
+            "no row of a pruned tree is left: {:?}",
+            rows_of(&path, ids)
+        );
+        for execution_id in ids {
+            assert_eq!(
+                store.get(execution_id).await.expect_err("pruned").kind(),
+                DbErrorKind::NotFound
+            );
+        }
+    }
+    assert_eq!(rows_of(&path, &untouched), untouched_before);
+    assert_eq!(integrity_check(&path), "ok");
+    // Nothing is left to prune before the late tree.
+    let outcome = store
+        .prune(prune_request(secs(5), 10, None))
+        .await
+        .expect("prunes");
+    assert_eq!((outcome.trees, outcome.kept), (0, 1));
+    store.close().await;
+    assert_eq!(integrity_check(&path), "ok");
+}
+
+/// A file of schema version 3 with finished executions migrates to version 4: each finished
+/// execution's `finished_at` is its `Finished` event's time, the others have none, the logs
+/// are unchanged, and prune finds the migrated rows through the new index.
+#[tokio::test]
+async fn a_version_3_file_migrates_to_version_4_and_keeps_its_data() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("db.sqlite");
+    let store = open(&path).await;
+    let finished = tree(&store, id(1), secs(1), true).await;
+    let unfinished = tree(&store, id(2), secs(2), false).await;
+    let mut logs = Vec::new();
+    for execution_id in finished.iter().chain(&unfinished) {
+        logs.push(store.get(execution_id).await.expect("reads"));
+    }
+    store.close().await;
+    downgrade(&path, 3);
+    assert_eq!(pragma_i64(&path, "user_version"), 3);
+
+    let store = open(&path).await;
+    assert_eq!(store.effective_settings().schema_version, 4);
+    for (execution_id, log) in finished.iter().chain(&unfinished).zip(&logs) {
+        assert_eq!(&store.get(execution_id).await.expect("reads"), log);
+    }
+    let finished_at = |execution_id: &ExecutionId| -> Option<i64> {
+        let conn = rusqlite::Connection::open(&path).expect("opens");
+        conn.query_row(
+            "SELECT finished_at FROM t_execution_state WHERE execution_id = ?1",
+            [execution_id.as_str()],
+            |row| row.get(0),
+        )
+        .expect("reads")
+    };
+    for execution_id in &finished {
+        assert_eq!(finished_at(execution_id), Some(secs(1).timestamp_micros()));
+    }
+    assert_eq!(finished_at(&unfinished[0]), None);
+    assert_eq!(
+        finished_at(&unfinished[1]),
+        Some(secs(2).timestamp_micros())
+    );
+    let outcome = store
+        .prune(prune_request(secs(60), 10, None))
+        .await
+        .expect("prunes");
+    assert_eq!((outcome.trees, outcome.executions, outcome.kept), (1, 2, 0));
+    assert!(rows_of(&path, &finished).iter().all(|(_, n)| *n == 0));
+    store.close().await;
+    assert_eq!(integrity_check(&path), "ok");
+}
+
+/// The queries of prune and of a subtree read their indexes, never the whole table.
+#[test]
+fn prune_and_subtree_queries_use_their_indexes() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("db.sqlite");
+    let (conn, _) = schema::open_writer(&SqliteConfig::new(&path)).expect("opens");
+    let plan = |sql: &str| -> String {
+        let mut stmt = conn
+            .prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
+            .expect("prepares");
+        let nulls = vec![rusqlite::types::Null; stmt.parameter_count()];
+        let details: Vec<String> = stmt
+            .query_map(rusqlite::params_from_iter(nulls), |row| row.get(3))
+            .expect("queries")
+            .collect::<Result<_, _>>()
+            .expect("reads");
+        details.join("; ")
+    };
+    for with_cursor in [false, true] {
+        let detail = plan(&crate::lifecycle::prune_candidates_sql(with_cursor));
+        assert!(detail.contains("USING INDEX ix_state_finished"), "{detail}");
+        assert!(
+            !detail.contains("TEMP B-TREE"),
+            "sorted by the index: {detail}"
+        );
+    }
+    for unfinished_only in [false, true] {
+        let detail = plan(&crate::lifecycle::subtree_sql(unfinished_only));
+        assert!(
+            detail.contains(
+                "sqlite_autoindex_t_execution_state_1 (execution_id>? AND execution_id<?)"
+            ),
+            "{detail}"
+        );
+    }
+}
+
+/// Cancel closes the open delays of what it finishes: `t_delay` keeps them closed, and the
+/// timers watcher is handed neither them nor a lease.
+#[tokio::test]
+async fn cancel_closes_the_open_delays_in_t_delay() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("db.sqlite");
+    let store = open(&path).await;
+    store
+        .create(create_request(id(1), t0()))
+        .await
+        .expect("creates");
+    let join_set = js("n:j");
+    let events = (1..=2u128)
+        .map(|n| {
+            history(HistoryEvent::JoinSetRequest {
+                join_set_id: join_set.clone(),
+                request: JoinSetRequest::DelayRequest {
+                    delay_id: DelayId::from_parts(1, n),
+                    expires_at: secs(1),
+                },
+            })
+        })
+        .collect();
+    store
+        .append_batch(AppendBatchRequest::events(id(1), Version(1), t0(), events))
+        .await
+        .expect("requests two delays");
+    assert_eq!(
+        store
+            .get_expired_timers(secs(2))
+            .await
+            .expect("reads")
+            .len(),
+        2
+    );
+    let outcome = store
+        .cancel(concepts::CancelRequest {
+            execution_id: id(1),
+            now: t0(),
+            reason: "test".to_owned(),
+        })
+        .await
+        .expect("cancels");
+    assert_eq!(
+        outcome,
+        concepts::CancelOutcome::Cancelled { executions: 1 }
+    );
+    let conn = rusqlite::Connection::open(&path).expect("opens");
+    let open: i64 = conn
+        .query_row(
+            "SELECT COUNT(*) FROM t_delay WHERE is_open = 1",
+            [],
+            |row| row.get(0),
+        )
+        .expect("counts");
+    assert_eq!(open, 0);
+    assert!(
+        store
+            .get_expired_timers(secs(2))
+            .await
+            .expect("reads")
+            .is_empty()
+    );
+    store.close().await;
 }

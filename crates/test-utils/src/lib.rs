@@ -1,7 +1,8 @@
 //! Test helpers shared by every Stele crate and by the conformance suite: simulated clocks
 //! ([`SimClock`], [`ConstClock`]), a tracing set-up driven by `RUST_LOG` ([`set_up`]), proptest
-//! strategies for ids and events ([`arbitrary`]), replayable seeds ([`seed`]), and the skip rule
-//! every test of the workspace follows ([`skip`], [`skip_reason`]).
+//! strategies for ids and events ([`arbitrary`]), a store wrapper whose hook fails chosen
+//! writes ([`forwarding`]), replayable seeds ([`seed`]), and the skip rule every test of the
+//! workspace follows ([`skip`], [`skip_reason`]).
 //!
 //! ```
 //! use concepts::ClockFn;
@@ -15,6 +16,7 @@
 //! ```
 
 pub mod arbitrary;
+pub mod forwarding;
 
 use chrono::{DateTime, TimeZone, Utc};
 use concepts::ClockFn;

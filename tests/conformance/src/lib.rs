@@ -16,6 +16,7 @@
 
 pub mod differential;
 pub mod executor_scenarios;
+pub mod lifecycle_scenarios;
 pub mod persistence_scenarios;
 pub mod storage_scenarios;
 pub mod workflow_scenarios;
@@ -96,6 +97,7 @@ macro_rules! conformance_tests {
         $crate::differential_tests!($factory);
         $crate::persistence_scenario_tests!($factory);
         $crate::workflow_scenario_tests!($factory);
+        $crate::lifecycle_scenario_tests!($factory);
     };
 }
 

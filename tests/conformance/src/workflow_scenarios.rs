@@ -553,9 +553,9 @@ pub async fn w12_awaiting_a_tokio_sleep_is_reported<F: StoreFactory>(factory: &F
     f.close().await;
 }
 
-/// W13: the typed client submits under a caller-chosen id (a second submission with other
-/// parameters is a duplicate), and a result wait ends with `Timeout` when the execution does
-/// not finish.
+/// W13: the typed client submits under a caller-chosen id (the same submission again is
+/// accepted, other parameters under it are a duplicate), and a result wait ends with `Timeout`
+/// when the execution does not finish.
 pub async fn w13_client_ids_and_timeouts<F: StoreFactory>(factory: &F) {
     let mut f = Fixture::new(factory).await;
     f.spawn(Arc::new(
@@ -570,6 +570,13 @@ pub async fn w13_client_ids_and_timeouts<F: StoreFactory>(factory: &F) {
         .await
         .expect("submit");
     assert_eq!(handle.execution_id(), &id);
+    // The id is the caller's idempotency key: the same submission again is answered with the
+    // same execution, other parameters under it are a duplicate (LIFECYCLE.md §1).
+    let repeated = client
+        .submit_with_id(id.clone(), &ARRIVALS, &1)
+        .await
+        .expect("a repeated submission is accepted");
+    assert_eq!(repeated.execution_id(), &id);
     match client.submit_with_id(id.clone(), &ARRIVALS, &2).await {
         Err(ClientError::Db(err)) => assert_eq!(err.kind(), concepts::DbErrorKind::Duplicate),
         other => panic!(

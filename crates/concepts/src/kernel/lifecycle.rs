@@ -2,13 +2,14 @@
 //! over a tree, `complete` of a stub and `prune` of finished trees.
 
 use super::plan::{Planner, inconsistent, response_keys};
-use super::snapshot::{JoinSetKey, Keys, PruneQuery, Snapshot, SubtreeKey};
+use super::snapshot::{FastHash, JoinSetKey, Keys, PruneQuery, Snapshot, SubtreeKey};
 use crate::{
     CancelOutcome, CancelRequest, CompleteOutcome, CompleteRequest, CreateConflict, CreateOutcome,
     CreateRequest, DbError, DuplicateKind, ExecutionEvent, ExecutionEventInner, ExecutionId,
     FinishedExecutionError, FinishedExecutionResult, JoinSetResponse, JoinSetResponseEvent,
     OutcomeWrite, PendingState, PruneOutcome, PruneRequest, ValidationError,
 };
+use std::collections::HashSet;
 
 /// A `create` of an id that exists: identical (function, parameters, parent) is answered
 /// `AlreadyExisted` and writes nothing; anything else is a conflict naming what differs.
@@ -96,14 +97,18 @@ pub(super) fn cancel_follow_up_keys(snapshot: &Snapshot, req: &CancelRequest) ->
         return None;
     }
     let mut keys = Keys::default();
+    // Siblings answer one join set: name it once, not once per child.
+    let mut answered = HashSet::<_, FastHash>::default();
     for member in members {
         keys.open_delays.push(member.clone());
-        if let Some((parent_id, join_set_id)) = &snapshot.executions[member].parent {
-            keys.join_sets.push(JoinSetKey {
-                execution_id: parent_id.clone(),
-                join_set_id: join_set_id.clone(),
-                next_responses: 0,
-            });
+        if let Some(parent @ (parent_id, join_set_id)) = &snapshot.executions[member].parent {
+            if answered.insert(parent) {
+                keys.join_sets.push(JoinSetKey {
+                    execution_id: parent_id.clone(),
+                    join_set_id: join_set_id.clone(),
+                    next_responses: 0,
+                });
+            }
             keys.child_responses
                 .push((parent_id.clone(), member.clone()));
         }

@@ -48,4 +48,6 @@ pub use validate::{validate_append_batch, validate_create, validate_lock_pending
 pub use waiters::{WaiterCounts, WaiterHub};
 
 #[cfg(test)]
+mod lifecycle_tests;
+#[cfg(test)]
 mod tests;

@@ -12,19 +12,19 @@ use crate::{
 use chrono::{DateTime, Utc};
 use std::{sync::Arc, time::Duration};
 
-fn at(secs: i64) -> DateTime<Utc> {
+pub(super) fn at(secs: i64) -> DateTime<Utc> {
     DateTime::from_timestamp(secs, 0).unwrap()
 }
 
-fn ffqn() -> FunctionFqn {
+pub(super) fn ffqn() -> FunctionFqn {
     "ns:pkg/ifc.fn".parse().unwrap()
 }
 
-fn join_set() -> JoinSetId {
+pub(super) fn join_set() -> JoinSetId {
     "n:batch".parse().unwrap()
 }
 
-fn create_request(
+pub(super) fn create_request(
     execution_id: &ExecutionId,
     parent: Option<(ExecutionId, JoinSetId)>,
 ) -> CreateRequest {
@@ -44,7 +44,11 @@ fn create_request(
 }
 
 /// A row in `state` at `next_version`.
-fn row(execution_id: &ExecutionId, next_version: u32, pending_state: PendingState) -> ExecutionRow {
+pub(super) fn row(
+    execution_id: &ExecutionId,
+    next_version: u32,
+    pending_state: PendingState,
+) -> ExecutionRow {
     ExecutionRow {
         state: ExecutionState {
             next_version: Version(next_version),
@@ -104,7 +108,7 @@ fn delay_request(delay_id: DelayId) -> ExecutionEventInner {
     }
 }
 
-fn pending(secs: i64) -> PendingState {
+pub(super) fn pending(secs: i64) -> PendingState {
     PendingState::PendingAt {
         scheduled_at: at(secs),
     }
@@ -644,6 +648,34 @@ async fn the_hub_loses_no_wakeup_between_check_and_wait_and_close_releases_every
         })
         .await;
     assert!(matches!(timed_out, Err(DbError::Timeout)));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_timeout_bounds_the_wait_for_a_finish_never_the_check() {
+    let hub = WaiterHub::new();
+    let id = ExecutionId::generate_at(at(0));
+    // A check that takes time (a database read) finds the execution finished: even a zero
+    // timeout reports it.
+    let slow_check = || async {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        Ok(Some(7))
+    };
+    let found = hub
+        .wait_for_finished(&id, Some(Duration::ZERO), slow_check)
+        .await;
+    assert_eq!(found.unwrap(), 7);
+    // The timeout runs from the call: a slow first check counts against it.
+    let slow_miss = || async {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        Ok(None::<()>)
+    };
+    let started = tokio::time::Instant::now();
+    let missed = hub
+        .wait_for_finished(&id, Some(Duration::from_millis(20)), slow_miss)
+        .await;
+    assert!(matches!(missed, Err(DbError::Timeout)), "{missed:?}");
+    assert_eq!(started.elapsed(), Duration::from_millis(20));
+    assert_eq!(hub.counts(), WaiterCounts::default());
 }
 
 #[test]

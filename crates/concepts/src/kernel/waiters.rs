@@ -313,11 +313,14 @@ impl WaiterHub {
         Fut: Future<Output = Result<Option<T>, DbError>>,
     {
         let registration = self.register_execution(execution_id, false);
-        self.check_and_wait(registration, check).await
+        self.check_and_wait(registration, check, None).await
     }
 
     /// `wait_for_finished_result`: as [`WaiterHub::wait_for_responses`] for the finish of
-    /// `execution_id`, and [`DbError::Timeout`] after `timeout` (`None` waits forever).
+    /// `execution_id`, and [`DbError::Timeout`] once `timeout` has passed without a wake-up
+    /// that found it finished (`None` waits forever). The timeout bounds the waiting, never a
+    /// check: an execution that has finished is reported even with a zero timeout, however
+    /// long the backend's read takes.
     pub async fn wait_for_finished<T, F, Fut>(
         &self,
         execution_id: &ExecutionId,
@@ -329,19 +332,16 @@ impl WaiterHub {
         Fut: Future<Output = Result<Option<T>, DbError>>,
     {
         let registration = self.register_execution(execution_id, true);
-        let wait = self.check_and_wait(registration, check);
-        match timeout {
-            Some(timeout) => tokio::time::timeout(timeout, wait)
-                .await
-                .unwrap_or(Err(DbError::Timeout)),
-            None => wait.await,
-        }
+        let deadline = timeout.map(tokio::time::sleep);
+        self.check_and_wait(registration, check, deadline).await
     }
 
+    /// Checks, then waits for a wake-up (until `deadline`, when given), and again.
     async fn check_and_wait<T, F, Fut>(
         &self,
         registration: Option<Registration<'_>>,
         mut check: F,
+        deadline: Option<tokio::time::Sleep>,
     ) -> Result<T, DbError>
     where
         F: FnMut() -> Fut,
@@ -350,6 +350,7 @@ impl WaiterHub {
         let Some(registration) = registration else {
             return Err(DbError::Closed);
         };
+        let mut deadline = std::pin::pin!(deadline);
         loop {
             if let Some(found) = check().await? {
                 return Ok(found);
@@ -357,7 +358,14 @@ impl WaiterHub {
             if self.is_closed() {
                 return Err(DbError::Closed);
             }
-            registration.notify.notified().await;
+            match deadline.as_mut().as_pin_mut() {
+                Some(deadline) => tokio::select! {
+                    biased;
+                    () = registration.notify.notified() => {}
+                    () = deadline => return Err(DbError::Timeout),
+                },
+                None => registration.notify.notified().await,
+            }
         }
     }
 }

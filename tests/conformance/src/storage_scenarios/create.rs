@@ -4,7 +4,7 @@
 use super::{LEASE, ffqns_of, helpers::*};
 use crate::StoreFactory;
 use concepts::{
-    ClockFn, DbErrorKind, ExecutionEventInner, HistoryEvent, JoinSetResponse, Json,
+    ClockFn, CreateRequest, DbErrorKind, ExecutionEventInner, HistoryEvent, JoinSetResponse, Json,
     ListExecutionsFilter, OutcomeWrite, Pagination, PendingState, PendingStateKind,
     SupportedFunctionReturnValue, Version,
 };
@@ -103,7 +103,8 @@ pub async fn s12_json_key_order<F: StoreFactory>(factory: &F) {
     assert_state_matches_derivation(db, &id).await;
 }
 
-/// S19: `create_batch` creates all or nothing; `list_executions` pages newest first.
+/// S19: `create_batch` creates all or nothing (an existing id with other parameters refuses the
+/// whole batch); `list_executions` pages newest first.
 pub async fn s19_create_batch<F: StoreFactory>(factory: &F) {
     let store = factory.fresh().await;
     let db = store.db.as_ref();
@@ -128,23 +129,30 @@ pub async fn s19_create_batch<F: StoreFactory>(factory: &F) {
         assert_eq!(log.next_version, Version(1));
     }
 
-    // One conflicting duplicate id among new ones (an identical one would be a repeated
-    // submit, accepted): none is created.
+    // One existing id with other parameters among new ones: none is created (an identical
+    // repetition is accepted instead, LIFECYCLE.md §1, pinned by L3).
     let mut with_dup: Vec<_> = (101..=110u128)
         .map(|n| create_request(execution_id(n), f.clone(), start))
         .collect();
-    let mut conflicting = reqs[4].clone();
-    conflicting.params = Json(serde_json::json!(["other"]));
-    with_dup.insert(5, conflicting);
+    with_dup.insert(
+        5,
+        CreateRequest {
+            params: Json(serde_json::json!(["other"])),
+            ..reqs[4].clone()
+        },
+    );
     expect_kind(db.create_batch(with_dup).await, DbErrorKind::Duplicate);
     for n in 101..=110u128 {
         expect_kind(db.get(&execution_id(n)).await, DbErrorKind::NotFound);
     }
-    // A conflicting duplicate within the batch itself: none is created.
+    // An id twice within the batch itself, with other parameters: none is created.
     let twice = vec![
         create_request(execution_id(201), f.clone(), start),
         create_request(execution_id(202), f.clone(), start),
-        create_request(execution_id(201), ffqn("other"), start),
+        CreateRequest {
+            params: Json(serde_json::json!(["other"])),
+            ..create_request(execution_id(201), f.clone(), start)
+        },
     ];
     expect_kind(db.create_batch(twice).await, DbErrorKind::Duplicate);
     expect_kind(db.get(&execution_id(201)).await, DbErrorKind::NotFound);

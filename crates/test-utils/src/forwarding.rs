@@ -1,0 +1,269 @@
+//! A store that forwards every call to another one, with a hook that decides the fate of each
+//! write: let it through, refuse it without writing, or write it and then lose the reply
+//! (an ambiguous commit: the caller sees an error although the write landed).
+//!
+//! Reads and waits are forwarded untouched. The hook sees the write before it reaches the
+//! store, so it can count attempts or pick the writes it fails:
+//!
+//! ```
+//! use concepts::DbError;
+//! use std::sync::Arc;
+//! use test_utils::forwarding::{Fault, ForwardingDb, Write};
+//!
+//! fn lose_every_outcome_reply(store: Arc<dyn concepts::DbConnection>) -> Arc<ForwardingDb> {
+//!     ForwardingDb::new(store, |write: &Write<'_>| match write {
+//!         Write::Outcome(_) => Fault::LoseReply(DbError::Connection("reply lost".into())),
+//!         _ => Fault::Pass,
+//!     })
+//! }
+//! # let _ = lose_every_outcome_reply;
+//! ```
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use concepts::{
+    AppendBatchRequest, CancelOutcome, CancelRequest, CompleteOutcome, CompleteRequest,
+    CreateOutcome, CreateRequest, DbAwait, DbClient, DbConnection, DbError, DbExecutor, DbTimers,
+    DbWorkflow, ExecutionEvent, ExecutionId, ExecutionLog, ExecutionSummary, ExpiredTimer,
+    FinishedExecutionResult, FunctionFqn, JoinSetResponseEvent, JoinSetResponseEventOuter,
+    ListExecutionsFilter, LockPendingRequest, LockedExecution, OutcomeWrite, Pagination,
+    PruneOutcome, PruneRequest, Version,
+};
+use std::{future::Future, sync::Arc, time::Duration};
+
+/// A write on its way to the store, as the hook sees it.
+#[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
+pub enum Write<'a> {
+    /// `create`.
+    Create(&'a CreateRequest),
+    /// `create_batch`.
+    CreateBatch(&'a [CreateRequest]),
+    /// `append_batch`.
+    AppendBatch(&'a AppendBatchRequest),
+    /// `append_outcome`.
+    Outcome(&'a OutcomeWrite),
+    /// `append_response`.
+    Response {
+        /// When it arrives.
+        now: DateTime<Utc>,
+        /// The execution that receives it.
+        execution_id: &'a ExecutionId,
+        /// The response.
+        response: &'a JoinSetResponseEvent,
+    },
+    /// `lock_pending`.
+    LockPending(&'a LockPendingRequest),
+    /// `cancel`.
+    Cancel(&'a CancelRequest),
+    /// `complete`.
+    Complete(&'a CompleteRequest),
+    /// `prune`.
+    Prune(&'a PruneRequest),
+}
+
+/// What happens to one write.
+#[derive(Debug, Clone)]
+pub enum Fault {
+    /// It reaches the store; the caller gets the store's answer.
+    Pass,
+    /// It never reaches the store; the caller gets this error (nothing was written).
+    Refuse(DbError),
+    /// It reaches the store; when the store accepted it, the caller gets this error instead
+    /// of the answer (the write landed, its reply was lost). A write the store refused keeps
+    /// the store's error.
+    LoseReply(DbError),
+}
+
+/// Decides the fate of each write; any `Fn(&Write<'_>) -> Fault` is one.
+pub trait WriteHook: Send + Sync + 'static {
+    /// The fate of `write`, decided before it reaches the store.
+    fn decide(&self, write: &Write<'_>) -> Fault;
+}
+
+impl<F> WriteHook for F
+where
+    F: Fn(&Write<'_>) -> Fault + Send + Sync + 'static,
+{
+    fn decide(&self, write: &Write<'_>) -> Fault {
+        self(write)
+    }
+}
+
+/// Forwards every call to `inner`; the hook decides each write's fate.
+pub struct ForwardingDb {
+    inner: Arc<dyn DbConnection>,
+    hook: Box<dyn WriteHook>,
+}
+
+impl ForwardingDb {
+    /// A store that forwards to `inner` under `hook`.
+    #[must_use]
+    pub fn new(inner: Arc<dyn DbConnection>, hook: impl WriteHook) -> Arc<Self> {
+        Arc::new(Self {
+            inner,
+            hook: Box::new(hook),
+        })
+    }
+
+    /// The store this one forwards to.
+    #[must_use]
+    pub fn inner(&self) -> &Arc<dyn DbConnection> {
+        &self.inner
+    }
+
+    /// The hook's decision about `write`.
+    fn decide(&self, write: &Write<'_>) -> Fault {
+        self.hook.decide(write)
+    }
+}
+
+/// Runs `call` (the forwarded write) as `fault` says.
+async fn apply<T>(
+    fault: Fault,
+    call: impl Future<Output = Result<T, DbError>>,
+) -> Result<T, DbError> {
+    match fault {
+        Fault::Pass => call.await,
+        Fault::Refuse(err) => Err(err),
+        Fault::LoseReply(err) => {
+            call.await?;
+            Err(err)
+        }
+    }
+}
+
+#[async_trait]
+impl DbAwait for ForwardingDb {
+    async fn wait_for_finished_result(
+        &self,
+        execution_id: &ExecutionId,
+        timeout: Option<Duration>,
+    ) -> Result<FinishedExecutionResult, DbError> {
+        self.inner
+            .wait_for_finished_result(execution_id, timeout)
+            .await
+    }
+}
+
+#[async_trait]
+impl DbExecutor for ForwardingDb {
+    async fn lock_pending(&self, req: LockPendingRequest) -> Result<Vec<LockedExecution>, DbError> {
+        let fault = self.decide(&Write::LockPending(&req));
+        apply(fault, self.inner.lock_pending(req)).await
+    }
+
+    async fn append_outcome(&self, write: OutcomeWrite) -> Result<Version, DbError> {
+        let fault = self.decide(&Write::Outcome(&write));
+        apply(fault, self.inner.append_outcome(write)).await
+    }
+
+    async fn wait_for_pending(
+        &self,
+        pending_at_or_sooner: DateTime<Utc>,
+        ffqns: Arc<[FunctionFqn]>,
+        max_wait: Duration,
+    ) {
+        self.inner
+            .wait_for_pending(pending_at_or_sooner, ffqns, max_wait)
+            .await;
+    }
+}
+
+#[async_trait]
+impl DbWorkflow for ForwardingDb {
+    async fn append_batch(&self, req: AppendBatchRequest) -> Result<Version, DbError> {
+        let fault = self.decide(&Write::AppendBatch(&req));
+        apply(fault, self.inner.append_batch(req)).await
+    }
+
+    async fn subscribe_to_next_responses(
+        &self,
+        execution_id: &ExecutionId,
+        start_idx: usize,
+    ) -> Result<Vec<JoinSetResponseEventOuter>, DbError> {
+        self.inner
+            .subscribe_to_next_responses(execution_id, start_idx)
+            .await
+    }
+}
+
+#[async_trait]
+impl DbTimers for ForwardingDb {
+    async fn get_expired_timers(&self, at: DateTime<Utc>) -> Result<Vec<ExpiredTimer>, DbError> {
+        self.inner.get_expired_timers(at).await
+    }
+
+    async fn append_response(
+        &self,
+        now: DateTime<Utc>,
+        execution_id: &ExecutionId,
+        response: JoinSetResponseEvent,
+    ) -> Result<(), DbError> {
+        let fault = self.decide(&Write::Response {
+            now,
+            execution_id,
+            response: &response,
+        });
+        apply(
+            fault,
+            self.inner.append_response(now, execution_id, response),
+        )
+        .await
+    }
+}
+
+#[async_trait]
+impl DbClient for ForwardingDb {
+    async fn create(&self, req: CreateRequest) -> Result<CreateOutcome, DbError> {
+        let fault = self.decide(&Write::Create(&req));
+        apply(fault, self.inner.create(req)).await
+    }
+
+    async fn create_batch(&self, reqs: Vec<CreateRequest>) -> Result<(), DbError> {
+        let fault = self.decide(&Write::CreateBatch(&reqs));
+        apply(fault, self.inner.create_batch(reqs)).await
+    }
+
+    async fn cancel(&self, req: CancelRequest) -> Result<CancelOutcome, DbError> {
+        let fault = self.decide(&Write::Cancel(&req));
+        apply(fault, self.inner.cancel(req)).await
+    }
+
+    async fn complete(&self, req: CompleteRequest) -> Result<CompleteOutcome, DbError> {
+        let fault = self.decide(&Write::Complete(&req));
+        apply(fault, self.inner.complete(req)).await
+    }
+
+    async fn prune(&self, req: PruneRequest) -> Result<PruneOutcome, DbError> {
+        let fault = self.decide(&Write::Prune(&req));
+        apply(fault, self.inner.prune(req)).await
+    }
+
+    async fn get(&self, execution_id: &ExecutionId) -> Result<ExecutionLog, DbError> {
+        self.inner.get(execution_id).await
+    }
+
+    async fn get_execution_event(
+        &self,
+        execution_id: &ExecutionId,
+        version: Version,
+    ) -> Result<ExecutionEvent, DbError> {
+        self.inner.get_execution_event(execution_id, version).await
+    }
+
+    async fn list_executions(
+        &self,
+        filter: ListExecutionsFilter,
+        pagination: Pagination,
+    ) -> Result<Vec<ExecutionSummary>, DbError> {
+        self.inner.list_executions(filter, pagination).await
+    }
+}
+
+#[async_trait]
+impl DbConnection for ForwardingDb {
+    async fn close(&self) {
+        self.inner.close().await;
+    }
+}
