@@ -244,7 +244,7 @@ async fn transactions(
             let (writers, rows) = probe.tree_writers(root).await?.unwrap_or_default();
             format!(
                 "{writers} (distinct xmin of the {rows} state and response rows it wrote); {xids} \
-                 transaction ids assigned during the call"
+                 transaction ids assigned during the call, the notification's included"
             )
         }
     })
@@ -323,6 +323,10 @@ pub(crate) async fn rows(
     sync: storage_sqlite::Synchronous,
     postgres_url: Option<&str>,
 ) -> anyhow::Result<String> {
+    anyhow::ensure!(
+        args.prune_batch.iter().all(|&batch| batch > 0),
+        "--prune-batch: prune needs a limit of at least 1"
+    );
     let mut prune_rows = Vec::new();
     let mut cancel_rows = Vec::new();
     for backend in &args.backends {
@@ -336,31 +340,34 @@ pub(crate) async fn rows(
         };
         eprintln!("measuring prune and cancel on {label} ...");
         let measured = async {
-            let prune = prune_rate(
-                &label,
-                &store.db,
-                args.prune_executions,
-                args.prune_batch,
-                args.batch_size,
-            )
-            .await?;
+            let mut prunes = Vec::new();
+            for &batch in &args.prune_batch {
+                let prune = prune_rate(
+                    &label,
+                    &store.db,
+                    args.prune_executions,
+                    batch,
+                    args.batch_size,
+                )
+                .await?;
+                prunes.push(prune.row());
+            }
             let cancel = cancel_tree(&label, &store.db, args.cancel_children, &store.probe).await?;
-            anyhow::Ok((prune, cancel))
+            anyhow::Ok((prunes, cancel))
         }
         .await;
         store.finish().await?;
-        let (prune, cancel) = measured?;
-        prune_rows.push(prune.row());
+        let (prunes, cancel) = measured?;
+        prune_rows.extend(prunes);
         cancel_rows.push(cancel.row());
     }
     let mut text = format!(
         "\nLifecycle (fresh stores): {} no-op executions run to the end by one executor, then \
-         removed by `prune` ({} top-level executions per call, each call continuing from the \
-         previous one's `next`) until none is left; then a parent with {} unfinished children \
+         removed by `prune` (at most `prune limit` top-level executions per call, each call \
+         continuing from the previous one's `next`) until none is left, once per limit; then a parent with {} unfinished children \
          (created as its children by one `append_batch`) cancelled by one `cancel` call, and the \
          cancelled tree removed by one `prune` call.\n\n{}\n",
         args.prune_executions,
-        args.prune_batch,
         args.cancel_children,
         PruneMeasurement::HEADER
     );

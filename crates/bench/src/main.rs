@@ -116,9 +116,10 @@ struct Args {
     /// Lifecycle rows: how many finished executions are pruned.
     #[arg(long, default_value_t = 10_000)]
     prune_executions: usize,
-    /// Lifecycle rows and soak: top-level executions examined per `prune` call.
-    #[arg(long, default_value_t = 1_000)]
-    prune_batch: usize,
+    /// Lifecycle rows: top-level executions examined per `prune` call, comma separated (one
+    /// row each, with executions of its own).
+    #[arg(long, value_delimiter = ',', default_value = "100,1000")]
+    prune_batch: Vec<usize>,
     /// Lifecycle rows: how many unfinished children the cancelled parent has.
     #[arg(long, default_value_t = 10_000)]
     cancel_children: u64,
@@ -138,6 +139,9 @@ struct Args {
     /// Soak: seconds a finished tree is kept before it is pruned.
     #[arg(long, default_value_t = 5)]
     soak_retention_seconds: u64,
+    /// Soak: top-level executions examined per `prune` call.
+    #[arg(long, default_value_t = 1_000)]
+    soak_prune_batch: usize,
     /// Soak: milliseconds between two runs of the pruner.
     #[arg(long, default_value_t = 1_000)]
     soak_prune_interval_ms: u64,

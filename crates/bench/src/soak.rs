@@ -289,7 +289,7 @@ pub(crate) async fn run_all(
         rate: args.soak_rate,
         retention: Duration::from_secs(args.soak_retention_seconds),
         prune_interval: Duration::from_millis(args.soak_prune_interval_ms),
-        prune_batch: args.prune_batch,
+        prune_batch: args.soak_prune_batch,
         report_every: Duration::from_secs(args.soak_report_seconds.max(1)),
         executor_batch: args.batch_size,
     };
