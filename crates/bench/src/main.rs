@@ -41,7 +41,7 @@ use concepts::{
     Json, SupportedFunctionReturnValue,
 };
 use counting::CountingDb;
-use executor::{ExecTask, Now, Worker, WorkerContext, WorkerResult};
+use executor::{Now, Worker, WorkerContext, WorkerResult};
 use probe::Probe;
 use std::{
     fmt::Write as _,
@@ -252,12 +252,7 @@ async fn run_noop(
     let start = Instant::now();
     db.create_batch(requests).await.context("create_batch")?;
     let created = Instant::now();
-    let mut executor = ExecTask::spawn_new(
-        Arc::new(BenchWorker::new()?),
-        multi::executor_config(batch_size)?,
-        Now,
-        counting.clone(),
-    );
+    let mut executor = multi::spawn_noop_executor(counting.clone(), batch_size)?;
     let deadline = Duration::from_secs(600);
     let reached = tokio::time::timeout(deadline, counting.reached_target()).await;
     let finished = Instant::now();

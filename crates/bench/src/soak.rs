@@ -5,13 +5,13 @@
 //! compares the largest size of the last third of the run with that of the middle third.
 
 use crate::{
-    BenchWorker, counting::CountingDb, lifecycle::prune_all, multi::executor_config, noop_requests,
+    counting::CountingDb, lifecycle::prune_all, multi::spawn_noop_executor, noop_requests,
     probe::Probe,
 };
 use anyhow::Context;
 use chrono::TimeDelta;
 use concepts::{ClockFn, DbClientExt as _, DbConnection, ListExecutionsFilter};
-use executor::{ExecTask, Now};
+use executor::Now;
 use std::{
     fmt::Write as _,
     sync::{
@@ -168,12 +168,7 @@ pub(crate) async fn run(
     config: &SoakConfig,
 ) -> anyhow::Result<Vec<String>> {
     let counting = Arc::new(CountingDb::new(db.clone(), usize::MAX, false));
-    let mut executor = ExecTask::spawn_new(
-        Arc::new(BenchWorker::new()?),
-        executor_config(config.executor_batch)?,
-        Now,
-        counting.clone(),
-    );
+    let mut executor = spawn_noop_executor(counting.clone(), config.executor_batch)?;
     let watcher_config = TimersWatcherConfig {
         tick_sleep: Duration::from_secs(1),
         leeway: Duration::ZERO,
