@@ -317,8 +317,9 @@ fn scenario_of(test: &str) -> &str {
     test.rsplit("::").next().unwrap_or(test)
 }
 
-/// Storage scenarios first, then executor, differential, persistence and workflow ones, each group by
-/// number (`s2` before `s10`); names outside those groups come last, alphabetically.
+/// Storage scenarios first, then executor, differential, persistence, workflow and lifecycle
+/// ones, each group by number (`s2` before `s10`); names outside those groups come last,
+/// alphabetically.
 pub fn scenario_order(a: &str, b: &str) -> Ordering {
     scenario_key(a).cmp(&scenario_key(b)).then_with(|| a.cmp(b))
 }
@@ -331,7 +332,8 @@ fn scenario_key(name: &str) -> (u8, u64) {
         Some('d') => 2,
         Some('p') => 3,
         Some('w') => 4,
-        _ => return (5, 0),
+        Some('l') => 5,
+        _ => return (6, 0),
     };
     let rest = chars.as_str();
     let digits_end = rest
@@ -339,7 +341,7 @@ fn scenario_key(name: &str) -> (u8, u64) {
         .unwrap_or(rest.len());
     match rest[..digits_end].parse::<u64>() {
         Ok(number) => (group, number),
-        Err(_) => (5, 0),
+        Err(_) => (6, 0),
     }
 }
 

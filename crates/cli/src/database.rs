@@ -79,20 +79,29 @@ impl fmt::Display for DatabaseUrl {
     }
 }
 
-/// Whether opening may create a new database.
+/// What opening may change in the store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OpenMode {
-    /// Create the SQLite file if it is missing (`stele demo`).
+    /// Create the SQLite file and its schema if they are missing, migrate an older schema
+    /// (`stele demo`, `stele serve`).
     CreateIfMissing,
-    /// Refuse a SQLite file that does not exist (inspection commands never create one).
+    /// Only a database that exists: a missing file, an empty one and a file without Stele's
+    /// schema are refused, an older schema is migrated (the commands that write: `submit`,
+    /// `cancel`, `complete`, `prune`).
     ExistingOnly,
+    /// As [`OpenMode::ExistingOnly`], and an older schema is refused instead of migrated: the
+    /// file is left as it was (the commands that only read: `list`, `show`, `wait`).
+    Inspection,
 }
 
 /// Why a store could not be opened.
 #[derive(Debug, thiserror::Error)]
 pub enum OpenError {
-    /// [`OpenMode::ExistingOnly`] and no file at the path.
-    #[error("no database at {path} (run `stele demo --db {path}` to create one)", path = .0.display())]
+    /// [`OpenMode::ExistingOnly`] or [`OpenMode::Inspection`] and no file at the path.
+    #[error(
+        "no database at {path} (run `stele serve --db {path}` or `stele demo --db {path}` to create one)",
+        path = .0.display()
+    )]
     Missing(PathBuf),
     /// The SQLite file cannot be opened, created or used.
     #[error(transparent)]
@@ -105,15 +114,25 @@ pub enum OpenError {
 /// Opens the store named by `url`, as a whole backend.
 ///
 /// # Errors
-/// [`OpenError::Missing`] for a missing file in [`OpenMode::ExistingOnly`]; otherwise the
-/// backend's own error, which names the file or the server.
+/// [`OpenError::Missing`] for a missing file unless [`OpenMode::CreateIfMissing`]; otherwise
+/// the backend's own error, which names the file or the server (an empty file in a mode that
+/// does not create is `SqliteOpenError::NoSchema`).
+///
+/// A PostgreSQL database is connected to as every client does, whatever the mode: the
+/// backend applies its migrations when it connects.
 pub async fn open(url: &DatabaseUrl, mode: OpenMode) -> Result<Arc<dyn DbConnection>, OpenError> {
     match url {
         DatabaseUrl::Sqlite(path) => {
-            if mode == OpenMode::ExistingOnly && !path.exists() {
+            let config = SqliteConfig::new(path.clone());
+            let config = match mode {
+                OpenMode::CreateIfMissing => config,
+                OpenMode::ExistingOnly => config.existing_only(),
+                OpenMode::Inspection => config.existing_only().without_migrations(),
+            };
+            if mode != OpenMode::CreateIfMissing && !path.exists() {
                 return Err(OpenError::Missing(path.clone()));
             }
-            let pool = SqlitePool::open(SqliteConfig::new(path.clone())).await?;
+            let pool = SqlitePool::open(config).await?;
             Ok(Arc::new(pool))
         }
         DatabaseUrl::Postgres(url) => {

@@ -1,6 +1,6 @@
 //! The `stele` command-line program, and the example workers it runs.
 //!
-//! The binary has two jobs:
+//! The binary has three jobs:
 //!
 //! - `stele demo` opens (or creates) a SQLite file (or a PostgreSQL database given by a
 //!   `postgres://` URL), submits a mixed workload in one
@@ -9,34 +9,51 @@
 //!   exactly once. Killed half-way (even with `SIGKILL`) and started again on the same file, it
 //!   resumes the workload instead of submitting a new one.
 //! - `stele executions list` and `stele executions show ID` inspect any Stele database: a table
-//!   of executions, and the event log of one execution as a timeline (or as JSON for scripts).
+//!   of executions, and the event log of one execution as a timeline (or as JSON for scripts);
+//!   `stele executions wait ID` waits for one to finish and prints its result.
+//! - The operator's commands run and steer executions on a database: `stele serve` runs the
+//!   demo's functions (one executor each, the timers watcher and, with `--prune-older-than`,
+//!   the retention task) until Ctrl-C or `SIGTERM`; `stele submit FFQN --params JSON [--id ID]`
+//!   creates a top-level execution, idempotently under a given id; `stele executions cancel`,
+//!   `complete` (a durable promise: an execution of a stub function) and `prune` (finished
+//!   trees older than a duration) change what is stored.
+//!
+//! Only `stele demo` and `stele serve` create a database; every other command refuses a
+//! missing or empty file and a file that is not a Stele database.
 //!
 //! The library part holds what the binary is built from and what users can copy:
 //!
-//! - [`workers`]: four real [`executor::Worker`]s, each a template for one pattern: an activity
+//! - [`workers`]: five real [`executor::Worker`]s, each a template for one pattern: an activity
 //!   that fails and is retried ([`workers::flaky`]), an activity that outlives its lease and is
 //!   timed out by the watcher ([`workers::slow`]), a workflow that fans out to child executions
-//!   and awaits them through a join set ([`workers::fanout`]), and a workflow that sleeps
-//!   durably ([`workers::sleeper`]).
+//!   and awaits them through a join set ([`workers::fanout`]), a workflow that sleeps
+//!   durably ([`workers::sleeper`]), and a workflow that awaits a durable promise an operator
+//!   completes ([`workers::approval`]).
 //! - [`workload`]: the demo's functions, their settings, and the batch of executions it submits.
 //! - [`report`]: the summary of a workload, computed from the event logs alone.
 //! - [`database`]: how a `--database` argument (a path, `sqlite://PATH` or `postgres://...`) is
 //!   understood and opened.
+//! - [`duration`]: durations as an operator types them (`30s`, `15m`, `12h`, `7d`).
 //!
 //! # Exit codes of `stele`
 //!
 //! | code | meaning |
 //! |---|---|
 //! | 0 | success |
-//! | 1 | runtime failure: a database error, or a workload that failed its exactly-once check |
-//! | 2 | usage or bad input: unknown flag, malformed execution id or function name, unknown `--state` |
+//! | 1 | runtime failure: a database error, a workload that failed its exactly-once check, a `wait --timeout` that ran out |
+//! | 2 | usage or bad input: unknown flag, malformed execution id, function name, JSON or duration, unknown `--state`, parameters a demo function cannot decode, a `submit --id` repeated with another function or other parameters, a `complete` with another value than the promise has, a `complete` of an execution that is not a stub |
 //! | 3 | not found: no database file at the path, no execution with that id |
-//! | 4 | the database cannot be opened: not a Stele database, a path that cannot be written, a newer schema, an unreachable server |
-//! | 130 | interrupted (Ctrl-C or `SIGTERM`); `stele demo` resumes the workload when run again |
+//! | 4 | the database cannot be opened: not a Stele database (an empty file included), a path that cannot be written, a newer schema, an unreachable server |
+//! | 130 | interrupted (Ctrl-C or `SIGTERM`): the way `stele serve` stops; `stele demo` resumes the workload when run again |
+//!
+//! Not errors (exit 0): a `submit --id` repeated identically (it says the execution already
+//! existed), a `cancel` of an execution that had already finished (it says how), a `complete`
+//! repeated with the same value, a `wait` whose execution failed (it prints the result).
 //!
 //! Errors are printed as one line on stderr, starting with `error: `.
 
 pub mod database;
+pub mod duration;
 pub mod report;
 pub mod workers;
 pub mod workload;

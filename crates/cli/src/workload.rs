@@ -1,5 +1,5 @@
-//! The demo workload: its four functions with their settings, and the batch of executions
-//! `stele demo` submits.
+//! The demo's functions with their settings (the four of its workload, and `approval`, which
+//! `stele submit` and `stele serve` run), and the batch of executions `stele demo` submits.
 //!
 //! Every number here is chosen so that the default workload (200 top-level executions) runs
 //! in well under a minute on two cores while showing each mechanism several times: retries
@@ -13,7 +13,7 @@ use std::{collections::BTreeMap, time::Duration};
 /// One function of the demo and how its executions are created and run.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DemoFunction {
-    /// A short name for tables: `flaky`, `slow`, `fanout`, `sleeper`.
+    /// A short name for tables: `flaky`, `slow`, `fanout`, `sleeper`, `approval`.
     pub name: &'static str,
     /// The function.
     pub ffqn: FunctionFqn,
@@ -27,7 +27,7 @@ pub struct DemoFunction {
     pub retry_exp_backoff: Duration,
 }
 
-/// The four functions of the demo.
+/// The functions of the demo.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DemoFunctions {
     /// An activity that fails at random ([`crate::workers::flaky`]); also the fan-out's children.
@@ -38,6 +38,9 @@ pub struct DemoFunctions {
     pub fanout: DemoFunction,
     /// A workflow that sleeps durably ([`crate::workers::sleeper`]).
     pub sleeper: DemoFunction,
+    /// A workflow that awaits a durable promise ([`crate::workers::approval`]); the demo's
+    /// batch has none, `stele submit` and `stele serve` run it.
+    pub approval: DemoFunction,
 }
 
 fn function(
@@ -98,13 +101,27 @@ impl DemoFunctions {
                 3,
                 500,
             ),
+            approval: function(
+                "approval",
+                crate::workers::approval::APPROVAL.name(),
+                "workflow:approval",
+                2_000,
+                3,
+                500,
+            ),
         }
     }
 
-    /// All four, in a fixed order.
+    /// All five, in a fixed order.
     #[must_use]
-    pub fn all(&self) -> [&DemoFunction; 4] {
-        [&self.flaky, &self.slow, &self.fanout, &self.sleeper]
+    pub fn all(&self) -> [&DemoFunction; 5] {
+        [
+            &self.flaky,
+            &self.slow,
+            &self.fanout,
+            &self.sleeper,
+            &self.approval,
+        ]
     }
 
     /// The demo function of `ffqn`, if it is one.
@@ -159,6 +176,7 @@ pub fn params_of(kind: &str, index: usize) -> serde_json::Value {
             "work_ms": 50 + draw(index, "work", 150),
         }),
         "sleeper" => serde_json::json!({ "sleep_ms": 2_000 + draw(index, "sleep", 6_000) }),
+        "approval" => serde_json::json!({ "subject": format!("request {index}") }),
         _ => serde_json::json!({
             "fail_probability": FLAKY_FAIL_PROBABILITY,
             "work_ms": 50 + draw(index, "work", 200),

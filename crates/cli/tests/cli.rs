@@ -1,6 +1,7 @@
 //! The `stele` binary, run as a process: the demo's summary adds up and agrees with the log,
-//! a demo killed with `SIGKILL` resumes and finishes every execution exactly once, and each
-//! kind of bad input gets one clear line on stderr and its documented exit code.
+//! a demo killed with `SIGKILL` resumes and finishes every execution exactly once, the
+//! operator's commands (submit, serve, wait, cancel, complete, prune) do what they print, and
+//! each kind of bad input gets one clear line on stderr and its documented exit code.
 
 use concepts::DbClientExt as _;
 use concepts::{DbClient, DbConnection, ExecutionEventInner, ListExecutionsFilter};
@@ -539,6 +540,37 @@ fn inspection_never_creates_a_database() {
 }
 
 #[test]
+fn inspection_never_migrates_an_older_schema() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = empty_database(dir.path());
+    let version = |path: &Path| -> i64 {
+        rusqlite::Connection::open(path)
+            .unwrap()
+            .pragma_query_value(None, "user_version", |row| row.get(0))
+            .unwrap()
+    };
+    let current = version(&path);
+    // Claims to be one version older (the tables stay as they are: nothing may migrate it).
+    rusqlite::Connection::open(&path)
+        .unwrap()
+        .pragma_update(None, "user_version", current - 1)
+        .unwrap();
+    let db = path_str(&path);
+    let message = format!(
+        "{db} has schema version {}, older than this build's {current}",
+        current - 1
+    );
+    for command in [
+        &["executions", "list"][..],
+        &["executions", "show", ID],
+        &["executions", "wait", ID],
+    ] {
+        run_failing(&[&["--db", db][..], command].concat(), 4, &message);
+    }
+    assert_eq!(version(&path), current - 1, "left as it was");
+}
+
+#[test]
 fn usage_errors_exit_with_2() {
     run_failing(
         &["--database", "mysql://db/stele", "executions", "list"],
@@ -560,6 +592,12 @@ fn every_command_has_help() {
         &["executions", "--help"],
         &["executions", "list", "--help"],
         &["executions", "show", "--help"],
+        &["executions", "wait", "--help"],
+        &["executions", "cancel", "--help"],
+        &["executions", "complete", "--help"],
+        &["executions", "prune", "--help"],
+        &["submit", "--help"],
+        &["serve", "--help"],
     ] {
         let output = run(args);
         assert_eq!(output.code, 0, "{args:?}: {}", output.stderr);
@@ -598,5 +636,657 @@ fn the_demo_runs_on_postgres_too() {
     assert_eq!(
         rows.as_array().unwrap().len() as u64,
         u64_at(&report, "/workload/executions")
+    );
+}
+
+// --- The operator's commands: submit, serve, executions wait / cancel / complete / prune. ---
+
+/// The id that the tests submit under, and ids that no database holds.
+const ID: &str = "E_01JZ8ZK3F8G3N9Q7V5W2X4Y6Z0";
+const UNKNOWN: &str = "E_01JZ8ZK3F8G3N9Q7V5W2X4Y6Z1";
+const FLAKY: &str = "stele:demo/activities.flaky";
+const FLAKY_PARAMS: &str = r#"{"fail_probability":0,"work_ms":10}"#;
+
+/// Runs a command that must succeed, and returns its stdout.
+fn run_ok(args: &[&str]) -> String {
+    let output = run(args);
+    assert_eq!(output.code, 0, "stele {args:?} failed: {}", output.stderr);
+    output.stdout
+}
+
+/// The first word of `submit`'s line: the execution id.
+fn submitted_id(line: &str) -> String {
+    let (id, rest) = line.split_once(' ').expect("an id and a word");
+    assert_eq!(rest, "created\n", "{line:?}");
+    id.to_string()
+}
+
+/// `stele serve` running in the background, its stderr read line by line.
+struct Server {
+    child: Child,
+    lines: std::sync::mpsc::Receiver<String>,
+}
+
+impl Server {
+    /// Starts `stele --db DB serve ARGS` and returns once it says that it serves.
+    fn start(db: &str, args: &[&str]) -> Self {
+        let mut command = stele(&[&["--db", db, "serve"][..], args].concat());
+        let mut child = command
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start stele serve");
+        let lines = test_support::process::read_lines(child.stderr.take().unwrap());
+        let server = Self { child, lines };
+        let first = server
+            .lines
+            .recv_timeout(SAFETY)
+            .expect("serve reports that it serves");
+        assert!(first.starts_with("serving "), "{first}");
+        server
+    }
+
+    /// Stops it with `SIGTERM` and returns its exit code and the rest of its stderr.
+    fn terminate(mut self) -> (i32, Vec<String>) {
+        let pid = self.child.id().to_string();
+        let status = Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -TERM {pid}");
+        let mut rest = Vec::new();
+        // The channel disconnects when serve closes its stderr, that is when it exits.
+        while let Ok(line) = self.lines.recv_timeout(SAFETY) {
+            rest.push(line);
+        }
+        let status = self.child.wait().expect("reap serve");
+        (status.code().expect("an exit code, not a signal"), rest)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn submit_with_an_id_is_idempotent_and_refuses_a_conflicting_repeat() {
+    let dir = tempfile::tempdir().unwrap();
+    let db_path = empty_database(dir.path());
+    let db = path_str(&db_path);
+    let submit = |params: &str| -> Vec<String> {
+        ["--db", db, "submit", FLAKY, "--params", params, "--id", ID]
+            .map(String::from)
+            .to_vec()
+    };
+    let args = submit(FLAKY_PARAMS);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    assert_eq!(run_ok(&args), format!("{ID} created\n"));
+    let again = run_ok(&args);
+    assert!(
+        again.starts_with(&format!(
+            "{ID} already existed with this function and these parameters, nothing written: \
+             PendingAt "
+        )),
+        "{again}"
+    );
+    let other = submit(r#"{"fail_probability":0.5,"work_ms":10}"#);
+    let other: Vec<&str> = other.iter().map(String::as_str).collect();
+    run_failing(
+        &other,
+        2,
+        &format!("cannot submit {FLAKY} as {ID}: it already exists with other parameters"),
+    );
+    run_failing(
+        &[
+            "--db",
+            db,
+            "submit",
+            "stele:demo/workflows.sleeper",
+            "--params",
+            r#"{"sleep_ms":10}"#,
+            "--id",
+            ID,
+        ],
+        2,
+        "it already exists with another function and other parameters",
+    );
+    // One execution, with its first parameters.
+    let doc = run_json(&["--db", db, "executions", "show", ID, "--json"]);
+    assert_eq!(doc["events"].as_array().unwrap().len(), 1);
+    assert_eq!(
+        doc["events"][0]["event"]["Created"]["params"],
+        serde_json::from_str::<Value>(FLAKY_PARAMS).unwrap()
+    );
+
+    // Without --id, a fresh id each time.
+    let first = submitted_id(&run_ok(&[
+        "--db",
+        db,
+        "submit",
+        FLAKY,
+        "--params",
+        FLAKY_PARAMS,
+    ]));
+    let second = submitted_id(&run_ok(&[
+        "--db",
+        db,
+        "submit",
+        FLAKY,
+        "--params",
+        FLAKY_PARAMS,
+    ]));
+    assert_ne!(first, second);
+    let rows = run_json(&["--db", db, "executions", "list", "--json"]);
+    assert_eq!(rows.as_array().unwrap().len(), 3);
+}
+
+#[test]
+fn submit_refuses_bad_input_before_opening_the_database() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("missing.db");
+    let db = path_str(&missing);
+    let submit = |ffqn: &str, params: &str, more: &[&str], code: i32, message: &str| {
+        let args = [&["--db", db, "submit", ffqn, "--params", params][..], more].concat();
+        run_failing(&args, code, message);
+    };
+    submit(
+        FLAKY,
+        "{not json",
+        &[],
+        2,
+        "invalid --params: key must be a string",
+    );
+    submit(FLAKY, "", &[], 2, "invalid --params: EOF while parsing");
+    submit(
+        FLAKY,
+        r#"{"work_ms":10}"#,
+        &[],
+        2,
+        "invalid --params: stele:demo/activities.flaky expects other parameters: missing field \
+         `fail_probability` (for example '{",
+    );
+    submit("nodot", "{}", &[], 2, "invalid function");
+    submit(FLAKY, FLAKY_PARAMS, &["--id", "E_nope"], 2, "invalid --id");
+    submit(
+        FLAKY,
+        FLAKY_PARAMS,
+        &["--id", &format!("{ID}.n:children_1")],
+        2,
+        "is a child's id; a submitted execution is top-level",
+    );
+    // Good input, but no database: refused, and none is created.
+    submit(FLAKY, FLAKY_PARAMS, &[], 3, "no database at");
+    assert!(!missing.exists());
+}
+
+#[test]
+fn wait_prints_the_result_and_refuses_unknown_ids_and_bad_timeouts() {
+    let dir = tempfile::tempdir().unwrap();
+    let db_path = empty_database(dir.path());
+    let db = path_str(&db_path);
+    run_failing(
+        &["--db", db, "executions", "wait", UNKNOWN],
+        3,
+        &format!("no execution {UNKNOWN} in {db}"),
+    );
+    run_failing(
+        &["--db", db, "executions", "wait", "E_nope"],
+        2,
+        "invalid execution id",
+    );
+    for (timeout, message) in [
+        ("7x", "`7x` has the unknown unit `x`"),
+        ("-1s", "`-1s` has a sign"),
+        ("", "the duration is empty"),
+    ] {
+        run_failing(
+            &["--db", db, "executions", "wait", ID, "--timeout", timeout],
+            2,
+            &format!("invalid --timeout: {message}"),
+        );
+    }
+    // Nobody runs it (no `serve`): the timeout runs out.
+    run_ok(&[
+        "--db",
+        db,
+        "submit",
+        FLAKY,
+        "--params",
+        FLAKY_PARAMS,
+        "--id",
+        ID,
+    ]);
+    run_failing(
+        &["--db", db, "executions", "wait", ID, "--timeout", "300ms"],
+        1,
+        &format!("{ID} did not finish within 300ms"),
+    );
+    // Finished (here by a cancellation): printed at once, as a line or as JSON.
+    run_ok(&[
+        "--db",
+        db,
+        "executions",
+        "cancel",
+        ID,
+        "--reason",
+        "not today",
+    ]);
+    assert_eq!(
+        run_ok(&["--db", db, "executions", "wait", ID]),
+        "Cancelled: not today\n"
+    );
+    let doc = run_json(&["--db", db, "executions", "wait", ID, "--json"]);
+    assert_eq!(doc["execution_id"], ID);
+    assert_eq!(doc["result_kind"], "Cancelled");
+    assert!(doc["value"].is_null());
+    assert_eq!(doc["result"]["Err"]["Cancelled"]["reason"], "not today");
+}
+
+#[test]
+fn cancel_reports_what_it_did_and_a_finished_execution_is_not_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let db_path = empty_database(dir.path());
+    let db = path_str(&db_path);
+    run_ok(&[
+        "--db",
+        db,
+        "submit",
+        FLAKY,
+        "--params",
+        FLAKY_PARAMS,
+        "--id",
+        ID,
+    ]);
+    assert_eq!(
+        run_ok(&["--db", db, "executions", "cancel", ID]),
+        format!("cancelled {ID}\n")
+    );
+    assert_eq!(
+        run_ok(&["--db", db, "executions", "cancel", ID, "--reason", "again"]),
+        format!(
+            "{ID} had already finished, nothing cancelled: Cancelled: cancelled with `stele \
+             executions cancel`\n"
+        )
+    );
+    let doc = run_json(&["--db", db, "executions", "show", ID, "--json"]);
+    assert_eq!(doc["state"], "Finished");
+    assert_eq!(doc["events"].as_array().unwrap().len(), 2, "one Finished");
+    run_failing(
+        &["--db", db, "executions", "cancel", UNKNOWN],
+        3,
+        &format!("no execution {UNKNOWN} in {db}"),
+    );
+    run_failing(
+        &["--db", db, "executions", "cancel", "nope"],
+        2,
+        "invalid execution id",
+    );
+}
+
+#[test]
+fn complete_resolves_a_stub_once_and_refuses_another_value() {
+    let dir = tempfile::tempdir().unwrap();
+    let db_path = empty_database(dir.path());
+    let db = path_str(&db_path);
+    let stub = "stele:stub.approval";
+    let submitted = run(&["--db", db, "submit", stub, "--params", "[]", "--id", ID]);
+    assert_eq!(submitted.code, 0, "{}", submitted.stderr);
+    assert_eq!(submitted.stdout, format!("{ID} created\n"));
+    assert!(
+        submitted.stderr.contains("is a stub"),
+        "{}",
+        submitted.stderr
+    );
+    let complete = |value: &str| -> Vec<String> {
+        ["--db", db, "executions", "complete", ID, "--json", value]
+            .map(String::from)
+            .to_vec()
+    };
+    let value = r#"{"approved":true}"#;
+    let args = complete(value);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    assert_eq!(run_ok(&args), format!("completed {ID} with {value}\n"));
+    assert_eq!(
+        run_ok(&args),
+        format!("{ID} was already completed with {value}, nothing written\n")
+    );
+    let other = complete("false");
+    let other: Vec<&str> = other.iter().map(String::as_str).collect();
+    run_failing(
+        &other,
+        2,
+        &format!(
+            "cannot complete {ID}: execution {ID} was already completed with a different result"
+        ),
+    );
+    let malformed = complete("{approved: yes}");
+    let malformed: Vec<&str> = malformed.iter().map(String::as_str).collect();
+    run_failing(&malformed, 2, "invalid --json value: key must be a string");
+    assert_eq!(
+        run_ok(&["--db", db, "executions", "wait", ID]),
+        format!("Ok {value}\n")
+    );
+    run_failing(
+        &["--db", db, "executions", "complete", UNKNOWN, "--json", "1"],
+        3,
+        &format!("no execution {UNKNOWN} in {db}"),
+    );
+    // An execution that runs is not completed from outside.
+    let flaky = submitted_id(&run_ok(&[
+        "--db",
+        db,
+        "submit",
+        FLAKY,
+        "--params",
+        FLAKY_PARAMS,
+    ]));
+    run_failing(
+        &["--db", db, "executions", "complete", &flaky, "--json", "1"],
+        2,
+        &format!("cannot complete {flaky}: execution {flaky} runs {FLAKY}, which is not a stub"),
+    );
+}
+
+#[test]
+fn prune_removes_finished_trees_in_batches_and_refuses_malformed_durations() {
+    let dir = tempfile::tempdir().unwrap();
+    let db_path = empty_database(dir.path());
+    let db = path_str(&db_path);
+    for (duration, message) in [
+        ("7x", "`7x` has the unknown unit `x`"),
+        ("-1d", "`-1d` has a sign"),
+        ("", "the duration is empty"),
+        ("1.5h", "`1.5h` has the unknown unit `.5h`"),
+        ("7", "`7` has no unit"),
+    ] {
+        run_failing(
+            &["--db", db, "executions", "prune", "--older-than", duration],
+            2,
+            &format!("invalid --older-than: {message}"),
+        );
+    }
+    // Three finished executions (cancelled), one pending.
+    let mut finished = Vec::new();
+    for _ in 0..3 {
+        let id = submitted_id(&run_ok(&[
+            "--db",
+            db,
+            "submit",
+            FLAKY,
+            "--params",
+            FLAKY_PARAMS,
+        ]));
+        run_ok(&["--db", db, "executions", "cancel", &id]);
+        finished.push(id);
+    }
+    let pending = submitted_id(&run_ok(&[
+        "--db",
+        db,
+        "submit",
+        FLAKY,
+        "--params",
+        FLAKY_PARAMS,
+    ]));
+
+    let kept = run_ok(&["--db", db, "executions", "prune", "--older-than", "7d"]);
+    assert!(
+        kept.starts_with("removed 0 trees (0 executions) that finished before "),
+        "{kept}"
+    );
+    let totals = run_json(&[
+        "--db",
+        db,
+        "executions",
+        "prune",
+        "--older-than",
+        "0s",
+        "--batch",
+        "2",
+        "--json",
+    ]);
+    assert_eq!(u64_at(&totals, "/trees"), 3);
+    assert_eq!(u64_at(&totals, "/executions"), 3);
+    assert_eq!(u64_at(&totals, "/kept"), 0);
+    assert!(u64_at(&totals, "/batches") >= 2, "{totals}");
+    for id in &finished {
+        run_failing(&["--db", db, "executions", "show", id], 3, "no execution");
+    }
+    run_ok(&["--db", db, "executions", "show", &pending]);
+    let nothing = run_ok(&["--db", db, "executions", "prune", "--older-than", "0s"]);
+    assert!(nothing.starts_with("removed 0 trees"), "{nothing}");
+    let zero = run(&[
+        "--db",
+        db,
+        "executions",
+        "prune",
+        "--older-than",
+        "1d",
+        "--batch",
+        "0",
+    ]);
+    assert_eq!(zero.code, 2, "{}", zero.stderr);
+}
+
+#[test]
+fn operator_commands_never_create_a_database_nor_touch_another_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("missing.db");
+    let missing = path_str(&missing);
+    let notes = dir.path().join("notes.txt");
+    let text = "these are not the tables you are looking for\n".repeat(200);
+    std::fs::write(&notes, &text).unwrap();
+    let empty = dir.path().join("empty-file.db");
+    std::fs::write(&empty, "").unwrap();
+    let commands: [&[&str]; 5] = [
+        &["submit", FLAKY, "--params", FLAKY_PARAMS],
+        &["executions", "wait", ID],
+        &["executions", "cancel", ID],
+        &["executions", "complete", ID, "--json", "1"],
+        &["executions", "prune", "--older-than", "1d"],
+    ];
+    for command in commands {
+        run_failing(
+            &[&["--db", missing][..], command].concat(),
+            3,
+            "no database at",
+        );
+        run_failing(
+            &[&["--db", path_str(&notes)][..], command].concat(),
+            4,
+            "is not a SQLite database",
+        );
+        run_failing(
+            &[&["--db", path_str(&empty)][..], command].concat(),
+            4,
+            "is not a Stele database: it holds no schema",
+        );
+    }
+    assert_eq!(std::fs::read_to_string(&notes).unwrap(), text);
+    assert_eq!(std::fs::read(&empty).unwrap().len(), 0);
+    assert_eq!(
+        std::fs::read_dir(dir.path()).unwrap().count(),
+        2,
+        "nothing created"
+    );
+}
+
+#[test]
+fn serve_runs_what_submit_creates_until_sigterm() {
+    let dir = tempfile::tempdir().unwrap();
+    let db_path = dir.path().join("served.db");
+    let db = path_str(&db_path);
+    // `serve` creates the database (as `demo` does).
+    let server = Server::start(db, &["--concurrency", "4"]);
+    let id = submitted_id(&run_ok(&[
+        "--db",
+        db,
+        "submit",
+        FLAKY,
+        "--params",
+        FLAKY_PARAMS,
+    ]));
+    let result = run_json(&[
+        "--db",
+        db,
+        "executions",
+        "wait",
+        &id,
+        "--json",
+        "--timeout",
+        "60s",
+    ]);
+    assert_eq!(result["result_kind"], "Ok");
+    assert_eq!(result["value"]["attempts"], 1);
+    // A workflow with children: the fan-out's tree runs to the end too.
+    let fanout = submitted_id(&run_ok(&[
+        "--db",
+        db,
+        "submit",
+        "stele:demo/workflows.fanout",
+        "--params",
+        r#"{"children":3,"fail_probability":0,"work_ms":10}"#,
+    ]));
+    let summary = run_json(&["--db", db, "executions", "wait", &fanout, "--json"]);
+    assert_eq!(summary["value"]["succeeded"], 3, "{summary}");
+
+    let (code, rest) = server.terminate();
+    assert_eq!(code, 130, "{rest:?}");
+    assert_eq!(rest.len(), 1, "{rest:?}");
+    assert!(
+        rest[0].starts_with(&format!("error: interrupted: stopped serving {db}")),
+        "{rest:?}"
+    );
+    // Closed cleanly: the file opens and holds what was run.
+    let rows = run_json(&["--db", db, "executions", "list", "--json"]);
+    assert_eq!(
+        rows.as_array().unwrap().len(),
+        5,
+        "flaky, fanout and its 3 children"
+    );
+}
+
+#[test]
+fn serve_with_retention_removes_what_finished() {
+    let dir = tempfile::tempdir().unwrap();
+    let db_path = empty_database(dir.path());
+    let db = path_str(&db_path);
+    run_failing(
+        &["--db", db, "serve", "--prune-older-than", "7x"],
+        2,
+        "invalid --prune-older-than: `7x` has the unknown unit `x`",
+    );
+    let server = Server::start(db, &["--prune-older-than", "0s", "--prune-every", "100ms"]);
+    // A promise nobody completes stays pending: never pruned.
+    let promise = submitted_id(&run_ok(&[
+        "--db",
+        db,
+        "submit",
+        "stele:stub.never",
+        "--params",
+        "[]",
+    ]));
+    let id = submitted_id(&run_ok(&[
+        "--db",
+        db,
+        "submit",
+        FLAKY,
+        "--params",
+        FLAKY_PARAMS,
+    ]));
+    // Gone once it ran and the retention task ran after that: read until it is.
+    let deadline = Instant::now() + SAFETY;
+    loop {
+        let shown = run(&["--db", db, "executions", "show", &id]);
+        if shown.code == 3 {
+            break;
+        }
+        assert_eq!(shown.code, 0, "{}", shown.stderr);
+        assert!(Instant::now() < deadline, "never pruned");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let kept = run_json(&["--db", db, "executions", "show", &promise, "--json"]);
+    assert_eq!(kept["state"], "PendingAt");
+    let (code, _) = server.terminate();
+    assert_eq!(code, 130);
+}
+
+#[test]
+fn the_operator_commands_run_on_postgres_too() {
+    let Some(server) = TestServer::or_skip("the_operator_commands_run_on_postgres_too") else {
+        return;
+    };
+    let database = block_on(TestDatabase::create(&server));
+    let url = database.url.as_str();
+    let serving = Server::start(url, &["--prune-older-than", "1d"]);
+    let submit = [
+        "--db",
+        url,
+        "submit",
+        FLAKY,
+        "--params",
+        FLAKY_PARAMS,
+        "--id",
+        ID,
+    ];
+    assert_eq!(run_ok(&submit), format!("{ID} created\n"));
+    assert!(run_ok(&submit).starts_with(&format!("{ID} already existed")));
+    let result = run_json(&["--db", url, "executions", "wait", ID, "--json"]);
+    assert_eq!(result["result_kind"], "Ok");
+
+    let stub = submitted_id(&run_ok(&[
+        "--db",
+        url,
+        "submit",
+        "stele:stub.approval",
+        "--params",
+        "[]",
+    ]));
+    assert_eq!(
+        run_ok(&[
+            "--db",
+            url,
+            "executions",
+            "complete",
+            &stub,
+            "--json",
+            "true"
+        ]),
+        format!("completed {stub} with true\n")
+    );
+    assert_eq!(
+        run_ok(&["--db", url, "executions", "wait", &stub]),
+        "Ok true\n"
+    );
+    let other = submitted_id(&run_ok(&[
+        "--db",
+        url,
+        "submit",
+        "stele:stub.approval",
+        "--params",
+        "[]",
+    ]));
+    assert_eq!(
+        run_ok(&["--db", url, "executions", "cancel", &other]),
+        format!("cancelled {other}\n")
+    );
+    let (code, _) = serving.terminate();
+    assert_eq!(code, 130);
+    let totals = run_json(&[
+        "--db",
+        url,
+        "executions",
+        "prune",
+        "--older-than",
+        "0s",
+        "--json",
+    ]);
+    assert_eq!(u64_at(&totals, "/trees"), 3, "{totals}");
+    run_failing(
+        &["--db", url, "executions", "show", ID],
+        3,
+        &format!("no execution {ID}"),
     );
 }

@@ -2,13 +2,15 @@
 //! record each outcome, wait for the next due execution.
 
 use crate::{
-    mapping::{RunInfo, map_worker_result},
+    cancel::Cancellation,
+    mapping::{RunInfo, log_lost_race, map_worker_result},
     worker::{Worker, WorkerContext, WorkerError, WorkerResult},
 };
 use chrono::{DateTime, Utc};
 use concepts::{
-    ClockFn, ComponentId, DbError, DbExecutor, ExecutionId, ExecutorId, FunctionFqn,
-    LockPendingRequest, LockedExecution, OutcomeWrite, add_saturating, is_lost_race, retry,
+    ClockFn, ComponentId, DbError, DbExecutor, ExecutionEventInner, ExecutionId, ExecutorId,
+    FunctionFqn, LockPendingRequest, LockedExecution, OutcomeWrite, add_saturating, is_lost_race,
+    retry,
 };
 use futures_util::FutureExt as _;
 use std::panic::AssertUnwindSafe;
@@ -61,6 +63,7 @@ pub struct ExecTask<C: ClockFn> {
     executor_id: ExecutorId,
     ffqns: Arc<[FunctionFqn]>,
     ticks: Arc<AtomicU64>,
+    cancellation: Cancellation,
 }
 
 impl<C: ClockFn> ExecTask<C> {
@@ -78,6 +81,7 @@ impl<C: ClockFn> ExecTask<C> {
             worker,
             config,
             clock,
+            cancellation: Cancellation::new(db.clone()),
             db,
             executor_id,
             ffqns,
@@ -251,6 +255,8 @@ impl<C: ClockFn> ExecTask<C> {
             responses: locked.responses,
             version: locked.next_version,
             worker_span: span.clone(),
+            // One reference count; the store is asked only if the worker polls `cancelled()`.
+            cancellation: self.cancellation.clone(),
         };
         let worker = self.worker.clone();
         let db = self.db.clone();
@@ -417,7 +423,11 @@ async fn after_failed_write(db: &dyn DbExecutor, write: OutcomeWrite, mut err: D
     let mut attempt = 1;
     loop {
         if is_lost_race(&err) {
-            warn!("{event} refused, the lease was already resolved: {err}");
+            if attempt > 1 && written_earlier(db, &write).await {
+                debug!("{event} was written by an earlier attempt whose reply was lost");
+            } else {
+                log_lost_race(&format!("the {event} write"), &err);
+            }
             return;
         }
         if !err.is_retriable() || attempt >= OUTCOME_WRITE_ATTEMPTS {
@@ -436,6 +446,19 @@ async fn after_failed_write(db: &dyn DbExecutor, write: OutcomeWrite, mut err: D
             Err(next) => err = next,
         }
     }
+}
+
+/// True when the log holds `write` although a retry of it was refused as a lost race: an
+/// earlier attempt committed and only its reply was lost (an ambiguous commit), so nobody
+/// else resolved the lease. Known for a `Finished` (its result can be read back); any other
+/// event counts as not known.
+async fn written_earlier(db: &dyn DbExecutor, write: &OutcomeWrite) -> bool {
+    let ExecutionEventInner::Finished { result } = &write.event else {
+        return false;
+    };
+    db.wait_for_finished_result(&write.execution_id, Some(Duration::ZERO))
+        .await
+        .is_ok_and(|stored| stored == *result)
 }
 
 impl Drop for ExecutorTaskHandle {

@@ -73,6 +73,24 @@
 //! store's notifications, at most `tick_sleep`). Leases that expire because a worker hung or
 //! its process died are resolved by the timers watcher, never by the executor.
 //!
+//! # Cancellation and other lost races
+//!
+//! An execution can be finished by someone else while its worker runs: `DbClient::cancel`
+//! finishes it with `Err(Cancelled { reason })`, and the timers watcher finishes it with
+//! `Err(PermanentTimeout)` when its lease expired without a retry left. The worker learns it
+//! through [`WorkerContext::cancelled`], a future that completes with that result; it is
+//! built on the executor's store (`DbAwait::wait_for_finished_result`), and the wait is
+//! registered only when the worker first polls it, so a worker that never asks costs the
+//! executor nothing more (the [`Cancellation`] handle holds two reference counts).
+//!
+//! Whether the worker stops early or not, whatever it reports afterwards is refused by the
+//! store like any stale writer's write: `AlreadyFinished` for a finished execution,
+//! `VersionMismatch` when the watcher moved the log on. [`concepts::is_lost_race`] is what
+//! the executor asks: such a refusal is logged (`info` when the execution was finished by
+//! someone else, `warn` when the watcher took over a run that outlived its lease) and never
+//! retried; nothing is lost, the log already says what happened. The same holds for a
+//! workflow-style worker whose own write was refused (`WorkerError::DbError`).
+//!
 //! Each run is a tracing span (`worker`, with the function as `otel.name`) carrying the
 //! execution id, run id, function, executor id, component id and the submitter's
 //! `traceparent` when its metadata has one. Linking that span to the remote OpenTelemetry
@@ -80,10 +98,12 @@
 //!
 //! This crate knows no storage backend: it talks to `concepts::DbExecutor` only.
 
+mod cancel;
 mod exec_task;
 mod mapping;
 mod worker;
 
+pub use cancel::Cancellation;
 pub use exec_task::{
     ExecConfig, ExecTask, ExecutionProgress, ExecutorTaskHandle, OUTCOME_WRITE_ATTEMPTS,
 };

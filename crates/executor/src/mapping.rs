@@ -3,9 +3,9 @@
 use crate::worker::{WorkerError, WorkerResult};
 use chrono::{DateTime, Utc};
 use concepts::{
-    ExecutionEventInner, ExecutionId, FinishedExecutionError, JoinSetId, LockedExecution,
-    OutcomeWrite, PermanentFailureKind, SupportedFunctionReturnValue, Version, add_saturating,
-    retry,
+    DbError, ExecutionEventInner, ExecutionId, FinishedExecutionError, JoinSetId, LockedExecution,
+    OutcomeWrite, PermanentFailureKind, SupportedFunctionReturnValue, ValidationError, Version,
+    add_saturating, is_lost_race, retry,
 };
 use std::time::Duration;
 
@@ -54,7 +54,7 @@ impl From<&LockedExecution> for RunInfo {
 /// | `TemporaryWorkflowTrap` | yes / no | `TemporarilyFailed` / `Finished(Err(PermanentFailure(WorkflowTrap)))` at `v` |
 /// | `LimitReached` | - | `Unlocked` at `v`, using up no retry |
 /// | `FatalError(f, v)` | - | `Finished(Err(f))` at `v` |
-/// | `DbError` | - | nothing (logged) |
+/// | `DbError` | - | nothing (logged; a lost race, as below) |
 ///
 /// Activity variants are appended at `run.version`. Backoffs come from [`concepts::retry`] and
 /// start at `now`. Every `Finished` of a child carries the response to its parent (see
@@ -84,6 +84,10 @@ pub fn map_worker_result(
     };
     let (version, event) = match error {
         WorkerError::TemporaryTimeoutHandledByWatcher => return None,
+        WorkerError::DbError(err) if is_lost_race(&err) => {
+            log_lost_race("the worker's own write", &err);
+            return None;
+        }
         WorkerError::DbError(err) => {
             tracing::warn!(
                 execution_id = %run.execution_id,
@@ -145,6 +149,25 @@ pub fn map_worker_result(
         WorkerError::FatalError(fatal, version) => (version, finished_err(fatal.into())),
     };
     Some(write(run, version, now, event))
+}
+
+/// Logs a write refused because someone else wrote first ([`is_lost_race`]): nothing is
+/// lost, the log already says what happened. A cancellation (or the watcher's permanent
+/// timeout) finished the execution: expected, `info`. The log moved on under a live lease
+/// holder (the watcher timed out a run that outlived its lease): `warn`, since a longer
+/// `lock_expiry` would have avoided the wasted run.
+pub(crate) fn log_lost_race(what: &str, err: &DbError) {
+    if matches!(err, DbError::Validation(ValidationError::AlreadyFinished)) {
+        tracing::info!(
+            "{what} was refused, the execution was already finished by someone else \
+             (cancelled, or timed out by the watcher); nothing more is written: {err}"
+        );
+    } else {
+        tracing::warn!(
+            "{what} was refused, the log moved on (the watcher resolved the lease); nothing \
+             more is written: {err}"
+        );
+    }
 }
 
 fn write(

@@ -1,12 +1,13 @@
 //! The worker contract: what a worker is given for one run ([`WorkerContext`]) and what it
 //! reports back ([`WorkerResult`], [`WorkerError`], [`FatalError`]).
 
+use crate::cancel::Cancellation;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use concepts::{
-    DbError, ExecutionId, ExecutionMetadata, FinishedExecutionError, FunctionFqn, HistoryEvent,
-    JoinSetResponseEventOuter, Json, Params, PermanentFailureKind, RunId,
-    SupportedFunctionReturnValue, Version,
+    DbError, ExecutionId, ExecutionMetadata, FinishedExecutionError, FinishedExecutionResult,
+    FunctionFqn, HistoryEvent, JoinSetResponseEventOuter, Json, Params, PermanentFailureKind,
+    RunId, SupportedFunctionReturnValue, Version,
 };
 
 /// Runs the functions it exports, one execution at a time per call.
@@ -51,6 +52,39 @@ pub struct WorkerContext {
     pub temporary_event_count: u32,
     /// The span of this run; a worker that spawns its own tasks can enter it.
     pub worker_span: tracing::Span,
+    /// Whether someone else finished the execution while this run works on it (see
+    /// [`WorkerContext::cancelled`]).
+    pub cancellation: Cancellation,
+}
+
+impl WorkerContext {
+    /// Completes when the execution is finished by someone else while this run works on it
+    /// (cancelled, or timed out by the watcher), with the result it was finished with.
+    ///
+    /// A long worker races its work against it and stops early:
+    ///
+    /// ```
+    /// # use executor::{WorkerContext, WorkerError, WorkerResult};
+    /// # async fn work() {}
+    /// async fn run(ctx: WorkerContext) -> WorkerResult {
+    ///     tokio::select! {
+    ///         () = work() => WorkerResult::Ok(concepts::SupportedFunctionReturnValue::None, ctx.version),
+    ///         // Whatever is returned now is refused and logged as a lost race.
+    ///         _ = ctx.cancelled() => WorkerResult::Err(WorkerError::ActivityTrap {
+    ///             reason: "cancelled".to_string(),
+    ///             detail: None,
+    ///         }),
+    ///     }
+    /// }
+    /// # let _ = run;
+    /// ```
+    ///
+    /// Nothing is asked of the store until the future is polled; see [`Cancellation`].
+    pub fn cancelled(
+        &self,
+    ) -> impl std::future::Future<Output = FinishedExecutionResult> + Send + 'static {
+        self.cancellation.cancelled(&self.execution_id)
+    }
 }
 
 /// What a run ended with.

@@ -9,10 +9,9 @@
 //! **One lock, short sections.** All data lives in one `State` behind a `std::sync::Mutex`,
 //! held only for short sections that never await.
 //!
-//! **Load, plan, persist, wake.** A write locks the state, loads the
-//! [`Snapshot`](concepts::kernel::Snapshot) of its request's
-//! [`Keys`](concepts::kernel::Keys) from the records and indexes (due executions, descendants,
-//! prune candidates), then its follow-up keys into the same snapshot, hands it to
+//! **Load, plan, persist, wake.** A write locks the state, loads the [`Snapshot`] of its
+//! request's [`Keys`](concepts::kernel::Keys) from the records and indexes (due executions,
+//! descendants, prune candidates), then its follow-up keys into the same snapshot, hands it to
 //! [`concepts::kernel::plan`], and applies the plan's changes and deletions to the records and
 //! indexes before it unlocks. Planning writes nothing, so a refused write leaves the state as
 //! it was. Once unlocked, it delivers the plan's wake-ups.

@@ -43,7 +43,9 @@ pub struct PostgresConfig {
     /// notification listener's first connection.
     pub connect_timeout: Duration,
     /// How many times a transaction that failed with a serialization failure or a deadlock
-    /// (SQLSTATE 40001 / 40P01) is retried before the error is returned (as retriable).
+    /// (SQLSTATE 40001 / 40P01) is retried before the error is returned (as retriable); a
+    /// `create` or `create_batch` that lost the insert of one of its ids to another
+    /// transaction is retried as often (and then answered as the repeat or conflict it is).
     pub max_transaction_retries: u32,
     /// The first delay before the listener reconnects; it doubles up to
     /// `listener_max_backoff`.

@@ -60,8 +60,17 @@ impl std::fmt::Display for Synchronous {
 /// How to open a SQLite store. [`SqliteConfig::new`] gives the durable defaults.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SqliteConfig {
-    /// The database file; created if missing (its directory must exist).
+    /// The database file; created if missing (its directory must exist) unless `create` is
+    /// false.
     pub path: PathBuf,
+    /// Whether a missing file is created and a file without any schema (new, empty) gets
+    /// Stele's; when false such a file is refused ([`SqliteOpenError::NoSchema`](crate::SqliteOpenError::NoSchema))
+    /// and nothing is created. Default true.
+    pub create: bool,
+    /// Whether a Stele file of an older schema version is migrated; when false it is refused
+    /// ([`SqliteOpenError::SchemaTooOld`](crate::SqliteOpenError::SchemaTooOld)) and left as it
+    /// is, for tools that only read. Default true.
+    pub migrate: bool,
     /// The `synchronous` level; default [`Synchronous::Full`].
     pub synchronous: Synchronous,
     /// How many write commands may wait for the writer thread before writers wait for room;
@@ -83,12 +92,29 @@ impl SqliteConfig {
     pub fn new(path: impl Into<PathBuf>) -> Self {
         Self {
             path: path.into(),
+            create: true,
+            migrate: true,
             synchronous: Synchronous::Full,
             queue_capacity: 8192,
             max_commands_per_transaction: 1024,
             reader_pool_size: 4,
             busy_timeout: Duration::from_secs(5),
         }
+    }
+
+    /// The same configuration, opening only a file that already is a Stele database: nothing
+    /// is created (`create = false`).
+    #[must_use]
+    pub fn existing_only(mut self) -> Self {
+        self.create = false;
+        self
+    }
+
+    /// The same configuration, never migrating an older schema (`migrate = false`).
+    #[must_use]
+    pub fn without_migrations(mut self) -> Self {
+        self.migrate = false;
+        self
     }
 
     /// The same configuration with another `synchronous` level.

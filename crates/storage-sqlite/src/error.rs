@@ -61,6 +61,28 @@ pub enum SqliteOpenError {
         /// The newest version this build can use.
         supported: u32,
     },
+    /// The file has no schema at all (a new or empty SQLite file) and the configuration does
+    /// not create one ([`SqliteConfig::create`](crate::SqliteConfig::create) is false).
+    #[error(
+        "{path} is not a Stele database: it holds no schema (an empty file?), and creating one was not asked for"
+    )]
+    NoSchema {
+        /// The database file.
+        path: PathBuf,
+    },
+    /// The file has an older schema version and the configuration does not migrate
+    /// ([`SqliteConfig::migrate`](crate::SqliteConfig::migrate) is false); it is left as it is.
+    #[error(
+        "{path} has schema version {found}, older than this build's {current}; it is migrated only when opened with migrations"
+    )]
+    SchemaTooOld {
+        /// The database file.
+        path: PathBuf,
+        /// The file's `user_version`.
+        found: u32,
+        /// The version this build uses.
+        current: u32,
+    },
     /// `journal_mode=WAL` did not take effect (the file system may not support the shared
     /// memory WAL needs). Running without WAL would make readers block the writer.
     #[error(
@@ -131,6 +153,8 @@ impl SqliteOpenError {
             | Self::NotADatabase { path, .. }
             | Self::ForeignDatabase { path, .. }
             | Self::SchemaTooNew { path, .. }
+            | Self::NoSchema { path }
+            | Self::SchemaTooOld { path, .. }
             | Self::WalUnavailable { path, .. }
             | Self::SynchronousNotApplied { path, .. }
             | Self::Migration { path, .. }

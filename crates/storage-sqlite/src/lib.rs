@@ -65,7 +65,10 @@
 //! `PRAGMA user_version` holds the version and `PRAGMA application_id` marks the file as
 //! Stele's. A fresh file and a file of an older version are migrated; a file of a newer
 //! version, a SQLite file of another application and a file that is not a database are
-//! refused with a typed [`SqliteOpenError`] naming the path.
+//! refused with a typed [`SqliteOpenError`] naming the path. A tool that must not change what
+//! it opens says so in its [`SqliteConfig`]: [`SqliteConfig::existing_only`] creates no file
+//! and no schema (a missing or empty file is refused), [`SqliteConfig::without_migrations`]
+//! refuses an older version instead of migrating it.
 //!
 //! Timestamps in columns are integer microseconds since the Unix epoch (fixed width and
 //! sortable; every `DateTime<Utc>` fits). The JSON documents (events, responses, the pending

@@ -159,9 +159,10 @@ pub(crate) fn open_writer(
 ) -> Result<(Connection, EffectiveSettings), SqliteOpenError> {
     let path = config.path.as_path();
     validate_config(config)?;
-    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
-        | OpenFlags::SQLITE_OPEN_CREATE
-        | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let mut flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    if config.create {
+        flags |= OpenFlags::SQLITE_OPEN_CREATE;
+    }
     let conn =
         Connection::open_with_flags(path, flags).map_err(|source| SqliteOpenError::Open {
             path: path.to_path_buf(),
@@ -182,6 +183,18 @@ pub(crate) fn open_writer(
             path: path.to_path_buf(),
             found: found_version,
             supported: current_version(),
+        });
+    }
+    if !config.create && found_version == 0 && schema_objects == 0 {
+        return Err(SqliteOpenError::NoSchema {
+            path: path.to_path_buf(),
+        });
+    }
+    if !config.migrate && found_version > 0 && found_version < current_version() {
+        return Err(SqliteOpenError::SchemaTooOld {
+            path: path.to_path_buf(),
+            found: found_version,
+            current: current_version(),
         });
     }
 

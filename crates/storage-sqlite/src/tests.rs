@@ -196,10 +196,7 @@ async fn an_older_schema_is_migrated_and_keeps_its_data() {
                 .await
                 .expect("creates");
             let version = Version(1);
-            let mut events = vec![history(HistoryEvent::JoinSetCreate {
-                join_set_id: join_set.clone(),
-                closing_strategy: concepts::ClosingStrategy::Complete,
-            })];
+            let mut events = vec![join_set_create(&join_set)];
             events.extend(delays.iter().map(|delay_id| {
                 history(HistoryEvent::JoinSetRequest {
                     join_set_id: join_set.clone(),
@@ -374,6 +371,56 @@ async fn a_newer_schema_is_refused_with_a_clear_error() {
     );
     assert!(err.to_string().contains("newer build"), "{err}");
     assert_eq!(err.path(), path);
+}
+
+#[tokio::test]
+async fn a_tool_that_asks_for_neither_creation_nor_migration_changes_nothing() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let missing = dir.path().join("missing.sqlite");
+    let err = SqlitePool::open(SqliteConfig::new(&missing).existing_only())
+        .await
+        .expect_err("refused");
+    assert!(matches!(err, SqliteOpenError::Open { .. }), "{err:?}");
+    assert!(!missing.exists(), "no file created");
+
+    let empty = dir.path().join("empty.sqlite");
+    std::fs::write(&empty, "").expect("writes");
+    let err = SqlitePool::open(SqliteConfig::new(&empty).existing_only())
+        .await
+        .expect_err("refused");
+    assert!(matches!(err, SqliteOpenError::NoSchema { .. }), "{err:?}");
+    assert!(err.to_string().contains("is not a Stele database"), "{err}");
+    assert_eq!(err.path(), empty);
+    assert_eq!(pragma_i64(&empty, "user_version"), 0, "no schema created");
+
+    let old = dir.path().join("old.sqlite");
+    open(&old).await.close().await;
+    downgrade(&old, 3);
+    let err = SqlitePool::open(SqliteConfig::new(&old).existing_only().without_migrations())
+        .await
+        .expect_err("refused");
+    assert!(
+        matches!(&err, SqliteOpenError::SchemaTooOld { found: 3, current, .. }
+            if *current == schema::current_version()),
+        "{err:?}"
+    );
+    assert_eq!(pragma_i64(&old, "user_version"), 3, "not migrated");
+
+    // A current file opens, and a write-free open is still a whole store.
+    let current = dir.path().join("current.sqlite");
+    open(&current).await.close().await;
+    let store = SqlitePool::open(
+        SqliteConfig::new(&current)
+            .existing_only()
+            .without_migrations(),
+    )
+    .await
+    .expect("opens");
+    assert_eq!(
+        store.effective_settings().schema_version,
+        schema::current_version()
+    );
+    store.close().await;
 }
 
 #[tokio::test]
@@ -1026,6 +1073,22 @@ fn secs(n: i64) -> DateTime<Utc> {
     t0() + chrono::TimeDelta::seconds(n)
 }
 
+fn join_set_create(join_set_id: &JoinSetId) -> ExecutionEventInner {
+    history(HistoryEvent::JoinSetCreate {
+        join_set_id: join_set_id.clone(),
+        closing_strategy: concepts::ClosingStrategy::Complete,
+    })
+}
+
+fn child_request_event(join_set_id: &JoinSetId, child: &ExecutionId) -> ExecutionEventInner {
+    history(HistoryEvent::JoinSetRequest {
+        join_set_id: join_set_id.clone(),
+        request: JoinSetRequest::ChildExecutionRequest {
+            child_execution_id: child.clone(),
+        },
+    })
+}
+
 fn finished_ok() -> ExecutionEventInner {
     ExecutionEventInner::Finished {
         result: Ok(SupportedFunctionReturnValue::None),
@@ -1063,16 +1126,8 @@ async fn tree(
     child_req.parent = Some((root.clone(), outer.clone()));
     child_req.scheduled_by = Some(root.clone());
     let events = vec![
-        history(HistoryEvent::JoinSetCreate {
-            join_set_id: outer.clone(),
-            closing_strategy: concepts::ClosingStrategy::Complete,
-        }),
-        history(HistoryEvent::JoinSetRequest {
-            join_set_id: outer.clone(),
-            request: JoinSetRequest::ChildExecutionRequest {
-                child_execution_id: child.clone(),
-            },
-        }),
+        join_set_create(&outer),
+        child_request_event(&outer, &child),
         delay_request(&outer, root_delay),
     ];
     let root_version = store
@@ -1082,13 +1137,7 @@ async fn tree(
         })
         .await
         .expect("requests the child and a delay");
-    let events = vec![
-        history(HistoryEvent::JoinSetCreate {
-            join_set_id: inner.clone(),
-            closing_strategy: concepts::ClosingStrategy::Complete,
-        }),
-        delay_request(&inner, child_delay),
-    ];
+    let events = vec![join_set_create(&inner), delay_request(&inner, child_delay)];
     let child_version = store
         .append_batch(AppendBatchRequest::events(
             child.clone(),
@@ -1220,16 +1269,8 @@ async fn prune_leaves_no_row_of_a_pruned_tree_in_any_table() {
     let mut child_req = create_request(kept_child.clone(), secs(2));
     child_req.parent = Some((id(3), js("o:outer")));
     let events = vec![
-        history(HistoryEvent::JoinSetCreate {
-            join_set_id: js("o:outer"),
-            closing_strategy: concepts::ClosingStrategy::Complete,
-        }),
-        history(HistoryEvent::JoinSetRequest {
-            join_set_id: js("o:outer"),
-            request: JoinSetRequest::ChildExecutionRequest {
-                child_execution_id: kept_child.clone(),
-            },
-        }),
+        join_set_create(&js("o:outer")),
+        child_request_event(&js("o:outer"), &kept_child),
     ];
     let version = store
         .append_batch(AppendBatchRequest {

@@ -1,5 +1,6 @@
 //! The timers watcher of Stele: it resolves leases that expired (the worker hung, or its
-//! process died) and fires durable sleeps that are due.
+//! process died) and fires durable sleeps that are due; and the [`Pruner`], which deletes
+//! finished executions once their retention period is over.
 //!
 //! Every `tick_sleep`, at `now - leeway` (the leeway lets a worker that is about to finish
 //! write its own outcome first), one [`tick`]:
@@ -24,8 +25,38 @@
 //! }
 //! ```
 //!
+//! # Retention
+//!
+//! The [`Pruner`] is the other periodic task that runs next to executors: every `interval`
+//! (the first time at once) it deletes the trees of executions that finished more than
+//! `retention` ago, one [`prune_finished`] pass at `now - retention`: `DbClient::prune` calls of
+//! `batch` top-level executions each, following the cursor each call returns until no
+//! candidate is left, yielding to the runtime between calls, so that no transaction holds the
+//! store for long. Which trees may go (whole trees, every member finished, each all or
+//! nothing) is the storage kernel's rule, not the pruner's. A [`PrunerConfig`] with a zero
+//! `batch` or `interval` is refused ([`PrunerConfigError`]).
+//!
+//! ```
+//! use concepts::DbConnection;
+//! use std::{sync::Arc, time::Duration};
+//! use timers_watcher::{Pruner, PrunerConfig, PrunerConfigError};
+//!
+//! fn start<C: concepts::ClockFn>(db: Arc<dyn DbConnection>, clock: C) -> Result<Pruner, PrunerConfigError> {
+//!     let config = PrunerConfig {
+//!         retention: Duration::from_secs(7 * 24 * 3600),
+//!         interval: Duration::from_secs(60),
+//!         batch: 100,
+//!     };
+//!     Pruner::spawn_new(db, config, clock) // later: `pruner.close().await`
+//! }
+//! ```
+//!
 //! This crate knows no storage backend and does not depend on the executor: the write that
 //! finishes a child and notifies its parent is [`concepts::OutcomeWrite`], shared with it.
+
+mod pruner;
+
+pub use pruner::{PruneTotals, Pruner, PrunerConfig, PrunerConfigError, prune_finished};
 
 use chrono::{DateTime, Utc};
 use concepts::{
@@ -33,7 +64,7 @@ use concepts::{
     ExpiredTimer, FinishedExecutionError, JoinSetResponse, JoinSetResponseEvent, OutcomeWrite,
     add_saturating, is_lost_race, retry, sub_saturating,
 };
-use std::{sync::Arc, time::Duration};
+use std::{future::Future, sync::Arc, time::Duration};
 use tokio::{sync::watch, task::JoinHandle};
 use tracing::{Instrument, debug, info_span, warn};
 
@@ -136,55 +167,86 @@ where
     D: DbTimers + DbExecutor + ?Sized + 'static,
     C: ClockFn,
 {
-    let (closing_tx, mut closing) = watch::channel(false);
-    let task = async move {
-        debug!("timers watcher started");
-        loop {
-            match tick(db.as_ref(), clock.now(), config.leeway).await {
-                Ok(progress) if progress != TickProgress::default() => debug!(?progress),
-                Ok(_) => {}
-                Err(err) => warn!("cannot read expired timers: {err}"),
+    let task = Task::spawn(
+        "timers watcher",
+        info_span!("timers_watcher"),
+        |mut closing| async move {
+            loop {
+                match tick(db.as_ref(), clock.now(), config.leeway).await {
+                    Ok(progress) if progress != TickProgress::default() => debug!(?progress),
+                    Ok(_) => {}
+                    Err(err) => warn!("cannot read expired timers: {err}"),
+                }
+                tokio::select! {
+                    _ = closing.wait_for(|closing| *closing) => break,
+                    () = tokio::time::sleep(config.tick_sleep) => {}
+                }
             }
-            tokio::select! {
-                _ = closing.wait_for(|closing| *closing) => break,
-                () = tokio::time::sleep(config.tick_sleep) => {}
-            }
-        }
-        debug!("timers watcher stopped");
-    };
-    let join = tokio::spawn(task.instrument(info_span!("timers_watcher")));
-    TimersWatcherHandle {
-        closing: closing_tx,
-        join: Some(join),
-    }
+        },
+    );
+    TimersWatcherHandle { task }
 }
 
 /// A running watcher loop. [`TimersWatcherHandle::close`] stops it gracefully; dropping the
 /// handle without closing aborts the loop and logs a warning.
 #[derive(Debug)]
 pub struct TimersWatcherHandle {
-    closing: watch::Sender<bool>,
-    join: Option<JoinHandle<()>>,
+    task: Task,
 }
 
 impl TimersWatcherHandle {
     /// Stops the loop and returns once it has ended (a tick in flight completes first).
     /// Idempotent.
     pub async fn close(&mut self) {
+        self.task.close().await;
+    }
+}
+
+/// A spawned loop that stops when its closing flag is set: the watcher's and the pruner's.
+#[derive(Debug)]
+struct Task {
+    name: &'static str,
+    closing: watch::Sender<bool>,
+    join: Option<JoinHandle<()>>,
+}
+
+impl Task {
+    /// Spawns `body(closing)` in `span`; `body` ends its loop once `closing` turns true.
+    fn spawn<F, Fut>(name: &'static str, span: tracing::Span, body: F) -> Self
+    where
+        F: FnOnce(watch::Receiver<bool>) -> Fut,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        let (closing, receiver) = watch::channel(false);
+        let body = body(receiver);
+        let task = async move {
+            debug!("{name} started");
+            body.await;
+            debug!("{name} stopped");
+        };
+        Self {
+            name,
+            closing,
+            join: Some(tokio::spawn(task.instrument(span))),
+        }
+    }
+
+    /// Sets the closing flag and waits for the loop to end. Idempotent.
+    async fn close(&mut self) {
         self.closing.send_replace(true);
         if let Some(join) = self.join.take()
             && let Err(err) = join.await
         {
-            warn!("timers watcher loop ended abnormally: {err}");
+            warn!("{} ended abnormally: {err}", self.name);
         }
     }
 }
 
-impl Drop for TimersWatcherHandle {
+impl Drop for Task {
     fn drop(&mut self) {
         if let Some(join) = self.join.take() {
             if !join.is_finished() {
-                warn!("timers watcher dropped without `close`, aborting");
+                warn!("{} dropped without `close`, aborting", self.name);
             }
             join.abort();
         }

@@ -1,5 +1,6 @@
-//! The typed client: submit a function with typed parameters, await its typed result, from
-//! any process and against any backend.
+//! The typed client: submit a function with typed parameters (under an id of the caller's,
+//! idempotently), await its typed result, cancel an execution, complete a promise; from any
+//! process and against any backend.
 
 use crate::{
     error::{ClientError, decode_finished},
@@ -7,10 +8,12 @@ use crate::{
     store,
 };
 use concepts::{
-    ClockFn, ComponentId, CreateRequest, DbClient, DbError, ExecutionId, ExecutionMetadata,
+    CancelOutcome, CancelRequest, ClockFn, CompleteOutcome, CompleteRequest, ComponentId,
+    CreateRequest, DbClient, DbError, DuplicateKind, ExecutionId, ExecutionMetadata, Json,
+    SupportedFunctionReturnValue, ValidationError,
 };
 use serde::{Serialize, de::DeserializeOwned};
-use std::{marker::PhantomData, sync::Arc, time::Duration};
+use std::{fmt, marker::PhantomData, sync::Arc, time::Duration};
 
 /// Submits executions and awaits their results.
 #[derive(Clone)]
@@ -54,21 +57,28 @@ impl<C: ClockFn> Client<C> {
         params: &P,
     ) -> Result<ExecutionHandle<R>, ClientError> {
         let execution_id = ExecutionId::generate_at(self.clock.now());
-        self.submit_with_id(execution_id, function, params).await
+        Ok(self
+            .submit_with_id(execution_id, function, params)
+            .await?
+            .handle)
     }
 
-    /// Submits `function(params)` under `execution_id`, due now. A second submission with the
-    /// same id is refused ([`ClientError::Db`] with a duplicate), so a caller that retries
-    /// after a crash never runs the function twice.
+    /// Submits `function(params)` under `execution_id`, the caller's idempotency key, due now.
+    ///
+    /// Safe to repeat after an ambiguous failure (a timeout, a lost connection): when an
+    /// execution with this id, function and parameters exists, nothing is written and the
+    /// answer says so (`created: false`), so the function never runs twice. The same id with
+    /// another function or other parameters is a [`ClientError::Conflict`] naming what
+    /// differs.
     ///
     /// # Errors
-    /// As [`Client::submit`].
+    /// As [`Client::submit`], and [`ClientError::Conflict`].
     pub async fn submit_with_id<P: Serialize, R>(
         &self,
         execution_id: ExecutionId,
         function: &Function<P, R>,
         params: &P,
-    ) -> Result<ExecutionHandle<R>, ClientError> {
+    ) -> Result<Submitted<R>, ClientError> {
         let ffqn = function.ffqn().map_err(|source| ClientError::InvalidName {
             name: function.name(),
             source,
@@ -93,8 +103,72 @@ impl<C: ClockFn> Client<C> {
             metadata: ExecutionMetadata::default(),
             scheduled_by: None,
         };
-        store::create(self.db.as_ref(), request).await?;
-        Ok(self.handle(execution_id))
+        let outcome = store::create(self.db.as_ref(), request)
+            .await
+            .map_err(refused)?;
+        Ok(Submitted {
+            created: outcome.is_created(),
+            handle: self.handle(execution_id),
+        })
+    }
+
+    /// Cancels `execution_id` and every unfinished execution below it (its children, their
+    /// children), each finishing with `Err(Cancelled { reason })` and answering its parent.
+    /// An execution that already finished is left alone: [`CancelOutcome::AlreadyFinished`]
+    /// says how it finished. A worker still running one of them can notice
+    /// (`ActivityCtx::cancelled`); whatever it writes afterwards is refused.
+    ///
+    /// # Errors
+    /// [`ClientError::NotFound`], or the store failed.
+    pub async fn cancel(
+        &self,
+        execution_id: &ExecutionId,
+        reason: &str,
+    ) -> Result<CancelOutcome, ClientError> {
+        let request = CancelRequest {
+            execution_id: execution_id.clone(),
+            now: self.clock.now(),
+            reason: reason.to_string(),
+        };
+        store::cancel(self.db.as_ref(), request)
+            .await
+            .map_err(refused)
+    }
+
+    /// Completes the promise `promise_id` (`WorkflowCtx::promise`, `JoinSet::submit_promise`)
+    /// with `value`, which its workflow decodes as the promise's `T`; the workflow is answered
+    /// in the same transaction. Completing it again with the same value is accepted
+    /// ([`CompleteOutcome::AlreadyCompleted`]).
+    ///
+    /// # Errors
+    /// [`ClientError::NotFound`]; [`ClientError::NotAPromise`] for an execution that runs;
+    /// [`ClientError::AlreadyCompleted`] when it has another value (or was cancelled);
+    /// [`ClientError::EncodeValue`]; or the store failed.
+    pub async fn complete<T: Serialize>(
+        &self,
+        promise_id: &ExecutionId,
+        value: &T,
+    ) -> Result<CompleteOutcome, ClientError> {
+        let value = serde_json::to_value(value).map_err(|err| ClientError::EncodeValue {
+            execution_id: promise_id.clone(),
+            reason: err.to_string(),
+        })?;
+        let request = CompleteRequest {
+            execution_id: promise_id.clone(),
+            now: self.clock.now(),
+            value: SupportedFunctionReturnValue::InfallibleOrResultOk(Json(value)),
+        };
+        store::complete(self.db.as_ref(), request)
+            .await
+            .map_err(|err| match err {
+                DbError::Validation(ValidationError::InvalidRequest(reason)) => {
+                    ClientError::NotAPromise {
+                        execution_id: promise_id.clone(),
+                        reason,
+                    }
+                }
+                other => refused(other),
+            })
     }
 
     /// A handle to an execution submitted earlier (by any process).
@@ -105,6 +179,52 @@ impl<C: ClockFn> Client<C> {
             execution_id,
             result: PhantomData,
         }
+    }
+}
+
+/// The store's refusals a client can act on, typed; the rest as [`ClientError::Db`].
+fn refused(err: DbError) -> ClientError {
+    match err {
+        DbError::Duplicate(DuplicateKind::ExecutionConflict {
+            execution_id,
+            differences,
+        }) => ClientError::Conflict {
+            execution_id,
+            differences,
+        },
+        DbError::Duplicate(DuplicateKind::Completion {
+            execution_id,
+            existing,
+        }) => ClientError::AlreadyCompleted {
+            execution_id,
+            existing,
+        },
+        DbError::NotFound(what) => match what
+            .strip_prefix("execution ")
+            .and_then(|id| id.parse::<ExecutionId>().ok())
+        {
+            Some(execution_id) => ClientError::NotFound(execution_id),
+            None => ClientError::Db(DbError::NotFound(what)),
+        },
+        other => ClientError::Db(other),
+    }
+}
+
+/// What [`Client::submit_with_id`] did.
+pub struct Submitted<R> {
+    /// The execution, created now or earlier.
+    pub handle: ExecutionHandle<R>,
+    /// True when this call created it; false when it already existed with the same function
+    /// and parameters (a repeated submission, which wrote nothing).
+    pub created: bool,
+}
+
+impl<R> fmt::Debug for Submitted<R> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Submitted")
+            .field("execution_id", &self.handle.execution_id)
+            .field("created", &self.created)
+            .finish()
     }
 }
 

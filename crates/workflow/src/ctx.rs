@@ -9,11 +9,13 @@ use crate::{
 };
 use chrono::{DateTime, Utc};
 use concepts::{
-    DelayId, ExecutionId, FinishedExecutionResult, JoinSetId, JoinSetKind, Json, PersistKind,
+    DelayId, ExecutionId, FinishedExecutionResult, FunctionFqn, IdParseError, JoinSetId,
+    JoinSetKind, Json, PersistKind,
 };
 use serde::{Serialize, de::DeserializeOwned};
 use std::{
     future::{Future, poll_fn},
+    marker::PhantomData,
     ops::RangeInclusive,
     sync::{Arc, Mutex, MutexGuard, PoisonError},
     task::Poll,
@@ -160,6 +162,31 @@ impl WorkflowCtx {
         }
     }
 
+    /// A durable promise named `name`: a value the outside world supplies once, awaited like
+    /// a child (WORKFLOWS.md §2, LIFECYCLE.md §3).
+    ///
+    /// Records `JoinSetCreate(n:<name>)` and a `JoinSetRequest` for the child
+    /// `<this execution>.n:<name>_1` of the stub function `stele:stub.<name>`, created in the
+    /// same transaction; no executor runs it. Whoever knows its id ([`Promise::id`], or
+    /// [`promise_id`] from this execution's id and the name) completes it with
+    /// `Client::complete`, which answers this workflow in the same transaction; awaiting it
+    /// ([`Promise::wait`], [`Promise::wait_within`]) records the `JoinNext`.
+    ///
+    /// `name` is a join set name (ASCII letters, digits, `_ - /`), used once per execution;
+    /// many promises of one kind go into one join set with [`JoinSet::submit_promise`]. A
+    /// promise the workflow never awaits does not hold it open: when the workflow finishes,
+    /// every promise of the run still unanswered is cancelled.
+    #[must_use]
+    pub fn promise<T: DeserializeOwned>(&self, name: &str) -> Promise<T> {
+        let join_set = self.open(JoinSetKind::Named, Some(name), None);
+        let id = join_set.submit_promise(name);
+        Promise {
+            join_set,
+            id,
+            value: PhantomData,
+        }
+    }
+
     /// Opens a join set with a generated id (`g:<n>`).
     #[must_use]
     pub fn join_set(&self) -> JoinSet {
@@ -299,7 +326,8 @@ impl WorkflowCtx {
     }
 
     /// Awaits every child of every join set that the workflow has not consumed; the first
-    /// failed one among them is returned. Delays nobody awaits are dropped.
+    /// failed one among them is returned. Delays and promises nobody awaits are dropped (the
+    /// driver cancels the unanswered promises once the workflow finished).
     pub(crate) async fn close_join_sets(&self) -> Option<ChildError> {
         let mut unhandled = None;
         for id in self.with(|state| state.join_set_ids()) {
@@ -309,6 +337,7 @@ impl WorkflowCtx {
                     id: id.clone(),
                 };
                 if let Some(Response::Child(child)) = join_set.await_next(true).await
+                    && !self.with(|state| state.is_stub(&child.child_execution_id))
                     && let Err(failure) = decode_finished::<serde_json::Value>(&child.result)
                     && unhandled.is_none()
                 {
@@ -371,6 +400,22 @@ impl JoinSet {
                     .map(|params| (ffqn, params))
                     .map_err(|err| format!("cannot encode the parameters of {function}: {err}"))
             });
+        self.submit_encoded(encoded)
+    }
+
+    /// Submits a durable promise named `name` into this join set and returns its id,
+    /// `<parent>.<join set>_<k>`: a child of the stub function `stele:stub.<name>`, which no
+    /// executor runs and `Client::complete` finishes (see [`WorkflowCtx::promise`]). Its
+    /// response is a [`Response::Child`] like any child's, so a promise with a deadline is a
+    /// join set of a promise and a delay.
+    pub fn submit_promise(&self, name: &str) -> ExecutionId {
+        let stub = FunctionFqn::stub(name)
+            .map(|ffqn| (ffqn, Json(serde_json::Value::Null)))
+            .map_err(|err| format!("cannot create a promise named {name:?}: {err}"));
+        self.submit_encoded(stub)
+    }
+
+    fn submit_encoded(&self, encoded: Result<(FunctionFqn, Json), String>) -> ExecutionId {
         let now = self.ctx.now_unrecorded();
         let child = self.ctx.with(|state| match encoded {
             Ok((ffqn, params)) => state.submit_child(&self.id, ffqn, params, now),
@@ -421,4 +466,70 @@ impl JoinSet {
             .await
         }
     }
+}
+
+/// A durable promise of a value `T` ([`WorkflowCtx::promise`]): its id can be handed to the
+/// outside world, which completes it once (`Client::complete`); the workflow awaits it like a
+/// child.
+pub struct Promise<T> {
+    join_set: JoinSet,
+    id: ExecutionId,
+    value: PhantomData<fn() -> T>,
+}
+
+impl<T: DeserializeOwned> Promise<T> {
+    /// The promise's id, `<this execution>.n:<name>_1`: what a completer needs.
+    #[must_use]
+    pub fn id(&self) -> &ExecutionId {
+        &self.id
+    }
+
+    /// Awaits the value: one `JoinNext`, answered when the promise is completed.
+    ///
+    /// # Errors
+    /// The promise was cancelled ([`crate::FunctionFailure::Cancelled`]), or completed with a
+    /// value that is not a `T`.
+    pub async fn wait(self) -> Result<T, ChildError> {
+        match self.join_set.next().await {
+            Some(Response::Child(child)) => child.into_result(),
+            _ => self.answered_by_something_else().await,
+        }
+    }
+
+    /// Awaits the value for at most `timeout`: a delay in the promise's join set, then one
+    /// `JoinNext`, answered by whichever comes first. `None` when the delay came first; the
+    /// promise is then cancelled when the workflow finishes.
+    ///
+    /// # Errors
+    /// As [`Promise::wait`].
+    pub async fn wait_within(self, timeout: Duration) -> Result<Option<T>, ChildError> {
+        self.join_set.submit_delay(timeout);
+        match self.join_set.next().await {
+            Some(Response::Child(child)) => child.into_result().map(Some),
+            Some(Response::DelayFinished(_)) => Ok(None),
+            None => self.answered_by_something_else().await,
+        }
+    }
+
+    async fn answered_by_something_else<V>(&self) -> V {
+        self.join_set.ctx.with(|state| {
+            state.fail(Fault::Determinism(format!(
+                "join set {} of promise {} was answered by something other than its promise",
+                self.join_set.id, self.id
+            )));
+        });
+        stuck().await
+    }
+}
+
+/// The id of the promise `name` of the workflow execution `workflow`
+/// ([`WorkflowCtx::promise`]): `<workflow>.n:<name>_1`. What a completer computes when the
+/// workflow's id is all it knows.
+///
+/// # Errors
+/// `name` is not a legal promise name (ASCII letters, digits, `_ - /`, not empty).
+pub fn promise_id(workflow: &ExecutionId, name: &str) -> Result<ExecutionId, IdParseError> {
+    FunctionFqn::stub(name)?;
+    let join_set_id = JoinSetId::new(JoinSetKind::Named, name)?;
+    Ok(workflow.next_level(&join_set_id, 1))
 }

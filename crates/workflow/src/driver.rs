@@ -7,6 +7,9 @@
 //! response. A poll that returns `Pending` without an operation having registered a wait
 //! means the workflow awaited something else (a timer, a channel, I/O): that is reported as a
 //! determinism violation, never left hanging.
+//!
+//! A warm wait also watches the execution's cancellation: once someone else finished the
+//! execution, the run ends without writing anything more (its next write would be refused).
 
 use crate::{
     ctx::Shared,
@@ -15,8 +18,8 @@ use crate::{
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use concepts::{
-    CreateRequest, DbError, ExecutionId, FunctionFqn, HistoryEvent, JoinSetResponseEventOuter,
-    Json, SupportedFunctionReturnValue, Version,
+    CreateRequest, DbError, ExecutionId, FinishedExecutionResult, FunctionFqn, HistoryEvent,
+    JoinSetResponseEventOuter, Json, SupportedFunctionReturnValue, Version,
 };
 use executor::{FatalError, WorkerError, WorkerResult};
 use futures_util::future::BoxFuture;
@@ -80,6 +83,19 @@ pub(crate) trait RunIo: Send + Sync {
         &self,
         children: Vec<ExecutionId>,
     ) -> Result<HashMap<ExecutionId, (FunctionFqn, Json)>, DbError>;
+
+    /// Completes once someone else finished this execution (a cancellation); asks nothing of
+    /// the store until polled.
+    fn cancelled(&self) -> BoxFuture<'static, FinishedExecutionResult>;
+
+    /// Cancels `children` (promises nobody completed) at `now`; one already finished is left
+    /// alone.
+    async fn cancel(
+        &self,
+        children: Vec<ExecutionId>,
+        now: DateTime<Utc>,
+        reason: String,
+    ) -> Result<(), DbError>;
 }
 
 /// The limits of one run.
@@ -109,6 +125,7 @@ pub(crate) async fn drive(
         version: limits.version,
         appended: false,
         limits,
+        cancelled: None,
     };
     driver.run(future).await
 }
@@ -119,6 +136,8 @@ struct Driver<'a> {
     limits: RunLimits,
     version: Version,
     appended: bool,
+    /// The execution's cancellation, watched from the first warm wait to the end of the run.
+    cancelled: Option<BoxFuture<'static, FinishedExecutionResult>>,
 }
 
 enum Step {
@@ -257,7 +276,23 @@ impl Driver<'_> {
             }
             let start = self.shared.lock().response_count();
             let slice = left.min(self.limits.wait_slice);
-            match tokio::time::timeout(slice, self.io.next_responses(start)).await {
+            let io = self.io;
+            let cancelled = self.cancelled.get_or_insert_with(|| io.cancelled());
+            // Biased: a cancellation delivers the cancelled children's responses too, and
+            // nothing the workflow would do with them could be written.
+            let waited = tokio::select! {
+                biased;
+                result = cancelled => {
+                    tracing::info!(
+                        execution_id = %self.shared.lock().execution_id(),
+                        "finished by someone else while waiting ({result:?}); the run ends \
+                         without writing"
+                    );
+                    return Some(WorkerResult::DbUpdatedByWorker);
+                }
+                waited = tokio::time::timeout(slice, io.next_responses(start)) => waited,
+            };
+            match waited {
                 Ok(Ok(responses)) if !responses.is_empty() => {
                     self.shared.lock().add_responses(responses);
                     return None;
@@ -300,6 +335,11 @@ impl Driver<'_> {
         if let Err(err) = self.flush(self.limits.deadline).await {
             return WorkerResult::Err(WorkerError::DbError(err));
         }
+        if !matches!(outcome, Outcome::Trap(_))
+            && let Err(err) = self.cancel_unanswered_promises().await
+        {
+            return WorkerResult::Err(WorkerError::DbError(err));
+        }
         match outcome {
             Outcome::Value(value) => WorkerResult::Ok(
                 SupportedFunctionReturnValue::InfallibleOrResultOk(value),
@@ -327,7 +367,24 @@ impl Driver<'_> {
         }
     }
 
-    async fn report(&self, fault: Fault) -> WorkerResult {
+    /// The workflow finishes: its promises nobody completed are cancelled, so that no member
+    /// of its tree stays unfinished (which would also keep the tree from being pruned).
+    /// Idempotent: a crashed run's successor cancels what is still unanswered.
+    async fn cancel_unanswered_promises(&mut self) -> Result<(), DbError> {
+        let (unanswered, execution_id) = {
+            let state = self.shared.lock();
+            (state.unanswered_stubs(), state.execution_id().clone())
+        };
+        if unanswered.is_empty() {
+            return Ok(());
+        }
+        let reason = format!("workflow {execution_id} finished without awaiting this promise");
+        self.io
+            .cancel(unanswered, (self.shared.clock)(), reason)
+            .await
+    }
+
+    async fn report(&mut self, fault: Fault) -> WorkerResult {
         let reason = match fault {
             Fault::Trap(reason) => {
                 return WorkerResult::Err(WorkerError::TemporaryWorkflowTrap {

@@ -2,8 +2,8 @@
 //! ([`WorkflowError`]), and what a typed client reports ([`ClientError`]).
 
 use concepts::{
-    DbError, ExecutionId, FinishedExecutionError, FinishedExecutionResult, IdParseError, Json,
-    SupportedFunctionReturnValue,
+    CreateConflict, DbError, DuplicateKind, ExecutionId, FinishedExecutionError,
+    FinishedExecutionResult, IdParseError, Json, SupportedFunctionReturnValue,
 };
 use serde::de::DeserializeOwned;
 use std::fmt;
@@ -14,6 +14,13 @@ pub enum FunctionFailure {
     /// The function returned its error variant (`FallibleResultErr`), shown as JSON.
     #[error("returned the error {0}")]
     ReturnedError(Json),
+    /// The execution was cancelled (`DbClient::cancel`, `Client::cancel`, or the cancellation
+    /// of an ancestor; a promise, when its workflow finished without it).
+    #[error("was cancelled: {reason}")]
+    Cancelled {
+        /// The reason given to the cancellation.
+        reason: String,
+    },
     /// The execution failed: a permanent trap or timeout, an unhandled child error.
     #[error("failed: {0}")]
     Failed(FinishedExecutionError),
@@ -48,6 +55,11 @@ pub(crate) fn decode_finished<R: DeserializeOwned>(
         Ok(SupportedFunctionReturnValue::None) => Json(serde_json::Value::Null),
         Ok(SupportedFunctionReturnValue::FallibleResultErr(value)) => {
             return Err(FunctionFailure::ReturnedError(value.clone()));
+        }
+        Err(FinishedExecutionError::Cancelled { reason }) => {
+            return Err(FunctionFailure::Cancelled {
+                reason: reason.clone(),
+            });
         }
         Err(err) => return Err(FunctionFailure::Failed(err.clone())),
     };
@@ -160,7 +172,57 @@ pub enum ClientError {
         /// Why.
         reason: String,
     },
-    /// The store refused or failed (a duplicate id, say, or a closed store).
+    /// The id is taken by an execution of another function, other parameters or another
+    /// parent: a resubmission must repeat the original request exactly.
+    #[error(
+        "{}: submit under another id, or repeat the original function and parameters to get \
+         its handle",
+        DuplicateKind::ExecutionConflict {
+            execution_id: execution_id.clone(),
+            differences: differences.clone(),
+        }
+    )]
+    Conflict {
+        /// The execution.
+        execution_id: ExecutionId,
+        /// What differs from the existing execution.
+        differences: Vec<CreateConflict>,
+    },
+    /// No execution has this id.
+    #[error(
+        "no execution {0} in this store: check the id (the promise `name` of workflow `W` is \
+         `W.n:name_1`)"
+    )]
+    NotFound(ExecutionId),
+    /// The execution is not a promise (not a stub), so it cannot be completed from outside.
+    #[error("cannot complete {execution_id}: {reason}")]
+    NotAPromise {
+        /// The execution.
+        execution_id: ExecutionId,
+        /// Why, as the store says it.
+        reason: String,
+    },
+    /// The promise already has another result: it takes one value (repeating the same value
+    /// is accepted).
+    #[error(
+        "promise {execution_id} already has another result, {existing}: a promise is \
+         completed once (completing it again with the same value is accepted)"
+    )]
+    AlreadyCompleted {
+        /// The promise.
+        execution_id: ExecutionId,
+        /// The result it has, as text.
+        existing: String,
+    },
+    /// The value for a promise could not be encoded as JSON.
+    #[error("cannot encode the value for promise {execution_id}: {reason}")]
+    EncodeValue {
+        /// The promise.
+        execution_id: ExecutionId,
+        /// Why.
+        reason: String,
+    },
+    /// The store refused or failed (a closed store, a lost connection).
     #[error("storage: {0}")]
     Db(#[from] DbError),
     /// The execution did not finish within the time the caller gave.

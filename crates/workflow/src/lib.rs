@@ -64,13 +64,37 @@
 //! | [`WorkflowCtx::sleep`] | `JoinSetCreate(o:<n>)`, `JoinSetRequest(delay)`, `JoinNext` |
 //! | [`WorkflowCtx::join_set`], [`WorkflowCtx::join_set_named`] | `JoinSetCreate(g:<n>)` / `JoinSetCreate(n:<name>)` |
 //! | [`JoinSet::submit`], [`JoinSet::submit_delay`] | `JoinSetRequest` (+ the child's creation) |
+//! | [`WorkflowCtx::promise`] | `JoinSetCreate(n:<name>)`, `JoinSetRequest` with the creation of the stub child `<id>.n:<name>_1` (`stele:stub.<name>`) |
+//! | [`JoinSet::submit_promise`] | `JoinSetRequest` with the creation of a stub child |
+//! | [`Promise::wait`], [`Promise::wait_within`] | `JoinNext` (after a `JoinSetRequest(delay)` for `wait_within`) |
 //! | [`JoinSet::next`] | `JoinNext`, answered by the set's next response in arrival order |
 //! | [`WorkflowCtx::now`], [`WorkflowCtx::random_u64`], [`WorkflowCtx::random_string`], [`WorkflowCtx::uuid`], [`WorkflowCtx::step`] | `Persist` |
 //!
 //! Child ids are `<parent>.<join set>_<k>`; new events are written in one append (with the
 //! children they create) at the next point where the workflow waits or ends. When the workflow
 //! returns, every child it did not consume is awaited (closing `JoinNext`s); a failed one makes
-//! it fail with `UnhandledChildExecutionError`. Delays nobody awaits are dropped.
+//! it fail with `UnhandledChildExecutionError`. Delays and promises nobody awaits are dropped.
+//!
+//! # Promises and cancellation
+//!
+//! A durable promise ([`WorkflowCtx::promise`]) is a child execution of a stub function
+//! (`concepts::FunctionFqn::stub`), which no executor runs: whoever knows its id
+//! ([`Promise::id`], or [`promise_id`] from the workflow's id and the promise's name) completes
+//! it once with [`Client::complete`], which answers the workflow in the same transaction. The
+//! workflow awaits it like a child, warm or cold, and gives it a deadline like a child's, with
+//! a delay in its join set ([`Promise::wait_within`]). When the workflow finishes, the promises
+//! of the run nobody completed are cancelled, so that no member of its tree stays unfinished.
+//!
+//! [`Client::cancel`] finishes an execution and its unfinished descendants with
+//! `Err(Cancelled { reason })`. A workflow that awaits a cancelled child gets it like any
+//! failure, as [`FunctionFailure::Cancelled`]. A workflow run waiting warm when its own
+//! execution is cancelled ends without writing anything more; an activity learns it through
+//! [`ActivityCtx::cancelled`] and can stop early. Whatever either writes afterwards is refused
+//! and logged by the executor as a lost race.
+//!
+//! [`Client::submit_with_id`] takes the caller's id as an idempotency key: repeated with the
+//! same function and parameters it writes nothing and says the execution already existed
+//! ([`Submitted::created`]); with others it is a [`ClientError::Conflict`].
 //!
 //! # Replay and determinism
 //!
@@ -117,8 +141,8 @@ mod state;
 mod store;
 mod worker;
 
-pub use client::{Client, ExecutionHandle};
-pub use ctx::{ChildResponse, JoinSet, Response, WorkflowCtx};
+pub use client::{Client, ExecutionHandle, Submitted};
+pub use ctx::{ChildResponse, JoinSet, Promise, Response, WorkflowCtx, promise_id};
 pub use driver::NondeterminismPolicy;
 pub use error::{ChildError, ClientError, FunctionFailure, RegistrationError, WorkflowError};
 pub use function::Function;

@@ -13,7 +13,7 @@ use concepts::{
     JoinSetResponseEventOuter, Json, PersistKind, RunId,
 };
 use std::{
-    collections::HashMap,
+    collections::{HashMap, HashSet},
     hash::{DefaultHasher, Hash, Hasher},
     time::Duration,
 };
@@ -62,6 +62,9 @@ struct JoinSetState {
     children: usize,
     awaited: usize,
     consumed_children: usize,
+    /// Of `children`, the stubs (durable promises), and of `consumed_children`, theirs.
+    stubs: usize,
+    consumed_stubs: usize,
 }
 
 /// The state of one run, shared by the workflow's context and the driver.
@@ -85,6 +88,8 @@ pub(crate) struct RunState {
     join_set_index: HashMap<JoinSetId, usize>,
     join_set_counter: u64,
     random_counter: u64,
+    /// The children of stub functions (durable promises) this run submitted or replayed.
+    stubs: HashSet<ExecutionId>,
     /// The function and parameters of each child the recorded history requested, read back
     /// from the children's `Created` events before the replay: a replayed request must match.
     pub recorded_children: HashMap<ExecutionId, (FunctionFqn, Json)>,
@@ -120,6 +125,7 @@ impl RunState {
             join_set_index: HashMap::new(),
             join_set_counter: 0,
             random_counter: 0,
+            stubs: HashSet::new(),
             recorded_children: HashMap::new(),
             wait: None,
             fault: None,
@@ -258,6 +264,8 @@ impl RunState {
             children: 0,
             awaited: 0,
             consumed_children: 0,
+            stubs: 0,
+            consumed_stubs: 0,
         });
         Some(join_set_id)
     }
@@ -294,6 +302,7 @@ impl RunState {
             self.fail(fault);
             return None;
         }
+        let stub = ffqn.is_stub();
         let wanted = child_id.clone();
         let wanted_set = join_set_id.clone();
         self.replay_or_record(
@@ -329,6 +338,10 @@ impl RunState {
         let join_set = self.join_set_mut(join_set_id)?;
         join_set.requests.push((Request::Child, None));
         join_set.children += 1;
+        if stub {
+            join_set.stubs += 1;
+            self.stubs.insert(child_id.clone());
+        }
         Some(child_id)
     }
 
@@ -404,10 +417,41 @@ impl RunState {
             .is_none_or(|join_set| join_set.awaited >= join_set.requests.len())
     }
 
-    /// Children of the join set whose response the workflow has not consumed.
+    /// Children of the join set, promises aside, whose response the workflow has not consumed:
+    /// what its closing awaits.
     pub(crate) fn unconsumed_children(&mut self, join_set_id: &JoinSetId) -> usize {
-        self.join_set_mut(join_set_id)
-            .map_or(0, |join_set| join_set.children - join_set.consumed_children)
+        self.join_set_mut(join_set_id).map_or(0, |join_set| {
+            (join_set.children - join_set.stubs)
+                - (join_set.consumed_children - join_set.consumed_stubs)
+        })
+    }
+
+    /// True for a child of a stub function (a durable promise) of this run.
+    pub(crate) fn is_stub(&self, child_execution_id: &ExecutionId) -> bool {
+        self.stubs.contains(child_execution_id)
+    }
+
+    /// The promises of this run that nobody has completed (no response arrived), in id order:
+    /// what the run cancels when the workflow finishes without them.
+    pub(crate) fn unanswered_stubs(&self) -> Vec<ExecutionId> {
+        let answered: HashSet<&ExecutionId> = self
+            .responses
+            .iter()
+            .filter_map(|response| match &response.event.event {
+                JoinSetResponse::ChildExecutionFinished {
+                    child_execution_id, ..
+                } => Some(child_execution_id),
+                JoinSetResponse::DelayFinished { .. } => None,
+            })
+            .collect();
+        let mut unanswered: Vec<ExecutionId> = self
+            .stubs
+            .iter()
+            .filter(|stub| !answered.contains(stub))
+            .cloned()
+            .collect();
+        unanswered.sort();
+        unanswered
     }
 
     /// The join sets in the order they were opened.
@@ -485,8 +529,12 @@ impl RunState {
                 result: result.clone(),
             }),
         };
-        if let (Response::Child(_), Some(join_set)) = (&response, self.join_set_mut(join_set_id)) {
-            join_set.consumed_children += 1;
+        if let Response::Child(child) = &response {
+            let stub = self.stubs.contains(&child.child_execution_id);
+            if let Some(join_set) = self.join_set_mut(join_set_id) {
+                join_set.consumed_children += 1;
+                join_set.consumed_stubs += usize::from(stub);
+            }
         }
         Some(response)
     }

@@ -1,5 +1,6 @@
-//! Every storage call of the workflow layer, in one place: the run's appends and waits
-//! ([`RunStore`]) and the typed client's creates and result waits.
+//! Every storage call of the workflow layer, in one place: the run's appends, waits and
+//! cancellations of its promises ([`RunStore`]), and the typed client's creates, result
+//! waits, cancellations and completions.
 //!
 //! Kept small on purpose: when the storage traits change shape, this is the module to adapt.
 
@@ -7,16 +8,21 @@ use crate::driver::RunIo;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use concepts::{
-    AppendBatchRequest, CreateRequest, DbClient, DbConnection, DbError, ExecutionEventInner,
+    AppendBatchRequest, CancelOutcome, CancelRequest, CompleteOutcome, CompleteRequest,
+    CreateOutcome, CreateRequest, DbClient, DbConnection, DbError, ExecutionEventInner,
     ExecutionId, FinishedExecutionResult, FunctionFqn, HistoryEvent, JoinSetResponseEventOuter,
     Json, Version,
 };
+use executor::Cancellation;
+use futures_util::{FutureExt as _, future::BoxFuture};
 use std::{collections::HashMap, sync::Arc, time::Duration};
 
 /// The storage of one run of one execution.
 pub(crate) struct RunStore {
     pub db: Arc<dyn DbConnection>,
     pub execution_id: ExecutionId,
+    /// The executor's watch on the execution's end.
+    pub cancellation: Cancellation,
 }
 
 #[async_trait]
@@ -75,11 +81,51 @@ impl RunIo for RunStore {
         }
         Ok(created)
     }
+
+    fn cancelled(&self) -> BoxFuture<'static, FinishedExecutionResult> {
+        self.cancellation.cancelled(&self.execution_id).boxed()
+    }
+
+    async fn cancel(
+        &self,
+        children: Vec<ExecutionId>,
+        now: DateTime<Utc>,
+        reason: String,
+    ) -> Result<(), DbError> {
+        for execution_id in children {
+            let request = CancelRequest {
+                execution_id,
+                now,
+                reason: reason.clone(),
+            };
+            self.db.cancel(request).await?;
+        }
+        Ok(())
+    }
 }
 
-/// Creates one execution.
-pub(crate) async fn create(db: &dyn DbClient, request: CreateRequest) -> Result<(), DbError> {
-    db.create(request).await.map(|_| ())
+/// Creates one execution, or finds it already created by the same request.
+pub(crate) async fn create(
+    db: &dyn DbClient,
+    request: CreateRequest,
+) -> Result<CreateOutcome, DbError> {
+    db.create(request).await
+}
+
+/// Cancels an execution and its unfinished descendants.
+pub(crate) async fn cancel(
+    db: &dyn DbClient,
+    request: CancelRequest,
+) -> Result<CancelOutcome, DbError> {
+    db.cancel(request).await
+}
+
+/// Completes a stub execution (a promise).
+pub(crate) async fn complete(
+    db: &dyn DbClient,
+    request: CompleteRequest,
+) -> Result<CompleteOutcome, DbError> {
+    db.complete(request).await
 }
 
 /// The finished result, waiting at most `timeout` (`None`: without limit).

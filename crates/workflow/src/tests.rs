@@ -13,11 +13,12 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use concepts::{
     ClockFn, ComponentId, CreateRequest, DbError, ExecutionId, ExecutionMetadata,
-    FinishedExecutionError, FunctionFqn, HistoryEvent, JoinSetRequest, JoinSetResponse,
-    JoinSetResponseEvent, JoinSetResponseEventOuter, Json, RunId, SupportedFunctionReturnValue,
-    Version,
+    FinishedExecutionError, FinishedExecutionResult, FunctionFqn, HistoryEvent, JoinSetRequest,
+    JoinSetResponse, JoinSetResponseEvent, JoinSetResponseEventOuter, Json, RunId,
+    SupportedFunctionReturnValue, Version,
 };
 use executor::{FatalError, WorkerError, WorkerResult};
+use futures_util::future::BoxFuture;
 use serde_json::json;
 use std::{
     collections::HashMap,
@@ -39,6 +40,10 @@ struct FakeLog {
     appends: Mutex<usize>,
     /// Delivered to a warm wait, then the wait never ends.
     arriving: Mutex<Vec<JoinSetResponseEventOuter>>,
+    /// Set when someone else finished the execution (a cancellation) before the run watches.
+    finished_by_someone_else: Mutex<Option<FinishedExecutionResult>>,
+    /// The children the runs cancelled, in order.
+    cancelled: Mutex<Vec<ExecutionId>>,
 }
 
 impl FakeLog {
@@ -103,6 +108,23 @@ impl RunIo for FakeLog {
                 )
             })
             .collect())
+    }
+
+    fn cancelled(&self) -> BoxFuture<'static, FinishedExecutionResult> {
+        match self.finished_by_someone_else.lock().unwrap().clone() {
+            Some(result) => Box::pin(std::future::ready(result)),
+            None => Box::pin(std::future::pending()),
+        }
+    }
+
+    async fn cancel(
+        &self,
+        children: Vec<ExecutionId>,
+        _now: DateTime<Utc>,
+        _reason: String,
+    ) -> Result<(), DbError> {
+        self.cancelled.lock().unwrap().extend(children);
+        Ok(())
     }
 }
 
@@ -635,3 +657,5 @@ async fn a_panic_after_a_write_is_a_workflow_trap_at_the_version_reached() {
     );
     assert_eq!(version, Version(5));
 }
+
+mod lifecycle;

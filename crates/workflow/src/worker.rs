@@ -12,10 +12,10 @@ use crate::{
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use concepts::{
-    ClockFn, ComponentId, DbConnection, ExecutionId, ExecutionMetadata, FunctionFqn, Json,
-    SupportedFunctionReturnValue,
+    ClockFn, ComponentId, DbConnection, ExecutionId, ExecutionMetadata, FinishedExecutionResult,
+    FunctionFqn, Json, SupportedFunctionReturnValue,
 };
-use executor::{FatalError, Worker, WorkerContext, WorkerError, WorkerResult};
+use executor::{Cancellation, FatalError, Worker, WorkerContext, WorkerError, WorkerResult};
 use futures_util::future::BoxFuture;
 use serde::{Serialize, de::DeserializeOwned};
 use std::{collections::HashMap, future::Future, sync::Arc, sync::Mutex, time::Duration};
@@ -224,6 +224,7 @@ impl<C: ClockFn> Worker for WorkflowWorker<C> {
         let io = RunStore {
             db: self.db.clone(),
             execution_id: ctx.execution_id,
+            cancellation: ctx.cancellation,
         };
         drive(shared, future, &io, limits).await
     }
@@ -244,6 +245,32 @@ pub struct ActivityCtx {
     pub attempt: u32,
     /// When the lease ends: work finished later may lose to the timers watcher.
     pub deadline: DateTime<Utc>,
+    /// The executor's watch on the execution's end (see [`ActivityCtx::cancelled`]).
+    pub cancellation: Cancellation,
+}
+
+impl ActivityCtx {
+    /// Completes when the execution is finished by someone else while the activity runs
+    /// (cancelled, or timed out by the watcher), with the result it was finished with: a long
+    /// activity races its work against it and stops early. Whatever it returns afterwards is
+    /// refused like any stale writer's write, and logged by the executor as a lost race.
+    ///
+    /// ```
+    /// use workflow::ActivityCtx;
+    /// # async fn download(_url: &str) -> Result<u64, String> { Ok(0) }
+    /// async fn fetch(ctx: ActivityCtx, url: String) -> Result<u64, String> {
+    ///     tokio::select! {
+    ///         bytes = download(&url) => bytes,
+    ///         finished = ctx.cancelled() => Err(format!("stopped: {finished:?}")),
+    ///     }
+    /// }
+    /// # let _ = fetch;
+    /// ```
+    ///
+    /// Nothing is asked of the store until the future is polled.
+    pub fn cancelled(&self) -> impl Future<Output = FinishedExecutionResult> + Send + 'static {
+        self.cancellation.cancelled(&self.execution_id)
+    }
 }
 
 type StartActivity = dyn Fn(ActivityCtx, Json) -> Result<BoxFuture<'static, Result<Result<Json, Json>, String>>, String>
@@ -316,6 +343,7 @@ impl Worker for ActivityWorker {
             metadata: ctx.metadata.clone(),
             attempt: ctx.temporary_event_count,
             deadline: ctx.execution_deadline,
+            cancellation: ctx.cancellation,
         };
         let future = match start(activity_ctx, ctx.params) {
             Ok(future) => future,

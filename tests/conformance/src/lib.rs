@@ -1,5 +1,6 @@
-//! The conformance suite: every scenario of `SCENARIOS.md` as a `pub async fn` that takes a
-//! [`StoreFactory`], so that every storage backend runs the same code.
+//! The conformance suite: every scenario of `SCENARIOS.md`, and the lifecycle scenarios of
+//! `LIFECYCLE.md` (L1..L22), as a `pub async fn` that takes a [`StoreFactory`], so that every
+//! storage backend runs the same code.
 //!
 //! A backend runs the whole list with one macro line in its `tests/conformance.rs`:
 //!

@@ -1,12 +1,20 @@
-//! The workflow scenarios (W1..W13): every operation of `WORKFLOWS.md` §2 run through the
+//! The workflow scenarios (W1..W17): every operation of `WORKFLOWS.md` §2 run through the
 //! `workflow` crate on a real executor, so that every backend shows it records, replays and
-//! waits as the contract says.
+//! waits as the contract says; W14..W17 (in `lifecycle`) add promises, cancellation and
+//! retention as a workflow meets them (LIFECYCLE.md).
 //!
 //! Executors run as spawned loops on a [`test_utils::SimClock`]; the scenario moves the clock
 //! and ticks the timers watcher by hand wherever time matters, and controls when children
 //! finish through [`fixture::Gates`].
 
 pub mod fixture;
+mod lifecycle;
+
+pub use lifecycle::{
+    w14_promise_completed_before_it_is_awaited, w15_workflow_cancelled_while_waiting,
+    w16_activity_stops_early_when_cancelled,
+    w17_promise_given_up_at_its_deadline_is_cancelled_and_pruned,
+};
 
 use crate::StoreFactory;
 use concepts::{
@@ -554,8 +562,8 @@ pub async fn w12_awaiting_a_tokio_sleep_is_reported<F: StoreFactory>(factory: &F
 }
 
 /// W13: the typed client submits under a caller-chosen id (the same submission again is
-/// accepted, other parameters under it are a duplicate), and a result wait ends with `Timeout`
-/// when the execution does not finish.
+/// answered as not created, other parameters under it are a conflict naming what differs),
+/// and a result wait ends with `Timeout` when the execution does not finish.
 pub async fn w13_client_ids_and_timeouts<F: StoreFactory>(factory: &F) {
     let mut f = Fixture::new(factory).await;
     f.spawn(Arc::new(
@@ -565,24 +573,37 @@ pub async fn w13_client_ids_and_timeouts<F: StoreFactory>(factory: &F) {
     ));
     let client = f.client();
     let id = concepts::ExecutionId::generate_at(f.clock.now());
-    let handle = client
+    let submitted = client
         .submit_with_id(id.clone(), &ARRIVALS, &1)
         .await
         .expect("submit");
+    assert!(submitted.created);
+    let handle = submitted.handle;
     assert_eq!(handle.execution_id(), &id);
     // The id is the caller's idempotency key: the same submission again is answered with the
-    // same execution, other parameters under it are a duplicate (LIFECYCLE.md §1).
+    // same execution (not created again), other parameters under it are a conflict naming
+    // what differs (LIFECYCLE.md §1).
     let repeated = client
         .submit_with_id(id.clone(), &ARRIVALS, &1)
         .await
         .expect("a repeated submission is accepted");
-    assert_eq!(repeated.execution_id(), &id);
+    assert!(!repeated.created);
+    assert_eq!(repeated.handle.execution_id(), &id);
+    let top_level = concepts::ListExecutionsFilter {
+        top_level_only: true,
+        ..concepts::ListExecutionsFilter::default()
+    };
+    let listed = concepts::DbClientExt::list_all_executions(f.db.as_ref(), top_level).await;
+    assert_eq!(listed.expect("list").len(), 1, "one execution");
     match client.submit_with_id(id.clone(), &ARRIVALS, &2).await {
-        Err(ClientError::Db(err)) => assert_eq!(err.kind(), concepts::DbErrorKind::Duplicate),
-        other => panic!(
-            "expected a duplicate, got {:?}",
-            other.map(|h| h.execution_id().clone())
-        ),
+        Err(ClientError::Conflict {
+            execution_id,
+            differences,
+        }) => {
+            assert_eq!(execution_id, id);
+            assert_eq!(differences, [concepts::CreateConflict::Params]);
+        }
+        other => panic!("expected a conflict, got {other:?}"),
     }
     let waited = handle.result_within(Duration::from_millis(50)).await;
     assert!(
@@ -613,6 +634,10 @@ macro_rules! workflow_scenario_tests {
             w11_nondeterminism_retries_later_under_the_default_policy,
             w12_awaiting_a_tokio_sleep_is_reported,
             w13_client_ids_and_timeouts,
+            w14_promise_completed_before_it_is_awaited,
+            w15_workflow_cancelled_while_waiting,
+            w16_activity_stops_early_when_cancelled,
+            w17_promise_given_up_at_its_deadline_is_cancelled_and_pruned,
         );
     };
 }

@@ -73,7 +73,9 @@ fn scenarios_sort_by_group_then_number() {
         "p1_reopen",
         "w10_nondeterminism",
         "w2_sleep",
+        "l10_watcher",
         "S3_upper",
+        "l2_conflict",
     ];
     names.sort_by(|a, b| scenario_order(a, b));
     assert_eq!(
@@ -90,6 +92,8 @@ fn scenarios_sort_by_group_then_number() {
             "p3_durability",
             "w2_sleep",
             "w10_nondeterminism",
+            "l2_conflict",
+            "l10_watcher",
             "setup_smoke",
             "zz_other",
         ]

@@ -1,21 +1,19 @@
 //! `stele demo`: submit the demo workload (or resume the one in the database), run it to the
 //! end with live progress, and print a summary computed from the logs.
 
-use super::{CliError, Exit, print, print_json, render, with_store};
+use super::{
+    CliError, Exit, interrupted,
+    node::{Runtime, default_concurrency},
+    note, print, print_json, render, with_store,
+};
 use cli::{
     database::{DatabaseUrl, OpenMode},
     report::{self, StateCounts, Summary},
-    workers::{
-        fanout::{FANOUT, fanout},
-        flaky::FlakyWorker,
-        sleeper::{SLEEPER, sleeper},
-        slow::SlowWorker,
-    },
-    workload::{self, DemoFunction, DemoFunctions},
+    workload::{self, DemoFunctions},
 };
 use concepts::DbClientExt as _;
 use concepts::{ClockFn, DbConnection, ListExecutionsFilter, PendingStateKind};
-use executor::{ExecConfig, ExecTask, ExecutorTaskHandle, Now, Worker};
+use executor::Now;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde::Serialize;
 use std::{
@@ -23,20 +21,7 @@ use std::{
     sync::Arc,
     time::{Duration, Instant},
 };
-use timers_watcher::{TimersWatcherConfig, TimersWatcherHandle};
-use tokio::sync::Semaphore;
-use workflow::WorkflowWorker;
 
-/// How often the timers watcher looks for expired leases and delays.
-const WATCHER_TICK: Duration = Duration::from_millis(100);
-/// How long after expiry the watcher acts, so that a worker about to finish can write first.
-const WATCHER_LEEWAY: Duration = Duration::from_millis(100);
-/// The executors' fallback poll; notifications usually wake them sooner, but a retry whose
-/// backoff ends is found by this poll.
-const EXECUTOR_TICK: Duration = Duration::from_millis(100);
-/// How far past its deadline an overrunning `slow` attempt works: well past the watcher's
-/// leeway and tick, so that the watcher always times it out first.
-const SLOW_OVERRUN: Duration = Duration::from_millis(600);
 /// How often progress is read from the store, at most.
 const PROGRESS_EVERY: Duration = Duration::from_millis(250);
 
@@ -186,17 +171,6 @@ async fn run_demo(
     }
 }
 
-/// A line on stderr, for people; stdout holds only the summary.
-fn note(text: &str) {
-    eprintln!("{text}");
-}
-
-/// 8 workers per core: the demo's workers mostly sleep (simulated I/O), so a core keeps
-/// several busy; on 2 cores that is 16.
-fn default_concurrency() -> usize {
-    std::thread::available_parallelism().map_or(2, std::num::NonZero::get) * 8
-}
-
 /// Refuses a database whose unfinished executions include functions the demo cannot run:
 /// it would wait for them forever.
 async fn check_functions(
@@ -222,85 +196,6 @@ async fn check_functions(
             ),
         )),
         None => Ok(()),
-    }
-}
-
-/// The worker of `fanout`: its children are created as `flaky` executions are.
-fn fanout_worker(db: &Arc<dyn DbConnection>, functions: &DemoFunctions) -> WorkflowWorker<Now> {
-    let flaky = &functions.flaky;
-    WorkflowWorker::new(db.clone(), Now)
-        .child_settings(
-            flaky.component_id.clone(),
-            flaky.max_retries,
-            flaky.retry_exp_backoff,
-        )
-        .register(&FANOUT, fanout)
-        .expect("the demo's function handles are legal and distinct")
-}
-
-/// The executors and the timers watcher of one invocation.
-struct Runtime {
-    executors: Vec<ExecutorTaskHandle>,
-    watcher: TimersWatcherHandle,
-}
-
-impl Runtime {
-    fn start(db: &Arc<dyn DbConnection>, functions: &DemoFunctions, concurrency: usize) -> Self {
-        let limiter = Arc::new(Semaphore::new(concurrency));
-        let workers: [(&DemoFunction, Arc<dyn Worker>); 4] = [
-            (
-                &functions.flaky,
-                Arc::new(FlakyWorker::new(functions.flaky.ffqn.clone())),
-            ),
-            (
-                &functions.slow,
-                Arc::new(SlowWorker::new(
-                    functions.slow.ffqn.clone(),
-                    Now,
-                    SLOW_OVERRUN,
-                )),
-            ),
-            (&functions.fanout, Arc::new(fanout_worker(db, functions))),
-            (
-                &functions.sleeper,
-                Arc::new(
-                    WorkflowWorker::new(db.clone(), Now)
-                        .register(&SLEEPER, sleeper)
-                        .expect("the demo's function handles are legal and distinct"),
-                ),
-            ),
-        ];
-        let executors = workers
-            .into_iter()
-            .map(|(function, worker)| {
-                let config = ExecConfig {
-                    lock_expiry: function.lock_expiry,
-                    tick_sleep: EXECUTOR_TICK,
-                    batch_size: 8,
-                    component_id: function.component_id.clone(),
-                    task_limiter: Some(limiter.clone()),
-                };
-                ExecTask::spawn_new(worker, config, Now, db.clone())
-            })
-            .collect();
-        let watcher = timers_watcher::spawn_new(
-            db.clone(),
-            TimersWatcherConfig {
-                tick_sleep: WATCHER_TICK,
-                leeway: WATCHER_LEEWAY,
-            },
-            Now,
-        );
-        Self { executors, watcher }
-    }
-
-    /// Stops taking work; workers still running are abandoned (their leases expire and the
-    /// next run of the demo recovers them).
-    async fn close(&mut self) {
-        for executor in &mut self.executors {
-            executor.close().await;
-        }
-        self.watcher.close().await;
     }
 }
 
@@ -360,29 +255,6 @@ fn progress_message(counts: &StateCounts, finished_before: u64, started: Instant
         "pending {} · running {} · retrying {} · blocked {} · {rate:.1} exec/s",
         counts.pending, counts.running, counts.retrying, counts.blocked
     )
-}
-
-/// Resolves on Ctrl-C or, on Unix, `SIGTERM`.
-async fn interrupted() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::terminate()) {
-            Ok(mut terminate) => {
-                tokio::select! {
-                    _ = tokio::signal::ctrl_c() => {}
-                    _ = terminate.recv() => {}
-                }
-            }
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
-            }
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
-    }
 }
 
 /// The human form of the report.

@@ -1,7 +1,9 @@
-//! `stele executions list` and `stele executions show`: read-only inspection. Neither ever
-//! creates a database.
+//! `stele executions`: the read-only inspection `list` and `show` (which never create a
+//! database nor migrate one), and the dispatch of the operator's commands of `operate`.
 
-use super::{CliError, Exit, print, print_json, render, with_store};
+use super::{
+    CliError, bad_input, operate, parse_execution_id, print, print_json, render, with_store,
+};
 use cli::database::{DatabaseUrl, OpenMode};
 use concepts::{
     DbConnection, ExecutionEvent, ExecutionEventInner, ExecutionId, ExecutionLog, ExecutionSummary,
@@ -17,6 +19,30 @@ pub enum ExecutionsCommand {
     List(ListArgs),
     /// Show one execution: its event log as a timeline, its join set responses and its state.
     Show(ShowArgs),
+    /// Wait until an execution finishes and print its result (read-only).
+    ///
+    /// The result is printed whatever it is (exit 0); `--json` gives its kind and value to
+    /// scripts. An unknown id is exit 3, a --timeout that runs out exit 1.
+    Wait(operate::WaitArgs),
+    /// Cancel an execution that has not finished, and every unfinished descendant.
+    ///
+    /// Each finishes with `Cancelled` and the reason; a parent waiting for one gets that
+    /// result. Prints how many executions were cancelled, or, for an execution that had already
+    /// finished, how it finished (not an error: nothing is written, exit 0).
+    Cancel(operate::CancelArgs),
+    /// Complete a durable promise (an execution of a stub function `stele:stub.<name>`) with
+    /// a value, answering the workflow that awaits it.
+    ///
+    /// Completing it again with the same value is not an error (nothing written). Another
+    /// value after it was completed, an execution that is not a stub and malformed JSON are
+    /// bad input (exit 2); an unknown id is exit 3.
+    Complete(operate::CompleteArgs),
+    /// Remove finished executions: each top-level execution that finished before the given
+    /// age, with its whole tree, in batches of one transaction each.
+    ///
+    /// A tree with a member that has not finished is kept (and counted). Prints the trees and
+    /// executions removed and the trees kept.
+    Prune(operate::PruneArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -51,11 +77,11 @@ pub async fn run(url: &DatabaseUrl, command: ExecutionsCommand) -> Result<(), Cl
     match command {
         ExecutionsCommand::List(args) => list(url, args).await,
         ExecutionsCommand::Show(args) => show(url, args).await,
+        ExecutionsCommand::Wait(args) => operate::wait(url, args).await,
+        ExecutionsCommand::Cancel(args) => operate::cancel(url, args).await,
+        ExecutionsCommand::Complete(args) => operate::complete(url, args).await,
+        ExecutionsCommand::Prune(args) => operate::prune(url, args).await,
     }
-}
-
-fn bad_input(what: &str, err: impl std::fmt::Display) -> CliError {
-    CliError::new(Exit::Usage, format!("invalid {what}: {err}"))
 }
 
 /// One row of `list --json`.
@@ -96,7 +122,7 @@ async fn list(url: &DatabaseUrl, args: ListArgs) -> Result<(), CliError> {
         cursor: None,
         length: args.limit,
     };
-    let rows = with_store(url, OpenMode::ExistingOnly, async |db| {
+    let rows = with_store(url, OpenMode::Inspection, async |db| {
         db.list_executions(filter, pagination)
             .await
             .map_err(|err| CliError::db(format!("cannot list the executions in {url}"), err))
@@ -163,17 +189,11 @@ struct ShowDocument<'a> {
 }
 
 async fn show(url: &DatabaseUrl, args: ShowArgs) -> Result<(), CliError> {
-    let execution_id: ExecutionId = args
-        .id
-        .parse()
-        .map_err(|err| bad_input("execution id", err))?;
+    let execution_id = parse_execution_id(&args.id)?;
     let json = args.json;
-    let (log, children) = with_store(url, OpenMode::ExistingOnly, async |db| {
+    let (log, children) = with_store(url, OpenMode::Inspection, async |db| {
         let log = db.get(&execution_id).await.map_err(|err| match err {
-            concepts::DbError::NotFound(_) => CliError::new(
-                Exit::NotFound,
-                format!("no execution {execution_id} in {url}"),
-            ),
+            concepts::DbError::NotFound(_) => CliError::no_execution(&execution_id, url),
             other => CliError::db(format!("cannot read execution {execution_id}"), other),
         })?;
         let children = if json {

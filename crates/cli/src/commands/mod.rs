@@ -2,15 +2,20 @@
 
 mod demo;
 mod executions;
+mod node;
+mod operate;
 mod render;
+mod serve;
+mod submit;
 
 use cli::database::{self, DatabaseUrl, OpenError, OpenMode};
-use concepts::{DbConnection, DbError};
+use concepts::{DbConnection, DbError, ExecutionId, ValidationError};
 use std::{fmt::Write as _, io::Write as _, sync::Arc};
 
-/// Run a self-checking demo workload and inspect durable executions.
+/// Run a self-checking demo workload, run and operate durable executions, inspect them.
 ///
-/// The database is a SQLite file (created by `stele demo` if missing) or a PostgreSQL URL.
+/// The database is a SQLite file (created by `stele demo` or `stele serve` if missing; no
+/// other command creates one) or a PostgreSQL URL.
 /// Exit codes: 0 success, 1 runtime failure, 2 usage or bad input, 3 not found, 4 the database
 /// cannot be opened, 130 interrupted.
 #[derive(Debug, clap::Parser)]
@@ -39,7 +44,21 @@ enum Command {
     /// On a database that already holds a workload it submits nothing and resumes it (after a
     /// crash, a kill or Ctrl-C); on a finished one it prints the summary.
     Demo(demo::DemoArgs),
-    /// Inspect executions: list them, or show one's event log.
+    /// Run the demo's functions on the database until Ctrl-C or SIGTERM: one executor per
+    /// function, the timers watcher and, with --prune-older-than, the retention task.
+    ///
+    /// This is what runs the executions `stele submit` creates. Stopped, it exits with 130;
+    /// executions it was running are picked up by the next `stele serve` once their leases
+    /// expire.
+    Serve(serve::ServeArgs),
+    /// Submit a top-level execution of a function, due now.
+    ///
+    /// Prints the execution id and `created`, or `already existed` with its state when an
+    /// execution with the same --id, function and parameters exists (a retried submit writes
+    /// nothing). The same --id with another function or other parameters is refused (exit 2).
+    Submit(submit::SubmitArgs),
+    /// Inspect and operate executions: list, show, wait for one, cancel, complete a promise,
+    /// prune finished ones.
     #[command(subcommand)]
     Executions(executions::ExecutionsCommand),
 }
@@ -52,6 +71,8 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
         .map_err(|err| CliError::new(Exit::Usage, format!("--database: {err}")))?;
     match cli.command {
         Command::Demo(args) => demo::run(&url, args).await,
+        Command::Serve(args) => serve::run(&url, args).await,
+        Command::Submit(args) => submit::run(&url, args).await,
         Command::Executions(command) => executions::run(&url, command).await,
     }
 }
@@ -128,6 +149,31 @@ impl CliError {
         }
     }
 
+    /// A storage error of a request that carries the operator's input (an id, a value): a
+    /// conflicting repeat (`Duplicate`) or a request the model refuses (`Validation`) is bad
+    /// input (exit 2) and its message is the refusal itself; `NotFound` is exit 3; anything
+    /// else is [`CliError::db`].
+    pub fn request(context: impl std::fmt::Display, err: DbError) -> Self {
+        let (exit, detail) = match &err {
+            DbError::NotFound(_) => (Exit::NotFound, err.to_string()),
+            DbError::Duplicate(kind) => (Exit::Usage, kind.to_string()),
+            DbError::Validation(ValidationError::InvalidRequest(reason)) => {
+                (Exit::Usage, reason.clone())
+            }
+            DbError::Validation(invalid) => (Exit::Usage, invalid.to_string()),
+            _ => return Self::db(context, err),
+        };
+        Self::new(exit, format!("{context}: {detail}"))
+    }
+
+    /// No execution with this id (exit 3).
+    pub fn no_execution(execution_id: &ExecutionId, url: &DatabaseUrl) -> Self {
+        Self::new(
+            Exit::NotFound,
+            format!("no execution {execution_id} in {url}"),
+        )
+    }
+
     /// A store that could not be opened.
     pub fn open(url: &DatabaseUrl, err: OpenError) -> Self {
         use storage_postgres::PostgresError;
@@ -146,6 +192,12 @@ impl CliError {
                 Exit::Database,
                 anyhow::Error::msg(format!(
                     "{err} (check that its directory exists and can be written)"
+                )),
+            ),
+            OpenError::Sqlite(SqliteOpenError::SchemaTooOld { .. }) => (
+                Exit::Database,
+                anyhow::Error::msg(format!(
+                    "{err} (a command that writes, such as `stele serve`, migrates it)"
                 )),
             ),
             OpenError::Sqlite(_) => (Exit::Database, anyhow::Error::new(err)),
@@ -185,6 +237,52 @@ impl CliError {
             }
         }
         Some(message.replace('\n', " "))
+    }
+}
+
+/// Bad input: `invalid <what>: <why>` (exit 2).
+fn bad_input(what: &str, err: impl std::fmt::Display) -> CliError {
+    CliError::new(Exit::Usage, format!("invalid {what}: {err}"))
+}
+
+/// Parses an execution id given on the command line (exit 2 when malformed).
+fn parse_execution_id(text: &str) -> Result<ExecutionId, CliError> {
+    text.parse().map_err(|err| bad_input("execution id", err))
+}
+
+/// A line on stderr, for people; stdout holds only what scripts read.
+fn note(text: &str) {
+    eprintln!("{text}");
+}
+
+/// Resolves on Ctrl-C or, on Unix, `SIGTERM`. The handlers are installed by this call, not
+/// when the future is first polled, so a signal that arrives in between is not lost (and does
+/// not kill the process the default way).
+fn interrupted() -> impl Future<Output = ()> {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let interrupt = signal(SignalKind::interrupt());
+        let terminate = signal(SignalKind::terminate());
+        async move {
+            match (interrupt, terminate) {
+                (Ok(mut interrupt), Ok(mut terminate)) => {
+                    tokio::select! {
+                        _ = interrupt.recv() => {}
+                        _ = terminate.recv() => {}
+                    }
+                }
+                _ => {
+                    let _ = tokio::signal::ctrl_c().await;
+                }
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        async {
+            let _ = tokio::signal::ctrl_c().await;
+        }
     }
 }
 

@@ -130,7 +130,8 @@ pub fn state_detail(state: &PendingState) -> String {
     }
 }
 
-/// `Ok {"attempts":2}`, `Err(returned) {...}`, `PermanentFailure (ActivityTrap): ...`.
+/// `Ok {"attempts":2}`, `Err (returned by the function) {...}`,
+/// `PermanentFailure (ActivityTrap): ...`, `Cancelled: <reason>`.
 pub fn result(result: &FinishedExecutionResult) -> String {
     match result {
         Ok(SupportedFunctionReturnValue::None) => "Ok".to_string(),
@@ -145,6 +146,7 @@ pub fn result(result: &FinishedExecutionResult) -> String {
         Err(FinishedExecutionError::PermanentFailure {
             reason_full, kind, ..
         }) => format!("PermanentFailure ({kind}): {reason_full}"),
+        Err(FinishedExecutionError::Cancelled { reason }) => format!("Cancelled: {reason}"),
         // An error kind added later: its message, until it gets a rendering of its own.
         Err(err) => err.to_string(),
     }

@@ -6,11 +6,12 @@
 //! | [`slow`] | activity | sometimes outlives its lease; the timers watcher times it out, a later run finishes it |
 //! | [`fanout`] | workflow | opens a join set, submits child executions, awaits them all, summarizes |
 //! | [`sleeper`] | workflow | sleeps durably: a delay request that the timers watcher fires |
+//! | [`approval`] | workflow | awaits a durable promise that an outside caller completes (`stele executions complete`) |
 //!
 //! An *activity* does its work and reports a [`executor::WorkerResult`]; the executor writes
 //! the outcome (one event) for it. `flaky` and `slow` implement [`executor::Worker`] by hand
 //! to show that contract; the `workflow` crate's `ActivityWorker` does the same for an
-//! `async fn`. A *workflow* (`fanout`, `sleeper`) is an `async fn(WorkflowCtx, P)` run by
+//! `async fn`. A *workflow* (`fanout`, `sleeper`, `approval`) is an `async fn(WorkflowCtx, P)` run by
 //! `workflow::WorkflowWorker`, which records each step in the log, waits for responses and
 //! replays the log after an interruption; the example `order` (`cargo run --example order`)
 //! is a larger one.
@@ -19,6 +20,7 @@
 //! label ([`dice`]), so a run that is repeated after a crash makes the same choice. Time comes
 //! only from the [`concepts::ClockFn`] a worker is given.
 
+pub mod approval;
 pub mod dice;
 pub mod fanout;
 pub mod flaky;

@@ -2,6 +2,7 @@
 //! on a simulated clock, with tokio's clock paused so that simulated work takes no real time.
 
 use super::{
+    approval::{APPROVAL, approval},
     dice::{self, chance, roll},
     fanout::{FANOUT, FLAKY, fanout},
     flaky::FlakyWorker,
@@ -368,6 +369,43 @@ async fn sleeper_sleeps_durably_until_the_watcher_delivers_its_delay() {
         value(&h.get(&id).await),
         serde_json::json!({"slept_ms": 2_000, "woke_late_ms": 0})
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn approval_waits_for_its_promise_and_finishes_with_the_answer() {
+    let h = Harness::new();
+    let id = h
+        .create(
+            &APPROVAL.ffqn().unwrap(),
+            serde_json::json!({"subject": "deploy"}),
+            1,
+        )
+        .await;
+    let worker = WorkflowWorker::new(h.db.clone(), h.clock.clone())
+        .register(&APPROVAL, approval)
+        .unwrap();
+    let exec = h.executor(Arc::new(worker), Duration::from_secs(1), 1);
+    // Nobody answers within the lease: the run gives the execution up, waiting.
+    assert_eq!(h.tick(&exec).await, 1);
+    assert!(matches!(
+        h.get(&id).await.pending_state,
+        PendingState::BlockedByJoinSet { .. }
+    ));
+    let promise = workflow::promise_id(&id, "approval").unwrap();
+    let answer = serde_json::json!({"approved": true, "by": "ops"});
+    let completed =
+        h.db.complete(concepts::CompleteRequest {
+            execution_id: promise,
+            now: h.clock.now(),
+            value: SupportedFunctionReturnValue::InfallibleOrResultOk(Json(answer.clone())),
+        })
+        .await
+        .unwrap();
+    assert_eq!(completed, concepts::CompleteOutcome::Completed);
+    // The run waited warm, so its `JoinNext` expires at the end of its lease: due from then.
+    h.clock.move_time_forward(Duration::from_secs(1)).await;
+    assert_eq!(h.tick(&exec).await, 1, "the answer made it due");
+    assert_eq!(value(&h.get(&id).await), answer);
 }
 
 #[tokio::test(start_paused = true)]

@@ -1,7 +1,8 @@
 //! The rules of LIFECYCLE.md, planned like every other write: a repeated `create`, `cancel`
 //! over a tree, `complete` of a stub and `prune` of finished trees.
 
-use super::plan::{Planner, inconsistent, response_keys};
+use super::plan::{Planner, inconsistent};
+use super::request::response_keys;
 use super::snapshot::{FastHash, JoinSetKey, Keys, PruneQuery, Snapshot, SubtreeKey};
 use crate::{
     CancelOutcome, CancelRequest, CompleteOutcome, CompleteRequest, CreateConflict, CreateOutcome,

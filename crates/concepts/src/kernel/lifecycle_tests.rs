@@ -691,6 +691,21 @@ fn prune(finished_before: i64, limit: usize, after: Option<(i64, &ExecutionId)>)
     })
 }
 
+fn counted(
+    trees: usize,
+    executions: usize,
+    kept: usize,
+    next: Option<(i64, &ExecutionId)>,
+) -> PruneOutcome {
+    let next = next.map(|(t, id)| (at(t), id.clone()));
+    PruneOutcome {
+        trees,
+        executions,
+        kept,
+        next,
+    }
+}
+
 fn pruned(plan: WritePlan) -> (PruneOutcome, Vec<ExecutionId>) {
     assert_writes_nothing(&plan);
     (plan.reply.prune().unwrap(), plan.deleted)
@@ -728,15 +743,7 @@ fn retention_table() -> (Table, [ExecutionId; 6], [ExecutionId; 3]) {
 fn prune_deletes_whole_finished_trees_and_keeps_the_others() {
     let (table, ids, [child, grandchild, _]) = retention_table();
     let (outcome, deleted) = pruned(table.write(prune(50, 10, None)).unwrap());
-    assert_eq!(
-        outcome,
-        PruneOutcome {
-            trees: 3,
-            executions: 5,
-            kept: 1,
-            next: None
-        }
-    );
+    assert_eq!(outcome, counted(3, 5, 1, None));
     assert_eq!(
         deleted,
         [
@@ -764,27 +771,11 @@ fn prune_deletes_whole_finished_trees_and_keeps_the_others() {
 fn prune_examines_at_most_limit_trees_and_continues_after_its_cursor() {
     let (table, ids, [child, grandchild, _]) = retention_table();
     let (first, deleted) = pruned(table.write(prune(50, 2, None)).unwrap());
-    assert_eq!(
-        first,
-        PruneOutcome {
-            trees: 1,
-            executions: 3,
-            kept: 1,
-            next: Some((at(20), ids[1].clone()))
-        }
-    );
+    assert_eq!(first, counted(1, 3, 1, Some((20, &ids[1]))));
     assert_eq!(deleted, [ids[0].clone(), child, grandchild]);
     // Exactly `limit` candidates: the cursor is given, and the next call finds the end.
     let (second, deleted) = pruned(table.write(prune(50, 2, Some((20, &ids[1])))).unwrap());
-    assert_eq!(
-        second,
-        PruneOutcome {
-            trees: 2,
-            executions: 2,
-            kept: 0,
-            next: Some((at(30), ids[3].clone()))
-        }
-    );
+    assert_eq!(second, counted(2, 2, 0, Some((30, &ids[3]))));
     assert_eq!(deleted, [ids[2].clone(), ids[3].clone()]);
     let (last, _) = pruned(table.write(prune(50, 2, Some((30, &ids[3])))).unwrap());
     assert_eq!(last, PruneOutcome::default());

@@ -32,6 +32,7 @@
 
 mod lifecycle;
 mod plan;
+mod request;
 mod snapshot;
 mod validate;
 mod waiters;

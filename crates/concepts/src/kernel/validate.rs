@@ -76,7 +76,17 @@ pub fn validate_create(req: &CreateRequest) -> Result<(), ValidationError> {
     let derived = req.execution_id.split_to_parent();
     match (&req.parent, derived) {
         (None, None) => Ok(()),
-        (Some(parent), Some(derived)) if *parent == derived => Ok(()),
+        (Some(parent), Some(derived)) if *parent == derived => {
+            // `next_level` builds without validating: an index of 0 would store an id that no
+            // read could parse back.
+            match req.execution_id.as_str().parse::<ExecutionId>() {
+                Ok(_) => Ok(()),
+                Err(err) => Err(ValidationError::InvalidRequest(format!(
+                    "execution id {} is malformed ({err}): child indexes start at 1",
+                    req.execution_id
+                ))),
+            }
+        }
         (None, Some((parent_id, _))) => Err(ValidationError::InvalidRequest(format!(
             "execution {} has a child's id (of {parent_id}), but the request names no parent",
             req.execution_id
@@ -104,4 +114,43 @@ pub fn validate_lock_pending(req: &LockPendingRequest) -> Result<(), ValidationE
         )));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{ComponentId, JoinSetId};
+    use chrono::DateTime;
+
+    fn child_request(execution_id: ExecutionId, parent: &ExecutionId) -> CreateRequest {
+        let join_set_id: JoinSetId = "n:batch".parse().unwrap();
+        let at = DateTime::from_timestamp(0, 0).unwrap();
+        CreateRequest {
+            created_at: at,
+            execution_id,
+            ffqn: "ns:pkg/ifc.fn".parse().unwrap(),
+            params: serde_json::json!([]).into(),
+            parent: Some((parent.clone(), join_set_id)),
+            scheduled_at: at,
+            retry_exp_backoff: std::time::Duration::ZERO,
+            max_retries: 0,
+            component_id: ComponentId::new("activity", "test").unwrap(),
+            metadata: crate::ExecutionMetadata::default(),
+            scheduled_by: None,
+        }
+    }
+
+    #[test]
+    fn a_child_index_of_zero_is_refused_before_it_is_stored() {
+        let parent = ExecutionId::generate_at(DateTime::from_timestamp(0, 0).unwrap());
+        let join_set_id: JoinSetId = "n:batch".parse().unwrap();
+        let first = parent.next_level(&join_set_id, 1);
+        assert_eq!(validate_create(&child_request(first, &parent)), Ok(()));
+        let zeroth = parent.next_level(&join_set_id, 0);
+        let err = validate_create(&child_request(zeroth, &parent)).unwrap_err();
+        assert!(
+            err.to_string().contains("child indexes start at 1"),
+            "{err}"
+        );
+    }
 }

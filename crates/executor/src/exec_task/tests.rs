@@ -1,8 +1,11 @@
-//! The loop's building blocks that need no database: permits and panicking workers.
+//! The loop's building blocks that need no database: permits, panicking workers, and how a
+//! refused retry of an outcome tells its own earlier write from another writer's.
 
 use super::*;
 use async_trait::async_trait;
-use concepts::{ExecutionMetadata, Json, RunId, Version};
+use concepts::{
+    ExecutionMetadata, FinishedExecutionResult, Json, RunId, SupportedFunctionReturnValue, Version,
+};
 
 #[test]
 fn take_free_takes_at_most_what_is_free_and_asked() {
@@ -51,6 +54,7 @@ async fn a_panicking_worker_is_an_activity_trap() {
         can_be_retried: true,
         temporary_event_count: 0,
         worker_span: tracing::Span::none(),
+        cancellation: crate::Cancellation::never(),
     };
     let result = run_catching_panics(Arc::new(Panicking(vec![ffqn])), ctx).await;
     let WorkerResult::Err(WorkerError::ActivityTrap {
@@ -61,4 +65,118 @@ async fn a_panicking_worker_is_an_activity_trap() {
         panic!("expected a trap, got {result:?}")
     };
     assert_eq!(reason, "worker panicked: cannot handle [1]");
+}
+
+/// Refuses every outcome with the given error, counting the attempts; reports `finished` as
+/// the execution's result (`None`: closed).
+struct Refusing {
+    error: DbError,
+    attempts: std::sync::Mutex<u32>,
+    finished: Option<FinishedExecutionResult>,
+}
+
+impl Refusing {
+    /// A store whose execution finished with `result`.
+    fn holding(result: FinishedExecutionResult) -> Self {
+        Self {
+            error: DbError::Closed,
+            attempts: std::sync::Mutex::new(0),
+            finished: Some(result),
+        }
+    }
+}
+
+#[async_trait]
+impl concepts::DbAwait for Refusing {
+    async fn wait_for_finished_result(
+        &self,
+        _execution_id: &ExecutionId,
+        _timeout: Option<Duration>,
+    ) -> Result<concepts::FinishedExecutionResult, DbError> {
+        self.finished.clone().ok_or(DbError::Closed)
+    }
+}
+
+#[async_trait]
+impl DbExecutor for Refusing {
+    async fn lock_pending(
+        &self,
+        _req: LockPendingRequest,
+    ) -> Result<Vec<LockedExecution>, DbError> {
+        Ok(Vec::new())
+    }
+
+    async fn append_outcome(&self, _write: OutcomeWrite) -> Result<Version, DbError> {
+        *self.attempts.lock().unwrap() += 1;
+        Err(self.error.clone())
+    }
+
+    async fn wait_for_pending(
+        &self,
+        _pending_at_or_sooner: DateTime<Utc>,
+        _ffqns: Arc<[FunctionFqn]>,
+        _max_wait: Duration,
+    ) {
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_write_refused_because_someone_else_finished_the_execution_is_not_retried() {
+    let at = DateTime::from_timestamp(1_000, 0).unwrap();
+    let write = OutcomeWrite::new(
+        ExecutionId::generate_at(at),
+        Version(2),
+        at,
+        concepts::ExecutionEventInner::Finished {
+            result: Ok(concepts::SupportedFunctionReturnValue::None),
+        },
+        None,
+    );
+    let refusals = [
+        (
+            DbError::Validation(concepts::ValidationError::AlreadyFinished),
+            1,
+        ),
+        (
+            DbError::VersionMismatch {
+                appending_version: Version(2),
+                expected_version: Version(3),
+            },
+            1,
+        ),
+        (
+            DbError::Connection("reset".to_string()),
+            OUTCOME_WRITE_ATTEMPTS,
+        ),
+    ];
+    for (error, expected) in refusals {
+        let db = Refusing {
+            error: error.clone(),
+            attempts: std::sync::Mutex::new(0),
+            finished: None,
+        };
+        write_outcome(&db, write.clone()).await;
+        assert_eq!(*db.attempts.lock().unwrap(), expected, "{error}");
+    }
+}
+
+#[tokio::test]
+async fn a_refused_retry_knows_its_own_finished_from_another_writers() {
+    let at = DateTime::from_timestamp(1_000, 0).unwrap();
+    let ours: FinishedExecutionResult = Ok(SupportedFunctionReturnValue::None);
+    let write =
+        |event| OutcomeWrite::new(ExecutionId::generate_at(at), Version(2), at, event, None);
+    let finished = write(ExecutionEventInner::Finished {
+        result: ours.clone(),
+    });
+    assert!(written_earlier(&Refusing::holding(ours.clone()), &finished).await);
+    let timed_out = Refusing::holding(Err(concepts::FinishedExecutionError::PermanentTimeout));
+    assert!(!written_earlier(&timed_out, &finished).await);
+    let retry = write(ExecutionEventInner::TemporarilyTimedOut {
+        backoff_expires_at: at,
+    });
+    assert!(
+        !written_earlier(&Refusing::holding(ours), &retry).await,
+        "only a `Finished` can be read back"
+    );
 }

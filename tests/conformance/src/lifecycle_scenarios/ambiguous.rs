@@ -18,7 +18,6 @@ use concepts::{
     FunctionFqn, JoinSetResponse, Json, PendingState, PruneOutcome, PruneRequest,
     SupportedFunctionReturnValue,
 };
-use executor::{ExecConfig, ExecTask};
 use std::{
     collections::HashMap,
     sync::{Arc, Mutex, PoisonError},
@@ -88,14 +87,7 @@ pub async fn l18_ambiguous_outcome_write_is_not_repeated<F: StoreFactory>(factor
     });
     let value = Json(serde_json::json!({"sum": 7}));
     let worker = ScriptedWorker::new(ffqn("work"), vec![Step::Ok(value.clone())]);
-    let config = ExecConfig {
-        lock_expiry: LEASE,
-        tick_sleep: ms(50),
-        batch_size: 10,
-        component_id: test_component_id(),
-        task_limiter: None,
-    };
-    let exec = ExecTask::new(Arc::new(worker), config, f.clock.clone(), store);
+    let exec = f.executor(Arc::new(worker), store);
     let alone = f.top(1, "work").await;
     let parent = f.top(2, "parent").await;
     let child = f
@@ -264,11 +256,12 @@ pub async fn l20_ambiguous_client_writes_are_safe_to_retry<F: StoreFactory>(fact
         Err(err) => panic!("expected the lost reply, got {err:?}"),
         Ok(_) => panic!("the reply was to be lost"),
     }
-    let handle = client
+    let retried = client
         .submit_with_id(typed.clone(), &SUBMITTED, &7)
         .await
         .expect("the submitter retries");
-    assert_eq!(handle.execution_id(), &typed);
+    assert!(!retried.created, "the lost submission had created it");
+    assert_eq!(retried.handle.execution_id(), &typed);
     assert_eq!(f.log(&typed).await.events.len(), 1, "one `Created`");
 
     let parent = f.top(5, "parent").await;

@@ -1,32 +1,29 @@
 //! L11: a worker still running when its execution is cancelled, under a real executor: it
-//! learns of the cancellation while it runs (the store's `wait_for_finished_result`, which a
-//! running worker reaches through `DbAwait`), and its late outcome is refused as a lost race,
-//! never a panic.
+//! learns of the cancellation while it runs (`WorkerContext::cancelled`), and its late outcome
+//! is refused as a lost race, never a panic.
 
 use super::{Fixture, assert_finished_with, cancelled, child_responses, finished_version};
 use crate::{
     StoreFactory,
-    executor_scenarios::workers::test_component_id,
     storage_scenarios::helpers::{SAFETY, ffqn, join_set, ms},
 };
 use async_trait::async_trait;
 use concepts::{
-    CancelOutcome, DbAwait, ExecutionEventInner, ExecutionId, FinishedExecutionResult, FunctionFqn,
+    CancelOutcome, ExecutionEventInner, ExecutionId, FinishedExecutionResult, FunctionFqn,
     SupportedFunctionReturnValue,
 };
-use executor::{ExecConfig, ExecTask, Worker, WorkerContext, WorkerResult};
+use executor::{Worker, WorkerContext, WorkerResult};
 use std::{
     collections::HashMap,
     sync::{Arc, Mutex, PoisonError},
 };
 use tokio::sync::mpsc;
 
-/// Runs until its execution finishes by someone else's hand (it awaits its own result through
-/// the store), records what it learned, then reports `Ok` at the context's version: the
-/// outcome of a worker that did not notice in time.
+/// Runs until its execution is finished by someone else (`WorkerContext::cancelled`), records
+/// what it learned, then reports `Ok` at the context's version anyway: the outcome of a
+/// worker that ignores what it learned.
 struct RunsUntilFinished {
     ffqns: Vec<FunctionFqn>,
-    db: Arc<dyn DbAwait>,
     started: mpsc::UnboundedSender<ExecutionId>,
     learned: Mutex<HashMap<ExecutionId, Result<FinishedExecutionResult, String>>>,
 }
@@ -35,11 +32,9 @@ struct RunsUntilFinished {
 impl Worker for RunsUntilFinished {
     async fn run(&self, ctx: WorkerContext) -> WorkerResult {
         let _ = self.started.send(ctx.execution_id.clone());
-        let learned = self
-            .db
-            .wait_for_finished_result(&ctx.execution_id, Some(SAFETY))
+        let learned = tokio::time::timeout(SAFETY, ctx.cancelled())
             .await
-            .map_err(|err| err.to_string());
+            .map_err(|_| format!("not cancelled within {SAFETY:?}"));
         self.learned
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -62,18 +57,10 @@ pub async fn l11_worker_of_a_cancelled_execution_loses_its_race<F: StoreFactory>
     let (started, mut started_rx) = mpsc::unbounded_channel();
     let worker = Arc::new(RunsUntilFinished {
         ffqns: vec![ffqn("slow")],
-        db: f.db.clone(),
         started,
         learned: Mutex::default(),
     });
-    let config = ExecConfig {
-        lock_expiry: std::time::Duration::from_secs(10),
-        tick_sleep: ms(50),
-        batch_size: 10,
-        component_id: test_component_id(),
-        task_limiter: None,
-    };
-    let exec = ExecTask::new(worker.clone(), config, f.clock.clone(), f.db.clone());
+    let exec = f.executor(worker.clone(), f.db.clone());
     let alone = f.top(1, "slow").await;
     let parent = f.top(2, "parent").await;
     let child = f

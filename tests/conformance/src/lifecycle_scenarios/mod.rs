@@ -1,4 +1,4 @@
-//! The lifecycle scenarios L1..L20: every rule of `LIFECYCLE.md` (idempotent submit,
+//! The lifecycle scenarios L1..L22: every rule of `LIFECYCLE.md` (idempotent submit,
 //! cancellation, durable promises, retention) and what an ambiguous commit leaves behind, on
 //! every backend through the same code.
 //!
@@ -6,10 +6,12 @@
 //! `create_batch`, derived child ids), `cancel` (L5..L10: a pending, locked, blocked and finished
 //! execution, a tree, the watcher afterwards), `cancel_running` (L11: a worker still running
 //! when its execution is cancelled, under a real executor), `promise` (L12..L14: completing a
-//! stub), `prune` (L15..L17: finished trees only, limits and the cursor) and `ambiguous`
+//! stub), `prune` (L15..L17: finished trees only, limits and the cursor), `ambiguous`
 //! (L18..L20: a write that lands and reports a lost connection, for the executor, the watcher
-//! and a client); the fixture they share is here, and the scenarios are re-exported here,
-//! where the [`lifecycle_scenario_tests!`](crate::lifecycle_scenario_tests) macro finds them.
+//! and a client) and `workflows` (L21, L22: a cancelled child and a promise as a workflow sees
+//! them, through the `workflow` crate). The fixture they share is here, and the scenarios are
+//! re-exported here, where the [`lifecycle_scenario_tests!`](crate::lifecycle_scenario_tests)
+//! macro finds them.
 //!
 //! Time is a [`SimClock`]; every expected outcome comes from `LIFECYCLE.md` and the kernel's
 //! documented rules, and every log read is checked against the reference derivation (S18).
@@ -20,6 +22,7 @@ mod cancel_running;
 mod promise;
 mod prune;
 mod submit;
+mod workflows;
 
 pub use ambiguous::{
     l18_ambiguous_outcome_write_is_not_repeated, l19_ambiguous_watcher_write_is_not_repeated,
@@ -41,6 +44,9 @@ pub use prune::{
 pub use submit::{
     l1_repeated_create_writes_nothing, l2_conflicting_create_names_what_differs,
     l3_create_batch_item_by_item, l4_child_ids_derive_from_parent,
+};
+pub use workflows::{
+    l21_workflow_gets_a_cancelled_childs_result, l22_workflow_promise_completed_by_a_client,
 };
 
 use crate::{
@@ -185,6 +191,23 @@ impl Fixture {
         crate::storage_scenarios::helpers::ids_of(&locked)
     }
 
+    /// A manually ticked executor of `worker` over `db` (this store, or a wrapper of it), on
+    /// this clock, with [`LEASE`] leases.
+    fn executor(
+        &self,
+        worker: Arc<dyn executor::Worker>,
+        db: Arc<dyn concepts::DbExecutor>,
+    ) -> executor::ExecTask<SimClock> {
+        let config = executor::ExecConfig {
+            lock_expiry: LEASE,
+            tick_sleep: Duration::from_millis(50),
+            batch_size: 10,
+            component_id: crate::executor_scenarios::workers::test_component_id(),
+            task_limiter: None,
+        };
+        executor::ExecTask::new(worker, config, self.clock.clone(), db)
+    }
+
     /// Cancels `execution_id` now with `reason`.
     async fn cancel(&self, execution_id: &ExecutionId, reason: &str) -> CancelOutcome {
         self.db
@@ -311,6 +334,8 @@ macro_rules! lifecycle_scenario_tests {
             l18_ambiguous_outcome_write_is_not_repeated,
             l19_ambiguous_watcher_write_is_not_repeated,
             l20_ambiguous_client_writes_are_safe_to_retry,
+            l21_workflow_gets_a_cancelled_childs_result,
+            l22_workflow_promise_completed_by_a_client,
         );
     };
 }

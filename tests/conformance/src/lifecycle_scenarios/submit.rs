@@ -97,13 +97,12 @@ pub async fn l1_repeated_create_writes_nothing<F: StoreFactory>(factory: &F) {
 }
 
 /// The conflict `result` must be: an `ExecutionConflict` of `execution_id` naming exactly
-/// `differences`, whose message names them too (`words`).
+/// `differences`.
 #[track_caller]
 fn assert_conflict<T: std::fmt::Debug>(
     result: Result<T, DbError>,
     execution_id: &ExecutionId,
     differences: &[CreateConflict],
-    words: &str,
 ) {
     let err = expect_kind(result, DbErrorKind::Duplicate);
     assert!(
@@ -113,11 +112,6 @@ fn assert_conflict<T: std::fmt::Debug>(
                 if id == execution_id && d == differences
         ),
         "{err:?}"
-    );
-    let message = err.to_string();
-    assert!(
-        message.contains(&execution_id.to_string()) && message.contains(words),
-        "the message names the execution and what differs ({words}): {message}"
     );
 }
 
@@ -140,18 +134,12 @@ pub async fn l2_conflicting_create_names_what_differs<F: StoreFactory>(factory: 
         f.db.create(other_function).await,
         &id,
         &[CreateConflict::Function],
-        "function",
     );
     let other = CreateRequest {
         params: other_params.clone(),
         ..req.clone()
     };
-    assert_conflict(
-        f.db.create(other).await,
-        &id,
-        &[CreateConflict::Params],
-        "parameters",
-    );
+    assert_conflict(f.db.create(other).await, &id, &[CreateConflict::Params]);
     let both = CreateRequest {
         ffqn: ffqn("other"),
         params: other_params,
@@ -161,7 +149,6 @@ pub async fn l2_conflicting_create_names_what_differs<F: StoreFactory>(factory: 
         f.db.create(both).await,
         &id,
         &[CreateConflict::Function, CreateConflict::Params],
-        "function and parameters",
     );
     assert_eq!(f.log(&id).await, before, "a conflict writes nothing");
 
@@ -186,8 +173,7 @@ pub async fn l2_conflicting_create_names_what_differs<F: StoreFactory>(factory: 
     for req in [orphan, adopted, other_join_set] {
         let refused = expect_validation(f.db.create(req).await);
         assert!(
-            matches!(&refused, ValidationError::InvalidRequest(message)
-                if message.contains(&child[0].to_string())),
+            matches!(refused, ValidationError::InvalidRequest(_)),
             "{refused:?}"
         );
     }
@@ -239,7 +225,6 @@ pub async fn l3_create_batch_item_by_item<F: StoreFactory>(factory: &F) {
         f.db.create_batch(conflicting).await,
         &execution_id(2),
         &[CreateConflict::Params],
-        "parameters",
     );
     let other_function = vec![
         req(8),
@@ -252,7 +237,6 @@ pub async fn l3_create_batch_item_by_item<F: StoreFactory>(factory: &F) {
         f.db.create_batch(other_function).await,
         &execution_id(1),
         &[CreateConflict::Function],
-        "function",
     );
     for n in [6, 7, 8] {
         expect_kind(f.db.get(&execution_id(n)).await, DbErrorKind::NotFound);
@@ -270,19 +254,17 @@ pub async fn l3_create_batch_item_by_item<F: StoreFactory>(factory: &F) {
         f.db.create_batch(vec![req(10), with_params(10)]).await,
         &execution_id(10),
         &[CreateConflict::Params],
-        "parameters",
     );
     expect_kind(f.db.get(&execution_id(10)).await, DbErrorKind::NotFound);
     assert_eq!(all_ids(&f).await.len(), 6);
 }
 
-/// Asserts that `result` is `InvalidRequest` naming `execution_id`.
+/// Asserts that `result` is `InvalidRequest`.
 #[track_caller]
-fn assert_refused_id<T: std::fmt::Debug>(result: Result<T, DbError>, execution_id: &ExecutionId) {
+fn assert_refused<T: std::fmt::Debug>(result: Result<T, DbError>) {
     let refused = expect_validation(result);
     assert!(
-        matches!(&refused, ValidationError::InvalidRequest(message)
-            if message.contains(&execution_id.to_string())),
+        matches!(refused, ValidationError::InvalidRequest(_)),
         "{refused:?}"
     );
 }
@@ -307,17 +289,14 @@ pub async fn l4_child_ids_derive_from_parent<F: StoreFactory>(factory: &F) {
     let no_parent = create_request(parent.next_level(&j, 1), ffqn("child"), now);
     for req in [wrong_join_set, top_level_id, another_parents, no_parent] {
         let id = req.execution_id.clone();
-        assert_refused_id(f.db.create(req).await, &id);
+        assert_refused(f.db.create(req).await);
         expect_kind(f.db.get(&id).await, DbErrorKind::NotFound);
     }
 
     // One bad item refuses a whole `create_batch`.
     let good = child_of(parent.next_level(&j, 1));
     let bad = child_of(execution_id(4));
-    assert_refused_id(
-        f.db.create_batch(vec![good.clone(), bad.clone()]).await,
-        &bad.execution_id,
-    );
+    assert_refused(f.db.create_batch(vec![good.clone(), bad]).await);
     expect_kind(f.db.get(&good.execution_id).await, DbErrorKind::NotFound);
 
     // `append_batch` creating a child whose id names another parent, announced in the batch.
@@ -333,7 +312,7 @@ pub async fn l4_child_ids_derive_from_parent<F: StoreFactory>(factory: &F) {
             vec![stray.clone()],
         ))
         .await;
-    assert_refused_id(err, &stray.execution_id);
+    assert_refused(err);
     assert_eq!(f.log(&parent).await, parent_before);
     expect_kind(f.db.get(&stray.execution_id).await, DbErrorKind::NotFound);
 

@@ -117,6 +117,14 @@ impl Fixture {
 
     /// Runs `worker` in a spawned executor with a [`LEASE`] lease.
     pub fn spawn(&mut self, worker: Arc<dyn Worker>) {
+        let handle = self.executor(worker).spawn();
+        self.executors.push(handle);
+    }
+
+    /// An executor of `worker` with a [`LEASE`] lease, not running: a scenario that must know
+    /// when a run ended drives it with [`ExecTask::tick`] and awaits the run's task.
+    #[must_use]
+    pub fn executor(&self, worker: Arc<dyn Worker>) -> ExecTask<SimClock> {
         let config = ExecConfig {
             lock_expiry: LEASE,
             tick_sleep: Duration::from_millis(20),
@@ -124,8 +132,7 @@ impl Fixture {
             component_id: component(),
             task_limiter: None,
         };
-        let handle = ExecTask::spawn_new(worker, config, self.clock.clone(), self.db.clone());
-        self.executors.push(handle);
+        ExecTask::new(worker, config, self.clock.clone(), self.db.clone())
     }
 
     /// Stops the executors started last, first: the workflow executors, say, before a

@@ -1,0 +1,146 @@
+//! What runs the demo's functions on a store: one executor per example function and a timers
+//! watcher (and, for `stele serve`, the retention task), shared by `stele demo` and
+//! `stele serve`.
+
+use cli::{
+    workers::{
+        approval::{APPROVAL, approval},
+        fanout::{FANOUT, fanout},
+        flaky::FlakyWorker,
+        sleeper::{SLEEPER, sleeper},
+        slow::SlowWorker,
+    },
+    workload::{DemoFunction, DemoFunctions},
+};
+use concepts::DbConnection;
+use executor::{ExecConfig, ExecTask, ExecutorTaskHandle, Now, Worker};
+use std::{sync::Arc, time::Duration};
+use timers_watcher::{TimersWatcherConfig, TimersWatcherHandle};
+use tokio::sync::Semaphore;
+use workflow::WorkflowWorker;
+
+/// How often the timers watcher looks for expired leases and delays.
+const WATCHER_TICK: Duration = Duration::from_millis(100);
+/// How long after expiry the watcher acts, so that a worker about to finish can write first.
+const WATCHER_LEEWAY: Duration = Duration::from_millis(100);
+/// The executors' fallback poll; notifications usually wake them sooner, but a retry whose
+/// backoff ends, and work submitted by another process to a SQLite file (whose notifications
+/// stay in the process that wrote), are found by this poll.
+const EXECUTOR_TICK: Duration = Duration::from_millis(100);
+/// How far past its deadline an overrunning `slow` attempt works: well past the watcher's
+/// leeway and tick, so that the watcher always times it out first.
+const SLOW_OVERRUN: Duration = Duration::from_millis(600);
+
+/// 8 workers per core: the demo's workers mostly sleep (simulated I/O), so a core keeps
+/// several busy; on 2 cores that is 16.
+pub fn default_concurrency() -> usize {
+    std::thread::available_parallelism().map_or(2, std::num::NonZero::get) * 8
+}
+
+/// The worker of `fanout`: its children are created as `flaky` executions are.
+fn fanout_worker(db: &Arc<dyn DbConnection>, functions: &DemoFunctions) -> WorkflowWorker<Now> {
+    let flaky = &functions.flaky;
+    WorkflowWorker::new(db.clone(), Now)
+        .child_settings(
+            flaky.component_id.clone(),
+            flaky.max_retries,
+            flaky.retry_exp_backoff,
+        )
+        .register(&FANOUT, fanout)
+        .expect("the demo's function handles are legal and distinct")
+}
+
+/// Every function the demo knows, with the worker that runs it: one executor each.
+fn demo_workers<'f>(
+    db: &Arc<dyn DbConnection>,
+    functions: &'f DemoFunctions,
+) -> Vec<(&'f DemoFunction, Arc<dyn Worker>)> {
+    vec![
+        (
+            &functions.flaky,
+            Arc::new(FlakyWorker::new(functions.flaky.ffqn.clone())),
+        ),
+        (
+            &functions.slow,
+            Arc::new(SlowWorker::new(
+                functions.slow.ffqn.clone(),
+                Now,
+                SLOW_OVERRUN,
+            )),
+        ),
+        (&functions.fanout, Arc::new(fanout_worker(db, functions))),
+        (
+            &functions.sleeper,
+            Arc::new(
+                WorkflowWorker::new(db.clone(), Now)
+                    .register(&SLEEPER, sleeper)
+                    .expect("the demo's function handles are legal and distinct"),
+            ),
+        ),
+        (
+            &functions.approval,
+            Arc::new(
+                WorkflowWorker::new(db.clone(), Now)
+                    .register(&APPROVAL, approval)
+                    .expect("the demo's function handles are legal and distinct"),
+            ),
+        ),
+    ]
+}
+
+/// The executors and the timers watcher of one invocation.
+pub struct Runtime {
+    executors: Vec<ExecutorTaskHandle>,
+    watcher: TimersWatcherHandle,
+    /// The short names of the functions it runs, for the notes.
+    pub functions: Vec<&'static str>,
+}
+
+impl Runtime {
+    /// Starts one executor per demo function, with at most `concurrency` workers at once over
+    /// all of them, and a timers watcher.
+    pub fn start(
+        db: &Arc<dyn DbConnection>,
+        functions: &DemoFunctions,
+        concurrency: usize,
+    ) -> Self {
+        let limiter = Arc::new(Semaphore::new(concurrency));
+        let workers = demo_workers(db, functions);
+        let names = workers.iter().map(|(function, _)| function.name).collect();
+        let executors = workers
+            .into_iter()
+            .map(|(function, worker)| {
+                let config = ExecConfig {
+                    lock_expiry: function.lock_expiry,
+                    tick_sleep: EXECUTOR_TICK,
+                    batch_size: 8,
+                    component_id: function.component_id.clone(),
+                    task_limiter: Some(limiter.clone()),
+                };
+                ExecTask::spawn_new(worker, config, Now, db.clone())
+            })
+            .collect();
+        let watcher = timers_watcher::spawn_new(
+            db.clone(),
+            TimersWatcherConfig {
+                tick_sleep: WATCHER_TICK,
+                leeway: WATCHER_LEEWAY,
+            },
+            Now,
+        );
+        Self {
+            executors,
+            watcher,
+            functions: names,
+        }
+    }
+
+    /// Stops taking work; workers still running are abandoned (their leases expire and the
+    /// next run recovers them).
+    pub async fn close(&mut self) {
+        for executor in &mut self.executors {
+            executor.close().await;
+        }
+        self.watcher.close().await;
+    }
+}

@@ -1,0 +1,274 @@
+//! `stele executions wait | cancel | complete | prune`: what an operator does to executions
+//! after submitting them. None of them creates a database: `wait` only reads (and never
+//! migrates), the others write to a database that already exists.
+
+use super::{
+    CliError, Exit, bad_input, interrupted, parse_execution_id, print, print_json, render,
+    with_store,
+};
+use chrono::{DateTime, Utc};
+use cli::{
+    database::{DatabaseUrl, OpenMode},
+    duration::HumanDuration,
+};
+use concepts::{
+    CancelOutcome, CancelRequest, ClockFn as _, CompleteOutcome, CompleteRequest, DbConnection,
+    DbError, ExecutionId, FinishedExecutionResult, Json, ResultKind, SupportedFunctionReturnValue,
+};
+use executor::Now;
+use serde::Serialize;
+use std::time::{Duration, Instant};
+
+/// How long one wait of `wait` lasts before it reads the state again. A SQLite file notifies
+/// only the process that wrote it, so a `wait` beside `stele serve` notices the end by
+/// reading again; PostgreSQL notifies every process and ends the wait sooner.
+const WAIT_SLICE: Duration = Duration::from_millis(200);
+
+#[derive(Debug, clap::Args)]
+pub struct WaitArgs {
+    /// The execution id.
+    id: String,
+    /// Give up after this long (exit 1): a whole number and ms, s, m, h or d, e.g. 30s
+    /// [default: wait until it finishes, or Ctrl-C].
+    #[arg(long, value_name = "DURATION", allow_hyphen_values = true)]
+    timeout: Option<String>,
+    /// Print one JSON document (id, result kind, value, the whole result) instead of a line.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct CancelArgs {
+    /// The execution id.
+    id: String,
+    /// Why, recorded in the result of every execution cancelled.
+    #[arg(
+        long,
+        value_name = "TEXT",
+        default_value = "cancelled with `stele executions cancel`"
+    )]
+    reason: String,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct CompleteArgs {
+    /// The id of the promise: an execution of a stub function `stele:stub.<name>`.
+    id: String,
+    /// The value the promise resolves to, as JSON: `true`, `"text"`, `{"approved":true}`.
+    #[arg(long = "json", value_name = "VALUE", allow_hyphen_values = true)]
+    value: String,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct PruneArgs {
+    /// Remove the trees of top-level executions that finished longer ago than this: a whole
+    /// number and ms, s, m, h or d, e.g. 7d.
+    #[arg(long, value_name = "DURATION", allow_hyphen_values = true)]
+    older_than: String,
+    /// How many top-level executions one transaction examines.
+    #[arg(long, default_value_t = 1_000, value_name = "N",
+          value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    batch: u32,
+    /// Print the counts as one JSON document instead of a line.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Parses a `DURATION` option (one line, exit 2, when malformed).
+pub fn parse_duration(option: &str, text: &str) -> Result<Duration, CliError> {
+    text.parse::<HumanDuration>()
+        .map(Duration::from)
+        .map_err(|err| bad_input(option, err))
+}
+
+/// The document of `wait --json`.
+#[derive(Serialize)]
+struct WaitDocument<'a> {
+    execution_id: &'a ExecutionId,
+    result_kind: ResultKind,
+    /// The value it returned (`Ok` or the function's own `Err`), if any.
+    value: Option<&'a Json>,
+    result: &'a FinishedExecutionResult,
+}
+
+pub async fn wait(url: &DatabaseUrl, args: WaitArgs) -> Result<(), CliError> {
+    let execution_id = parse_execution_id(&args.id)?;
+    let timeout = args
+        .timeout
+        .as_deref()
+        .map(|text| parse_duration("--timeout", text))
+        .transpose()?;
+    let result = with_store(url, OpenMode::Inspection, async |db| {
+        tokio::select! {
+            biased;
+            () = interrupted() => Err(CliError::new(
+                Exit::Interrupted,
+                format!("interrupted while waiting for {execution_id}, which goes on running"),
+            )),
+            result = wait_until_finished(db.as_ref(), url, &execution_id, timeout) => result,
+        }
+    })
+    .await?;
+    if args.json {
+        let value = match &result {
+            Ok(
+                SupportedFunctionReturnValue::InfallibleOrResultOk(value)
+                | SupportedFunctionReturnValue::FallibleResultErr(value),
+            ) => Some(value),
+            _ => None,
+        };
+        return print_json(&WaitDocument {
+            execution_id: &execution_id,
+            result_kind: ResultKind::of(&result),
+            value,
+            result: &result,
+        });
+    }
+    print(&format!("{}\n", render::result(&result)))
+}
+
+async fn wait_until_finished(
+    db: &dyn DbConnection,
+    url: &DatabaseUrl,
+    execution_id: &ExecutionId,
+    timeout: Option<Duration>,
+) -> Result<FinishedExecutionResult, CliError> {
+    let started = Instant::now();
+    loop {
+        let slice = timeout.map_or(WAIT_SLICE, |timeout| {
+            timeout
+                .saturating_sub(started.elapsed())
+                .clamp(Duration::from_millis(50), WAIT_SLICE)
+        });
+        match db.wait_for_finished_result(execution_id, Some(slice)).await {
+            Ok(result) => return Ok(result),
+            Err(DbError::Timeout) => {
+                if let Some(timeout) = timeout
+                    && started.elapsed() >= timeout
+                {
+                    return Err(CliError::new(
+                        Exit::Failure,
+                        format!(
+                            "{execution_id} did not finish within {} (it goes on; `stele \
+                             executions show {execution_id}` shows where it is)",
+                            HumanDuration(timeout)
+                        ),
+                    ));
+                }
+            }
+            Err(DbError::NotFound(_)) => return Err(CliError::no_execution(execution_id, url)),
+            Err(err) => {
+                return Err(CliError::db(format!("cannot wait for {execution_id}"), err));
+            }
+        }
+    }
+}
+
+pub async fn cancel(url: &DatabaseUrl, args: CancelArgs) -> Result<(), CliError> {
+    let execution_id = parse_execution_id(&args.id)?;
+    let request = CancelRequest {
+        execution_id: execution_id.clone(),
+        now: Now.now(),
+        reason: args.reason,
+    };
+    let outcome = with_store(url, OpenMode::ExistingOnly, async |db| {
+        db.cancel(request).await.map_err(|err| match err {
+            DbError::NotFound(_) => CliError::no_execution(&execution_id, url),
+            other => CliError::request(format!("cannot cancel {execution_id}"), other),
+        })
+    })
+    .await?;
+    let text = match outcome {
+        CancelOutcome::Cancelled { executions: 1 } => format!("cancelled {execution_id}\n"),
+        CancelOutcome::Cancelled { executions } => format!(
+            "cancelled {execution_id} and {} unfinished descendants ({executions} executions)\n",
+            executions - 1
+        ),
+        CancelOutcome::AlreadyFinished { result } => format!(
+            "{execution_id} had already finished, nothing cancelled: {}\n",
+            render::result(&result)
+        ),
+    };
+    print(&text)
+}
+
+pub async fn complete(url: &DatabaseUrl, args: CompleteArgs) -> Result<(), CliError> {
+    let execution_id = parse_execution_id(&args.id)?;
+    let value: serde_json::Value =
+        serde_json::from_str(&args.value).map_err(|err| bad_input("--json value", err))?;
+    let request = CompleteRequest {
+        execution_id: execution_id.clone(),
+        now: Now.now(),
+        value: SupportedFunctionReturnValue::InfallibleOrResultOk(Json(value.clone())),
+    };
+    let outcome = with_store(url, OpenMode::ExistingOnly, async |db| {
+        db.complete(request).await.map_err(|err| match err {
+            DbError::NotFound(_) => CliError::no_execution(&execution_id, url),
+            other => CliError::request(format!("cannot complete {execution_id}"), other),
+        })
+    })
+    .await?;
+    let answered = execution_id
+        .split_to_parent()
+        .map(|(parent, _)| format!("; {parent} has its answer"))
+        .unwrap_or_default();
+    let text = match outcome {
+        CompleteOutcome::Completed => format!("completed {execution_id} with {value}{answered}\n"),
+        CompleteOutcome::AlreadyCompleted => {
+            format!("{execution_id} was already completed with {value}, nothing written\n")
+        }
+    };
+    print(&text)
+}
+
+/// The document of `prune --json`.
+#[derive(Serialize)]
+struct PruneDocument {
+    /// The age limit: what finished before it was examined.
+    finished_before: DateTime<Utc>,
+    /// Trees removed (their top-level executions).
+    trees: usize,
+    /// Executions removed, top-level and descendants.
+    executions: usize,
+    /// Trees examined and kept because a member has not finished.
+    kept: usize,
+    /// Transactions run.
+    batches: usize,
+}
+
+pub async fn prune(url: &DatabaseUrl, args: PruneArgs) -> Result<(), CliError> {
+    let older_than = parse_duration("--older-than", &args.older_than)?;
+    let finished_before = concepts::sub_saturating(Now.now(), older_than);
+    let limit = args.batch as usize;
+    let totals = with_store(url, OpenMode::ExistingOnly, async |db| {
+        timers_watcher::prune_finished(db.as_ref(), finished_before, limit)
+            .await
+            .map_err(|err| CliError::db(format!("cannot prune {url}"), err))
+    })
+    .await?;
+    if args.json {
+        return print_json(&PruneDocument {
+            finished_before,
+            trees: totals.trees,
+            executions: totals.executions,
+            kept: totals.kept,
+            batches: totals.batches,
+        });
+    }
+    print(&format!(
+        "removed {} ({} executions) that finished before {}; kept {} with an unfinished \
+         member\n",
+        trees(totals.trees),
+        totals.executions,
+        render::datetime(finished_before),
+        trees(totals.kept),
+    ))
+}
+
+fn trees(count: usize) -> String {
+    if count == 1 {
+        "1 tree".to_string()
+    } else {
+        format!("{count} trees")
+    }
+}

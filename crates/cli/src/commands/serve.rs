@@ -1,0 +1,100 @@
+//! `stele serve`: run the demo's functions on a database until Ctrl-C or `SIGTERM`, so that
+//! executions submitted by `stele submit` (or any other client) run.
+
+use super::{
+    CliError, Exit, interrupted,
+    node::{Runtime, default_concurrency},
+    note,
+    operate::parse_duration,
+    with_store,
+};
+use cli::{
+    database::{DatabaseUrl, OpenMode},
+    duration::HumanDuration,
+    workload::DemoFunctions,
+};
+use executor::Now;
+use timers_watcher::{Pruner, PrunerConfig};
+
+#[derive(Debug, clap::Args)]
+pub struct ServeArgs {
+    /// How many workers may run at once, over all executors [default: 8 per CPU core].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    concurrency: Option<u32>,
+    /// Run the retention task: remove the trees of top-level executions that finished longer
+    /// ago than this (a whole number and ms, s, m, h or d, e.g. 7d). Without it nothing is
+    /// removed.
+    #[arg(long, value_name = "DURATION", allow_hyphen_values = true)]
+    prune_older_than: Option<String>,
+    /// How often the retention task runs.
+    #[arg(
+        long,
+        value_name = "DURATION",
+        default_value = "1m",
+        allow_hyphen_values = true,
+        requires = "prune_older_than"
+    )]
+    prune_every: String,
+    /// How many top-level executions one transaction of the retention task examines.
+    #[arg(long, default_value_t = 1_000, value_name = "N", requires = "prune_older_than",
+          value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    prune_batch: u32,
+}
+
+pub async fn run(url: &DatabaseUrl, args: ServeArgs) -> Result<(), CliError> {
+    let retention = args
+        .prune_older_than
+        .as_deref()
+        .map(|older_than| {
+            Ok::<_, CliError>(PrunerConfig {
+                retention: parse_duration("--prune-older-than", older_than)?,
+                interval: parse_duration("--prune-every", &args.prune_every)?,
+                batch: args.prune_batch as usize,
+            })
+        })
+        .transpose()?;
+    if let Some(config) = retention {
+        config
+            .validate()
+            .map_err(|err| super::bad_input("--prune-every", err))?;
+    }
+    let concurrency = args
+        .concurrency
+        .map_or_else(default_concurrency, |n| n as usize);
+    with_store(url, OpenMode::CreateIfMissing, async |db| {
+        // The signal handlers first: a signal after the note below stops cleanly.
+        let stop = interrupted();
+        let mut pruner = retention
+            .map(|config| Pruner::spawn_new(db.clone(), config, Now))
+            .transpose()
+            .map_err(|err| super::bad_input("--prune-every", err))?;
+        let functions = DemoFunctions::new();
+        let mut runtime = Runtime::start(&db, &functions, concurrency);
+        let pruning = match retention {
+            Some(config) => format!(
+                "the retention task removes trees finished more than {} ago, every {}",
+                HumanDuration(config.retention),
+                HumanDuration(config.interval)
+            ),
+            None => "no retention task (--prune-older-than starts one)".to_string(),
+        };
+        note(&format!(
+            "serving {url}: executors of {} (at most {concurrency} workers at once), the timers \
+             watcher, {pruning}; Ctrl-C or SIGTERM stops",
+            runtime.functions.join(", "),
+        ));
+        stop.await;
+        if let Some(pruner) = &mut pruner {
+            pruner.close().await;
+        }
+        runtime.close().await;
+        Err(CliError::new(
+            Exit::Interrupted,
+            format!(
+                "interrupted: stopped serving {url}; executions that were running are taken up \
+                 again by the next `stele serve` once their leases expire"
+            ),
+        ))
+    })
+    .await
+}
