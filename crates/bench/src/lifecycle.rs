@@ -1,5 +1,6 @@
 //! The lifecycle rows of the benchmark (issue 10): how many finished executions `prune`
-//! removes per second, and one `cancel` of a parent with 10,000 unfinished children (its time,
+//! removes per second (in the batches of `timers_watcher::prune_finished`, the pass the
+//! `Pruner` and `stele executions prune` run), and one `cancel` of a parent with 10,000 unfinished children (its time,
 //! and how many transactions it committed).
 
 use crate::{FFQN, component_id, probe::Probe, run_noop};
@@ -7,9 +8,9 @@ use anyhow::{Context, ensure};
 use chrono::{DateTime, TimeDelta, Utc};
 use concepts::{
     AppendBatchRequest, CancelOutcome, CancelRequest, ClockFn, ClosingStrategy, CreateRequest,
-    DbClient, DbClientExt as _, DbConnection, ExecutionEventInner, ExecutionId, ExecutionMetadata,
+    DbClientExt as _, DbConnection, ExecutionEventInner, ExecutionId, ExecutionMetadata,
     FunctionFqn, HistoryEvent, JoinSetId, JoinSetKind, JoinSetRequest, Json, ListExecutionsFilter,
-    PendingStateKind, PruneOutcome, PruneRequest, Version,
+    PendingStateKind, PruneRequest, Version,
 };
 use executor::Now;
 use std::{
@@ -24,37 +25,6 @@ const TREE: &str = "bench:lifecycle/flows.tree";
 /// prunes everything.
 fn after_everything() -> DateTime<Utc> {
     Now.now() + TimeDelta::milliseconds(1)
-}
-
-/// Prunes every tree finished before `finished_before`, `batch` top-level executions a call,
-/// each call continuing from the previous one's [`PruneOutcome::next`] until it is `None`.
-/// Returns the number of calls and the sums of their outcomes (`next` left `None`).
-pub(crate) async fn prune_all(
-    db: &dyn DbClient,
-    finished_before: DateTime<Utc>,
-    batch: usize,
-) -> anyhow::Result<(usize, PruneOutcome)> {
-    let mut calls = 0;
-    let mut total = PruneOutcome::default();
-    let mut after = None;
-    loop {
-        let outcome = db
-            .prune(PruneRequest {
-                finished_before,
-                limit: batch,
-                after,
-            })
-            .await
-            .context("prune")?;
-        calls += 1;
-        total.trees += outcome.trees;
-        total.executions += outcome.executions;
-        total.kept += outcome.kept;
-        match outcome.next {
-            Some(next) => after = Some(next),
-            None => return Ok((calls, total)),
-        }
-    }
 }
 
 /// The prune rate of one backend.
@@ -99,7 +69,9 @@ pub(crate) async fn prune_rate(
     eprintln!("  {backend}: pruning them, {batch} per call ...");
     let finished_before = after_everything();
     let start = Instant::now();
-    let (calls, total) = prune_all(db.as_ref(), finished_before, batch).await?;
+    let total = timers_watcher::prune_finished(db.as_ref(), finished_before, batch)
+        .await
+        .with_context(|| format!("{backend}: prune"))?;
     let took = start.elapsed();
     ensure!(
         total.trees == executions && total.executions == executions && total.kept == 0,
@@ -121,7 +93,7 @@ pub(crate) async fn prune_rate(
         backend: backend.to_string(),
         executions,
         batch,
-        calls,
+        calls: total.batches,
         took,
     })
 }

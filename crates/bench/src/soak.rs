@@ -1,27 +1,19 @@
 //! The soak run (`--soak`): executions submitted at a steady rate for minutes, one executor and
-//! the timers watcher running them, and finished trees pruned a few seconds after they finish;
-//! every few seconds a row of what was submitted, finished and is still stored, and the sizes
-//! of the SQLite files or of the PostgreSQL tables. The store must level off: the summary
+//! the timers watcher running them, and the `timers_watcher::Pruner` deleting finished trees a
+//! few seconds after they finish; every few seconds a row of what was submitted, finished,
+//! pruned and is still stored, and the sizes of the SQLite files or of the PostgreSQL tables. The store must level off: the summary
 //! compares the largest size of the last third of the run with that of the middle third.
 
-use crate::{
-    counting::CountingDb, lifecycle::prune_all, multi::spawn_noop_executor, noop_requests,
-    probe::Probe,
-};
+use crate::{counting::CountingDb, multi::spawn_noop_executor, noop_requests, probe::Probe};
 use anyhow::Context;
-use chrono::TimeDelta;
-use concepts::{ClockFn, DbClientExt as _, DbConnection, ListExecutionsFilter};
+use concepts::{DbClientExt as _, DbConnection, ListExecutionsFilter};
 use executor::Now;
 use std::{
     fmt::Write as _,
-    sync::{
-        Arc,
-        atomic::{AtomicUsize, Ordering},
-    },
+    sync::Arc,
     time::{Duration, Instant},
 };
-use timers_watcher::TimersWatcherConfig;
-use tokio::{sync::watch, task::JoinHandle};
+use timers_watcher::{Pruner, PrunerConfig, TimersWatcherConfig};
 
 /// How a soak run goes.
 #[derive(Debug, Clone)]
@@ -137,28 +129,6 @@ fn levelling(what: &str, unit: &str, series: &[u64]) -> String {
     )
 }
 
-/// Every `interval`, prunes the trees finished more than `retention` ago, following the
-/// cursor; counts the executions removed in `pruned`; stops when `stop` turns true.
-fn spawn_pruner(
-    db: Arc<dyn DbConnection>,
-    config: &SoakConfig,
-    pruned: Arc<AtomicUsize>,
-    mut stop: watch::Receiver<bool>,
-) -> JoinHandle<anyhow::Result<()>> {
-    let retention = TimeDelta::from_std(config.retention).unwrap_or(TimeDelta::MAX);
-    let (interval, batch) = (config.prune_interval, config.prune_batch);
-    tokio::spawn(async move {
-        loop {
-            let (_, outcome) = prune_all(db.as_ref(), Now.now() - retention, batch).await?;
-            pruned.fetch_add(outcome.executions, Ordering::SeqCst);
-            tokio::select! {
-                () = tokio::time::sleep(interval) => {}
-                _ = stop.wait_for(|stop| *stop) => return Ok(()),
-            }
-        }
-    })
-}
-
 /// Runs the soak on `db` (a fresh store, closed at the end), reading sizes through `probe`;
 /// prints a row every `report_every` and returns the summary lines.
 pub(crate) async fn run(
@@ -167,6 +137,12 @@ pub(crate) async fn run(
     probe: &Probe,
     config: &SoakConfig,
 ) -> anyhow::Result<Vec<String>> {
+    let pruner_config = PrunerConfig {
+        retention: config.retention,
+        interval: config.prune_interval,
+        batch: config.prune_batch,
+    };
+    let mut pruner = Pruner::spawn_new(db.clone(), pruner_config, Now)?;
     let counting = Arc::new(CountingDb::new(db.clone(), usize::MAX, false));
     let mut executor = spawn_noop_executor(counting.clone(), config.executor_batch)?;
     let watcher_config = TimersWatcherConfig {
@@ -174,18 +150,13 @@ pub(crate) async fn run(
         leeway: Duration::ZERO,
     };
     let mut watcher = timers_watcher::spawn_new(db.clone(), watcher_config, Now);
-    let pruned = Arc::new(AtomicUsize::new(0));
-    let (stop, stopped) = watch::channel(false);
-    let pruner = spawn_pruner(db.clone(), config, pruned.clone(), stopped);
 
-    let submitted = submit(backend, &db, probe, config, &counting, &pruned).await;
-    stop.send_replace(true);
+    let submitted = submit(backend, &db, probe, config, &counting).await;
+    pruner.close().await;
     executor.close().await;
     watcher.close().await;
-    let pruner = pruner.await.context("the pruner task")?;
     db.close().await;
     let samples = submitted?;
-    pruner.with_context(|| format!("{backend}: the pruner"))?;
 
     let mut summary = Vec::new();
     if let Some(last) = samples.last() {
@@ -221,7 +192,6 @@ async fn submit(
     probe: &Probe,
     config: &SoakConfig,
     counting: &CountingDb,
-    pruned: &AtomicUsize,
 ) -> anyhow::Result<Vec<Sample>> {
     let start = Instant::now();
     let mut ticker = tokio::time::interval(SUBMIT_TICK);
@@ -251,11 +221,13 @@ async fn submit(
                 .await
                 .with_context(|| format!("{backend}: listing the executions"))?
                 .len();
+            // Only the pruner deletes, and nothing is submitted while the sample is taken.
+            let pruned = usize::try_from(submitted)?.saturating_sub(stored);
             let sample = Sample {
                 elapsed,
                 submitted,
                 finished: counting.finished(),
-                pruned: pruned.load(Ordering::SeqCst),
+                pruned,
                 stored,
                 sizes: probe.sizes().await?,
             };
@@ -295,9 +267,9 @@ pub(crate) async fn run_all(
     println!("Machine: {}", crate::machine());
     println!(
         "Soak: {} no-op executions/s submitted for {} s (one create_batch every {} ms), one \
-         executor (batch size {}), the timers watcher, and a pruner every {} ms removing the \
-         trees finished more than {} s ago ({} top-level executions per prune call); a row \
-         every {} s.",
+         executor (batch size {}), the timers watcher, and the Pruner (every {} ms, retention \
+         {} s, at most {} top-level executions per prune call); a row every {} s, with pruned = \
+         submitted - in the store (only the pruner deletes).",
         config.rate,
         config.duration.as_secs(),
         SUBMIT_TICK.as_millis(),
