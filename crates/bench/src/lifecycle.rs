@@ -30,6 +30,8 @@ fn after_everything() -> DateTime<Utc> {
 /// The prune rate of one backend.
 pub(crate) struct PruneMeasurement {
     backend: String,
+    /// The how-manieth prune pass on this store (1: its tables are fresh).
+    pass: usize,
     executions: usize,
     batch: usize,
     calls: usize,
@@ -38,13 +40,14 @@ pub(crate) struct PruneMeasurement {
 
 impl PruneMeasurement {
     /// The table's header.
-    pub(crate) const HEADER: &str = "| backend | finished executions | prune limit | prune calls | time (s) | executions removed/s |\n|---|---:|---:|---:|---:|---:|";
+    pub(crate) const HEADER: &str = "| backend | pass on the store | finished executions | prune limit | prune calls | time (s) | executions removed/s |\n|---|---:|---:|---:|---:|---:|---:|";
 
     /// The table's row.
     pub(crate) fn row(&self) -> String {
         format!(
-            "| {} | {} | {} | {} | {:.3} | {:.0} |",
+            "| {} | {} | {} | {} | {} | {:.3} | {:.0} |",
             self.backend,
+            self.pass,
             self.executions,
             self.batch,
             self.calls,
@@ -56,9 +59,10 @@ impl PruneMeasurement {
 
 /// Runs `executions` no-op executions to the end with the executor (`executor_batch` per
 /// tick), then times `prune` of all of them, `batch` per call, and checks that the store is
-/// empty afterwards.
+/// empty afterwards; `pass` counts the runs on this store.
 pub(crate) async fn prune_rate(
     backend: &str,
+    pass: usize,
     db: &Arc<dyn DbConnection>,
     executions: usize,
     batch: usize,
@@ -91,6 +95,7 @@ pub(crate) async fn prune_rate(
     );
     Ok(PruneMeasurement {
         backend: backend.to_string(),
+        pass,
         executions,
         batch,
         calls: total.batches,
@@ -313,9 +318,10 @@ pub(crate) async fn rows(
         eprintln!("measuring prune and cancel on {label} ...");
         let measured = async {
             let mut prunes = Vec::new();
-            for &batch in &args.prune_batch {
+            for (pass, &batch) in (1..).zip(&args.prune_batch) {
                 let prune = prune_rate(
                     &label,
+                    pass,
                     &store.db,
                     args.prune_executions,
                     batch,
@@ -334,11 +340,12 @@ pub(crate) async fn rows(
         cancel_rows.push(cancel.row());
     }
     let mut text = format!(
-        "\nLifecycle (fresh stores): {} no-op executions run to the end by one executor, then \
-         removed by `prune` (at most `prune limit` top-level executions per call, each call \
-         continuing from the previous one's `next`) until none is left, once per limit; then a parent with {} unfinished children \
-         (created as its children by one `append_batch`) cancelled by one `cancel` call, and the \
-         cancelled tree removed by one `prune` call.\n\n{}\n",
+        "\nLifecycle (a fresh store per backend): {} no-op executions run to the end by one \
+         executor, then removed by `prune` (at most `prune limit` top-level executions per call, \
+         each call continuing from the previous one's `next`) until none is left; one such pass \
+         per limit of `--prune-batch`, one after the other on the same store. Then a parent with \
+         {} unfinished children (created as its children by one `append_batch`) cancelled by one \
+         `cancel` call, and the cancelled tree removed by one `prune` call.\n\n{}\n",
         args.prune_executions,
         args.cancel_children,
         PruneMeasurement::HEADER

@@ -116,9 +116,10 @@ struct Args {
     /// Lifecycle rows: how many finished executions are pruned.
     #[arg(long, default_value_t = 10_000)]
     prune_executions: usize,
-    /// Lifecycle rows: top-level executions examined per `prune` call, comma separated (one
-    /// row each, with executions of its own).
-    #[arg(long, value_delimiter = ',', default_value = "100,1000")]
+    /// Lifecycle rows: top-level executions examined per `prune` call, comma separated: one
+    /// pass each, with executions of its own, one after the other on the same store (the
+    /// first on fresh tables, which PostgreSQL has no statistics of yet).
+    #[arg(long, value_delimiter = ',', default_value = "1000,1000,100")]
     prune_batch: Vec<usize>,
     /// Lifecycle rows: how many unfinished children the cancelled parent has.
     #[arg(long, default_value_t = 10_000)]
