@@ -129,6 +129,24 @@ fn levelling(what: &str, unit: &str, series: &[u64]) -> String {
     )
 }
 
+/// The range of the executions in the store over the last two thirds of the run, against
+/// what the pruner lets through: the executions of `retention`, plus up to one `interval`'s
+/// worth between two passes (a sample may fall anywhere between them, so the count swings
+/// over that range rather than settling on one value).
+fn stored_range(stored: &[usize], config: &SoakConfig) -> String {
+    let tail = &stored[stored.len() / 3..];
+    let (Some(low), Some(high)) = (tail.iter().min(), tail.iter().max()) else {
+        return "executions in the store: no rows".to_string();
+    };
+    let rate = config.rate as f64;
+    let kept = rate * config.retention.as_secs_f64();
+    let swing = rate * config.prune_interval.as_secs_f64();
+    format!(
+        "executions in the store over the last two thirds: {low} to {high} (the retention holds \
+         {kept:.0}, plus up to {swing:.0} submitted between two pruner passes)"
+    )
+}
+
 /// Runs the soak on `db` (a fresh store, closed at the end), reading sizes through `probe`;
 /// prints a row every `report_every` and returns the summary lines.
 pub(crate) async fn run(
@@ -169,11 +187,8 @@ pub(crate) async fn run(
             last.elapsed.as_secs_f64()
         ));
     }
-    let stored: Vec<u64> = samples.iter().map(|s| s.stored as u64).collect();
-    summary.push(format!(
-        "{backend}: {}",
-        levelling("executions in the store", "executions", &stored)
-    ));
+    let stored: Vec<usize> = samples.iter().map(|s| s.stored).collect();
+    summary.push(format!("{backend}: {}", stored_range(&stored, config)));
     if samples.iter().any(|s| !s.sizes.is_empty()) {
         let totals: Vec<u64> = samples.iter().map(|s| kib(s.total())).collect();
         summary.push(format!(
@@ -312,6 +327,23 @@ mod tests {
         assert_eq!(thirds_max(&[1, 2]), None);
         assert_eq!(thirds_max(&[1, 5, 3, 4, 2, 4]), Some((4, 4)));
         assert_eq!(thirds_max(&[1, 2, 3, 4, 5, 6, 7, 8, 9]), Some((6, 9)));
+    }
+
+    #[test]
+    fn stored_range_reads_the_last_two_thirds() {
+        let config = SoakConfig {
+            duration: Duration::from_secs(60),
+            rate: 200,
+            retention: Duration::from_secs(5),
+            prune_interval: Duration::from_secs(1),
+            prune_batch: 1_000,
+            report_every: Duration::from_secs(10),
+            executor_batch: 256,
+        };
+        let range = stored_range(&[5, 1_200, 1_010, 1_190, 1_050, 1_100], &config);
+        assert!(range.contains(": 1010 to 1190 "), "{range}");
+        assert!(range.contains("holds 1000, plus up to 200"), "{range}");
+        assert!(stored_range(&[], &config).contains("no rows"));
     }
 
     #[test]
