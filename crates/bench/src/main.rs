@@ -21,8 +21,8 @@
 //! time and the transactions it committed (read through `probe`).
 //!
 //! `--soak` runs only the soak (`soak`): a steady submit rate for minutes with an executor,
-//! the timers watcher and a pruner, printing the store's size over time and whether it
-//! levelled off.
+//! the timers watcher and `timers_watcher::Pruner`, printing the store's size over time and
+//! whether it levelled off.
 
 #![expect(clippy::print_stdout, reason = "a benchmark prints its results")]
 
