@@ -15,11 +15,22 @@
 //!
 //! With PostgreSQL it also runs the same workload with 1, 2 and 4 executor processes against
 //! one server (`--processes`): see the `multi` module for how that is measured.
+//!
+//! Then the lifecycle rows (`lifecycle`, skipped with `--no-lifecycle`): executions removed
+//! per second by `prune`, and one `cancel` of a parent with 10,000 unfinished children, its
+//! time and the transactions it committed (read through `probe`).
+//!
+//! `--soak` runs only the soak (`soak`): a steady submit rate for minutes with an executor,
+//! the timers watcher and `timers_watcher::Pruner`, printing the store's size over time and
+//! whether it levelled off.
 
 #![expect(clippy::print_stdout, reason = "a benchmark prints its results")]
 
 mod counting;
+mod lifecycle;
 mod multi;
+mod probe;
+mod soak;
 mod workflows;
 
 use anyhow::{Context, bail};
@@ -30,7 +41,8 @@ use concepts::{
     Json, SupportedFunctionReturnValue,
 };
 use counting::CountingDb;
-use executor::{ExecTask, Now, Worker, WorkerContext, WorkerResult};
+use executor::{Now, Worker, WorkerContext, WorkerResult};
+use probe::Probe;
 use std::{
     fmt::Write as _,
     path::Path,
@@ -101,6 +113,42 @@ struct Args {
     /// Skip the workflow rows.
     #[arg(long)]
     no_workflows: bool,
+    /// Lifecycle rows: how many finished executions are pruned.
+    #[arg(long, default_value_t = 10_000)]
+    prune_executions: usize,
+    /// Lifecycle rows: top-level executions examined per `prune` call, comma separated: one
+    /// pass each, with executions of its own, one after the other on the same store (the
+    /// first on fresh tables, which PostgreSQL has no statistics of yet).
+    #[arg(long, value_delimiter = ',', default_value = "1000,1000,100")]
+    prune_batch: Vec<usize>,
+    /// Lifecycle rows: how many unfinished children the cancelled parent has.
+    #[arg(long, default_value_t = 10_000)]
+    cancel_children: u64,
+    /// Skip the lifecycle rows (prune rate, cancellation of a tree).
+    #[arg(long)]
+    no_lifecycle: bool,
+    /// Run the soak instead of everything else: a steady submit rate, one executor, the
+    /// timers watcher and the pruner, with the store's size printed over time.
+    #[arg(long)]
+    soak: bool,
+    /// Soak: how long executions are submitted, in seconds.
+    #[arg(long, default_value_t = 180)]
+    soak_seconds: u64,
+    /// Soak: executions submitted per second.
+    #[arg(long, default_value_t = 200)]
+    soak_rate: u64,
+    /// Soak: seconds a finished tree is kept before it is pruned.
+    #[arg(long, default_value_t = 5)]
+    soak_retention_seconds: u64,
+    /// Soak: top-level executions examined per `prune` call.
+    #[arg(long, default_value_t = 1_000)]
+    soak_prune_batch: usize,
+    /// Soak: milliseconds between two runs of the pruner.
+    #[arg(long, default_value_t = 1_000)]
+    soak_prune_interval_ms: u64,
+    /// Soak: seconds between two printed rows.
+    #[arg(long, default_value_t = 10)]
+    soak_report_seconds: u64,
 }
 
 /// The function every benchmark execution runs.
@@ -186,28 +234,35 @@ async fn measure(
     db: Arc<dyn DbConnection>,
     args: &Args,
 ) -> anyhow::Result<Measurement> {
-    let requests = noop_requests(args.executions)?;
-    let counting = Arc::new(CountingDb::new(db.clone(), args.executions, false));
+    let measured = run_noop(backend, &db, args.executions, args.batch_size).await;
+    db.close().await;
+    measured
+}
+
+/// Creates `executions` no-op executions with one `create_batch` and runs them to their
+/// last acknowledged `Finished` with one executor; leaves the store open.
+async fn run_noop(
+    backend: &str,
+    db: &Arc<dyn DbConnection>,
+    executions: usize,
+    batch_size: usize,
+) -> anyhow::Result<Measurement> {
+    let requests = noop_requests(executions)?;
+    let counting = Arc::new(CountingDb::new(db.clone(), executions, false));
 
     let start = Instant::now();
     db.create_batch(requests).await.context("create_batch")?;
     let created = Instant::now();
-    let mut executor = ExecTask::spawn_new(
-        Arc::new(BenchWorker::new()?),
-        multi::executor_config(args.batch_size)?,
-        Now,
-        counting.clone(),
-    );
+    let mut executor = multi::spawn_noop_executor(counting.clone(), batch_size)?;
     let deadline = Duration::from_secs(600);
-    tokio::time::timeout(deadline, counting.reached_target())
-        .await
-        .with_context(|| format!("{backend}: not every execution finished within {deadline:?}"))?;
+    let reached = tokio::time::timeout(deadline, counting.reached_target()).await;
     let finished = Instant::now();
     executor.close().await;
-    db.close().await;
+    reached
+        .with_context(|| format!("{backend}: not every execution finished within {deadline:?}"))?;
     Ok(Measurement {
         backend: backend.to_string(),
-        executions: args.executions,
+        executions,
         create: created - start,
         run: finished - created,
     })
@@ -248,6 +303,89 @@ impl PostgresRun {
             .with_context(|| format!("dropping database {}", self.name))
     }
 }
+
+/// A fresh store of one backend for the lifecycle rows or the soak, with its probe and, for
+/// PostgreSQL, the database to drop afterwards.
+struct Store {
+    db: Arc<dyn DbConnection>,
+    probe: Probe,
+    postgres: Option<PostgresRun>,
+}
+
+impl Store {
+    /// A fresh store of `backend` (a SQLite file `<label>.db` in `dir`, a PostgreSQL database
+    /// `stele_bench_<pid>_<label>`); `None` for postgres without a server.
+    async fn open(
+        backend: &str,
+        dir: &Path,
+        sync: Synchronous,
+        postgres_url: Option<&str>,
+        label: &str,
+    ) -> anyhow::Result<Option<Self>> {
+        match backend {
+            "memory" => Ok(Some(Self {
+                db: Arc::new(storage_memory::MemoryStore::new()),
+                probe: Probe::Memory,
+                postgres: None,
+            })),
+            "sqlite" => {
+                let path = dir.join(format!("{label}.db"));
+                let pool = SqlitePool::open(SqliteConfig::new(&path).with_synchronous(sync))
+                    .await
+                    .with_context(|| format!("opening {}", path.display()))?;
+                Ok(Some(Self {
+                    db: Arc::new(pool),
+                    probe: Probe::Sqlite { path },
+                    postgres: None,
+                }))
+            }
+            "postgres" => {
+                let Some(url) = postgres_url else {
+                    return Ok(None);
+                };
+                let run = PostgresRun::create(url, label).await?;
+                let opened = async {
+                    let db = run.connect().await?;
+                    match Probe::postgres(&run.server_url, &run.name).await {
+                        Ok(probe) => Ok((db, probe)),
+                        Err(e) => {
+                            db.close().await;
+                            Err(e)
+                        }
+                    }
+                }
+                .await;
+                match opened {
+                    Ok((db, probe)) => Ok(Some(Self {
+                        db,
+                        probe,
+                        postgres: Some(run),
+                    })),
+                    Err(e) => {
+                        run.drop_database().await?;
+                        Err(e)
+                    }
+                }
+            }
+            other => bail!("unknown backend `{other}` (expected memory, sqlite or postgres)"),
+        }
+    }
+
+    /// Closes the store and the probe, and drops the PostgreSQL database.
+    async fn finish(self) -> anyhow::Result<()> {
+        self.db.close().await;
+        self.probe.close().await;
+        if let Some(run) = self.postgres {
+            run.drop_database().await?;
+        }
+        Ok(())
+    }
+}
+
+/// The note printed when postgres is asked for without a server.
+const NO_POSTGRES: &str = "postgres was left out: neither --postgres-url nor \
+                           STELE_TEST_POSTGRES_URL names a server (`source .ci/postgres.sh \
+                           && pg_start` starts a local one)";
 
 /// The single-process PostgreSQL run on a fresh database.
 async fn measure_postgres(server_url: &str, args: &Args) -> anyhow::Result<Measurement> {
@@ -365,6 +503,9 @@ async fn bench(args: Args) -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let sync = synchronous(&args.synchronous)?;
     let postgres_url = args.postgres_url.clone().filter(|url| !url.is_empty());
+    if args.soak {
+        return soak::run_all(&args, dir.path(), sync, postgres_url.as_deref()).await;
+    }
     let mut report = String::new();
     let mut notes = Vec::new();
     writeln!(report, "Machine: {}", machine())?;
@@ -401,11 +542,8 @@ async fn bench(args: Args) -> anyhow::Result<()> {
             }
             "postgres" => {
                 let Some(url) = &postgres_url else {
-                    let note = "postgres was left out: neither --postgres-url nor \
-                                STELE_TEST_POSTGRES_URL names a server (`source .ci/postgres.sh \
-                                && pg_start` starts a local one)";
-                    eprintln!("{note}");
-                    notes.push(note.to_string());
+                    eprintln!("{NO_POSTGRES}");
+                    notes.push(NO_POSTGRES.to_string());
                     continue;
                 };
                 eprintln!("measuring postgres ...");
@@ -488,6 +626,10 @@ async fn bench(args: Args) -> anyhow::Result<()> {
             let (tps, rps) = sqlite_ceiling(dir.path(), level, rows, Duration::from_secs(3))?;
             writeln!(report, "| {level} | {rows} | {tps:.0} | {rps:.0} |")?;
         }
+    }
+    if !args.no_lifecycle {
+        let rows = lifecycle::rows(&args, dir.path(), sync, postgres_url.as_deref()).await?;
+        report.push_str(&rows);
     }
     println!("{report}");
     Ok(())

@@ -18,7 +18,7 @@ use crate::{BenchWorker, Measurement, counting::CountingDb, noop_requests};
 use anyhow::{Context, bail, ensure};
 use concepts::DbClientExt as _;
 use concepts::{DbConnection, ListExecutionsFilter, PendingStateKind};
-use executor::{ExecConfig, ExecTask, Now};
+use executor::{ExecConfig, ExecTask, ExecutorTaskHandle, Now};
 use std::{
     io::{BufRead, BufReader, Write},
     process::{Child, ChildStdin, Command, Stdio},
@@ -72,12 +72,7 @@ pub(crate) async fn worker_process(args: WorkerArgs) -> anyhow::Result<()> {
         Some(other) => bail!("unexpected command `{other}`"),
     }
     let counting = Arc::new(CountingDb::new(db.clone(), usize::MAX, true));
-    let mut executor = ExecTask::spawn_new(
-        Arc::new(BenchWorker::new()?),
-        executor_config(args.batch_size)?,
-        Now,
-        counting.clone(),
-    );
+    let mut executor = spawn_noop_executor(counting.clone(), args.batch_size)?;
     while let Some(command) = received.recv().await {
         if command == "stop" {
             break;
@@ -87,6 +82,19 @@ pub(crate) async fn worker_process(args: WorkerArgs) -> anyhow::Result<()> {
     db.close().await;
     say(&format!("stopped {}", counting.finished()));
     Ok(())
+}
+
+/// One executor of no-op executions, `batch_size` per tick, writing through `counting`.
+pub(crate) fn spawn_noop_executor(
+    counting: Arc<CountingDb>,
+    batch_size: usize,
+) -> anyhow::Result<ExecutorTaskHandle> {
+    Ok(ExecTask::spawn_new(
+        Arc::new(BenchWorker::new()?),
+        executor_config(batch_size)?,
+        Now,
+        counting,
+    ))
 }
 
 /// The executor of both the single- and the multi-process runs.
