@@ -65,22 +65,28 @@ const SELECT_LOG_RESPONSES: &str = "SELECT execution_id, response_json FROM t_re
 const SELECT_CREATED: &str = "SELECT execution_id, event_json FROM t_event \
     WHERE execution_id = ANY($1) AND version = 0";
 
-/// The descendants of each root `k` (ids in `[low, high)`), locked in id order: after the rows of `LOCK_EXECUTIONS` (a root and its ancestors,
-/// whose ids sort before its descendants').
+/// The descendants of each root `k` (ids in `[low, high)`), locked in id order within each
+/// root: after the rows of `LOCK_EXECUTIONS` (a root and its ancestors, whose ids sort before
+/// its descendants'). The ranges are the outer side of a `LATERAL` join, so the server scans
+/// one primary-key range per root whatever its statistics say (a plain join was sometimes
+/// planned as a scan of the whole table tested against every range).
 const LOCK_SUBTREES: &str = concat!(
     "SELECT ",
     execution_columns!(),
     ", k.ord FROM UNNEST($1::text[], $2::text[]) \
      WITH ORDINALITY AS k(low, high, ord) \
-     JOIN t_execution t ON t.execution_id >= k.low AND t.execution_id < k.high \
-     ORDER BY t.execution_id, k.ord FOR UPDATE OF t"
+     CROSS JOIN LATERAL (SELECT * FROM t_execution t \
+     WHERE t.execution_id >= k.low AND t.execution_id < k.high \
+     ORDER BY t.execution_id FOR UPDATE) AS t \
+     ORDER BY t.execution_id, k.ord"
 );
 
 /// The ids `LOCK_SUBTREES` would find now, read without locks: see [`lock_subtrees`].
 const SUBTREE_MEMBERS: &str = "SELECT t.execution_id, k.ord \
     FROM UNNEST($1::text[], $2::text[]) \
     WITH ORDINALITY AS k(low, high, ord) \
-    JOIN t_execution t ON t.execution_id >= k.low AND t.execution_id < k.high";
+    CROSS JOIN LATERAL (SELECT execution_id FROM t_execution t \
+    WHERE t.execution_id >= k.low AND t.execution_id < k.high) AS t";
 
 /// `prune`'s candidates: finished top-level executions, finished strictly before `($1, $2)`
 /// and after the cursor `($3, $4, $5)`, oldest first, from the partial index on
