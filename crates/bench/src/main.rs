@@ -31,6 +31,7 @@ mod lifecycle;
 mod multi;
 mod probe;
 mod soak;
+mod targets;
 mod workflows;
 
 use anyhow::{Context, bail};
@@ -51,6 +52,7 @@ use std::{
 };
 use storage_postgres::{PostgresConfig, PostgresStore, admin};
 use storage_sqlite::{SqliteConfig, SqlitePool, Synchronous};
+use targets::{Goal, Row, Targets};
 
 /// The command line: the benchmark itself, or (hidden) one of its worker processes.
 #[derive(Parser, Debug)]
@@ -507,6 +509,8 @@ async fn bench(args: Args) -> anyhow::Result<()> {
         return soak::run_all(&args, dir.path(), sync, postgres_url.as_deref()).await;
     }
     let mut report = String::new();
+    let mut targets = Targets::default();
+    let mut end_to_end = Vec::new();
     let mut notes = Vec::new();
     writeln!(report, "Machine: {}", machine())?;
     writeln!(
@@ -556,6 +560,7 @@ async fn bench(args: Args) -> anyhow::Result<()> {
             other => bail!("unknown backend `{other}` (expected memory, sqlite or postgres)"),
         };
         writeln!(report, "{}", m.row())?;
+        end_to_end.push((backend.clone(), m.per_second(m.create + m.run)));
     }
     if !args.no_workflows {
         writeln!(
@@ -625,11 +630,38 @@ async fn bench(args: Args) -> anyhow::Result<()> {
         for (level, rows) in [("FULL", 1), ("NORMAL", 1), ("FULL", 100)] {
             let (tps, rps) = sqlite_ceiling(dir.path(), level, rows, Duration::from_secs(3))?;
             writeln!(report, "| {level} | {rows} | {tps:.0} | {rps:.0} |")?;
+            if (level, rows) == ("FULL", 1)
+                && sync == Synchronous::Full
+                && let Some((_, rate)) = end_to_end.iter().find(|(b, _)| b == "sqlite")
+            {
+                targets.add(
+                    "sqlite",
+                    Row::against(
+                        "end to end, executions/s",
+                        *rate,
+                        "/s",
+                        "single-row FULL transactions/s",
+                        tps,
+                        Goal::RatioAtLeast(2.0),
+                    ),
+                );
+            }
         }
     }
     if !args.no_lifecycle {
         let rows = lifecycle::rows(&args, dir.path(), sync, postgres_url.as_deref()).await?;
         report.push_str(&rows);
+    }
+    for (backend, rate) in &end_to_end {
+        if backend == "memory" {
+            targets.add(
+                "memory",
+                Row::alone("end to end, executions/s", *rate, "/s", Goal::Report),
+            );
+        }
+    }
+    if !targets.is_empty() {
+        report.push_str(&targets.render());
     }
     println!("{report}");
     Ok(())
