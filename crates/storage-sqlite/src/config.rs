@@ -81,8 +81,10 @@ pub struct SqliteConfig {
     pub max_commands_per_transaction: usize,
     /// How many read-only connections serve reads beside the writer; default 4.
     pub reader_pool_size: usize,
-    /// How long a connection waits for a lock held by another connection before reporting
-    /// busy; default 5 s.
+    /// How long a read waits for a lock held by another connection before reporting busy;
+    /// default 5 s. The writer never reports busy: it waits for the write lock as long as it
+    /// takes and logs a warning after each `busy_timeout` of waiting (see the crate docs on
+    /// several processes).
     pub busy_timeout: Duration,
 }
 

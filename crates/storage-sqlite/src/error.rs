@@ -230,8 +230,8 @@ impl SqliteError {
     /// The portable error kind of this error; `path` names the database in the message.
     ///
     /// This is the one place where driver errors become portable kinds:
-    /// - busy or locked: a retriable backend error (the single writer makes this rare: only a
-    ///   reader waiting past `busy_timeout` on a checkpoint sees it);
+    /// - busy or locked: a retriable backend error (writers wait for the lock instead, see
+    ///   the crate docs; only a read waiting past `busy_timeout` can see it);
     /// - a constraint that is not a known duplicate: a backend error (the kernel validated the
     ///   write, so the rows disagree with it; duplicates are mapped with their context by
     ///   [`Self::from_insert`]);

@@ -47,9 +47,33 @@
 //! an I/O error), the commands that had succeeded in it are answered with the error too, so no
 //! caller is told that a write committed when it did not.
 //!
-//! Because there is one writer, writes never see `SQLITE_BUSY`: there is nobody to wait for.
 //! The transaction holds the write lock from `BEGIN IMMEDIATE` on, so what a command loads
 //! cannot change before it persists, not even from another process.
+//!
+//! # Several processes on one file
+//!
+//! Any number of processes (and stores within one process) may open the same file; each has
+//! its own writer thread, and SQLite's write lock lets one transaction write at a time. What
+//! holds for them:
+//!
+//! - every write is as atomic and durable as with one process, and the kernel's rules hold
+//!   across processes, since each command reads what it changes under the write lock;
+//! - a busy file is never an error: a writer whose `BEGIN IMMEDIATE` finds the lock taken
+//!   tries again every millisecond for as long as it takes, keeping its queued commands (a
+//!   warning is logged for each `busy_timeout` of waiting). Only a store that is being closed
+//!   gives up, one `busy_timeout` later, failing its queued commands with
+//!   [`concepts::DbError::Closed`]. A process that holds the lock forever (a `sqlite3` shell
+//!   inside `BEGIN IMMEDIATE`) therefore stalls the writes of the others; it does not fail them;
+//! - writers take turns: a writer that met another's lock within the last second leaves the
+//!   lock free for 3 ms between its transactions, and ends a transaction that held the lock
+//!   for 50 ms once its current command is done, leaving the rest of its queue for the next
+//!   one. Without contention a writer batches as one process does. One command is never
+//!   split: a `create_batch` stays all or nothing and holds the lock for as long as it takes
+//!   to write (the other writers wait that long; a batch of 100,000 executions takes seconds);
+//! - notifications are in-process: a process learns of another's writes by polling
+//!   (`tick_sleep` of the executor and the watcher), not by wake-ups;
+//! - readers never wait for writers (WAL); every process must be on the same machine (WAL
+//!   needs shared memory, so no network file systems).
 //!
 //! # Reads
 //!

@@ -103,6 +103,9 @@ impl SqlitePool {
                                 rx,
                                 thread_hub,
                                 thread_config.max_commands_per_transaction,
+                                writer::LockSharing {
+                                    busy_timeout: thread_config.busy_timeout,
+                                },
                             );
                         }
                     }

@@ -816,7 +816,17 @@ fn run_commands(conn: rusqlite::Connection, path: &Path, commands: Vec<Box<dyn C
     }
     assert!(tx.try_send(writer::Message::Shutdown).is_ok());
     drop(tx);
-    writer::run(conn, Arc::from(path), rx, Arc::new(WaiterHub::new()), 1024);
+    let sharing = writer::LockSharing {
+        busy_timeout: Duration::from_secs(5),
+    };
+    writer::run(
+        conn,
+        Arc::from(path),
+        rx,
+        Arc::new(WaiterHub::new()),
+        1024,
+        sharing,
+    );
 }
 
 /// Creates an execution inside a writer command, as `SqlitePool::create` does.

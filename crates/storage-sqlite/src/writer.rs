@@ -14,8 +14,13 @@ use concepts::{
     DbError,
     kernel::{WaiterHub, Wakeup},
 };
-use rusqlite::Connection;
-use std::{panic::AssertUnwindSafe, path::Path, sync::Arc};
+use rusqlite::{Connection, ErrorCode};
+use std::{
+    panic::AssertUnwindSafe,
+    path::Path,
+    sync::Arc,
+    time::{Duration, Instant},
+};
 use tokio::sync::{mpsc, oneshot};
 
 /// One queued write: runs inside the batch transaction, replies after the commit.
@@ -94,6 +99,40 @@ pub(crate) enum Message {
     Shutdown,
 }
 
+/// How the writer thread shares the file's write lock with other connections (other
+/// processes, most often).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct LockSharing {
+    /// How long queued commands are allowed to wait for the write lock before each warning
+    /// is logged (the store's `busy_timeout`); also the wait of the closing checkpoint.
+    pub(crate) busy_timeout: Duration,
+}
+
+/// How often a writer that found the write lock taken tries again. SQLite's own busy handler
+/// backs off to 100 ms between tries, so a writer waiting through it misses the short gaps
+/// between another process's commits and can starve; a short fixed poll does not.
+const LOCK_POLL: Duration = Duration::from_millis(1);
+/// After meeting another connection's lock, a writer leaves the lock free this long between
+/// its own transactions, so that a waiting writer (polling every [`LOCK_POLL`]) gets its turn.
+const COURTESY_GAP: Duration = Duration::from_millis(3);
+/// How long the writer behaves as contended after it last found the lock taken.
+const CONTENTION_MEMORY: Duration = Duration::from_secs(1);
+/// While contended, a transaction takes no further queued command once it has held the lock
+/// this long (a single command is never split: `create_batch` stays all or nothing).
+const MAX_CONTENDED_TRANSACTION: Duration = Duration::from_millis(50);
+
+/// The writer connection and what it knows about the other writers of its file.
+struct Writer<'a> {
+    conn: &'a Connection,
+    path: &'a Path,
+    hub: &'a WaiterHub,
+    sharing: LockSharing,
+    /// When `BEGIN IMMEDIATE` last found the lock held by another connection.
+    contended_at: Option<Instant>,
+    /// When the last transaction ended.
+    ended_at: Option<Instant>,
+}
+
 /// The writer thread's loop: runs until every sender is gone or a shutdown was processed.
 pub(crate) fn run(
     conn: Connection,
@@ -101,34 +140,47 @@ pub(crate) fn run(
     mut rx: mpsc::Receiver<Message>,
     hub: Arc<WaiterHub>,
     max_commands_per_transaction: usize,
+    sharing: LockSharing,
 ) {
+    // The writer waits for the write lock itself (see `Writer::begin`), never in SQLite's
+    // busy handler.
+    if let Err(err) = conn.busy_timeout(Duration::ZERO) {
+        tracing::warn!(path = %path.display(), "cannot clear the writer's busy timeout: {err}");
+    }
+    let mut writer = Writer {
+        conn: &conn,
+        path: &path,
+        hub: &hub,
+        sharing,
+        contended_at: None,
+        ended_at: None,
+    };
     let mut batch: Vec<Box<dyn Command>> = Vec::new();
-    while let Some(first) = rx.blocking_recv() {
-        let mut shutdown = false;
-        let mut next = Some(first);
-        while let Some(message) = next.take() {
-            match message {
-                Message::Command(command) => batch.push(command),
-                Message::Shutdown => shutdown = true,
-            }
-            if batch.len() < max_commands_per_transaction {
-                next = rx.try_recv().ok();
-            }
+    loop {
+        if batch.is_empty() {
+            let Some(message) = rx.blocking_recv() else {
+                break;
+            };
+            take(message, &mut batch, &mut rx);
         }
-        if !batch.is_empty() {
-            let wakeups = run_batch(&conn, &path, &mut batch);
-            for command in batch.drain(..) {
-                command.reply();
-            }
-            hub.deliver(&wakeups);
+        while batch.len() < max_commands_per_transaction {
+            let Ok(message) = rx.try_recv() else { break };
+            take(message, &mut batch, &mut rx);
         }
-        if shutdown {
-            // Refuse new commands; the queued ones are still received and run.
-            rx.close();
+        if batch.is_empty() {
+            continue;
         }
+        let (done, wakeups) = writer.run_group(&mut batch);
+        for command in batch.drain(..done) {
+            command.reply();
+        }
+        hub.deliver(&wakeups);
     }
     // Fold the log into the database file so that a closed store is one self-contained file.
     // Idle readers do not hold this up; it waits (up to `busy_timeout`) for reads in flight.
+    if let Err(err) = conn.busy_timeout(sharing.busy_timeout) {
+        tracing::warn!(path = %path.display(), "cannot restore the writer's busy timeout: {err}");
+    }
     if let Err(err) = conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(())) {
         tracing::warn!(path = %path.display(), "checkpointing the SQLite WAL at close: {err}");
     }
@@ -138,80 +190,160 @@ pub(crate) fn run(
     tracing::debug!(path = %path.display(), "SQLite writer stopped");
 }
 
-/// Runs `batch` in one transaction; returns the wake-ups of what committed.
-///
-/// Normally there is one transaction. If SQLite itself aborts it (a full disk, an I/O error),
-/// the commands that had succeeded in it are failed (their writes are gone) and the remaining
-/// commands run in a new transaction.
-fn run_batch(conn: &Connection, path: &Path, batch: &mut [Box<dyn Command>]) -> Vec<Wakeup> {
-    // The wake-ups of the commands that succeeded in the current transaction.
-    let mut woken = Vec::new();
-    let mut segment_start = 0;
-    let mut in_transaction = false;
-    for idx in 0..batch.len() {
-        if !in_transaction {
-            if let Err(err) = exec(conn, "BEGIN IMMEDIATE") {
-                let err = SqliteError::from(err).into_db_error(path);
-                tracing::error!(path = %path.display(), "cannot begin a SQLite transaction: {err}");
-                fail_all(&mut batch[idx..], &err);
-                return Vec::new();
-            }
-            in_transaction = true;
-            segment_start = idx;
-        }
-        if let Err(err) = exec(conn, "SAVEPOINT op") {
-            abort_segment(conn, path, &mut batch[segment_start..=idx], &mut woken, err);
-            in_transaction = false;
-            continue;
-        }
-        let mut op_wakeups = Vec::new();
-        let command = &mut batch[idx];
-        // A bug that panics inside one command must not take the writer (and every other
-        // caller) down with it: the command fails and its savepoint is rolled back.
-        let ok = std::panic::catch_unwind(AssertUnwindSafe(|| {
-            let mut ctx = WriteCtx {
-                conn,
-                wakeups: &mut op_wakeups,
-            };
-            command.run(&mut ctx, path)
-        }))
-        .unwrap_or_else(|_| {
-            tracing::error!(path = %path.display(), "a SQLite write command panicked");
-            let message = format!("SQLite database {}: the write panicked", path.display());
-            command.fail(&backend_error(message, false));
-            false
-        });
-        if ok {
-            match exec(conn, "RELEASE op") {
-                Ok(()) => woken.append(&mut op_wakeups),
-                Err(err) => {
-                    abort_segment(conn, path, &mut batch[segment_start..=idx], &mut woken, err);
-                    in_transaction = false;
-                }
-            }
-        } else if conn.is_autocommit() {
-            // SQLite rolled back the whole transaction: the earlier commands of this
-            // transaction lost their writes too.
-            let message = format!(
-                "SQLite database {}: the transaction was rolled back by an error of a command \
-                 batched with this one",
-                path.display()
-            );
-            let err = backend_error(message, true);
-            fail_all(&mut batch[segment_start..idx], &err);
-            woken.clear();
-            in_transaction = false;
-        } else if let Err(err) =
-            exec(conn, "ROLLBACK TO op").and_then(|()| exec(conn, "RELEASE op"))
+/// Queues a received command, or stops receiving new ones at a shutdown.
+fn take(message: Message, batch: &mut Vec<Box<dyn Command>>, rx: &mut mpsc::Receiver<Message>) {
+    match message {
+        Message::Command(command) => batch.push(command),
+        // Refuse new commands; the queued ones are still received and run.
+        Message::Shutdown => rx.close(),
+    }
+}
+
+impl Writer<'_> {
+    fn contended(&self) -> bool {
+        self.contended_at
+            .is_some_and(|at| at.elapsed() < CONTENTION_MEMORY)
+    }
+
+    /// Takes the file's write lock (`BEGIN IMMEDIATE`), waiting as long as other connections
+    /// hold it: a busy file is never an error of the commands (a warning is logged for each
+    /// `busy_timeout` of waiting). Only a store that is closing stops waiting, after one more
+    /// `busy_timeout`, and fails its queued commands with [`DbError::Closed`].
+    fn begin(&mut self) -> Result<(), DbError> {
+        if self.contended()
+            && let Some(gap) = self
+                .ended_at
+                .and_then(|ended| COURTESY_GAP.checked_sub(ended.elapsed()))
         {
-            abort_segment(conn, path, &mut batch[segment_start..=idx], &mut woken, err);
-            in_transaction = false;
+            std::thread::sleep(gap);
+        }
+        let mut waiting_since: Option<Instant> = None;
+        let mut warned_after = Duration::ZERO;
+        let mut closing_since: Option<Instant> = None;
+        loop {
+            let err = match exec(self.conn, "BEGIN IMMEDIATE") {
+                Ok(()) => return Ok(()),
+                Err(err) if is_busy(&err) => err,
+                Err(err) => return Err(SqliteError::from(err).into_db_error(self.path)),
+            };
+            let now = Instant::now();
+            self.contended_at = Some(now);
+            let waited = now - *waiting_since.get_or_insert(now);
+            if waited >= warned_after + self.sharing.busy_timeout {
+                warned_after = waited;
+                tracing::warn!(
+                    path = %self.path.display(),
+                    waited_ms = u64::try_from(waited.as_millis()).unwrap_or(u64::MAX),
+                    "waiting for the write lock of the SQLite database, held by another connection: {err}"
+                );
+            }
+            if self.hub.is_closed()
+                && now - *closing_since.get_or_insert(now) >= self.sharing.busy_timeout
+            {
+                return Err(DbError::Closed);
+            }
+            std::thread::sleep(LOCK_POLL);
         }
     }
-    if in_transaction && let Err(err) = exec(conn, "COMMIT") {
-        abort_segment(conn, path, &mut batch[segment_start..], &mut woken, err);
+
+    /// Runs the first commands of `batch` in one transaction (normally all of them); returns
+    /// how many ran (they have their outcomes) and the wake-ups of what committed.
+    ///
+    /// If SQLite itself aborts the transaction (a full disk, an I/O error), the commands that
+    /// had succeeded in it are failed (their writes are gone) and the remaining commands run in
+    /// a new transaction. While other connections wait for the lock, the transaction commits
+    /// after [`MAX_CONTENDED_TRANSACTION`] and leaves the remaining commands for the next one.
+    fn run_group(&mut self, batch: &mut [Box<dyn Command>]) -> (usize, Vec<Wakeup>) {
+        let (conn, path) = (self.conn, self.path);
+        // The wake-ups of the commands that succeeded in the current transaction.
+        let mut woken = Vec::new();
+        let mut segment_start = 0;
+        let mut in_transaction = false;
+        let mut began = Instant::now();
+        let mut end = batch.len();
+        for idx in 0..batch.len() {
+            if in_transaction
+                && idx > segment_start
+                && self.contended()
+                && began.elapsed() >= MAX_CONTENDED_TRANSACTION
+            {
+                end = idx;
+                break;
+            }
+            if !in_transaction {
+                if let Err(err) = self.begin() {
+                    tracing::error!(path = %path.display(), "cannot begin a SQLite transaction: {err}");
+                    fail_all(&mut batch[idx..], &err);
+                    self.ended_at = Some(Instant::now());
+                    return (batch.len(), Vec::new());
+                }
+                in_transaction = true;
+                segment_start = idx;
+                began = Instant::now();
+            }
+            if let Err(err) = exec(conn, "SAVEPOINT op") {
+                abort_segment(conn, path, &mut batch[segment_start..=idx], &mut woken, err);
+                in_transaction = false;
+                continue;
+            }
+            let mut op_wakeups = Vec::new();
+            let command = &mut batch[idx];
+            // A bug that panics inside one command must not take the writer (and every other
+            // caller) down with it: the command fails and its savepoint is rolled back.
+            let ok = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                let mut ctx = WriteCtx {
+                    conn,
+                    wakeups: &mut op_wakeups,
+                };
+                command.run(&mut ctx, path)
+            }))
+            .unwrap_or_else(|_| {
+                tracing::error!(path = %path.display(), "a SQLite write command panicked");
+                let message = format!("SQLite database {}: the write panicked", path.display());
+                command.fail(&backend_error(message, false));
+                false
+            });
+            if ok {
+                match exec(conn, "RELEASE op") {
+                    Ok(()) => woken.append(&mut op_wakeups),
+                    Err(err) => {
+                        abort_segment(conn, path, &mut batch[segment_start..=idx], &mut woken, err);
+                        in_transaction = false;
+                    }
+                }
+            } else if conn.is_autocommit() {
+                // SQLite rolled back the whole transaction: the earlier commands of this
+                // transaction lost their writes too.
+                let message = format!(
+                    "SQLite database {}: the transaction was rolled back by an error of a command \
+                     batched with this one",
+                    path.display()
+                );
+                let err = backend_error(message, true);
+                fail_all(&mut batch[segment_start..idx], &err);
+                woken.clear();
+                in_transaction = false;
+            } else if let Err(err) =
+                exec(conn, "ROLLBACK TO op").and_then(|()| exec(conn, "RELEASE op"))
+            {
+                abort_segment(conn, path, &mut batch[segment_start..=idx], &mut woken, err);
+                in_transaction = false;
+            }
+        }
+        if in_transaction && let Err(err) = exec(conn, "COMMIT") {
+            abort_segment(conn, path, &mut batch[segment_start..end], &mut woken, err);
+        }
+        self.ended_at = Some(Instant::now());
+        (end, woken)
     }
-    woken
+}
+
+/// True when another connection holds the lock (`SQLITE_BUSY` and its extended codes).
+fn is_busy(err: &rusqlite::Error) -> bool {
+    matches!(
+        err.sqlite_error_code(),
+        Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked)
+    )
 }
 
 /// The current transaction is lost: roll it back and fail the commands that had succeeded.

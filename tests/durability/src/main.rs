@@ -18,6 +18,9 @@
 //! `--tick-ms`), and `--trace-waits` reports each lock and each `wait_for_pending` of the
 //! executor (see the `traced` module).
 //!
+//! `--busy-timeout-ms` gives a SQLite store a shorter `busy_timeout`, so that a test provokes
+//! contention between processes quickly.
+//!
 //! Standard output is one line per fact, flushed as soon as it is known: the [`Line`]s of the
 //! crate's library, whose documentation lists them. A `finished` line is printed only after a
 //! read of the store returned the execution as finished, i.e. after the write committed: it is
@@ -164,6 +167,10 @@ struct RunArgs {
     /// Gives up (exit code 1) when not everything finished after this many seconds.
     #[arg(long, default_value_t = 300)]
     timeout_s: u64,
+    /// SQLite only: the store's `busy_timeout` in milliseconds (default the store's own); a
+    /// small one provokes contention between processes quickly.
+    #[arg(long)]
+    busy_timeout_ms: Option<u64>,
 }
 
 /// Where the store lives.
@@ -185,13 +192,19 @@ impl DatabaseUrl {
         }
     }
 
-    async fn open(&self) -> anyhow::Result<Arc<dyn DbConnection>> {
+    async fn open(&self, busy_timeout: Option<Duration>) -> anyhow::Result<Arc<dyn DbConnection>> {
         Ok(match self {
-            Self::Sqlite(path) => Arc::new(
-                SqlitePool::open(SqliteConfig::new(path))
-                    .await
-                    .with_context(|| format!("cannot open {}", path.display()))?,
-            ),
+            Self::Sqlite(path) => {
+                let mut config = SqliteConfig::new(path);
+                if let Some(busy_timeout) = busy_timeout {
+                    config.busy_timeout = busy_timeout;
+                }
+                Arc::new(
+                    SqlitePool::open(config)
+                        .await
+                        .with_context(|| format!("cannot open {}", path.display()))?,
+                )
+            }
             Self::Postgres(url) => {
                 let config = PostgresConfig::from_url(url)?;
                 let redacted = config.redacted_url().to_string();
@@ -296,7 +309,9 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         WorkloadKind::Noop => Workload::new()?,
         WorkloadKind::Workflow => Workload::workflows()?,
     };
-    let db = database.open().await?;
+    let db = database
+        .open(args.busy_timeout_ms.map(Duration::from_millis))
+        .await?;
 
     let (submission, total) = match args.submit {
         Submit::IfEmpty => {

@@ -31,7 +31,7 @@
 
 mod common;
 
-use common::{all_ids, assert_finished_once, runtime};
+use common::{all_ids, assert_finished_once, assert_integrity, runtime, sibling};
 use concepts::DbClientExt as _;
 use concepts::{
     DbConnection, ExecutionEventInner, ExecutionId, Json, PendingStateKind,
@@ -157,33 +157,6 @@ impl Store {
         assert_integrity(&image);
         Some((image, wal_bytes))
     }
-}
-
-/// `path` with `suffix` appended to its file name (`x.sqlite` -> `x.sqlite-wal`).
-fn sibling(path: &Path, suffix: &str) -> PathBuf {
-    let mut name = path.as_os_str().to_os_string();
-    name.push(suffix);
-    PathBuf::from(name)
-}
-
-/// `PRAGMA integrity_check` must say `ok`; run with rusqlite directly, with no store open.
-fn assert_integrity(path: &Path) {
-    let conn = rusqlite::Connection::open(path)
-        .unwrap_or_else(|e| panic!("opening {} with rusqlite: {e}", path.display()));
-    let mut stmt = conn
-        .prepare("PRAGMA integrity_check")
-        .expect("preparing integrity_check");
-    let rows: Vec<String> = stmt
-        .query_map([], |row| row.get(0))
-        .expect("running integrity_check")
-        .collect::<Result<_, _>>()
-        .expect("reading integrity_check");
-    assert_eq!(
-        rows,
-        vec!["ok".to_string()],
-        "integrity_check of {}",
-        path.display()
-    );
 }
 
 /// A running node and the lines of its standard output.

@@ -7,7 +7,10 @@ use concepts::{
     DbConnection, ExecutionEventInner, ExecutionId, ExecutionLog, Json, PendingStateKind,
     SupportedFunctionReturnValue, derive_pending_state,
 };
-use std::process::Command;
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+};
 
 /// `durability-node run --database <database> --executions <executions>`; the caller adds
 /// the rest of the arguments.
@@ -64,5 +67,32 @@ pub fn assert_finished_once(id: &ExecutionId, log: &ExecutionLog) {
         Some(&log.pending_state),
         derive_pending_state(&log.events, &log.responses).as_ref(),
         "{id}: the stored pending state differs from its derivation"
+    );
+}
+
+/// `path` with `suffix` appended to its file name (`x.sqlite` -> `x.sqlite-wal`).
+pub fn sibling(path: &Path, suffix: &str) -> PathBuf {
+    let mut name = path.as_os_str().to_os_string();
+    name.push(suffix);
+    PathBuf::from(name)
+}
+
+/// `PRAGMA integrity_check` must say `ok`; run with rusqlite directly, with no store open.
+pub fn assert_integrity(path: &Path) {
+    let conn = rusqlite::Connection::open(path)
+        .unwrap_or_else(|e| panic!("opening {} with rusqlite: {e}", path.display()));
+    let mut stmt = conn
+        .prepare("PRAGMA integrity_check")
+        .expect("preparing integrity_check");
+    let rows: Vec<String> = stmt
+        .query_map([], |row| row.get(0))
+        .expect("running integrity_check")
+        .collect::<Result<_, _>>()
+        .expect("reading integrity_check");
+    assert_eq!(
+        rows,
+        vec!["ok".to_string()],
+        "integrity_check of {}",
+        path.display()
     );
 }
