@@ -194,6 +194,21 @@ impl SqlitePool {
         rx.await.unwrap_or_else(|_| Err(self.stopped_error()))
     }
 
+    /// Runs `op` on the writer connection, inside a command's savepoint: how tests inject
+    /// faults (a small `max_page_count`) into the store's own connection.
+    #[cfg(test)]
+    pub(crate) async fn on_writer<T, F>(&self, op: F) -> Result<T, DbError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&rusqlite::Connection) -> rusqlite::Result<T> + Send + 'static,
+    {
+        let (command, rx) =
+            FnCommand::boxed(move |ctx: &mut WriteCtx<'_>| op(ctx.conn).map_err(SqliteError::from));
+        let sent = self.inner.commands.send(Message::Command(command)).await;
+        sent.map_err(|_| self.stopped_error())?;
+        rx.await.unwrap_or_else(|_| Err(self.stopped_error()))
+    }
+
     /// Runs a read on a reader connection.
     async fn read<T, F>(&self, op: F) -> Result<T, DbError>
     where

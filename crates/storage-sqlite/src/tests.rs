@@ -19,6 +19,8 @@ use concepts::{
 };
 use std::{path::Path, sync::Arc, time::Duration};
 
+mod faults;
+
 fn t0() -> DateTime<Utc> {
     Utc.with_ymd_and_hms(2000, 1, 1, 0, 0, 0)
         .single()

@@ -1,0 +1,312 @@
+//! Faults of the file and of other connections (issue 11 §2 and §3): another connection
+//! holding the write lock, a full disk in the middle of group commits, and what the callers
+//! and the file look like afterwards.
+
+use super::{create_request, id, integrity_check, t0};
+use crate::{SqliteConfig, SqlitePool};
+use concepts::{
+    DbClient, DbConnection, DbError, DbErrorKind, DbExecutor, ExecutionEventInner, ExecutionId,
+    ExecutorId, FunctionFqn, Json, LockPendingRequest, OutcomeWrite, PendingState,
+    SupportedFunctionReturnValue, derive_pending_state,
+};
+use std::{path::Path, sync::Arc, time::Duration};
+
+/// A busy timeout short enough that a writer that gave up after it would fail these tests.
+const SHORT_BUSY: Duration = Duration::from_millis(10);
+
+async fn open_with_busy_timeout(path: &Path, busy_timeout: Duration) -> SqlitePool {
+    let mut config = SqliteConfig::new(path);
+    config.busy_timeout = busy_timeout;
+    SqlitePool::open(config).await.expect("the store opens")
+}
+
+/// Another connection (another process, as far as SQLite can tell) holding the write lock
+/// far longer than the busy timeout delays a write; it does not fail it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_waits_for_another_connections_lock_past_the_busy_timeout() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("db.sqlite");
+    let store = open_with_busy_timeout(&path, SHORT_BUSY).await;
+    let other = rusqlite::Connection::open(&path).expect("opens");
+    other
+        .execute_batch("BEGIN IMMEDIATE")
+        .expect("takes the lock");
+    let writer = store.clone();
+    let create = tokio::spawn(async move { writer.create(create_request(id(1), t0())).await });
+    // Holds the lock for ten busy timeouts: a writer that gives up after one has failed.
+    tokio::time::sleep(SHORT_BUSY * 10).await;
+    assert!(
+        !create.is_finished(),
+        "the write cannot commit while the lock is held"
+    );
+    other.execute_batch("COMMIT").expect("releases the lock");
+    create
+        .await
+        .expect("joins")
+        .expect("the write commits once the lock is free");
+    assert_eq!(store.get(&id(1)).await.expect("reads").events.len(), 1);
+    store.close().await;
+}
+
+/// Closing a store whose writer waits for another connection's lock fails the queued writes
+/// as `Closed` (they did not run) one busy timeout later, instead of waiting forever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn closing_while_the_lock_is_held_elsewhere_fails_the_queue_as_closed() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("db.sqlite");
+    let store = open_with_busy_timeout(&path, SHORT_BUSY).await;
+    let other = rusqlite::Connection::open(&path).expect("opens");
+    other
+        .execute_batch("BEGIN IMMEDIATE")
+        .expect("takes the lock");
+    let writer = store.clone();
+    let create = tokio::spawn(async move { writer.create(create_request(id(1), t0())).await });
+    tokio::time::sleep(SHORT_BUSY * 3).await;
+    store.close().await;
+    let err = create.await.expect("joins").expect_err("never ran");
+    assert!(matches!(err, DbError::Closed), "{err}");
+    other.execute_batch("COMMIT").expect("releases the lock");
+    let count: i64 = other
+        .query_row("SELECT COUNT(*) FROM t_execution_state", [], |row| {
+            row.get(0)
+        })
+        .expect("counts");
+    assert_eq!(count, 0, "the write that failed left nothing behind");
+}
+
+/// What one execution's three writes (create, lock, finish) did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Reached {
+    /// The create failed.
+    Nothing,
+    /// Created; the lock failed.
+    Created,
+    /// Locked; the `Finished` failed.
+    Locked,
+    /// Finished.
+    Finished,
+}
+
+/// A parameter and a result of about 1.5 KB each, so that every execution needs pages.
+fn payload(n: u128) -> Json {
+    Json(serde_json::json!([format!("{n}:{}", "x".repeat(1500))]))
+}
+
+fn ffqn_of(n: u128) -> FunctionFqn {
+    format!("ns:pkg/ifc.f{n}").parse().expect("a valid ffqn")
+}
+
+/// Creates, locks and finishes execution `n` (its own function, so that nothing else locks
+/// it); stops at the first error, which it returns beside how far it got.
+async fn create_lock_finish(store: SqlitePool, n: u128) -> (u128, Reached, Option<DbError>) {
+    let mut req = create_request(id(n), t0());
+    req.ffqn = ffqn_of(n);
+    req.params = payload(n);
+    if let Err(err) = store.create(req).await {
+        return (n, Reached::Nothing, Some(err));
+    }
+    let lock = LockPendingRequest {
+        batch_size: 1,
+        pending_at_or_sooner: t0(),
+        ffqns: Arc::from([ffqn_of(n)]),
+        now: t0(),
+        component_id: create_request(id(n), t0()).component_id,
+        executor_id: ExecutorId::from_parts(1, 1),
+        lock_expires_at: t0() + chrono::Duration::hours(1),
+    };
+    let locked = match store.lock_pending(lock).await {
+        Ok(locked) => locked,
+        Err(err) => return (n, Reached::Created, Some(err)),
+    };
+    assert_eq!(
+        locked.len(),
+        1,
+        "execution {n} is locked by its own request"
+    );
+    let finished = ExecutionEventInner::Finished {
+        result: Ok(SupportedFunctionReturnValue::InfallibleOrResultOk(payload(
+            n,
+        ))),
+    };
+    let write = OutcomeWrite::new(id(n), locked[0].next_version.clone(), t0(), finished, None);
+    match store.append_outcome(write).await {
+        Ok(_) => (n, Reached::Finished, None),
+        Err(err) => (n, Reached::Locked, Some(err)),
+    }
+}
+
+/// Runs executions `range` at once, all three writes of each, and returns what each reached.
+async fn wave(
+    store: &SqlitePool,
+    range: std::ops::Range<u128>,
+) -> Vec<(u128, Reached, Option<DbError>)> {
+    let mut tasks = tokio::task::JoinSet::new();
+    for n in range {
+        tasks.spawn(create_lock_finish(store.clone(), n));
+    }
+    let mut outcomes = Vec::new();
+    while let Some(outcome) = tasks.join_next().await {
+        outcomes.push(outcome.expect("a task of the wave"));
+    }
+    outcomes.sort_by_key(|(n, ..)| *n);
+    outcomes
+}
+
+/// Every log's versions are dense (`0..n`, one event each), the stored next version is `n`
+/// (the version of `Finished` once finished), no event lacks its execution; returns how many
+/// executions are stored.
+fn assert_versions_dense(path: &Path) -> i64 {
+    let conn = rusqlite::Connection::open(path).expect("opens");
+    let broken: i64 = conn
+        .query_row(
+            "SELECT COUNT(*) FROM t_execution_state AS s JOIN \
+             (SELECT execution_id, COUNT(*) AS n, MIN(version) AS lo, MAX(version) AS hi \
+              FROM t_event GROUP BY execution_id) AS e USING (execution_id) \
+             WHERE e.lo <> 0 OR e.hi + 1 <> e.n \
+             OR s.next_version <> (CASE WHEN s.state = 'Finished' THEN e.n - 1 ELSE e.n END)",
+            [],
+            |row| row.get(0),
+        )
+        .expect("checks versions");
+    assert_eq!(broken, 0, "executions whose versions are not dense");
+    let orphans: i64 = conn
+        .query_row(
+            "SELECT COUNT(*) FROM t_event AS e WHERE NOT EXISTS \
+             (SELECT 1 FROM t_execution_state AS s WHERE s.execution_id = e.execution_id)",
+            [],
+            |row| row.get(0),
+        )
+        .expect("checks orphans");
+    assert_eq!(orphans, 0, "events without their execution");
+    conn.query_row("SELECT COUNT(*) FROM t_execution_state", [], |row| {
+        row.get(0)
+    })
+    .expect("counts")
+}
+
+/// The store holds exactly what each execution's replies said: nothing of a failed write.
+async fn assert_state_matches(store: &SqlitePool, n: u128, reached: Reached) {
+    let execution_id: ExecutionId = id(n);
+    let log = match store.get(&execution_id).await {
+        Ok(log) => log,
+        Err(err) => {
+            assert_eq!(
+                reached,
+                Reached::Nothing,
+                "{execution_id} is missing: {err}"
+            );
+            assert_eq!(err.kind(), DbErrorKind::NotFound, "{err}");
+            return;
+        }
+    };
+    let expected_events = match reached {
+        Reached::Nothing => panic!("{execution_id}: its create failed, yet it is stored"),
+        Reached::Created => 1,
+        Reached::Locked => 2,
+        Reached::Finished => 3,
+    };
+    assert_eq!(
+        log.events.len(),
+        expected_events,
+        "{execution_id}: {log:#?}"
+    );
+    let finished = matches!(log.pending_state, PendingState::Finished { .. });
+    assert_eq!(finished, reached == Reached::Finished, "{execution_id}");
+    assert_eq!(
+        Some(&log.pending_state),
+        derive_pending_state(&log.events, &log.responses).as_ref(),
+        "{execution_id}: the stored pending state differs from its derivation"
+    );
+}
+
+/// A full disk (the writer's `max_page_count` lowered to a few pages more than the file has)
+/// in the middle of group commits: every failed write is a backend error naming the file and
+/// saying "disk full" (or that a batched command's error rolled its transaction back), every
+/// execution holds exactly the writes its callers were told committed, versions stay dense,
+/// and once space is back the store takes every write again; `integrity_check` is `ok`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_disk_in_the_middle_of_group_commits_leaves_nothing_half_applied() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("db.sqlite");
+    let store = open_with_busy_timeout(&path, Duration::from_secs(5)).await;
+    let warm = wave(&store, 0..16).await;
+    assert!(
+        warm.iter()
+            .all(|(_, reached, _)| *reached == Reached::Finished)
+    );
+    let pages: i64 = store
+        .on_writer(|conn| conn.pragma_query_value(None, "page_count", |row| row.get(0)))
+        .await
+        .expect("reads page_count");
+    let limited: i64 = store
+        .on_writer(move |conn| {
+            conn.pragma_update_and_check(None, "max_page_count", pages + 24, |row| row.get(0))
+        })
+        .await
+        .expect("lowers max_page_count");
+    assert_eq!(limited, pages + 24);
+
+    let mut outcomes = warm;
+    let mut next = 16;
+    let mut full_errors = 0;
+    // Waves of 16 executions at once (48 writes sharing group commits) until the disk is
+    // full for a whole wave.
+    for _ in 0..40 {
+        let outcomes_of_wave = wave(&store, next..next + 16).await;
+        next += 16;
+        let all_failed = outcomes_of_wave
+            .iter()
+            .all(|(_, reached, _)| *reached == Reached::Nothing);
+        for (_, _, err) in &outcomes_of_wave {
+            let Some(err) = err else { continue };
+            let message = err.to_string();
+            assert_eq!(err.kind(), DbErrorKind::Backend, "{message}");
+            assert!(message.contains(&path.display().to_string()), "{message}");
+            assert!(
+                message.contains("disk full") || message.contains("rolled back by an error"),
+                "{message}"
+            );
+            full_errors += usize::from(message.contains("disk full"));
+        }
+        outcomes.extend(outcomes_of_wave);
+        if all_failed {
+            break;
+        }
+    }
+    assert!(full_errors > 0, "the disk never became full");
+    let partial = outcomes
+        .iter()
+        .filter(|(_, reached, _)| matches!(reached, Reached::Created | Reached::Locked))
+        .count();
+
+    // Space is back.
+    store
+        .on_writer(|conn| conn.pragma_update(None, "max_page_count", 1_073_741_823))
+        .await
+        .expect("raises max_page_count");
+    let after = wave(&store, next..next + 16).await;
+    assert!(
+        after
+            .iter()
+            .all(|(_, reached, _)| *reached == Reached::Finished),
+        "every write succeeds once space is back: {after:?}"
+    );
+    outcomes.extend(after);
+    for (n, reached, _) in &outcomes {
+        assert_state_matches(&store, *n, *reached).await;
+    }
+    let stored = assert_versions_dense(&path);
+    let created = outcomes
+        .iter()
+        .filter(|(_, reached, _)| *reached != Reached::Nothing)
+        .count();
+    assert_eq!(stored, i64::try_from(created).expect("fits"));
+    assert_eq!(integrity_check(&path), "ok");
+    store.close().await;
+    assert_eq!(integrity_check(&path), "ok");
+    println!(
+        "full disk: {} executions tried, {created} created, {partial} stopped after the create \
+         or the lock, {full_errors} disk-full errors",
+        outcomes.len()
+    );
+}
