@@ -128,7 +128,7 @@ async fn create_lock_finish(store: SqlitePool, n: u128) -> (u128, Reached, Optio
             n,
         ))),
     };
-    let write = OutcomeWrite::new(id(n), locked[0].next_version.clone(), t0(), finished, None);
+    let write = OutcomeWrite::new(id(n), locked[0].next_version, t0(), finished, None);
     match store.append_outcome(write).await {
         Ok(_) => (n, Reached::Finished, None),
         Err(err) => (n, Reached::Locked, Some(err)),
