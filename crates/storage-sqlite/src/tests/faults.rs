@@ -310,3 +310,144 @@ async fn a_full_disk_in_the_middle_of_group_commits_leaves_nothing_half_applied(
         outcomes.len()
     );
 }
+
+/// Set in the child process that runs [`io_errors_child`] under a file-size limit.
+const IO_CHILD: &str = "STELE_TEST_IO_ERRORS_CHILD";
+
+/// Sets this process's soft `RLIMIT_FSIZE` (`unlimited` or a number of bytes) with `prlimit`;
+/// a write past it fails with `EFBIG`, which SQLite reports as an I/O error.
+fn set_file_size_limit(limit: &str) {
+    let status = std::process::Command::new("prlimit")
+        .arg(format!("--pid={}", std::process::id()))
+        .arg(format!("--fsize={limit}:"))
+        .status()
+        .expect("prlimit (util-linux) runs");
+    assert!(status.success(), "prlimit --fsize={limit}: {status}");
+}
+
+/// `path` with `suffix` appended to its file name (`x.sqlite` -> `x.sqlite-wal`).
+fn sibling(path: &Path, suffix: &str) -> std::path::PathBuf {
+    let mut name = path.as_os_str().to_os_string();
+    name.push(suffix);
+    name.into()
+}
+
+fn file_len(path: &Path) -> u64 {
+    std::fs::metadata(path).map_or(0, |meta| meta.len())
+}
+
+/// I/O errors in the middle of group commits: writes past a file-size limit fail with `EFBIG`
+/// (the WAL cannot grow), which SQLite reports as `SQLITE_IOERR_WRITE`. As with a full disk:
+/// every failed write is a backend error naming the file, every execution holds exactly the
+/// writes its callers were told committed, versions stay dense, the store takes every write
+/// once the limit is lifted, and `integrity_check` is `ok`.
+///
+/// The limit is per process, so the test runs itself again as a child process (which ignores
+/// `SIGXFSZ`, inherited from `sh`'s `trap`, so that a write past the limit fails instead of
+/// killing it) and only the child lowers it.
+#[test]
+fn io_errors_in_the_middle_of_group_commits_leave_nothing_half_applied() {
+    if std::env::var_os(IO_CHILD).is_some() {
+        io_errors_child();
+        return;
+    }
+    let exe = std::env::current_exe().expect("the test binary");
+    let name = "tests::faults::io_errors_in_the_middle_of_group_commits_leave_nothing_half_applied";
+    let output = std::process::Command::new("sh")
+        .args(["-c", "trap '' XFSZ; exec \"$0\" \"$@\""])
+        .arg(exe)
+        .args(["--exact", name, "--nocapture", "--test-threads=1"])
+        .env(IO_CHILD, "1")
+        .output()
+        .expect("the child test runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    println!("{stdout}");
+    assert!(
+        output.status.success() && stdout.contains("1 passed"),
+        "the child failed ({}):\n{stdout}\n{stderr}",
+        output.status
+    );
+}
+
+fn io_errors_child() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    runtime.block_on(async {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("db.sqlite");
+        let store = open_with_busy_timeout(&path, Duration::from_secs(5)).await;
+        let mut outcomes = wave(&store, 0..16).await;
+        assert!(
+            outcomes
+                .iter()
+                .all(|(_, reached, _)| *reached == Reached::Finished)
+        );
+        let wal = sibling(&path, "-wal");
+        // Room for a few more group commits; the shared-memory index (32 KB) never grows here.
+        let limit = file_len(&path).max(file_len(&wal)).max(32 * 1024) + 256 * 1024;
+        set_file_size_limit(&limit.to_string());
+        let mut next = 16;
+        let mut io_errors = 0;
+        for _ in 0..40 {
+            let outcomes_of_wave = wave(&store, next..next + 16).await;
+            next += 16;
+            let all_failed = outcomes_of_wave
+                .iter()
+                .all(|(_, reached, _)| *reached == Reached::Nothing);
+            for (_, _, err) in &outcomes_of_wave {
+                let Some(err) = err else { continue };
+                let message = err.to_string();
+                assert_eq!(err.kind(), DbErrorKind::Backend, "{message}");
+                assert!(message.contains(&path.display().to_string()), "{message}");
+                assert!(
+                    message.contains("I/O error") || message.contains("rolled back by an error"),
+                    "{message}"
+                );
+                io_errors += usize::from(message.contains("I/O error"));
+            }
+            outcomes.extend(outcomes_of_wave);
+            if all_failed {
+                break;
+            }
+        }
+        assert!(io_errors > 0, "no write failed past the file-size limit");
+        let limited_finished = outcomes[16..]
+            .iter()
+            .filter(|(_, reached, _)| *reached == Reached::Finished)
+            .count();
+        assert!(
+            limited_finished > 0,
+            "the limit left no room for any commit"
+        );
+        set_file_size_limit("unlimited");
+        let after = wave(&store, next..next + 16).await;
+        assert!(
+            after
+                .iter()
+                .all(|(_, reached, _)| *reached == Reached::Finished),
+            "every write succeeds once the limit is lifted: {after:?}"
+        );
+        outcomes.extend(after);
+        for (n, reached, _) in &outcomes {
+            assert_state_matches(&store, *n, *reached).await;
+        }
+        let stored = assert_versions_dense(&path);
+        let created = outcomes
+            .iter()
+            .filter(|(_, reached, _)| *reached != Reached::Nothing)
+            .count();
+        assert_eq!(stored, i64::try_from(created).expect("fits"));
+        assert_eq!(integrity_check(&path), "ok");
+        store.close().await;
+        assert_eq!(integrity_check(&path), "ok");
+        println!(
+            "I/O errors: {} executions tried, {created} created, {limited_finished} finished \
+             under the limit, {io_errors} I/O errors",
+            outcomes.len()
+        );
+    });
+}
