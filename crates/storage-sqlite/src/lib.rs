@@ -125,13 +125,32 @@
 //! [`SqlitePool::effective_settings`]; if WAL could not be enabled, opening fails with
 //! [`SqliteOpenError::WalUnavailable`].
 //!
+//! # Backups
+//!
+//! [`SqlitePool::backup_to`] copies the database as of one moment into a new file while the
+//! store runs (SQLite's online backup API, in one step, on a reader connection, so writers
+//! go on): the copy holds every write acknowledged before the call, passes
+//! `integrity_check` and opens as a store of its own. `VACUUM INTO 'file'` and the `sqlite3`
+//! shell's `.backup` from another process are as good. A file-level copy of a running store
+//! is not a backup: the database file alone lacks the commits still in the `-wal` file
+//! (acknowledged writes are missing from it), and copying the two one after the other races
+//! with the checkpoints that move pages from one to the other. Copy the files only after
+//! `close` (which checkpoints the WAL into the database file) or from a file-system snapshot
+//! that takes both files at one instant. Whatever is copied, opening it never trusts it
+//! blindly: a damaged copy is refused with a typed error naming it.
+//!
 //! # Errors
 //!
 //! Each operation fails with the kernel's error or a private error that is mapped into
 //! [`concepts::DbError`] in one place: the primary key of a new execution becomes `Duplicate`;
 //! any other constraint becomes a `Backend` error (the kernel validated the write already);
-//! busy becomes a retriable `Backend` error; a full disk, I/O errors and a corrupt file become `Backend` errors
-//! whose message names the file. Library code never panics on bad input.
+//! busy becomes a retriable `Backend` error (only reads can see it, see above); a full disk,
+//! I/O errors and a corrupt file become `Backend` errors whose message names the file and
+//! says which ("disk full while writing SQLite database ...", "I/O error on SQLite database
+//! ..."). A full disk or an I/O error in the middle of a group commit fails the command that
+//! met it, and, if SQLite rolled the whole transaction back, the commands batched with it
+//! (each told so); nothing of a failed command stays, and the store takes writes again once
+//! space is back. Library code never panics on bad input.
 //!
 //! # Notifications and closing
 //!
@@ -142,6 +161,7 @@
 //! ([`concepts::DbError::Closed`]), closes the hub (which releases every waiter), lets the
 //! writer finish the queued commands, and returns once the writer thread has stopped.
 
+mod backup;
 mod codec;
 mod config;
 mod error;

@@ -159,6 +159,25 @@ impl SqlitePool {
         &self.inner.path
     }
 
+    /// Copies the database, as of one moment, into the new file `dest` while the store runs
+    /// (SQLite's online backup API on a reader connection): the copy holds every write
+    /// acknowledged before the call and none half-applied, and opens as a Stele database of
+    /// its own. Writers go on meanwhile (WAL); the copy costs one read of the whole file.
+    /// Copying the files with `cp` while the store runs is not a backup (see the crate docs).
+    ///
+    /// # Errors
+    /// A backend error naming the file: `dest` exists (a backup never overwrites a file), it
+    /// cannot be created or written (a full disk), or the database cannot be read. A failed
+    /// backup leaves no file at `dest`.
+    pub async fn backup_to(&self, dest: impl AsRef<std::path::Path>) -> Result<(), DbError> {
+        let dest = dest.as_ref().to_path_buf();
+        let source_path = Arc::clone(&self.inner.path);
+        self.read(move |conn| {
+            crate::backup::backup_to(conn, &source_path, &dest).map_err(SqliteError::Db)
+        })
+        .await
+    }
+
     /// The number of registered waiters of each kind (they are removed when their callers
     /// leave; this lets tests check that nothing only grows).
     #[must_use]

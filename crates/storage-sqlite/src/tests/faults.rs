@@ -451,3 +451,137 @@ fn io_errors_child() {
         );
     });
 }
+
+/// What opening a raw copy of a running store's files gave.
+#[derive(Debug, Default)]
+struct CopyOutcomes {
+    /// `integrity_check` ok and the store opened and listed its executions.
+    sound: usize,
+    /// A typed error naming the copy (at open, at the first read, or from `integrity_check`).
+    refused: usize,
+    /// Executions acknowledged as finished before the copy that a sound copy lacks (or holds
+    /// unfinished): a raw copy is consistent at best, not complete.
+    stale: usize,
+}
+
+/// Opens the raw copy at `copy`: either `integrity_check` is `ok` and the store opens and
+/// reads, or every failure is a typed error naming the copy; never a panic.
+async fn check_raw_copy(copy: &Path, acknowledged: &[u128], outcomes: &mut CopyOutcomes) {
+    let named = |message: String| {
+        assert!(message.contains(&copy.display().to_string()), "{message}");
+    };
+    let integrity = rusqlite::Connection::open(copy).and_then(|conn| {
+        conn.query_row("PRAGMA integrity_check", [], |row| row.get::<_, String>(0))
+    });
+    match SqlitePool::open(SqliteConfig::new(copy).existing_only()).await {
+        Ok(store) => {
+            let listed = store
+                .list_executions(Default::default(), concepts::Pagination::default())
+                .await;
+            match (&integrity, listed) {
+                (Ok(ok), Ok(_)) if ok == "ok" => {
+                    outcomes.sound += 1;
+                    for n in acknowledged {
+                        let log = store.get(&id(*n)).await;
+                        let done = log.is_ok_and(|log| {
+                            matches!(log.pending_state, PendingState::Finished { .. })
+                        });
+                        outcomes.stale += usize::from(!done);
+                    }
+                }
+                (_, Err(err)) => {
+                    named(err.to_string());
+                    outcomes.refused += 1;
+                }
+                // The damage is in pages the listing does not read: integrity_check said so.
+                (_, Ok(_)) => outcomes.refused += 1,
+            }
+            store.close().await;
+        }
+        Err(err) => {
+            named(err.to_string());
+            outcomes.refused += 1;
+        }
+    }
+}
+
+/// The file copied while writers run (as a backup tool would), with and without its `-wal`,
+/// and [`SqlitePool::backup_to`] at the same moments. A raw copy opens with `integrity_check`
+/// ok or is refused with a typed error naming it; a backup always opens, passes
+/// `integrity_check`, and holds every execution finished before it began, each log
+/// consistent. Checkpoints run often (`wal_autocheckpoint` of 16 pages), so the database
+/// file and the WAL change under the copies.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn copies_of_a_running_store_are_sound_or_refused_and_backups_are_complete() {
+    const ROUNDS: usize = 12;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("db.sqlite");
+    let store = open_with_busy_timeout(&path, Duration::from_secs(5)).await;
+    store
+        .on_writer(|conn| conn.pragma_update(None, "wal_autocheckpoint", 16))
+        .await
+        .expect("sets wal_autocheckpoint");
+    let (finished_tx, mut finished_rx) = tokio::sync::mpsc::unbounded_channel();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writers = {
+        let (store, stop) = (store.clone(), Arc::clone(&stop));
+        tokio::spawn(async move {
+            let mut next = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                for (n, reached, err) in wave(&store, next..next + 8).await {
+                    assert_eq!(reached, Reached::Finished, "{n}: {err:?}");
+                    let _ = finished_tx.send(n);
+                }
+                next += 8;
+            }
+        })
+    };
+    let mut finished = Vec::new();
+    let mut raw = CopyOutcomes::default();
+    let mut raw_with_wal = CopyOutcomes::default();
+    for round in 0..ROUNDS {
+        // Some executions finished since the last round.
+        finished.push(finished_rx.recv().await.expect("the writers run"));
+        while let Ok(n) = finished_rx.try_recv() {
+            finished.push(n);
+        }
+        let acknowledged = finished.clone();
+        let copy_dir = dir.path().join(format!("copy-{round}"));
+        std::fs::create_dir(&copy_dir).expect("a copy dir");
+        let db_only = copy_dir.join("db-only.sqlite");
+        std::fs::copy(&path, &db_only).expect("copies the database file");
+        let with_wal = copy_dir.join("with-wal.sqlite");
+        std::fs::copy(&path, &with_wal).expect("copies the database file");
+        if sibling(&path, "-wal").exists() {
+            std::fs::copy(sibling(&path, "-wal"), sibling(&with_wal, "-wal")).expect("copies");
+        }
+        let backup = copy_dir.join("backup.sqlite");
+        store.backup_to(&backup).await.expect("backs up");
+        let err = store
+            .backup_to(&backup)
+            .await
+            .expect_err("never overwrites");
+        assert!(err.to_string().contains("exists"), "{err}");
+
+        check_raw_copy(&db_only, &acknowledged, &mut raw).await;
+        check_raw_copy(&with_wal, &acknowledged, &mut raw_with_wal).await;
+        assert_eq!(integrity_check(&backup), "ok");
+        let copy = SqlitePool::open(SqliteConfig::new(&backup).existing_only())
+            .await
+            .expect("a backup opens");
+        for n in &acknowledged {
+            assert_state_matches(&copy, *n, Reached::Finished).await;
+        }
+        copy.close().await;
+        assert_versions_dense(&backup);
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    writers.await.expect("the writers never failed");
+    store.close().await;
+    assert_eq!(integrity_check(&path), "ok");
+    println!(
+        "copies while running ({ROUNDS} rounds, {} executions finished meanwhile): database file \
+         only {raw:?}, with its WAL {raw_with_wal:?}, backups complete {ROUNDS}",
+        finished.len()
+    );
+}
