@@ -20,10 +20,13 @@
 mod common;
 
 use common::{all_ids, assert_finished_once, assert_integrity, node_command, runtime};
-use concepts::{ClockFn, DbClient, DbConnection, ExecutionEventInner};
+use concepts::{ClockFn, DbClient, DbConnection, ExecutionEventInner, ExecutorId};
 use durability::{Line, Workload};
 use executor::Now;
-use std::{collections::HashSet, time::Duration};
+use std::{
+    collections::{HashMap, HashSet},
+    time::Duration,
+};
 use storage_sqlite::{SqliteConfig, SqlitePool};
 use test_support::process::{Output, Processes};
 
@@ -134,7 +137,15 @@ fn sqlite_writers_of_several_processes_wait_their_turn() {
         );
     }
 
+    // How the work and the waits were shared, for the report (not asserted: no timing).
+    let waits: Vec<usize> = (0..NODES)
+        .map(|n| {
+            let stderr = std::fs::read_to_string(dir.path().join(format!("node-{n}.stderr")));
+            stderr.map_or(0, |text| text.matches("waiting for the write lock").count())
+        })
+        .collect();
     rt.block_on(async {
+        let mut runs_by_executor: HashMap<ExecutorId, usize> = HashMap::new();
         let ids = all_ids(&store, None).await;
         assert_eq!(ids.len(), total, "every submitted execution is stored once");
         for id in &ids {
@@ -146,7 +157,19 @@ fn sqlite_writers_of_several_processes_wait_their_turn() {
                 .filter(|e| matches!(e.event, ExecutionEventInner::TemporarilyTimedOut { .. }))
                 .count();
             assert_eq!(timed_out, 0, "{id} lost a Finished to its lease: {log:#?}");
+            for event in &log.events {
+                if let ExecutionEventInner::Locked(locked) = &event.event {
+                    *runs_by_executor.entry(locked.executor_id).or_default() += 1;
+                }
+            }
         }
+        let mut runs: Vec<usize> = runs_by_executor.into_values().collect();
+        runs.sort_unstable();
+        println!(
+            "{total} executions in {BATCHES} create_batch calls of {BATCH}; runs per executor \
+             {runs:?}; waits of a busy timeout ({} ms) logged per node {waits:?}",
+            BUSY_TIMEOUT.as_millis()
+        );
         store.close().await;
     });
     assert_integrity(&path);

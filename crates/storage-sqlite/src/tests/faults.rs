@@ -219,6 +219,91 @@ async fn assert_state_matches(store: &SqlitePool, n: u128, reached: Reached) {
     );
 }
 
+/// Executions that ran before, under and after a fault, and what each reached.
+type Outcomes = Vec<(u128, Reached, Option<DbError>)>;
+
+/// The first executions, before the fault: all finish.
+async fn before_the_fault(store: &SqlitePool) -> Outcomes {
+    let outcomes = wave(store, 0..16).await;
+    assert!(
+        outcomes
+            .iter()
+            .all(|(_, reached, _)| *reached == Reached::Finished)
+    );
+    outcomes
+}
+
+/// Waves of 16 executions at once (48 writes sharing group commits) under the fault, until a
+/// whole wave fails. Every failure is a backend error naming the file and saying `expected`
+/// (or that a batched command's error rolled its transaction back). Returns the number of
+/// errors that said `expected`, and how many executions finished under the fault.
+async fn under_the_fault(
+    store: &SqlitePool,
+    path: &Path,
+    expected: &str,
+    outcomes: &mut Outcomes,
+) -> (usize, usize) {
+    let first = outcomes.len();
+    let mut next = u128::try_from(first).expect("fits");
+    let mut fault_errors = 0;
+    for _ in 0..40 {
+        let outcomes_of_wave = wave(store, next..next + 16).await;
+        next += 16;
+        let all_failed = outcomes_of_wave
+            .iter()
+            .all(|(_, reached, _)| *reached == Reached::Nothing);
+        for (_, _, err) in &outcomes_of_wave {
+            let Some(err) = err else { continue };
+            let message = err.to_string();
+            assert_eq!(err.kind(), DbErrorKind::Backend, "{message}");
+            assert!(message.contains(&path.display().to_string()), "{message}");
+            assert!(
+                message.contains(expected) || message.contains("rolled back by an error"),
+                "{message}"
+            );
+            fault_errors += usize::from(message.contains(expected));
+        }
+        outcomes.extend(outcomes_of_wave);
+        if all_failed {
+            break;
+        }
+    }
+    assert!(fault_errors > 0, "no write failed with {expected}");
+    let finished = outcomes[first..]
+        .iter()
+        .filter(|(_, reached, _)| *reached == Reached::Finished)
+        .count();
+    (fault_errors, finished)
+}
+
+/// Once the fault is gone: 16 more executions all finish; every execution holds exactly what
+/// its callers were told, versions are dense, and `integrity_check` is `ok` before and after
+/// `close`. Returns how many executions are stored.
+async fn after_the_fault(store: &SqlitePool, path: &Path, outcomes: &mut Outcomes) -> usize {
+    let next = u128::try_from(outcomes.len()).expect("fits");
+    let after = wave(store, next..next + 16).await;
+    assert!(
+        after
+            .iter()
+            .all(|(_, reached, _)| *reached == Reached::Finished),
+        "every write succeeds once the fault is gone: {after:?}"
+    );
+    outcomes.extend(after);
+    for (n, reached, _) in outcomes.iter() {
+        assert_state_matches(store, *n, *reached).await;
+    }
+    let stored = assert_versions_dense(path);
+    let created = outcomes
+        .iter()
+        .filter(|(_, reached, _)| *reached != Reached::Nothing)
+        .count();
+    assert_eq!(stored, i64::try_from(created).expect("fits"));
+    assert_eq!(integrity_check(path), "ok");
+    store.close().await;
+    assert_eq!(integrity_check(path), "ok");
+    created
+}
+
 /// A full disk (the writer's `max_page_count` lowered to a few pages more than the file has)
 /// in the middle of group commits: every failed write is a backend error naming the file and
 /// saying "disk full" (or that a batched command's error rolled its transaction back), every
@@ -229,11 +314,7 @@ async fn a_full_disk_in_the_middle_of_group_commits_leaves_nothing_half_applied(
     let dir = tempfile::tempdir().expect("temp dir");
     let path = dir.path().join("db.sqlite");
     let store = open_with_busy_timeout(&path, Duration::from_secs(5)).await;
-    let warm = wave(&store, 0..16).await;
-    assert!(
-        warm.iter()
-            .all(|(_, reached, _)| *reached == Reached::Finished)
-    );
+    let mut outcomes = before_the_fault(&store).await;
     let pages: i64 = store
         .on_writer(|conn| conn.pragma_query_value(None, "page_count", |row| row.get(0)))
         .await
@@ -245,68 +326,16 @@ async fn a_full_disk_in_the_middle_of_group_commits_leaves_nothing_half_applied(
         .await
         .expect("lowers max_page_count");
     assert_eq!(limited, pages + 24);
-
-    let mut outcomes = warm;
-    let mut next = 16;
-    let mut full_errors = 0;
-    // Waves of 16 executions at once (48 writes sharing group commits) until the disk is
-    // full for a whole wave.
-    for _ in 0..40 {
-        let outcomes_of_wave = wave(&store, next..next + 16).await;
-        next += 16;
-        let all_failed = outcomes_of_wave
-            .iter()
-            .all(|(_, reached, _)| *reached == Reached::Nothing);
-        for (_, _, err) in &outcomes_of_wave {
-            let Some(err) = err else { continue };
-            let message = err.to_string();
-            assert_eq!(err.kind(), DbErrorKind::Backend, "{message}");
-            assert!(message.contains(&path.display().to_string()), "{message}");
-            assert!(
-                message.contains("disk full") || message.contains("rolled back by an error"),
-                "{message}"
-            );
-            full_errors += usize::from(message.contains("disk full"));
-        }
-        outcomes.extend(outcomes_of_wave);
-        if all_failed {
-            break;
-        }
-    }
-    assert!(full_errors > 0, "the disk never became full");
-    let partial = outcomes
-        .iter()
-        .filter(|(_, reached, _)| matches!(reached, Reached::Created | Reached::Locked))
-        .count();
-
+    let (errors, finished) = under_the_fault(&store, &path, "disk full", &mut outcomes).await;
     // Space is back.
     store
         .on_writer(|conn| conn.pragma_update(None, "max_page_count", 1_073_741_823))
         .await
         .expect("raises max_page_count");
-    let after = wave(&store, next..next + 16).await;
-    assert!(
-        after
-            .iter()
-            .all(|(_, reached, _)| *reached == Reached::Finished),
-        "every write succeeds once space is back: {after:?}"
-    );
-    outcomes.extend(after);
-    for (n, reached, _) in &outcomes {
-        assert_state_matches(&store, *n, *reached).await;
-    }
-    let stored = assert_versions_dense(&path);
-    let created = outcomes
-        .iter()
-        .filter(|(_, reached, _)| *reached != Reached::Nothing)
-        .count();
-    assert_eq!(stored, i64::try_from(created).expect("fits"));
-    assert_eq!(integrity_check(&path), "ok");
-    store.close().await;
-    assert_eq!(integrity_check(&path), "ok");
+    let created = after_the_fault(&store, &path, &mut outcomes).await;
     println!(
-        "full disk: {} executions tried, {created} created, {partial} stopped after the create \
-         or the lock, {full_errors} disk-full errors",
+        "full disk: {} executions tried, {created} created, {finished} finished while full, \
+         {errors} disk-full errors",
         outcomes.len()
     );
 }
@@ -380,73 +409,18 @@ fn io_errors_child() {
         let dir = tempfile::tempdir().expect("temp dir");
         let path = dir.path().join("db.sqlite");
         let store = open_with_busy_timeout(&path, Duration::from_secs(5)).await;
-        let mut outcomes = wave(&store, 0..16).await;
-        assert!(
-            outcomes
-                .iter()
-                .all(|(_, reached, _)| *reached == Reached::Finished)
-        );
+        let mut outcomes = before_the_fault(&store).await;
         let wal = sibling(&path, "-wal");
         // Room for a few more group commits; the shared-memory index (32 KB) never grows here.
         let limit = file_len(&path).max(file_len(&wal)).max(32 * 1024) + 256 * 1024;
         set_file_size_limit(&limit.to_string());
-        let mut next = 16;
-        let mut io_errors = 0;
-        for _ in 0..40 {
-            let outcomes_of_wave = wave(&store, next..next + 16).await;
-            next += 16;
-            let all_failed = outcomes_of_wave
-                .iter()
-                .all(|(_, reached, _)| *reached == Reached::Nothing);
-            for (_, _, err) in &outcomes_of_wave {
-                let Some(err) = err else { continue };
-                let message = err.to_string();
-                assert_eq!(err.kind(), DbErrorKind::Backend, "{message}");
-                assert!(message.contains(&path.display().to_string()), "{message}");
-                assert!(
-                    message.contains("I/O error") || message.contains("rolled back by an error"),
-                    "{message}"
-                );
-                io_errors += usize::from(message.contains("I/O error"));
-            }
-            outcomes.extend(outcomes_of_wave);
-            if all_failed {
-                break;
-            }
-        }
-        assert!(io_errors > 0, "no write failed past the file-size limit");
-        let limited_finished = outcomes[16..]
-            .iter()
-            .filter(|(_, reached, _)| *reached == Reached::Finished)
-            .count();
-        assert!(
-            limited_finished > 0,
-            "the limit left no room for any commit"
-        );
+        let (errors, finished) = under_the_fault(&store, &path, "I/O error", &mut outcomes).await;
+        assert!(finished > 0, "the limit left no room for any commit");
         set_file_size_limit("unlimited");
-        let after = wave(&store, next..next + 16).await;
-        assert!(
-            after
-                .iter()
-                .all(|(_, reached, _)| *reached == Reached::Finished),
-            "every write succeeds once the limit is lifted: {after:?}"
-        );
-        outcomes.extend(after);
-        for (n, reached, _) in &outcomes {
-            assert_state_matches(&store, *n, *reached).await;
-        }
-        let stored = assert_versions_dense(&path);
-        let created = outcomes
-            .iter()
-            .filter(|(_, reached, _)| *reached != Reached::Nothing)
-            .count();
-        assert_eq!(stored, i64::try_from(created).expect("fits"));
-        assert_eq!(integrity_check(&path), "ok");
-        store.close().await;
-        assert_eq!(integrity_check(&path), "ok");
+        let created = after_the_fault(&store, &path, &mut outcomes).await;
         println!(
-            "I/O errors: {} executions tried, {created} created, {limited_finished} finished \
-             under the limit, {io_errors} I/O errors",
+            "I/O errors: {} executions tried, {created} created, {finished} finished under the \
+             limit, {errors} I/O errors",
             outcomes.len()
         );
     });
@@ -462,13 +436,16 @@ struct CopyOutcomes {
     /// Executions acknowledged as finished before the copy that a sound copy lacks (or holds
     /// unfinished): a raw copy is consistent at best, not complete.
     stale: usize,
+    /// The first refusal's message.
+    first_refusal: Option<String>,
 }
 
 /// Opens the raw copy at `copy`: either `integrity_check` is `ok` and the store opens and
 /// reads, or every failure is a typed error naming the copy; never a panic.
 async fn check_raw_copy(copy: &Path, acknowledged: &[u128], outcomes: &mut CopyOutcomes) {
-    let named = |message: String| {
+    let named = |message: String, outcomes: &mut CopyOutcomes| {
         assert!(message.contains(&copy.display().to_string()), "{message}");
+        outcomes.first_refusal.get_or_insert(message);
     };
     let integrity = rusqlite::Connection::open(copy).and_then(|conn| {
         conn.query_row("PRAGMA integrity_check", [], |row| row.get::<_, String>(0))
@@ -490,16 +467,20 @@ async fn check_raw_copy(copy: &Path, acknowledged: &[u128], outcomes: &mut CopyO
                     }
                 }
                 (_, Err(err)) => {
-                    named(err.to_string());
+                    named(err.to_string(), outcomes);
                     outcomes.refused += 1;
                 }
                 // The damage is in pages the listing does not read: integrity_check said so.
-                (_, Ok(_)) => outcomes.refused += 1,
+                (_, Ok(_)) => {
+                    outcomes.refused += 1;
+                    let message = format!("integrity_check of {}: {integrity:?}", copy.display());
+                    outcomes.first_refusal.get_or_insert(message);
+                }
             }
             store.close().await;
         }
         Err(err) => {
-            named(err.to_string());
+            named(err.to_string(), outcomes);
             outcomes.refused += 1;
         }
     }
@@ -522,12 +503,15 @@ async fn copies_of_a_running_store_are_sound_or_refused_and_backups_are_complete
         .await
         .expect("sets wal_autocheckpoint");
     let (finished_tx, mut finished_rx) = tokio::sync::mpsc::unbounded_channel();
-    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // The writers run a wave of 8 executions per permit; each round grants three, waits for
+    // the first, and copies while the other two run.
+    let permits = Arc::new(tokio::sync::Semaphore::new(0));
     let writers = {
-        let (store, stop) = (store.clone(), Arc::clone(&stop));
+        let (store, permits) = (store.clone(), Arc::clone(&permits));
         tokio::spawn(async move {
             let mut next = 0;
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            while let Ok(permit) = permits.acquire().await {
+                permit.forget();
                 for (n, reached, err) in wave(&store, next..next + 8).await {
                     assert_eq!(reached, Reached::Finished, "{n}: {err:?}");
                     let _ = finished_tx.send(n);
@@ -540,6 +524,7 @@ async fn copies_of_a_running_store_are_sound_or_refused_and_backups_are_complete
     let mut raw = CopyOutcomes::default();
     let mut raw_with_wal = CopyOutcomes::default();
     for round in 0..ROUNDS {
+        permits.add_permits(3);
         // Some executions finished since the last round.
         finished.push(finished_rx.recv().await.expect("the writers run"));
         while let Ok(n) = finished_rx.try_recv() {
@@ -575,7 +560,7 @@ async fn copies_of_a_running_store_are_sound_or_refused_and_backups_are_complete
         copy.close().await;
         assert_versions_dense(&backup);
     }
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    permits.close();
     writers.await.expect("the writers never failed");
     store.close().await;
     assert_eq!(integrity_check(&path), "ok");
