@@ -60,7 +60,16 @@ fn sqlite_writers_of_several_processes_wait_their_turn() {
     for n in 0..NODES {
         let mut command = node_command(&url, total);
         command.args(["--submit", "never", "--busy-timeout-ms", &busy_ms]);
-        command.args(["--poll-ms", "250", "--timeout-s", "120"]);
+        // Leases of 10 s: a run whose `Finished` was lost is recovered by a watcher within the
+        // test, and no run on a loaded machine outlives its lease.
+        command.args([
+            "--lock-expiry-ms",
+            "10000",
+            "--poll-ms",
+            "250",
+            "--timeout-s",
+            "120",
+        ]);
         processes.start(&format!("node-{n}"), command);
     }
     // Every node has opened the store and runs its executor before the first batch.
