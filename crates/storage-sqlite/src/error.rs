@@ -264,7 +264,10 @@ impl SqliteError {
                         Some(Arc::new(err)),
                     ),
                     Some(ErrorCode::DiskFull) => backend(
-                        format!("disk full while writing SQLite database {display}: {err}"),
+                        format!(
+                            "disk full while writing SQLite database {display}: {err} (nothing of \
+                             this operation was applied; free space on its file system and retry)"
+                        ),
                         false,
                         Some(Arc::new(err)),
                     ),
@@ -276,7 +279,12 @@ impl SqliteError {
                         | ErrorCode::NoLargeFileSupport
                         | ErrorCode::FileLockingProtocolFailed,
                     ) => backend(
-                        format!("I/O error on SQLite database {display}: {err}"),
+                        format!(
+                            "I/O error on SQLite database {display}: {err} (check the disk, the \
+                             file's permissions and size limits; a write that failed while \
+                             committing may be found applied after a restart, so read it back \
+                             before repeating it)"
+                        ),
                         false,
                         Some(Arc::new(err)),
                     ),

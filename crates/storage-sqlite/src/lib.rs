@@ -152,8 +152,11 @@
 //! says which ("disk full while writing SQLite database ...", "I/O error on SQLite database
 //! ..."). A full disk or an I/O error in the middle of a group commit fails the command that
 //! met it, and, if SQLite rolled the whole transaction back, the commands batched with it
-//! (each told so); nothing of a failed command stays, and the store takes writes again once
-//! space is back. Library code never panics on bad input.
+//! (each told so); nothing of a failed command stays in the store, and it takes writes again
+//! once space is back. One case stays ambiguous, as with any database: an I/O error from the
+//! sync of a commit whose log frames were written leaves a commit that the next open may
+//! recover, so such an error says to read the write back before repeating it. Library code
+//! never panics on bad input.
 //!
 //! # Notifications and closing
 //!

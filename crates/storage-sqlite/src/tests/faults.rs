@@ -236,16 +236,18 @@ async fn before_the_fault(store: &SqlitePool) -> Outcomes {
 /// Waves of 16 executions at once (48 writes sharing group commits) under the fault, until a
 /// whole wave fails. Every failure is a backend error naming the file and saying `expected`
 /// (or that a batched command's error rolled its transaction back). Returns the number of
-/// errors that said `expected`, and how many executions finished under the fault.
+/// errors that said `expected`, how many executions finished under the fault, and the first
+/// such error's message.
 async fn under_the_fault(
     store: &SqlitePool,
     path: &Path,
     expected: &str,
     outcomes: &mut Outcomes,
-) -> (usize, usize) {
+) -> (usize, usize, String) {
     let first = outcomes.len();
     let mut next = u128::try_from(first).expect("fits");
     let mut fault_errors = 0;
+    let mut first_message = String::new();
     for _ in 0..40 {
         let outcomes_of_wave = wave(store, next..next + 16).await;
         next += 16;
@@ -261,7 +263,12 @@ async fn under_the_fault(
                 message.contains(expected) || message.contains("rolled back by an error"),
                 "{message}"
             );
-            fault_errors += usize::from(message.contains(expected));
+            if message.contains(expected) {
+                fault_errors += 1;
+                if first_message.is_empty() {
+                    first_message = message;
+                }
+            }
         }
         outcomes.extend(outcomes_of_wave);
         if all_failed {
@@ -273,7 +280,7 @@ async fn under_the_fault(
         .iter()
         .filter(|(_, reached, _)| *reached == Reached::Finished)
         .count();
-    (fault_errors, finished)
+    (fault_errors, finished, first_message)
 }
 
 /// Once the fault is gone: 16 more executions all finish; every execution holds exactly what
@@ -326,7 +333,8 @@ async fn a_full_disk_in_the_middle_of_group_commits_leaves_nothing_half_applied(
         .await
         .expect("lowers max_page_count");
     assert_eq!(limited, pages + 24);
-    let (errors, finished) = under_the_fault(&store, &path, "disk full", &mut outcomes).await;
+    let (errors, finished, message) =
+        under_the_fault(&store, &path, "disk full", &mut outcomes).await;
     // Space is back.
     store
         .on_writer(|conn| conn.pragma_update(None, "max_page_count", 1_073_741_823))
@@ -335,7 +343,7 @@ async fn a_full_disk_in_the_middle_of_group_commits_leaves_nothing_half_applied(
     let created = after_the_fault(&store, &path, &mut outcomes).await;
     println!(
         "full disk: {} executions tried, {created} created, {finished} finished while full, \
-         {errors} disk-full errors",
+         {errors} disk-full errors, the first: {message}",
         outcomes.len()
     );
 }
@@ -414,13 +422,14 @@ fn io_errors_child() {
         // Room for a few more group commits; the shared-memory index (32 KB) never grows here.
         let limit = file_len(&path).max(file_len(&wal)).max(32 * 1024) + 256 * 1024;
         set_file_size_limit(&limit.to_string());
-        let (errors, finished) = under_the_fault(&store, &path, "I/O error", &mut outcomes).await;
+        let (errors, finished, message) =
+            under_the_fault(&store, &path, "I/O error", &mut outcomes).await;
         assert!(finished > 0, "the limit left no room for any commit");
         set_file_size_limit("unlimited");
         let created = after_the_fault(&store, &path, &mut outcomes).await;
         println!(
             "I/O errors: {} executions tried, {created} created, {finished} finished under the \
-             limit, {errors} I/O errors",
+             limit, {errors} I/O errors, the first: {message}",
             outcomes.len()
         );
     });
