@@ -579,3 +579,29 @@ async fn copies_of_a_running_store_are_sound_or_refused_and_backups_are_complete
         finished.len()
     );
 }
+
+/// A backup that cannot be written is a typed error naming the destination, and leaves no
+/// file behind; a closed store refuses to back up.
+#[tokio::test]
+async fn a_backup_that_cannot_be_written_is_a_typed_error_naming_the_file() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("db.sqlite");
+    let store = open_with_busy_timeout(&path, Duration::from_secs(5)).await;
+    store
+        .create(create_request(id(1), t0()))
+        .await
+        .expect("creates");
+    let dest = dir.path().join("missing-dir").join("backup.sqlite");
+    let err = store.backup_to(&dest).await.expect_err("no such directory");
+    assert_eq!(err.kind(), DbErrorKind::Backend, "{err}");
+    assert!(
+        err.to_string().contains(&dest.display().to_string()),
+        "{err}"
+    );
+    assert!(!dest.exists());
+    store.close().await;
+    let dest = dir.path().join("backup.sqlite");
+    let err = store.backup_to(&dest).await.expect_err("closed");
+    assert!(matches!(err, DbError::Closed), "{err}");
+    assert!(!dest.exists());
+}
