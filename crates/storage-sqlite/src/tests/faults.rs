@@ -20,19 +20,31 @@ async fn open_with_busy_timeout(path: &Path, busy_timeout: Duration) -> SqlitePo
     SqlitePool::open(config).await.expect("the store opens")
 }
 
-/// Another connection (another process, as far as SQLite can tell) holding the write lock
-/// far longer than the busy timeout delays a write; it does not fail it.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_write_waits_for_another_connections_lock_past_the_busy_timeout() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let path = dir.path().join("db.sqlite");
-    let store = open_with_busy_timeout(&path, SHORT_BUSY).await;
-    let other = rusqlite::Connection::open(&path).expect("opens");
+/// A store with a busy timeout of [`SHORT_BUSY`], another connection holding the file's
+/// write lock, and a create of execution 1 under way on the store.
+async fn create_while_locked_elsewhere(
+    path: &Path,
+) -> (
+    SqlitePool,
+    rusqlite::Connection,
+    tokio::task::JoinHandle<Result<concepts::CreateOutcome, DbError>>,
+) {
+    let store = open_with_busy_timeout(path, SHORT_BUSY).await;
+    let other = rusqlite::Connection::open(path).expect("opens");
     other
         .execute_batch("BEGIN IMMEDIATE")
         .expect("takes the lock");
     let writer = store.clone();
     let create = tokio::spawn(async move { writer.create(create_request(id(1), t0())).await });
+    (store, other, create)
+}
+
+/// Another connection (another process, as far as SQLite can tell) holding the write lock
+/// far longer than the busy timeout delays a write; it does not fail it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_waits_for_another_connections_lock_past_the_busy_timeout() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (store, other, create) = create_while_locked_elsewhere(&dir.path().join("db.sqlite")).await;
     // Holds the lock for ten busy timeouts: a writer that gives up after one has failed.
     tokio::time::sleep(SHORT_BUSY * 10).await;
     assert!(
@@ -53,14 +65,7 @@ async fn a_write_waits_for_another_connections_lock_past_the_busy_timeout() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn closing_while_the_lock_is_held_elsewhere_fails_the_queue_as_closed() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let path = dir.path().join("db.sqlite");
-    let store = open_with_busy_timeout(&path, SHORT_BUSY).await;
-    let other = rusqlite::Connection::open(&path).expect("opens");
-    other
-        .execute_batch("BEGIN IMMEDIATE")
-        .expect("takes the lock");
-    let writer = store.clone();
-    let create = tokio::spawn(async move { writer.create(create_request(id(1), t0())).await });
+    let (store, other, create) = create_while_locked_elsewhere(&dir.path().join("db.sqlite")).await;
     tokio::time::sleep(SHORT_BUSY * 3).await;
     store.close().await;
     let err = create.await.expect("joins").expect_err("never ran");
