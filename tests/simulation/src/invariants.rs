@@ -1,0 +1,259 @@
+//! The invariants checked after every step of a simulation, on what the store holds.
+
+use crate::faults::Ack;
+use concepts::{
+    DbClient, DbClientExt, DbError, ExecutionEventInner, ExecutionId, ExecutionLog,
+    JoinSetResponse, ListExecutionsFilter, derive_pending_state,
+};
+use std::{collections::BTreeMap, fmt};
+
+/// One invariant of the simulation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Invariant {
+    /// At most one `Finished` per execution, and no event after it.
+    OneFinished,
+    /// Versions dense: `events[v]` is version `v`, `Created` at 0 only, `next_version` the
+    /// length (the version of the `Finished` event once finished).
+    DenseVersions,
+    /// The stored pending state equals `derive_pending_state` of the log and responses.
+    PendingState,
+    /// Every finished child's result is delivered to its parent exactly once, and no
+    /// response names a child that did not finish with that result.
+    ChildDeliveredOnce,
+    /// Every acknowledged write is in the log.
+    AcknowledgedWrite,
+    /// Once faults stop, everything finishes within a bounded simulated time.
+    Liveness,
+    /// The harness itself could not read the store.
+    Harness,
+}
+
+impl Invariant {
+    /// Its name in reports.
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::OneFinished => "at most one Finished, nothing after it",
+            Self::DenseVersions => "versions dense",
+            Self::PendingState => "stored pending state = derive_pending_state",
+            Self::ChildDeliveredOnce => "every child's result delivered to its parent exactly once",
+            Self::AcknowledgedWrite => "no acknowledged write lost",
+            Self::Liveness => "liveness: everything finishes once faults stop",
+            Self::Harness => "the harness could read the store",
+        }
+    }
+}
+
+impl fmt::Display for Invariant {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A broken invariant, with what broke it.
+#[derive(Debug, Clone)]
+pub struct Broken {
+    /// The invariant.
+    pub invariant: Invariant,
+    /// What the store holds that breaks it.
+    pub detail: String,
+}
+
+fn broken(invariant: Invariant, detail: String) -> Broken {
+    Broken { invariant, detail }
+}
+
+impl From<DbError> for Broken {
+    fn from(err: DbError) -> Self {
+        broken(Invariant::Harness, format!("cannot read the store: {err}"))
+    }
+}
+
+/// Every execution's log, by id.
+///
+/// # Errors
+/// The store cannot be read.
+pub async fn logs(db: &dyn DbClient) -> Result<BTreeMap<ExecutionId, ExecutionLog>, DbError> {
+    let mut logs = BTreeMap::new();
+    for summary in db
+        .list_all_executions(ListExecutionsFilter::default())
+        .await?
+    {
+        let log = db.get(&summary.execution_id).await?;
+        logs.insert(summary.execution_id, log);
+    }
+    Ok(logs)
+}
+
+/// Checks every invariant but liveness on `logs`, and that each of `acks` is there.
+///
+/// # Errors
+/// The first invariant found broken.
+pub fn check(logs: &BTreeMap<ExecutionId, ExecutionLog>, acks: &[Ack]) -> Result<(), Broken> {
+    for (id, log) in logs {
+        check_log(id, log)?;
+    }
+    check_children(logs)?;
+    for ack in acks {
+        check_ack(logs, ack)?;
+    }
+    Ok(())
+}
+
+fn check_log(id: &ExecutionId, log: &ExecutionLog) -> Result<(), Broken> {
+    let finished: Vec<usize> = (log.events.iter().enumerate())
+        .filter(|(_, event)| matches!(event.event, ExecutionEventInner::Finished { .. }))
+        .map(|(version, _)| version)
+        .collect();
+    match finished.as_slice() {
+        [] => {}
+        [version] if *version + 1 == log.events.len() => {}
+        _ => {
+            let kinds: Vec<_> = log.events.iter().map(|e| e.event.variant_name()).collect();
+            return Err(broken(
+                Invariant::OneFinished,
+                format!("{id}: Finished at versions {finished:?} of {kinds:?}"),
+            ));
+        }
+    }
+    let created_first = matches!(
+        log.events.first().map(|e| &e.event),
+        Some(ExecutionEventInner::Created { .. })
+    );
+    let only_first = log
+        .events
+        .iter()
+        .skip(1)
+        .all(|e| !matches!(e.event, ExecutionEventInner::Created { .. }));
+    // A finished log's next version stays the version of its `Finished` (nothing follows it).
+    let expected_next = log.events.len() - usize::from(!finished.is_empty());
+    if !created_first || !only_first || log.next_version.0 as usize != expected_next {
+        return Err(broken(
+            Invariant::DenseVersions,
+            format!(
+                "{id}: next version {} for the events {:?}",
+                log.next_version,
+                log.events
+                    .iter()
+                    .map(|e| e.event.variant_name())
+                    .collect::<Vec<_>>()
+            ),
+        ));
+    }
+    let derived = derive_pending_state(&log.events, &log.responses);
+    if derived.as_ref() != Some(&log.pending_state) {
+        return Err(broken(
+            Invariant::PendingState,
+            format!("{id}: stored {:?}, derived {derived:?}", log.pending_state),
+        ));
+    }
+    Ok(())
+}
+
+fn check_children(logs: &BTreeMap<ExecutionId, ExecutionLog>) -> Result<(), Broken> {
+    let mut delivered: BTreeMap<&ExecutionId, usize> = BTreeMap::new();
+    for (parent, log) in logs {
+        for response in &log.responses {
+            let JoinSetResponse::ChildExecutionFinished {
+                child_execution_id,
+                result,
+                ..
+            } = &response.event.event
+            else {
+                continue;
+            };
+            *delivered.entry(child_execution_id).or_default() += 1;
+            let child_result = logs.get(child_execution_id).and_then(finished_result);
+            if child_result != Some(result) {
+                return Err(broken(
+                    Invariant::ChildDeliveredOnce,
+                    format!(
+                        "{parent} holds the response {result:?} of {child_execution_id}, which \
+                         finished with {child_result:?}"
+                    ),
+                ));
+            }
+        }
+    }
+    for (id, log) in logs {
+        let Some(ExecutionEventInner::Created {
+            parent: Some((parent, _)),
+            ..
+        }) = log.events.first().map(|e| &e.event)
+        else {
+            continue;
+        };
+        let count = delivered.get(id).copied().unwrap_or(0);
+        let expected = usize::from(finished_result(log).is_some());
+        if count != expected {
+            return Err(broken(
+                Invariant::ChildDeliveredOnce,
+                format!(
+                    "{parent} holds {count} responses of its child {id}, which is {:?}",
+                    log.pending_state
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn finished_result(log: &ExecutionLog) -> Option<&concepts::FinishedExecutionResult> {
+    log.events.iter().find_map(|e| match &e.event {
+        ExecutionEventInner::Finished { result } => Some(result),
+        _ => None,
+    })
+}
+
+fn check_ack(logs: &BTreeMap<ExecutionId, ExecutionLog>, ack: &Ack) -> Result<(), Broken> {
+    let lost = |what: String| Err(broken(Invariant::AcknowledgedWrite, what));
+    match ack {
+        Ack::Created(id) => {
+            if !logs.contains_key(id) {
+                return lost(format!("the acknowledged creation of {id}"));
+            }
+        }
+        Ack::Appended {
+            execution_id,
+            version,
+            events,
+        } => {
+            let log = logs.get(execution_id);
+            let start = version.0 as usize;
+            let stored = log.map(|log| log.events.iter().skip(start).take(events.len()));
+            let same = stored.is_some_and(|stored| {
+                stored.map(|e| &e.event).eq(events.iter())
+                    && log.is_some_and(|l| l.events.len() >= start + events.len())
+            });
+            if !same {
+                let kinds: Vec<_> = events
+                    .iter()
+                    .map(ExecutionEventInner::variant_name)
+                    .collect();
+                return lost(format!(
+                    "the acknowledged {kinds:?} of {execution_id} at version {version}"
+                ));
+            }
+        }
+        Ack::Response {
+            execution_id,
+            response,
+        } => {
+            let found = logs
+                .get(execution_id)
+                .is_some_and(|log| log.responses.iter().any(|r| r.event == *response));
+            if !found {
+                return lost(format!(
+                    "the acknowledged response {response:?} to {execution_id}"
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// True when every execution in `logs` finished.
+#[must_use]
+pub fn all_finished(logs: &BTreeMap<ExecutionId, ExecutionLog>) -> bool {
+    logs.values().all(|log| finished_result(log).is_some())
+}
