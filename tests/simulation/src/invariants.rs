@@ -257,3 +257,85 @@ fn check_ack(logs: &BTreeMap<ExecutionId, ExecutionLog>, ack: &Ack) -> Result<()
 pub fn all_finished(logs: &BTreeMap<ExecutionId, ExecutionLog>) -> bool {
     logs.values().all(|log| finished_result(log).is_some())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{Invariant, check, logs};
+    use crate::{faults::Ack, workers};
+    use concepts::{
+        ClockFn, DbConnection, ExecutionEvent, ExecutionEventInner, ExecutionId, ExecutionLog,
+        JoinSetId, JoinSetKind, PendingState, SupportedFunctionReturnValue, Version,
+        derive_pending_state,
+    };
+    use std::{collections::BTreeMap, sync::Arc};
+    use storage_memory::MemoryStore;
+    use test_utils::SimClock;
+    use workflow::Client;
+
+    fn broken(logs: &BTreeMap<ExecutionId, ExecutionLog>, acks: &[Ack]) -> Option<Invariant> {
+        check(logs, acks).err().map(|broken| broken.invariant)
+    }
+
+    fn finished(clock: &SimClock) -> ExecutionEvent {
+        ExecutionEvent {
+            created_at: clock.now(),
+            event: ExecutionEventInner::Finished {
+                result: Ok(SupportedFunctionReturnValue::None),
+            },
+        }
+    }
+
+    /// Each invariant passes on a real log and fails on a log broken in its way.
+    #[tokio::test]
+    async fn each_invariant_fails_on_a_log_that_breaks_it() {
+        let db: Arc<dyn DbConnection> = Arc::new(MemoryStore::new());
+        let clock = SimClock::epoch();
+        let client = Client::new(db.clone(), clock.clone(), workers::component());
+        let id = ExecutionId::generate_at(clock.now());
+        client
+            .submit_with_id(id.clone(), &workers::DOUBLE, &1)
+            .await
+            .expect("submitted");
+        let real = logs(db.as_ref()).await.expect("logs");
+        assert_eq!(broken(&real, &[Ack::Created(id.clone())]), None);
+        let tampered = |tamper: &dyn Fn(&mut ExecutionLog)| {
+            let mut logs = real.clone();
+            tamper(logs.get_mut(&id).expect("the log"));
+            broken(&logs, &[])
+        };
+        let twice = |log: &mut ExecutionLog| {
+            log.events.push(finished(&clock));
+            log.events.push(finished(&clock));
+        };
+        assert_eq!(tampered(&twice), Some(Invariant::OneFinished));
+        let skipped = |log: &mut ExecutionLog| log.next_version = Version(5);
+        assert_eq!(tampered(&skipped), Some(Invariant::DenseVersions));
+        let later = |log: &mut ExecutionLog| {
+            log.pending_state = PendingState::PendingAt {
+                scheduled_at: concepts::add_saturating(clock.now(), workers_lease()),
+            };
+        };
+        assert_eq!(tampered(&later), Some(Invariant::PendingState));
+        let other = ExecutionId::generate_at(clock.now());
+        assert_eq!(
+            broken(&real, &[Ack::Created(other)]),
+            Some(Invariant::AcknowledgedWrite)
+        );
+        // A finished child of `id` whose response `id` never got.
+        let join_set = JoinSetId::new(JoinSetKind::Generated, "1").expect("a join set id");
+        let mut child = real[&id].clone();
+        child.execution_id = id.next_level(&join_set, 1);
+        if let ExecutionEventInner::Created { parent, .. } = &mut child.events[0].event {
+            *parent = Some((id.clone(), join_set));
+        }
+        child.events.push(finished(&clock));
+        child.pending_state = derive_pending_state(&child.events, &[]).expect("a state");
+        let mut orphaned = real.clone();
+        orphaned.insert(child.execution_id.clone(), child);
+        assert_eq!(broken(&orphaned, &[]), Some(Invariant::ChildDeliveredOnce));
+    }
+
+    fn workers_lease() -> std::time::Duration {
+        crate::LEASE
+    }
+}

@@ -136,6 +136,9 @@ fn main() -> ExitCode {
         for line in &outcome.schedule {
             println!("  {line}");
         }
+        if args.seeds == 1 {
+            println!("seed {seed}: fingerprint {:016x}", outcome.fingerprint);
+        }
         if let Some(violation) = outcome.violation {
             report(&violation);
             first_failure.get_or_insert(violation);

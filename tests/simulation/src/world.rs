@@ -307,7 +307,11 @@ impl World {
                     .filter(|(_, log)| {
                         !matches!(log.pending_state, concepts::PendingState::Finished { .. })
                     })
-                    .map(|(id, log)| format!("{id} {:?}", log.pending_state))
+                    .map(|(id, log)| {
+                        let events: Vec<_> =
+                            log.events.iter().map(|e| e.event.variant_name()).collect();
+                        format!("{id} {:?} after {events:?}", log.pending_state)
+                    })
                     .collect();
                 return Err(self.violation(Broken {
                     invariant: Invariant::Liveness,
