@@ -12,6 +12,9 @@ use std::{collections::BTreeMap, fmt};
 pub enum Invariant {
     /// At most one `Finished` per execution, and no event after it.
     OneFinished,
+    /// A lease is taken only once the last one was resolved (unlocked, failed, timed out,
+    /// given up on a join set) or by the run that holds it: no executor takes over a lease.
+    OneLease,
     /// Versions dense: `events[v]` is version `v`, `Created` at 0 only, `next_version` the
     /// length (the version of the `Finished` event once finished).
     DenseVersions,
@@ -34,6 +37,7 @@ impl Invariant {
     pub fn name(self) -> &'static str {
         match self {
             Self::OneFinished => "at most one Finished, nothing after it",
+            Self::OneLease => "a lease is taken over by nobody but the watcher",
             Self::DenseVersions => "versions dense",
             Self::PendingState => "stored pending state = derive_pending_state",
             Self::ChildDeliveredOnce => "every child's result delivered to its parent exactly once",
@@ -116,6 +120,7 @@ fn check_log(id: &ExecutionId, log: &ExecutionLog) -> Result<(), Broken> {
             ));
         }
     }
+    check_leases(id, log)?;
     let created_first = matches!(
         log.events.first().map(|e| &e.event),
         Some(ExecutionEventInner::Created { .. })
@@ -146,6 +151,35 @@ fn check_log(id: &ExecutionId, log: &ExecutionLog) -> Result<(), Broken> {
             Invariant::PendingState,
             format!("{id}: stored {:?}, derived {derived:?}", log.pending_state),
         ));
+    }
+    Ok(())
+}
+
+fn check_leases(id: &ExecutionId, log: &ExecutionLog) -> Result<(), Broken> {
+    let mut held = None;
+    for (version, event) in log.events.iter().enumerate() {
+        match &event.event {
+            ExecutionEventInner::Locked(locked) => {
+                if let Some(holder) = held.filter(|holder| *holder != locked.run_id) {
+                    return Err(broken(
+                        Invariant::OneLease,
+                        format!(
+                            "{id}: {} locked at version {version} while {holder} held the lease",
+                            locked.run_id
+                        ),
+                    ));
+                }
+                held = Some(locked.run_id);
+            }
+            ExecutionEventInner::Unlocked { .. }
+            | ExecutionEventInner::TemporarilyFailed { .. }
+            | ExecutionEventInner::TemporarilyTimedOut { .. }
+            | ExecutionEventInner::Finished { .. }
+            | ExecutionEventInner::HistoryEvent {
+                event: concepts::HistoryEvent::JoinNext { .. },
+            } => held = None,
+            _ => {}
+        }
     }
     Ok(())
 }
@@ -264,8 +298,8 @@ mod tests {
     use crate::{faults::Ack, workers};
     use concepts::{
         ClockFn, DbConnection, ExecutionEvent, ExecutionEventInner, ExecutionId, ExecutionLog,
-        JoinSetId, JoinSetKind, PendingState, SupportedFunctionReturnValue, Version,
-        derive_pending_state,
+        ExecutorId, JoinSetId, JoinSetKind, Locked, PendingState, RunId,
+        SupportedFunctionReturnValue, Version, derive_pending_state,
     };
     use std::{collections::BTreeMap, sync::Arc};
     use storage_memory::MemoryStore;
@@ -308,6 +342,31 @@ mod tests {
             log.events.push(finished(&clock));
         };
         assert_eq!(tampered(&twice), Some(Invariant::OneFinished));
+        let locked = |run| ExecutionEvent {
+            created_at: clock.now(),
+            event: ExecutionEventInner::Locked(Locked {
+                component_id: workers::component(),
+                executor_id: ExecutorId::generate_at(clock.now()),
+                run_id: run,
+                lock_expires_at: clock.now(),
+            }),
+        };
+        let (first, second) = (
+            RunId::generate_at(clock.now()),
+            RunId::generate_at(clock.now()),
+        );
+        let extended = |log: &mut ExecutionLog| {
+            log.events.push(locked(first));
+            log.events.push(locked(first));
+            log.next_version = Version(3);
+            log.pending_state = derive_pending_state(&log.events, &[]).expect("a state");
+        };
+        assert_eq!(tampered(&extended), None, "a run extends its own lease");
+        let taken_over = |log: &mut ExecutionLog| {
+            log.events.push(locked(first));
+            log.events.push(locked(second));
+        };
+        assert_eq!(tampered(&taken_over), Some(Invariant::OneLease));
         let skipped = |log: &mut ExecutionLog| log.next_version = Version(5);
         assert_eq!(tampered(&skipped), Some(Invariant::DenseVersions));
         let later = |log: &mut ExecutionLog| {

@@ -33,7 +33,7 @@ use std::{
 use storage_memory::MemoryStore;
 use test_utils::{SimClock, forwarding::ForwardingDb};
 use tokio::sync::Semaphore;
-use workflow::Client;
+use workflow::{Client, ClientError};
 
 /// The lease of every executor.
 pub const LEASE: Duration = Duration::from_secs(2);
@@ -250,7 +250,7 @@ impl World {
                 92..94 => self.kill_node(),
                 94..97 => self.restart_node(),
                 97..99 => self.jump_clock().await,
-                _ => self.submit(),
+                _ => self.cancel(),
             }
             for note in self.chaos.take_notes() {
                 self.note(|| note);
@@ -459,10 +459,7 @@ impl World {
         }
         self.submitted += 1;
         let k = u64::from(self.submitted);
-        let execution_id = ExecutionId::from(ExecutionIdTopLevel::from_parts(
-            946_684_800_000 + k,
-            (u128::from(self.config.seed) & 0xFFFF_FFFF_FFFF) << 32 | u128::from(k),
-        ));
+        let execution_id = self.top_level_id(k);
         let kind = self.rng.below(10);
         let n = 1 + self.rng.below(3);
         let function = match kind {
@@ -483,6 +480,37 @@ impl World {
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
         });
+    }
+}
+
+impl World {
+    /// A client cancels one of the executions submitted so far (retrying a failed write).
+    fn cancel(&mut self) {
+        if self.submitted == 0 {
+            return;
+        }
+        let k = 1 + self.rng.below(u64::from(self.submitted));
+        let execution_id = self.top_level_id(k);
+        self.note(|| format!("client cancels {execution_id}"));
+        let client = Client::new(self.db.clone(), self.clock.clone(), workers::component());
+        let label = format!("client cancel of {execution_id}");
+        self.push(Owner::Client, label, async move {
+            loop {
+                match client.cancel(&execution_id, "simulated cancel").await {
+                    // Not created yet (its submission failed so far): nothing to cancel.
+                    Ok(_) | Err(ClientError::NotFound(_)) => break,
+                    Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+                }
+            }
+        });
+    }
+
+    /// The id of the `k`-th top-level execution (from 1).
+    fn top_level_id(&self, k: u64) -> ExecutionId {
+        ExecutionId::from(ExecutionIdTopLevel::from_parts(
+            946_684_800_000 + k,
+            (u128::from(self.config.seed) & 0xFFFF_FFFF_FFFF) << 32 | u128::from(k),
+        ))
     }
 }
 
