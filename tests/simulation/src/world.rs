@@ -286,6 +286,10 @@ impl World {
             let mut done = vec![false; self.tasks.len()];
             for idx in order {
                 done[idx] = self.poll(idx);
+                if self.record {
+                    let label = self.tasks[idx].label.clone();
+                    self.note(|| format!("poll {label}{}", if done[idx] { ": done" } else { "" }));
+                }
             }
             let mut done = done.into_iter();
             self.tasks.retain(|_| !done.next().unwrap_or(false));
@@ -558,6 +562,27 @@ fn executor_loop(
                 }
                 Err(_) => tokio::time::sleep(TICK_SLEEP).await,
             }
+            // One iteration per poll at most: against the memory store every await of an
+            // iteration may complete at once, and a loop that never returns `Pending` would
+            // take the whole schedule (a spinning executor is then a liveness failure, not a
+            // harness that hangs).
+            YieldOnce(false).await;
+        }
+    }
+}
+
+/// Pending once: ends the harness's poll of the task that awaits it.
+struct YieldOnce(bool);
+
+impl Future for YieldOnce {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, _cx: &mut Context<'_>) -> std::task::Poll<()> {
+        if self.0 {
+            std::task::Poll::Ready(())
+        } else {
+            self.0 = true;
+            std::task::Poll::Pending
         }
     }
 }
