@@ -321,7 +321,7 @@ impl World {
                     invariant: Invariant::Liveness,
                     detail: format!(
                         "{:?} after faults stopped, {} executions unfinished ({}) and {} \
-                         submissions unacknowledged ({})",
+                         client requests unanswered ({})",
                         LIVENESS_BOUND,
                         unfinished.len(),
                         unfinished.join("; "),
