@@ -22,6 +22,8 @@ enum Action {
     Deps,
     /// The conformance suite of `cargo xtask conformance`.
     Conformance,
+    /// `cargo xtask simulate --seeds <seeds>`: the CI-sized run of the simulation.
+    Simulate { seeds: &'static str },
 }
 
 /// One named step of the CI run.
@@ -81,6 +83,11 @@ const STEPS: &[Step] = &[
         name: "conformance",
         action: Action::Conformance,
     },
+    Step {
+        name: "simulation",
+        // About 15 s in the dev profile on two cores; `--seeds 10000` is the long run.
+        action: Action::Simulate { seeds: "500" },
+    },
 ];
 
 /// Runs every step; the error names the step that failed.
@@ -134,6 +141,9 @@ fn run_action(root: &Path, action: &Action) -> anyhow::Result<()> {
         }
         Action::Deps => crate::deps::run(root),
         Action::Conformance => crate::conformance::run(root),
+        Action::Simulate { seeds } => {
+            crate::simulate(root, &["--seeds".to_owned(), (*seeds).to_owned()])
+        }
     }
 }
 
@@ -158,6 +168,7 @@ fn describe(action: &Action) -> String {
         }
         Action::Deps => "cargo xtask deps".to_owned(),
         Action::Conformance => "cargo xtask conformance".to_owned(),
+        Action::Simulate { seeds } => format!("cargo xtask simulate --seeds {seeds}"),
     }
 }
 

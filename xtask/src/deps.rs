@@ -63,6 +63,7 @@ pub const RULES: &[Rule] = &[
     Rule { crates: "storage-*", edges: Edges::Normal, forbidden: &["@workspace"], allowed: &["concepts"], why: "a backend implements the concepts traits and knows nothing built on top of them" },
     Rule { crates: "test-utils", edges: Edges::Normal, forbidden: &["@workspace"], allowed: &["concepts"], why: "every crate's tests use it, so it must sit below all of them but concepts" },
     Rule { crates: "conformance", edges: Edges::NormalAndDev, forbidden: &["storage-*"], allowed: &[], why: "the suite is run by every backend and names none of them" },
+    Rule { crates: "simulation", edges: Edges::NormalAndDev, forbidden: &["storage-*", "@driver"], allowed: &["storage-memory"], why: "the simulation runs on the memory backend alone: no driver, no I/O, nothing that is not deterministic" },
     Rule { crates: "*", edges: Edges::Normal, forbidden: &["test-support"], allowed: &[], why: "test-support (backends, a driver) is for tests: reach it through [dev-dependencies] only" },
     Rule { crates: "xtask", edges: Edges::Normal, forbidden: &["@workspace"], allowed: &[], why: "automation drives the workspace through cargo, it links none of it" },
     Rule { crates: "*", edges: Edges::NormalAndDev, forbidden: &["xtask"], allowed: &[], why: "xtask is a tool, not a library" },

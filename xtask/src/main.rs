@@ -2,7 +2,8 @@
 //!
 //! `ci` runs everything `.ci/run` runs; `deps` checks the dependency edges that
 //! `docs/ARCHITECTURE.md` forbids; `conformance` runs the conformance suite on every storage
-//! backend and prints one table of scenarios by backend.
+//! backend and prints one table of scenarios by backend; `simulate` runs seeds of the
+//! deterministic simulation (`tests/simulation`).
 #![allow(
     clippy::print_stdout,
     reason = "printing progress, tables and verdicts for a person is the whole job of this binary"
@@ -29,7 +30,11 @@ commands:
   conformance  run the conformance suite on every backend (crates/storage-*/tests/conformance.rs)
                and print a table of scenarios by backend
   bench [ARGS] build the benchmark in release mode and run it (crates/bench); `cargo xtask bench
-               --help` lists its arguments";
+               --help` lists its arguments
+  simulate [--seeds N] [--seed S] [ARGS]
+               run N seeds (from S) of the deterministic simulation (tests/simulation) and print
+               its figures; a failing seed is printed, shrunk and replayed with STELE_SEED=<seed>;
+               `cargo xtask simulate --help` lists its arguments";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -37,6 +42,9 @@ fn main() -> ExitCode {
         [command] => command.as_str(),
         [command, rest @ ..] if command == "bench" => {
             return finish("bench", bench(&workspace_root(), rest));
+        }
+        [command, rest @ ..] if command == "simulate" => {
+            return finish("simulate", simulate(&workspace_root(), rest));
         }
         [] => return usage(),
         [_, extra, ..] => {
@@ -50,6 +58,7 @@ fn main() -> ExitCode {
         "deps" => deps::run(&root),
         "conformance" => conformance::run(&root),
         "bench" => bench(&root, &[]),
+        "simulate" => simulate(&root, &[]),
         "help" | "--help" | "-h" => {
             println!("{USAGE}");
             return ExitCode::SUCCESS;
@@ -106,5 +115,20 @@ fn bench(root: &Path, args: &[String]) -> anyhow::Result<()> {
             .args(args)
             .status()?;
     anyhow::ensure!(status.success(), "the benchmark failed ({status})");
+    Ok(())
+}
+
+/// Builds `tests/simulation` (the dev profile, as the tests) and runs `simulate` with `args`.
+pub fn simulate(root: &Path, args: &[String]) -> anyhow::Result<()> {
+    let status =
+        std::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+            .current_dir(root)
+            .args(["run", "--package", "simulation", "--bin", "simulate", "--"])
+            .args(args)
+            .status()?;
+    anyhow::ensure!(
+        status.success(),
+        "the simulation failed ({status}); its output names the seed and how to replay it"
+    );
     Ok(())
 }

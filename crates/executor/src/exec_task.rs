@@ -12,7 +12,7 @@ use concepts::{
     FunctionFqn, LockPendingRequest, LockedExecution, OutcomeWrite, add_saturating, is_lost_race,
     retry,
 };
-use futures_util::FutureExt as _;
+use futures_util::{FutureExt as _, future::BoxFuture};
 use std::panic::AssertUnwindSafe;
 use std::{
     sync::{
@@ -63,7 +63,7 @@ type Permits = Vec<OwnedSemaphorePermit>;
 /// more hold their own handle to the store.
 ///
 /// Use [`ExecTask::spawn_new`] in production, or [`ExecTask::new`] and [`ExecTask::tick`] to
-/// drive it step by step in tests.
+/// drive it step by step in tests ([`ExecTask::lock_runs`] when the test polls the runs itself).
 pub struct ExecTask<C: ClockFn> {
     worker: Arc<dyn Worker>,
     config: ExecConfig,
@@ -154,6 +154,17 @@ impl<C: ClockFn> ExecTask<C> {
         self.lock_and_spawn(executed_at, permits).await
     }
 
+    /// One step of a deterministic simulation at `executed_at`: as [`ExecTask::tick`], but each
+    /// locked execution's run (the worker, then its outcome write) is returned as a future
+    /// instead of being spawned. The caller polls the runs in the order it chooses, so one
+    /// schedule is one exact interleaving; dropping a run stops it at its current await point,
+    /// as a killed process would (its permit is released, its lease left to expire).
+    pub async fn lock_runs(&self, executed_at: DateTime<Utc>) -> Result<Vec<Run>, DbError> {
+        self.ticks.fetch_add(1, Ordering::Relaxed);
+        let permits = take_free(&self.limiter, self.batch_size());
+        self.lock(executed_at, permits).await
+    }
+
     fn batch_size(&self) -> usize {
         self.config.batch_size.max(1)
     }
@@ -215,10 +226,25 @@ impl<C: ClockFn> ExecTask<C> {
     async fn lock_and_spawn(
         &self,
         executed_at: DateTime<Utc>,
-        mut permits: Permits,
+        permits: Permits,
     ) -> Result<ExecutionProgress, DbError> {
+        let runs = self.lock(executed_at, permits).await?;
+        let executions = runs
+            .into_iter()
+            // Boxed (see `ExecTask::run`): the future is large, and tokio moves it several times.
+            .map(|run| (run.execution_id, tokio::spawn(run.future)))
+            .collect();
+        Ok(ExecutionProgress { executions })
+    }
+
+    /// Locks up to `permits.len()` due executions; each run holds one of the permits.
+    async fn lock(
+        &self,
+        executed_at: DateTime<Utc>,
+        mut permits: Permits,
+    ) -> Result<Vec<Run>, DbError> {
         if permits.is_empty() {
-            return Ok(ExecutionProgress::default());
+            return Ok(Vec::new());
         }
         let locked = self
             .db
@@ -232,26 +258,27 @@ impl<C: ClockFn> ExecTask<C> {
                 lock_expires_at: add_saturating(executed_at, self.config.lock_expiry),
             })
             .await?;
-        let executions = locked
+        let runs = locked
             .into_iter()
             .map(|locked| {
                 let permit = permits.pop();
-                (
-                    locked.execution_id.clone(),
-                    self.spawn_worker(locked, permit),
-                )
+                Run {
+                    execution_id: locked.execution_id.clone(),
+                    future: self.run(locked, permit),
+                }
             })
             .collect();
-        Ok(ExecutionProgress { executions }) // Unused permits are released here.
+        Ok(runs) // Unused permits are released here.
     }
 
-    /// Runs the worker in its own task and writes its outcome; the permit is held until then.
-    fn spawn_worker(
+    /// The run of one locked execution: the worker, then its outcome write; the permit is held
+    /// until then.
+    fn run(
         &self,
         locked: LockedExecution,
         // `None` only when the store locked more executions than it was asked for.
         permit: Option<OwnedSemaphorePermit>,
-    ) -> JoinHandle<()> {
+    ) -> BoxFuture<'static, ()> {
         let run = RunInfo::from(&locked);
         let span = self.worker_span(&locked);
         let ctx = WorkerContext {
@@ -280,8 +307,7 @@ impl<C: ClockFn> ExecTask<C> {
             }
             drop(permit);
         };
-        // Boxed: the task future is large, and tokio moves a spawned future several times.
-        tokio::spawn(Box::pin(task.instrument(span)))
+        Box::pin(task.instrument(span))
     }
 
     /// The span of one run. Tracing span names are static, so the function's name is the
@@ -341,6 +367,23 @@ fn take_free(limiter: &Arc<Semaphore>, count: usize) -> Permits {
     std::iter::from_fn(|| limiter.clone().try_acquire_owned().ok())
         .take(count)
         .collect()
+}
+
+/// One locked execution's run, not spawned: see [`ExecTask::lock_runs`].
+pub struct Run {
+    /// The locked execution.
+    pub execution_id: ExecutionId,
+    /// The worker, then its outcome write; it completes once the outcome was written (or the
+    /// write given up).
+    pub future: BoxFuture<'static, ()>,
+}
+
+impl std::fmt::Debug for Run {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Run")
+            .field("execution_id", &self.execution_id)
+            .finish_non_exhaustive()
+    }
 }
 
 /// The executions one tick locked, with the tasks that run their workers and write their

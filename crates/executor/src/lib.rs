@@ -115,7 +115,7 @@ mod worker;
 
 pub use cancel::Cancellation;
 pub use exec_task::{
-    ExecConfig, ExecTask, ExecutionProgress, ExecutorTaskHandle, OUTCOME_WRITE_ATTEMPTS,
+    ExecConfig, ExecTask, ExecutionProgress, ExecutorTaskHandle, OUTCOME_WRITE_ATTEMPTS, Run,
 };
 pub use mapping::{RunInfo, map_worker_result};
 pub use worker::{FatalError, Worker, WorkerContext, WorkerError, WorkerResult};

@@ -2,8 +2,10 @@
 //! write: let it through, refuse it without writing, or write it and then lose the reply
 //! (an ambiguous commit: the caller sees an error although the write landed).
 //!
-//! Reads and waits are forwarded untouched. The hook sees the write before it reaches the
-//! store, so it can count attempts or pick the writes it fails:
+//! Reads are forwarded untouched. The hook sees the write before it reaches the store, so it
+//! can count attempts or pick the writes it fails; it is told of each write whose caller got
+//! a successful reply ([`WriteHook::acknowledged`]), and it may lose or delay the wake-ups of
+//! waits ([`WriteHook::wait`]). Both default to doing nothing, so a closure is a hook:
 //!
 //! ```
 //! use concepts::DbError;
@@ -29,7 +31,7 @@ use concepts::{
     ListExecutionsFilter, LockPendingRequest, LockedExecution, OutcomeWrite, Pagination,
     PruneOutcome, PruneRequest, Version,
 };
-use std::{future::Future, sync::Arc, time::Duration};
+use std::{future::Future, pin::Pin, sync::Arc, time::Duration};
 
 /// A write on its way to the store, as the hook sees it.
 #[derive(Debug, Clone, Copy)]
@@ -75,10 +77,61 @@ pub enum Fault {
     LoseReply(DbError),
 }
 
+/// A wait on its way to the store, as the hook sees it.
+#[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
+pub enum Wait<'a> {
+    /// `wait_for_pending`.
+    Pending {
+        /// The functions waited for.
+        ffqns: &'a [FunctionFqn],
+        /// The longest wait.
+        max_wait: Duration,
+    },
+    /// `subscribe_to_next_responses`.
+    Responses {
+        /// The execution whose responses are awaited.
+        execution_id: &'a ExecutionId,
+    },
+}
+
+/// What happens to the wake-up of one wait.
+pub enum WaitFault {
+    /// The store's wait, untouched.
+    Pass,
+    /// The notification is lost: `wait_for_pending` returns only after its `max_wait`, and
+    /// `subscribe_to_next_responses` never returns (only its caller's own timeout ends it).
+    Lose,
+    /// The notification is late: once the store's wait returned, this future is awaited too.
+    Late(Pin<Box<dyn Future<Output = ()> + Send>>),
+}
+
+impl std::fmt::Debug for WaitFault {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Pass => "Pass",
+            Self::Lose => "Lose",
+            Self::Late(_) => "Late",
+        })
+    }
+}
+
 /// Decides the fate of each write; any `Fn(&Write<'_>) -> Fault` is one.
 pub trait WriteHook: Send + Sync + 'static {
     /// The fate of `write`, decided before it reaches the store.
     fn decide(&self, write: &Write<'_>) -> Fault;
+
+    /// `write` reached the store and its caller got a successful reply: it was acknowledged.
+    /// Nothing by default; a test keeps them to check that none is lost.
+    fn acknowledged(&self, write: &Write<'_>) {
+        let _ = write;
+    }
+
+    /// The fate of a wait's wake-up; [`WaitFault::Pass`] by default.
+    fn wait(&self, wait: &Wait<'_>) -> WaitFault {
+        let _ = wait;
+        WaitFault::Pass
+    }
 }
 
 impl<F> WriteHook for F
@@ -112,23 +165,43 @@ impl ForwardingDb {
         &self.inner
     }
 
-    /// The hook's decision about `write`.
-    fn decide(&self, write: &Write<'_>) -> Fault {
-        self.hook.decide(write)
+    /// Runs `call`, the forwarded `write`, as the hook decides, and tells the hook when its
+    /// caller gets a successful reply.
+    async fn apply<T>(
+        &self,
+        write: Write<'_>,
+        call: impl Future<Output = Result<T, DbError>>,
+    ) -> Result<T, DbError> {
+        match self.hook.decide(&write) {
+            Fault::Pass => {
+                let reply = call.await?;
+                self.hook.acknowledged(&write);
+                Ok(reply)
+            }
+            Fault::Refuse(err) => Err(err),
+            Fault::LoseReply(err) => {
+                call.await?;
+                Err(err)
+            }
+        }
     }
-}
 
-/// Runs `call` (the forwarded write) as `fault` says.
-async fn apply<T>(
-    fault: Fault,
-    call: impl Future<Output = Result<T, DbError>>,
-) -> Result<T, DbError> {
-    match fault {
-        Fault::Pass => call.await,
-        Fault::Refuse(err) => Err(err),
-        Fault::LoseReply(err) => {
-            call.await?;
-            Err(err)
+    /// Runs `wait`, the forwarded wait, as the hook decides; `lost` is what a lost
+    /// notification leaves of it.
+    async fn wait<T>(
+        &self,
+        what: Wait<'_>,
+        wait: impl Future<Output = T>,
+        lost: impl Future<Output = T>,
+    ) -> T {
+        match self.hook.wait(&what) {
+            WaitFault::Pass => wait.await,
+            WaitFault::Lose => lost.await,
+            WaitFault::Late(late) => {
+                let woken = wait.await;
+                late.await;
+                woken
+            }
         }
     }
 }
@@ -149,13 +222,13 @@ impl DbAwait for ForwardingDb {
 #[async_trait]
 impl DbExecutor for ForwardingDb {
     async fn lock_pending(&self, req: LockPendingRequest) -> Result<Vec<LockedExecution>, DbError> {
-        let fault = self.decide(&Write::LockPending(&req));
-        apply(fault, self.inner.lock_pending(req)).await
+        let copy = req.clone();
+        (self.apply(Write::LockPending(&copy), self.inner.lock_pending(req))).await
     }
 
     async fn append_outcome(&self, write: OutcomeWrite) -> Result<Version, DbError> {
-        let fault = self.decide(&Write::Outcome(&write));
-        apply(fault, self.inner.append_outcome(write)).await
+        let copy = write.clone();
+        (self.apply(Write::Outcome(&copy), self.inner.append_outcome(write))).await
     }
 
     async fn wait_for_pending(
@@ -164,17 +237,22 @@ impl DbExecutor for ForwardingDb {
         ffqns: Arc<[FunctionFqn]>,
         max_wait: Duration,
     ) {
-        self.inner
-            .wait_for_pending(pending_at_or_sooner, ffqns, max_wait)
-            .await;
+        let what = Wait::Pending {
+            ffqns: &ffqns,
+            max_wait,
+        };
+        let wait = self
+            .inner
+            .wait_for_pending(pending_at_or_sooner, ffqns.clone(), max_wait);
+        self.wait(what, wait, tokio::time::sleep(max_wait)).await;
     }
 }
 
 #[async_trait]
 impl DbWorkflow for ForwardingDb {
     async fn append_batch(&self, req: AppendBatchRequest) -> Result<Version, DbError> {
-        let fault = self.decide(&Write::AppendBatch(&req));
-        apply(fault, self.inner.append_batch(req)).await
+        let copy = req.clone();
+        (self.apply(Write::AppendBatch(&copy), self.inner.append_batch(req))).await
     }
 
     async fn subscribe_to_next_responses(
@@ -182,9 +260,11 @@ impl DbWorkflow for ForwardingDb {
         execution_id: &ExecutionId,
         start_idx: usize,
     ) -> Result<Vec<JoinSetResponseEventOuter>, DbError> {
-        self.inner
-            .subscribe_to_next_responses(execution_id, start_idx)
-            .await
+        let wait = self
+            .inner
+            .subscribe_to_next_responses(execution_id, start_idx);
+        let what = Wait::Responses { execution_id };
+        self.wait(what, wait, std::future::pending()).await
     }
 }
 
@@ -200,15 +280,16 @@ impl DbTimers for ForwardingDb {
         execution_id: &ExecutionId,
         response: JoinSetResponseEvent,
     ) -> Result<(), DbError> {
-        let fault = self.decide(&Write::Response {
+        let copy = response.clone();
+        let write = Write::Response {
             now,
             execution_id,
-            response: &response,
-        });
-        apply(
-            fault,
+            response: &copy,
+        };
+        (self.apply(
+            write,
             self.inner.append_response(now, execution_id, response),
-        )
+        ))
         .await
     }
 }
@@ -216,28 +297,28 @@ impl DbTimers for ForwardingDb {
 #[async_trait]
 impl DbClient for ForwardingDb {
     async fn create(&self, req: CreateRequest) -> Result<CreateOutcome, DbError> {
-        let fault = self.decide(&Write::Create(&req));
-        apply(fault, self.inner.create(req)).await
+        let copy = req.clone();
+        (self.apply(Write::Create(&copy), self.inner.create(req))).await
     }
 
     async fn create_batch(&self, reqs: Vec<CreateRequest>) -> Result<(), DbError> {
-        let fault = self.decide(&Write::CreateBatch(&reqs));
-        apply(fault, self.inner.create_batch(reqs)).await
+        let copy = reqs.clone();
+        (self.apply(Write::CreateBatch(&copy), self.inner.create_batch(reqs))).await
     }
 
     async fn cancel(&self, req: CancelRequest) -> Result<CancelOutcome, DbError> {
-        let fault = self.decide(&Write::Cancel(&req));
-        apply(fault, self.inner.cancel(req)).await
+        let copy = req.clone();
+        (self.apply(Write::Cancel(&copy), self.inner.cancel(req))).await
     }
 
     async fn complete(&self, req: CompleteRequest) -> Result<CompleteOutcome, DbError> {
-        let fault = self.decide(&Write::Complete(&req));
-        apply(fault, self.inner.complete(req)).await
+        let copy = req.clone();
+        (self.apply(Write::Complete(&copy), self.inner.complete(req))).await
     }
 
     async fn prune(&self, req: PruneRequest) -> Result<PruneOutcome, DbError> {
-        let fault = self.decide(&Write::Prune(&req));
-        apply(fault, self.inner.prune(req)).await
+        let copy = req.clone();
+        (self.apply(Write::Prune(&copy), self.inner.prune(req))).await
     }
 
     async fn get(&self, execution_id: &ExecutionId) -> Result<ExecutionLog, DbError> {

@@ -14,7 +14,8 @@ fn steps_run_in_the_documented_order() {
             "doc tests",
             "docs",
             "dependency edges",
-            "conformance"
+            "conformance",
+            "simulation"
         ]
     );
 }

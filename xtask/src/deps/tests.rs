@@ -19,6 +19,7 @@ const MEMBERS: &[&str] = &[
     "timers-watcher",
     "workflow",
     "conformance",
+    "simulation",
     "test-support",
     "cli",
     "xtask",
@@ -214,6 +215,13 @@ fn concepts_must_not_know_another_workspace_crate() {
 fn conformance_must_not_name_a_backend() {
     let found = violations(&with(("conformance", "storage-memory", DEV)));
     assert_eq!(paths(&found), ["conformance -(dev)-> storage-memory"]);
+}
+
+#[test]
+fn simulation_runs_on_the_memory_backend_alone() {
+    let found = violations(&with(("simulation", "storage-sqlite", DEV)));
+    assert_eq!(paths(&found), ["simulation -(dev)-> storage-sqlite"]);
+    assert_eq!(found[0].rule.crates, "simulation");
 }
 
 #[test]
