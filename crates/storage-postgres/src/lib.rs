@@ -152,6 +152,7 @@ mod reads;
 mod schema;
 #[cfg(test)]
 mod tests;
+mod tls;
 
 pub use config::{
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_POOL_SIZE, DEFAULT_STATEMENT_TIMEOUT, PostgresConfig,
@@ -159,6 +160,7 @@ pub use config::{
 pub use error::PostgresError;
 pub use notify::ListenerState;
 pub use schema::SCHEMA_VERSION;
+pub use tls::{RootCertificates, SslMode};
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -258,9 +260,10 @@ impl PostgresStore {
     /// Opens a store: builds the pool, applies the migrations (see the crate docs), and starts
     /// the notification listener, returning once it listens.
     pub async fn connect(config: PostgresConfig) -> Result<Self, PostgresError> {
-        let manager = Manager::from_config(
+        let tls = config.tls()?;
+        let manager = Manager::from_connect(
             config.pool_pg_config(),
-            tokio_postgres::NoTls,
+            tls.clone(),
             ManagerConfig {
                 recycling_method: RecyclingMethod::Fast,
             },
@@ -275,7 +278,7 @@ impl PostgresStore {
                 problem: format!("cannot build the connection pool: {e}"),
             })?;
         {
-            let mut client = pool.get().await.map_err(map_pool_error)?;
+            let mut client = first_connection(&pool, &config).await?;
             schema::migrate(&mut client, SCHEMA_VERSION, &config).await?;
         }
         let hub = Arc::new(WaiterHub::new());
@@ -283,6 +286,7 @@ impl PostgresStore {
         let (shutdown_tx, shutdown_rx) = watch::channel(false);
         let task = tokio::spawn(notify::run_listener(
             config.clone(),
+            tls,
             Arc::clone(&hub),
             state_tx,
             shutdown_rx,
@@ -413,6 +417,30 @@ impl PostgresStore {
 /// ids after this one found it absent, which the unique index reported. Run again, the write
 /// finds the row and the kernel answers it as the repeat (or the conflict) it is; the kernel
 /// itself never reports `Execution` duplicates for these requests.
+/// The first pooled connection of a store that opens: retried while the server cannot be
+/// reached, for [`PostgresConfig::wait_for_server`], with the listener's backoff.
+async fn first_connection(pool: &Pool, config: &PostgresConfig) -> Result<Object, PostgresError> {
+    let deadline = config
+        .wait_for_server
+        .and_then(|wait| tokio::time::Instant::now().checked_add(wait));
+    let mut backoff = config.listener_min_backoff;
+    loop {
+        let err = match pool.get().await {
+            Ok(client) => return Ok(client),
+            Err(e) => error::connect_pool_error(config, e),
+        };
+        let unreachable = matches!(err, PostgresError::Db(DbError::Connection(_)));
+        let next = tokio::time::Instant::now() + backoff;
+        if !unreachable || deadline.is_some_and(|deadline| next > deadline) {
+            return Err(err);
+        }
+        tracing::warn!(url = config.redacted_url(), error = %err, ?backoff,
+            "cannot reach the PostgreSQL server; retrying");
+        tokio::time::sleep_until(next).await;
+        backoff = (backoff * 2).min(config.listener_max_backoff);
+    }
+}
+
 fn is_raced_create(request: &WriteRequest, err: &DbError) -> bool {
     matches!(
         request,

@@ -5,6 +5,7 @@
 use crate::{
     codec::{micros, timestamp},
     config::PostgresConfig,
+    tls::Tls,
 };
 use concepts::kernel::{WaiterHub, Wakeup};
 use std::{
@@ -121,11 +122,12 @@ pub struct ListenerState {
 /// connection is lost, waking every waiter after each (re)connection.
 pub(crate) async fn run_listener(
     config: PostgresConfig,
+    tls: Tls,
     hub: Arc<WaiterHub>,
     state: watch::Sender<ListenerState>,
     shutdown: watch::Receiver<bool>,
 ) {
-    listen_until_shutdown(config, hub, &state, shutdown).await;
+    listen_until_shutdown(config, &tls, hub, &state, shutdown).await;
     state.send_modify(|s| {
         s.connected = false;
         s.backend_pid = None;
@@ -134,6 +136,7 @@ pub(crate) async fn run_listener(
 
 async fn listen_until_shutdown(
     config: PostgresConfig,
+    tls: &Tls,
     hub: Arc<WaiterHub>,
     state: &watch::Sender<ListenerState>,
     mut shutdown: watch::Receiver<bool>,
@@ -145,7 +148,7 @@ async fn listen_until_shutdown(
             return;
         }
         let outcome = tokio::select! {
-            outcome = listen_once(&pg, &hub, state) => outcome,
+            outcome = listen_once(&pg, tls, &hub, state) => outcome,
             _ = shutdown.changed() => return,
         };
         state.send_modify(|s| {
@@ -179,13 +182,11 @@ enum ListenOutcome {
 /// One connection's life: connect, `LISTEN`, deliver until the connection ends.
 async fn listen_once(
     pg: &tokio_postgres::Config,
+    tls: &Tls,
     hub: &WaiterHub,
     state: &watch::Sender<ListenerState>,
 ) -> Result<ListenOutcome, String> {
-    let (client, mut connection) = pg
-        .connect(tokio_postgres::NoTls)
-        .await
-        .map_err(|e| e.to_string())?;
+    let (client, mut connection) = tls.connect(pg).await.map_err(|e| e.to_string())?;
     let drive = async {
         loop {
             match std::future::poll_fn(|cx| connection.poll_message(cx)).await {

@@ -13,3 +13,5 @@ pub mod factories;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 pub mod process;
+#[cfg(feature = "postgres")]
+pub mod spare_server;
