@@ -171,8 +171,8 @@ impl PostgresConfig {
         } else {
             format!("{base}?{}", driver_params.join("&"))
         };
-        let pg =
-            tokio_postgres::Config::from_str(&driver_url).map_err(|e| invalid(e.to_string()))?;
+        let pg = tokio_postgres::Config::from_str(&driver_url)
+            .map_err(|e| invalid(crate::error::describe(&e)))?;
         if pg.get_hosts().is_empty() {
             return Err(invalid("the URL names no host".to_string()));
         }

@@ -56,7 +56,7 @@ pub enum PostgresError {
     /// (`sslmode=require` and stronger), its certificate does not chain to the roots
     /// (`verify-ca`, `verify-full`) or does not name the URL's host (`verify-full`).
     #[error(
-        "TLS with {url} failed (sslmode={ssl_mode}): {reason}; {hint}",
+        "TLS with the server failed (sslmode={ssl_mode}): {reason}; {hint}",
         hint = tls_hint(*.ssl_mode)
     )]
     Tls {
@@ -141,10 +141,10 @@ pub(crate) fn map_pg_error(err: tokio_postgres::Error) -> DbError {
         });
     }
     if err.is_closed() || has_io_source(&err) {
-        return DbError::Connection(err.to_string());
+        return DbError::Connection(describe(&err));
     }
     DbError::Backend(BackendError {
-        message: err.to_string(),
+        message: describe(&err),
         retriable: false,
         source: Some(Arc::new(err)),
     })
@@ -221,6 +221,19 @@ pub(crate) fn corrupt(what: impl std::fmt::Display) -> DbError {
         retriable: false,
         source: None,
     })
+}
+
+/// The driver's message with its causes (`error connecting to server: Connection refused`):
+/// the driver's own message names the kind of failure only.
+pub(crate) fn describe(err: &tokio_postgres::Error) -> String {
+    let mut message = err.to_string();
+    let mut source = std::error::Error::source(err);
+    while let Some(cause) = source {
+        message.push_str(": ");
+        message.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    message
 }
 
 fn has_io_source(err: &tokio_postgres::Error) -> bool {

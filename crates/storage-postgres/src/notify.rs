@@ -5,6 +5,7 @@
 use crate::{
     codec::{micros, timestamp},
     config::PostgresConfig,
+    error::describe,
     tls::Tls,
 };
 use concepts::kernel::{WaiterHub, Wakeup};
@@ -186,7 +187,7 @@ async fn listen_once(
     hub: &WaiterHub,
     state: &watch::Sender<ListenerState>,
 ) -> Result<ListenOutcome, String> {
-    let (client, mut connection) = tls.connect(pg).await.map_err(|e| e.to_string())?;
+    let (client, mut connection) = tls.connect(pg).await.map_err(|e| describe(&e))?;
     let drive = async {
         loop {
             match std::future::poll_fn(|cx| connection.poll_message(cx)).await {
@@ -198,7 +199,7 @@ async fn listen_once(
                     }
                 }
                 Some(Ok(_)) => {}
-                Some(Err(e)) => return e.to_string(),
+                Some(Err(e)) => return describe(&e),
                 None => return "the server closed the connection".to_string(),
             }
         }
@@ -207,11 +208,11 @@ async fn listen_once(
         client
             .batch_execute(&format!("LISTEN {CHANNEL}"))
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| describe(&e))?;
         let pid: i32 = client
             .query_one("SELECT pg_backend_pid()", &[])
             .await
-            .map_err(|e| e.to_string())?
+            .map_err(|e| describe(&e))?
             .get(0);
         Ok::<i32, String>(pid)
     };
