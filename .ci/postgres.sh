@@ -125,10 +125,16 @@ pg_stop() {
 }
 
 # Stops the server abruptly: no checkpoint, sessions cut, as a crash would.
+# Crashing a server that does not run is not an error.
 pg_crash() {
     _stele_pg_settings
-    _stele_pg_as_postgres "$STELE_PG_BIN/pg_ctl" -D "$_STELE_PG_DATA" stop -m immediate -w >/dev/null
-    echo "postgres.sh: crashed the server in $_STELE_PG_DATA (stop -m immediate)"
+    if [ -f "$_STELE_PG_DATA/PG_VERSION" ] &&
+        _stele_pg_as_postgres "$STELE_PG_BIN/pg_ctl" -D "$_STELE_PG_DATA" status >/dev/null 2>&1; then
+        _stele_pg_as_postgres "$STELE_PG_BIN/pg_ctl" -D "$_STELE_PG_DATA" stop -m immediate -w >/dev/null
+        echo "postgres.sh: crashed the server in $_STELE_PG_DATA (stop -m immediate)"
+    else
+        echo "postgres.sh: no server runs in $_STELE_PG_DATA"
+    fi
 }
 
 # Run as a script: `bash .ci/postgres.sh start|stop|crash|status`.

@@ -19,6 +19,8 @@ use test_support::postgres::{TestDatabase, TestServer};
 
 #[path = "postgres/lifecycle.rs"]
 mod lifecycle;
+#[path = "postgres/restart.rs"]
+mod restart;
 #[path = "postgres/secrets.rs"]
 mod secrets;
 #[path = "postgres/tls.rs"]

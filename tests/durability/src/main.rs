@@ -185,21 +185,24 @@ impl DatabaseUrl {
         }
     }
 
-    async fn open(&self) -> anyhow::Result<Arc<dyn DbConnection>> {
+    /// The store, and its PostgreSQL handle (for the listener's state) when it is one.
+    async fn open(&self) -> anyhow::Result<(Arc<dyn DbConnection>, Option<PostgresStore>)> {
         Ok(match self {
-            Self::Sqlite(path) => Arc::new(
-                SqlitePool::open(SqliteConfig::new(path))
-                    .await
-                    .with_context(|| format!("cannot open {}", path.display()))?,
+            Self::Sqlite(path) => (
+                Arc::new(
+                    SqlitePool::open(SqliteConfig::new(path))
+                        .await
+                        .with_context(|| format!("cannot open {}", path.display()))?,
+                ),
+                None,
             ),
             Self::Postgres(url) => {
                 let config = PostgresConfig::from_url(url)?;
                 let redacted = config.redacted_url().to_string();
-                Arc::new(
-                    PostgresStore::connect(config)
-                        .await
-                        .with_context(|| format!("cannot connect to {redacted}"))?,
-                )
+                let store = PostgresStore::connect(config)
+                    .await
+                    .with_context(|| format!("cannot connect to {redacted}"))?;
+                (Arc::new(store.clone()), Some(store))
             }
         })
     }
@@ -296,7 +299,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         WorkloadKind::Noop => Workload::new()?,
         WorkloadKind::Workflow => Workload::workflows()?,
     };
-    let db = database.open().await?;
+    let (db, postgres) = database.open().await?;
 
     let (submission, total) = match args.submit {
         Submit::IfEmpty => {
@@ -372,7 +375,16 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     let mut seen: HashSet<ExecutionId> = HashSet::new();
     let mut finished_at_start = None;
     loop {
-        let finished = list_ids(db.as_ref(), Some(PendingStateKind::Finished)).await?;
+        // A store that is down for a while (a database server restarting) is asked again.
+        let finished = match list_ids(db.as_ref(), Some(PendingStateKind::Finished)).await {
+            Ok(finished) => finished,
+            Err(err) if err.is_retriable() && Instant::now() < deadline => {
+                tracing::warn!("cannot read the finished executions, asking again: {err}");
+                tokio::time::sleep(Duration::from_millis(args.poll_ms)).await;
+                continue;
+            }
+            Err(err) => return Err(err).context("cannot read the finished executions"),
+        };
         let count = finished.len();
         finished_at_start.get_or_insert(count);
         let new: Vec<Line> = finished
@@ -420,6 +432,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         "waits_early": traced.counts.early.load(Ordering::Relaxed),
         "waits_timed_out": traced.counts.timed_out.load(Ordering::Relaxed),
         "elapsed_ms": u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+        "listener_connects": postgres.map(|store| store.listener_state().connects),
     });
     Out::line(Line::Summary(summary));
     Ok(())
