@@ -120,7 +120,8 @@ pub struct ListenerState {
 
 /// Runs the listener until `shutdown` fires (or its sender is dropped): connects, `LISTEN`s,
 /// delivers notifications to `hub`, and reconnects with exponential backoff when the
-/// connection is lost, waking every waiter after each (re)connection.
+/// connection is lost, waking every waiter after each (re)connection. The backoff is cut short
+/// as soon as another connection of the store (a pooled one) reaches the server.
 pub(crate) async fn run_listener(
     config: PostgresConfig,
     tls: Tls,
@@ -144,6 +145,7 @@ async fn listen_until_shutdown(
 ) {
     let pg = config.listener_pg_config();
     let mut backoff = config.listener_min_backoff;
+    let mut server_seen = tls.connections();
     loop {
         if *shutdown.borrow() {
             return;
@@ -165,8 +167,14 @@ async fn listen_until_shutdown(
                 tracing::warn!(%reason, ?backoff, "the notification listener cannot connect; retrying");
             }
         }
+        // Any other connection of the store that opens in the meantime means the server is
+        // back: the listener tries at once rather than sleeping out its backoff.
+        server_seen.mark_unchanged();
         tokio::select! {
             () = tokio::time::sleep(backoff) => {}
+            _ = server_seen.changed() => {
+                tracing::debug!("another connection reached the server; the listener retries now");
+            }
             _ = shutdown.changed() => return,
         }
         backoff = (backoff * 2).min(config.listener_max_backoff);

@@ -26,7 +26,10 @@ use rustls::{
     pki_types::{CertificateDer, ServerName, UnixTime, pem::PemObject},
 };
 use std::{fmt, path::PathBuf, str::FromStr, sync::Arc};
-use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::{
+    io::{AsyncRead, AsyncWrite},
+    sync::watch,
+};
 use tokio_postgres::{Client, Connection, Socket};
 use tokio_postgres_rustls::MakeRustlsConnect;
 
@@ -130,6 +133,9 @@ impl fmt::Debug for RootCertificates {
 pub(crate) struct Tls {
     mode: SslMode,
     connector: MakeRustlsConnect,
+    /// Counts the connections opened through this connector (of every kind), so that the
+    /// listener hears that the server is reachable again.
+    connected: Arc<watch::Sender<u64>>,
 }
 
 impl Tls {
@@ -170,7 +176,13 @@ impl Tls {
         Ok(Self {
             mode,
             connector: MakeRustlsConnect::new(config),
+            connected: Arc::new(watch::Sender::new(0)),
         })
+    }
+
+    /// Changes each time a connection through this connector opens.
+    pub(crate) fn connections(&self) -> watch::Receiver<u64> {
+        self.connected.subscribe()
     }
 
     /// Opens one connection with `pg` (whose driver `sslmode` is set from this mode).
@@ -187,14 +199,18 @@ impl Tls {
     > {
         let mut pg = pg.clone();
         pg.ssl_mode(self.mode.driver_mode());
-        match pg.connect(self.connector.clone()).await {
+        let connected = match pg.connect(self.connector.clone()).await {
             Err(e) if self.mode == SslMode::Prefer && is_tls_error(&e) => {
                 tracing::debug!(error = %e, "sslmode=prefer: TLS failed, trying without");
                 pg.ssl_mode(tokio_postgres::config::SslMode::Disable);
                 pg.connect(self.connector.clone()).await
             }
             other => other,
+        };
+        if connected.is_ok() {
+            self.connected.send_modify(|n| *n = n.wrapping_add(1));
         }
+        connected
     }
 }
 

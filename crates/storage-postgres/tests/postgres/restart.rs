@@ -240,3 +240,37 @@ async fn a_crash_answers_the_write_in_flight_retriably_and_the_store_recovers_by
         .await
         .unwrap();
 }
+
+/// A listener whose backoff is an hour still reconnects as soon as the store's next call has
+/// reached the restarted server: the pool's new connection tells it the server is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_listener_reconnects_as_soon_as_the_store_reaches_the_restarted_server() {
+    let Some(server) = SpareServer::lock("the_listener_reconnects_as_soon_as_the_server_is_back")
+    else {
+        return;
+    };
+    let (mut config, admin_config) = spare_database(&server, "listener_back").await;
+    config.listener_min_backoff = Duration::from_secs(3600);
+    config.listener_max_backoff = Duration::from_secs(3600);
+    let store = PostgresStore::connect(config).await.unwrap();
+    let mut updates = store.listener_updates();
+    server.crash();
+    tokio::time::timeout(SAFETY, updates.wait_for(|s| !s.connected))
+        .await
+        .expect("the listener sees its connection cut")
+        .unwrap();
+    server.start();
+    store
+        .create(create_request(execution_id(1), ffqn("back")))
+        .await
+        .expect("the first call after the restart succeeds");
+    tokio::time::timeout(SAFETY, updates.wait_for(|s| s.connects >= 2 && s.connected))
+        .await
+        .expect("the listener reconnects long before its hour of backoff")
+        .unwrap();
+    let database = store.config().database_name().unwrap().to_string();
+    store.close().await;
+    admin::drop_database(&admin_config, &database)
+        .await
+        .unwrap();
+}
