@@ -1514,3 +1514,52 @@ fn postgres_open_errors_are_one_line_and_never_show_the_password() {
         "certificate not valid for name \"127.0.0.1\"",
     );
 }
+
+/// `stele serve` on a PostgreSQL server that is down when it starts says that it waits, and
+/// serves once the server is up (the spare server, crashed first).
+#[test]
+fn serve_waits_for_a_postgres_server_that_is_not_up_yet() {
+    use test_support::spare_server::SpareServer;
+    let Some(spare) = SpareServer::lock("serve_waits_for_a_postgres_server") else {
+        return;
+    };
+    let name = format!("stele_cli_serve_{}", std::process::id());
+    let admin = storage_postgres::PostgresConfig::from_url(&spare.url(
+        "postgres",
+        "127.0.0.1",
+        "postgres",
+        "",
+    ))
+    .unwrap();
+    block_on(async {
+        storage_postgres::admin::drop_database(&admin, &name)
+            .await
+            .unwrap();
+        storage_postgres::admin::create_database(&admin, &name)
+            .await
+            .unwrap();
+    });
+    let url = spare.url("postgres", "127.0.0.1", &name, "");
+    spare.crash();
+    let mut child = stele(&["--db", &url, "serve"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start stele serve");
+    let lines = test_support::process::read_lines(child.stderr.take().unwrap());
+    let server = Server { child, lines };
+    let first = server
+        .lines
+        .recv_timeout(SAFETY)
+        .expect("serve says it waits");
+    assert!(
+        first.starts_with("cannot reach ") && first.ends_with("waiting for the server"),
+        "{first}"
+    );
+    spare.start();
+    let next = server.lines.recv_timeout(SAFETY).expect("serve serves");
+    assert!(next.starts_with("serving "), "{next}");
+    let (code, _) = server.terminate();
+    assert_eq!(code, 130);
+    block_on(storage_postgres::admin::drop_database(&admin, &name)).unwrap();
+}
