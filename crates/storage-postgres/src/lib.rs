@@ -21,6 +21,33 @@
 //! write wakes the waiters of every process through `NOTIFY`. Give the server
 //! `max_connections` of at least (processes x (`pool_size` + 1)).
 //!
+//! # Connections and TLS
+//!
+//! Every connection of a store (the pool's, the listener's) and of [`admin`] is opened by one
+//! connector built from [`PostgresConfig::ssl_mode`] and
+//! [`PostgresConfig::root_certificates`]: `sslmode` as libpq names it, over rustls with the
+//! `ring` provider (no system OpenSSL). `prefer` (the default) encrypts when the server offers
+//! TLS, `require` insists, `verify-ca` also checks the certificate against the roots, and
+//! `verify-full` also checks that it names the URL's host (see [`SslMode`] for the table).
+//! The roots are Mozilla's list compiled in, a PEM file named by `sslrootcert=PATH`, or
+//! certificates given in code ([`PostgresConfig::with_root_certificates`]). A failed
+//! negotiation or certificate check is [`PostgresError::Tls`], which says what to change.
+//! No message and no log line holds a password: URLs are shown as
+//! [`PostgresConfig::redacted_url`] (every password the driver would read replaced by `***`)
+//! and driver errors carry none.
+//!
+//! # When the server fails
+//!
+//! [`PostgresStore::connect`] makes one attempt unless [`PostgresConfig::wait_for_server`]
+//! (`wait_for_server_s` in the URL) lets it retry a server it cannot reach, with the
+//! listener's backoff; a refused password, a TLS failure or a missing database are returned
+//! at once. Once open, a store recovers by itself from a server that restarts or crashes: a
+//! call in flight is answered with [`concepts::DbError::Connection`] (retriable; the executor
+//! retries its outcome writes, and a lease that is not written is recovered by the timers
+//! watcher), closed pooled connections are replaced on the next call, and the listener
+//! reconnects, listens again and wakes every waiter (it retries at once when a pooled
+//! connection reaches the server again, without sleeping out its backoff).
+//!
 //! # Schema
 //!
 //! Migrations are embedded and applied by [`PostgresStore::connect`] in one transaction that

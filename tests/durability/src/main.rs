@@ -22,7 +22,10 @@
 //! crate's library, whose documentation lists them. A `finished` line is printed only after a
 //! read of the store returned the execution as finished, i.e. after the write committed: it is
 //! an acknowledgement a test can hold the store to after a crash. Diagnostics go to standard
-//! error (`RUST_LOG`, default `warn`).
+//! error (`RUST_LOG`, default `warn`). The summary's `listener_connects` is how many times a
+//! PostgreSQL store's notification listener connected (`null` on SQLite). A store that is
+//! down for a while (a database server restarting) is asked again by the node's progress
+//! loop; the executor and the watcher recover by themselves.
 
 use anyhow::{Context, bail, ensure};
 use async_trait::async_trait;

@@ -102,12 +102,9 @@ async fn connect_waits_for_a_server_that_is_not_up_yet() {
         .await
         .unwrap();
     store.close().await;
-    admin::drop_database(
-        &admin_config,
-        &store.config().database_name().unwrap().to_string(),
-    )
-    .await
-    .unwrap();
+    admin::drop_database(&admin_config, store.config().database_name().unwrap())
+        .await
+        .unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
