@@ -150,6 +150,8 @@ async fn listen_until_shutdown(
         if *shutdown.borrow() {
             return;
         }
+        // A connection of the store that opens from now on means the server is reachable.
+        server_seen.mark_unchanged();
         let outcome = tokio::select! {
             outcome = listen_once(&pg, tls, &hub, state) => outcome,
             _ = shutdown.changed() => return,
@@ -162,14 +164,15 @@ async fn listen_until_shutdown(
             Ok(ListenOutcome::WasConnected(reason)) => {
                 tracing::warn!(%reason, "the notification listener lost its connection; reconnecting");
                 backoff = config.listener_min_backoff;
+                // Its own connection, and those of the store while it listened, are old news.
+                server_seen.mark_unchanged();
             }
             Ok(ListenOutcome::NeverConnected(reason)) | Err(reason) => {
                 tracing::warn!(%reason, ?backoff, "the notification listener cannot connect; retrying");
             }
         }
-        // Any other connection of the store that opens in the meantime means the server is
-        // back: the listener tries at once rather than sleeping out its backoff.
-        server_seen.mark_unchanged();
+        // Another connection of the store that opened since the server is back: the listener
+        // tries at once rather than sleeping out its backoff.
         tokio::select! {
             () = tokio::time::sleep(backoff) => {}
             _ = server_seen.changed() => {
