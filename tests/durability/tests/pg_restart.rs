@@ -7,7 +7,8 @@
 //! `PostgresStore::connect` to wait for the server (`wait_for_server_s`). The test:
 //!
 //! 1. crashes the server, starts the nodes, and waits until each one has logged that it cannot
-//!    reach the server and is retrying; then starts the server;
+//!    reach the server and is retrying; then starts the server, and waits until every node has
+//!    opened its store (its listener listening);
 //! 2. submits the executions itself (no node submits), in batches;
 //! 3. once a third of them are finished, crashes the server and starts it again at once (it
 //!    recovers from its WAL), while the executors hold leases, run workers and write outcomes;
@@ -60,6 +61,8 @@ fn batch_requests(batch: usize) -> Vec<CreateRequest> {
 struct Fleet {
     processes: Processes,
     finished: usize,
+    /// Which nodes printed `awaiting N`: their store is open and its listener listens.
+    opened: Vec<bool>,
     summaries: Vec<Option<serde_json::Value>>,
     _dir: tempfile::TempDir,
 }
@@ -73,6 +76,7 @@ impl Fleet {
                     Line::Progress { finished, .. } => {
                         self.finished = self.finished.max(finished);
                     }
+                    Line::Awaiting(_) => self.opened[idx] = true,
                     Line::Summary(summary) => self.summaries[idx] = Some(summary),
                     _ => {}
                 }
@@ -130,6 +134,7 @@ fn executors_watcher_and_listeners_survive_a_server_down_at_start_and_a_crash_mi
     let mut fleet = Fleet {
         processes: Processes::new(dir.path()),
         finished: 0,
+        opened: vec![false; EXECUTORS + 1],
         summaries: vec![None; EXECUTORS + 1],
         _dir: dir,
     };
@@ -156,6 +161,10 @@ fn executors_watcher_and_listeners_survive_a_server_down_at_start_and_a_crash_mi
         (0..=EXECUTORS).all(|idx| fleet.processes.stderr(idx).contains(RETRYING))
     });
     server.start();
+    // Each node opens its store once it next retries (its backoff may have grown to seconds).
+    fleet.until("every node connected", |fleet| {
+        fleet.opened.iter().all(|o| *o)
+    });
 
     // 2. The test submits everything, in batches.
     let store = runtime
