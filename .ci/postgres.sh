@@ -11,6 +11,12 @@
 #     STELE_PG_DIR   where the data directory, socket and log live (default /tmp/stele-pg)
 #     STELE_PG_PORT  the TCP port on 127.0.0.1 (default 54329)
 #     STELE_PG_BIN   the PostgreSQL binaries (default /usr/lib/postgresql/15/bin)
+#     STELE_PG_OPTIONS  more server options, e.g. "-c ssl=on -c ssl_cert_file=..."
+#     STELE_PG_HBA_FIRST  one pg_hba.conf line put before the trust lines (a new data
+#                    directory only), e.g. a password rule for one role
+#
+# `bash .ci/postgres.sh crash` stops the server abruptly (`pg_ctl stop -m immediate`, as a
+# power cut would); `start` then recovers it from its WAL.
 #
 # The scripts run as root; the server runs as the `postgres` OS user. Authentication is
 # `trust`, on loopback only. `fsync` stays on: durability is what the tests check.
@@ -87,7 +93,8 @@ pg_start() {
             return 1
         }
         # Loopback only, trust; nothing else is accepted.
-        cat >"$_STELE_PG_DATA/pg_hba.conf" <<'EOF'
+        printf '%s\n' "${STELE_PG_HBA_FIRST:-# (no STELE_PG_HBA_FIRST line)}" >"$_STELE_PG_DATA/pg_hba.conf"
+        cat >>"$_STELE_PG_DATA/pg_hba.conf" <<'EOF'
 local   all   all                 trust
 host    all   all   127.0.0.1/32  trust
 host    all   all   ::1/128       trust
@@ -96,7 +103,7 @@ EOF
     fi
 
     _stele_pg_as_postgres "$STELE_PG_BIN/pg_ctl" -D "$_STELE_PG_DATA" -l "$_STELE_PG_LOG" -w -t 60 \
-        -o "-c listen_addresses=127.0.0.1 -c port=$STELE_PG_PORT -c unix_socket_directories=$_STELE_PG_SOCKET -c max_connections=300 -c shared_buffers=128MB -c fsync=on -c synchronous_commit=on" \
+        -o "-c listen_addresses=127.0.0.1 -c port=$STELE_PG_PORT -c unix_socket_directories=$_STELE_PG_SOCKET -c max_connections=300 -c shared_buffers=128MB -c fsync=on -c synchronous_commit=on ${STELE_PG_OPTIONS:-}" \
         start >/dev/null || {
         echo "postgres.sh: the server did not start; its log:" >&2
         tail -n 50 "$_STELE_PG_LOG" >&2
@@ -117,7 +124,20 @@ pg_stop() {
     fi
 }
 
-# Run as a script: `bash .ci/postgres.sh start|stop|status`.
+# Stops the server abruptly: no checkpoint, sessions cut, as a crash would.
+# Crashing a server that does not run is not an error.
+pg_crash() {
+    _stele_pg_settings
+    if [ -f "$_STELE_PG_DATA/PG_VERSION" ] &&
+        _stele_pg_as_postgres "$STELE_PG_BIN/pg_ctl" -D "$_STELE_PG_DATA" status >/dev/null 2>&1; then
+        _stele_pg_as_postgres "$STELE_PG_BIN/pg_ctl" -D "$_STELE_PG_DATA" stop -m immediate -w >/dev/null
+        echo "postgres.sh: crashed the server in $_STELE_PG_DATA (stop -m immediate)"
+    else
+        echo "postgres.sh: no server runs in $_STELE_PG_DATA"
+    fi
+}
+
+# Run as a script: `bash .ci/postgres.sh start|stop|crash|status`.
 if [ "${BASH_SOURCE[0]}" = "$0" ]; then
     set -euo pipefail
     case "${1:-}" in
@@ -126,12 +146,13 @@ if [ "${BASH_SOURCE[0]}" = "$0" ]; then
         echo "export STELE_TEST_POSTGRES_URL=$STELE_TEST_POSTGRES_URL"
         ;;
     stop) pg_stop ;;
+    crash) pg_crash ;;
     status)
         _stele_pg_settings
         _stele_pg_as_postgres "$STELE_PG_BIN/pg_ctl" -D "$_STELE_PG_DATA" status
         ;;
     *)
-        echo "usage: bash $0 start|stop|status" >&2
+        echo "usage: bash $0 start|stop|crash|status" >&2
         exit 2
         ;;
     esac

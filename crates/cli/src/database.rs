@@ -83,8 +83,13 @@ impl fmt::Display for DatabaseUrl {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OpenMode {
     /// Create the SQLite file and the schema (of either backend) if they are missing, migrate
-    /// an older schema (`stele demo`, `stele serve`).
+    /// an older schema (`stele demo`).
     CreateIfMissing,
+    /// As [`OpenMode::CreateIfMissing`], and a PostgreSQL server that cannot be reached yet
+    /// (refused, unreachable, starting up) is waited for, with a note on stderr, unless the
+    /// URL bounds the wait with `wait_for_server_s` (`stele serve`: a service comes up once
+    /// its database server does).
+    CreateAndWait,
     /// Only a database that exists: a missing file, an empty one, a file without Stele's
     /// schema and a PostgreSQL database without Stele's tables are refused, an older schema is
     /// migrated (the commands that write: `submit`, `cancel`, `complete`, `prune`).
@@ -121,15 +126,29 @@ pub enum OpenError {
 /// `SqliteOpenError::NoSchema` or `PostgresError::NoSchema`, an older schema in
 /// [`OpenMode::Inspection`] `SchemaTooOld` of either).
 pub async fn open(url: &DatabaseUrl, mode: OpenMode) -> Result<Arc<dyn DbConnection>, OpenError> {
+    open_with_notes(url, mode, &|_| {}).await
+}
+
+/// [`open`], telling `note` what a person waiting for it should know (that it waits for a
+/// PostgreSQL server in [`OpenMode::CreateAndWait`]).
+///
+/// # Errors
+/// As [`open`].
+pub async fn open_with_notes(
+    url: &DatabaseUrl,
+    mode: OpenMode,
+    note: &(dyn Fn(&str) + Sync),
+) -> Result<Arc<dyn DbConnection>, OpenError> {
     match url {
         DatabaseUrl::Sqlite(path) => {
             let config = SqliteConfig::new(path.clone());
             let config = match mode {
-                OpenMode::CreateIfMissing => config,
+                OpenMode::CreateIfMissing | OpenMode::CreateAndWait => config,
                 OpenMode::ExistingOnly => config.existing_only(),
                 OpenMode::Inspection => config.existing_only().without_migrations(),
             };
-            if mode != OpenMode::CreateIfMissing && !path.exists() {
+            let creates = matches!(mode, OpenMode::CreateIfMissing | OpenMode::CreateAndWait);
+            if !creates && !path.exists() {
                 return Err(OpenError::Missing(path.clone()));
             }
             let pool = SqlitePool::open(config).await?;
@@ -138,11 +157,25 @@ pub async fn open(url: &DatabaseUrl, mode: OpenMode) -> Result<Arc<dyn DbConnect
         DatabaseUrl::Postgres(url) => {
             let config = PostgresConfig::from_url(url)?;
             let config = match mode {
-                OpenMode::CreateIfMissing => config,
+                OpenMode::CreateIfMissing | OpenMode::CreateAndWait => config,
                 OpenMode::ExistingOnly => config.existing_only(),
                 OpenMode::Inspection => config.existing_only().without_migrations(),
             };
-            let store = PostgresStore::connect(config).await?;
+            let wait_bounded = url.contains("wait_for_server_s=");
+            let store = match PostgresStore::connect(config.clone()).await {
+                Err(PostgresError::Db(err))
+                    if mode == OpenMode::CreateAndWait && !wait_bounded && err.is_retriable() =>
+                {
+                    note(&format!(
+                        "cannot reach {} yet ({err}); waiting for the server",
+                        config.redacted_url()
+                    ));
+                    let mut config = config;
+                    config.wait_for_server = None;
+                    PostgresStore::connect(config).await?
+                }
+                other => other?,
+            };
             Ok(Arc::new(store))
         }
     }

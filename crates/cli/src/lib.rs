@@ -13,7 +13,8 @@
 //!   `stele executions wait ID` waits for one to finish and prints its result.
 //! - The operator's commands run and steer executions on a database: `stele serve` runs the
 //!   demo's functions (one executor each, the timers watcher and, with `--prune-older-than`,
-//!   the retention task) until Ctrl-C or `SIGTERM`; `stele submit FFQN --params JSON [--id ID]`
+//!   the retention task) until Ctrl-C or `SIGTERM`, and waits for a PostgreSQL server that is
+//!   not up yet (a note on stderr; `wait_for_server_s=N` in the URL bounds it); `stele submit FFQN --params JSON [--id ID]`
 //!   creates a top-level execution, idempotently under a given id; `stele executions cancel`,
 //!   `complete` (a durable promise: an execution of a stub function) and `prune` (finished
 //!   trees older than a duration) change what is stored.

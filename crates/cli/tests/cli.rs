@@ -1443,3 +1443,123 @@ fn no_command_but_demo_and_serve_creates_stele_tables_in_a_postgres_database() {
     let listed = run_json(&["--db", url, "executions", "list", "--json"]);
     assert_eq!(listed.as_array().map(Vec::len), Some(0), "{listed}");
 }
+
+/// Each way of failing to open a PostgreSQL database is one `error:` line on stderr, with its
+/// exit code, and none shows the password of the URL: a URL that does not parse, an unknown
+/// `sslmode`, a refused connection, `sslmode=require` against a server without TLS, and, on
+/// the spare server (TLS, a password rule), a wrong password and a certificate for another
+/// host.
+#[test]
+fn postgres_open_errors_are_one_line_and_never_show_the_password() {
+    use test_support::spare_server::{PASSWORD_ROLE, SpareServer};
+    const SECRET: &str = "Secr3t-cli-Pa55";
+    let check = |url: &str, code: i32, message: &str| {
+        let args = ["--db", url, "executions", "list"];
+        run_failing(&args, code, message);
+        let output = run(&args);
+        assert!(!output.stderr.contains(SECRET), "{}", output.stderr);
+        assert!(output.stderr.contains(":***@"), "{}", output.stderr);
+    };
+    check(
+        &format!("postgres://u:{SECRET}@127.0.0.1:notaport/db"),
+        2,
+        "invalid value for option `port`",
+    );
+    check(
+        &format!("postgres://u:{SECRET}@127.0.0.1:5432/db?sslmode=verify"),
+        2,
+        "`sslmode` must be one of disable, prefer, require, verify-ca, verify-full, not `verify`",
+    );
+    check(
+        &format!("postgres://u:{SECRET}@127.0.0.1:1/db"),
+        4,
+        "Connection refused",
+    );
+    if let Some(server) = TestServer::or_skip("postgres_open_errors_are_one_line") {
+        let url = server
+            .url
+            .replacen("postgres@", &format!("postgres:{SECRET}@"), 1);
+        let separator = if url.contains('?') { '&' } else { '?' };
+        check(
+            &format!("{url}{separator}sslmode=require"),
+            4,
+            "server does not support TLS; check that the server has `ssl = on`",
+        );
+    }
+    let Some(spare) = SpareServer::lock("postgres_open_errors_are_one_line") else {
+        return;
+    };
+    block_on(spare.ensure_password_role());
+    check(
+        &spare.url(
+            &format!("{PASSWORD_ROLE}:{SECRET}"),
+            "127.0.0.1",
+            "postgres",
+            "",
+        ),
+        4,
+        "password authentication failed",
+    );
+    check(
+        &spare.url(
+            &format!("postgres:{SECRET}"),
+            "127.0.0.1",
+            "postgres",
+            &format!(
+                "sslmode=verify-full&sslrootcert={}",
+                spare.ca_pem().display()
+            ),
+        ),
+        4,
+        "certificate not valid for name \"127.0.0.1\"",
+    );
+}
+
+/// `stele serve` on a PostgreSQL server that is down when it starts says that it waits, and
+/// serves once the server is up (the spare server, crashed first).
+#[test]
+fn serve_waits_for_a_postgres_server_that_is_not_up_yet() {
+    use test_support::spare_server::SpareServer;
+    let Some(spare) = SpareServer::lock("serve_waits_for_a_postgres_server") else {
+        return;
+    };
+    let name = format!("stele_cli_serve_{}", std::process::id());
+    let admin = storage_postgres::PostgresConfig::from_url(&spare.url(
+        "postgres",
+        "127.0.0.1",
+        "postgres",
+        "",
+    ))
+    .unwrap();
+    block_on(async {
+        storage_postgres::admin::drop_database(&admin, &name)
+            .await
+            .unwrap();
+        storage_postgres::admin::create_database(&admin, &name)
+            .await
+            .unwrap();
+    });
+    let url = spare.url("postgres", "127.0.0.1", &name, "");
+    spare.crash();
+    let mut child = stele(&["--db", &url, "serve"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start stele serve");
+    let lines = test_support::process::read_lines(child.stderr.take().unwrap());
+    let server = Server { child, lines };
+    let first = server
+        .lines
+        .recv_timeout(SAFETY)
+        .expect("serve says it waits");
+    assert!(
+        first.starts_with("cannot reach ") && first.ends_with("waiting for the server"),
+        "{first}"
+    );
+    spare.start();
+    let next = server.lines.recv_timeout(SAFETY).expect("serve serves");
+    assert!(next.starts_with("serving "), "{next}");
+    let (code, _) = server.terminate();
+    assert_eq!(code, 130);
+    block_on(storage_postgres::admin::drop_database(&admin, &name)).unwrap();
+}

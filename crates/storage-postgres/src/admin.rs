@@ -1,7 +1,11 @@
 //! Creating, dropping and migrating whole databases on a server, for tests, benchmarks and
 //! set-up tools.
 
-use crate::{PostgresConfig, PostgresError, SCHEMA_VERSION, error::map_pg_error, schema};
+use crate::{
+    PostgresConfig, PostgresError, SCHEMA_VERSION,
+    error::{connect_error, map_pg_error},
+    schema,
+};
 use concepts::DbError;
 
 /// Checks that `name` is a plain database name (lower-case ASCII letters, digits and `_`, not
@@ -31,10 +35,10 @@ async fn with_connection<T>(
     work: impl AsyncFnOnce(&mut tokio_postgres::Client) -> Result<T, PostgresError>,
 ) -> Result<T, PostgresError> {
     let (mut client, connection) = server
-        .listener_pg_config()
-        .connect(tokio_postgres::NoTls)
+        .tls()?
+        .connect(&server.listener_pg_config())
         .await
-        .map_err(|e| PostgresError::Db(map_pg_error(e)))?;
+        .map_err(|e| connect_error(server, e))?;
     let driver = tokio::spawn(async move {
         if let Err(e) = connection.await {
             tracing::debug!(error = %e, "admin connection ended");

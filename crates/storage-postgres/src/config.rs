@@ -1,6 +1,10 @@
 //! Typed configuration of a [`crate::PostgresStore`], parsed from a `postgres://` URL.
 
-use crate::error::PostgresError;
+use crate::{
+    error::PostgresError,
+    tls::{RootCertificates, SslMode, Tls},
+};
+use rustls::pki_types::CertificateDer;
 use std::{fmt, str::FromStr, time::Duration};
 
 /// The default number of pooled connections per store.
@@ -20,6 +24,9 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// |---|---|---|
 /// | `pool_size` | pooled connections of this store (the listener has its own) | 16 |
 /// | `statement_timeout_ms` | server-side `statement_timeout` of pooled connections, `0` = none | 30000 |
+/// | `sslmode` | `disable`, `prefer`, `require`, `verify-ca` or `verify-full`, as libpq (see [`SslMode`]) | `prefer` |
+/// | `sslrootcert` | a PEM file of the roots `verify-ca` and `verify-full` trust | Mozilla's roots, compiled in |
+/// | `wait_for_server_s` | how long [`crate::PostgresStore::connect`] retries a server it cannot reach | 0 |
 ///
 /// ```
 /// use storage_postgres::PostgresConfig;
@@ -60,6 +67,16 @@ pub struct PostgresConfig {
     /// false it is refused ([`PostgresError::SchemaTooOld`]) and left at its version, for
     /// tools that only read. Default true.
     pub migrate: bool,
+    /// How every connection of the store uses TLS (`sslmode`; default `prefer`).
+    pub ssl_mode: SslMode,
+    /// What `verify-ca` and `verify-full` trust (`sslrootcert`; default Mozilla's roots).
+    pub root_certificates: RootCertificates,
+    /// How long [`crate::PostgresStore::connect`] keeps trying a server that it cannot reach
+    /// (refused, unreachable, starting up, timed out), with the listener's backoff between
+    /// attempts, before it returns the error; `None` tries until it succeeds. Default zero:
+    /// one attempt. Any other error (a refused password, a TLS failure, a missing database)
+    /// is returned at once. Once connected, a store reconnects by itself whatever this says.
+    pub wait_for_server: Option<Duration>,
 }
 
 impl fmt::Debug for PostgresConfig {
@@ -74,6 +91,9 @@ impl fmt::Debug for PostgresConfig {
             .field("listener_max_backoff", &self.listener_max_backoff)
             .field("create", &self.create)
             .field("migrate", &self.migrate)
+            .field("ssl_mode", &self.ssl_mode)
+            .field("root_certificates", &self.root_certificates)
+            .field("wait_for_server", &self.wait_for_server)
             .finish()
     }
 }
@@ -97,12 +117,12 @@ impl PostgresConfig {
         if rest.is_empty() {
             return Err(invalid("the URL names no host".to_string()));
         }
-        let (base, query) = match url.split_once('?') {
-            Some((base, query)) => (base, Some(query)),
-            None => (url, None),
-        };
+        let (base, query) = split_query(url);
         let mut pool_size = DEFAULT_POOL_SIZE;
         let mut statement_timeout = Some(DEFAULT_STATEMENT_TIMEOUT);
+        let mut ssl_mode = SslMode::default();
+        let mut root_certificates = RootCertificates::default();
+        let mut wait_for_server = Some(Duration::ZERO);
         let mut driver_params = Vec::new();
         for pair in query.into_iter().flat_map(|q| q.split('&')) {
             if pair.is_empty() {
@@ -130,6 +150,19 @@ impl PostgresConfig {
                     })?;
                     statement_timeout = (ms > 0).then(|| Duration::from_millis(ms));
                 }
+                "sslmode" => ssl_mode = value.parse().map_err(invalid)?,
+                "sslrootcert" if value.is_empty() => {
+                    return Err(invalid("`sslrootcert` names no file".to_string()));
+                }
+                "sslrootcert" => root_certificates = RootCertificates::PemFile(value.into()),
+                "wait_for_server_s" => {
+                    let seconds = value.parse::<u64>().map_err(|_| {
+                        invalid(format!(
+                            "`wait_for_server_s` must be a non-negative integer, not `{value}`"
+                        ))
+                    })?;
+                    wait_for_server = Some(Duration::from_secs(seconds));
+                }
                 _ => driver_params.push(pair),
             }
         }
@@ -138,8 +171,8 @@ impl PostgresConfig {
         } else {
             format!("{base}?{}", driver_params.join("&"))
         };
-        let pg =
-            tokio_postgres::Config::from_str(&driver_url).map_err(|e| invalid(e.to_string()))?;
+        let pg = tokio_postgres::Config::from_str(&driver_url)
+            .map_err(|e| invalid(crate::error::describe(&e)))?;
         if pg.get_hosts().is_empty() {
             return Err(invalid("the URL names no host".to_string()));
         }
@@ -158,7 +191,24 @@ impl PostgresConfig {
             listener_max_backoff: Duration::from_secs(5),
             create: true,
             migrate: true,
+            ssl_mode,
+            root_certificates,
+            wait_for_server,
         })
+    }
+
+    /// The same configuration, trusting exactly `certificates` (DER) for `verify-ca` and
+    /// `verify-full` instead of `sslrootcert` or Mozilla's roots.
+    #[must_use]
+    pub fn with_root_certificates(mut self, certificates: Vec<CertificateDer<'static>>) -> Self {
+        self.root_certificates = RootCertificates::Certificates(certificates);
+        self
+    }
+
+    /// The connector of every connection of a store of this configuration (the roots read
+    /// now).
+    pub(crate) fn tls(&self) -> Result<Tls, PostgresError> {
+        Tls::new(self.ssl_mode, &self.root_certificates, &self.redacted_url)
     }
 
     /// The same configuration, connecting only to a database that already holds Stele's
@@ -243,19 +293,46 @@ impl FromStr for PostgresConfig {
     }
 }
 
-/// The URL with the password part of its user info replaced by `***`.
+/// The URL with every password replaced by `***`: the user info's, taken as the driver takes
+/// it (everything before the first `@` is user info, the password follows its first `:`, so a
+/// password holding `/`, `?` or `#` is hidden whole), and a `password=` query parameter's.
 fn redact(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
         return url.to_string();
     };
-    let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
-    let (authority, tail) = rest.split_at(authority_end);
-    match authority.rsplit_once('@') {
-        Some((user_info, host)) => match user_info.split_once(':') {
-            Some((user, _password)) => format!("{scheme}://{user}:***@{host}{tail}"),
-            None => url.to_string(),
+    let rest = match rest.split_once('@') {
+        Some((user_info, after)) => match user_info.split_once(':') {
+            Some((user, _password)) => format!("{user}:***@{after}"),
+            None => rest.to_string(),
         },
-        None => url.to_string(),
+        None => rest.to_string(),
+    };
+    let rest = match rest.split_once('?') {
+        Some((base, query)) => {
+            let query: Vec<String> = query
+                .split('&')
+                .map(|pair| match pair.split_once('=') {
+                    Some(("password", _)) => "password=***".to_string(),
+                    _ => pair.to_string(),
+                })
+                .collect();
+            format!("{base}?{}", query.join("&"))
+        }
+        None => rest,
+    };
+    format!("{scheme}://{rest}")
+}
+
+/// The URL before its query and the query: the query starts at the first `?` after the user
+/// info (which ends at the first `@`, as the driver reads it), so a password may hold a `?`.
+fn split_query(url: &str) -> (&str, Option<&str>) {
+    let after_user_info = url.find('@').map_or(0, |at| at + 1);
+    match url[after_user_info..].find('?') {
+        Some(at) => {
+            let at = after_user_info + at;
+            (&url[..at], Some(&url[at + 1..]))
+        }
+        None => (url, None),
     }
 }
 

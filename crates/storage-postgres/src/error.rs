@@ -52,9 +52,43 @@ pub enum PostgresError {
         /// The version this build uses.
         current: i64,
     },
+    /// The TLS negotiation or handshake with the server failed: the server offers no TLS
+    /// (`sslmode=require` and stronger), its certificate does not chain to the roots
+    /// (`verify-ca`, `verify-full`) or does not name the URL's host (`verify-full`).
+    #[error(
+        "TLS with the server failed (sslmode={ssl_mode}): {reason}; {hint}",
+        hint = tls_hint(*.ssl_mode)
+    )]
+    Tls {
+        /// The database's URL, password hidden.
+        url: String,
+        /// The mode asked for.
+        ssl_mode: crate::SslMode,
+        /// What the driver or the certificate check said.
+        reason: String,
+    },
     /// Connecting, migrating or starting the listener failed.
     #[error(transparent)]
     Db(#[from] DbError),
+}
+
+/// What a person can do about a failed TLS connection in `mode`.
+fn tls_hint(mode: crate::SslMode) -> &'static str {
+    match mode {
+        crate::SslMode::VerifyFull => {
+            "the server's certificate must chain to the roots (`sslrootcert=PATH` names a PEM \
+             file of them) and name the host of the URL exactly (use the name in the \
+             certificate, or `sslmode=verify-ca` to skip the name check)"
+        }
+        crate::SslMode::VerifyCa => {
+            "the server's certificate must chain to the roots (`sslrootcert=PATH` names a PEM \
+             file of them)"
+        }
+        crate::SslMode::Require | crate::SslMode::Prefer | crate::SslMode::Disable => {
+            "check that the server has `ssl = on` (or use `sslmode=prefer` to allow plain \
+             connections)"
+        }
+    }
 }
 
 /// The names of the unique constraints and indexes that map to [`DbError::Duplicate`].
@@ -107,13 +141,43 @@ pub(crate) fn map_pg_error(err: tokio_postgres::Error) -> DbError {
         });
     }
     if err.is_closed() || has_io_source(&err) {
-        return DbError::Connection(err.to_string());
+        return DbError::Connection(describe(&err));
     }
     DbError::Backend(BackendError {
-        message: err.to_string(),
+        message: describe(&err),
         retriable: false,
         source: Some(Arc::new(err)),
     })
+}
+
+/// The error of a failed attempt to open a connection for a store or an admin task: a TLS
+/// failure is [`PostgresError::Tls`], anything else what [`map_pg_error`] says.
+pub(crate) fn connect_error(
+    config: &crate::PostgresConfig,
+    err: tokio_postgres::Error,
+) -> PostgresError {
+    if crate::tls::is_tls_error(&err) {
+        let reason =
+            std::error::Error::source(&err).map_or_else(|| err.to_string(), ToString::to_string);
+        return PostgresError::Tls {
+            url: config.redacted_url().to_string(),
+            ssl_mode: config.ssl_mode,
+            reason,
+        };
+    }
+    PostgresError::Db(map_pg_error(err))
+}
+
+/// The error of a failed attempt to take a pooled connection while a store opens (see
+/// [`connect_error`]).
+pub(crate) fn connect_pool_error(
+    config: &crate::PostgresConfig,
+    err: deadpool_postgres::PoolError,
+) -> PostgresError {
+    match err {
+        deadpool_postgres::PoolError::Backend(e) => connect_error(config, e),
+        other => PostgresError::Db(map_pool_error(other)),
+    }
 }
 
 /// True for the errors after which the whole transaction may simply be run again.
@@ -157,6 +221,19 @@ pub(crate) fn corrupt(what: impl std::fmt::Display) -> DbError {
         retriable: false,
         source: None,
     })
+}
+
+/// The driver's message with its causes (`error connecting to server: Connection refused`):
+/// the driver's own message names the kind of failure only.
+pub(crate) fn describe(err: &tokio_postgres::Error) -> String {
+    let mut message = err.to_string();
+    let mut source = std::error::Error::source(err);
+    while let Some(cause) = source {
+        message.push_str(": ");
+        message.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    message
 }
 
 fn has_io_source(err: &tokio_postgres::Error) -> bool {

@@ -21,6 +21,33 @@
 //! write wakes the waiters of every process through `NOTIFY`. Give the server
 //! `max_connections` of at least (processes x (`pool_size` + 1)).
 //!
+//! # Connections and TLS
+//!
+//! Every connection of a store (the pool's, the listener's) and of [`admin`] is opened by one
+//! connector built from [`PostgresConfig::ssl_mode`] and
+//! [`PostgresConfig::root_certificates`]: `sslmode` as libpq names it, over rustls with the
+//! `ring` provider (no system OpenSSL). `prefer` (the default) encrypts when the server offers
+//! TLS, `require` insists, `verify-ca` also checks the certificate against the roots, and
+//! `verify-full` also checks that it names the URL's host (see [`SslMode`] for the table).
+//! The roots are Mozilla's list compiled in, a PEM file named by `sslrootcert=PATH`, or
+//! certificates given in code ([`PostgresConfig::with_root_certificates`]). A failed
+//! negotiation or certificate check is [`PostgresError::Tls`], which says what to change.
+//! No message and no log line holds a password: URLs are shown as
+//! [`PostgresConfig::redacted_url`] (every password the driver would read replaced by `***`)
+//! and driver errors carry none.
+//!
+//! # When the server fails
+//!
+//! [`PostgresStore::connect`] makes one attempt unless [`PostgresConfig::wait_for_server`]
+//! (`wait_for_server_s` in the URL) lets it retry a server it cannot reach, with the
+//! listener's backoff; a refused password, a TLS failure or a missing database are returned
+//! at once. Once open, a store recovers by itself from a server that restarts or crashes: a
+//! call in flight is answered with [`concepts::DbError::Connection`] (retriable; the executor
+//! retries its outcome writes, and a lease that is not written is recovered by the timers
+//! watcher), closed pooled connections are replaced on the next call, and the listener
+//! reconnects, listens again and wakes every waiter (it retries at once when a pooled
+//! connection reaches the server again, without sleeping out its backoff).
+//!
 //! # Schema
 //!
 //! Migrations are embedded and applied by [`PostgresStore::connect`] in one transaction that
@@ -152,6 +179,7 @@ mod reads;
 mod schema;
 #[cfg(test)]
 mod tests;
+mod tls;
 
 pub use config::{
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_POOL_SIZE, DEFAULT_STATEMENT_TIMEOUT, PostgresConfig,
@@ -159,6 +187,7 @@ pub use config::{
 pub use error::PostgresError;
 pub use notify::ListenerState;
 pub use schema::SCHEMA_VERSION;
+pub use tls::{RootCertificates, SslMode};
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -258,9 +287,10 @@ impl PostgresStore {
     /// Opens a store: builds the pool, applies the migrations (see the crate docs), and starts
     /// the notification listener, returning once it listens.
     pub async fn connect(config: PostgresConfig) -> Result<Self, PostgresError> {
-        let manager = Manager::from_config(
+        let tls = config.tls()?;
+        let manager = Manager::from_connect(
             config.pool_pg_config(),
-            tokio_postgres::NoTls,
+            tls.clone(),
             ManagerConfig {
                 recycling_method: RecyclingMethod::Fast,
             },
@@ -275,7 +305,7 @@ impl PostgresStore {
                 problem: format!("cannot build the connection pool: {e}"),
             })?;
         {
-            let mut client = pool.get().await.map_err(map_pool_error)?;
+            let mut client = first_connection(&pool, &config).await?;
             schema::migrate(&mut client, SCHEMA_VERSION, &config).await?;
         }
         let hub = Arc::new(WaiterHub::new());
@@ -283,6 +313,7 @@ impl PostgresStore {
         let (shutdown_tx, shutdown_rx) = watch::channel(false);
         let task = tokio::spawn(notify::run_listener(
             config.clone(),
+            tls,
             Arc::clone(&hub),
             state_tx,
             shutdown_rx,
@@ -413,6 +444,30 @@ impl PostgresStore {
 /// ids after this one found it absent, which the unique index reported. Run again, the write
 /// finds the row and the kernel answers it as the repeat (or the conflict) it is; the kernel
 /// itself never reports `Execution` duplicates for these requests.
+/// The first pooled connection of a store that opens: retried while the server cannot be
+/// reached, for [`PostgresConfig::wait_for_server`], with the listener's backoff.
+async fn first_connection(pool: &Pool, config: &PostgresConfig) -> Result<Object, PostgresError> {
+    let deadline = config
+        .wait_for_server
+        .and_then(|wait| tokio::time::Instant::now().checked_add(wait));
+    let mut backoff = config.listener_min_backoff;
+    loop {
+        let err = match pool.get().await {
+            Ok(client) => return Ok(client),
+            Err(e) => error::connect_pool_error(config, e),
+        };
+        let unreachable = matches!(err, PostgresError::Db(DbError::Connection(_)));
+        let next = tokio::time::Instant::now() + backoff;
+        if !unreachable || deadline.is_some_and(|deadline| next > deadline) {
+            return Err(err);
+        }
+        tracing::warn!(url = config.redacted_url(), error = %err, ?backoff,
+            "cannot reach the PostgreSQL server; retrying");
+        tokio::time::sleep_until(next).await;
+        backoff = (backoff * 2).min(config.listener_max_backoff);
+    }
+}
+
 fn is_raced_create(request: &WriteRequest, err: &DbError) -> bool {
     matches!(
         request,

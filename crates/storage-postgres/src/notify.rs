@@ -5,6 +5,8 @@
 use crate::{
     codec::{micros, timestamp},
     config::PostgresConfig,
+    error::describe,
+    tls::Tls,
 };
 use concepts::kernel::{WaiterHub, Wakeup};
 use std::{
@@ -118,14 +120,16 @@ pub struct ListenerState {
 
 /// Runs the listener until `shutdown` fires (or its sender is dropped): connects, `LISTEN`s,
 /// delivers notifications to `hub`, and reconnects with exponential backoff when the
-/// connection is lost, waking every waiter after each (re)connection.
+/// connection is lost, waking every waiter after each (re)connection. The backoff is cut short
+/// as soon as another connection of the store (a pooled one) reaches the server.
 pub(crate) async fn run_listener(
     config: PostgresConfig,
+    tls: Tls,
     hub: Arc<WaiterHub>,
     state: watch::Sender<ListenerState>,
     shutdown: watch::Receiver<bool>,
 ) {
-    listen_until_shutdown(config, hub, &state, shutdown).await;
+    listen_until_shutdown(config, &tls, hub, &state, shutdown).await;
     state.send_modify(|s| {
         s.connected = false;
         s.backend_pid = None;
@@ -134,18 +138,22 @@ pub(crate) async fn run_listener(
 
 async fn listen_until_shutdown(
     config: PostgresConfig,
+    tls: &Tls,
     hub: Arc<WaiterHub>,
     state: &watch::Sender<ListenerState>,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let pg = config.listener_pg_config();
     let mut backoff = config.listener_min_backoff;
+    let mut server_seen = tls.connections();
     loop {
         if *shutdown.borrow() {
             return;
         }
+        // A connection of the store that opens from now on means the server is reachable.
+        server_seen.mark_unchanged();
         let outcome = tokio::select! {
-            outcome = listen_once(&pg, &hub, state) => outcome,
+            outcome = listen_once(&pg, tls, &hub, state) => outcome,
             _ = shutdown.changed() => return,
         };
         state.send_modify(|s| {
@@ -156,13 +164,20 @@ async fn listen_until_shutdown(
             Ok(ListenOutcome::WasConnected(reason)) => {
                 tracing::warn!(%reason, "the notification listener lost its connection; reconnecting");
                 backoff = config.listener_min_backoff;
+                // Its own connection, and those of the store while it listened, are old news.
+                server_seen.mark_unchanged();
             }
             Ok(ListenOutcome::NeverConnected(reason)) | Err(reason) => {
                 tracing::warn!(%reason, ?backoff, "the notification listener cannot connect; retrying");
             }
         }
+        // Another connection of the store that opened since the server is back: the listener
+        // tries at once rather than sleeping out its backoff.
         tokio::select! {
             () = tokio::time::sleep(backoff) => {}
+            _ = server_seen.changed() => {
+                tracing::debug!("another connection reached the server; the listener retries now");
+            }
             _ = shutdown.changed() => return,
         }
         backoff = (backoff * 2).min(config.listener_max_backoff);
@@ -179,13 +194,11 @@ enum ListenOutcome {
 /// One connection's life: connect, `LISTEN`, deliver until the connection ends.
 async fn listen_once(
     pg: &tokio_postgres::Config,
+    tls: &Tls,
     hub: &WaiterHub,
     state: &watch::Sender<ListenerState>,
 ) -> Result<ListenOutcome, String> {
-    let (client, mut connection) = pg
-        .connect(tokio_postgres::NoTls)
-        .await
-        .map_err(|e| e.to_string())?;
+    let (client, mut connection) = tls.connect(pg).await.map_err(|e| describe(&e))?;
     let drive = async {
         loop {
             match std::future::poll_fn(|cx| connection.poll_message(cx)).await {
@@ -197,7 +210,7 @@ async fn listen_once(
                     }
                 }
                 Some(Ok(_)) => {}
-                Some(Err(e)) => return e.to_string(),
+                Some(Err(e)) => return describe(&e),
                 None => return "the server closed the connection".to_string(),
             }
         }
@@ -206,11 +219,11 @@ async fn listen_once(
         client
             .batch_execute(&format!("LISTEN {CHANNEL}"))
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| describe(&e))?;
         let pid: i32 = client
             .query_one("SELECT pg_backend_pid()", &[])
             .await
-            .map_err(|e| e.to_string())?
+            .map_err(|e| describe(&e))?
             .get(0);
         Ok::<i32, String>(pid)
     };

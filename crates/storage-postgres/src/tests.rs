@@ -197,3 +197,75 @@ fn unique_violations_map_to_duplicate_kinds() {
     assert_eq!(duplicate_kind("other", "Key (a)=(b) already exists."), None);
     assert_eq!(duplicate_kind("t_execution_pkey", "garbage"), None);
 }
+
+/// Every password the driver would read from a URL is hidden, wherever it stands and whatever
+/// it holds; a URL that does not parse names no password in its error either.
+#[test]
+fn passwords_stay_out_of_redacted_urls_and_parse_errors() {
+    const SECRET: &str = "pa55/w?rd#x";
+    let urls = [
+        format!("postgres://user:{SECRET}@h:5432/db"),
+        format!("postgres://user:{SECRET}@h/db?pool_size=2"),
+        "postgres://user:pa55%2Fw%3Frd%23x@h/db".to_string(),
+        format!("postgres://user@h/db?application_name=a&password={SECRET}"),
+        format!("postgresql://user:{SECRET}@h/db?password={SECRET}&sslmode=require"),
+    ];
+    for url in &urls {
+        let config = PostgresConfig::from_url(url).unwrap_or_else(|e| panic!("{url}: {e}"));
+        for shown in [config.redacted_url().to_string(), format!("{config:?}")] {
+            assert!(!shown.contains("pa55"), "{url} shows its password: {shown}");
+        }
+        assert!(
+            config.redacted_url().contains("***"),
+            "{}",
+            config.redacted_url()
+        );
+    }
+    let bad = [
+        format!("postgres://user:{SECRET}@h:notaport/db"),
+        format!("postgres://user:{SECRET}@h/db?pool_size=0"),
+        format!("postgres://user:{SECRET}@h/db?sslmode=verify"),
+        format!("postgres://user:{SECRET}@h/db?no_such_option=1"),
+        format!("postgres://user@h/db?password={SECRET}&pool_size=x"),
+    ];
+    for url in &bad {
+        let err = PostgresConfig::from_url(url).unwrap_err();
+        for shown in [err.to_string(), format!("{err:?}")] {
+            assert!(!shown.contains("pa55"), "{url} shows its password: {shown}");
+        }
+    }
+}
+
+#[test]
+fn sslmode_and_sslrootcert_parse_into_the_config() {
+    use crate::{RootCertificates, SslMode};
+    let config = PostgresConfig::from_url(
+        "postgres://u@h/db?sslmode=verify-full&sslrootcert=/etc/stele/ca.pem",
+    )
+    .unwrap();
+    assert_eq!(config.ssl_mode, SslMode::VerifyFull);
+    assert_eq!(
+        config.root_certificates,
+        RootCertificates::PemFile("/etc/stele/ca.pem".into())
+    );
+    let default = PostgresConfig::from_url("postgres://u@h/db").unwrap();
+    assert_eq!(default.ssl_mode, SslMode::Prefer);
+    assert_eq!(default.root_certificates, RootCertificates::Mozilla);
+    assert_eq!(default.wait_for_server, Some(Duration::ZERO));
+    let waiting = PostgresConfig::from_url("postgres://u@h/db?wait_for_server_s=30").unwrap();
+    assert_eq!(waiting.wait_for_server, Some(Duration::from_secs(30)));
+    for (url, needle) in [
+        (
+            "postgres://u@h/db?sslmode=allow",
+            "`sslmode` must be one of disable, prefer, require, verify-ca, verify-full, not `allow`",
+        ),
+        ("postgres://u@h/db?sslrootcert=", "names no file"),
+        (
+            "postgres://u@h/db?wait_for_server_s=soon",
+            "wait_for_server_s",
+        ),
+    ] {
+        let err = PostgresConfig::from_url(url).unwrap_err();
+        assert!(err.to_string().contains(needle), "{url}: {err}");
+    }
+}

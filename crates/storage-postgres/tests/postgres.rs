@@ -19,6 +19,12 @@ use test_support::postgres::{TestDatabase, TestServer};
 
 #[path = "postgres/lifecycle.rs"]
 mod lifecycle;
+#[path = "postgres/restart.rs"]
+mod restart;
+#[path = "postgres/secrets.rs"]
+mod secrets;
+#[path = "postgres/tls.rs"]
+mod tls;
 
 /// The real-time safety net of every wait.
 const SAFETY: Duration = Duration::from_secs(20);

@@ -25,7 +25,10 @@
 //! crate's library, whose documentation lists them. A `finished` line is printed only after a
 //! read of the store returned the execution as finished, i.e. after the write committed: it is
 //! an acknowledgement a test can hold the store to after a crash. Diagnostics go to standard
-//! error (`RUST_LOG`, default `warn`).
+//! error (`RUST_LOG`, default `warn`). The summary's `listener_connects` is how many times a
+//! PostgreSQL store's notification listener connected (`null` on SQLite). A store that is
+//! down for a while (a database server restarting) is asked again by the node's progress
+//! loop; the executor and the watcher recover by themselves.
 
 use anyhow::{Context, bail, ensure};
 use async_trait::async_trait;
@@ -192,27 +195,33 @@ impl DatabaseUrl {
         }
     }
 
-    async fn open(&self, busy_timeout: Option<Duration>) -> anyhow::Result<Arc<dyn DbConnection>> {
+    /// The store, and its PostgreSQL handle (for the listener's state) when it is one.
+    async fn open(
+        &self,
+        busy_timeout: Option<Duration>,
+    ) -> anyhow::Result<(Arc<dyn DbConnection>, Option<PostgresStore>)> {
         Ok(match self {
             Self::Sqlite(path) => {
                 let mut config = SqliteConfig::new(path);
                 if let Some(busy_timeout) = busy_timeout {
                     config.busy_timeout = busy_timeout;
                 }
-                Arc::new(
-                    SqlitePool::open(config)
-                        .await
-                        .with_context(|| format!("cannot open {}", path.display()))?,
+                (
+                    Arc::new(
+                        SqlitePool::open(config)
+                            .await
+                            .with_context(|| format!("cannot open {}", path.display()))?,
+                    ),
+                    None,
                 )
             }
             Self::Postgres(url) => {
                 let config = PostgresConfig::from_url(url)?;
                 let redacted = config.redacted_url().to_string();
-                Arc::new(
-                    PostgresStore::connect(config)
-                        .await
-                        .with_context(|| format!("cannot connect to {redacted}"))?,
-                )
+                let store = PostgresStore::connect(config)
+                    .await
+                    .with_context(|| format!("cannot connect to {redacted}"))?;
+                (Arc::new(store.clone()), Some(store))
             }
         })
     }
@@ -309,7 +318,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         WorkloadKind::Noop => Workload::new()?,
         WorkloadKind::Workflow => Workload::workflows()?,
     };
-    let db = database
+    let (db, postgres) = database
         .open(args.busy_timeout_ms.map(Duration::from_millis))
         .await?;
 
@@ -387,7 +396,16 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     let mut seen: HashSet<ExecutionId> = HashSet::new();
     let mut finished_at_start = None;
     loop {
-        let finished = list_ids(db.as_ref(), Some(PendingStateKind::Finished)).await?;
+        // A store that is down for a while (a database server restarting) is asked again.
+        let finished = match list_ids(db.as_ref(), Some(PendingStateKind::Finished)).await {
+            Ok(finished) => finished,
+            Err(err) if err.is_retriable() && Instant::now() < deadline => {
+                tracing::warn!("cannot read the finished executions, asking again: {err}");
+                tokio::time::sleep(Duration::from_millis(args.poll_ms)).await;
+                continue;
+            }
+            Err(err) => return Err(err).context("cannot read the finished executions"),
+        };
         let count = finished.len();
         finished_at_start.get_or_insert(count);
         let new: Vec<Line> = finished
@@ -435,6 +453,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         "waits_early": traced.counts.early.load(Ordering::Relaxed),
         "waits_timed_out": traced.counts.timed_out.load(Ordering::Relaxed),
         "elapsed_ms": u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+        "listener_connects": postgres.map(|store| store.listener_state().connects),
     });
     Out::line(Line::Summary(summary));
     Ok(())

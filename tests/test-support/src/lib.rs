@@ -1,6 +1,7 @@
 //! What the tests of several Stele crates share and `test-utils` cannot hold, because it needs
 //! a backend or a database driver: the PostgreSQL test server and its throw-away databases
-//! (`postgres`, feature `postgres`), one conformance [`StoreFactory`](conformance::StoreFactory)
+//! (`postgres`, feature `postgres`), a second server that tests may crash and that speaks TLS
+//! (`spare_server`, feature `postgres`), one conformance [`StoreFactory`](conformance::StoreFactory)
 //! per backend (`factories`, features `memory`, `sqlite`, `postgres`), and child processes
 //! whose output a test reads line by line ([`process`]).
 //!
@@ -13,3 +14,5 @@ pub mod factories;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 pub mod process;
+#[cfg(feature = "postgres")]
+pub mod spare_server;

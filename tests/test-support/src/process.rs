@@ -140,6 +140,12 @@ impl Processes {
         &self.children[idx].label
     }
 
+    /// What child `idx` wrote to its standard error so far.
+    #[must_use]
+    pub fn stderr(&self, idx: usize) -> String {
+        std::fs::read_to_string(&self.children[idx].stderr).unwrap_or_default()
+    }
+
     /// Whether child `idx` closed its standard output.
     #[must_use]
     pub fn is_closed(&self, idx: usize) -> bool {

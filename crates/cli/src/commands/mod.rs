@@ -82,7 +82,7 @@ async fn with_store<F, T>(url: &DatabaseUrl, mode: OpenMode, body: F) -> Result<
 where
     F: AsyncFnOnce(Arc<dyn DbConnection>) -> Result<T, CliError>,
 {
-    let db = database::open(url, mode)
+    let db = database::open_with_notes(url, mode, &note)
         .await
         .map_err(|err| CliError::open(url, err))?;
     let outcome = body(db.clone()).await;

@@ -62,7 +62,7 @@ pub async fn run(url: &DatabaseUrl, args: ServeArgs) -> Result<(), CliError> {
     let concurrency = args
         .concurrency
         .map_or_else(default_concurrency, |n| n as usize);
-    with_store(url, OpenMode::CreateIfMissing, async |db| {
+    with_store(url, OpenMode::CreateAndWait, async |db| {
         // The signal handlers first: a signal after the note below stops cleanly.
         let stop = interrupted();
         let mut pruner = retention
