@@ -225,6 +225,17 @@ impl DbTimers for MemoryStore {
             .collect()
     }
 
+    async fn append_outcomes(
+        &self,
+        writes: Vec<OutcomeWrite>,
+    ) -> Result<Vec<Result<Version, DbError>>, DbError> {
+        Ok(self
+            .write(WriteRequest::Outcomes(writes))?
+            .reply
+            .outcomes()?
+            .0)
+    }
+
     async fn append_response(
         &self,
         now: DateTime<Utc>,

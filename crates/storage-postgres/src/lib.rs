@@ -491,6 +491,18 @@ impl DbTimers for PostgresStore {
         reads::expired_timers(&client, at).await
     }
 
+    async fn append_outcomes(
+        &self,
+        writes: Vec<OutcomeWrite>,
+    ) -> Result<Vec<Result<Version, DbError>>, DbError> {
+        Ok(self
+            .write(WriteRequest::Outcomes(writes))
+            .await?
+            .reply
+            .outcomes()?
+            .0)
+    }
+
     async fn append_response(
         &self,
         now: DateTime<Utc>,

@@ -331,6 +331,16 @@ impl DbTimers for SqlitePool {
         self.read(move |conn| reads::expired_timers(conn, at)).await
     }
 
+    async fn append_outcomes(
+        &self,
+        writes: Vec<OutcomeWrite>,
+    ) -> Result<Vec<Result<Version, DbError>>, DbError> {
+        self.write(WriteRequest::Outcomes(writes), |plan| {
+            Ok(plan.reply.outcomes()?.0)
+        })
+        .await
+    }
+
     async fn append_response(
         &self,
         now: DateTime<Utc>,

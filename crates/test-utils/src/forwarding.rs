@@ -43,6 +43,8 @@ pub enum Write<'a> {
     AppendBatch(&'a AppendBatchRequest),
     /// `append_outcome`.
     Outcome(&'a OutcomeWrite),
+    /// `append_outcomes`.
+    Outcomes(&'a [OutcomeWrite]),
     /// `append_response`.
     Response {
         /// When it arrives.
@@ -192,6 +194,14 @@ impl DbWorkflow for ForwardingDb {
 impl DbTimers for ForwardingDb {
     async fn get_expired_timers(&self, at: DateTime<Utc>) -> Result<Vec<ExpiredTimer>, DbError> {
         self.inner.get_expired_timers(at).await
+    }
+
+    async fn append_outcomes(
+        &self,
+        writes: Vec<OutcomeWrite>,
+    ) -> Result<Vec<Result<Version, DbError>>, DbError> {
+        let fault = self.decide(&Write::Outcomes(&writes));
+        apply(fault, self.inner.append_outcomes(writes)).await
     }
 
     async fn append_response(

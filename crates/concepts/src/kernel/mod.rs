@@ -31,12 +31,14 @@
 //! comes in with the request.
 
 mod lifecycle;
+mod outcomes;
 mod plan;
 mod request;
 mod snapshot;
 mod validate;
 mod waiters;
 
+pub use outcomes::OutcomeReplies;
 pub use plan::{
     ExecutionChange, PlannedDelay, PlannedResponse, Wakeup, WritePlan, WriteReply, WriteRequest,
     plan,
@@ -50,5 +52,7 @@ pub use waiters::{WaiterCounts, WaiterHub};
 
 #[cfg(test)]
 mod lifecycle_tests;
+#[cfg(test)]
+mod outcomes_tests;
 #[cfg(test)]
 mod tests;

@@ -34,6 +34,9 @@ pub fn plan(snapshot: &Snapshot, request: WriteRequest) -> Result<WritePlan, DbE
         }
         WriteRequest::AppendBatch(req) => WriteReply::Version(planner.append_batch(req)?),
         WriteRequest::Outcome(write) => WriteReply::Version(planner.outcome(write)?),
+        WriteRequest::Outcomes(writes) => {
+            return Ok(super::outcomes::plan_outcomes(snapshot, writes));
+        }
         WriteRequest::Response {
             now,
             execution_id,
@@ -69,7 +72,7 @@ pub fn plan(snapshot: &Snapshot, request: WriteRequest) -> Result<WritePlan, DbE
 }
 
 /// Which waiters a change concerns: new responses; a new `Finished`; a new `PendingAt`.
-fn wakeups_of(change: &ExecutionChange, wakeups: &mut Vec<Wakeup>) {
+pub(super) fn wakeups_of(change: &ExecutionChange, wakeups: &mut Vec<Wakeup>) {
     let execution_id = &change.row.execution_id;
     let new_state = &change.row.state.pending_state;
     let old_state = change.old_state.as_ref();
@@ -141,7 +144,7 @@ pub(super) struct Planner<'s> {
 }
 
 impl<'s> Planner<'s> {
-    fn new(snapshot: &'s Snapshot) -> Self {
+    pub(super) fn new(snapshot: &'s Snapshot) -> Self {
         Self {
             snapshot,
             changes: Vec::new(),
