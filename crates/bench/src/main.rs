@@ -27,6 +27,7 @@
 #![expect(clippy::print_stdout, reason = "a benchmark prints its results")]
 
 mod counting;
+mod expiry;
 mod lifecycle;
 mod multi;
 mod probe;
@@ -129,6 +130,9 @@ struct Args {
     /// Skip the lifecycle rows (prune rate, cancellation of a tree).
     #[arg(long)]
     no_lifecycle: bool,
+    /// Mass lease expiry: how many leases expire at once (0 skips the rows).
+    #[arg(long, default_value_t = 10_000)]
+    expiry_leases: usize,
     /// Run the soak instead of everything else: a steady submit rate, one executor, the
     /// timers watcher and the pruner, with the store's size printed over time.
     #[arg(long)]
@@ -651,6 +655,19 @@ async fn bench(args: Args) -> anyhow::Result<()> {
     if !args.no_lifecycle {
         let rows = lifecycle::rows(&args, dir.path(), sync, postgres_url.as_deref()).await?;
         report.push_str(&rows);
+    }
+    for backend in args.backends.iter().filter(|_| args.expiry_leases > 0) {
+        let Some(store) =
+            Store::open(backend, dir.path(), sync, postgres_url.as_deref(), "expiry").await?
+        else {
+            continue;
+        };
+        eprintln!("measuring mass lease expiry on {backend} ...");
+        let measured = expiry::measure(store.db.clone(), args.expiry_leases).await;
+        store.finish().await?;
+        for row in expiry::rows(backend, &measured?) {
+            targets.add(backend, row);
+        }
     }
     for (backend, rate) in &end_to_end {
         if backend == "memory" {

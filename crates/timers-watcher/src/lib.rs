@@ -9,7 +9,7 @@
 //!   not an error and is not counted.
 //! - times out the expired leases, [`LEASES_PER_WRITE`] to a transaction
 //!   (`DbTimers::append_outcomes`, each lease accepted or refused on its own; if the whole
-//!   write fails, lease by lease): each: `TemporarilyTimedOut` with `backoff_expires_at = now +
+//!   write fails, lease by lease), a few such writes in flight at once: each: `TemporarilyTimedOut` with `backoff_expires_at = now +
 //!   backoff` while a retry is left, else `Finished(Err(PermanentTimeout))` together with the
 //!   parent's response, at the version it read. If the version moved on, the worker won the
 //!   race; that is not an error and is not counted.
@@ -67,6 +67,7 @@ use concepts::{
     ExpiredTimer, FinishedExecutionError, JoinSetResponse, JoinSetResponseEvent, OutcomeWrite,
     add_saturating, is_lost_race, retry, sub_saturating,
 };
+use futures_util::StreamExt as _;
 use std::{future::Future, sync::Arc, time::Duration};
 use tokio::{sync::watch, task::JoinHandle};
 use tracing::{Instrument, debug, info_span, warn};
@@ -91,6 +92,9 @@ pub struct TickProgress {
 
 /// How many expired leases one `append_outcomes` call times out: one transaction each.
 pub const LEASES_PER_WRITE: usize = 1_000;
+
+/// How many of those writes a tick has in flight at once.
+const WRITES_IN_FLIGHT: usize = 4;
 
 /// One pass at `now`: acts on every timer that expired at or before `now - leeway`.
 ///
@@ -123,8 +127,15 @@ where
             }
         }
     }
-    for chunk in locks.chunks(LEASES_PER_WRITE) {
-        progress.expired_locks += time_out(db, chunk, now).await;
+    // A few writes in flight at once: SQLite's writer commits them together, PostgreSQL runs
+    // them on as many connections (each locks its rows in id order, so they never deadlock).
+    let writes: Vec<_> = locks
+        .chunks(LEASES_PER_WRITE)
+        .map(|chunk| time_out(db, chunk, now))
+        .collect();
+    let mut writes = futures_util::stream::iter(writes).buffered(WRITES_IN_FLIGHT);
+    while let Some(resolved) = writes.next().await {
+        progress.expired_locks += resolved;
     }
     Ok(progress)
 }
