@@ -28,7 +28,9 @@
 
 mod counting;
 mod expiry;
+mod history;
 mod lifecycle;
+mod lockcost;
 mod multi;
 mod probe;
 mod soak;
@@ -133,6 +135,13 @@ struct Args {
     /// Mass lease expiry: how many leases expire at once (0 skips the rows).
     #[arg(long, default_value_t = 10_000)]
     expiry_leases: usize,
+    /// Stored history: how many finished executions the store holds for the second run (0
+    /// skips the rows).
+    #[arg(long, default_value_t = 1_000_000)]
+    stored_executions: usize,
+    /// Lock cost: how many events the long logs hold (0 skips the row).
+    #[arg(long, default_value_t = 2_000)]
+    lock_history: usize,
     /// Run the soak instead of everything else: a steady submit rate, one executor, the
     /// timers watcher and the pruner, with the store's size printed over time.
     #[arg(long)]
@@ -668,6 +677,47 @@ async fn bench(args: Args) -> anyhow::Result<()> {
         for row in expiry::rows(backend, &measured?) {
             targets.add(backend, row);
         }
+    }
+    for backend in args.backends.iter().filter(|_| args.stored_executions > 0) {
+        let Some(store) = Store::open(
+            backend,
+            dir.path(),
+            sync,
+            postgres_url.as_deref(),
+            "history",
+        )
+        .await?
+        else {
+            continue;
+        };
+        eprintln!(
+            "measuring {} stored executions on {backend} ...",
+            args.stored_executions
+        );
+        let (stored, executions) = (args.stored_executions, args.executions);
+        let measured = history::measure(
+            backend,
+            store.db.clone(),
+            stored,
+            executions,
+            args.batch_size,
+        )
+        .await;
+        store.finish().await?;
+        for row in history::rows(backend, &measured?) {
+            targets.add(backend, row);
+        }
+    }
+    for backend in args.backends.iter().filter(|_| args.lock_history > 0) {
+        let Some(store) =
+            Store::open(backend, dir.path(), sync, postgres_url.as_deref(), "lock").await?
+        else {
+            continue;
+        };
+        eprintln!("measuring the lock cost on {backend} ...");
+        let measured = lockcost::measure(store.db.clone(), args.lock_history).await;
+        store.finish().await?;
+        targets.add(backend, lockcost::row(&measured?));
     }
     for (backend, rate) in &end_to_end {
         if backend == "memory" {

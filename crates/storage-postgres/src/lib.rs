@@ -431,7 +431,12 @@ fn next_version(plan: WritePlan) -> Result<Version, DbError> {
 #[async_trait]
 impl DbExecutor for PostgresStore {
     async fn lock_pending(&self, req: LockPendingRequest) -> Result<Vec<LockedExecution>, DbError> {
-        Ok(self.write(WriteRequest::LockPending(req)).await?.locked)
+        let grants = self.write(WriteRequest::LockPending(req)).await?.locked;
+        if grants.is_empty() {
+            return Ok(Vec::new());
+        }
+        let client = self.client().await?;
+        reads::locked_executions(&client, grants).await
     }
 
     async fn append_outcome(&self, write: OutcomeWrite) -> Result<Version, DbError> {

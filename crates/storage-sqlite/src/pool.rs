@@ -266,7 +266,13 @@ async fn open_readers(config: &SqliteConfig) -> Result<deadpool_sqlite::Pool, Sq
 #[async_trait]
 impl DbExecutor for SqlitePool {
     async fn lock_pending(&self, req: LockPendingRequest) -> Result<Vec<LockedExecution>, DbError> {
-        self.write(WriteRequest::LockPending(req), |plan| Ok(plan.locked))
+        let grants = self
+            .write(WriteRequest::LockPending(req), |plan| Ok(plan.locked))
+            .await?;
+        if grants.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.read(move |conn| reads::locked_executions(conn, grants))
             .await
     }
 

@@ -30,6 +30,7 @@
 //! [`ValidationError`](crate::ValidationError). The kernel is driver-free and clock-free: time
 //! comes in with the request.
 
+mod handover;
 mod lifecycle;
 mod outcomes;
 mod plan;
@@ -38,6 +39,7 @@ mod snapshot;
 mod validate;
 mod waiters;
 
+pub use handover::{LockGrant, hand_over};
 pub use outcomes::OutcomeReplies;
 pub use plan::{
     ExecutionChange, PlannedDelay, PlannedResponse, Wakeup, WritePlan, WriteReply, WriteRequest,

@@ -10,8 +10,8 @@ use crate::{
     AppendBatchRequest, CancelOutcome, CancelRequest, CompleteOutcome, CompleteRequest,
     CreateOutcome, CreateRequest, DbError, DelayId, ExecutionEvent, ExecutionEventInner,
     ExecutionId, FunctionFqn, HistoryEvent, JoinSetId, JoinSetRequest, JoinSetResponse,
-    JoinSetResponseEvent, JoinSetResponseEventOuter, LockPendingRequest, LockedExecution,
-    OutcomeWrite, PendingState, PruneOutcome, PruneRequest, ValidationError, Version,
+    JoinSetResponseEvent, JoinSetResponseEventOuter, LockPendingRequest, OutcomeWrite,
+    PendingState, PruneOutcome, PruneRequest, ValidationError, Version,
 };
 use chrono::{DateTime, Utc};
 
@@ -196,8 +196,9 @@ pub struct WritePlan {
     pub changes: Vec<ExecutionChange>,
     /// The wake-ups to deliver after the commit.
     pub wakeups: Vec<Wakeup>,
-    /// The executions locked (`lock_pending`), in lock order.
-    pub locked: Vec<LockedExecution>,
+    /// The leases granted (`lock_pending`), in lock order: the backend reads their histories
+    /// after the commit and hands each over with [`hand_over`](super::hand_over).
+    pub locked: Vec<super::handover::LockGrant>,
     /// Executions to delete with everything stored about them (`prune`): events, responses,
     /// join-set counters, delays and the row.
     pub deleted: Vec<ExecutionId>,
