@@ -1,5 +1,5 @@
-//! Lock cost against history length: an executor keeps locking (and unlocking) executions
-//! whose logs are long, while a submitter creates one execution at a time; the submitter's
+//! Lock cost against history length: an executor locks (and unlocks) 20 executions whose logs
+//! are long every 100 ms, while a submitter creates one execution at a time; the submitter's
 //! rate is compared with the same run over executions with short logs. A `lock_pending` that
 //! read every history inside the write transaction would hold up every other write for as
 //! long as the reading takes; one that reads the histories after the commit does not.
@@ -32,6 +32,8 @@ pub(crate) struct LockCostFigures {
 
 /// Executions the locker cycles through, per kind.
 const LOCKED: usize = 20;
+/// How often the locker locks its executions (and unlocks them).
+const LOCK_EVERY: Duration = Duration::from_millis(100);
 /// How long the submitter runs beside each locker.
 const WINDOW: Duration = Duration::from_secs(3);
 
@@ -142,7 +144,10 @@ async fn creates_beside_locker(
     let locker = {
         let (db, ffqn, stop) = (db.clone(), ffqn.clone(), stop.clone());
         tokio::spawn(async move {
+            // Paced, so that both kinds lock as often and only the length of the logs differs.
+            let mut pace = tokio::time::interval(LOCK_EVERY);
             while !stop.load(Ordering::Relaxed) {
+                pace.tick().await;
                 let locked = db.lock_pending(lock_request(&ffqn)?).await?;
                 unlock_all(db.as_ref(), locked).await?;
             }
