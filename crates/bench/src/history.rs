@@ -1,6 +1,7 @@
 //! Stored history: the end-to-end rate (the no-op workload of the first table) on a store
-//! that already holds many finished executions, against the same store empty; and, on the
-//! memory backend, the resident bytes each stored finished execution costs.
+//! that already holds many finished executions, against the same store empty (after a warm-up
+//! run of 1,000); and, on the memory backend, the resident bytes each stored finished
+//! execution costs.
 //!
 //! The store is filled through its own API, quickly: `create_batch` of 10,000, `lock_pending`
 //! of 10,000, and their `Finished` outcomes written 1,000 to a transaction with
@@ -29,6 +30,8 @@ pub(crate) struct HistoryFigures {
 }
 
 const CHUNK: usize = 10_000;
+/// Executions of the warm-up run.
+const WARM_UP: usize = 1_000;
 
 /// Fills `db` with `count` finished executions through its API.
 async fn fill(db: &dyn DbConnection, count: usize) -> anyhow::Result<()> {
@@ -89,6 +92,9 @@ pub(crate) async fn measure(
     executions: usize,
     batch_size: usize,
 ) -> anyhow::Result<HistoryFigures> {
+    // A first, small run warms the store up (file growth, PostgreSQL's first statistics), so
+    // that the empty store is not measured cold against a warm full one.
+    crate::run_noop(backend, &db, executions.min(WARM_UP), batch_size).await?;
     let empty = crate::run_noop(backend, &db, executions, batch_size).await?;
     let before = resident_bytes();
     fill(db.as_ref(), stored).await?;

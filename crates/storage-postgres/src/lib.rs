@@ -92,8 +92,10 @@
 //!   prefix of the child's). `lock_pending` never waits: it finds due executions with
 //!   `FOR UPDATE SKIP LOCKED`, ordered by `(pending_at, execution_id)`, `LIMIT batch_size`, so
 //!   two processes never lock the same execution (a row another transaction holds is
-//!   skipped, one it moved out of `PendingAt` no longer matches when re-checked); a second
-//!   pipeline loads the logs of what it found. `prune` finds its candidates the same way,
+//!   skipped, one it moved out of `PendingAt` no longer matches when re-checked); the logs of
+//!   what it locked are read after the `COMMIT`, in one pipeline of two statements
+//!   ([`concepts::kernel::hand_over`]), so that no row lock is held while a long log is read.
+//!   `prune` finds its candidates the same way,
 //!   ordered by `(finished_at, execution_id)`: a tree another write holds waits for the next
 //!   pass. A deadlock or serialization failure that happens anyway (overlapping
 //!   `create_batch` calls of two processes) is retried
