@@ -8,9 +8,10 @@
 use anyhow::{Context, ensure};
 use chrono::{DateTime, Utc};
 use concepts::{
-    ComponentId, CreateRequest, DbConnection, ExecutionId, ExecutionMetadata, ExecutorId,
-    ExpiredTimer, FunctionFqn, LockPendingRequest, add_saturating, truncate_to_micros,
+    ClockFn, ComponentId, CreateRequest, DbConnection, ExecutionId, ExecutionMetadata, ExecutorId,
+    ExpiredTimer, FunctionFqn, LockPendingRequest, add_saturating,
 };
+use executor::Now;
 use std::{
     sync::Arc,
     time::{Duration, Instant},
@@ -86,7 +87,7 @@ pub(crate) async fn measure(
     db: Arc<dyn DbConnection>,
     leases: usize,
 ) -> anyhow::Result<ExpiryFigures> {
-    let now = truncate_to_micros(Utc::now());
+    let now = Now.now();
     let later = add_saturating(now, LEASE * 2);
 
     locked_leases(db.as_ref(), &ffqn("batched")?, leases, now).await?;

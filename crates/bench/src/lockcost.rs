@@ -5,12 +5,12 @@
 //! long as the reading takes; one that reads the histories after the commit does not.
 
 use anyhow::Context;
-use chrono::Utc;
 use concepts::{
-    AppendBatchRequest, ComponentId, CreateRequest, DbConnection, ExecutionEventInner, ExecutionId,
-    ExecutionMetadata, ExecutorId, FunctionFqn, HistoryEvent, LockPendingRequest, OutcomeWrite,
-    PersistKind, add_saturating, truncate_to_micros,
+    AppendBatchRequest, ClockFn, ComponentId, CreateRequest, DbConnection, ExecutionEventInner,
+    ExecutionId, ExecutionMetadata, ExecutorId, FunctionFqn, HistoryEvent, LockPendingRequest,
+    OutcomeWrite, PersistKind, add_saturating,
 };
+use executor::Now;
 use std::{
     sync::{
         Arc,
@@ -42,7 +42,7 @@ fn component() -> anyhow::Result<ComponentId> {
 }
 
 fn request(ffqn: &FunctionFqn) -> anyhow::Result<CreateRequest> {
-    let now = truncate_to_micros(Utc::now());
+    let now = Now.now();
     Ok(CreateRequest {
         created_at: now,
         execution_id: ExecutionId::generate_at(now),
@@ -59,7 +59,7 @@ fn request(ffqn: &FunctionFqn) -> anyhow::Result<CreateRequest> {
 }
 
 fn lock_request(ffqn: &FunctionFqn) -> anyhow::Result<LockPendingRequest> {
-    let now = truncate_to_micros(Utc::now());
+    let now = Now.now();
     Ok(LockPendingRequest {
         batch_size: LOCKED,
         pending_at_or_sooner: now,
@@ -77,7 +77,7 @@ async fn unlock_all(
     locked: Vec<concepts::LockedExecution>,
 ) -> anyhow::Result<()> {
     for execution in locked {
-        let now = truncate_to_micros(Utc::now());
+        let now = Now.now();
         let event = ExecutionEventInner::Unlocked {
             backoff_expires_at: now,
             reason: "bench".to_string(),
@@ -107,7 +107,7 @@ async fn executions_with_history(
     let locked = db.lock_pending(lock_request(ffqn)?).await.context("lock")?;
     let mut unlocked = Vec::with_capacity(locked.len());
     for execution in locked {
-        let now = truncate_to_micros(Utc::now());
+        let now = Now.now();
         let events = (0..history)
             .map(|n| ExecutionEventInner::HistoryEvent {
                 event: HistoryEvent::Persist {

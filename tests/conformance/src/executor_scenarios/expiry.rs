@@ -5,9 +5,9 @@
 use crate::{
     StoreFactory, TestStore, checked_log,
     storage_scenarios::helpers::{
-        batch_creating, child_execution_request, child_request, create_request, delay_request,
-        execution_id, executor_id, expect_validation, ffqn, finished_ok, join_next, join_set,
-        join_set_create, lock_pending_now, plus,
+        batch, batch_creating, child_execution_request, child_request, create_request,
+        delay_request, execution_id, executor_id, expect_validation, ffqn, finished_ok, join_next,
+        join_set, join_set_create, lock_pending_now, plus,
     },
 };
 use concepts::{
@@ -161,7 +161,7 @@ pub async fn e22_many_leases_time_out_in_one_pass<F: StoreFactory>(factory: &F) 
     let f = Fixture::new(factory).await;
     let count = u128::try_from(LEASES_PER_WRITE).expect("fits") + 100;
     let work = f.create_work(1, count).await;
-    let (parent, _, children) = f.parent(count + 1, 3, None).await;
+    let (parent, j, children) = f.parent(count + 1, 3, None).await;
     f.lock_all(work.len() + children.len()).await;
 
     f.clock.move_time_forward(LEASE).await;
@@ -197,6 +197,32 @@ pub async fn e22_many_leases_time_out_in_one_pass<F: StoreFactory>(factory: &F) 
     ));
     let again = timers_watcher::tick(f.db.as_ref(), now, Duration::ZERO).await;
     assert_eq!(again.expect("tick"), TickProgress::default(), "once");
+
+    // The parent consumes the other two responses: its join set counted all three.
+    let locked = lock_pending_now(
+        f.db.as_ref(),
+        &Arc::from([ffqn("parent")]),
+        1,
+        now,
+        executor_id(2),
+        LEASE,
+    )
+    .await;
+    assert_eq!(locked.len(), 1, "the answered parent is due");
+    let run_ends = plus(now, LEASE);
+    let next = vec![join_next(&j, run_ends), join_next(&j, run_ends)];
+    f.db.append_batch(batch(&parent, locked[0].next_version, now, next))
+        .await
+        .expect("two more JoinNext");
+    let parent_log = checked_log(f.db.as_ref(), &parent).await;
+    assert!(
+        !matches!(
+            parent_log.pending_state,
+            PendingState::BlockedByJoinSet { .. }
+        ),
+        "every JoinNext found its response: {:?}",
+        parent_log.pending_state
+    );
 }
 
 /// E23: a durable sleep due in the same pass as 10,000 expired leases (due after them, so that
