@@ -27,7 +27,10 @@
 #![expect(clippy::print_stdout, reason = "a benchmark prints its results")]
 
 mod counting;
+mod expiry;
+mod history;
 mod lifecycle;
+mod lockcost;
 mod multi;
 mod probe;
 mod soak;
@@ -129,6 +132,16 @@ struct Args {
     /// Skip the lifecycle rows (prune rate, cancellation of a tree).
     #[arg(long)]
     no_lifecycle: bool,
+    /// Mass lease expiry: how many leases expire at once (0 skips the rows).
+    #[arg(long, default_value_t = 10_000)]
+    expiry_leases: usize,
+    /// Stored history: how many finished executions the store holds for the second run (0
+    /// skips the rows).
+    #[arg(long, default_value_t = 1_000_000)]
+    stored_executions: usize,
+    /// Lock cost: how many events the long logs hold (0 skips the row).
+    #[arg(long, default_value_t = 2_000)]
+    lock_history: usize,
     /// Run the soak instead of everything else: a steady submit rate, one executor, the
     /// timers watcher and the pruner, with the store's size printed over time.
     #[arg(long)]
@@ -651,6 +664,60 @@ async fn bench(args: Args) -> anyhow::Result<()> {
     if !args.no_lifecycle {
         let rows = lifecycle::rows(&args, dir.path(), sync, postgres_url.as_deref()).await?;
         report.push_str(&rows);
+    }
+    for backend in args.backends.iter().filter(|_| args.expiry_leases > 0) {
+        let Some(store) =
+            Store::open(backend, dir.path(), sync, postgres_url.as_deref(), "expiry").await?
+        else {
+            continue;
+        };
+        eprintln!("measuring mass lease expiry on {backend} ...");
+        let measured = expiry::measure(store.db.clone(), args.expiry_leases).await;
+        store.finish().await?;
+        for row in expiry::rows(backend, &measured?) {
+            targets.add(backend, row);
+        }
+    }
+    for backend in args.backends.iter().filter(|_| args.stored_executions > 0) {
+        let Some(store) = Store::open(
+            backend,
+            dir.path(),
+            sync,
+            postgres_url.as_deref(),
+            "history",
+        )
+        .await?
+        else {
+            continue;
+        };
+        eprintln!(
+            "measuring {} stored executions on {backend} ...",
+            args.stored_executions
+        );
+        let (stored, executions) = (args.stored_executions, args.executions);
+        let measured = history::measure(
+            backend,
+            store.db.clone(),
+            stored,
+            executions,
+            args.batch_size,
+        )
+        .await;
+        store.finish().await?;
+        for row in history::rows(backend, &measured?) {
+            targets.add(backend, row);
+        }
+    }
+    for backend in args.backends.iter().filter(|_| args.lock_history > 0) {
+        let Some(store) =
+            Store::open(backend, dir.path(), sync, postgres_url.as_deref(), "lock").await?
+        else {
+            continue;
+        };
+        eprintln!("measuring the lock cost on {backend} ...");
+        let measured = lockcost::measure(store.db.clone(), args.lock_history).await;
+        store.finish().await?;
+        targets.add(backend, lockcost::row(&measured?));
     }
     for (backend, rate) in &end_to_end {
         if backend == "memory" {

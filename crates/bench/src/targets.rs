@@ -20,6 +20,8 @@ pub(crate) enum Goal {
     RatioAtMost(f64),
     /// value ≤ the given absolute bound (in the figure's unit).
     AtMost(f64),
+    /// value ≥ the given absolute bound (in the figure's unit: a rate the target names).
+    AtLeast(f64),
     /// Reported only.
     Report,
 }
@@ -104,6 +106,10 @@ impl Row {
             (Goal::AtMost(bound), _) => (
                 format!("≤ {}", format_value(bound, self.unit)),
                 Some(self.value <= bound),
+            ),
+            (Goal::AtLeast(bound), _) => (
+                format!("≥ {}", format_value(bound, self.unit)),
+                Some(self.value >= bound),
             ),
             (Goal::Report, _) => ("-".to_string(), None),
         }

@@ -353,6 +353,17 @@ pub trait DbTimers: Send + Sync {
     /// Every lease with `lock_expires_at <= at` and every open delay with `expires_at <= at`.
     async fn get_expired_timers(&self, at: DateTime<Utc>) -> Result<Vec<ExpiredTimer>, DbError>;
 
+    /// Records many outcome writes (the watcher's timeouts of expired leases) in one
+    /// transaction, each as [`DbExecutor::append_outcome`] would, but each accepted or refused on
+    /// its own: a write whose version moved on is refused alone and the others are recorded.
+    /// Returns one result per write, in order; the outer error means nothing was written.
+    /// An empty `writes` is
+    /// [`ValidationError::EmptyBatch`](crate::ValidationError::EmptyBatch).
+    async fn append_outcomes(
+        &self,
+        writes: Vec<OutcomeWrite>,
+    ) -> Result<Vec<Result<Version, DbError>>, DbError>;
+
     /// Stores a response beside the log, arriving at `now`. A second response for the same
     /// delay id, or from the same child, to the same execution is a `Duplicate`.
     async fn append_response(

@@ -158,7 +158,17 @@ impl MemoryStore {
 #[async_trait]
 impl DbExecutor for MemoryStore {
     async fn lock_pending(&self, req: LockPendingRequest) -> Result<Vec<LockedExecution>, DbError> {
-        Ok(self.write(WriteRequest::LockPending(req))?.locked)
+        let grants = self.write(WriteRequest::LockPending(req))?.locked;
+        // The histories are read after the write, as on the SQL backends: what the kernel
+        // granted is cut at its bounds, whatever was appended since.
+        let state = self.lock_state();
+        grants
+            .into_iter()
+            .map(|grant| {
+                let log = state.locked_log(&grant)?;
+                kernel::hand_over(grant, log)
+            })
+            .collect()
     }
 
     async fn append_outcome(&self, write: OutcomeWrite) -> Result<Version, DbError> {
@@ -223,6 +233,17 @@ impl DbTimers for MemoryStore {
                 })
             })
             .collect()
+    }
+
+    async fn append_outcomes(
+        &self,
+        writes: Vec<OutcomeWrite>,
+    ) -> Result<Vec<Result<Version, DbError>>, DbError> {
+        Ok(self
+            .write(WriteRequest::Outcomes(writes))?
+            .reply
+            .outcomes()?
+            .0)
     }
 
     async fn append_response(

@@ -7,8 +7,8 @@ use concepts::{
     CreateRequest, DbError, DelayId, ExecutionEvent, ExecutionId, FinishedExecutionResult,
     FunctionFqn, JoinSetId, JoinSetResponse, JoinSetResponseEventOuter, PendingState,
     kernel::{
-        DelayRow, ExecutionChange, ExecutionRow, JoinSetCounters, JoinSetRow, Keys, LogRows,
-        Snapshot, descendant_bounds,
+        DelayRow, ExecutionChange, ExecutionRow, JoinSetCounters, JoinSetRow, Keys, LockGrant,
+        LogRows, Snapshot, descendant_bounds,
     },
 };
 use std::{
@@ -117,6 +117,17 @@ impl State {
             .ok_or_else(|| DbError::execution_not_found(execution_id))
     }
 
+    /// The history a worker of `grant` is handed: the events below the locked version and
+    /// every response.
+    pub(crate) fn locked_log(&self, grant: &LockGrant) -> Result<LogRows, DbError> {
+        let record = self.record(&grant.row.execution_id)?;
+        let events = grant.events_handed_over();
+        Ok(LogRows {
+            events: record.events.iter().take(events).cloned().collect(),
+            responses: record.responses.clone(),
+        })
+    }
+
     /// True when an execution of `ffqns` is due at `at`.
     pub(crate) fn any_due(&self, ffqns: &[FunctionFqn], at: DateTime<Utc>) -> bool {
         ffqns.iter().any(|ffqn| {
@@ -194,13 +205,8 @@ impl State {
             due.truncate(query.limit);
             // A batch of hundreds: grow the maps once, not a doubling at a time.
             snapshot.executions.reserve(due.len());
-            snapshot.logs.reserve(due.len());
             for record in due.into_iter().filter_map(|(_, id)| self.records.get(id)) {
-                let log = LogRows {
-                    events: record.events.clone(),
-                    responses: record.responses.clone(),
-                };
-                snapshot.add_due(record.row.clone(), log);
+                snapshot.add_due(record.row.clone());
             }
         }
     }

@@ -119,8 +119,10 @@
 //!   prefix of the child's). `lock_pending` never waits: it finds due executions with
 //!   `FOR UPDATE SKIP LOCKED`, ordered by `(pending_at, execution_id)`, `LIMIT batch_size`, so
 //!   two processes never lock the same execution (a row another transaction holds is
-//!   skipped, one it moved out of `PendingAt` no longer matches when re-checked); a second
-//!   pipeline loads the logs of what it found. `prune` finds its candidates the same way,
+//!   skipped, one it moved out of `PendingAt` no longer matches when re-checked); the logs of
+//!   what it locked are read after the `COMMIT`, in one pipeline of two statements
+//!   ([`concepts::kernel::hand_over`]), so that no row lock is held while a long log is read.
+//!   `prune` finds its candidates the same way,
 //!   ordered by `(finished_at, execution_id)`: a tree another write holds waits for the next
 //!   pass. A deadlock or serialization failure that happens anyway (overlapping
 //!   `create_batch` calls of two processes) is retried
@@ -486,7 +488,12 @@ fn next_version(plan: WritePlan) -> Result<Version, DbError> {
 #[async_trait]
 impl DbExecutor for PostgresStore {
     async fn lock_pending(&self, req: LockPendingRequest) -> Result<Vec<LockedExecution>, DbError> {
-        Ok(self.write(WriteRequest::LockPending(req)).await?.locked)
+        let grants = self.write(WriteRequest::LockPending(req)).await?.locked;
+        if grants.is_empty() {
+            return Ok(Vec::new());
+        }
+        let client = self.client().await?;
+        reads::locked_executions(&client, grants).await
     }
 
     async fn append_outcome(&self, write: OutcomeWrite) -> Result<Version, DbError> {
@@ -544,6 +551,18 @@ impl DbTimers for PostgresStore {
     async fn get_expired_timers(&self, at: DateTime<Utc>) -> Result<Vec<ExpiredTimer>, DbError> {
         let client = self.client().await?;
         reads::expired_timers(&client, at).await
+    }
+
+    async fn append_outcomes(
+        &self,
+        writes: Vec<OutcomeWrite>,
+    ) -> Result<Vec<Result<Version, DbError>>, DbError> {
+        Ok(self
+            .write(WriteRequest::Outcomes(writes))
+            .await?
+            .reply
+            .outcomes()?
+            .0)
     }
 
     async fn append_response(

@@ -1,6 +1,7 @@
 //! The read half of a write: the rows its [`Keys`] name, loaded into a [`Snapshot`] under row
 //! locks. Every load a write needs goes out in one pipeline behind its `BEGIN`; a second one
-//! loads the logs of what `lock_pending` found, or the follow-up keys of `cancel` and `prune`.
+//! loads the follow-up keys of `cancel` and `prune`. `lock_pending` loads the rows of what it
+//! finds, never their logs: those are read after the `COMMIT`.
 
 use crate::{
     codec::{
@@ -11,10 +12,9 @@ use crate::{
 };
 use concepts::{
     DbError, DelayId, JoinSetResponseEventOuter,
-    kernel::{DelayRow, JoinSetCounters, JoinSetRow, Keys, LogRows, Snapshot, descendant_bounds},
+    kernel::{DelayRow, JoinSetCounters, JoinSetRow, Keys, Snapshot, descendant_bounds},
 };
 use deadpool_postgres::ClientWrapper;
-use std::collections::HashMap;
 use tokio_postgres::{Row, Statement, types::ToSql};
 
 /// Due executions, oldest first; rows another transaction holds are skipped, so that two
@@ -54,12 +54,6 @@ const SELECT_CHILD_RESPONSES: &str = "SELECT k.ord \
     FROM UNNEST($1::text[], $2::text[]) WITH ORDINALITY AS k(id, child_id, ord) \
     WHERE EXISTS (SELECT 1 FROM t_response r \
                   WHERE r.execution_id = k.id AND r.child_execution_id = k.child_id)";
-
-const SELECT_LOG_EVENTS: &str = "SELECT execution_id, event_json FROM t_event \
-    WHERE execution_id = ANY($1) ORDER BY execution_id, version";
-
-const SELECT_LOG_RESPONSES: &str = "SELECT execution_id, response_json FROM t_response \
-    WHERE execution_id = ANY($1) ORDER BY execution_id, idx";
 
 /// The `Created` event (version 0) of each execution `$1` that exists.
 const SELECT_CREATED: &str = "SELECT execution_id, event_json FROM t_event \
@@ -344,7 +338,7 @@ async fn load(
         snapshot.child_responses.insert(key);
     }
     if !due.is_empty() {
-        load_due(client, &due, snapshot).await?;
+        load_due(&due, snapshot)?;
     }
     Ok(())
 }
@@ -469,13 +463,9 @@ fn limit_param(limit: usize) -> i64 {
     i64::try_from(limit).unwrap_or(i64::MAX)
 }
 
-/// Adds the due executions `rows` with their logs, oldest first: SQL ordered them by
-/// microseconds, the exact due time (then the id) decides.
-async fn load_due(
-    client: &ClientWrapper,
-    rows: &[Row],
-    snapshot: &mut Snapshot,
-) -> Result<(), DbError> {
+/// Adds the due executions `rows`, oldest first: SQL ordered them by microseconds, the exact
+/// due time (then the id) decides.
+fn load_due(rows: &[Row], snapshot: &mut Snapshot) -> Result<(), DbError> {
     let mut due = rows
         .iter()
         .map(execution_row)
@@ -484,41 +474,10 @@ async fn load_due(
         let at = |row: &concepts::kernel::ExecutionRow| row.state.pending_state.pending_at();
         (at(a), &a.execution_id).cmp(&(at(b), &b.execution_id))
     });
-    let ids: Vec<&str> = due.iter().map(|row| row.execution_id.as_str()).collect();
-    let [events_stmt, responses_stmt] = prepare(
-        client,
-        [Some(SELECT_LOG_EVENTS), Some(SELECT_LOG_RESPONSES)],
-    )
-    .await?;
-    let (events, responses) = tokio::join!(
-        biased;
-        query(client, events_stmt, [&ids]),
-        query(client, responses_stmt, [&ids]),
-    );
-    let events = events.map_err(map_pg_error)?;
-    let responses = responses.map_err(map_pg_error)?;
-    let position: HashMap<&str, usize> = ids.iter().enumerate().map(|(i, id)| (*id, i)).collect();
-    let mut logs: Vec<LogRows> = ids
-        .iter()
-        .map(|_| LogRows {
-            events: Vec::new(),
-            responses: Vec::new(),
-        })
-        .collect();
-    for row in &events {
-        if let Some(i) = position.get(column::<&str>(row, 0)?) {
-            logs[*i].events.push(from_json(column(row, 1)?, "event")?);
-        }
-    }
-    for row in &responses {
-        if let Some(i) = position.get(column::<&str>(row, 0)?) {
-            logs[*i]
-                .responses
-                .push(from_json(column(row, 1)?, "response")?);
-        }
-    }
-    for (row, log) in due.into_iter().zip(logs) {
-        snapshot.add_due(row, log);
+    // Only the rows: the histories are read after the `COMMIT`
+    // (`reads::locked_executions`).
+    for row in due {
+        snapshot.add_due(row);
     }
     Ok(())
 }

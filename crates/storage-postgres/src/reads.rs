@@ -12,9 +12,11 @@ use chrono::{DateTime, Utc};
 use concepts::{
     DbError, DelayId, ExecutionEvent, ExecutionId, ExecutionLog, ExecutionSummary, ExpiredDelay,
     ExpiredTimer, FinishedExecutionResult, FunctionFqn, JoinSetResponseEventOuter,
-    ListExecutionsFilter, Pagination, Version,
+    ListExecutionsFilter, LockedExecution, Pagination, Version,
+    kernel::{self, LockGrant, LogRows},
 };
 use deadpool_postgres::GenericClient;
+use std::collections::HashMap;
 use tokio_postgres::{IsolationLevel, Row, types::ToSql};
 
 fn event_of(row: &Row, idx: usize) -> Result<ExecutionEvent, DbError> {
@@ -23,6 +25,73 @@ fn event_of(row: &Row, idx: usize) -> Result<ExecutionEvent, DbError> {
 
 fn response_of(row: &Row, idx: usize) -> Result<JoinSetResponseEventOuter, DbError> {
     from_json(column(row, idx)?, "response")
+}
+
+/// The events below each locked version `$2` of execution `$1`.
+const SELECT_LOCKED_EVENTS: &str = "SELECT e.execution_id, e.event_json \
+    FROM UNNEST($1::text[], $2::int8[]) AS k(id, below) \
+    JOIN t_event e ON e.execution_id = k.id AND e.version < k.below \
+    ORDER BY e.execution_id, e.version";
+
+/// The responses of each execution `$1`.
+const SELECT_LOCKED_RESPONSES: &str = "SELECT execution_id, response_json FROM t_response \
+    WHERE execution_id = ANY($1) ORDER BY execution_id, idx";
+
+/// The executions `lock_pending` locked, handed over with their histories (the events below
+/// the locked version and the responses), read after the `COMMIT` in one pipeline of two
+/// statements: the log below a lease is append-only, so this reads what the write saw, and
+/// the write's transaction (and its row locks) never waited for a long log.
+pub(crate) async fn locked_executions(
+    client: &impl GenericClient,
+    grants: Vec<LockGrant>,
+) -> Result<Vec<LockedExecution>, DbError> {
+    let ids: Vec<&str> = grants.iter().map(|g| g.row.execution_id.as_str()).collect();
+    let bound = |n: usize| count_to_i64(u64::try_from(n).unwrap_or(u64::MAX));
+    let event_bounds: Vec<i64> = grants
+        .iter()
+        .map(|g| bound(g.events_handed_over()))
+        .collect();
+    let (events_stmt, responses_stmt) = tokio::join!(
+        client.prepare_cached(SELECT_LOCKED_EVENTS),
+        client.prepare_cached(SELECT_LOCKED_RESPONSES),
+    );
+    let (events_stmt, responses_stmt) = (
+        events_stmt.map_err(map_pg_error)?,
+        responses_stmt.map_err(map_pg_error)?,
+    );
+    let event_params: [&(dyn ToSql + Sync); 2] = [&ids, &event_bounds];
+    let response_params: [&(dyn ToSql + Sync); 1] = [&ids];
+    let (events, responses) = tokio::join!(
+        client.query(&events_stmt, &event_params),
+        client.query(&responses_stmt, &response_params),
+    );
+    let (events, responses) = (
+        events.map_err(map_pg_error)?,
+        responses.map_err(map_pg_error)?,
+    );
+    let position: HashMap<&str, usize> = ids.iter().enumerate().map(|(i, id)| (*id, i)).collect();
+    let mut logs: Vec<LogRows> = ids
+        .iter()
+        .map(|_| LogRows {
+            events: Vec::new(),
+            responses: Vec::new(),
+        })
+        .collect();
+    for row in &events {
+        if let Some(i) = position.get(column::<&str>(row, 0)?) {
+            logs[*i].events.push(event_of(row, 1)?);
+        }
+    }
+    for row in &responses {
+        if let Some(i) = position.get(column::<&str>(row, 0)?) {
+            logs[*i].responses.push(response_of(row, 1)?);
+        }
+    }
+    grants
+        .into_iter()
+        .zip(logs)
+        .map(|(grant, log)| kernel::hand_over(grant, log))
+        .collect()
 }
 
 /// True when an execution of `ffqns` is due at `at`.

@@ -83,8 +83,11 @@
 //! Reads run on a `deadpool-sqlite` pool of read-only connections beside the writer (WAL lets
 //! readers and the writer run at once). A read that takes several statements runs in one read
 //! transaction and so sees one snapshot. Since a write is acknowledged only after its commit,
-//! a read issued after a write's reply sees that write (read-your-writes). `lock_pending`, which
-//! must read what it locks, runs entirely in the writer's transaction.
+//! a read issued after a write's reply sees that write (read-your-writes). `lock_pending` finds
+//! and locks due executions in the writer's transaction from their state rows alone; the
+//! histories its workers are handed (the events below the locked version, the responses) are
+//! read after the commit on a reader, in one read transaction
+//! ([`concepts::kernel::hand_over`]), so that a long log never holds up the writer.
 //!
 //! # Schema
 //!

@@ -14,7 +14,7 @@ use concepts::{
     CreateRequest, DelayId, DuplicateKind, ExecutionEvent, ExecutionId, Version,
     kernel::{
         self, DelayRow, ExecutionChange, ExecutionRow, JoinSetCounters, JoinSetKey, JoinSetRow,
-        Keys, LogRows, Snapshot, Wakeup, WritePlan, WriteRequest,
+        Keys, Snapshot, Wakeup, WritePlan, WriteRequest,
     },
 };
 use rusqlite::{CachedStatement, Connection, OptionalExtension, params};
@@ -100,12 +100,10 @@ impl<'c> WriteCtx<'c> {
         }
         if let Some(due) = &keys.due {
             let rows = reads::due_rows(self.conn, &due.ffqns, due.pending_at_or_sooner, due.limit)?;
+            // Only the rows: the histories are read after the commit, on a reader (see
+            // `reads::locked_executions`), so that the writer never waits for a long log.
             for row in rows {
-                let log = LogRows {
-                    events: reads::events(self.conn, &row.execution_id)?,
-                    responses: reads::responses_from(self.conn, &row.execution_id, 0)?,
-                };
-                snapshot.add_due(row, log);
+                snapshot.add_due(row);
             }
         }
         Ok(())

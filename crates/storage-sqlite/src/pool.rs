@@ -303,7 +303,13 @@ async fn open_readers(config: &SqliteConfig) -> Result<deadpool_sqlite::Pool, Sq
 #[async_trait]
 impl DbExecutor for SqlitePool {
     async fn lock_pending(&self, req: LockPendingRequest) -> Result<Vec<LockedExecution>, DbError> {
-        self.write(WriteRequest::LockPending(req), |plan| Ok(plan.locked))
+        let grants = self
+            .write(WriteRequest::LockPending(req), |plan| Ok(plan.locked))
+            .await?;
+        if grants.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.read(move |conn| reads::locked_executions(conn, grants))
             .await
     }
 
@@ -366,6 +372,16 @@ impl DbWorkflow for SqlitePool {
 impl DbTimers for SqlitePool {
     async fn get_expired_timers(&self, at: DateTime<Utc>) -> Result<Vec<ExpiredTimer>, DbError> {
         self.read(move |conn| reads::expired_timers(conn, at)).await
+    }
+
+    async fn append_outcomes(
+        &self,
+        writes: Vec<OutcomeWrite>,
+    ) -> Result<Vec<Result<Version, DbError>>, DbError> {
+        self.write(WriteRequest::Outcomes(writes), |plan| {
+            Ok(plan.reply.outcomes()?.0)
+        })
+        .await
     }
 
     async fn append_response(

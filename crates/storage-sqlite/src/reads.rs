@@ -12,7 +12,8 @@ use chrono::{DateTime, Utc};
 use concepts::{
     DbError, ExecutionEvent, ExecutionEventInner, ExecutionId, ExecutionLog, ExecutionSummary,
     ExpiredDelay, ExpiredTimer, FinishedExecutionResult, FunctionFqn, JoinSetResponseEventOuter,
-    ListExecutionsFilter, Pagination, PendingState, Version, kernel::ExecutionRow,
+    ListExecutionsFilter, LockedExecution, Pagination, PendingState, Version,
+    kernel::{self, ExecutionRow, LockGrant, LogRows},
 };
 use rusqlite::{Connection, OptionalExtension, params, params_from_iter, types::Value};
 
@@ -108,6 +109,28 @@ pub(crate) fn responses_from(
         responses.push(serde_json::from_str(&json)?);
     }
     Ok(responses)
+}
+
+/// The executions `lock_pending` locked, handed over with their histories (the events below
+/// the locked version and the responses), read after the commit from one snapshot: the log
+/// below a lease is append-only, so this reads what the write saw, without holding the
+/// writer.
+pub(crate) fn locked_executions(
+    conn: &mut Connection,
+    grants: Vec<LockGrant>,
+) -> Result<Vec<LockedExecution>> {
+    let tx = conn.transaction()?;
+    let mut locked = Vec::with_capacity(grants.len());
+    for grant in grants {
+        let execution_id = &grant.row.execution_id;
+        let log = LogRows {
+            events: events_since(&tx, execution_id, Version(0), grant.events_handed_over())?,
+            responses: responses_from(&tx, execution_id, 0)?,
+        };
+        locked.push(kernel::hand_over(grant, log)?);
+    }
+    tx.finish()?;
+    Ok(locked)
 }
 
 /// The responses from index `start_idx` on, `None` while there are none, from one snapshot.

@@ -45,6 +45,9 @@ pub enum Write<'a> {
     AppendBatch(&'a AppendBatchRequest),
     /// `append_outcome`.
     Outcome(&'a OutcomeWrite),
+    /// `append_outcomes`; once it is answered, each item it accepted is acknowledged on its
+    /// own, as an [`Write::Outcome`].
+    Outcomes(&'a [OutcomeWrite]),
     /// `append_response`.
     Response {
         /// When it arrives.
@@ -272,6 +275,23 @@ impl DbWorkflow for ForwardingDb {
 impl DbTimers for ForwardingDb {
     async fn get_expired_timers(&self, at: DateTime<Utc>) -> Result<Vec<ExpiredTimer>, DbError> {
         self.inner.get_expired_timers(at).await
+    }
+
+    async fn append_outcomes(
+        &self,
+        writes: Vec<OutcomeWrite>,
+    ) -> Result<Vec<Result<Version, DbError>>, DbError> {
+        let copies = writes.clone();
+        let replies = self
+            .apply(Write::Outcomes(&copies), self.inner.append_outcomes(writes))
+            .await?;
+        // Each accepted item is an acknowledged outcome of its own.
+        for (write, reply) in copies.iter().zip(&replies) {
+            if reply.is_ok() {
+                self.hook.acknowledged(&Write::Outcome(write));
+            }
+        }
+        Ok(replies)
     }
 
     async fn append_response(

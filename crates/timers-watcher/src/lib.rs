@@ -4,12 +4,15 @@
 //!
 //! Every `tick_sleep`, at `now - leeway` (the leeway lets a worker that is about to finish
 //! write its own outcome first), one [`tick`]:
-//! - times out each expired lease: `TemporarilyTimedOut` with `backoff_expires_at = now +
+//! - delivers `DelayFinished` to the join set of each expired delay, first: a long list of
+//!   expired leases never holds up a due sleep. A duplicate (another watcher was faster) is
+//!   not an error and is not counted.
+//! - times out the expired leases, [`LEASES_PER_WRITE`] to a transaction
+//!   (`DbTimers::append_outcomes`, each lease accepted or refused on its own; if the whole
+//!   write fails, lease by lease), a few such writes in flight at once: each: `TemporarilyTimedOut` with `backoff_expires_at = now +
 //!   backoff` while a retry is left, else `Finished(Err(PermanentTimeout))` together with the
 //!   parent's response, at the version it read. If the version moved on, the worker won the
 //!   race; that is not an error and is not counted.
-//! - delivers `DelayFinished` to the join set of each expired delay. A duplicate (another
-//!   watcher was faster) is not an error and is not counted.
 //!
 //! ```
 //! use concepts::DbConnection;
@@ -64,6 +67,7 @@ use concepts::{
     ExpiredTimer, FinishedExecutionError, JoinSetResponse, JoinSetResponseEvent, OutcomeWrite,
     add_saturating, is_lost_race, retry, sub_saturating,
 };
+use futures_util::StreamExt as _;
 use std::{future::Future, sync::Arc, time::Duration};
 use tokio::{sync::watch, task::JoinHandle};
 use tracing::{Instrument, debug, info_span, warn};
@@ -86,7 +90,17 @@ pub struct TickProgress {
     pub expired_async_timers: usize,
 }
 
+/// How many expired leases one `append_outcomes` call times out: one transaction each.
+pub const LEASES_PER_WRITE: usize = 1_000;
+
+/// How many of those writes a tick has in flight at once.
+const WRITES_IN_FLIGHT: usize = 4;
+
 /// One pass at `now`: acts on every timer that expired at or before `now - leeway`.
+///
+/// Due durable sleeps go first, so that a long list of expired leases (a dead process's)
+/// never holds one up; the leases follow, [`LEASES_PER_WRITE`] to a transaction
+/// (`DbTimers::append_outcomes`), each accepted or refused on its own.
 ///
 /// Fails only when the expired timers cannot be read; a write that fails for another reason
 /// than a lost race is logged and retried by the next tick.
@@ -95,18 +109,10 @@ where
     D: DbTimers + DbExecutor + ?Sized,
 {
     let mut progress = TickProgress::default();
+    let mut locks = Vec::new();
     for timer in db.get_expired_timers(sub_saturating(now, leeway)).await? {
         match timer {
-            ExpiredTimer::Lock(lock) => {
-                let execution_id = lock.execution_id.clone();
-                match db.append_outcome(expired_lock_write(&lock, now)).await {
-                    Ok(_) => progress.expired_locks += 1,
-                    Err(err) if is_lost_race(&err) => {
-                        debug!(%execution_id, "the worker wrote first: {err}");
-                    }
-                    Err(err) => warn!(%execution_id, "cannot time out the expired lease: {err}"),
-                }
-            }
+            ExpiredTimer::Lock(lock) => locks.push(lock),
             ExpiredTimer::Delay(delay) => {
                 let response = delay_response(&delay);
                 match db.append_response(now, &delay.execution_id, response).await {
@@ -121,7 +127,56 @@ where
             }
         }
     }
+    // A few writes in flight at once: SQLite's writer commits them together, PostgreSQL runs
+    // them on as many connections (each locks its rows in id order, so they never deadlock).
+    let writes: Vec<_> = locks
+        .chunks(LEASES_PER_WRITE)
+        .map(|chunk| time_out(db, chunk, now))
+        .collect();
+    let mut writes = futures_util::stream::iter(writes).buffered(WRITES_IN_FLIGHT);
+    while let Some(resolved) = writes.next().await {
+        progress.expired_locks += resolved;
+    }
     Ok(progress)
+}
+
+/// Times out `locks` in one write; returns how many were resolved. When the write as a whole
+/// fails, each lease is written on its own, so that one lease the store cannot write does not
+/// keep the others waiting.
+async fn time_out<D>(db: &D, locks: &[ExpiredLock], now: DateTime<Utc>) -> usize
+where
+    D: DbTimers + DbExecutor + ?Sized,
+{
+    let writes = locks
+        .iter()
+        .map(|lock| expired_lock_write(lock, now))
+        .collect();
+    let results = match db.append_outcomes(writes).await {
+        Ok(results) => results,
+        Err(err) => {
+            warn!(
+                leases = locks.len(),
+                "cannot time out expired leases together, one by one: {err}"
+            );
+            let mut results = Vec::with_capacity(locks.len());
+            for lock in locks {
+                results.push(db.append_outcome(expired_lock_write(lock, now)).await);
+            }
+            results
+        }
+    };
+    let mut resolved = 0;
+    for (lock, result) in locks.iter().zip(results) {
+        let execution_id = &lock.execution_id;
+        match result {
+            Ok(_) => resolved += 1,
+            Err(err) if is_lost_race(&err) => {
+                debug!(%execution_id, "the worker wrote first: {err}");
+            }
+            Err(err) => warn!(%execution_id, "cannot time out the expired lease: {err}"),
+        }
+    }
+    resolved
 }
 
 /// The write that resolves an expired lease at `now`: a timeout while a retry is left, else a

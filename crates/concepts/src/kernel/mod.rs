@@ -5,8 +5,7 @@
 //!
 //! 1. **Keys.** The backend wraps the call in a [`WriteRequest`] and asks it for its
 //!    [`Keys`]: exactly the rows the write touches (execution rows, join-set counters, delays,
-//!    child responses, whether due executions must be found, which logs a locked execution
-//!    needs). Rules that depend on the request alone (an empty batch, a lease that expires
+//!    child responses, whether due executions must be found). Rules that depend on the request alone (an empty batch, a lease that expires
 //!    before it starts, a child that no event announces) are checked here, before anything is
 //!    read.
 //! 2. **Load.** The backend reads those rows into a [`Snapshot`], under its own locking (a
@@ -23,20 +22,31 @@
 //!    [`Wakeup`]s the write causes. Or the typed error that refuses the whole write.
 //! 4. **Persist, then wake.** The backend writes the plan atomically, and only after it
 //!    committed hands the wake-ups to its [`WaiterHub`] (and, across processes, to whatever
-//!    carries them).
+//!    carries them). A `lock_pending` plan grants leases from the state rows alone
+//!    ([`LockGrant`]); after the commit the backend reads each granted execution's history and
+//!    [`hand_over`] assembles what its worker gets, so no write transaction reads a log.
+//!
+//! One write is planned item by item: `append_outcomes` ([`WriteRequest::Outcomes`], the
+//! watcher timing out many leases), where each outcome is planned on the snapshot as the
+//! accepted ones before it left it, a refused one refuses only itself, and the accepted
+//! changes are merged into one plan; its reply is one result per item ([`OutcomeReplies`]).
 //!
 //! Every validation, every error message and every transition lives in this module and in
 //! [`ExecutionState`](crate::ExecutionState); no backend constructs a
 //! [`ValidationError`](crate::ValidationError). The kernel is driver-free and clock-free: time
 //! comes in with the request.
 
+mod handover;
 mod lifecycle;
+mod outcomes;
 mod plan;
 mod request;
 mod snapshot;
 mod validate;
 mod waiters;
 
+pub use handover::{LockGrant, hand_over};
+pub use outcomes::OutcomeReplies;
 pub use plan::{
     ExecutionChange, PlannedDelay, PlannedResponse, Wakeup, WritePlan, WriteReply, WriteRequest,
     plan,
@@ -50,5 +60,7 @@ pub use waiters::{WaiterCounts, WaiterHub};
 
 #[cfg(test)]
 mod lifecycle_tests;
+#[cfg(test)]
+mod outcomes_tests;
 #[cfg(test)]
 mod tests;

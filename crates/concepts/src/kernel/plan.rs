@@ -5,13 +5,13 @@ pub use super::request::{
     ExecutionChange, PlannedDelay, PlannedResponse, Wakeup, WritePlan, WriteReply, WriteRequest,
 };
 
+use super::handover::LockGrant;
 use super::snapshot::{DelayRow, ExecutionRow, FastHash, JoinSetCounters, Snapshot};
 use crate::{
     AppendBatchRequest, BackendError, CreateOutcome, CreateRequest, DbError, DelayId,
     DuplicateKind, ExecutionEvent, ExecutionEventInner, ExecutionId, HistoryEvent, JoinSetId,
     JoinSetRequest, JoinSetResponse, JoinSetResponseEvent, JoinSetResponseEventOuter,
-    LockPendingRequest, Locked, LockedExecution, OutcomeWrite, PendingState, RunId,
-    ValidationError, Version,
+    LockPendingRequest, Locked, OutcomeWrite, PendingState, RunId, ValidationError, Version,
 };
 use chrono::{DateTime, Utc};
 use std::collections::{HashMap, HashSet};
@@ -34,6 +34,9 @@ pub fn plan(snapshot: &Snapshot, request: WriteRequest) -> Result<WritePlan, DbE
         }
         WriteRequest::AppendBatch(req) => WriteReply::Version(planner.append_batch(req)?),
         WriteRequest::Outcome(write) => WriteReply::Version(planner.outcome(write)?),
+        WriteRequest::Outcomes(writes) => {
+            return Ok(super::outcomes::plan_outcomes(snapshot, writes));
+        }
         WriteRequest::Response {
             now,
             execution_id,
@@ -69,7 +72,7 @@ pub fn plan(snapshot: &Snapshot, request: WriteRequest) -> Result<WritePlan, DbE
 }
 
 /// Which waiters a change concerns: new responses; a new `Finished`; a new `PendingAt`.
-fn wakeups_of(change: &ExecutionChange, wakeups: &mut Vec<Wakeup>) {
+pub(super) fn wakeups_of(change: &ExecutionChange, wakeups: &mut Vec<Wakeup>) {
     let execution_id = &change.row.execution_id;
     let new_state = &change.row.state.pending_state;
     let old_state = change.old_state.as_ref();
@@ -141,7 +144,7 @@ pub(super) struct Planner<'s> {
 }
 
 impl<'s> Planner<'s> {
-    fn new(snapshot: &'s Snapshot) -> Self {
+    pub(super) fn new(snapshot: &'s Snapshot) -> Self {
         Self {
             snapshot,
             changes: Vec::new(),
@@ -484,7 +487,7 @@ impl<'s> Planner<'s> {
         Ok(next_version)
     }
 
-    fn lock_pending(&mut self, req: &LockPendingRequest) -> Result<Vec<LockedExecution>, DbError> {
+    fn lock_pending(&mut self, req: &LockPendingRequest) -> Result<Vec<LockGrant>, DbError> {
         let mut locked = Vec::with_capacity(self.snapshot.due.len());
         for execution_id in &self.snapshot.due {
             let row =
@@ -514,55 +517,13 @@ impl<'s> Planner<'s> {
                 ExecutionEventInner::Locked(locked_event.clone()),
             )?;
             let idx = self.touch(execution_id)?;
-            locked.push(self.locked_execution(idx, locked_event)?);
+            locked.push(LockGrant {
+                row: self.changes[idx].row.clone(),
+                locked_at: version,
+                locked_event,
+            });
         }
         Ok(locked)
-    }
-
-    /// What a worker needs about an execution this write locks.
-    fn locked_execution(
-        &self,
-        idx: usize,
-        locked_event: Locked,
-    ) -> Result<LockedExecution, DbError> {
-        let row = &self.changes[idx].row;
-        let log = self.snapshot.logs.get(&row.execution_id).ok_or_else(|| {
-            inconsistent(format!("the log of {} was not loaded", row.execution_id))
-        })?;
-        let Some(ExecutionEventInner::Created {
-            params,
-            metadata,
-            scheduled_at,
-            ..
-        }) = log.events.first().map(|e| &e.event)
-        else {
-            return Err(inconsistent(format!(
-                "version 0 of execution {} is not `Created`",
-                row.execution_id
-            )));
-        };
-        Ok(LockedExecution {
-            execution_id: row.execution_id.clone(),
-            next_version: row.state.next_version,
-            metadata: metadata.clone(),
-            locked_event,
-            ffqn: row.ffqn.clone(),
-            params: params.clone(),
-            event_history: log
-                .events
-                .iter()
-                .filter_map(|e| match &e.event {
-                    ExecutionEventInner::HistoryEvent { event } => Some(event.clone()),
-                    _ => None,
-                })
-                .collect(),
-            responses: log.responses.clone(),
-            scheduled_at: *scheduled_at,
-            retry_exp_backoff: row.retry_exp_backoff,
-            max_retries: row.max_retries,
-            parent: row.parent.clone(),
-            temporary_event_count: row.temporary_event_count,
-        })
     }
 }
 

@@ -2,6 +2,7 @@
 //! [`Keys`] it names (first, and after a first load), and the [`WritePlan`] with its
 //! [`WriteReply`] that the planner returns.
 
+use super::outcomes::OutcomeReplies;
 use super::plan::inconsistent;
 use super::snapshot::{DueQuery, ExecutionRow, JoinSetCounters, JoinSetKey, Keys, Snapshot};
 use super::validate::{validate_append_batch, validate_create, validate_lock_pending};
@@ -9,8 +10,8 @@ use crate::{
     AppendBatchRequest, CancelOutcome, CancelRequest, CompleteOutcome, CompleteRequest,
     CreateOutcome, CreateRequest, DbError, DelayId, ExecutionEvent, ExecutionEventInner,
     ExecutionId, FunctionFqn, HistoryEvent, JoinSetId, JoinSetRequest, JoinSetResponse,
-    JoinSetResponseEvent, JoinSetResponseEventOuter, LockPendingRequest, LockedExecution,
-    OutcomeWrite, PendingState, PruneOutcome, PruneRequest, ValidationError, Version,
+    JoinSetResponseEvent, JoinSetResponseEventOuter, LockPendingRequest, OutcomeWrite,
+    PendingState, PruneOutcome, PruneRequest, ValidationError, Version,
 };
 use chrono::{DateTime, Utc};
 
@@ -25,6 +26,8 @@ pub enum WriteRequest {
     AppendBatch(AppendBatchRequest),
     /// `append_outcome`: one event, plus the parent's response when it finishes a child.
     Outcome(OutcomeWrite),
+    /// `append_outcomes`: outcome writes that succeed or fail one by one, in one transaction.
+    Outcomes(Vec<OutcomeWrite>),
     /// `append_response`.
     Response {
         /// When it arrives.
@@ -62,6 +65,8 @@ pub enum WriteReply {
     Complete(CompleteOutcome),
     /// `prune`.
     Prune(PruneOutcome),
+    /// `append_outcomes`: each write's result.
+    Outcomes(OutcomeReplies),
 }
 
 macro_rules! reply_accessor {
@@ -99,6 +104,10 @@ impl WriteReply {
     reply_accessor!(
         /// The answer of `prune`.
         prune, Prune, PruneOutcome
+    );
+    reply_accessor!(
+        /// The answer of `append_outcomes`.
+        outcomes, Outcomes, OutcomeReplies
     );
 }
 
@@ -187,8 +196,9 @@ pub struct WritePlan {
     pub changes: Vec<ExecutionChange>,
     /// The wake-ups to deliver after the commit.
     pub wakeups: Vec<Wakeup>,
-    /// The executions locked (`lock_pending`), in lock order.
-    pub locked: Vec<LockedExecution>,
+    /// The leases granted (`lock_pending`), in lock order: the backend reads their histories
+    /// after the commit and hands each over with [`hand_over`](super::hand_over).
+    pub locked: Vec<super::handover::LockGrant>,
     /// Executions to delete with everything stored about them (`prune`): events, responses,
     /// join-set counters, delays and the row.
     pub deleted: Vec<ExecutionId>,
@@ -228,17 +238,17 @@ impl WriteRequest {
                     .map(|c| c.execution_id.clone())
                     .collect();
             }
-            Self::Outcome(write) => {
-                keys.executions.push(write.execution_id.clone());
-                event_keys(
-                    &mut keys,
-                    &write.execution_id,
-                    std::slice::from_ref(&write.event),
-                );
-                if let Some((parent_id, response)) = write.parent_response() {
-                    keys.executions.push(parent_id.clone());
-                    response_keys(&mut keys, &parent_id, &response.event);
+            Self::Outcome(write) => outcome_keys(&mut keys, write),
+            Self::Outcomes(writes) => {
+                if writes.is_empty() {
+                    return Err(ValidationError::EmptyBatch("append_outcomes").into());
                 }
+                for write in writes {
+                    outcome_keys(&mut keys, write);
+                }
+                dedup_in_order(&mut keys.executions);
+                dedup_in_order(&mut keys.delays);
+                dedup_in_order(&mut keys.child_responses);
             }
             Self::Response {
                 execution_id,
@@ -275,6 +285,29 @@ impl WriteRequest {
             _ => None,
         }
     }
+}
+
+/// The rows an outcome write touches: its execution, and its parent's when it answers one.
+fn outcome_keys(keys: &mut Keys, write: &OutcomeWrite) {
+    keys.executions.push(write.execution_id.clone());
+    event_keys(
+        keys,
+        &write.execution_id,
+        std::slice::from_ref(&write.event),
+    );
+    if let Some((parent_id, response)) = write.parent_response() {
+        keys.executions.push(parent_id.clone());
+        response_keys(keys, &parent_id, &response.event);
+    }
+}
+
+/// Drops the repeats of `items`, keeping each first occurrence where it was.
+fn dedup_in_order<T: Clone + Eq + std::hash::Hash>(items: &mut Vec<T>) {
+    let mut seen = std::collections::HashSet::with_capacity_and_hasher(
+        items.len(),
+        super::snapshot::FastHash::default(),
+    );
+    items.retain(|item| seen.insert(item.clone()));
 }
 
 /// The join sets and delays that `events` of `execution_id` touch.

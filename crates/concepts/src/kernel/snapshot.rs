@@ -193,7 +193,8 @@ pub struct Keys {
     pub due: Option<DueQuery>,
 }
 
-/// The log of an execution that is being locked: what its worker is handed.
+/// The history of an execution that was locked, read after the commit: what its worker is
+/// handed, cut at the grant's bounds by [`hand_over`](super::hand_over).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LogRows {
     /// Every event, `events[v]` at version `v`.
@@ -228,10 +229,10 @@ pub struct Snapshot {
     pub delays: HashMap<(ExecutionId, DelayId), DelayRow, FastHash>,
     /// The pairs of `Keys::child_responses` whose response is stored.
     pub child_responses: HashSet<(ExecutionId, ExecutionId), FastHash>,
-    /// The executions the due query found, in the order it found them.
+    /// The executions the due query found, in the order it found them (their rows are in
+    /// `executions`; their histories are read after the commit, see
+    /// [`hand_over`](super::hand_over)).
     pub due: Vec<ExecutionId>,
-    /// The logs of the due executions.
-    pub logs: HashMap<ExecutionId, LogRows, FastHash>,
 }
 
 impl Snapshot {
@@ -240,10 +241,9 @@ impl Snapshot {
         self.executions.insert(row.execution_id.clone(), row);
     }
 
-    /// Adds a due execution: its row and its log, in the order found.
-    pub fn add_due(&mut self, row: ExecutionRow, log: LogRows) {
+    /// Adds a due execution's row, in the order found.
+    pub fn add_due(&mut self, row: ExecutionRow) {
         self.due.push(row.execution_id.clone());
-        self.logs.insert(row.execution_id.clone(), log);
         self.add_execution(row);
     }
 }

@@ -526,24 +526,41 @@ fn lock_pending_locks_what_is_due_and_hands_out_the_log() {
         events: vec![create_request(&due, None).to_created_event()],
         responses: Vec::new(),
     };
-    snapshot.add_due(row(&due, 1, pending(3)), log.clone());
+    snapshot.add_due(row(&due, 1, pending(3)));
     // An index that rounded a due time down returns a candidate that is not due yet.
-    snapshot.add_due(
-        row(
-            &later,
-            1,
-            PendingState::PendingAt {
-                scheduled_at: at(5) + chrono::TimeDelta::nanoseconds(1),
-            },
-        ),
-        log,
-    );
+    snapshot.add_due(row(
+        &later,
+        1,
+        PendingState::PendingAt {
+            scheduled_at: at(5) + chrono::TimeDelta::nanoseconds(1),
+        },
+    ));
     let plan = run(&snapshot, request(at(9))).unwrap();
     assert_eq!(plan.locked.len(), 1);
-    let locked = &plan.locked[0];
+    let grant = plan.locked[0].clone();
+    assert_eq!(grant.locked_at, Version(1));
+    assert_eq!(grant.events_handed_over(), 1);
+    // The history read after the commit may have grown: it is cut at the grant's bounds.
+    let mut grown = log.clone();
+    grown.events.push(ExecutionEvent {
+        created_at: at(9),
+        event: ExecutionEventInner::Finished {
+            result: Ok(crate::SupportedFunctionReturnValue::None),
+        },
+    });
+    let locked = hand_over(grant.clone(), grown).unwrap();
     assert_eq!(locked.execution_id, due);
     assert_eq!(locked.next_version, Version(2));
     assert_eq!(locked.params, serde_json::json!([1]).into());
+    assert!(locked.event_history.is_empty());
+    let short = LogRows {
+        events: Vec::new(),
+        responses: Vec::new(),
+    };
+    assert!(
+        hand_over(grant, short).is_err(),
+        "a history shorter than the grant's"
+    );
     assert_eq!(plan.changes.len(), 1);
     assert!(matches!(
         plan.changes[0].row.state.pending_state,

@@ -1,11 +1,12 @@
-//! The executor and watcher scenarios (E1..E19 of `SCENARIOS.md`, and E20, E21 beyond it): the
+//! The executor and watcher scenarios (E1..E19 of `SCENARIOS.md`, and E20..E24 beyond it): the
 //! executor's table, the watcher's recovery of expired leases and delays, join sets across
 //! parent and child, the task limiter, retried outcome writes, the bound on runs in flight
 //! without a limiter, and several executors sharing a store.
 //!
 //! One module per subject: `outcomes` (one executor on manual ticks: E1, E3, E4, E5, E12, E13,
 //! E15, E18), `children` (E6..E9), `watcher` (E10, E11, E19), `faults` (E20: a store that
-//! fails outcome writes), `bound` (E21: runs in flight without a task limiter) and `spawned`
+//! fails outcome writes), `bound` (E21: runs in flight without a task limiter), `expiry` (E22..E24: many leases
+//! expiring at once, a sleep due among them, a stale entry among them) and `spawned`
 //! (the spawned loop: E2, E14, E16, E17); the fixture they share is here, the workers they run
 //! in `workers`, and the scenarios are re-exported here, where the
 //! [`executor_scenario_tests!`](crate::executor_scenario_tests) macro finds them.
@@ -18,6 +19,7 @@ pub mod workers;
 
 mod bound;
 mod children;
+mod expiry;
 mod faults;
 mod outcomes;
 mod spawned;
@@ -27,6 +29,10 @@ pub use bound::e21_runs_in_flight_are_bounded_without_a_limiter;
 pub use children::{
     e6_child_failure_notifies_parent, e7_child_timeout_by_watcher_notifies_parent,
     e8_unhandled_child_error_reaches_parent, e9_child_success_notifies_parent,
+};
+pub use expiry::{
+    e22_many_leases_time_out_in_one_pass, e23_sleep_fires_before_ten_thousand_expiries,
+    e24_stale_entry_among_expired_leases,
 };
 pub use faults::e20_retriable_outcome_write_is_retried;
 pub use outcomes::{
@@ -278,6 +284,9 @@ macro_rules! executor_scenario_tests {
             e19_durable_sleep,
             e20_retriable_outcome_write_is_retried,
             e21_runs_in_flight_are_bounded_without_a_limiter,
+            e22_many_leases_time_out_in_one_pass,
+            e23_sleep_fires_before_ten_thousand_expiries,
+            e24_stale_entry_among_expired_leases,
         );
     };
 }

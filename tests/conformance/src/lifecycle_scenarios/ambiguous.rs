@@ -134,6 +134,13 @@ pub async fn l19_ambiguous_watcher_write_is_not_repeated<F: StoreFactory>(factor
     let f = Fixture::new(factory).await;
     let (store, _seen) = losing_first_replies(f.db.clone(), |write| match write {
         Write::Outcome(outcome) => Some(outcome.execution_id.to_string()),
+        Write::Outcomes(outcomes) => Some(
+            outcomes
+                .iter()
+                .map(|o| o.execution_id.to_string())
+                .collect::<Vec<_>>()
+                .join(","),
+        ),
         Write::Response { execution_id, .. } => Some(execution_id.to_string()),
         _ => None,
     });

@@ -1,0 +1,144 @@
+//! Stored history: the end-to-end rate (the no-op workload of the first table) on a store
+//! that already holds many finished executions, against the same store empty (after a warm-up
+//! run of 1,000); and, on the memory backend, the resident bytes each stored finished
+//! execution costs.
+//!
+//! The store is filled through its own API, quickly: `create_batch` of 10,000, `lock_pending`
+//! of 10,000, and their `Finished` outcomes written 1,000 to a transaction with
+//! `append_outcomes` (the batch write of the watcher), so every stored execution has the rows
+//! and log (`Created`, `Locked`, `Finished`) an executor leaves.
+
+use anyhow::{Context, ensure};
+use concepts::{
+    ClockFn, DbConnection, ExecutionEventInner, LockPendingRequest, OutcomeWrite,
+    SupportedFunctionReturnValue, add_saturating,
+};
+use executor::Now;
+use std::{sync::Arc, time::Duration};
+
+/// What one measurement found.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct HistoryFigures {
+    /// Finished executions stored before the second run.
+    pub(crate) stored: usize,
+    /// End-to-end executions/s on the empty store.
+    pub(crate) empty_rate: f64,
+    /// End-to-end executions/s with `stored` finished executions in the store.
+    pub(crate) stored_rate: f64,
+    /// Resident bytes per stored finished execution (memory backend only).
+    pub(crate) bytes_per_execution: Option<f64>,
+}
+
+const CHUNK: usize = 10_000;
+/// Executions of the warm-up run.
+const WARM_UP: usize = 1_000;
+
+/// Fills `db` with `count` finished executions through its API.
+async fn fill(db: &dyn DbConnection, count: usize) -> anyhow::Result<()> {
+    let ffqns: Arc<[concepts::FunctionFqn]> = Arc::from([crate::FFQN.parse()?]);
+    let mut left = count;
+    while left > 0 {
+        let chunk = left.min(CHUNK);
+        let mut requests = crate::noop_requests(chunk)?;
+        let now = Now.now();
+        for request in &mut requests {
+            request.scheduled_at = now;
+        }
+        db.create_batch(requests).await.context("create_batch")?;
+        let locked = db
+            .lock_pending(LockPendingRequest {
+                batch_size: chunk,
+                pending_at_or_sooner: now,
+                ffqns: ffqns.clone(),
+                now,
+                component_id: crate::component_id()?,
+                executor_id: concepts::ExecutorId::generate_at(now),
+                lock_expires_at: add_saturating(now, Duration::from_secs(600)),
+            })
+            .await
+            .context("lock_pending")?;
+        ensure!(locked.len() == chunk, "locked {} of {chunk}", locked.len());
+        let now = Now.now();
+        let writes: Vec<OutcomeWrite> = locked
+            .into_iter()
+            .map(|l| {
+                let event = ExecutionEventInner::Finished {
+                    result: Ok(SupportedFunctionReturnValue::None),
+                };
+                OutcomeWrite::new(l.execution_id, l.next_version, now, event, None)
+            })
+            .collect();
+        for batch in writes.chunks(timers_watcher::LEASES_PER_WRITE) {
+            let results = db.append_outcomes(batch.to_vec()).await?;
+            ensure!(results.iter().all(Result::is_ok), "a Finished was refused");
+        }
+        left -= chunk;
+    }
+    Ok(())
+}
+
+/// The resident set size of this process, in bytes (Linux), `None` elsewhere.
+fn resident_bytes() -> Option<f64> {
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let pages: f64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    Some(pages * 4096.0)
+}
+
+/// Measures `db` empty, then with `stored` finished executions; `executions` per run.
+pub(crate) async fn measure(
+    backend: &str,
+    db: Arc<dyn DbConnection>,
+    stored: usize,
+    executions: usize,
+    batch_size: usize,
+) -> anyhow::Result<HistoryFigures> {
+    // A first, small run warms the store up (file growth, PostgreSQL's first statistics), so
+    // that the empty store is not measured cold against a warm full one.
+    crate::run_noop(backend, &db, executions.min(WARM_UP), batch_size).await?;
+    let empty = crate::run_noop(backend, &db, executions, batch_size).await?;
+    let before = resident_bytes();
+    fill(db.as_ref(), stored).await?;
+    let after = resident_bytes();
+    let full = crate::run_noop(backend, &db, executions, batch_size).await?;
+    let bytes_per_execution = match (backend, before, after) {
+        ("memory", Some(before), Some(after)) => Some((after - before) / stored as f64),
+        _ => None,
+    };
+    Ok(HistoryFigures {
+        stored,
+        empty_rate: empty.per_second(empty.create + empty.run),
+        stored_rate: full.per_second(full.create + full.run),
+        bytes_per_execution,
+    })
+}
+
+/// The targets-table rows of `figures`: within 20% of the empty store on SQLite and
+/// PostgreSQL (reported on memory), and the memory backend's bytes per execution.
+pub(crate) fn rows(backend: &str, figures: &HistoryFigures) -> Vec<crate::targets::Row> {
+    use crate::targets::{Goal, Row};
+    let goal = if backend == "memory" {
+        Goal::Report
+    } else {
+        Goal::RatioAtLeast(0.8)
+    };
+    let mut rows = vec![Row::against(
+        format!(
+            "end to end with {} finished executions stored, executions/s",
+            figures.stored
+        ),
+        figures.stored_rate,
+        "/s",
+        "the same on the empty store",
+        figures.empty_rate,
+        goal,
+    )];
+    if let Some(bytes) = figures.bytes_per_execution {
+        rows.push(Row::alone(
+            "resident bytes per stored finished execution",
+            bytes,
+            "B",
+            Goal::Report,
+        ));
+    }
+    rows
+}

@@ -1,0 +1,361 @@
+//! E22, E23 and E24: a dead process's many leases expiring at once: the watcher times them out
+//! a batch to a transaction (`append_outcomes`), each accepted or refused on its own, and a
+//! durable sleep due in the same pass is delivered before them.
+
+use crate::{
+    StoreFactory, TestStore, checked_log,
+    storage_scenarios::helpers::{
+        batch, batch_creating, child_execution_request, child_request, create_request,
+        delay_request, execution_id, executor_id, expect_validation, ffqn, finished_ok, join_next,
+        join_set, join_set_create, lock_pending_now, plus,
+    },
+};
+use concepts::{
+    ClockFn, CreateRequest, DbConnection, DelayId, ExecutionEventInner, ExecutionId, ExpiredLock,
+    ExpiredTimer, FinishedExecutionError, JoinSetId, JoinSetResponse, OutcomeWrite, PendingState,
+    ValidationError, Version, is_lost_race,
+};
+use std::{
+    sync::{Arc, Mutex, PoisonError},
+    time::Duration,
+};
+use test_utils::{
+    SimClock,
+    forwarding::{Fault, ForwardingDb, Write},
+};
+use timers_watcher::{LEASES_PER_WRITE, TickProgress, expired_lock_write};
+
+/// The lease of these scenarios.
+const LEASE: Duration = Duration::from_secs(1);
+/// The first retry's backoff of the executions of these scenarios.
+const BACKOFF: Duration = Duration::from_secs(1);
+
+struct Fixture {
+    _store: TestStore,
+    db: Arc<dyn DbConnection>,
+    clock: SimClock,
+}
+
+impl Fixture {
+    async fn new<F: StoreFactory>(factory: &F) -> Self {
+        let store = factory.fresh().await;
+        Self {
+            db: store.db.clone(),
+            _store: store,
+            clock: SimClock::epoch(),
+        }
+    }
+
+    /// `count` top-level executions of `work` with ids `first..`, one retry each, in one batch.
+    async fn create_work(&self, first: u128, count: u128) -> Vec<ExecutionId> {
+        let requests: Vec<CreateRequest> = (first..first + count)
+            .map(|n| CreateRequest {
+                max_retries: 1,
+                retry_exp_backoff: BACKOFF,
+                ..create_request(execution_id(n), ffqn("work"), self.clock.now())
+            })
+            .collect();
+        let ids = requests.iter().map(|r| r.execution_id.clone()).collect();
+        self.db.create_batch(requests).await.expect("create_batch");
+        ids
+    }
+
+    /// A top-level execution `n` that submits `children` children of `work` without retries
+    /// (and, with `delay`, a delay in the same join set), then awaits them.
+    async fn parent(
+        &self,
+        n: u128,
+        children: u64,
+        delay: Option<(DelayId, chrono::DateTime<chrono::Utc>)>,
+    ) -> (ExecutionId, JoinSetId, Vec<ExecutionId>) {
+        let now = self.clock.now();
+        let parent = execution_id(n);
+        self.db
+            .create(create_request(parent.clone(), ffqn("parent"), now))
+            .await
+            .expect("create the parent");
+        let j = join_set("n:kids");
+        let requests: Vec<CreateRequest> = (1..=children)
+            .map(|idx| CreateRequest {
+                max_retries: 0,
+                ..child_request(&parent, &j, idx, ffqn("work"), now)
+            })
+            .collect();
+        let mut events = vec![join_set_create(&j)];
+        events.extend(
+            requests
+                .iter()
+                .map(|c| child_execution_request(&j, &c.execution_id)),
+        );
+        if let Some((delay_id, expires_at)) = delay {
+            events.push(delay_request(&j, delay_id, expires_at));
+        }
+        events.push(join_next(&j, now));
+        let ids = requests.iter().map(|c| c.execution_id.clone()).collect();
+        self.db
+            .append_batch(batch_creating(&parent, Version(1), now, events, requests))
+            .await
+            .expect("the parent submits its children");
+        (parent, j, ids)
+    }
+
+    /// Locks every due execution of `work` now, as a process that then dies.
+    async fn lock_all(&self, expected: usize) {
+        let locked = lock_pending_now(
+            self.db.as_ref(),
+            &Arc::from([ffqn("work")]),
+            expected + 1,
+            self.clock.now(),
+            executor_id(1),
+            LEASE,
+        )
+        .await;
+        assert_eq!(locked.len(), expected, "every execution is locked");
+    }
+
+    /// The expired leases the store reports now.
+    async fn expired_locks(&self) -> Vec<ExpiredLock> {
+        let timers = self.db.get_expired_timers(self.clock.now()).await;
+        let timers = timers.expect("get_expired_timers");
+        timers
+            .into_iter()
+            .filter_map(|t| match t {
+                ExpiredTimer::Lock(lock) => Some(lock),
+                ExpiredTimer::Delay(_) => None,
+            })
+            .collect()
+    }
+
+    async fn last_event(&self, execution_id: &ExecutionId) -> ExecutionEventInner {
+        let log = checked_log(self.db.as_ref(), execution_id).await;
+        log.events
+            .last()
+            .expect("a log has `Created`")
+            .event
+            .clone()
+    }
+}
+
+/// The children whose responses `log` holds, in arrival order, with their join-set results.
+fn answered_children(log: &concepts::ExecutionLog) -> Vec<(ExecutionId, bool)> {
+    log.responses
+        .iter()
+        .filter_map(|r| match &r.event.event {
+            JoinSetResponse::ChildExecutionFinished {
+                child_execution_id,
+                result,
+                ..
+            } => Some((
+                child_execution_id.clone(),
+                matches!(result, Err(FinishedExecutionError::PermanentTimeout)),
+            )),
+            JoinSetResponse::DelayFinished { .. } => None,
+        })
+        .collect()
+}
+
+/// E22: more leases than one write takes expire at once: one watcher pass times out every one
+/// of them, a retry left or not, and the three children of one parent, timed out for good in
+/// the same write, answer it with three responses in their order.
+pub async fn e22_many_leases_time_out_in_one_pass<F: StoreFactory>(factory: &F) {
+    let f = Fixture::new(factory).await;
+    let count = u128::try_from(LEASES_PER_WRITE).expect("fits") + 100;
+    let work = f.create_work(1, count).await;
+    let (parent, j, children) = f.parent(count + 1, 3, None).await;
+    f.lock_all(work.len() + children.len()).await;
+
+    f.clock.move_time_forward(LEASE).await;
+    let now = f.clock.now();
+    let progress = timers_watcher::tick(f.db.as_ref(), now, Duration::ZERO)
+        .await
+        .expect("watcher tick");
+    assert_eq!(
+        progress,
+        TickProgress {
+            expired_locks: work.len() + children.len(),
+            expired_async_timers: 0
+        }
+    );
+    let retry = ExecutionEventInner::TemporarilyTimedOut {
+        backoff_expires_at: plus(now, BACKOFF),
+    };
+    for id in &work {
+        assert_eq!(f.last_event(id).await, retry, "{id}");
+    }
+    let timeout = ExecutionEventInner::Finished {
+        result: Err(FinishedExecutionError::PermanentTimeout),
+    };
+    for id in &children {
+        assert_eq!(f.last_event(id).await, timeout, "{id}");
+    }
+    let parent_log = checked_log(f.db.as_ref(), &parent).await;
+    let expected: Vec<_> = children.iter().map(|c| (c.clone(), true)).collect();
+    assert_eq!(answered_children(&parent_log), expected);
+    assert!(matches!(
+        parent_log.pending_state,
+        PendingState::PendingAt { .. }
+    ));
+    let again = timers_watcher::tick(f.db.as_ref(), now, Duration::ZERO).await;
+    assert_eq!(again.expect("tick"), TickProgress::default(), "once");
+
+    // The parent consumes the other two responses: its join set counted all three.
+    let locked = lock_pending_now(
+        f.db.as_ref(),
+        &Arc::from([ffqn("parent")]),
+        1,
+        now,
+        executor_id(2),
+        LEASE,
+    )
+    .await;
+    assert_eq!(locked.len(), 1, "the answered parent is due");
+    let run_ends = plus(now, LEASE);
+    let next = vec![join_next(&j, run_ends), join_next(&j, run_ends)];
+    f.db.append_batch(batch(&parent, locked[0].next_version, now, next))
+        .await
+        .expect("two more JoinNext");
+    let parent_log = checked_log(f.db.as_ref(), &parent).await;
+    assert!(
+        !matches!(
+            parent_log.pending_state,
+            PendingState::BlockedByJoinSet { .. }
+        ),
+        "every JoinNext found its response: {:?}",
+        parent_log.pending_state
+    );
+}
+
+/// E23: a durable sleep due in the same pass as 10,000 expired leases (due after them, so that
+/// a pass in expiry order would reach it last) is delivered first, and the leases take ten
+/// writes, not 10,000.
+pub async fn e23_sleep_fires_before_ten_thousand_expiries<F: StoreFactory>(factory: &F) {
+    let f = Fixture::new(factory).await;
+    let work = f.create_work(1, 10_000).await;
+    let t0 = f.clock.now();
+    let wakes_at = plus(t0, LEASE + Duration::from_millis(1));
+    let delay_id = crate::storage_scenarios::helpers::delay_id(1);
+    let (sleeper, _, _) = f.parent(20_000, 0, Some((delay_id, wakes_at))).await;
+    f.lock_all(work.len()).await;
+
+    let writes: Arc<Mutex<Vec<&'static str>>> = Arc::default();
+    let seen = writes.clone();
+    let store = ForwardingDb::new(f.db.clone(), move |write: &Write<'_>| {
+        let kind = match write {
+            Write::Response { .. } => "response",
+            Write::Outcomes(_) => "outcomes",
+            Write::Outcome(_) => "outcome",
+            _ => "other",
+        };
+        seen.lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(kind);
+        Fault::Pass
+    });
+    f.clock.move_time_to(wakes_at);
+    let progress = timers_watcher::tick(store.as_ref(), wakes_at, Duration::ZERO)
+        .await
+        .expect("watcher tick");
+    assert_eq!(
+        progress,
+        TickProgress {
+            expired_locks: work.len(),
+            expired_async_timers: 1
+        }
+    );
+    let writes = writes
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clone();
+    let mut expected = vec!["response"];
+    expected.extend(std::iter::repeat_n("outcomes", 10_000 / LEASES_PER_WRITE));
+    assert_eq!(
+        writes, expected,
+        "the sleep first, then the leases in batches"
+    );
+    let log = checked_log(f.db.as_ref(), &sleeper).await;
+    assert_eq!(log.responses.len(), 1);
+    assert_eq!(log.responses[0].created_at, wakes_at);
+    for id in [&work[0], &work[work.len() - 1]] {
+        assert!(matches!(
+            f.last_event(id).await,
+            ExecutionEventInner::TemporarilyTimedOut { .. }
+        ));
+    }
+}
+
+/// E24: a stale entry among expired leases (its worker finished it after the watcher read it)
+/// is refused alone: the leases before and after it, a sibling child among them, are timed out
+/// in the same write, and the parent holds both children's responses, each once. An empty
+/// batch is refused.
+pub async fn e24_stale_entry_among_expired_leases<F: StoreFactory>(factory: &F) {
+    let f = Fixture::new(factory).await;
+    let work = f.create_work(1, 2).await;
+    let (parent, j, children) = f.parent(3, 2, None).await;
+    f.lock_all(4).await;
+    f.clock.move_time_forward(LEASE).await;
+    let now = f.clock.now();
+    let mut expired = f.expired_locks().await;
+    expired.sort_by(|a, b| a.execution_id.cmp(&b.execution_id));
+    assert_eq!(expired.len(), 4);
+
+    // The first child's worker finishes it (answering the parent) after the watcher read it.
+    let stale = &children[0];
+    let version = expired
+        .iter()
+        .find(|l| l.execution_id == *stale)
+        .expect("the child's lease")
+        .next_version;
+    let parent_of = (parent.clone(), j);
+    let finish = OutcomeWrite::new(
+        stale.clone(),
+        version,
+        now,
+        finished_ok(serde_json::json!("done")),
+        Some(&parent_of),
+    );
+    f.db.append_outcome(finish).await.expect("the worker wins");
+
+    let order = [&work[0], stale, &children[1], &work[1]];
+    let writes = order
+        .iter()
+        .map(|id| {
+            let lock = expired
+                .iter()
+                .find(|l| l.execution_id == **id)
+                .expect("lease");
+            expired_lock_write(lock, now)
+        })
+        .collect();
+    let results = f.db.append_outcomes(writes).await.expect("append_outcomes");
+    assert_eq!(results.len(), 4);
+    assert!(
+        results[0].is_ok() && results[2].is_ok() && results[3].is_ok(),
+        "{results:?}"
+    );
+    let refused = results[1].as_ref().expect_err("the stale entry is refused");
+    assert!(is_lost_race(refused), "{refused}");
+
+    assert!(matches!(
+        f.last_event(&work[0]).await,
+        ExecutionEventInner::TemporarilyTimedOut { .. }
+    ));
+    assert!(matches!(
+        f.last_event(&work[1]).await,
+        ExecutionEventInner::TemporarilyTimedOut { .. }
+    ));
+    assert_eq!(
+        f.last_event(stale).await,
+        finished_ok(serde_json::json!("done"))
+    );
+    let parent_log = checked_log(f.db.as_ref(), &parent).await;
+    assert_eq!(
+        answered_children(&parent_log),
+        vec![(stale.clone(), false), (children[1].clone(), true)]
+    );
+
+    let empty = f.db.append_outcomes(Vec::new()).await;
+    assert_eq!(
+        expect_validation(empty),
+        ValidationError::EmptyBatch("append_outcomes")
+    );
+}
