@@ -27,6 +27,7 @@
 #![expect(clippy::print_stdout, reason = "a benchmark prints its results")]
 
 mod counting;
+mod instructions;
 mod lifecycle;
 mod multi;
 mod probe;
@@ -151,6 +152,8 @@ struct Args {
     /// Soak: seconds between two printed rows.
     #[arg(long, default_value_t = 10)]
     soak_report_seconds: u64,
+    #[command(flatten)]
+    instructions: instructions::InstructionArgs,
 }
 
 /// The function every benchmark execution runs.
@@ -492,6 +495,9 @@ fn machine() -> String {
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
+    if cli.args.instructions.instructions_phase {
+        return instructions::run_phase(cli.args.executions, cli.args.batch_size);
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
@@ -510,6 +516,20 @@ async fn bench(args: Args) -> anyhow::Result<()> {
     }
     let mut report = String::new();
     let mut targets = Targets::default();
+    if args.instructions.instructions {
+        eprintln!("counting instructions per execution under callgrind ...");
+        let per_execution =
+            instructions::count(&args.instructions, args.executions, args.batch_size)?;
+        let row = Row::alone(
+            "instructions per execution",
+            per_execution,
+            "",
+            Goal::AtMost(10_000.0),
+        );
+        targets.add("memory", row);
+        println!("{}", targets.render());
+        return Ok(());
+    }
     let mut end_to_end = Vec::new();
     let mut notes = Vec::new();
     writeln!(report, "Machine: {}", machine())?;
