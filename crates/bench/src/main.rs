@@ -20,6 +20,13 @@
 //! per second by `prune`, and one `cancel` of a parent with 10,000 unfinished children, its
 //! time and the transactions it committed (read through `probe`).
 //!
+//! Then the latency rows (`latency`, skipped with `--no-latency`): submit to `Finished` of one
+//! execution at a time on an idle executor, p50 and p99 per backend, beside the commit latency
+//! measured in the same run.
+//!
+//! `--instructions` runs only the instruction count (`instructions`): instructions per
+//! execution of the memory backend end to end, under `valgrind --tool=callgrind`.
+//!
 //! `--soak` runs only the soak (`soak`): a steady submit rate for minutes with an executor,
 //! the timers watcher and `timers_watcher::Pruner`, printing the store's size over time and
 //! whether it levelled off.
@@ -28,6 +35,7 @@
 
 mod counting;
 mod instructions;
+mod latency;
 mod lifecycle;
 mod multi;
 mod probe;
@@ -154,6 +162,8 @@ struct Args {
     soak_report_seconds: u64,
     #[command(flatten)]
     instructions: instructions::InstructionArgs,
+    #[command(flatten)]
+    latency: latency::LatencyArgs,
 }
 
 /// The function every benchmark execution runs.
@@ -671,6 +681,20 @@ async fn bench(args: Args) -> anyhow::Result<()> {
     if !args.no_lifecycle {
         let rows = lifecycle::rows(&args, dir.path(), sync, postgres_url.as_deref()).await?;
         report.push_str(&rows);
+    }
+    let latency = &args.latency;
+    let postgres = postgres_url.as_deref();
+    for (backend, row) in latency::rows(
+        latency,
+        &args.backends,
+        dir.path(),
+        sync,
+        postgres,
+        args.batch_size,
+    )
+    .await?
+    {
+        targets.add(&backend, row);
     }
     for (backend, rate) in &end_to_end {
         if backend == "memory" {
