@@ -21,8 +21,8 @@
 //! time and the transactions it committed (read through `probe`).
 //!
 //! Then the latency rows (`latency`, skipped with `--no-latency`): submit to `Finished` of one
-//! execution at a time on an idle executor, p50 and p99 per backend, beside the commit latency
-//! measured in the same run.
+//! execution at a time on an idle executor, p50 and p99 per backend, beside the p50 of one
+//! commit timed after each execution.
 //!
 //! `--instructions` runs only the instruction count (`instructions`): instructions per
 //! execution of the memory backend end to end, under `valgrind --tool=callgrind`.
