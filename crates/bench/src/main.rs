@@ -29,6 +29,7 @@
 mod counting;
 mod lifecycle;
 mod multi;
+mod pg_limit;
 mod probe;
 mod soak;
 mod targets;
@@ -400,9 +401,62 @@ async fn measure_postgres(server_url: &str, args: &Args) -> anyhow::Result<Measu
     measured
 }
 
-/// The multi-process PostgreSQL runs, one fresh database each; returns the table rows.
-async fn measure_processes(server_url: &str, args: &Args) -> anyhow::Result<Vec<String>> {
+/// The server's single-row `INSERT` limits, on a fresh database of their own.
+async fn measure_postgres_limits(server_url: &str) -> anyhow::Result<pg_limit::InsertLimits> {
+    eprintln!("measuring the PostgreSQL server's single-row INSERT limits ...");
+    let run = PostgresRun::create(server_url, "limit").await?;
+    let measured = pg_limit::measure(&run.server_url, &run.name, Duration::from_secs(3)).await;
+    run.drop_database().await?;
+    measured
+}
+
+/// The PostgreSQL rows of the targets table: one process end to end against the server's
+/// INSERT transactions at 32 clients, several processes against one (the multi-process run's
+/// own 1-process figure when it has one).
+fn add_postgres_targets(
+    targets: &mut Targets,
+    limits: pg_limit::InsertLimits,
+    rate: f64,
+    by_processes: &[(usize, f64)],
+) {
+    targets.add(
+        "postgres",
+        Row::against(
+            "end to end, executions/s, 1 executor process",
+            rate,
+            "/s",
+            format!("single-row INSERT transactions/s, {} clients", pg_limit::CLIENTS),
+            limits.many_per_second,
+            Goal::RatioAtLeast(1.0),
+        ),
+    );
+    let one = by_processes
+        .iter()
+        .find(|(p, _)| *p == 1)
+        .map_or(rate, |(_, r)| *r);
+    for (processes, value) in by_processes.iter().filter(|(p, _)| *p > 1) {
+        targets.add(
+            "postgres",
+            Row::against(
+                format!("end to end, executions/s, {processes} executor processes"),
+                *value,
+                "/s",
+                "1 executor process",
+                one,
+                Goal::RatioAtLeast(1.0),
+            ),
+        );
+    }
+}
+
+/// The multi-process PostgreSQL runs, one fresh database each; returns the table rows and
+/// each run's end-to-end executions/s by its number of processes.
+async fn measure_processes(
+    server_url: &str,
+    args: &Args,
+) -> anyhow::Result<(Vec<String>, Vec<(usize, f64)>)> {
     let mut rows = Vec::new();
+    let mut rates = Vec::new();
     for &processes in &args.processes {
         anyhow::ensure!(processes > 0, "--processes: 0 is not a number of processes");
         eprintln!("measuring postgres with {processes} executor process(es) ...");
@@ -427,8 +481,9 @@ async fn measure_processes(server_url: &str, args: &Args) -> anyhow::Result<Vec<
         let (m, per_process) = measured?;
         let shares: Vec<String> = per_process.iter().map(ToString::to_string).collect();
         rows.push(format!("{} {} |", m.row(), shares.join(" / ")));
+        rates.push((processes, m.per_second(m.create + m.run)));
     }
-    Ok(rows)
+    Ok((rows, rates))
 }
 
 fn synchronous(level: &str) -> anyhow::Result<Synchronous> {
@@ -551,10 +606,16 @@ async fn bench(args: Args) -> anyhow::Result<()> {
                     continue;
                 };
                 eprintln!("measuring postgres ...");
+                let limits = measure_postgres_limits(url).await?;
                 let m = measure_postgres(url, &args).await?;
+                let rate = m.per_second(m.create + m.run);
+                let mut by_processes = Vec::new();
                 if !args.no_multi_process {
-                    multi_rows = Some(measure_processes(url, &args).await?);
+                    let (rows, rates) = measure_processes(url, &args).await?;
+                    multi_rows = Some(rows);
+                    by_processes = rates;
                 }
+                add_postgres_targets(&mut targets, limits, rate, &by_processes);
                 m
             }
             other => bail!("unknown backend `{other}` (expected memory, sqlite or postgres)"),

@@ -152,6 +152,7 @@ mod reads;
 mod schema;
 #[cfg(test)]
 mod tests;
+mod writer;
 
 pub use config::{
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_POOL_SIZE, DEFAULT_STATEMENT_TIMEOUT, PostgresConfig,
@@ -169,17 +170,18 @@ use concepts::{
     FinishedExecutionResult, FunctionFqn, JoinSetResponseEvent, JoinSetResponseEventOuter,
     ListExecutionsFilter, LockPendingRequest, LockedExecution, OutcomeWrite, Pagination,
     PruneOutcome, PruneRequest, Version,
-    kernel::{self, Keys, Snapshot, WaiterCounts, WaiterHub, WritePlan, WriteRequest},
+    kernel::{self, Snapshot, WaiterCounts, WaiterHub, WritePlan, WriteRequest},
 };
-use deadpool_postgres::{
-    ClientWrapper, Manager, ManagerConfig, Object, Pool, RecyclingMethod, Runtime,
-};
-use error::{is_transaction_retriable, map_pg_error, map_pool_error};
+use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod, Runtime};
+use error::map_pool_error;
 use std::{
     sync::{Arc, Mutex, PoisonError},
     time::Duration,
 };
-use tokio::{sync::watch, task::JoinHandle};
+use tokio::{
+    sync::{mpsc, oneshot, watch},
+    task::JoinHandle,
+};
 
 /// A store on one PostgreSQL database. Clones share the pool and the listener.
 #[derive(Clone)]
@@ -194,6 +196,9 @@ struct Inner {
     shutdown: watch::Sender<bool>,
     listener_state: watch::Receiver<ListenerState>,
     listener_task: Mutex<Option<JoinHandle<()>>>,
+    writer: Arc<writer::Writer>,
+    /// The group writer's queue; the writer stops when the last store handle drops it.
+    group: mpsc::UnboundedSender<writer::Command>,
 }
 
 impl Drop for Inner {
@@ -210,47 +215,6 @@ impl std::fmt::Debug for PostgresStore {
             .field("config", &self.inner.config)
             .field("closed", &self.inner.hub.is_closed())
             .finish_non_exhaustive()
-    }
-}
-
-/// A pooled connection inside a write transaction, from the `BEGIN` that goes out with the
-/// first loads to its `COMMIT` or `ROLLBACK`. Dropped in between (a caller that gave up on
-/// the write), it takes the connection out of the pool: closing the session ends the
-/// transaction, and no open transaction is ever handed to the next caller.
-struct WriteTx {
-    /// `None` only once `commit` or `rollback` took it.
-    client: Option<Object>,
-}
-
-impl WriteTx {
-    fn client(&self) -> &ClientWrapper {
-        self.client
-            .as_deref()
-            .expect("only `commit` and `rollback` take the connection, and they consume self")
-    }
-
-    /// Commits; returns the connection, to publish the notifications on.
-    async fn commit(mut self) -> Result<Object, DbError> {
-        let client = self.client.take().expect("taken by nothing else");
-        client.batch_execute("COMMIT").await.map_err(map_pg_error)?;
-        Ok(client)
-    }
-
-    /// Rolls back; a connection that cannot even do that leaves the pool.
-    async fn rollback(mut self) {
-        let client = self.client.take().expect("taken by nothing else");
-        if let Err(e) = client.batch_execute("ROLLBACK").await {
-            tracing::debug!(error = %e, "cannot roll back; dropping the connection");
-            drop(Object::take(client));
-        }
-    }
-}
-
-impl Drop for WriteTx {
-    fn drop(&mut self) {
-        if let Some(client) = self.client.take() {
-            drop(Object::take(client));
-        }
     }
 }
 
@@ -301,9 +265,20 @@ impl PostgresStore {
             ))
             .into());
         }
+        let writer = Arc::new(writer::Writer {
+            pool: pool.clone(),
+            hub: Arc::clone(&hub),
+            max_transaction_retries: config.max_transaction_retries,
+        });
+        let group = writer::spawn(
+            Arc::clone(&writer),
+            writer::Writer::groups_in_flight(config.pool_size),
+        );
         Ok(Self {
             inner: Arc::new(Inner {
                 pool,
+                writer,
+                group,
                 config,
                 hub,
                 shutdown: shutdown_tx,
@@ -347,8 +322,8 @@ impl PostgresStore {
         self.inner.pool.get().await.map_err(map_pool_error)
     }
 
-    /// One write, as [`concepts::kernel`] describes it; a deadlock or serialization failure
-    /// runs it again from the load.
+    /// One write, as [`concepts::kernel`] describes it: queued for the group writer when it
+    /// may share a transaction (see the `writer` module), otherwise run alone.
     async fn write(&self, request: WriteRequest) -> Result<WritePlan, DbError> {
         self.inner.hub.ensure_open()?;
         let keys = request.keys()?;
@@ -360,67 +335,28 @@ impl PostgresStore {
             // Nothing can be due: the empty snapshot is the answer, without a round trip.
             return kernel::plan(&Snapshot::default(), request);
         }
-        let mut attempt: u32 = 0;
-        loop {
-            match self.write_once(&keys, &request).await {
-                Err(e)
-                    if attempt < self.inner.config.max_transaction_retries
-                        && (is_transaction_retriable(&e) || is_raced_create(&request, &e)) =>
-                {
-                    attempt += 1;
-                    tracing::debug!(attempt, error = %e, "retrying a transaction");
-                }
-                result => return result,
-            }
+        if !writer::groupable(&request, &keys) {
+            let t0 = std::time::Instant::now();
+            let r = self.inner.writer.write(&keys, request).await;
+            if std::env::var("DEBUGPG").is_ok() { eprintln!("DEBUGPG direct {:?} {:?}", r.as_ref().map(|p| p.locked.len()).ok(), t0.elapsed()); }
+            return r;
         }
-    }
-
-    async fn write_once(&self, keys: &Keys, request: &WriteRequest) -> Result<WritePlan, DbError> {
-        let tx = WriteTx {
-            client: Some(self.client().await?),
-        };
-        let planned = async {
-            let mut snapshot = load::begin_and_load(tx.client(), keys).await?;
-            if let Some(more) = request.follow_up_keys(&snapshot) {
-                load::load_follow_up(tx.client(), &more, &mut snapshot).await?;
-            }
-            let plan = kernel::plan(&snapshot, request.clone())?;
-            persist::persist(tx.client(), &plan).await?;
-            Ok::<_, DbError>(plan)
-        }
-        .await;
-        let plan = match planned {
-            Ok(plan) => plan,
-            Err(e) => {
-                tx.rollback().await;
-                return Err(e);
-            }
-        };
-        let client = tx.commit().await?;
-        // Committed: from here on nothing turns the call into an error.
-        self.inner.hub.deliver(&plan.wakeups);
-        notify::publish(&client, &notify::payloads(&plan.wakeups)).await;
-        Ok(plan)
+        let (reply, answer) = oneshot::channel();
+        self.inner
+            .group
+            .send(writer::Command {
+                request,
+                keys,
+                reply,
+            })
+            .map_err(|_| DbError::Closed)?;
+        answer.await.map_err(|_| DbError::Closed)?
     }
 
     async fn any_due(&self, at: DateTime<Utc>, ffqns: &[FunctionFqn]) -> Result<bool, DbError> {
         let client = self.client().await?;
         reads::any_due(&client, at, ffqns).await
     }
-}
-
-/// True when a `create` or `create_batch` lost a race: another transaction inserted one of its
-/// ids after this one found it absent, which the unique index reported. Run again, the write
-/// finds the row and the kernel answers it as the repeat (or the conflict) it is; the kernel
-/// itself never reports `Execution` duplicates for these requests.
-fn is_raced_create(request: &WriteRequest, err: &DbError) -> bool {
-    matches!(
-        request,
-        WriteRequest::Create(_) | WriteRequest::CreateBatch(_)
-    ) && matches!(
-        err,
-        DbError::Duplicate(concepts::DuplicateKind::Execution(_))
-    )
 }
 
 /// The version a write that names one returns.
