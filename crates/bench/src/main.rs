@@ -425,7 +425,10 @@ fn add_postgres_targets(
             "end to end, executions/s, 1 executor process",
             rate,
             "/s",
-            format!("single-row INSERT transactions/s, {} clients", pg_limit::CLIENTS),
+            format!(
+                "single-row INSERT transactions/s, {} clients",
+                pg_limit::CLIENTS
+            ),
             limits.many_per_second,
             Goal::RatioAtLeast(1.0),
         ),

@@ -311,6 +311,13 @@ impl PostgresStore {
         self.inner.listener_state.clone()
     }
 
+    /// How many groups of writes may be in flight at once (each on a pooled connection of its
+    /// own): see "Writes" in the crate docs.
+    #[must_use]
+    pub fn group_slots(&self) -> usize {
+        writer::Writer::groups_in_flight(self.inner.config.pool_size)
+    }
+
     /// The number of registered waiters of each kind.
     #[must_use]
     pub fn waiter_counts(&self) -> WaiterCounts {
@@ -336,10 +343,7 @@ impl PostgresStore {
             return kernel::plan(&Snapshot::default(), request);
         }
         if !writer::groupable(&request, &keys) {
-            let t0 = std::time::Instant::now();
-            let r = self.inner.writer.write(&keys, request).await;
-            if std::env::var("DEBUGPG").is_ok() { eprintln!("DEBUGPG direct {:?} {:?}", r.as_ref().map(|p| p.locked.len()).ok(), t0.elapsed()); }
-            return r;
+            return self.inner.writer.write(&keys, request).await;
         }
         let (reply, answer) = oneshot::channel();
         self.inner

@@ -129,7 +129,14 @@ pub(crate) async fn persist_and_commit(
     );
     match (persisted, committed) {
         (_, Err(e)) => Err(NotCommitted::Unknown(map_pg_error(e))),
-        (Err(e), Ok(())) => Err(NotCommitted::RolledBack(e)),
+        // The server refused a statement: its transaction was aborted, the `COMMIT` rolled
+        // it back.
+        (Err(e), Ok(())) if e.as_db_error().is_some() => {
+            Err(NotCommitted::RolledBack(map_pg_error(e)))
+        }
+        // A statement that never reached the server (the driver could not encode it) did
+        // not abort the transaction: what was sent may have committed.
+        (Err(e), Ok(())) => Err(NotCommitted::Unknown(map_pg_error(e))),
         (Ok(()), Ok(())) => Ok(()),
     }
 }
@@ -181,7 +188,7 @@ async fn execute_all(
     columns: &Columns<'_>,
     deleted: &[&str],
     statements: [Option<Statement>; 8],
-) -> Result<(), DbError> {
+) -> Result<(), tokio_postgres::Error> {
     let Columns {
         new,
         updated,
@@ -236,7 +243,7 @@ async fn execute_all(
     // the first error in statement order is the one that says why.
     let (r0, r1, r2, r3, r4, r5, r6, r7) = results;
     for result in [r0, r1, r2, r3, r4, r5, r6, r7] {
-        result.map_err(map_pg_error)?;
+        result?;
     }
     Ok(())
 }

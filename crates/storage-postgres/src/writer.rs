@@ -69,7 +69,9 @@ impl WriteTx {
     ) -> Result<(), NotCommitted> {
         let client = self.client.take().expect("taken by nothing else");
         let (changes, deleted) = persist::changes_of(plans.clone());
-        let wakeups: Vec<_> = plans.flat_map(|plan| plan.wakeups.iter().cloned()).collect();
+        let wakeups: Vec<_> = plans
+            .flat_map(|plan| plan.wakeups.iter().cloned())
+            .collect();
         let payloads = notify::payloads(&wakeups);
         let result = persist::persist_and_commit(&client, &changes, &deleted, &payloads).await;
         if matches!(result, Err(NotCommitted::Unknown(_))) {
@@ -127,10 +129,7 @@ impl Writer {
                     attempt += 1;
                     tracing::debug!(attempt, error = %e, "retrying a transaction");
                 }
-                result => {
-                    if let Err(e) = &result { eprintln!("DEBUGPG single {e}"); }
-                    return result;
-                }
+                result => return result,
             }
         }
     }
@@ -344,30 +343,21 @@ async fn run_group(writer: &Arc<Writer>, mut commands: Vec<Command>) {
             keys,
             reply,
         } = commands.remove(0);
-        let t0 = std::time::Instant::now();
-        let lp = matches!(request, WriteRequest::LockPending(_));
-        let r = writer.write(&keys, request).await;
-        if std::env::var("DEBUGPG").is_ok() { eprintln!("DEBUGPG single1 {lp} {:?}", t0.elapsed()); }
-        let _ = reply.send(r);
+        let _ = reply.send(writer.write(&keys, request).await);
         return;
     }
-    let t0 = std::time::Instant::now();
-    let res = writer.write_group(&commands).await;
-    if std::env::var("DEBUGPG").is_ok() { eprintln!("DEBUGPG group {} {:?}", commands.len(), t0.elapsed()); }
-    match res {
+    match writer.write_group(&commands).await {
         Ok(plans) => {
             for (command, plan) in commands.into_iter().zip(plans) {
                 let _ = command.reply.send(plan);
             }
         }
         Err(NotCommitted::Unknown(e)) => {
-            eprintln!("DEBUGPG unknown {e}");
             for command in commands {
                 let _ = command.reply.send(Err(e.clone()));
             }
         }
         Err(NotCommitted::RolledBack(e)) => {
-            eprintln!("DEBUGPG rolled back {e}");
             tracing::debug!(error = %e, writes = commands.len(), "a group was refused; each write runs alone");
             let alone: Vec<_> = commands
                 .into_iter()
