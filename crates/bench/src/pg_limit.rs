@@ -1,11 +1,10 @@
-//! The PostgreSQL server's own limits, measured in the same run as the end-to-end figures they
-//! are compared with: autocommit single-row `INSERT` transactions per second with 32 concurrent
-//! clients (the throughput limit) and with one client (whose inverse is the time of one
-//! commit, the latency limit).
+//! The PostgreSQL server's throughput limit, measured in the same run as the end-to-end
+//! figures it is compared with: autocommit single-row `INSERT` transactions per second with
+//! [`CLIENTS`] concurrent clients. (The latency rows measure the single-client commit.)
 //!
 //! Each client is a plain `tokio-postgres` connection to the benchmark's database, with the
 //! server's own settings (`synchronous_commit=on`), inserting one 200-byte row per statement
-//! into a scratch table that is dropped afterwards. Each measurement runs for a fixed time and
+//! into a scratch table that is dropped afterwards. The measurement runs for a fixed time and
 //! counts the statements acknowledged within it.
 
 use crate::probe::driver_url;
@@ -17,34 +16,18 @@ use std::{
 };
 use tokio_postgres::{Client, NoTls};
 
-/// What one measurement found.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct InsertLimits {
-    /// Single-row `INSERT` transactions per second with [`CLIENTS`] clients.
-    pub(crate) many_per_second: f64,
-    /// Single-row `INSERT` transactions per second with one client.
-    pub(crate) one_per_second: f64,
-}
-
-impl InsertLimits {
-    /// One single-client commit, in milliseconds.
-    pub(crate) fn one_commit_ms(&self) -> f64 {
-        1_000.0 / self.one_per_second
-    }
-}
-
 /// The concurrent clients of the throughput limit.
 pub(crate) const CLIENTS: usize = 32;
 
 const TABLE: &str = "stele_bench_insert_limit";
 
-/// Measures both limits on the database `database` of the server `server_url` names, each
-/// for `budget`.
+/// Single-row `INSERT` transactions per second with [`CLIENTS`] clients on the database
+/// `database` of the server `server_url` names, over `budget`.
 pub(crate) async fn measure(
     server_url: &str,
     database: &str,
     budget: Duration,
-) -> anyhow::Result<InsertLimits> {
+) -> anyhow::Result<f64> {
     let admin = connect(server_url, database).await?;
     admin
         .batch_execute(&format!(
@@ -53,19 +36,12 @@ pub(crate) async fn measure(
         ))
         .await
         .context("creating the scratch table")?;
-    let many = inserts_per_second(server_url, database, CLIENTS, budget).await;
-    let one = match &many {
-        Ok(_) => inserts_per_second(server_url, database, 1, budget).await,
-        Err(_) => Ok(0.0),
-    };
+    let measured = inserts_per_second(server_url, database, CLIENTS, budget).await;
     admin
         .batch_execute(&format!("DROP TABLE IF EXISTS {TABLE}"))
         .await
         .context("dropping the scratch table")?;
-    Ok(InsertLimits {
-        many_per_second: many?,
-        one_per_second: one?,
-    })
+    measured
 }
 
 async fn connect(server_url: &str, database: &str) -> anyhow::Result<Client> {

@@ -92,17 +92,32 @@
 //!   prefix of the child's). `lock_pending` never waits: it finds due executions with
 //!   `FOR UPDATE SKIP LOCKED`, ordered by `(pending_at, execution_id)`, `LIMIT batch_size`, so
 //!   two processes never lock the same execution (a row another transaction holds is
-//!   skipped, one it moved out of `PendingAt` no longer matches when re-checked); a second
-//!   pipeline loads the logs of what it found. `prune` finds its candidates the same way,
+//!   skipped, one it moved out of `PendingAt` no longer matches when re-checked), and the
+//!   same statement reads the logs of what it locked. Those logs come from the statement's
+//!   snapshot, which misses an append committed while a row was being locked; such a log is
+//!   shorter than its locked row counts (`next_version` events, `response_count` responses)
+//!   and is read again by a statement of its own. `prune` finds its candidates the same way,
 //!   ordered by `(finished_at, execution_id)`: a tree another write holds waits for the next
 //!   pass. A deadlock or serialization failure that happens anyway (overlapping
 //!   `create_batch` calls of two processes) is retried
 //!   ([`PostgresConfig::max_transaction_retries`] times) and then returned as retriable.
 //! - **Persist.** The plan's changes are written with a few multi-row `UNNEST` statements, one
-//!   per table and kind of change, sent in one pipeline over prepared statements cached per
-//!   connection, then `COMMIT`. A response is stored under its receiver's row lock, so its
-//!   index never changes afterwards, even when children finish concurrently. What `prune`
-//!   deletes goes in one more statement: every row of those executions in every table.
+//!   per table and kind of change, over prepared statements cached per connection, sent in
+//!   one pipeline with the `COMMIT` and the notifications behind them: one round trip. When
+//!   the server refuses a statement the transaction is aborted and its `COMMIT` rolls it back.
+//!   A response is stored under its receiver's row lock, so its index never changes
+//!   afterwards, even when children finish concurrently. What `prune` deletes goes in one
+//!   more statement: every row of those executions in every table.
+//! - **Groups.** Concurrent writes that name their executions (`create`, `append_batch`,
+//!   `append_outcome`, `append_response`, `complete`) go through a group writer: writes that
+//!   name no execution in common share one transaction, one load of all their keys (one
+//!   locking statement), one kernel plan each on that snapshot, one pipeline of statements
+//!   with all their changes, and one commit; up to [`PostgresStore::group_slots`] groups are in
+//!   flight at once, and under load each takes what queued meanwhile. A write the kernel
+//!   refuses changes nothing and the rest commit; when the database refuses the group, nothing
+//!   of it is stored and each write runs again alone, so every write stays all or nothing.
+//!   The `writer` module has the details. `lock_pending`, `cancel`, `prune` and
+//!   `create_batch` run alone.
 //! - Reads of several tables (`get`) run in one `REPEATABLE READ READ ONLY` transaction.
 //!
 //! # Notifications
@@ -115,9 +130,11 @@
 //! `f:<execution id>` when it finished, `*` for "anything may have happened". Each store keeps
 //! one dedicated listener connection (`LISTEN stele`) that delivers what it hears to its hub.
 //!
-//! The `pg_notify` calls run right after the write's `COMMIT`, on the same connection, in a
-//! one-statement transaction of their own with `synchronous_commit` off: a notification is
-//! thus never seen before the write it announces. They are deliberately not part of the
+//! The `pg_notify` calls (one statement for all the payloads of a transaction, however many
+//! writes shared it) run right after the write's `COMMIT`, in the same pipeline on the same
+//! connection, in a one-statement transaction of their own with `synchronous_commit` off: a
+//! notification is thus never seen before the write it announces (after a refused statement
+//! they announce a write that rolled back: a hint about nothing, which waiters tolerate). They are deliberately not part of the
 //! write transaction: a transaction that notifies takes a database-wide lock at commit and
 //! keeps it through its WAL flush, which serialized every committing writer (measured here:
 //! 5,000 concurrent `Finished` appends took 2.7x longer). If the process dies between the

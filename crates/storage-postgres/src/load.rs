@@ -11,20 +11,36 @@ use crate::{
 };
 use concepts::{
     DbError, DelayId, JoinSetResponseEventOuter,
-    kernel::{DelayRow, JoinSetCounters, JoinSetRow, Keys, LogRows, Snapshot, descendant_bounds},
+    kernel::{
+        DelayRow, ExecutionRow, JoinSetCounters, JoinSetRow, Keys, LogRows, Snapshot,
+        descendant_bounds,
+    },
 };
 use deadpool_postgres::ClientWrapper;
 use std::collections::HashMap;
 use tokio_postgres::{Row, Statement, types::ToSql};
 
-/// Due executions, oldest first; rows another transaction holds are skipped, so that two
-/// executors never wait for, nor lock, the same execution.
+/// Due executions, oldest first, each with its log (the events in version order, the
+/// responses in arrival order, columns [`DUE_EVENTS`] and [`DUE_RESPONSES`]); rows another
+/// transaction holds are skipped, so that two executors never wait for, nor lock, the same
+/// execution. The logs are read with the statement's snapshot, which misses what committed
+/// between it and the moment a row was locked; [`load_due`] finds such a log by its length
+/// (shorter than the locked row counts) and reads it again.
 const SELECT_DUE: &str = concat!(
-    "SELECT ",
+    "SELECT d.*, \
+     ARRAY(SELECT e.event_json FROM t_event e WHERE e.execution_id = d.execution_id \
+           ORDER BY e.version), \
+     ARRAY(SELECT r.response_json FROM t_response r WHERE r.execution_id = d.execution_id \
+           ORDER BY r.idx) \
+     FROM (SELECT ",
     execution_columns!(),
     " FROM t_execution WHERE pending_at IS NOT NULL AND pending_at <= $1 AND ffqn = ANY($2) \
-     ORDER BY pending_at, execution_id LIMIT $3 FOR UPDATE SKIP LOCKED"
+     ORDER BY pending_at, execution_id LIMIT $3 FOR UPDATE SKIP LOCKED) AS d"
 );
+
+/// The columns of [`SELECT_DUE`] after the execution's.
+const DUE_EVENTS: usize = 10;
+const DUE_RESPONSES: usize = 11;
 
 /// The rows of the executions a write changes or creates, locked in id order: every write
 /// locks in this one order, so two writes never wait for each other in a circle.
@@ -470,21 +486,64 @@ fn limit_param(limit: usize) -> i64 {
 }
 
 /// Adds the due executions `rows` with their logs, oldest first: SQL ordered them by
-/// microseconds, the exact due time (then the id) decides.
+/// microseconds, the exact due time (then the id) decides. A log shorter than its row counts
+/// (events and responses committed while the statement waited, see [`SELECT_DUE`]) is read
+/// again, by statements of their own that see the latest commits.
 async fn load_due(
     client: &ClientWrapper,
     rows: &[Row],
     snapshot: &mut Snapshot,
 ) -> Result<(), DbError> {
-    let mut due = rows
-        .iter()
-        .map(execution_row)
-        .collect::<Result<Vec<_>, _>>()?;
-    due.sort_by(|a, b| {
+    let mut due = Vec::with_capacity(rows.len());
+    let mut stale = Vec::new();
+    for row in rows {
+        let execution = execution_row(row)?;
+        let events: Vec<&str> = column(row, DUE_EVENTS)?;
+        let responses: Vec<&str> = column(row, DUE_RESPONSES)?;
+        let log = LogRows {
+            events: events
+                .into_iter()
+                .map(|json| from_json(json, "event"))
+                .collect::<Result<_, _>>()?,
+            responses: responses
+                .into_iter()
+                .map(|json| from_json(json, "response"))
+                .collect::<Result<_, _>>()?,
+        };
+        if !log_is_complete(&execution, &log) {
+            stale.push(due.len());
+        }
+        due.push((execution, log));
+    }
+    if !stale.is_empty() {
+        let ids: Vec<&str> = stale
+            .iter()
+            .map(|&i| due[i].0.execution_id.as_str())
+            .collect();
+        let mut logs = load_logs(client, &ids).await?;
+        for &i in stale.iter().rev() {
+            due[i].1 = logs.pop().expect("one log per id");
+        }
+    }
+    due.sort_by(|(a, _), (b, _)| {
         let at = |row: &concepts::kernel::ExecutionRow| row.state.pending_state.pending_at();
         (at(a), &a.execution_id).cmp(&(at(b), &b.execution_id))
     });
-    let ids: Vec<&str> = due.iter().map(|row| row.execution_id.as_str()).collect();
+    for (row, log) in due {
+        snapshot.add_due(row, log);
+    }
+    Ok(())
+}
+
+/// True when `log` holds every event and response that `row` counts: `next_version` events
+/// (versions `0..next_version`) and `response_count` responses.
+pub(crate) fn log_is_complete(row: &ExecutionRow, log: &LogRows) -> bool {
+    u64::try_from(log.events.len()).ok() == Some(u64::from(row.state.next_version.0))
+        && u64::try_from(log.responses.len()).ok() == Some(row.response_count)
+}
+
+/// The logs of `ids`, in their order.
+async fn load_logs(client: &ClientWrapper, ids: &[&str]) -> Result<Vec<LogRows>, DbError> {
     let [events_stmt, responses_stmt] = prepare(
         client,
         [Some(SELECT_LOG_EVENTS), Some(SELECT_LOG_RESPONSES)],
@@ -517,10 +576,7 @@ async fn load_due(
                 .push(from_json(column(row, 1)?, "response")?);
         }
     }
-    for (row, log) in due.into_iter().zip(logs) {
-        snapshot.add_due(row, log);
-    }
-    Ok(())
+    Ok(logs)
 }
 
 /// The statements of `sql`, prepared once per connection.

@@ -197,3 +197,29 @@ fn unique_violations_map_to_duplicate_kinds() {
     assert_eq!(duplicate_kind("other", "Key (a)=(b) already exists."), None);
     assert_eq!(duplicate_kind("t_execution_pkey", "garbage"), None);
 }
+
+#[test]
+fn a_due_log_shorter_than_its_row_counts_is_incomplete() {
+    use concepts::kernel::{ExecutionRow, LogRows};
+    use conformance::storage_scenarios::helpers::{create_request, execution_id, ffqn};
+    let request = create_request(execution_id(1), ffqn("f"), Utc.timestamp_opt(0, 0).unwrap());
+    let mut row = ExecutionRow::new_execution(&request);
+    let log = LogRows {
+        events: vec![request.to_created_event()],
+        responses: Vec::new(),
+    };
+    assert!(crate::load::log_is_complete(&row, &log));
+    let no_events = LogRows {
+        events: Vec::new(),
+        responses: Vec::new(),
+    };
+    assert!(
+        !crate::load::log_is_complete(&row, &no_events),
+        "an event committed after the statement's snapshot"
+    );
+    row.response_count = 1;
+    assert!(
+        !crate::load::log_is_complete(&row, &log),
+        "a response committed after the statement's snapshot"
+    );
+}
