@@ -22,6 +22,8 @@ pub(crate) struct CountingDb {
     inner: Arc<dyn DbConnection>,
     finished: AtomicUsize,
     target: usize,
+    /// The count the waiter of [`CountingDb::reached`] waits for: reaching it notifies.
+    wanted: AtomicUsize,
     done: Notify,
     /// Prints `finished <count>` on standard output after each counted append (a worker
     /// process reports to its parent this way).
@@ -35,6 +37,7 @@ impl CountingDb {
             inner,
             finished: AtomicUsize::new(0),
             target,
+            wanted: AtomicUsize::new(target),
             done: Notify::new(),
             report,
         }
@@ -47,9 +50,17 @@ impl CountingDb {
 
     /// Returns once `target` `Finished` appends were acknowledged.
     pub(crate) async fn reached_target(&self) {
+        self.reached(self.target).await;
+    }
+
+    /// Returns once `count` `Finished` appends were acknowledged (at most the target); one
+    /// waiter at a time.
+    pub(crate) async fn reached(&self, count: usize) {
+        let count = count.min(self.target);
+        self.wanted.store(count, Ordering::SeqCst);
         loop {
             let notified = self.done.notified();
-            if self.finished() >= self.target {
+            if self.finished() >= count {
                 return;
             }
             notified.await;
@@ -66,7 +77,7 @@ impl CountingDb {
                 let _ = writeln!(stdout, "finished {finished}");
                 let _ = stdout.flush();
             }
-            if finished >= self.target {
+            if finished >= self.wanted.load(Ordering::SeqCst) {
                 self.done.notify_waiters();
             }
         }

@@ -20,6 +20,13 @@
 //! per second by `prune`, and one `cancel` of a parent with 10,000 unfinished children, its
 //! time and the transactions it committed (read through `probe`).
 //!
+//! Then the latency rows (`latency`, skipped with `--no-latency`): submit to `Finished` of one
+//! execution at a time on an idle executor, p50 and p99 per backend, beside the commit latency
+//! measured in the same run.
+//!
+//! `--instructions` runs only the instruction count (`instructions`): instructions per
+//! execution of the memory backend end to end, under `valgrind --tool=callgrind`.
+//!
 //! `--soak` runs only the soak (`soak`): a steady submit rate for minutes with an executor,
 //! the timers watcher and `timers_watcher::Pruner`, printing the store's size over time and
 //! whether it levelled off.
@@ -27,6 +34,8 @@
 #![expect(clippy::print_stdout, reason = "a benchmark prints its results")]
 
 mod counting;
+mod instructions;
+mod latency;
 mod lifecycle;
 mod multi;
 mod pg_limit;
@@ -152,6 +161,10 @@ struct Args {
     /// Soak: seconds between two printed rows.
     #[arg(long, default_value_t = 10)]
     soak_report_seconds: u64,
+    #[command(flatten)]
+    instructions: instructions::InstructionArgs,
+    #[command(flatten)]
+    latency: latency::LatencyArgs,
 }
 
 /// The function every benchmark execution runs.
@@ -550,6 +563,9 @@ fn machine() -> String {
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
+    if cli.args.instructions.instructions_phase {
+        return instructions::run_phase(cli.args.executions, cli.args.batch_size);
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
@@ -568,6 +584,20 @@ async fn bench(args: Args) -> anyhow::Result<()> {
     }
     let mut report = String::new();
     let mut targets = Targets::default();
+    if args.instructions.instructions {
+        eprintln!("counting instructions per execution under callgrind ...");
+        let per_execution =
+            instructions::count(&args.instructions, args.executions, args.batch_size)?;
+        let row = Row::alone(
+            "instructions per execution",
+            per_execution,
+            "",
+            Goal::AtMost(10_000.0),
+        );
+        targets.add("memory", row);
+        println!("{}", targets.render());
+        return Ok(());
+    }
     let mut end_to_end = Vec::new();
     let mut notes = Vec::new();
     writeln!(report, "Machine: {}", machine())?;
@@ -715,6 +745,20 @@ async fn bench(args: Args) -> anyhow::Result<()> {
     if !args.no_lifecycle {
         let rows = lifecycle::rows(&args, dir.path(), sync, postgres_url.as_deref()).await?;
         report.push_str(&rows);
+    }
+    let latency = &args.latency;
+    let postgres = postgres_url.as_deref();
+    for (backend, row) in latency::rows(
+        latency,
+        &args.backends,
+        dir.path(),
+        sync,
+        postgres,
+        args.batch_size,
+    )
+    .await?
+    {
+        targets.add(&backend, row);
     }
     for (backend, rate) in &end_to_end {
         if backend == "memory" {

@@ -9,10 +9,6 @@ use std::{collections::BTreeMap, fmt::Write as _};
 
 /// What a figure is held to.
 #[derive(Debug, Clone, Copy)]
-#[allow(
-    dead_code,
-    reason = "the latency and instruction rows will construct every variant"
-)]
 pub(crate) enum Goal {
     /// value / limit ≥ the given ratio (a rate against the machine's rate).
     RatioAtLeast(f64),

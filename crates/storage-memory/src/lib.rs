@@ -86,7 +86,7 @@ use concepts::{
     OutcomeWrite, Pagination, PruneOutcome, PruneRequest, Version,
     kernel::{self, Snapshot, WaiterCounts, WaiterHub, WritePlan, WriteRequest},
 };
-use state::{Record, State, TimerKind};
+use state::{At, Record, State, TimerKind};
 use std::{
     future::ready,
     sync::{Arc, Mutex, MutexGuard, PoisonError},
@@ -206,19 +206,20 @@ impl DbWorkflow for MemoryStore {
 impl DbTimers for MemoryStore {
     async fn get_expired_timers(&self, at: DateTime<Utc>) -> Result<Vec<ExpiredTimer>, DbError> {
         let state = self.open_state()?;
-        let expired = state.timers.iter().take_while(|(t, ..)| *t <= at);
+        let expired = state.timers.iter().take_while(|(t, ..)| t.at_or_before(at));
         expired
             .map(|(expires_at, execution_id, kind)| {
+                let expires_at = expires_at.time();
                 Ok(match kind {
                     TimerKind::Lock => {
                         let row = &state.record(execution_id)?.row;
-                        ExpiredTimer::Lock(row.expired_lock(*expires_at))
+                        ExpiredTimer::Lock(row.expired_lock(expires_at))
                     }
                     TimerKind::Delay(delay_id, join_set_id) => ExpiredTimer::Delay(ExpiredDelay {
                         execution_id: execution_id.clone(),
                         join_set_id: join_set_id.clone(),
                         delay_id: *delay_id,
-                        expires_at: *expires_at,
+                        expires_at,
                     }),
                 })
             })
@@ -294,7 +295,10 @@ impl DbClient for MemoryStore {
     ) -> Result<Vec<ExecutionSummary>, DbError> {
         let state = self.open_state()?;
         let rows: Box<dyn Iterator<Item = _>> = match &pagination.cursor {
-            Some(cursor) => Box::new(state.by_created.range(..cursor.clone()).rev()),
+            Some((at, id)) => {
+                let cursor = (At::new(*at, id), id.clone());
+                Box::new(state.by_created.range(..cursor).rev())
+            }
             None => Box::new(state.by_created.iter().rev()),
         };
         let mut out = Vec::new();
@@ -313,7 +317,7 @@ impl DbClient for MemoryStore {
             out.push(ExecutionSummary {
                 execution_id: execution_id.clone(),
                 ffqn: row.ffqn.clone(),
-                created_at: *created_at,
+                created_at: created_at.time(),
                 scheduled_at: record.created.scheduled_at,
                 pending_state: row.state.pending_state.clone(),
                 next_version: row.state.next_version,

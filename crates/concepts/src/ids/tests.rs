@@ -241,6 +241,26 @@ proptest! {
     }
 
     #[test]
+    fn execution_ids_compare_as_their_text(
+        ms in prop::sample::select(vec![0u64, 1, 1 << 20, (1 << 48) - 1]),
+        randoms in prop::array::uniform2(prop::sample::select(vec![0u128, 1, 1 << 60, 1 << 79, u128::MAX >> 48])),
+        children in prop::array::uniform2(prop::option::of((1u64..12, "[ab]{0,2}"))),
+    ) {
+        let ids: Vec<ExecutionId> = randoms.iter().zip(&children).map(|(random, child)| {
+            let top = ExecutionId::from(ExecutionIdTopLevel::from_parts(ms, *random));
+            prop_assert_eq!(top.as_str(), format!("E_{}", Ulid::from_parts(ms, *random)));
+            Ok(match child {
+                Some((idx, name)) => top.next_level(&JoinSetId::new(JoinSetKind::Named, name.as_str()).unwrap(), *idx),
+                None => top,
+            })
+        }).collect::<Result<_, _>>()?;
+        let (a, b) = (&ids[0], &ids[1]);
+        prop_assert_eq!(a.cmp(b), a.as_str().cmp(b.as_str()));
+        prop_assert_eq!(a == b, a.as_str() == b.as_str());
+        prop_assert_eq!(a.cmp(&a.clone()), std::cmp::Ordering::Equal);
+    }
+
+    #[test]
     fn generated_ids_round_trip(ms in 0u64..(1 << 48), random in any::<u128>(), idx in 1u64..u64::MAX, name in "[a-zA-Z0-9_/-]{0,8}") {
         let top = ExecutionId::from(ExecutionIdTopLevel::from_parts(ms, random));
         prop_assert_eq!(top.to_string().parse::<ExecutionId>().unwrap(), top.clone());

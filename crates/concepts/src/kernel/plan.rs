@@ -166,7 +166,8 @@ impl<'s> Planner<'s> {
             old_state: Some(row.state.pending_state.clone()),
             row: row.clone(),
             created: None,
-            events: Vec::new(),
+            // Most writes append one event: allocated once at its size, not grown.
+            events: Vec::with_capacity(1),
             responses: Vec::new(),
             join_sets: Vec::new(),
             delays_requested: Vec::new(),
@@ -187,12 +188,12 @@ impl<'s> Planner<'s> {
     fn push(&mut self, change: ExecutionChange) -> usize {
         let idx = self.changes.len();
         if idx == LINEAR_LOOKUP {
-            self.position = self
-                .changes
-                .iter()
-                .enumerate()
-                .map(|(i, c)| (c.row.execution_id.clone(), i))
-                .collect();
+            // Sized for the changes the write reserved room for (a batch), not grown.
+            let mut position =
+                HashMap::with_capacity_and_hasher(self.changes.capacity(), FastHash::default());
+            let staged = self.changes.iter().enumerate();
+            position.extend(staged.map(|(i, c)| (c.row.execution_id.clone(), i)));
+            self.position = position;
         }
         if idx >= LINEAR_LOOKUP {
             self.position.insert(change.row.execution_id.clone(), idx);
@@ -486,6 +487,7 @@ impl<'s> Planner<'s> {
 
     fn lock_pending(&mut self, req: &LockPendingRequest) -> Result<Vec<LockedExecution>, DbError> {
         let mut locked = Vec::with_capacity(self.snapshot.due.len());
+        self.changes.reserve(self.snapshot.due.len());
         for execution_id in &self.snapshot.due {
             let row =
                 self.snapshot.executions.get(execution_id).ok_or_else(|| {
