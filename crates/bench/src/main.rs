@@ -14,7 +14,10 @@
 //! reaches N.
 //!
 //! With PostgreSQL it also runs the same workload with 1, 2 and 4 executor processes against
-//! one server (`--processes`): see the `multi` module for how that is measured.
+//! one server (`--processes`): see the `multi` module for how that is measured. Its limit,
+//! measured on the same server in the same run (`pg_limit`), is the server's single-row
+//! `INSERT` transactions/s at 32 concurrent clients; the targets table holds the one-process
+//! rate against it and each multi-process rate against the one-process rate.
 //!
 //! Then the lifecycle rows (`lifecycle`, skipped with `--no-lifecycle`): executions removed
 //! per second by `prune`, and one `cancel` of a parent with 10,000 unfinished children, its
@@ -414,57 +417,6 @@ async fn measure_postgres(server_url: &str, args: &Args) -> anyhow::Result<Measu
     measured
 }
 
-/// The server's single-row `INSERT` transactions/s at 32 clients, on a fresh database.
-async fn measure_postgres_limits(server_url: &str) -> anyhow::Result<f64> {
-    eprintln!("measuring the PostgreSQL server's single-row INSERT transactions/s ...");
-    let run = PostgresRun::create(server_url, "limit").await?;
-    let measured = pg_limit::measure(&run.server_url, &run.name, Duration::from_secs(3)).await;
-    run.drop_database().await?;
-    measured
-}
-
-/// The PostgreSQL rows of the targets table: one process end to end against the server's
-/// INSERT transactions at 32 clients, several processes against one (the multi-process run's
-/// own 1-process figure when it has one).
-fn add_postgres_targets(
-    targets: &mut Targets,
-    inserts_per_second: f64,
-    rate: f64,
-    by_processes: &[(usize, f64)],
-) {
-    targets.add(
-        "postgres",
-        Row::against(
-            "end to end, executions/s, 1 executor process",
-            rate,
-            "/s",
-            format!(
-                "single-row INSERT transactions/s, {} clients",
-                pg_limit::CLIENTS
-            ),
-            inserts_per_second,
-            Goal::RatioAtLeast(1.0),
-        ),
-    );
-    let one = by_processes
-        .iter()
-        .find(|(p, _)| *p == 1)
-        .map_or(rate, |(_, r)| *r);
-    for (processes, value) in by_processes.iter().filter(|(p, _)| *p > 1) {
-        targets.add(
-            "postgres",
-            Row::against(
-                format!("end to end, executions/s, {processes} executor processes"),
-                *value,
-                "/s",
-                "1 executor process",
-                one,
-                Goal::RatioAtLeast(1.0),
-            ),
-        );
-    }
-}
-
 /// The multi-process PostgreSQL runs, one fresh database each; returns the table rows and
 /// each run's end-to-end executions/s by its number of processes.
 async fn measure_processes(
@@ -639,7 +591,7 @@ async fn bench(args: Args) -> anyhow::Result<()> {
                     continue;
                 };
                 eprintln!("measuring postgres ...");
-                let limits = measure_postgres_limits(url).await?;
+                let limit = pg_limit::measure_on_fresh_database(url).await?;
                 let m = measure_postgres(url, &args).await?;
                 let rate = m.per_second(m.create + m.run);
                 let mut by_processes = Vec::new();
@@ -648,7 +600,7 @@ async fn bench(args: Args) -> anyhow::Result<()> {
                     multi_rows = Some(rows);
                     by_processes = rates;
                 }
-                add_postgres_targets(&mut targets, limits, rate, &by_processes);
+                pg_limit::add_targets(&mut targets, limit, rate, &by_processes);
                 m
             }
             other => bail!("unknown backend `{other}` (expected memory, sqlite or postgres)"),

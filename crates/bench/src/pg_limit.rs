@@ -7,7 +7,10 @@
 //! into a scratch table that is dropped afterwards. The measurement runs for a fixed time and
 //! counts the statements acknowledged within it.
 
-use crate::probe::driver_url;
+use crate::{
+    probe::driver_url,
+    targets::{Goal, Row, Targets},
+};
 use anyhow::Context;
 use std::{
     sync::Arc,
@@ -42,6 +45,57 @@ pub(crate) async fn measure(
         .await
         .context("dropping the scratch table")?;
     measured
+}
+
+/// The server's single-row `INSERT` transactions/s at 32 clients, on a fresh database.
+pub(crate) async fn measure_on_fresh_database(server_url: &str) -> anyhow::Result<f64> {
+    eprintln!("measuring the PostgreSQL server's single-row INSERT transactions/s ...");
+    let run = crate::PostgresRun::create(server_url, "limit").await?;
+    let measured = measure(&run.server_url, &run.name, Duration::from_secs(3)).await;
+    run.drop_database().await?;
+    measured
+}
+
+/// The PostgreSQL rows of the targets table: one process end to end against the server's
+/// INSERT transactions at 32 clients, several processes against one (the multi-process run's
+/// own 1-process figure when it has one).
+pub(crate) fn add_targets(
+    targets: &mut Targets,
+    inserts_per_second: f64,
+    rate: f64,
+    by_processes: &[(usize, f64)],
+) {
+    targets.add(
+        "postgres",
+        Row::against(
+            "end to end, executions/s, 1 executor process",
+            rate,
+            "/s",
+            format!(
+                "single-row INSERT transactions/s, {} clients",
+                CLIENTS
+            ),
+            inserts_per_second,
+            Goal::RatioAtLeast(1.0),
+        ),
+    );
+    let one = by_processes
+        .iter()
+        .find(|(p, _)| *p == 1)
+        .map_or(rate, |(_, r)| *r);
+    for (processes, value) in by_processes.iter().filter(|(p, _)| *p > 1) {
+        targets.add(
+            "postgres",
+            Row::against(
+                format!("end to end, executions/s, {processes} executor processes"),
+                *value,
+                "/s",
+                "1 executor process",
+                one,
+                Goal::RatioAtLeast(1.0),
+            ),
+        );
+    }
 }
 
 async fn connect(server_url: &str, database: &str) -> anyhow::Result<Client> {
