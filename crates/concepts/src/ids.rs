@@ -295,8 +295,15 @@ impl FromStr for JoinSetId {
 /// The text form is stored (validated) so that cloning, hashing and ordering are cheap.
 /// Ids order by their text form, byte by byte, which is what a SQL `ORDER BY` on the text
 /// column gives; that keeps tie-breaking identical on every backend.
-#[derive(Clone, Hash)]
+#[derive(Clone)]
 pub struct ExecutionId(Arc<str>);
+
+impl std::hash::Hash for ExecutionId {
+    /// The text's hash, as equal texts (whether or not they share their allocation) are equal.
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.0.hash(state);
+    }
+}
 
 impl PartialEq for ExecutionId {
     fn eq(&self, other: &Self) -> bool {
