@@ -71,10 +71,7 @@ pub(crate) fn add_targets(
             "end to end, executions/s, 1 executor process",
             rate,
             "/s",
-            format!(
-                "single-row INSERT transactions/s, {} clients",
-                CLIENTS
-            ),
+            format!("single-row INSERT transactions/s, {} clients", CLIENTS),
             inserts_per_second,
             Goal::RatioAtLeast(1.0),
         ),

@@ -127,7 +127,10 @@
 //! wake-ups to this process's hub and publishes them on the channel `stele`:
 //! `p:<micros>:<ffqn>` when an execution of that function became pending at that time (one per
 //! function and transaction, the earliest), `r:<execution id>` when its responses grew,
-//! `f:<execution id>` when it finished, `*` for "anything may have happened". Each store keeps
+//! `f:<execution id>` when it finished, `*` for "anything may have happened"; the wake-ups of
+//! one transaction are packed, separated by spaces, into as few payloads as fit (one for a
+//! group of hundreds of writes), and a payload with a part it does not know wakes everyone.
+//! Each store keeps
 //! one dedicated listener connection (`LISTEN stele`) that delivers what it hears to its hub.
 //!
 //! The `pg_notify` calls (one statement for all the payloads of a transaction, however many
