@@ -300,12 +300,14 @@ pub struct ExecutionId(Arc<str>);
 
 impl std::hash::Hash for ExecutionId {
     /// The text's hash, as equal texts (whether or not they share their allocation) are equal.
+    #[inline]
     fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
         self.0.hash(state);
     }
 }
 
 impl PartialEq for ExecutionId {
+    #[inline]
     fn eq(&self, other: &Self) -> bool {
         // Clones share their text: most comparisons in a write are of an id with its clone.
         Arc::ptr_eq(&self.0, &other.0) || self.0 == other.0
@@ -319,6 +321,7 @@ impl Ord for ExecutionId {
     /// integer first (the same order as comparing them byte by byte), which decides almost
     /// every comparison of the ordered indexes without a call to `memcmp`: ids of one
     /// millisecond differ in the random characters after the `E_` and the 10 of the time.
+    #[inline]
     fn cmp(&self, other: &Self) -> std::cmp::Ordering {
         if Arc::ptr_eq(&self.0, &other.0) {
             return std::cmp::Ordering::Equal;
@@ -335,6 +338,7 @@ impl Ord for ExecutionId {
 }
 
 impl PartialOrd for ExecutionId {
+    #[inline]
     fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
         Some(self.cmp(other))
     }
