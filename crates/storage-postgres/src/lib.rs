@@ -113,9 +113,10 @@
 //!   name no execution in common share one transaction, one load of all their keys (one
 //!   locking statement), one kernel plan each on that snapshot, one pipeline of statements
 //!   with all their changes, and one commit; up to [`PostgresStore::group_slots`] groups are in
-//!   flight at once, and under load each takes what queued meanwhile. A write the kernel
-//!   refuses changes nothing and the rest commit; when the database refuses the group, nothing
-//!   of it is stored and each write runs again alone, so every write stays all or nothing.
+//!   flight at once (a write that finds one free runs at once), and under load each takes
+//!   what queued meanwhile. A write the kernel refuses changes nothing and the rest commit;
+//!   when the database refuses the group, nothing of it is stored and each write runs again
+//!   alone, so every write stays all or nothing.
 //!   The `writer` module has the details. `lock_pending`, `cancel`, `prune` and
 //!   `create_batch` run alone.
 //! - Reads of several tables (`get`) run in one `REPEATABLE READ READ ONLY` transaction.
@@ -198,10 +199,7 @@ use std::{
     sync::{Arc, Mutex, PoisonError},
     time::Duration,
 };
-use tokio::{
-    sync::{mpsc, oneshot, watch},
-    task::JoinHandle,
-};
+use tokio::{sync::watch, task::JoinHandle};
 
 /// A store on one PostgreSQL database. Clones share the pool and the listener.
 #[derive(Clone)]
@@ -217,8 +215,8 @@ struct Inner {
     listener_state: watch::Receiver<ListenerState>,
     listener_task: Mutex<Option<JoinHandle<()>>>,
     writer: Arc<writer::Writer>,
-    /// The group writer's queue; the writer stops when the last store handle drops it.
-    group: mpsc::UnboundedSender<writer::Command>,
+    /// The group writer; it stops when the last store handle drops it.
+    groups: writer::Groups,
 }
 
 impl Drop for Inner {
@@ -290,7 +288,7 @@ impl PostgresStore {
             hub: Arc::clone(&hub),
             max_transaction_retries: config.max_transaction_retries,
         });
-        let group = writer::spawn(
+        let groups = writer::Groups::spawn(
             Arc::clone(&writer),
             writer::Writer::groups_in_flight(config.pool_size),
         );
@@ -298,7 +296,7 @@ impl PostgresStore {
             inner: Arc::new(Inner {
                 pool,
                 writer,
-                group,
+                groups,
                 config,
                 hub,
                 shutdown: shutdown_tx,
@@ -365,16 +363,10 @@ impl PostgresStore {
         if !writer::groupable(&request, &keys) {
             return self.inner.writer.write(&keys, request).await;
         }
-        let (reply, answer) = oneshot::channel();
         self.inner
-            .group
-            .send(writer::Command {
-                request,
-                keys,
-                reply,
-            })
-            .map_err(|_| DbError::Closed)?;
-        answer.await.map_err(|_| DbError::Closed)?
+            .groups
+            .write(&self.inner.writer, keys, request)
+            .await
     }
 
     async fn any_due(&self, at: DateTime<Utc>, ffqns: &[FunctionFqn]) -> Result<bool, DbError> {

@@ -2,10 +2,11 @@
 //! that lets concurrent writes of disjoint executions share one transaction and one commit.
 //!
 //! A write that touches named executions only (`create`, `append_batch`, `append_outcome`,
-//! `append_response`, `complete`) is queued for the group writer. The writer task takes what
-//! is queued, up to [`MAX_GROUP`] writes that name no execution in common, and runs them as a
-//! group with one of [`Writer::groups_in_flight`] slots, taking the next group while earlier
-//! ones commit: one `BEGIN` and one load of the union of their keys (every row lock in one
+//! `append_response`, `complete`) runs at once on its caller's task when one of
+//! [`Writer::groups_in_flight`] slots is free, and is otherwise queued for the group writer.
+//! The writer task takes the first queued write, waits for a slot, then takes what queued
+//! meanwhile, up to [`MAX_GROUP`] writes that name no execution in common, and runs them as a
+//! group, taking the next group while earlier ones commit: one `BEGIN` and one load of the union of their keys (every row lock in one
 //! statement, in id order), one [`kernel::plan`] per write on that snapshot, one pipeline of
 //! multi-row statements with every plan's changes, `COMMIT` and one notification statement.
 //! Since no two writes of a group name the same execution, each plan sees exactly the rows its
@@ -253,32 +254,67 @@ fn union<'a>(all: impl Iterator<Item = &'a Keys>) -> Keys {
 }
 
 /// A queued write and where its answer goes.
-pub(crate) struct Command {
-    pub(crate) request: WriteRequest,
-    pub(crate) keys: Keys,
-    pub(crate) reply: oneshot::Sender<Result<WritePlan, DbError>>,
+struct Command {
+    request: WriteRequest,
+    keys: Keys,
+    reply: oneshot::Sender<Result<WritePlan, DbError>>,
 }
 
-/// Starts the group writer; it stops once every sender is dropped and its groups are done.
-pub(crate) fn spawn(writer: Arc<Writer>, slots: usize) -> mpsc::UnboundedSender<Command> {
-    let (tx, rx) = mpsc::unbounded_channel();
-    tokio::spawn(run(writer, rx, slots.max(1)));
-    tx
+/// The group writer's side of a store: its queue and its slots.
+pub(crate) struct Groups {
+    queue: mpsc::UnboundedSender<Command>,
+    slots: Arc<Semaphore>,
 }
 
-async fn run(writer: Arc<Writer>, mut queue: mpsc::UnboundedReceiver<Command>, slots: usize) {
-    let slots = Arc::new(Semaphore::new(slots));
+impl Groups {
+    /// Starts the group writer; it stops once this is dropped and its groups are done.
+    pub(crate) fn spawn(writer: Arc<Writer>, slots: usize) -> Self {
+        let (queue, rx) = mpsc::unbounded_channel();
+        let slots = Arc::new(Semaphore::new(slots.max(1)));
+        tokio::spawn(run(writer, rx, Arc::clone(&slots)));
+        Self { queue, slots }
+    }
+
+    /// Runs `request` at once on the caller's task when a slot is free (an idle store: no
+    /// hop to another task), otherwise queues it for the next group.
+    pub(crate) async fn write(
+        &self,
+        writer: &Writer,
+        keys: Keys,
+        request: WriteRequest,
+    ) -> Result<WritePlan, DbError> {
+        if let Ok(_slot) = self.slots.try_acquire() {
+            return writer.write(&keys, request).await;
+        }
+        let (reply, answer) = oneshot::channel();
+        self.queue
+            .send(Command {
+                request,
+                keys,
+                reply,
+            })
+            .map_err(|_| DbError::Closed)?;
+        answer.await.map_err(|_| DbError::Closed)?
+    }
+}
+
+async fn run(
+    writer: Arc<Writer>,
+    mut queue: mpsc::UnboundedReceiver<Command>,
+    slots: Arc<Semaphore>,
+) {
     let mut deferred: VecDeque<Command> = VecDeque::new();
     loop {
-        let Ok(slot) = slots.clone().acquire_owned().await else {
-            return;
-        };
+        // A command first, then a slot: what queues meanwhile joins the group.
         let first = match deferred.pop_front() {
             Some(command) => command,
             None => match queue.recv().await {
                 Some(command) => command,
                 None => return,
             },
+        };
+        let Ok(slot) = slots.clone().acquire_owned().await else {
+            return;
         };
         let mut group = Group::new(first);
         // What waited behind a conflict goes first, in its order.
