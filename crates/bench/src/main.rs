@@ -14,7 +14,10 @@
 //! reaches N.
 //!
 //! With PostgreSQL it also runs the same workload with 1, 2 and 4 executor processes against
-//! one server (`--processes`): see the `multi` module for how that is measured.
+//! one server (`--processes`): see the `multi` module for how that is measured. Its limit,
+//! measured on the same server in the same run (`pg_limit`), is the server's single-row
+//! `INSERT` transactions/s at 32 concurrent clients; the targets table holds the one-process
+//! rate against it and each multi-process rate against the one-process rate.
 //!
 //! Then the lifecycle rows (`lifecycle`, skipped with `--no-lifecycle`): executions removed
 //! per second by `prune`, and one `cancel` of a parent with 10,000 unfinished children, its
@@ -41,6 +44,7 @@ mod latency;
 mod lifecycle;
 mod lockcost;
 mod multi;
+mod pg_limit;
 mod probe;
 mod soak;
 mod targets;
@@ -426,9 +430,14 @@ async fn measure_postgres(server_url: &str, args: &Args) -> anyhow::Result<Measu
     measured
 }
 
-/// The multi-process PostgreSQL runs, one fresh database each; returns the table rows.
-async fn measure_processes(server_url: &str, args: &Args) -> anyhow::Result<Vec<String>> {
+/// The multi-process PostgreSQL runs, one fresh database each; returns the table rows and
+/// each run's end-to-end executions/s by its number of processes.
+async fn measure_processes(
+    server_url: &str,
+    args: &Args,
+) -> anyhow::Result<(Vec<String>, Vec<(usize, f64)>)> {
     let mut rows = Vec::new();
+    let mut rates = Vec::new();
     for &processes in &args.processes {
         anyhow::ensure!(processes > 0, "--processes: 0 is not a number of processes");
         eprintln!("measuring postgres with {processes} executor process(es) ...");
@@ -453,8 +462,9 @@ async fn measure_processes(server_url: &str, args: &Args) -> anyhow::Result<Vec<
         let (m, per_process) = measured?;
         let shares: Vec<String> = per_process.iter().map(ToString::to_string).collect();
         rows.push(format!("{} {} |", m.row(), shares.join(" / ")));
+        rates.push((processes, m.per_second(m.create + m.run)));
     }
-    Ok(rows)
+    Ok((rows, rates))
 }
 
 fn synchronous(level: &str) -> anyhow::Result<Synchronous> {
@@ -594,10 +604,16 @@ async fn bench(args: Args) -> anyhow::Result<()> {
                     continue;
                 };
                 eprintln!("measuring postgres ...");
+                let limit = pg_limit::measure_on_fresh_database(url).await?;
                 let m = measure_postgres(url, &args).await?;
+                let rate = m.per_second(m.create + m.run);
+                let mut by_processes = Vec::new();
                 if !args.no_multi_process {
-                    multi_rows = Some(measure_processes(url, &args).await?);
+                    let (rows, rates) = measure_processes(url, &args).await?;
+                    multi_rows = Some(rows);
+                    by_processes = rates;
                 }
+                pg_limit::add_targets(&mut targets, limit, rate, &by_processes);
                 m
             }
             other => bail!("unknown backend `{other}` (expected memory, sqlite or postgres)"),

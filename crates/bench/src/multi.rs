@@ -278,7 +278,9 @@ async fn until(
         if line == "ready" {
             worker.ready = true;
         } else if let Some(count) = line.strip_prefix("finished ") {
-            worker.finished = count.parse().context("a finished count")?;
+            // Counts printed by concurrent tasks may arrive out of order: the largest holds.
+            let count: usize = count.parse().context("a finished count")?;
+            worker.finished = worker.finished.max(count);
         } else if let Some(count) = line.strip_prefix("stopped ") {
             worker.stopped = Some(count.parse().context("a stopped count")?);
         } else {

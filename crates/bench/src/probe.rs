@@ -39,7 +39,7 @@ fn file_size(path: &Path) -> anyhow::Result<u64> {
 
 /// The URL of the server `server_url` names, without the parameters only Stele's
 /// `PostgresConfig` knows (`pool_size`, `statement_timeout_ms`), which the driver refuses.
-fn driver_url(server_url: &str) -> String {
+pub(crate) fn driver_url(server_url: &str) -> String {
     let Some((base, query)) = server_url.split_once('?') else {
         return server_url.to_string();
     };

@@ -128,10 +128,23 @@
 //!   `create_batch` calls of two processes) is retried
 //!   ([`PostgresConfig::max_transaction_retries`] times) and then returned as retriable.
 //! - **Persist.** The plan's changes are written with a few multi-row `UNNEST` statements, one
-//!   per table and kind of change, sent in one pipeline over prepared statements cached per
-//!   connection, then `COMMIT`. A response is stored under its receiver's row lock, so its
-//!   index never changes afterwards, even when children finish concurrently. What `prune`
-//!   deletes goes in one more statement: every row of those executions in every table.
+//!   per table and kind of change, over prepared statements cached per connection, sent in
+//!   one pipeline with the `COMMIT` and the notifications behind them: one round trip. When
+//!   the server refuses a statement the transaction is aborted and its `COMMIT` rolls it back.
+//!   A response is stored under its receiver's row lock, so its index never changes
+//!   afterwards, even when children finish concurrently. What `prune` deletes goes in one
+//!   more statement: every row of those executions in every table.
+//! - **Groups.** Concurrent writes that name their executions (`create`, `append_batch`,
+//!   `append_outcome`, `append_response`, `complete`) go through a group writer: writes that
+//!   name no execution in common share one transaction, one load of all their keys (one
+//!   locking statement), one kernel plan each on that snapshot, one pipeline of statements
+//!   with all their changes, and one commit; up to [`PostgresStore::group_slots`] groups are in
+//!   flight at once (a write that finds one free runs at once), and under load each takes
+//!   what queued meanwhile. A write the kernel refuses changes nothing and the rest commit;
+//!   when the database refuses the group, nothing of it is stored and each write runs again
+//!   alone, so every write stays all or nothing.
+//!   The `writer` module has the details. `lock_pending`, `cancel`, `prune` and
+//!   `create_batch` run alone.
 //! - Reads of several tables (`get`) run in one `REPEATABLE READ READ ONLY` transaction.
 //!
 //! # Notifications
@@ -141,12 +154,17 @@
 //! wake-ups to this process's hub and publishes them on the channel `stele`:
 //! `p:<micros>:<ffqn>` when an execution of that function became pending at that time (one per
 //! function and transaction, the earliest), `r:<execution id>` when its responses grew,
-//! `f:<execution id>` when it finished, `*` for "anything may have happened". Each store keeps
+//! `f:<execution id>` when it finished, `*` for "anything may have happened"; the wake-ups of
+//! one transaction are packed, separated by spaces, into as few payloads as fit (one for a
+//! group of hundreds of writes), and a payload with a part it does not know wakes everyone.
+//! Each store keeps
 //! one dedicated listener connection (`LISTEN stele`) that delivers what it hears to its hub.
 //!
-//! The `pg_notify` calls run right after the write's `COMMIT`, on the same connection, in a
-//! one-statement transaction of their own with `synchronous_commit` off: a notification is
-//! thus never seen before the write it announces. They are deliberately not part of the
+//! The `pg_notify` calls (one statement for all the payloads of a transaction, however many
+//! writes shared it) run right after the write's `COMMIT`, in the same pipeline on the same
+//! connection, in a one-statement transaction of their own with `synchronous_commit` off: a
+//! notification is thus never seen before the write it announces (after a refused statement
+//! they announce a write that rolled back: a hint about nothing, which waiters tolerate). They are deliberately not part of the
 //! write transaction: a transaction that notifies takes a database-wide lock at commit and
 //! keeps it through its WAL flush, which serialized every committing writer (measured here:
 //! 5,000 concurrent `Finished` appends took 2.7x longer). If the process dies between the
@@ -182,6 +200,7 @@ mod schema;
 #[cfg(test)]
 mod tests;
 mod tls;
+mod writer;
 
 pub use config::{
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_POOL_SIZE, DEFAULT_STATEMENT_TIMEOUT, PostgresConfig,
@@ -200,12 +219,10 @@ use concepts::{
     FinishedExecutionResult, FunctionFqn, JoinSetResponseEvent, JoinSetResponseEventOuter,
     ListExecutionsFilter, LockPendingRequest, LockedExecution, OutcomeWrite, Pagination,
     PruneOutcome, PruneRequest, Version,
-    kernel::{self, Keys, Snapshot, WaiterCounts, WaiterHub, WritePlan, WriteRequest},
+    kernel::{self, Snapshot, WaiterCounts, WaiterHub, WritePlan, WriteRequest},
 };
-use deadpool_postgres::{
-    ClientWrapper, Manager, ManagerConfig, Object, Pool, RecyclingMethod, Runtime,
-};
-use error::{is_transaction_retriable, map_pg_error, map_pool_error};
+use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod, Runtime};
+use error::map_pool_error;
 use std::{
     sync::{Arc, Mutex, PoisonError},
     time::Duration,
@@ -225,6 +242,9 @@ struct Inner {
     shutdown: watch::Sender<bool>,
     listener_state: watch::Receiver<ListenerState>,
     listener_task: Mutex<Option<JoinHandle<()>>>,
+    writer: Arc<writer::Writer>,
+    /// The group writer; it stops when the last store handle drops it.
+    groups: writer::Groups,
 }
 
 impl Drop for Inner {
@@ -241,47 +261,6 @@ impl std::fmt::Debug for PostgresStore {
             .field("config", &self.inner.config)
             .field("closed", &self.inner.hub.is_closed())
             .finish_non_exhaustive()
-    }
-}
-
-/// A pooled connection inside a write transaction, from the `BEGIN` that goes out with the
-/// first loads to its `COMMIT` or `ROLLBACK`. Dropped in between (a caller that gave up on
-/// the write), it takes the connection out of the pool: closing the session ends the
-/// transaction, and no open transaction is ever handed to the next caller.
-struct WriteTx {
-    /// `None` only once `commit` or `rollback` took it.
-    client: Option<Object>,
-}
-
-impl WriteTx {
-    fn client(&self) -> &ClientWrapper {
-        self.client
-            .as_deref()
-            .expect("only `commit` and `rollback` take the connection, and they consume self")
-    }
-
-    /// Commits; returns the connection, to publish the notifications on.
-    async fn commit(mut self) -> Result<Object, DbError> {
-        let client = self.client.take().expect("taken by nothing else");
-        client.batch_execute("COMMIT").await.map_err(map_pg_error)?;
-        Ok(client)
-    }
-
-    /// Rolls back; a connection that cannot even do that leaves the pool.
-    async fn rollback(mut self) {
-        let client = self.client.take().expect("taken by nothing else");
-        if let Err(e) = client.batch_execute("ROLLBACK").await {
-            tracing::debug!(error = %e, "cannot roll back; dropping the connection");
-            drop(Object::take(client));
-        }
-    }
-}
-
-impl Drop for WriteTx {
-    fn drop(&mut self) {
-        if let Some(client) = self.client.take() {
-            drop(Object::take(client));
-        }
     }
 }
 
@@ -334,9 +313,20 @@ impl PostgresStore {
             ))
             .into());
         }
+        let writer = Arc::new(writer::Writer {
+            pool: pool.clone(),
+            hub: Arc::clone(&hub),
+            max_transaction_retries: config.max_transaction_retries,
+        });
+        let groups = writer::Groups::spawn(
+            Arc::clone(&writer),
+            writer::Writer::groups_in_flight(config.pool_size),
+        );
         Ok(Self {
             inner: Arc::new(Inner {
                 pool,
+                writer,
+                groups,
                 config,
                 hub,
                 shutdown: shutdown_tx,
@@ -369,6 +359,13 @@ impl PostgresStore {
         self.inner.listener_state.clone()
     }
 
+    /// How many groups of writes may be in flight at once (each on a pooled connection of its
+    /// own): see "Writes" in the crate docs.
+    #[must_use]
+    pub fn group_slots(&self) -> usize {
+        writer::Writer::groups_in_flight(self.inner.config.pool_size)
+    }
+
     /// The number of registered waiters of each kind.
     #[must_use]
     pub fn waiter_counts(&self) -> WaiterCounts {
@@ -380,8 +377,8 @@ impl PostgresStore {
         self.inner.pool.get().await.map_err(map_pool_error)
     }
 
-    /// One write, as [`concepts::kernel`] describes it; a deadlock or serialization failure
-    /// runs it again from the load.
+    /// One write, as [`concepts::kernel`] describes it: queued for the group writer when it
+    /// may share a transaction (see the `writer` module), otherwise run alone.
     async fn write(&self, request: WriteRequest) -> Result<WritePlan, DbError> {
         self.inner.hub.ensure_open()?;
         let keys = request.keys()?;
@@ -393,47 +390,13 @@ impl PostgresStore {
             // Nothing can be due: the empty snapshot is the answer, without a round trip.
             return kernel::plan(&Snapshot::default(), request);
         }
-        let mut attempt: u32 = 0;
-        loop {
-            match self.write_once(&keys, &request).await {
-                Err(e)
-                    if attempt < self.inner.config.max_transaction_retries
-                        && (is_transaction_retriable(&e) || is_raced_create(&request, &e)) =>
-                {
-                    attempt += 1;
-                    tracing::debug!(attempt, error = %e, "retrying a transaction");
-                }
-                result => return result,
-            }
+        if !writer::groupable(&request, &keys) {
+            return self.inner.writer.write(&keys, request).await;
         }
-    }
-
-    async fn write_once(&self, keys: &Keys, request: &WriteRequest) -> Result<WritePlan, DbError> {
-        let tx = WriteTx {
-            client: Some(self.client().await?),
-        };
-        let planned = async {
-            let mut snapshot = load::begin_and_load(tx.client(), keys).await?;
-            if let Some(more) = request.follow_up_keys(&snapshot) {
-                load::load_follow_up(tx.client(), &more, &mut snapshot).await?;
-            }
-            let plan = kernel::plan(&snapshot, request.clone())?;
-            persist::persist(tx.client(), &plan).await?;
-            Ok::<_, DbError>(plan)
-        }
-        .await;
-        let plan = match planned {
-            Ok(plan) => plan,
-            Err(e) => {
-                tx.rollback().await;
-                return Err(e);
-            }
-        };
-        let client = tx.commit().await?;
-        // Committed: from here on nothing turns the call into an error.
-        self.inner.hub.deliver(&plan.wakeups);
-        notify::publish(&client, &notify::payloads(&plan.wakeups)).await;
-        Ok(plan)
+        self.inner
+            .groups
+            .write(&self.inner.writer, keys, request)
+            .await
     }
 
     async fn any_due(&self, at: DateTime<Utc>, ffqns: &[FunctionFqn]) -> Result<bool, DbError> {
@@ -442,10 +405,6 @@ impl PostgresStore {
     }
 }
 
-/// True when a `create` or `create_batch` lost a race: another transaction inserted one of its
-/// ids after this one found it absent, which the unique index reported. Run again, the write
-/// finds the row and the kernel answers it as the repeat (or the conflict) it is; the kernel
-/// itself never reports `Execution` duplicates for these requests.
 /// The first pooled connection of a store that opens: retried while the server cannot be
 /// reached, for [`PostgresConfig::wait_for_server`], with the listener's backoff.
 async fn first_connection(pool: &Pool, config: &PostgresConfig) -> Result<Object, PostgresError> {
@@ -468,16 +427,6 @@ async fn first_connection(pool: &Pool, config: &PostgresConfig) -> Result<Object
         tokio::time::sleep_until(next).await;
         backoff = (backoff * 2).min(config.listener_max_backoff);
     }
-}
-
-fn is_raced_create(request: &WriteRequest, err: &DbError) -> bool {
-    matches!(
-        request,
-        WriteRequest::Create(_) | WriteRequest::CreateBatch(_)
-    ) && matches!(
-        err,
-        DbError::Duplicate(concepts::DuplicateKind::Execution(_))
-    )
 }
 
 /// The version a write that names one returns.

@@ -27,6 +27,14 @@ const MAX_PAYLOAD: usize = 1000;
 /// The payload that wakes every waiter: anything may have happened.
 const WAKE_EVERYONE: &str = "*";
 
+/// The wake-ups of a transaction are packed into as few payloads as this many bytes hold
+/// (below the server's limit), separated by [`SEPARATOR`]: one notification for the whole
+/// transaction, however many writes shared it, rather than one per wake-up.
+const MAX_PACKED: usize = 7_000;
+
+/// Between two wake-ups of one payload; no id or function name contains it.
+const SEPARATOR: char = ' ';
+
 /// The payloads of a committed write's wake-ups: `p:<micros>:<ffqn>` once per function, at
 /// its earliest due time; `r:<execution id>` when an execution's responses grew;
 /// `f:<execution id>` when it finished.
@@ -61,12 +69,26 @@ pub(crate) fn payloads(wakeups: &[Wakeup]) -> Vec<String> {
                 payload
             }
         })
-        .collect()
+        .fold(Vec::new(), |mut packed: Vec<String>, item| {
+            match packed.last_mut() {
+                Some(last) if last.len() + 1 + item.len() <= MAX_PACKED => {
+                    last.push(SEPARATOR);
+                    last.push_str(&item);
+                }
+                _ => packed.push(item),
+            }
+            packed
+        })
 }
 
-/// The wake-up of a received payload; `None` wakes everyone (`*`, or a payload a newer binary
+/// The wake-ups of a received payload; `None` wakes everyone (`*`, or a payload a newer binary
 /// sends).
-pub(crate) fn parse(payload: &str) -> Option<Wakeup> {
+pub(crate) fn parse(payload: &str) -> Option<Vec<Wakeup>> {
+    payload.split(SEPARATOR).map(parse_one).collect()
+}
+
+/// One wake-up of a payload.
+fn parse_one(payload: &str) -> Option<Wakeup> {
     if let Some(rest) = payload.strip_prefix("p:") {
         let (at, ffqn) = rest.split_once(':')?;
         return Some(Wakeup::Pending {
@@ -205,7 +227,7 @@ async fn listen_once(
                 Some(Ok(AsyncMessage::Notification(n))) => {
                     state.send_modify(|s| s.notifications = s.notifications.wrapping_add(1));
                     match parse(n.payload()) {
-                        Some(wakeup) => hub.deliver(std::slice::from_ref(&wakeup)),
+                        Some(wakeups) => hub.deliver(&wakeups),
                         None => hub.wake_everyone(),
                     }
                 }

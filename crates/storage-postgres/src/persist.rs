@@ -1,6 +1,7 @@
-//! The write half of a write: a [`WritePlan`]'s changes as a handful of multi-row statements
-//! (`UNNEST` arrays, one statement per table and kind of change), sent in one pipeline over
-//! statements prepared once per connection; the executions `prune` deletes go in one more.
+//! The write half of a write: a [`WritePlan`]'s changes (or those of a group of plans) as a
+//! handful of multi-row statements (`UNNEST` arrays, one statement per table and kind of
+//! change) over statements prepared once per connection, the executions `prune` deletes in
+//! one more, then `COMMIT` and the notifications, all in one pipeline: one round trip.
 
 use crate::{
     codec::{
@@ -77,15 +78,84 @@ const DELETE_EXECUTIONS: &str = "WITH \
     delays AS (DELETE FROM t_delay WHERE execution_id = ANY($1)) \
     DELETE FROM t_execution WHERE execution_id = ANY($1)";
 
-/// Writes every change of `plan` inside the open transaction: new executions in the order the
-/// request named them (so that a duplicate found by the database is the first one), then
-/// updated rows, events, responses, join-set counters, delays requested and delays closed,
-/// and last the deleted executions.
-pub(crate) async fn persist(client: &ClientWrapper, plan: &WritePlan) -> Result<(), DbError> {
-    let mut columns = Columns::default();
-    for change in &plan.changes {
-        columns.push(change)?;
+/// How [`persist_and_commit`] ended when it did not commit.
+pub(crate) enum NotCommitted {
+    /// Nothing was written: a statement failed (or a value did not encode) and the transaction
+    /// was rolled back; the connection is idle again.
+    RolledBack(DbError),
+    /// `COMMIT` itself failed (a lost connection): whether it committed is unknown, and the
+    /// connection must not be used again.
+    Unknown(DbError),
+}
+
+/// The changes and deletions of `plans`, in the plans' order.
+pub(crate) fn changes_of<'a>(
+    plans: impl Iterator<Item = &'a WritePlan> + Clone,
+) -> (Vec<&'a ExecutionChange>, Vec<&'a str>) {
+    (
+        plans.clone().flat_map(|plan| &plan.changes).collect(),
+        plans
+            .flat_map(|plan| plan.deleted.iter().map(|id| id.as_str()))
+            .collect(),
+    )
+}
+
+/// Writes `changes` and `deleted` inside the open transaction, commits it and then publishes
+/// `payloads` (see [`crate::notify::publish`]), sending it all in one pipeline: new executions
+/// in the order given (so that a duplicate found by the database is the first one), then
+/// updated rows, events, responses, join-set counters, delays requested and delays closed, the
+/// deleted executions, `COMMIT`, the notifications. After a failed statement the server runs
+/// `COMMIT` as `ROLLBACK` (its transaction is aborted), so nothing of the write is stored; the
+/// notifications that follow are then hints about nothing, which waiters tolerate.
+pub(crate) async fn persist_and_commit(
+    client: &ClientWrapper,
+    changes: &[&ExecutionChange],
+    deleted: &[&str],
+    payloads: &[String],
+) -> Result<(), NotCommitted> {
+    let columns = match Columns::of(changes) {
+        Ok(columns) => columns,
+        Err(e) => return Err(rolled_back(client, e).await),
+    };
+    let statements = match prepare_persist(client, &columns, deleted).await {
+        Ok(statements) => statements,
+        Err(e) => return Err(rolled_back(client, e).await),
+    };
+    let (persisted, committed, ()) = tokio::join!(
+        biased;
+        execute_all(client, &columns, deleted, statements),
+        client.batch_execute("COMMIT"),
+        crate::notify::publish(client, payloads),
+    );
+    match (persisted, committed) {
+        (_, Err(e)) => Err(NotCommitted::Unknown(map_pg_error(e))),
+        // The server refused a statement: its transaction was aborted, the `COMMIT` rolled
+        // it back.
+        (Err(e), Ok(())) if e.as_db_error().is_some() => {
+            Err(NotCommitted::RolledBack(map_pg_error(e)))
+        }
+        // A statement that never reached the server (the driver could not encode it) did
+        // not abort the transaction: what was sent may have committed.
+        (Err(e), Ok(())) => Err(NotCommitted::Unknown(map_pg_error(e))),
+        (Ok(()), Ok(())) => Ok(()),
     }
+}
+
+/// Rolls back after a failure found before anything was sent; a connection that cannot even
+/// do that makes the outcome [`NotCommitted::Unknown`] (its caller drops it).
+async fn rolled_back(client: &ClientWrapper, e: DbError) -> NotCommitted {
+    match client.batch_execute("ROLLBACK").await {
+        Ok(()) => NotCommitted::RolledBack(e),
+        Err(_) => NotCommitted::Unknown(e),
+    }
+}
+
+/// The statements [`execute_all`] needs, in its order.
+async fn prepare_persist(
+    client: &ClientWrapper,
+    columns: &Columns<'_>,
+    deleted: &[&str],
+) -> Result<[Option<Statement>; 8], DbError> {
     let Columns {
         new,
         updated,
@@ -94,9 +164,8 @@ pub(crate) async fn persist(client: &ClientWrapper, plan: &WritePlan) -> Result<
         join_sets,
         delays,
         closed,
-    } = &columns;
-    let deleted: Vec<&str> = plan.deleted.iter().map(|id| id.as_str()).collect();
-    let statements = prepare(
+    } = columns;
+    prepare(
         client,
         [
             (!new.ids.is_empty()).then_some(INSERT_EXECUTIONS),
@@ -109,7 +178,26 @@ pub(crate) async fn persist(client: &ClientWrapper, plan: &WritePlan) -> Result<
             (!deleted.is_empty()).then_some(DELETE_EXECUTIONS),
         ],
     )
-    .await?;
+    .await
+}
+
+/// Runs the statements of `columns` and `deleted` in one pipeline; the first error in
+/// statement order is the one returned.
+async fn execute_all(
+    client: &ClientWrapper,
+    columns: &Columns<'_>,
+    deleted: &[&str],
+    statements: [Option<Statement>; 8],
+) -> Result<(), tokio_postgres::Error> {
+    let Columns {
+        new,
+        updated,
+        events,
+        responses,
+        join_sets,
+        delays,
+        closed,
+    } = columns;
     let [
         insert_executions,
         update_executions,
@@ -155,7 +243,7 @@ pub(crate) async fn persist(client: &ClientWrapper, plan: &WritePlan) -> Result<
     // the first error in statement order is the one that says why.
     let (r0, r1, r2, r3, r4, r5, r6, r7) = results;
     for result in [r0, r1, r2, r3, r4, r5, r6, r7] {
-        result.map_err(map_pg_error)?;
+        result?;
     }
     Ok(())
 }
@@ -185,6 +273,14 @@ struct Columns<'a> {
 }
 
 impl<'a> Columns<'a> {
+    fn of(changes: &[&'a ExecutionChange]) -> Result<Self, DbError> {
+        let mut columns = Self::default();
+        for change in changes {
+            columns.push(change)?;
+        }
+        Ok(columns)
+    }
+
     fn push(&mut self, change: &'a ExecutionChange) -> Result<(), DbError> {
         let row = &change.row;
         let id = row.execution_id.as_str();

@@ -83,7 +83,7 @@ fn wakeup_payloads_round_trip() {
     for wakeup in wakeups {
         let sent = payloads(std::slice::from_ref(&wakeup));
         assert_eq!(sent.len(), 1, "{sent:?}");
-        assert_eq!(parse(&sent[0]), Some(wakeup));
+        assert_eq!(parse(&sent[0]), Some(vec![wakeup]));
     }
     assert_eq!(parse("*"), None, "wakes everyone");
     assert_eq!(parse("something new"), None, "wakes everyone");
@@ -112,11 +112,10 @@ fn a_write_publishes_one_pending_payload_per_function_at_its_earliest_time() {
     ]);
     assert_eq!(
         sent,
-        [
-            "p:5000000:ns:pkg/ifc.a".to_string(),
-            "p:9000000:ns:pkg/ifc.b".to_string(),
-            format!("f:{id}"),
-        ]
+        [format!(
+            "p:5000000:ns:pkg/ifc.a p:9000000:ns:pkg/ifc.b f:{id}"
+        )],
+        "one payload for the transaction"
     );
     let long: concepts::FunctionFqn = format!("ns:pkg/ifc.{}", "x".repeat(5000)).parse().unwrap();
     assert_eq!(
@@ -125,6 +124,27 @@ fn a_write_publishes_one_pending_payload_per_function_at_its_earliest_time() {
             at: at(1)
         }]),
         ["*"]
+    );
+}
+
+#[test]
+fn the_wakeups_of_a_large_group_are_packed_into_few_payloads() {
+    let wakeups: Vec<Wakeup> = (0..1_000u128)
+        .map(|n| Wakeup::Finished(concepts::ExecutionIdTopLevel::from_parts(1, n).into()))
+        .collect();
+    let sent = payloads(&wakeups);
+    assert!(sent.len() < 10, "{} payloads", sent.len());
+    assert!(sent.iter().all(|payload| payload.len() < 8_000));
+    let key = |w: &Wakeup| format!("{w:?}");
+    let mut received: Vec<Wakeup> = sent.iter().flat_map(|p| parse(p).unwrap()).collect();
+    received.sort_by_key(key);
+    let mut expected = wakeups;
+    expected.sort_by_key(key);
+    assert_eq!(received, expected);
+    assert_eq!(
+        parse("f:E_01JZ8ZK3F8G3N9Q7V5W2X4Y6Z0 *"),
+        None,
+        "wakes everyone"
     );
 }
 

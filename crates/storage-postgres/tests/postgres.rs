@@ -17,6 +17,8 @@ use std::{sync::Arc, time::Duration};
 use storage_postgres::{PostgresError, PostgresStore, SCHEMA_VERSION, admin};
 use test_support::postgres::{TestDatabase, TestServer};
 
+#[path = "postgres/group.rs"]
+mod group;
 #[path = "postgres/lifecycle.rs"]
 mod lifecycle;
 #[path = "postgres/restart.rs"]

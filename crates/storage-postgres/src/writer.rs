@@ -1,0 +1,417 @@
+//! Running writes: one write in one transaction ([`Writer::write`]), and the group writer
+//! that lets concurrent writes of disjoint executions share one transaction and one commit.
+//!
+//! A write that touches named executions only (`create`, `append_batch`, `append_outcome`,
+//! `append_response`, `complete`) runs at once on its caller's task when one of
+//! [`Writer::groups_in_flight`] slots is free, and is otherwise queued for the group writer.
+//! The writer task takes the first queued write, waits for a slot, then takes what queued
+//! meanwhile, up to [`MAX_GROUP`] writes that name no execution in common, and runs them as a
+//! group, taking the next group while earlier ones commit: one `BEGIN` and one load of the union of their keys (every row lock in one
+//! statement, in id order), one [`kernel::plan`] per write on that snapshot, one pipeline of
+//! multi-row statements with every plan's changes, `COMMIT` and one notification statement.
+//! Since no two writes of a group name the same execution, each plan sees exactly the rows its
+//! own load would have seen, and the kernel's checks hold as they do alone. A write the kernel
+//! refuses changes nothing and is answered with its error; the others are unaffected. When the
+//! database refuses the group (a raced unique key, a deadlock, any failed statement), the
+//! transaction is rolled back, nothing of it is stored, and each write runs again alone, with
+//! the retries of a single write: every write stays all or nothing. When its `COMMIT` fails
+//! (the connection is lost), whether it committed is unknown, and every write of the group is
+//! answered with that error, as a single write would be.
+//!
+//! The other writes (`lock_pending`, `cancel`, `prune`, `create_batch`) read rows found by a
+//! query, not named by their keys, and run alone.
+
+use crate::{
+    error::{is_transaction_retriable, map_pool_error},
+    load, notify,
+    persist::{self, NotCommitted},
+};
+use concepts::{
+    DbError, ExecutionId,
+    kernel::{self, Keys, WaiterHub, WritePlan, WriteRequest},
+};
+use deadpool_postgres::{ClientWrapper, Object, Pool};
+use std::{
+    collections::{HashSet, VecDeque},
+    sync::Arc,
+};
+use tokio::sync::{Semaphore, mpsc, oneshot};
+
+/// At most this many writes share one transaction.
+pub(crate) const MAX_GROUP: usize = 512;
+
+/// What runs writes: the pool, the hub to wake, and the retry limit.
+pub(crate) struct Writer {
+    pub(crate) pool: Pool,
+    pub(crate) hub: Arc<WaiterHub>,
+    pub(crate) max_transaction_retries: u32,
+}
+
+/// A pooled connection inside a write transaction, from the `BEGIN` that goes out with the
+/// first loads to its `COMMIT` or `ROLLBACK`. Dropped in between (a caller that gave up on
+/// the write), it takes the connection out of the pool: closing the session ends the
+/// transaction, and no open transaction is ever handed to the next caller.
+struct WriteTx {
+    /// `None` only once `commit` or `rollback` took it.
+    client: Option<Object>,
+}
+
+impl WriteTx {
+    fn client(&self) -> &ClientWrapper {
+        self.client
+            .as_deref()
+            .expect("only `commit` and `rollback` take the connection, and they consume self")
+    }
+
+    /// Persists `plans`, commits and publishes their wake-ups, in one pipeline.
+    async fn commit<'a>(
+        mut self,
+        plans: impl Iterator<Item = &'a WritePlan> + Clone,
+    ) -> Result<(), NotCommitted> {
+        let client = self.client.take().expect("taken by nothing else");
+        let (changes, deleted) = persist::changes_of(plans.clone());
+        let wakeups: Vec<_> = plans
+            .flat_map(|plan| plan.wakeups.iter().cloned())
+            .collect();
+        let payloads = notify::payloads(&wakeups);
+        let result = persist::persist_and_commit(&client, &changes, &deleted, &payloads).await;
+        if matches!(result, Err(NotCommitted::Unknown(_))) {
+            drop(Object::take(client));
+        }
+        result
+    }
+
+    /// Rolls back; a connection that cannot even do that leaves the pool.
+    async fn rollback(mut self) {
+        let client = self.client.take().expect("taken by nothing else");
+        if let Err(e) = client.batch_execute("ROLLBACK").await {
+            tracing::debug!(error = %e, "cannot roll back; dropping the connection");
+            drop(Object::take(client));
+        }
+    }
+}
+
+impl Drop for WriteTx {
+    fn drop(&mut self) {
+        if let Some(client) = self.client.take() {
+            drop(Object::take(client));
+        }
+    }
+}
+
+impl Writer {
+    async fn begin(&self) -> Result<WriteTx, DbError> {
+        self.hub.ensure_open()?;
+        Ok(WriteTx {
+            client: Some(self.pool.get().await.map_err(map_pool_error)?),
+        })
+    }
+
+    /// How many groups may be in flight at once: a quarter of the pool (the rest serves
+    /// `lock_pending`, reads and waits), at least one, at most four.
+    pub(crate) fn groups_in_flight(pool_size: usize) -> usize {
+        (pool_size / 4).clamp(1, 4)
+    }
+
+    /// One write alone, as [`concepts::kernel`] describes it; a deadlock or serialization
+    /// failure, or a `create` that lost a race, runs it again from the load.
+    pub(crate) async fn write(
+        &self,
+        keys: &Keys,
+        request: WriteRequest,
+    ) -> Result<WritePlan, DbError> {
+        let mut attempt: u32 = 0;
+        loop {
+            match self.write_once(keys, &request).await {
+                Err(e)
+                    if attempt < self.max_transaction_retries
+                        && (is_transaction_retriable(&e) || is_raced_create(&request, &e)) =>
+                {
+                    attempt += 1;
+                    tracing::debug!(attempt, error = %e, "retrying a transaction");
+                }
+                result => return result,
+            }
+        }
+    }
+
+    async fn write_once(&self, keys: &Keys, request: &WriteRequest) -> Result<WritePlan, DbError> {
+        let tx = self.begin().await?;
+        let planned = async {
+            let mut snapshot = load::begin_and_load(tx.client(), keys).await?;
+            if let Some(more) = request.follow_up_keys(&snapshot) {
+                load::load_follow_up(tx.client(), &more, &mut snapshot).await?;
+            }
+            kernel::plan(&snapshot, request.clone())
+        }
+        .await;
+        let plan = match planned {
+            Ok(plan) => plan,
+            Err(e) => {
+                tx.rollback().await;
+                return Err(e);
+            }
+        };
+        match tx.commit(std::iter::once(&plan)).await {
+            Ok(()) => {
+                // Committed: from here on nothing turns the call into an error.
+                self.hub.deliver(&plan.wakeups);
+                Ok(plan)
+            }
+            Err(NotCommitted::RolledBack(e) | NotCommitted::Unknown(e)) => Err(e),
+        }
+    }
+
+    /// A group of writes in one transaction; `Err` when the database refused it (then
+    /// nothing of it was stored, see the module docs) or its commit failed.
+    async fn write_group(
+        &self,
+        commands: &[Command],
+    ) -> Result<Vec<Result<WritePlan, DbError>>, NotCommitted> {
+        let tx = self.begin().await.map_err(NotCommitted::RolledBack)?;
+        let keys = union(commands.iter().map(|c| &c.keys));
+        let snapshot = match load::begin_and_load(tx.client(), &keys).await {
+            Ok(snapshot) => snapshot,
+            Err(e) => {
+                tx.rollback().await;
+                return Err(NotCommitted::RolledBack(e));
+            }
+        };
+        let plans: Vec<Result<WritePlan, DbError>> = commands
+            .iter()
+            .map(|c| kernel::plan(&snapshot, c.request.clone()))
+            .collect();
+        tx.commit(plans.iter().filter_map(|plan| plan.as_ref().ok()))
+            .await?;
+        for plan in plans.iter().flatten() {
+            self.hub.deliver(&plan.wakeups);
+        }
+        Ok(plans)
+    }
+}
+
+/// True when a `create` or `create_batch` lost a race: another transaction inserted one of its
+/// ids after this one found it absent, which the unique index reported. Run again, the write
+/// finds the row and the kernel answers it as the repeat (or the conflict) it is; the kernel
+/// itself never reports `Execution` duplicates for these requests.
+fn is_raced_create(request: &WriteRequest, err: &DbError) -> bool {
+    matches!(
+        request,
+        WriteRequest::Create(_) | WriteRequest::CreateBatch(_)
+    ) && matches!(
+        err,
+        DbError::Duplicate(concepts::DuplicateKind::Execution(_))
+    )
+}
+
+/// True when `request` (with `keys`) may share a transaction: it reads only rows its keys
+/// name, and needs no follow-up load.
+pub(crate) fn groupable(request: &WriteRequest, keys: &Keys) -> bool {
+    matches!(
+        request,
+        WriteRequest::Create(_)
+            | WriteRequest::AppendBatch(_)
+            | WriteRequest::Outcome(_)
+            | WriteRequest::Response { .. }
+            | WriteRequest::Complete(_)
+    ) && keys.subtrees.is_empty()
+        && keys.prune.is_none()
+        && keys.due.is_none()
+}
+
+/// Every execution `keys` name, in any role.
+fn named(keys: &Keys) -> impl Iterator<Item = &ExecutionId> {
+    keys.executions
+        .iter()
+        .chain(&keys.new_executions)
+        .chain(&keys.finished_results)
+        .chain(&keys.open_delays)
+        .chain(keys.join_sets.iter().map(|k| &k.execution_id))
+        .chain(keys.delays.iter().map(|(id, _)| id))
+        .chain(
+            keys.child_responses
+                .iter()
+                .flat_map(|(id, child)| [id, child]),
+        )
+}
+
+/// The keys of a group: each list the concatenation of its members' (which name disjoint
+/// executions, so nothing repeats).
+fn union<'a>(all: impl Iterator<Item = &'a Keys>) -> Keys {
+    let mut keys = Keys::default();
+    for k in all {
+        keys.executions.extend(k.executions.iter().cloned());
+        keys.new_executions.extend(k.new_executions.iter().cloned());
+        keys.finished_results
+            .extend(k.finished_results.iter().cloned());
+        keys.open_delays.extend(k.open_delays.iter().cloned());
+        keys.join_sets.extend(k.join_sets.iter().cloned());
+        keys.delays.extend(k.delays.iter().cloned());
+        keys.child_responses
+            .extend(k.child_responses.iter().cloned());
+    }
+    keys
+}
+
+/// A queued write and where its answer goes.
+struct Command {
+    request: WriteRequest,
+    keys: Keys,
+    reply: oneshot::Sender<Result<WritePlan, DbError>>,
+}
+
+/// The group writer's side of a store: its queue and its slots.
+pub(crate) struct Groups {
+    queue: mpsc::UnboundedSender<Command>,
+    slots: Arc<Semaphore>,
+}
+
+impl Groups {
+    /// Starts the group writer; it stops once this is dropped and its groups are done.
+    pub(crate) fn spawn(writer: Arc<Writer>, slots: usize) -> Self {
+        let (queue, rx) = mpsc::unbounded_channel();
+        let slots = Arc::new(Semaphore::new(slots.max(1)));
+        tokio::spawn(run(writer, rx, Arc::clone(&slots)));
+        Self { queue, slots }
+    }
+
+    /// Runs `request` at once on the caller's task when a slot is free (an idle store: no
+    /// hop to another task), otherwise queues it for the next group.
+    pub(crate) async fn write(
+        &self,
+        writer: &Writer,
+        keys: Keys,
+        request: WriteRequest,
+    ) -> Result<WritePlan, DbError> {
+        if let Ok(_slot) = self.slots.try_acquire() {
+            return writer.write(&keys, request).await;
+        }
+        let (reply, answer) = oneshot::channel();
+        self.queue
+            .send(Command {
+                request,
+                keys,
+                reply,
+            })
+            .map_err(|_| DbError::Closed)?;
+        answer.await.map_err(|_| DbError::Closed)?
+    }
+}
+
+async fn run(
+    writer: Arc<Writer>,
+    mut queue: mpsc::UnboundedReceiver<Command>,
+    slots: Arc<Semaphore>,
+) {
+    let mut deferred: VecDeque<Command> = VecDeque::new();
+    loop {
+        // A command first, then a slot: what queues meanwhile joins the group.
+        let first = match deferred.pop_front() {
+            Some(command) => command,
+            None => match queue.recv().await {
+                Some(command) => command,
+                None => return,
+            },
+        };
+        let Ok(slot) = slots.clone().acquire_owned().await else {
+            return;
+        };
+        let mut group = Group::new(first);
+        // What waited behind a conflict goes first, in its order.
+        for _ in 0..deferred.len() {
+            let Some(command) = deferred.pop_front() else {
+                break;
+            };
+            if let Some(command) = group.try_add(command) {
+                deferred.push_back(command);
+            }
+        }
+        while group.commands.len() < MAX_GROUP {
+            let Ok(command) = queue.try_recv() else {
+                break;
+            };
+            if let Some(command) = group.try_add(command) {
+                deferred.push_back(command);
+            }
+        }
+        let writer = Arc::clone(&writer);
+        tokio::spawn(async move {
+            run_group(&writer, group.commands).await;
+            drop(slot);
+        });
+    }
+}
+
+/// Writes that name no execution in common.
+struct Group {
+    commands: Vec<Command>,
+    named: HashSet<ExecutionId>,
+}
+
+impl Group {
+    fn new(first: Command) -> Self {
+        let named = named(&first.keys).cloned().collect();
+        Self {
+            commands: vec![first],
+            named,
+        }
+    }
+
+    /// Adds `command` unless the group is full or names one of its executions; then it is
+    /// handed back.
+    fn try_add(&mut self, command: Command) -> Option<Command> {
+        if self.commands.len() >= MAX_GROUP
+            || named(&command.keys).any(|id| self.named.contains(id))
+        {
+            return Some(command);
+        }
+        self.named.extend(named(&command.keys).cloned());
+        self.commands.push(command);
+        None
+    }
+}
+
+/// Runs a group and answers each of its writes.
+async fn run_group(writer: &Arc<Writer>, mut commands: Vec<Command>) {
+    if commands.len() == 1 {
+        let Command {
+            request,
+            keys,
+            reply,
+        } = commands.remove(0);
+        let _ = reply.send(writer.write(&keys, request).await);
+        return;
+    }
+    match writer.write_group(&commands).await {
+        Ok(plans) => {
+            for (command, plan) in commands.into_iter().zip(plans) {
+                let _ = command.reply.send(plan);
+            }
+        }
+        Err(NotCommitted::Unknown(e)) => {
+            for command in commands {
+                let _ = command.reply.send(Err(e.clone()));
+            }
+        }
+        Err(NotCommitted::RolledBack(e)) => {
+            tracing::debug!(error = %e, writes = commands.len(), "a group was refused; each write runs alone");
+            let alone: Vec<_> = commands
+                .into_iter()
+                .map(|command| {
+                    let writer = Arc::clone(writer);
+                    tokio::spawn(async move {
+                        let Command {
+                            request,
+                            keys,
+                            reply,
+                        } = command;
+                        let _ = reply.send(writer.write(&keys, request).await);
+                    })
+                })
+                .collect();
+            for task in alone {
+                let _ = task.await;
+            }
+        }
+    }
+}
