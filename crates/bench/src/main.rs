@@ -23,6 +23,11 @@
 //! per second by `prune`, and one `cancel` of a parent with 10,000 unfinished children, its
 //! time and the transactions it committed (read through `probe`).
 //!
+//! Then the engine's other targets: mass lease expiry (`expiry`, `--expiry-leases`), the
+//! end-to-end rate on a store holding many finished executions (`history`,
+//! `--stored-executions`), and the lock's cost beside long histories (`lockcost`,
+//! `--lock-history`); 0 skips each.
+//!
 //! Then the latency rows (`latency`, skipped with `--no-latency`): submit to `Finished` of one
 //! execution at a time on an idle executor, p50 and p99 per backend, beside the p50 of one
 //! commit timed after each execution.
