@@ -107,10 +107,14 @@ impl Writer {
         })
     }
 
-    /// How many groups may be in flight at once: a quarter of the pool (the rest serves
-    /// `lock_pending`, reads and waits), at least one, at most four.
+    /// How many groups may be in flight at once: half the pool (the rest serves
+    /// `lock_pending`, reads and waits), at least one, at most eight. Writes that name a common
+    /// execution (the outcomes of many children of one parent) never share a group, so they
+    /// run a group each, one after the other on that parent's row lock: the more of them are
+    /// in flight, the more of that queue waits in the server rather than a round trip away
+    /// (with four, a fan-out of 10,000 children took twice as long as with eight).
     pub(crate) fn groups_in_flight(pool_size: usize) -> usize {
-        (pool_size / 4).clamp(1, 4)
+        (pool_size / 2).clamp(1, 8)
     }
 
     /// One write alone, as [`concepts::kernel`] describes it; a deadlock or serialization
