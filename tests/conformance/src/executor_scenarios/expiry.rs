@@ -2,8 +2,9 @@
 //! a batch to a transaction (`append_outcomes`), each accepted or refused on its own, and a
 //! durable sleep due in the same pass is delivered before them.
 
+use super::{BACKOFF, Fixture};
 use crate::{
-    StoreFactory, TestStore, checked_log,
+    StoreFactory, checked_log,
     storage_scenarios::helpers::{
         batch, batch_creating, child_execution_request, child_request, create_request,
         delay_request, execution_id, executor_id, expect_validation, ffqn, finished_ok, join_next,
@@ -11,41 +12,21 @@ use crate::{
     },
 };
 use concepts::{
-    ClockFn, CreateRequest, DbConnection, DelayId, ExecutionEventInner, ExecutionId, ExpiredLock,
-    ExpiredTimer, FinishedExecutionError, JoinSetId, JoinSetResponse, OutcomeWrite, PendingState,
+    ClockFn, CreateRequest, DelayId, ExecutionEventInner, ExecutionId, ExpiredLock, ExpiredTimer,
+    FinishedExecutionError, JoinSetId, JoinSetResponse, OutcomeWrite, PendingState,
     ValidationError, Version, is_lost_race,
 };
 use std::{
     sync::{Arc, Mutex, PoisonError},
     time::Duration,
 };
-use test_utils::{
-    SimClock,
-    forwarding::{Fault, ForwardingDb, Write},
-};
+use test_utils::forwarding::{Fault, ForwardingDb, Write};
 use timers_watcher::{LEASES_PER_WRITE, TickProgress, expired_lock_write};
 
 /// The lease of these scenarios.
 const LEASE: Duration = Duration::from_secs(1);
-/// The first retry's backoff of the executions of these scenarios.
-const BACKOFF: Duration = Duration::from_secs(1);
-
-struct Fixture {
-    _store: TestStore,
-    db: Arc<dyn DbConnection>,
-    clock: SimClock,
-}
 
 impl Fixture {
-    async fn new<F: StoreFactory>(factory: &F) -> Self {
-        let store = factory.fresh().await;
-        Self {
-            db: store.db.clone(),
-            _store: store,
-            clock: SimClock::epoch(),
-        }
-    }
-
     /// `count` top-level executions of `work` with ids `first..`, one retry each, in one batch.
     async fn create_work(&self, first: u128, count: u128) -> Vec<ExecutionId> {
         let requests: Vec<CreateRequest> = (first..first + count)
@@ -124,15 +105,6 @@ impl Fixture {
                 ExpiredTimer::Delay(_) => None,
             })
             .collect()
-    }
-
-    async fn last_event(&self, execution_id: &ExecutionId) -> ExecutionEventInner {
-        let log = checked_log(self.db.as_ref(), execution_id).await;
-        log.events
-            .last()
-            .expect("a log has `Created`")
-            .event
-            .clone()
     }
 }
 
