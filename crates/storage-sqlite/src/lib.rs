@@ -174,6 +174,7 @@ mod backup;
 mod codec;
 mod config;
 mod error;
+mod handover;
 mod lifecycle;
 mod ops;
 mod pool;

@@ -4,9 +4,10 @@
 use crate::{
     EffectiveSettings, SqliteConfig, SqliteOpenError,
     error::{SqliteError, backend_error},
+    handover::{self, Handover},
     ops::WriteCtx,
     reads, schema,
-    writer::{self, FnCommand, Message},
+    writer::{self, AfterCommit, FnCommand, Message},
 };
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -40,6 +41,9 @@ struct Inner {
     hub: Arc<WaiterHub>,
     /// Its sender lives in the writer thread: the channel closes when the thread ends.
     writer_stopped: watch::Receiver<()>,
+    /// How many reads were sent to the reader pool (tests count round trips with it).
+    #[cfg(test)]
+    reads: std::sync::atomic::AtomicU64,
 }
 
 impl Drop for Inner {
@@ -142,6 +146,8 @@ impl SqlitePool {
                 readers: Some(readers),
                 hub,
                 writer_stopped,
+                #[cfg(test)]
+                reads: std::sync::atomic::AtomicU64::new(0),
             }),
         })
     }
@@ -178,6 +184,12 @@ impl SqlitePool {
         .await
     }
 
+    /// How many reads were sent to the reader pool so far.
+    #[cfg(test)]
+    pub(crate) fn reads_sent(&self) -> u64 {
+        self.inner.reads.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// The number of registered waiters of each kind (they are removed when their callers
     /// leave; this lets tests check that nothing only grows).
     #[must_use]
@@ -203,11 +215,23 @@ impl SqlitePool {
         request: WriteRequest,
         answer: fn(WritePlan) -> Result<T, SqliteError>,
     ) -> Result<T, DbError> {
+        self.write_with(request, answer, None).await
+    }
+
+    /// As [`SqlitePool::write`], with `after_commit` run on the answer on the writer thread
+    /// once the write committed, before the reply.
+    async fn write_with<T: Send + 'static>(
+        &self,
+        request: WriteRequest,
+        answer: fn(WritePlan) -> Result<T, SqliteError>,
+        after_commit: Option<AfterCommit<T>>,
+    ) -> Result<T, DbError> {
         self.inner.hub.ensure_open()?;
         let keys = request.keys()?;
-        let (command, rx) = FnCommand::boxed(move |ctx: &mut WriteCtx<'_>| {
-            ctx.write(request, &keys).and_then(answer)
-        });
+        let (command, rx) = FnCommand::boxed_with(
+            move |ctx: &mut WriteCtx<'_>| ctx.write(request, &keys).and_then(answer),
+            after_commit,
+        );
         let sent = self.inner.commands.send(Message::Command(command)).await;
         sent.map_err(|_| self.stopped_error())?;
         rx.await.unwrap_or_else(|_| Err(self.stopped_error()))
@@ -237,6 +261,10 @@ impl SqlitePool {
         self.inner.hub.ensure_open()?;
         let path = Arc::clone(&self.inner.path);
         let readers = self.inner.readers.as_ref().ok_or(DbError::Closed)?;
+        #[cfg(test)]
+        self.inner
+            .reads
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let conn = readers.get().await.map_err(|err| match err {
             deadpool_sqlite::PoolError::Closed => DbError::Closed,
             other => SqliteError::Pool(other.to_string()).into_db_error(&path),
@@ -303,14 +331,18 @@ async fn open_readers(config: &SqliteConfig) -> Result<deadpool_sqlite::Pool, Sq
 #[async_trait]
 impl DbExecutor for SqlitePool {
     async fn lock_pending(&self, req: LockPendingRequest) -> Result<Vec<LockedExecution>, DbError> {
-        let grants = self
-            .write(WriteRequest::LockPending(req), |plan| Ok(plan.locked))
+        let request = WriteRequest::LockPending(req);
+        let answer = |plan: WritePlan| Ok(Handover::unread(plan.locked));
+        let Handover { mut ready, unread } = self
+            .write_with(request, answer, Some(handover::on_writer))
             .await?;
-        if grants.is_empty() {
-            return Ok(Vec::new());
+        if !unread.is_empty() {
+            let rest = self
+                .read(move |conn| handover::locked_executions(conn, unread))
+                .await?;
+            ready.extend(rest);
         }
-        self.read(move |conn| reads::locked_executions(conn, grants))
-            .await
+        Ok(ready)
     }
 
     async fn append_outcome(&self, write: OutcomeWrite) -> Result<Version, DbError> {

@@ -12,8 +12,7 @@ use chrono::{DateTime, Utc};
 use concepts::{
     DbError, ExecutionEvent, ExecutionEventInner, ExecutionId, ExecutionLog, ExecutionSummary,
     ExpiredDelay, ExpiredTimer, FinishedExecutionResult, FunctionFqn, JoinSetResponseEventOuter,
-    ListExecutionsFilter, LockedExecution, Pagination, PendingState, Version,
-    kernel::{self, ExecutionRow, LockGrant, LogRows},
+    ListExecutionsFilter, Pagination, PendingState, Version, kernel::ExecutionRow,
 };
 use rusqlite::{Connection, OptionalExtension, params, params_from_iter, types::Value};
 
@@ -98,39 +97,29 @@ pub(crate) fn responses_from(
     execution_id: &ExecutionId,
     start_idx: usize,
 ) -> Result<Vec<JoinSetResponseEventOuter>> {
+    responses_up_to(conn, execution_id, start_idx, usize::MAX)
+}
+
+/// Up to `max_length` responses from index `start_idx` on, in arrival order.
+pub(crate) fn responses_up_to(
+    conn: &Connection,
+    execution_id: &ExecutionId,
+    start_idx: usize,
+    max_length: usize,
+) -> Result<Vec<JoinSetResponseEventOuter>> {
     let mut stmt = conn.prepare_cached(
-        "SELECT response_json FROM t_response WHERE execution_id = ?1 ORDER BY id LIMIT -1 OFFSET ?2",
+        "SELECT response_json FROM t_response WHERE execution_id = ?1 ORDER BY id \
+         LIMIT ?3 OFFSET ?2",
     )?;
     let offset = i64::try_from(start_idx).unwrap_or(i64::MAX);
-    let mut rows = stmt.query(params![execution_id.as_str(), offset])?;
+    let limit = i64::try_from(max_length).unwrap_or(i64::MAX);
+    let mut rows = stmt.query(params![execution_id.as_str(), offset, limit])?;
     let mut responses = Vec::new();
     while let Some(row) = rows.next()? {
         let json: String = row.get(0)?;
         responses.push(serde_json::from_str(&json)?);
     }
     Ok(responses)
-}
-
-/// The executions `lock_pending` locked, handed over with their histories (the events below
-/// the locked version and the responses), read after the commit from one snapshot: the log
-/// below a lease is append-only, so this reads what the write saw, without holding the
-/// writer.
-pub(crate) fn locked_executions(
-    conn: &mut Connection,
-    grants: Vec<LockGrant>,
-) -> Result<Vec<LockedExecution>> {
-    let tx = conn.transaction()?;
-    let mut locked = Vec::with_capacity(grants.len());
-    for grant in grants {
-        let execution_id = &grant.row.execution_id;
-        let log = LogRows {
-            events: events_since(&tx, execution_id, Version(0), grant.events_handed_over())?,
-            responses: responses_from(&tx, execution_id, 0)?,
-        };
-        locked.push(kernel::hand_over(grant, log)?);
-    }
-    tx.finish()?;
-    Ok(locked)
 }
 
 /// The responses from index `start_idx` on, `None` while there are none, from one snapshot.

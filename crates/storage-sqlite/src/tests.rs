@@ -20,6 +20,7 @@ use concepts::{
 use std::{path::Path, sync::Arc, time::Duration};
 
 mod faults;
+mod handover;
 
 fn t0() -> DateTime<Utc> {
     Utc.with_ymd_and_hms(2000, 1, 1, 0, 0, 0)

@@ -30,13 +30,19 @@ pub(crate) trait Command: Send {
     /// Gives the command the outcome `err` unless it already failed by itself: the
     /// transaction that held its writes did not commit, or it never ran.
     fn fail(&mut self, err: &DbError);
-    /// Sends the outcome to the caller.
-    fn reply(self: Box<Self>);
+    /// Runs what the command does after its transaction committed, outside any write
+    /// transaction, on the writer's connection (the short reads of a small lock's hand-over),
+    /// then sends the outcome to the caller.
+    fn reply(self: Box<Self>, conn: &Connection, path: &Path);
 }
+
+/// What a command does with its committed outcome on the writer's connection before the reply.
+pub(crate) type AfterCommit<T> = fn(&Connection, &Path, T) -> T;
 
 /// A [`Command`] made of a closure and the channel its caller awaits.
 pub(crate) struct FnCommand<T, F> {
     op: Option<F>,
+    after_commit: Option<AfterCommit<T>>,
     outcome: Option<Result<T, DbError>>,
     reply: oneshot::Sender<Result<T, DbError>>,
 }
@@ -47,11 +53,22 @@ where
     F: FnOnce(&mut WriteCtx<'_>) -> Result<T, SqliteError> + Send + 'static,
 {
     /// The command and the receiver of its outcome.
+    #[cfg(test)]
     pub(crate) fn boxed(op: F) -> (Box<dyn Command>, oneshot::Receiver<Result<T, DbError>>) {
+        Self::boxed_with(op, None)
+    }
+
+    /// As [`FnCommand::boxed`], with `after_commit` run on the outcome of a command that
+    /// committed, before the reply.
+    pub(crate) fn boxed_with(
+        op: F,
+        after_commit: Option<AfterCommit<T>>,
+    ) -> (Box<dyn Command>, oneshot::Receiver<Result<T, DbError>>) {
         let (reply, rx) = oneshot::channel();
         (
             Box::new(Self {
                 op: Some(op),
+                after_commit,
                 outcome: None,
                 reply,
             }),
@@ -81,11 +98,16 @@ where
         }
     }
 
-    fn reply(self: Box<Self>) {
-        let outcome = self.outcome.unwrap_or_else(|| {
-            let message = "the SQLite writer did not run the command";
-            Err(backend_error(message.to_string(), true))
-        });
+    fn reply(self: Box<Self>, conn: &Connection, path: &Path) {
+        let outcome = match (self.outcome, self.after_commit) {
+            // Only an `Ok` outcome committed: a failed transaction failed all of its commands.
+            (Some(Ok(value)), Some(after_commit)) => Ok(after_commit(conn, path, value)),
+            (Some(outcome), _) => outcome,
+            (None, _) => {
+                let message = "the SQLite writer did not run the command";
+                Err(backend_error(message.to_string(), true))
+            }
+        };
         // The caller may have gone away (its future was dropped); the write stands.
         let _ = self.reply.send(outcome);
     }
@@ -172,7 +194,7 @@ pub(crate) fn run(
         }
         let (done, wakeups) = writer.run_group(&mut batch);
         for command in batch.drain(..done) {
-            command.reply();
+            command.reply(&conn, &path);
         }
         hub.deliver(&wakeups);
     }

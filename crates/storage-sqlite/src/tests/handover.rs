@@ -1,0 +1,152 @@
+//! Where `lock_pending` reads the histories it hands over: a short lock on the writer's
+//! connection right after its commit (no reader round trip), a long one on a reader.
+
+use super::{create_request, delay_finished, ffqn, history, id, join_set_create, open, t0};
+use crate::{SqlitePool, handover::WRITER_HANDOVER_ROWS};
+use concepts::{
+    AppendBatchRequest, DbClient, DbConnection, DbExecutor, DbTimers, DbWorkflow, DelayId,
+    ExecutionEventInner, ExecutionId, ExecutorId, HistoryEvent, JoinSetId, JoinSetRequest,
+    LockPendingRequest, LockedExecution, Version,
+};
+use std::sync::Arc;
+
+fn lock_request(batch_size: usize) -> LockPendingRequest {
+    LockPendingRequest {
+        batch_size,
+        pending_at_or_sooner: t0(),
+        ffqns: Arc::from([ffqn()]),
+        now: t0(),
+        component_id: create_request(id(1), t0()).component_id,
+        executor_id: ExecutorId::from_parts(1, 1),
+        lock_expires_at: t0() + chrono::Duration::hours(1),
+    }
+}
+
+/// Creates execution `n` with a join set of `delays` delays, each answered: a log of
+/// `delays + 2` events and `delays` responses.
+async fn with_answered_delays(store: &SqlitePool, n: u128, delays: u128) -> ExecutionId {
+    let execution_id = id(n);
+    store
+        .create(create_request(execution_id.clone(), t0()))
+        .await
+        .expect("creates");
+    let join_set: JoinSetId = "n:j".parse().expect("valid");
+    let delay_ids: Vec<DelayId> = (1..=delays).map(|k| DelayId::from_parts(1, k)).collect();
+    let mut events = vec![join_set_create(&join_set)];
+    events.extend(delay_ids.iter().map(|&delay_id| {
+        history(HistoryEvent::JoinSetRequest {
+            join_set_id: join_set.clone(),
+            request: JoinSetRequest::DelayRequest {
+                delay_id,
+                expires_at: t0(),
+            },
+        })
+    }));
+    store
+        .append_batch(AppendBatchRequest::events(
+            execution_id.clone(),
+            Version(1),
+            t0(),
+            events,
+        ))
+        .await
+        .expect("requests the delays");
+    for delay_id in delay_ids {
+        store
+            .append_response(t0(), &execution_id, delay_finished(&join_set, delay_id))
+            .await
+            .expect("answers a delay");
+    }
+    execution_id
+}
+
+/// Locks one execution and returns it with the number of reads the lock sent to the pool.
+async fn lock_one(store: &SqlitePool) -> (LockedExecution, u64) {
+    let before = store.reads_sent();
+    let mut locked = store.lock_pending(lock_request(1)).await.expect("locks");
+    let reads = store.reads_sent() - before;
+    assert_eq!(locked.len(), 1);
+    (locked.remove(0), reads)
+}
+
+/// What the worker must be handed, from the stored log: the history events below the
+/// `Locked` event and every response.
+async fn assert_handed_over_as_stored(store: &SqlitePool, locked: &LockedExecution) {
+    let log = store
+        .get(&locked.execution_id)
+        .await
+        .expect("reads the log");
+    let history: Vec<HistoryEvent> = log
+        .events
+        .iter()
+        .filter_map(|e| match &e.event {
+            ExecutionEventInner::HistoryEvent { event } => Some(event.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(locked.event_history, history);
+    assert_eq!(locked.responses, log.responses);
+    assert_eq!(locked.next_version, log.next_version);
+    assert_eq!(locked.params, create_request(id(1), t0()).params);
+}
+
+#[tokio::test]
+async fn a_short_lock_is_handed_over_by_the_writer_without_a_reader() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = open(&dir.path().join("db.sqlite")).await;
+    let execution_id = with_answered_delays(&store, 1, 5).await;
+    let (locked, reads) = lock_one(&store).await;
+    assert_eq!(locked.execution_id, execution_id);
+    assert_eq!(
+        reads, 0,
+        "a lock of 7 events and 5 responses needs no reader"
+    );
+    assert_eq!(locked.responses.len(), 5);
+    assert_handed_over_as_stored(&store, &locked).await;
+    store.close().await;
+}
+
+#[tokio::test]
+async fn a_lock_whose_responses_do_not_fit_is_read_on_a_reader() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = open(&dir.path().join("db.sqlite")).await;
+    // Its events fit (`delays + 2`), its events and responses together do not.
+    let delays = u128::try_from(WRITER_HANDOVER_ROWS / 2 + 2).expect("small");
+    with_answered_delays(&store, 1, delays).await;
+    let (locked, reads) = lock_one(&store).await;
+    assert_eq!(reads, 1, "the reader reads the long history");
+    assert_eq!(locked.responses.len(), WRITER_HANDOVER_ROWS / 2 + 2);
+    assert_handed_over_as_stored(&store, &locked).await;
+    store.close().await;
+}
+
+#[tokio::test]
+async fn a_lock_of_more_executions_than_fit_is_read_on_a_reader_in_order() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = open(&dir.path().join("db.sqlite")).await;
+    let many = WRITER_HANDOVER_ROWS + 1;
+    let ids: Vec<ExecutionId> = (1..=u128::try_from(many).expect("small")).map(id).collect();
+    let requests = ids
+        .iter()
+        .map(|id| create_request(id.clone(), t0()))
+        .collect();
+    store.create_batch(requests).await.expect("creates");
+    let before = store.reads_sent();
+    let locked = store.lock_pending(lock_request(many)).await.expect("locks");
+    assert_eq!(store.reads_sent() - before, 1);
+    let locked_ids: Vec<ExecutionId> = locked.iter().map(|l| l.execution_id.clone()).collect();
+    assert_eq!(locked_ids, ids);
+    // A few short ones fit.
+    store
+        .create_batch((100..103).map(|n| create_request(id(n), t0())).collect())
+        .await
+        .expect("creates");
+    let before = store.reads_sent();
+    let locked = store.lock_pending(lock_request(3)).await.expect("locks");
+    assert_eq!(store.reads_sent() - before, 0);
+    assert_eq!(locked.len(), 3);
+    for one in &locked {
+        assert_handed_over_as_stored(&store, one).await;
+    }
+    store.close().await;
+}
