@@ -50,6 +50,14 @@
 //! The transaction holds the write lock from `BEGIN IMMEDIATE` on, so what a command loads
 //! cannot change before it persists, not even from another process.
 //!
+//! The writer never checkpoints the WAL in a commit: a WAL hook replaces SQLite's automatic
+//! checkpoint (which would copy the log into the database file and sync it inside the `COMMIT`
+//! that crosses 1,000 frames, holding up that commit and everything queued behind it), and
+//! each time its commits have added 1,000 frames to the log it asks a checkpointer thread,
+//! with a connection of its own, for a passive checkpoint, which runs beside the writer and
+//! the readers. If that connection cannot be opened, the writer keeps the automatic
+//! checkpoint. `close` stops the checkpointer before the writer's last checkpoint.
+//!
 //! # Several processes on one file
 //!
 //! Any number of processes (and stores within one process) may open the same file; each has
@@ -86,8 +94,11 @@
 //! a read issued after a write's reply sees that write (read-your-writes). `lock_pending` finds
 //! and locks due executions in the writer's transaction from their state rows alone; the
 //! histories its workers are handed (the events below the locked version, the responses) are
-//! read after the commit on a reader, in one read transaction
-//! ([`concepts::kernel::hand_over`]), so that a long log never holds up the writer.
+//! read after the commit, outside the write transaction, in one read transaction
+//! ([`concepts::kernel::hand_over`]): on the writer's own connection, right after the `COMMIT`
+//! and before the reply, when they hold at most 32 rows in all (the lock of an idle executor or
+//! of a workflow's next child, spared a round trip to a reader), otherwise on a reader, so that
+//! a long log never holds up the writer.
 //!
 //! # Schema
 //!
@@ -171,6 +182,7 @@
 //! writer finish the queued commands, and returns once the writer thread has stopped.
 
 mod backup;
+mod checkpoint;
 mod codec;
 mod config;
 mod error;

@@ -7,6 +7,7 @@
 //! load many small writes share one commit and one fsync.
 
 use crate::{
+    checkpoint::Checkpointer,
     error::{SqliteError, backend_error},
     ops::WriteCtx,
 };
@@ -177,6 +178,7 @@ pub(crate) fn run(
         contended_at: None,
         ended_at: None,
     };
+    let mut checkpointer = Checkpointer::start(&conn, &path, sharing.busy_timeout);
     let mut batch: Vec<Box<dyn Command>> = Vec::new();
     loop {
         if batch.is_empty() {
@@ -197,6 +199,12 @@ pub(crate) fn run(
             command.reply(&conn, &path);
         }
         hub.deliver(&wakeups);
+        if let Some(checkpointer) = &mut checkpointer {
+            checkpointer.after_commit();
+        }
+    }
+    if let Some(mut checkpointer) = checkpointer.take() {
+        checkpointer.stop();
     }
     // Fold the log into the database file so that a closed store is one self-contained file.
     // Idle readers do not hold this up; it waits (up to `busy_timeout`) for reads in flight.

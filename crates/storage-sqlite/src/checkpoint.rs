@@ -1,0 +1,213 @@
+//! WAL checkpoints off the writer's commit path: a thread with a connection of its own copies
+//! the log into the database file (`PRAGMA wal_checkpoint(PASSIVE)`) whenever the writer's
+//! commits have added [`CHECKPOINT_FRAMES`] frames to the log since it last asked.
+//!
+//! SQLite's automatic checkpoint runs inside the `COMMIT` that crosses its threshold: that
+//! commit (and every command batched with it, and every command queued behind it) waits for
+//! the pages to be copied and the database file to be synced, a periodic spike in the latency
+//! of writes. The writer registers a WAL hook instead, which replaces the automatic checkpoint
+//! and only notes how many frames the log holds; the checkpointer runs beside the writer (a
+//! passive checkpoint never blocks the writer or readers). The log restarts from its
+//! beginning at the first write after a checkpoint that copied all of it, as before.
+
+use rusqlite::{Connection, OpenFlags};
+use std::{
+    cell::Cell,
+    ffi::c_int,
+    path::Path,
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+        mpsc,
+    },
+    thread::JoinHandle,
+    time::Duration,
+};
+
+/// The writer asks for a checkpoint each time its commits have added this many frames (pages)
+/// to the log: SQLite's default automatic checkpoint threshold.
+pub(crate) const CHECKPOINT_FRAMES: u32 = 1000;
+
+thread_local! {
+    /// The frames in the log after the last commit of this thread's connection, as the WAL
+    /// hook reported them (each writer thread owns one connection).
+    static WAL_FRAMES: Cell<u32> = const { Cell::new(0) };
+}
+
+/// The WAL hook of the writer's connection: notes the log's frames after a commit.
+#[expect(
+    clippy::unnecessary_wraps,
+    reason = "the signature rusqlite's WAL hook requires"
+)]
+fn note_wal_frames(_wal: &rusqlite::hooks::Wal, frames: c_int) -> rusqlite::Result<()> {
+    WAL_FRAMES.set(u32::try_from(frames).unwrap_or(0));
+    Ok(())
+}
+
+/// The writer's side of the checkpointer thread.
+pub(crate) struct Checkpointer {
+    wake: Option<mpsc::SyncSender<()>>,
+    thread: Option<JoinHandle<()>>,
+    /// The log's frames when the writer last asked for a checkpoint.
+    asked_at: u32,
+    /// The checkpoints the thread completed (tests wait for none: `stop` joins the thread).
+    #[cfg(test)]
+    done: Arc<AtomicU64>,
+}
+
+impl Checkpointer {
+    /// Opens the checkpointer's connection to `path` and starts its thread; on success the
+    /// writer's connection `writer` stops checkpointing in its commits. `None` (and a warning)
+    /// if the connection cannot be opened: the writer then keeps SQLite's automatic checkpoint.
+    pub(crate) fn start(writer: &Connection, path: &Path, busy_timeout: Duration) -> Option<Self> {
+        let conn = writer
+            .pragma_query_value(None, "synchronous", |row| row.get::<_, i64>(0))
+            .and_then(|synchronous| open(path, synchronous, busy_timeout));
+        let conn = match conn {
+            Ok(conn) => conn,
+            Err(err) => {
+                tracing::warn!(path = %path.display(), "cannot open the SQLite checkpointer's connection; the writer checkpoints in its commits: {err}");
+                return None;
+            }
+        };
+        let (wake, woken) = mpsc::sync_channel::<()>(1);
+        let done = Arc::new(AtomicU64::new(0));
+        let thread_done = Arc::clone(&done);
+        let thread_path = path.to_path_buf();
+        let thread = std::thread::Builder::new()
+            .name("stele-sqlite-checkpointer".to_string())
+            .spawn(move || run(&conn, &thread_path, &woken, &thread_done));
+        let thread = match thread {
+            Ok(thread) => thread,
+            Err(err) => {
+                tracing::warn!(path = %path.display(), "cannot start the SQLite checkpointer; the writer checkpoints in its commits: {err}");
+                return None;
+            }
+        };
+        WAL_FRAMES.set(0);
+        writer.wal_hook(Some(note_wal_frames));
+        Some(Self {
+            wake: Some(wake),
+            thread: Some(thread),
+            asked_at: 0,
+            #[cfg(test)]
+            done,
+        })
+    }
+
+    /// After a commit: asks for a checkpoint once the log has grown by [`CHECKPOINT_FRAMES`]
+    /// since the last request (a log that restarted counts from its beginning).
+    pub(crate) fn after_commit(&mut self) {
+        let frames = WAL_FRAMES.get();
+        if frames < self.asked_at {
+            self.asked_at = 0;
+        }
+        if frames >= self.asked_at.saturating_add(CHECKPOINT_FRAMES)
+            && let Some(wake) = &self.wake
+        {
+            self.asked_at = frames;
+            // A full channel means a request is already pending: that one covers this too.
+            let _ = wake.try_send(());
+        }
+    }
+
+    /// How many checkpoints the thread has completed.
+    #[cfg(test)]
+    pub(crate) fn checkpoints_done(&self) -> u64 {
+        self.done.load(Ordering::SeqCst)
+    }
+
+    /// Stops the thread after the checkpoint it is running, and closes its connection.
+    pub(crate) fn stop(&mut self) {
+        self.wake = None;
+        if let Some(thread) = self.thread.take()
+            && thread.join().is_err()
+        {
+            tracing::error!("the SQLite checkpointer thread panicked");
+        }
+    }
+}
+
+impl Drop for Checkpointer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn open(path: &Path, synchronous: i64, busy_timeout: Duration) -> rusqlite::Result<Connection> {
+    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let conn = Connection::open_with_flags(path, flags)?;
+    conn.busy_timeout(busy_timeout)?;
+    // A checkpoint syncs the database file as the store's `synchronous` says.
+    conn.pragma_update(None, "synchronous", synchronous)?;
+    // This connection never writes rows; it must not checkpoint on its own account either.
+    conn.pragma_update(None, "wal_autocheckpoint", 0)?;
+    Ok(conn)
+}
+
+/// The thread: one passive checkpoint per request, until the writer hangs up.
+fn run(conn: &Connection, path: &Path, woken: &mpsc::Receiver<()>, done: &AtomicU64) {
+    while woken.recv().is_ok() {
+        let outcome = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |row| {
+            Ok((row.get::<_, i64>(1)?, row.get::<_, i64>(2)?))
+        });
+        match outcome {
+            Ok((log, copied)) => {
+                tracing::trace!(path = %path.display(), log, copied, "checkpointed the SQLite WAL");
+            }
+            Err(err) => {
+                tracing::warn!(path = %path.display(), "checkpointing the SQLite WAL: {err}");
+            }
+        }
+        done.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Checkpointer;
+    use rusqlite::Connection;
+    use std::{path::Path, time::Duration};
+
+    fn file_len(path: &Path) -> u64 {
+        std::fs::metadata(path).expect("the file exists").len()
+    }
+
+    /// A commit that fills the log past [`super::CHECKPOINT_FRAMES`] copies nothing into the
+    /// database file itself (SQLite's automatic checkpoint would, inside the `COMMIT`); the
+    /// checkpointer copies it once asked.
+    #[test]
+    fn the_writers_commit_leaves_the_checkpoint_to_the_checkpointer() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("db.sqlite");
+        let writer = Connection::open(&path).expect("opens");
+        let mode: String = writer
+            .query_row("PRAGMA journal_mode=WAL", [], |row| row.get(0))
+            .expect("WAL");
+        assert_eq!(mode, "wal");
+        writer
+            .execute_batch("PRAGMA synchronous=FULL; CREATE TABLE t (body BLOB NOT NULL);")
+            .expect("a table");
+        let mut checkpointer =
+            Checkpointer::start(&writer, &path, Duration::from_secs(5)).expect("starts");
+        let small = file_len(&path);
+        // About 1,200 pages of 4 KiB in one commit.
+        writer
+            .execute_batch(
+                "BEGIN; \
+                 WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 1200) \
+                 INSERT INTO t SELECT zeroblob(4000) FROM n; \
+                 COMMIT;",
+            )
+            .expect("writes");
+        assert_eq!(file_len(&path), small, "the commit did not checkpoint");
+        checkpointer.after_commit();
+        // Waits for the requested checkpoint to finish.
+        checkpointer.stop();
+        assert_eq!(checkpointer.checkpoints_done(), 1);
+        assert!(
+            file_len(&path) > 1200 * 4000,
+            "the checkpointer copied the log"
+        );
+    }
+}
