@@ -9,6 +9,12 @@
 //! and only notes how many frames the log holds; the checkpointer runs beside the writer (a
 //! passive checkpoint never blocks the writer or readers). The log restarts from its
 //! beginning at the first write after a checkpoint that copied all of it, as before.
+//!
+//! Under a steady stream of commits the checkpointer can be overtaken again and again (the
+//! writer appends while it copies), and a log that is never copied to its end never restarts.
+//! Once it holds [`INLINE_CHECKPOINT_FRAMES`], the writer therefore checkpoints it itself,
+//! between two transactions (after the replies and wake-ups), as the automatic checkpoint
+//! would have, so that the log stays bounded.
 
 use rusqlite::{Connection, OpenFlags};
 use std::{
@@ -27,6 +33,9 @@ use std::{
 /// The writer asks for a checkpoint each time its commits have added this many frames (pages)
 /// to the log: SQLite's default automatic checkpoint threshold.
 pub(crate) const CHECKPOINT_FRAMES: u32 = 1000;
+
+/// A log this long is checkpointed by the writer itself, between two transactions.
+pub(crate) const INLINE_CHECKPOINT_FRAMES: u32 = 4 * CHECKPOINT_FRAMES;
 
 thread_local! {
     /// The frames in the log after the last commit of this thread's connection, as the WAL
@@ -95,12 +104,22 @@ impl Checkpointer {
         })
     }
 
-    /// After a commit: asks for a checkpoint once the log has grown by [`CHECKPOINT_FRAMES`]
-    /// since the last request (a log that restarted counts from its beginning).
-    pub(crate) fn after_commit(&mut self) {
+    /// After a commit and its replies: asks for a checkpoint once the log has grown by
+    /// [`CHECKPOINT_FRAMES`] since the last request (a log that restarted counts from its
+    /// beginning), or checkpoints it on `writer` itself once it holds
+    /// [`INLINE_CHECKPOINT_FRAMES`].
+    pub(crate) fn after_commit(&mut self, writer: &Connection, path: &Path) {
         let frames = WAL_FRAMES.get();
         if frames < self.asked_at {
             self.asked_at = 0;
+        }
+        if frames >= INLINE_CHECKPOINT_FRAMES {
+            // Busy while the checkpointer copies: the next commit tries again.
+            let checkpoint = writer.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()));
+            if let Err(err) = checkpoint {
+                tracing::warn!(path = %path.display(), "checkpointing the SQLite WAL on the writer: {err}");
+            }
+            return;
         }
         if frames >= self.asked_at.saturating_add(CHECKPOINT_FRAMES)
             && let Some(wake) = &self.wake
@@ -201,7 +220,7 @@ mod tests {
             )
             .expect("writes");
         assert_eq!(file_len(&path), small, "the commit did not checkpoint");
-        checkpointer.after_commit();
+        checkpointer.after_commit(&writer, &path);
         // Waits for the requested checkpoint to finish.
         checkpointer.stop();
         assert_eq!(checkpointer.checkpoints_done(), 1);
@@ -209,5 +228,47 @@ mod tests {
             file_len(&path) > 1200 * 4000,
             "the checkpointer copied the log"
         );
+    }
+
+    /// A log that the checkpointer did not copy (here: it stopped) is checkpointed by the
+    /// writer between two transactions once it holds [`super::INLINE_CHECKPOINT_FRAMES`].
+    #[test]
+    fn a_long_log_is_checkpointed_by_the_writer_between_transactions() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("db.sqlite");
+        let writer = Connection::open(&path).expect("opens");
+        let mode: String = writer
+            .query_row("PRAGMA journal_mode=WAL", [], |row| row.get(0))
+            .expect("WAL");
+        assert_eq!(mode, "wal");
+        writer
+            .execute_batch("PRAGMA synchronous=FULL; CREATE TABLE t (body BLOB NOT NULL);")
+            .expect("a table");
+        let mut checkpointer =
+            Checkpointer::start(&writer, &path, Duration::from_secs(5)).expect("starts");
+        checkpointer.stop();
+        let small = file_len(&path);
+        let write_pages = |pages: u32| {
+            writer
+                .execute_batch(&format!(
+                    "BEGIN; \
+                     WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < {pages}) \
+                     INSERT INTO t SELECT zeroblob(4000) FROM n; \
+                     COMMIT;"
+                ))
+                .expect("writes");
+        };
+        write_pages(super::INLINE_CHECKPOINT_FRAMES / 2);
+        checkpointer.after_commit(&writer, &path);
+        assert_eq!(
+            file_len(&path),
+            small,
+            "a short log waits for the checkpointer"
+        );
+        write_pages(super::INLINE_CHECKPOINT_FRAMES / 2 + 100);
+        checkpointer.after_commit(&writer, &path);
+        let copied = u64::from(super::INLINE_CHECKPOINT_FRAMES) * 4000;
+        assert!(file_len(&path) > copied, "the writer copied the log");
+        assert_eq!(checkpointer.checkpoints_done(), 0);
     }
 }

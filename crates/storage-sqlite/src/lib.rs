@@ -55,8 +55,11 @@
 //! that crosses 1,000 frames, holding up that commit and everything queued behind it), and
 //! each time its commits have added 1,000 frames to the log it asks a checkpointer thread,
 //! with a connection of its own, for a passive checkpoint, which runs beside the writer and
-//! the readers. If that connection cannot be opened, the writer keeps the automatic
-//! checkpoint. `close` stops the checkpointer before the writer's last checkpoint.
+//! the readers. A log that grows to 4,000 frames all the same (a steady stream of commits
+//! overtakes the checkpointer, and a log never copied to its end never restarts) is
+//! checkpointed by the writer itself between two transactions. If the checkpointer's
+//! connection cannot be opened, the writer keeps the automatic checkpoint. `close` stops the
+//! checkpointer before the writer's last checkpoint.
 //!
 //! # Several processes on one file
 //!

@@ -200,7 +200,7 @@ pub(crate) fn run(
         }
         hub.deliver(&wakeups);
         if let Some(checkpointer) = &mut checkpointer {
-            checkpointer.after_commit();
+            checkpointer.after_commit(&conn, &path);
         }
     }
     if let Some(mut checkpointer) = checkpointer.take() {
