@@ -9,7 +9,8 @@
 //! **One lock, short sections.** All data lives in one `State` behind a `std::sync::Mutex`,
 //! held only for short sections that never await.
 //!
-//! **Load, plan, persist, wake.** A write locks the state, loads the [`Snapshot`] of its
+//! **Load, plan, persist, wake.** A write locks the state, loads the
+//! [`Snapshot`](concepts::kernel::Snapshot) of its
 //! request's [`Keys`](concepts::kernel::Keys) from the records and indexes (due executions,
 //! descendants, prune candidates), then its follow-up keys into the same snapshot, hands it to
 //! [`concepts::kernel::plan`], and applies the plan's changes and deletions to the records and
@@ -88,7 +89,7 @@ use concepts::{
     ExpiredTimer, FinishedExecutionResult, FunctionFqn, JoinSetResponseEvent,
     JoinSetResponseEventOuter, ListExecutionsFilter, LockPendingRequest, LockedExecution,
     OutcomeWrite, Pagination, PruneOutcome, PruneRequest, Version,
-    kernel::{self, Snapshot, WaiterCounts, WaiterHub, WritePlan, WriteRequest},
+    kernel::{self, WaiterCounts, WaiterHub, WritePlan, WriteRequest},
 };
 use state::{At, Record, State, TimerKind};
 use std::{
@@ -96,6 +97,10 @@ use std::{
     sync::{Arc, Mutex, MutexGuard, PoisonError},
     time::Duration,
 };
+
+/// The largest snapshot a store keeps between writes (entries of its largest table): one
+/// executor's batch of locks fits, a `create_batch` of thousands is dropped after its write.
+const SCRATCH_CAPACITY: usize = 1024;
 
 /// The in-memory store. Clones share the same data.
 #[derive(Debug, Clone, Default)]
@@ -139,12 +144,18 @@ impl MemoryStore {
     fn write(&self, request: WriteRequest) -> Result<WritePlan, DbError> {
         let keys = request.keys()?;
         let mut state = self.open_state()?;
-        let mut snapshot = Snapshot::default();
+        let mut snapshot = std::mem::take(&mut state.scratch);
         state.load(&keys, &mut snapshot);
         if let Some(more) = request.follow_up_keys(&snapshot) {
             state.load(&more, &mut snapshot);
         }
-        let mut plan = kernel::plan(&snapshot, request)?;
+        let planned = kernel::plan(&snapshot, request);
+        // Kept for the next write unless a large one (a batch, a tree) grew it.
+        if snapshot.capacity() <= SCRATCH_CAPACITY {
+            snapshot.clear();
+            state.scratch = snapshot;
+        }
+        let mut plan = planned?;
         state.apply(std::mem::take(&mut plan.changes));
         state.delete(&plan.deleted);
         drop(state);
@@ -169,8 +180,8 @@ impl DbExecutor for MemoryStore {
         grants
             .into_iter()
             .map(|grant| {
-                let log = state.locked_log(&grant)?;
-                kernel::hand_over(grant, log)
+                let record = state.record(&grant.row.execution_id)?;
+                kernel::hand_over_cloned(grant, &record.events, &record.responses)
             })
             .collect()
     }

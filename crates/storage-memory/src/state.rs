@@ -7,8 +7,8 @@ use concepts::{
     CreateRequest, DbError, DelayId, ExecutionEvent, ExecutionId, FinishedExecutionResult,
     FunctionFqn, JoinSetId, JoinSetResponse, JoinSetResponseEventOuter, PendingState,
     kernel::{
-        DelayRow, ExecutionChange, ExecutionRow, JoinSetCounters, JoinSetRow, Keys, LockGrant,
-        LogRows, Snapshot, descendant_bounds,
+        DelayRow, ExecutionChange, ExecutionRow, JoinSetCounters, JoinSetRow, Keys, Snapshot,
+        descendant_bounds,
     },
 };
 use std::{
@@ -87,6 +87,18 @@ fn timer_key(at: DateTime<Utc>, execution_id: &ExecutionId, kind: TimerKind) -> 
     (At::new(at, execution_id), execution_id.clone(), kind)
 }
 
+/// Removes `key` from `set`, by `pop_first` when it is the first: a lock takes the front of
+/// its pending set, and runs mostly finish in the order they were locked, whose leases lead the
+/// timers. `pop_first` walks the left edge without comparing, where `remove` compares its way
+/// down from the root.
+fn remove_front_first<K: Ord>(set: &mut BTreeSet<K>, key: &K) {
+    if set.first() == Some(key) {
+        set.pop_first();
+    } else {
+        set.remove(key);
+    }
+}
+
 /// A join set of one execution, as far as a snapshot needs it.
 #[derive(Debug, Default)]
 struct JoinSet {
@@ -135,6 +147,9 @@ impl Record {
 pub(crate) struct State {
     /// Set by `close`; every call afterwards is refused.
     pub(crate) closed: bool,
+    /// The snapshot of the last write, emptied: the next write loads into it, so that a
+    /// write of one execution allocates no table to load it (`MemoryStore::write`).
+    pub(crate) scratch: Snapshot,
     /// Boxed: a write touches one record, and growing the table moves only pointers.
     records: HashMap<ExecutionId, Box<Record>, FastHash>,
     /// `(created_at, execution_id)` of every execution, for `list_executions`.
@@ -158,17 +173,6 @@ impl State {
             .get(execution_id)
             .map(|record| &**record)
             .ok_or_else(|| DbError::execution_not_found(execution_id))
-    }
-
-    /// The history a worker of `grant` is handed: the events below the locked version and
-    /// every response.
-    pub(crate) fn locked_log(&self, grant: &LockGrant) -> Result<LogRows, DbError> {
-        let record = self.record(&grant.row.execution_id)?;
-        let events = grant.events_handed_over();
-        Ok(LogRows {
-            events: record.events.iter().take(events).cloned().collect(),
-            responses: record.responses.clone(),
-        })
     }
 
     /// True when an execution of `ffqns` is due at `at`.
@@ -437,7 +441,7 @@ impl State {
         match old {
             PendingState::PendingAt { scheduled_at } => {
                 if let Some(set) = self.pending.get_mut(ffqn) {
-                    set.remove(&key(*scheduled_at, execution_id));
+                    remove_front_first(set, &key(*scheduled_at, execution_id));
                     if set.is_empty() {
                         self.pending.remove(ffqn);
                     }
@@ -447,7 +451,7 @@ impl State {
                 lock_expires_at, ..
             } => {
                 let key = timer_key(*lock_expires_at, execution_id, TimerKind::Lock);
-                self.timers.remove(&key);
+                remove_front_first(&mut self.timers, &key);
             }
             // Only a deletion leaves `Finished`.
             PendingState::Finished { finished_at, .. } => {

@@ -45,7 +45,7 @@ mod snapshot;
 mod validate;
 mod waiters;
 
-pub use handover::{LockGrant, hand_over};
+pub use handover::{LockGrant, hand_over, hand_over_cloned};
 pub use outcomes::OutcomeReplies;
 pub use plan::{
     ExecutionChange, PlannedDelay, PlannedResponse, Wakeup, WritePlan, WriteReply, WriteRequest,
