@@ -354,7 +354,7 @@ impl DbClient for MemoryStore {
                 execution_id: execution_id.clone(),
                 ffqn: row.ffqn.clone(),
                 created_at: created_at.time(),
-                scheduled_at: record.created.scheduled_at,
+                scheduled_at: record.scheduled_at(),
                 pending_state: row.state.pending_state.clone(),
                 next_version: row.state.next_version,
             });

@@ -4,8 +4,8 @@
 
 use chrono::{DateTime, Utc};
 use concepts::{
-    CreateRequest, DbError, DelayId, ExecutionEvent, ExecutionId, FinishedExecutionResult,
-    FunctionFqn, JoinSetId, JoinSetResponse, JoinSetResponseEventOuter, PendingState,
+    DbError, DelayId, ExecutionEvent, ExecutionId, FinishedExecutionResult, FunctionFqn, JoinSetId,
+    JoinSetResponse, JoinSetResponseEventOuter, PendingState,
     kernel::{
         DelayRow, ExecutionChange, ExecutionRow, JoinSetCounters, JoinSetRow, Keys, Snapshot,
         descendant_bounds,
@@ -118,7 +118,6 @@ struct Delay {
 /// One execution: its log and what loading a snapshot needs without reading the log.
 #[derive(Debug)]
 pub(crate) struct Record {
-    pub(crate) created: CreateRequest,
     pub(crate) row: ExecutionRow,
     /// `events[v]` is version `v`.
     pub(crate) events: Vec<ExecutionEvent>,
@@ -130,6 +129,23 @@ pub(crate) struct Record {
 }
 
 impl Record {
+    /// When the execution was created: the time of its `Created` event (version 0, kept
+    /// until the record is deleted).
+    pub(crate) fn created_at(&self) -> DateTime<Utc> {
+        self.events
+            .first()
+            .map(|e| e.created_at)
+            .unwrap_or_default()
+    }
+
+    /// When the execution was scheduled at its creation (its `Created` event's).
+    pub(crate) fn scheduled_at(&self) -> DateTime<Utc> {
+        match self.events.first().map(|e| &e.event) {
+            Some(concepts::ExecutionEventInner::Created { scheduled_at, .. }) => *scheduled_at,
+            _ => DateTime::default(),
+        }
+    }
+
     /// The result, when finished (`Finished` is the last event).
     pub(crate) fn finished_result(&self) -> Option<FinishedExecutionResult> {
         if !self.row.state.pending_state.is_finished() {
@@ -338,8 +354,10 @@ impl State {
                     if created.parent.is_some() {
                         self.children.insert(execution_id.clone());
                     }
+                    // The request's fields are in its `Created` event, the first of
+                    // `events`: the record keeps the event only.
+                    drop(created);
                     let record = Box::new(Record {
-                        created,
                         row,
                         // Created, Locked, Finished: the whole log of most executions.
                         events: Vec::with_capacity(events.len().max(3)),
@@ -415,11 +433,11 @@ impl State {
                 tracing::error!(%execution_id, "planned deletion of a missing record");
                 continue;
             };
-            let Record { created, row, .. } = &*record;
+            let row = &record.row;
             self.unindex_state(&row.ffqn, execution_id, &row.state.pending_state);
             self.by_created
-                .remove(&key(created.created_at, execution_id));
-            if created.parent.is_some() {
+                .remove(&key(record.created_at(), execution_id));
+            if row.parent.is_some() {
                 self.children.remove(execution_id);
             }
             for (delay_id, delay) in &record.delays {
@@ -465,8 +483,13 @@ impl State {
         let (ffqn, execution_id) = (&row.ffqn, &row.execution_id);
         match &row.state.pending_state {
             PendingState::PendingAt { scheduled_at } => {
-                let set = self.pending.entry(ffqn.clone()).or_default();
-                set.insert(key(*scheduled_at, execution_id));
+                let key = key(*scheduled_at, execution_id);
+                // The set of a function exists while any execution of it is pending: cloning
+                // the name for `entry` is rarely needed.
+                match self.pending.get_mut(ffqn) {
+                    Some(set) => set.insert(key),
+                    None => self.pending.entry(ffqn.clone()).or_default().insert(key),
+                };
             }
             PendingState::Locked {
                 lock_expires_at, ..
