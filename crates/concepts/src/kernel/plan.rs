@@ -2,7 +2,8 @@
 //! error that refuses the whole write.
 
 pub use super::request::{
-    ExecutionChange, PlannedDelay, PlannedResponse, Wakeup, WritePlan, WriteReply, WriteRequest,
+    ExecutionChange, PlannedDelay, PlannedResponse, Wakeup, Wakeups, WritePlan, WriteReply,
+    WriteRequest,
 };
 
 use super::handover::LockGrant;
@@ -14,6 +15,7 @@ use crate::{
     LockPendingRequest, Locked, OutcomeWrite, PendingState, RunId, ValidationError, Version,
 };
 use chrono::{DateTime, Utc};
+use smallvec::{SmallVec, smallvec};
 use std::collections::{HashMap, HashSet};
 
 /// Applies `request` to `snapshot` (loaded for `request.keys()`): the plan to persist, or the
@@ -58,7 +60,7 @@ pub fn plan(snapshot: &Snapshot, request: WriteRequest) -> Result<WritePlan, DbE
         }
     };
     let changes = planner.changes;
-    let mut wakeups = Vec::new();
+    let mut wakeups = Wakeups::new();
     for change in &changes {
         wakeups_of(change, &mut wakeups);
     }
@@ -72,7 +74,7 @@ pub fn plan(snapshot: &Snapshot, request: WriteRequest) -> Result<WritePlan, DbE
 }
 
 /// Which waiters a change concerns: new responses; a new `Finished`; a new `PendingAt`.
-pub(super) fn wakeups_of(change: &ExecutionChange, wakeups: &mut Vec<Wakeup>) {
+pub(super) fn wakeups_of(change: &ExecutionChange, wakeups: &mut Wakeups) {
     let execution_id = &change.row.execution_id;
     let new_state = &change.row.state.pending_state;
     let old_state = change.old_state.as_ref();
@@ -169,8 +171,8 @@ impl<'s> Planner<'s> {
             old_state: Some(row.state.pending_state.clone()),
             row: row.clone(),
             created: None,
-            // Most writes append one event: allocated once at its size, not grown.
-            events: Vec::with_capacity(1),
+            // Most writes append one event: inline, no allocation.
+            events: SmallVec::new(),
             responses: Vec::new(),
             join_sets: Vec::new(),
             delays_requested: Vec::new(),
@@ -257,7 +259,7 @@ impl<'s> Planner<'s> {
             row,
             created: Some(req),
             old_state: None,
-            events: vec![(Version(0), created_event)],
+            events: smallvec![(Version(0), created_event)],
             responses: Vec::new(),
             join_sets: Vec::new(),
             delays_requested: Vec::new(),

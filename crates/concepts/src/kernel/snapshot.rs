@@ -7,6 +7,7 @@ use crate::{
     PendingState, Version,
 };
 use chrono::{DateTime, Utc};
+use smallvec::SmallVec;
 use std::{
     collections::{HashMap, HashSet},
     sync::Arc,
@@ -159,11 +160,15 @@ pub fn descendant_bounds(root: &ExecutionId) -> (String, String) {
     (format!("{root}."), format!("{root}/"))
 }
 
+/// A list of execution ids with room for two inline: an outcome write names its execution and
+/// perhaps its parent, and allocates nothing for them.
+pub type ExecutionIds = SmallVec<[ExecutionId; 2]>;
+
 /// The rows a write touches, which the backend loads into a [`Snapshot`].
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Keys {
     /// Existing executions whose rows the write changes, in the order to lock them.
-    pub executions: Vec<ExecutionId>,
+    pub executions: ExecutionIds,
     /// Executions the write creates. For each one that exists, the backend loads its row and
     /// its `Created` event (into [`Snapshot::created`]): the kernel decides whether the write
     /// repeats it (idempotent submit) or conflicts with it.
