@@ -123,6 +123,13 @@ pub(crate) struct Record {
     pub(crate) events: Vec<ExecutionEvent>,
     /// In arrival order.
     pub(crate) responses: Vec<JoinSetResponseEventOuter>,
+    /// Allocated on first use: most executions never request, await or answer anything.
+    waits: Option<Box<Waits>>,
+}
+
+/// What a record holds about its join sets, its delays and the children that answered it.
+#[derive(Debug, Default)]
+struct Waits {
     join_sets: HashMap<JoinSetId, JoinSet, FastHash>,
     delays: HashMap<DelayId, Delay, FastHash>,
     answered_children: HashSet<ExecutionId, FastHash>,
@@ -222,7 +229,8 @@ impl State {
         self.load_lifecycle(keys, snapshot);
         for key in &keys.join_sets {
             let record = self.records.get(&key.execution_id);
-            let Some(join_set) = record.and_then(|r| r.join_sets.get(&key.join_set_id)) else {
+            let waits = record.and_then(|r| r.waits.as_deref());
+            let Some(join_set) = waits.and_then(|w| w.join_sets.get(&key.join_set_id)) else {
                 continue;
             };
             let consumed = usize::try_from(join_set.join_next_count).unwrap_or(usize::MAX);
@@ -241,14 +249,16 @@ impl State {
         }
         for (execution_id, delay_id) in &keys.delays {
             let record = self.records.get(execution_id);
-            if let Some(delay) = record.and_then(|r| r.delays.get(delay_id)) {
+            let waits = record.and_then(|r| r.waits.as_deref());
+            if let Some(delay) = waits.and_then(|w| w.delays.get(delay_id)) {
                 let key = (execution_id.clone(), *delay_id);
                 snapshot.delays.insert(key, delay.row);
             }
         }
         for (execution_id, child_id) in &keys.child_responses {
             let record = self.records.get(execution_id);
-            if record.is_some_and(|r| r.answered_children.contains(child_id)) {
+            let waits = record.and_then(|r| r.waits.as_deref());
+            if waits.is_some_and(|w| w.answered_children.contains(child_id)) {
                 let pair = (execution_id.clone(), child_id.clone());
                 snapshot.child_responses.insert(pair);
             }
@@ -301,7 +311,8 @@ impl State {
         }
         for execution_id in &keys.open_delays {
             let record = self.records.get(execution_id);
-            let mut open: Vec<DelayId> = (record.into_iter().flat_map(|r| &r.delays))
+            let waits = record.and_then(|r| r.waits.as_deref());
+            let mut open: Vec<DelayId> = (waits.into_iter().flat_map(|w| &w.delays))
                 .filter_map(|(delay_id, delay)| delay.open.is_some().then_some(*delay_id))
                 .collect();
             if !open.is_empty() {
@@ -329,25 +340,16 @@ impl State {
     /// against this state under the same lock, so they apply whole.
     pub(crate) fn apply(&mut self, changes: Vec<ExecutionChange>) {
         for change in changes {
-            let state_changed = change.state_changed();
-            let ExecutionChange {
-                row,
-                created,
-                old_state,
-                events,
-                responses,
-                join_sets,
-                delays_requested,
-                delays_closed,
-            } = change;
-            let execution_id = row.execution_id.clone();
-            if state_changed {
-                if let Some(old) = &old_state {
-                    self.unindex_state(&row.ffqn, &execution_id, old);
+            // Fields are moved out one by one where they are stored, not all at once: a
+            // change is large, and each move of a part is a copy.
+            let execution_id = change.row.execution_id.clone();
+            if change.state_changed() {
+                if let Some(old) = &change.old_state {
+                    self.unindex_state(&change.row.ffqn, &execution_id, old);
                 }
-                self.index_state(&row);
+                self.index_state(&change.row);
             }
-            let record = match created {
+            let record = match &change.created {
                 Some(created) => {
                     self.by_created
                         .insert(key(created.created_at, &execution_id));
@@ -356,15 +358,12 @@ impl State {
                     }
                     // The request's fields are in its `Created` event, the first of
                     // `events`: the record keeps the event only.
-                    drop(created);
                     let record = Box::new(Record {
-                        row,
+                        row: change.row,
                         // Created, Locked, Finished: the whole log of most executions.
-                        events: Vec::with_capacity(events.len().max(3)),
+                        events: Vec::with_capacity(change.events.len().max(3)),
                         responses: Vec::new(),
-                        join_sets: HashMap::default(),
-                        delays: HashMap::default(),
-                        answered_children: HashSet::default(),
+                        waits: None,
                     });
                     let entry = self.records.entry(execution_id.clone());
                     entry.insert_entry(record).into_mut()
@@ -375,36 +374,45 @@ impl State {
                         tracing::error!(%execution_id, "planned change of a missing record");
                         continue;
                     };
-                    record.row = row;
+                    record.row = change.row;
                     record
                 }
             };
             record
                 .events
-                .extend(events.into_iter().map(|(_, event)| event));
-            for (join_set_id, counters) in join_sets {
+                .extend(change.events.into_iter().map(|(_, event)| event));
+            let responses = change.responses;
+            if change.join_sets.is_empty()
+                && responses.is_empty()
+                && change.delays_requested.is_empty()
+                && change.delays_closed.is_empty()
+            {
+                continue;
+            }
+            let waits = record.waits.get_or_insert_with(Box::default);
+            for (join_set_id, counters) in change.join_sets {
                 let arrived = (responses.iter().map(|planned| &planned.response))
                     .filter(|response| response.event.join_set_id == join_set_id)
                     .map(|response| response.created_at);
-                let join_set = record.join_sets.entry(join_set_id.clone()).or_default();
+                let join_set = waits.join_sets.entry(join_set_id.clone()).or_default();
                 join_set.join_next_count = counters.join_next_count;
                 join_set.response_times.extend(arrived);
             }
             for planned in responses {
                 match &planned.response.event.event {
                     JoinSetResponse::DelayFinished { delay_id } => {
-                        record.delays.entry(*delay_id).or_default().row.answered = true;
+                        waits.delays.entry(*delay_id).or_default().row.answered = true;
                     }
                     JoinSetResponse::ChildExecutionFinished {
                         child_execution_id, ..
                     } => {
-                        record.answered_children.insert(child_execution_id.clone());
+                        waits.answered_children.insert(child_execution_id.clone());
                     }
                 }
                 record.responses.push(planned.response);
             }
-            for planned in delays_requested {
-                let delay = record.delays.entry(planned.delay_id).or_default();
+            for planned in change.delays_requested {
+                let delay = waits.delays.entry(planned.delay_id).or_default();
                 delay.row.requested = true;
                 if planned.open {
                     let kind = TimerKind::Delay(planned.delay_id, planned.join_set_id.clone());
@@ -413,8 +421,8 @@ impl State {
                     delay.open = Some((planned.join_set_id, planned.expires_at));
                 }
             }
-            for delay_id in delays_closed {
-                let open = record.delays.get_mut(&delay_id).and_then(|d| d.open.take());
+            for delay_id in change.delays_closed {
+                let open = waits.delays.get_mut(&delay_id).and_then(|d| d.open.take());
                 if let Some((join_set_id, expires_at)) = open {
                     let kind = TimerKind::Delay(delay_id, join_set_id);
                     self.timers
@@ -440,7 +448,8 @@ impl State {
             if row.parent.is_some() {
                 self.children.remove(execution_id);
             }
-            for (delay_id, delay) in &record.delays {
+            let waits = record.waits.as_deref();
+            for (delay_id, delay) in waits.into_iter().flat_map(|w| &w.delays) {
                 if let Some((join_set_id, expires_at)) = &delay.open {
                     let kind = TimerKind::Delay(*delay_id, join_set_id.clone());
                     self.timers
