@@ -62,7 +62,7 @@ async fn a_panicking_worker_is_an_activity_trap() {
         worker_span: tracing::Span::none(),
         cancellation: crate::Cancellation::never(),
     };
-    let result = run_catching_panics(Arc::new(Panicking(vec![ffqn])), ctx).await;
+    let result = run_catching_panics(&Panicking(vec![ffqn]), ctx).await;
     let WorkerResult::Err(WorkerError::ActivityTrap {
         reason,
         detail: None,
