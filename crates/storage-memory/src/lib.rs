@@ -10,17 +10,24 @@
 //! held only for short sections that never await.
 //!
 //! **Load, plan, persist, wake.** A write locks the state, loads the
-//! [`Snapshot`](concepts::kernel::Snapshot) of its
-//! request's [`Keys`](concepts::kernel::Keys) from the records and indexes (due executions,
-//! descendants, prune candidates), then its follow-up keys into the same snapshot, hands it to
+//! [`Snapshot`](concepts::kernel::Snapshot) of its request's
+//! [`Keys`](concepts::kernel::Keys) from the records and indexes (due executions, descendants,
+//! prune candidates), then its follow-up keys into the same snapshot, hands it to
 //! [`concepts::kernel::plan`], and applies the plan's changes and deletions to the records and
 //! indexes before it unlocks. Planning writes nothing, so a refused write leaves the state as
-//! it was. Once unlocked, it delivers the plan's wake-ups.
+//! it was. Once unlocked, it delivers the plan's wake-ups. The state keeps one snapshot,
+//! emptied after each plan, for the next write to load into (one that a large write grew is
+//! dropped instead), so a write of one execution allocates no table to load it. `lock_pending`
+//! hands each grant over from its record in place
+//! ([`hand_over_cloned`](concepts::kernel::hand_over_cloned)): only what the worker gets is
+//! cloned.
 //!
-//! **Records.** Per execution: the `CreateRequest`, the events, the responses, the kernel's
-//! [`ExecutionRow`](concepts::kernel::ExecutionRow), and what loading a snapshot needs without
-//! reading the log: per join set its `JoinNext` count and the arrival time of each response,
-//! per delay whether it was requested, answered and is still open, the children that answered.
+//! **Records.** Per execution: the events (the `Created` event first, which holds everything
+//! the request said), the responses, the kernel's
+//! [`ExecutionRow`](concepts::kernel::ExecutionRow), and, boxed and allocated on first use,
+//! what loading a snapshot needs without reading the log: per join set its `JoinNext` count and
+//! the arrival time of each response, per delay whether it was requested, answered and is
+//! still open, the children that answered. Most executions never need the box.
 //!
 //! **Indexes.**
 //! - pending: per function, a `BTreeSet` of `(scheduled_at, execution_id)` of every `PendingAt`
@@ -38,7 +45,9 @@
 //!
 //! Every ordered key leads with an `At`: the time and the first 16 bytes of the execution id as
 //! two integers, ordered as `(time, execution_id)` are, so that the dozen comparisons of an
-//! insert rarely reach chrono or `memcmp`.
+//! insert rarely reach chrono or `memcmp`. A removal that is the first key of its set (a lock
+//! takes the front of the pending set; runs mostly finish in lock order, whose leases lead the
+//! timers) pops it without comparing its way down.
 //!
 //! Deleting an execution (`prune`) removes its record and its entry in every index.
 //!

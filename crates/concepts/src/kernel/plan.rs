@@ -178,7 +178,8 @@ impl<'s> Planner<'s> {
             .executions
             .get(execution_id)
             .ok_or_else(|| DbError::execution_not_found(execution_id))?;
-        Ok(self.push(ExecutionChange {
+        let idx = self.index_next(execution_id);
+        self.changes.push(ExecutionChange {
             old_state: Some(row.state.pending_state.clone()),
             row: row.clone(),
             created: None,
@@ -188,7 +189,8 @@ impl<'s> Planner<'s> {
             join_sets: Vec::new(),
             delays_requested: Vec::new(),
             delays_closed: Vec::new(),
-        }))
+        });
+        Ok(idx)
     }
 
     fn find(&self, execution_id: &ExecutionId) -> Option<usize> {
@@ -201,7 +203,10 @@ impl<'s> Planner<'s> {
         }
     }
 
-    fn push(&mut self, change: ExecutionChange) -> usize {
+    /// The index the next change pushed (of `execution_id`) gets, indexed for [`Planner::find`].
+    /// The caller pushes the change itself, straight into the list: a change is large, and
+    /// handing it through one more call would copy it once more.
+    fn index_next(&mut self, execution_id: &ExecutionId) -> usize {
         let idx = self.changes.len();
         if idx == LINEAR_LOOKUP {
             // Sized for the changes the write reserved room for (a batch), not grown.
@@ -212,9 +217,8 @@ impl<'s> Planner<'s> {
             self.position = position;
         }
         if idx >= LINEAR_LOOKUP {
-            self.position.insert(change.row.execution_id.clone(), idx);
+            self.position.insert(execution_id.clone(), idx);
         }
-        self.changes.push(change);
         idx
     }
 
@@ -266,7 +270,8 @@ impl<'s> Planner<'s> {
         }
         let row = ExecutionRow::new_execution(&req);
         let created_event = req.to_created_event();
-        self.push(ExecutionChange {
+        self.index_next(&req.execution_id);
+        self.changes.push(ExecutionChange {
             row,
             created: Some(req),
             old_state: None,
