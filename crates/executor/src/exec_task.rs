@@ -301,7 +301,7 @@ impl<C: ClockFn> ExecTask<C> {
         let db = self.db.clone();
         let clock = self.clock.clone();
         let task = async move {
-            let result = run_catching_panics(worker, ctx).await;
+            let result = run_catching_panics(worker.as_ref(), ctx).await;
             if let Some(write) = map_worker_result(result, &run, clock.now()) {
                 write_outcome(db.as_ref(), write).await;
             }
@@ -337,23 +337,36 @@ impl<C: ClockFn> ExecTask<C> {
 ///
 /// The worker runs inside the task the executor spawned for it (one task per execution, not
 /// two): the panic is caught at the future's poll, which is all `tokio::spawn` would add.
-async fn run_catching_panics(worker: Arc<dyn Worker>, ctx: WorkerContext) -> WorkerResult {
-    match AssertUnwindSafe(worker.run(ctx)).catch_unwind().await {
-        Ok(result) => result,
-        Err(payload) => {
-            let reason = match payload.downcast::<String>() {
-                Ok(message) => format!("worker panicked: {message}"),
-                Err(payload) => match payload.downcast::<&str>() {
-                    Ok(message) => format!("worker panicked: {message}"),
-                    Err(_) => "worker panicked".to_string(),
-                },
-            };
-            WorkerResult::Err(WorkerError::ActivityTrap {
-                reason,
-                detail: None,
-            })
+///
+/// Not an `async fn`: the worker's future (boxed, holding the context) is made when this is
+/// called, so the future returned holds that box alone, not the context a second time beside
+/// it, and the run's task (its future is allocated once per execution) stays small.
+fn run_catching_panics(
+    worker: &dyn Worker,
+    ctx: WorkerContext,
+) -> impl Future<Output = WorkerResult> + Send + '_ {
+    let run = AssertUnwindSafe(worker.run(ctx)).catch_unwind();
+    async move {
+        match run.await {
+            Ok(result) => result,
+            Err(payload) => trap(payload),
         }
     }
+}
+
+/// The activity trap of a worker's panic.
+fn trap(payload: Box<dyn std::any::Any + Send>) -> WorkerResult {
+    let reason = match payload.downcast::<String>() {
+        Ok(message) => format!("worker panicked: {message}"),
+        Err(payload) => match payload.downcast::<&str>() {
+            Ok(message) => format!("worker panicked: {message}"),
+            Err(_) => "worker panicked".to_string(),
+        },
+    };
+    WorkerResult::Err(WorkerError::ActivityTrap {
+        reason,
+        detail: None,
+    })
 }
 
 /// The permits of the limiter of an executor that was given none: one batch, `batch_size`
@@ -462,14 +475,22 @@ const OUTCOME_RETRY_BACKOFF: Duration = Duration::from_millis(20);
 /// error must not cost the whole lease. A retry that finds the log moved on
 /// (`is_lost_race`) is done either way: the watcher resolved the lease, or an earlier attempt
 /// committed although its reply was lost.
-async fn write_outcome(db: &dyn DbExecutor, write: OutcomeWrite) {
-    let copy = write.clone();
-    if let Err(err) = db.append_outcome(write).await {
-        // Out of line and boxed: the retries (and their timers) cost the task's future nothing
-        // on the common path.
-        Box::pin(after_failed_write(db, copy, err)).await;
-    } else {
-        debug!("wrote {}", copy.event.variant_name());
+///
+/// Not an `async fn`: the first attempt's (boxed) future is made when this is called, so the
+/// future returned holds the write once, in the copy kept for a retry, and that boxed: the
+/// run's task, whose future holds this one, is allocated once per execution, and allocators
+/// serve small blocks much faster than large ones.
+fn write_outcome(db: &dyn DbExecutor, write: OutcomeWrite) -> impl Future<Output = ()> + Send + '_ {
+    let copy = Box::new(write.clone());
+    let first = db.append_outcome(write);
+    async move {
+        if let Err(err) = first.await {
+            // Out of line and boxed: the retries (and their timers) cost the task's future
+            // nothing on the common path.
+            Box::pin(after_failed_write(db, *copy, err)).await;
+        } else {
+            debug!("wrote {}", copy.event.variant_name());
+        }
     }
 }
 

@@ -68,12 +68,15 @@ pub fn map_worker_result(
     run: &RunInfo,
     now: DateTime<Utc>,
 ) -> Option<OutcomeWrite> {
-    let retry_at = retry::retry_backoff(
-        run.temporary_event_count,
-        run.max_retries,
-        run.retry_exp_backoff,
-    )
-    .map(|backoff| add_saturating(now, backoff));
+    // Computed only for the failures that may be retried, not for the common `Ok`.
+    let retry_at = || {
+        retry::retry_backoff(
+            run.temporary_event_count,
+            run.max_retries,
+            run.retry_exp_backoff,
+        )
+        .map(|backoff| add_saturating(now, backoff))
+    };
     let error = match result {
         WorkerResult::Ok(value, version) => {
             let event = ExecutionEventInner::Finished { result: Ok(value) };
@@ -96,7 +99,7 @@ pub fn map_worker_result(
             return None;
         }
         WorkerError::TemporaryTimeout => {
-            let event = match retry_at {
+            let event = match retry_at() {
                 Some(backoff_expires_at) => {
                     ExecutionEventInner::TemporarilyTimedOut { backoff_expires_at }
                 }
@@ -109,11 +112,11 @@ pub fn map_worker_result(
             let kind = PermanentFailureKind::ActivityTrap;
             (
                 run.version,
-                failed(retry_at, reason, reason_full, detail, kind),
+                failed(retry_at(), reason, reason_full, detail, kind),
             )
         }
         WorkerError::ActivityReturnedError { value, detail } => {
-            let event = match retry_at {
+            let event = match retry_at() {
                 Some(backoff_expires_at) => ExecutionEventInner::TemporarilyFailed {
                     backoff_expires_at,
                     reason_full: format!("activity returned error: {value}"),
@@ -133,7 +136,10 @@ pub fn map_worker_result(
         } => {
             let reason_full = format!("workflow trap: {reason}");
             let kind = PermanentFailureKind::WorkflowTrap;
-            (version, failed(retry_at, reason, reason_full, detail, kind))
+            (
+                version,
+                failed(retry_at(), reason, reason_full, detail, kind),
+            )
         }
         WorkerError::LimitReached { reason, version } => {
             let backoff = retry::unlock_backoff(run.temporary_event_count, run.retry_exp_backoff);

@@ -9,17 +9,25 @@
 //! **One lock, short sections.** All data lives in one `State` behind a `std::sync::Mutex`,
 //! held only for short sections that never await.
 //!
-//! **Load, plan, persist, wake.** A write locks the state, loads the [`Snapshot`] of its
-//! request's [`Keys`](concepts::kernel::Keys) from the records and indexes (due executions,
-//! descendants, prune candidates), then its follow-up keys into the same snapshot, hands it to
+//! **Load, plan, persist, wake.** A write locks the state, loads the
+//! [`Snapshot`](concepts::kernel::Snapshot) of its request's
+//! [`Keys`](concepts::kernel::Keys) from the records and indexes (due executions, descendants,
+//! prune candidates), then its follow-up keys into the same snapshot, hands it to
 //! [`concepts::kernel::plan`], and applies the plan's changes and deletions to the records and
 //! indexes before it unlocks. Planning writes nothing, so a refused write leaves the state as
-//! it was. Once unlocked, it delivers the plan's wake-ups.
+//! it was. Once unlocked, it delivers the plan's wake-ups. The state keeps one snapshot,
+//! emptied after each plan, for the next write to load into (one that a large write grew is
+//! dropped instead), so a write of one execution allocates no table to load it. `lock_pending`
+//! hands each grant over from its record in place
+//! ([`hand_over_cloned`](concepts::kernel::hand_over_cloned)): only what the worker gets is
+//! cloned.
 //!
-//! **Records.** Per execution: the `CreateRequest`, the events, the responses, the kernel's
-//! [`ExecutionRow`](concepts::kernel::ExecutionRow), and what loading a snapshot needs without
-//! reading the log: per join set its `JoinNext` count and the arrival time of each response,
-//! per delay whether it was requested, answered and is still open, the children that answered.
+//! **Records.** Per execution: the events (the `Created` event first, which holds everything
+//! the request said), the responses, the kernel's
+//! [`ExecutionRow`](concepts::kernel::ExecutionRow), and, boxed and allocated on first use,
+//! what loading a snapshot needs without reading the log: per join set its `JoinNext` count and
+//! the arrival time of each response, per delay whether it was requested, answered and is
+//! still open, the children that answered. Most executions never need the box.
 //!
 //! **Indexes.**
 //! - pending: per function, a `BTreeSet` of `(scheduled_at, execution_id)` of every `PendingAt`
@@ -37,7 +45,9 @@
 //!
 //! Every ordered key leads with an `At`: the time and the first 16 bytes of the execution id as
 //! two integers, ordered as `(time, execution_id)` are, so that the dozen comparisons of an
-//! insert rarely reach chrono or `memcmp`.
+//! insert rarely reach chrono or `memcmp`. A removal that is the first key of its set (a lock
+//! takes the front of the pending set; runs mostly finish in lock order, whose leases lead the
+//! timers) pops it without comparing its way down.
 //!
 //! Deleting an execution (`prune`) removes its record and its entry in every index.
 //!
@@ -88,7 +98,7 @@ use concepts::{
     ExpiredTimer, FinishedExecutionResult, FunctionFqn, JoinSetResponseEvent,
     JoinSetResponseEventOuter, ListExecutionsFilter, LockPendingRequest, LockedExecution,
     OutcomeWrite, Pagination, PruneOutcome, PruneRequest, Version,
-    kernel::{self, Snapshot, WaiterCounts, WaiterHub, WritePlan, WriteRequest},
+    kernel::{self, WaiterCounts, WaiterHub, WritePlan, WriteRequest},
 };
 use state::{At, Record, State, TimerKind};
 use std::{
@@ -96,6 +106,10 @@ use std::{
     sync::{Arc, Mutex, MutexGuard, PoisonError},
     time::Duration,
 };
+
+/// The largest snapshot a store keeps between writes (entries of its largest table): one
+/// executor's batch of locks fits, a `create_batch` of thousands is dropped after its write.
+const SCRATCH_CAPACITY: usize = 1024;
 
 /// The in-memory store. Clones share the same data.
 #[derive(Debug, Clone, Default)]
@@ -139,12 +153,18 @@ impl MemoryStore {
     fn write(&self, request: WriteRequest) -> Result<WritePlan, DbError> {
         let keys = request.keys()?;
         let mut state = self.open_state()?;
-        let mut snapshot = Snapshot::default();
+        let mut snapshot = std::mem::take(&mut state.scratch);
         state.load(&keys, &mut snapshot);
         if let Some(more) = request.follow_up_keys(&snapshot) {
             state.load(&more, &mut snapshot);
         }
-        let mut plan = kernel::plan(&snapshot, request)?;
+        let planned = kernel::plan(&snapshot, request);
+        // Kept for the next write unless a large one (a batch, a tree) grew it.
+        if snapshot.capacity() <= SCRATCH_CAPACITY {
+            snapshot.clear();
+            state.scratch = snapshot;
+        }
+        let mut plan = planned?;
         state.apply(std::mem::take(&mut plan.changes));
         state.delete(&plan.deleted);
         drop(state);
@@ -169,8 +189,8 @@ impl DbExecutor for MemoryStore {
         grants
             .into_iter()
             .map(|grant| {
-                let log = state.locked_log(&grant)?;
-                kernel::hand_over(grant, log)
+                let record = state.record(&grant.row.execution_id)?;
+                kernel::hand_over_cloned(grant, &record.events, &record.responses)
             })
             .collect()
     }
@@ -343,7 +363,7 @@ impl DbClient for MemoryStore {
                 execution_id: execution_id.clone(),
                 ffqn: row.ffqn.clone(),
                 created_at: created_at.time(),
-                scheduled_at: record.created.scheduled_at,
+                scheduled_at: record.scheduled_at(),
                 pending_state: row.state.pending_state.clone(),
                 next_version: row.state.next_version,
             });

@@ -4,11 +4,11 @@
 
 use chrono::{DateTime, Utc};
 use concepts::{
-    CreateRequest, DbError, DelayId, ExecutionEvent, ExecutionId, FinishedExecutionResult,
-    FunctionFqn, JoinSetId, JoinSetResponse, JoinSetResponseEventOuter, PendingState,
+    DbError, DelayId, ExecutionEvent, ExecutionId, FinishedExecutionResult, FunctionFqn, JoinSetId,
+    JoinSetResponse, JoinSetResponseEventOuter, PendingState,
     kernel::{
-        DelayRow, ExecutionChange, ExecutionRow, JoinSetCounters, JoinSetRow, Keys, LockGrant,
-        LogRows, Snapshot, descendant_bounds,
+        DelayRow, ExecutionChange, ExecutionRow, JoinSetCounters, JoinSetRow, Keys, Snapshot,
+        descendant_bounds,
     },
 };
 use std::{
@@ -87,6 +87,18 @@ fn timer_key(at: DateTime<Utc>, execution_id: &ExecutionId, kind: TimerKind) -> 
     (At::new(at, execution_id), execution_id.clone(), kind)
 }
 
+/// Removes `key` from `set`, by `pop_first` when it is the first: a lock takes the front of
+/// its pending set, and runs mostly finish in the order they were locked, whose leases lead the
+/// timers. `pop_first` walks the left edge without comparing, where `remove` compares its way
+/// down from the root.
+fn remove_front_first<K: Ord>(set: &mut BTreeSet<K>, key: &K) {
+    if set.first() == Some(key) {
+        set.pop_first();
+    } else {
+        set.remove(key);
+    }
+}
+
 /// A join set of one execution, as far as a snapshot needs it.
 #[derive(Debug, Default)]
 struct JoinSet {
@@ -106,18 +118,41 @@ struct Delay {
 /// One execution: its log and what loading a snapshot needs without reading the log.
 #[derive(Debug)]
 pub(crate) struct Record {
-    pub(crate) created: CreateRequest,
     pub(crate) row: ExecutionRow,
     /// `events[v]` is version `v`.
     pub(crate) events: Vec<ExecutionEvent>,
     /// In arrival order.
     pub(crate) responses: Vec<JoinSetResponseEventOuter>,
+    /// Allocated on first use: most executions never request, await or answer anything.
+    waits: Option<Box<Waits>>,
+}
+
+/// What a record holds about its join sets, its delays and the children that answered it.
+#[derive(Debug, Default)]
+struct Waits {
     join_sets: HashMap<JoinSetId, JoinSet, FastHash>,
     delays: HashMap<DelayId, Delay, FastHash>,
     answered_children: HashSet<ExecutionId, FastHash>,
 }
 
 impl Record {
+    /// When the execution was created: the time of its `Created` event (version 0, kept
+    /// until the record is deleted).
+    pub(crate) fn created_at(&self) -> DateTime<Utc> {
+        self.events
+            .first()
+            .map(|e| e.created_at)
+            .unwrap_or_default()
+    }
+
+    /// When the execution was scheduled at its creation (its `Created` event's).
+    pub(crate) fn scheduled_at(&self) -> DateTime<Utc> {
+        match self.events.first().map(|e| &e.event) {
+            Some(concepts::ExecutionEventInner::Created { scheduled_at, .. }) => *scheduled_at,
+            _ => DateTime::default(),
+        }
+    }
+
     /// The result, when finished (`Finished` is the last event).
     pub(crate) fn finished_result(&self) -> Option<FinishedExecutionResult> {
         if !self.row.state.pending_state.is_finished() {
@@ -135,6 +170,9 @@ impl Record {
 pub(crate) struct State {
     /// Set by `close`; every call afterwards is refused.
     pub(crate) closed: bool,
+    /// The snapshot of the last write, emptied: the next write loads into it, so that a
+    /// write of one execution allocates no table to load it (`MemoryStore::write`).
+    pub(crate) scratch: Snapshot,
     /// Boxed: a write touches one record, and growing the table moves only pointers.
     records: HashMap<ExecutionId, Box<Record>, FastHash>,
     /// `(created_at, execution_id)` of every execution, for `list_executions`.
@@ -158,17 +196,6 @@ impl State {
             .get(execution_id)
             .map(|record| &**record)
             .ok_or_else(|| DbError::execution_not_found(execution_id))
-    }
-
-    /// The history a worker of `grant` is handed: the events below the locked version and
-    /// every response.
-    pub(crate) fn locked_log(&self, grant: &LockGrant) -> Result<LogRows, DbError> {
-        let record = self.record(&grant.row.execution_id)?;
-        let events = grant.events_handed_over();
-        Ok(LogRows {
-            events: record.events.iter().take(events).cloned().collect(),
-            responses: record.responses.clone(),
-        })
     }
 
     /// True when an execution of `ffqns` is due at `at`.
@@ -202,7 +229,8 @@ impl State {
         self.load_lifecycle(keys, snapshot);
         for key in &keys.join_sets {
             let record = self.records.get(&key.execution_id);
-            let Some(join_set) = record.and_then(|r| r.join_sets.get(&key.join_set_id)) else {
+            let waits = record.and_then(|r| r.waits.as_deref());
+            let Some(join_set) = waits.and_then(|w| w.join_sets.get(&key.join_set_id)) else {
                 continue;
             };
             let consumed = usize::try_from(join_set.join_next_count).unwrap_or(usize::MAX);
@@ -221,14 +249,16 @@ impl State {
         }
         for (execution_id, delay_id) in &keys.delays {
             let record = self.records.get(execution_id);
-            if let Some(delay) = record.and_then(|r| r.delays.get(delay_id)) {
+            let waits = record.and_then(|r| r.waits.as_deref());
+            if let Some(delay) = waits.and_then(|w| w.delays.get(delay_id)) {
                 let key = (execution_id.clone(), *delay_id);
                 snapshot.delays.insert(key, delay.row);
             }
         }
         for (execution_id, child_id) in &keys.child_responses {
             let record = self.records.get(execution_id);
-            if record.is_some_and(|r| r.answered_children.contains(child_id)) {
+            let waits = record.and_then(|r| r.waits.as_deref());
+            if waits.is_some_and(|w| w.answered_children.contains(child_id)) {
                 let pair = (execution_id.clone(), child_id.clone());
                 snapshot.child_responses.insert(pair);
             }
@@ -281,7 +311,8 @@ impl State {
         }
         for execution_id in &keys.open_delays {
             let record = self.records.get(execution_id);
-            let mut open: Vec<DelayId> = (record.into_iter().flat_map(|r| &r.delays))
+            let waits = record.and_then(|r| r.waits.as_deref());
+            let mut open: Vec<DelayId> = (waits.into_iter().flat_map(|w| &w.delays))
                 .filter_map(|(delay_id, delay)| delay.open.is_some().then_some(*delay_id))
                 .collect();
             if !open.is_empty() {
@@ -309,40 +340,30 @@ impl State {
     /// against this state under the same lock, so they apply whole.
     pub(crate) fn apply(&mut self, changes: Vec<ExecutionChange>) {
         for change in changes {
-            let state_changed = change.state_changed();
-            let ExecutionChange {
-                row,
-                created,
-                old_state,
-                events,
-                responses,
-                join_sets,
-                delays_requested,
-                delays_closed,
-            } = change;
-            let execution_id = row.execution_id.clone();
-            if state_changed {
-                if let Some(old) = &old_state {
-                    self.unindex_state(&row.ffqn, &execution_id, old);
+            // Fields are moved out one by one where they are stored, not all at once: a
+            // change is large, and each move of a part is a copy.
+            let execution_id = change.row.execution_id.clone();
+            if change.state_changed() {
+                if let Some(old) = &change.old_state {
+                    self.unindex_state(&change.row.ffqn, &execution_id, old);
                 }
-                self.index_state(&row);
+                self.index_state(&change.row);
             }
-            let record = match created {
+            let record = match &change.created {
                 Some(created) => {
                     self.by_created
                         .insert(key(created.created_at, &execution_id));
                     if created.parent.is_some() {
                         self.children.insert(execution_id.clone());
                     }
+                    // The request's fields are in its `Created` event, the first of
+                    // `events`: the record keeps the event only.
                     let record = Box::new(Record {
-                        created,
-                        row,
+                        row: change.row,
                         // Created, Locked, Finished: the whole log of most executions.
-                        events: Vec::with_capacity(events.len().max(3)),
+                        events: Vec::with_capacity(change.events.len().max(3)),
                         responses: Vec::new(),
-                        join_sets: HashMap::default(),
-                        delays: HashMap::default(),
-                        answered_children: HashSet::default(),
+                        waits: None,
                     });
                     let entry = self.records.entry(execution_id.clone());
                     entry.insert_entry(record).into_mut()
@@ -353,36 +374,45 @@ impl State {
                         tracing::error!(%execution_id, "planned change of a missing record");
                         continue;
                     };
-                    record.row = row;
+                    record.row = change.row;
                     record
                 }
             };
             record
                 .events
-                .extend(events.into_iter().map(|(_, event)| event));
-            for (join_set_id, counters) in join_sets {
+                .extend(change.events.into_iter().map(|(_, event)| event));
+            let responses = change.responses;
+            if change.join_sets.is_empty()
+                && responses.is_empty()
+                && change.delays_requested.is_empty()
+                && change.delays_closed.is_empty()
+            {
+                continue;
+            }
+            let waits = record.waits.get_or_insert_with(Box::default);
+            for (join_set_id, counters) in change.join_sets {
                 let arrived = (responses.iter().map(|planned| &planned.response))
                     .filter(|response| response.event.join_set_id == join_set_id)
                     .map(|response| response.created_at);
-                let join_set = record.join_sets.entry(join_set_id.clone()).or_default();
+                let join_set = waits.join_sets.entry(join_set_id.clone()).or_default();
                 join_set.join_next_count = counters.join_next_count;
                 join_set.response_times.extend(arrived);
             }
             for planned in responses {
                 match &planned.response.event.event {
                     JoinSetResponse::DelayFinished { delay_id } => {
-                        record.delays.entry(*delay_id).or_default().row.answered = true;
+                        waits.delays.entry(*delay_id).or_default().row.answered = true;
                     }
                     JoinSetResponse::ChildExecutionFinished {
                         child_execution_id, ..
                     } => {
-                        record.answered_children.insert(child_execution_id.clone());
+                        waits.answered_children.insert(child_execution_id.clone());
                     }
                 }
                 record.responses.push(planned.response);
             }
-            for planned in delays_requested {
-                let delay = record.delays.entry(planned.delay_id).or_default();
+            for planned in change.delays_requested {
+                let delay = waits.delays.entry(planned.delay_id).or_default();
                 delay.row.requested = true;
                 if planned.open {
                     let kind = TimerKind::Delay(planned.delay_id, planned.join_set_id.clone());
@@ -391,8 +421,8 @@ impl State {
                     delay.open = Some((planned.join_set_id, planned.expires_at));
                 }
             }
-            for delay_id in delays_closed {
-                let open = record.delays.get_mut(&delay_id).and_then(|d| d.open.take());
+            for delay_id in change.delays_closed {
+                let open = waits.delays.get_mut(&delay_id).and_then(|d| d.open.take());
                 if let Some((join_set_id, expires_at)) = open {
                     let kind = TimerKind::Delay(delay_id, join_set_id);
                     self.timers
@@ -411,14 +441,15 @@ impl State {
                 tracing::error!(%execution_id, "planned deletion of a missing record");
                 continue;
             };
-            let Record { created, row, .. } = &*record;
+            let row = &record.row;
             self.unindex_state(&row.ffqn, execution_id, &row.state.pending_state);
             self.by_created
-                .remove(&key(created.created_at, execution_id));
-            if created.parent.is_some() {
+                .remove(&key(record.created_at(), execution_id));
+            if row.parent.is_some() {
                 self.children.remove(execution_id);
             }
-            for (delay_id, delay) in &record.delays {
+            let waits = record.waits.as_deref();
+            for (delay_id, delay) in waits.into_iter().flat_map(|w| &w.delays) {
                 if let Some((join_set_id, expires_at)) = &delay.open {
                     let kind = TimerKind::Delay(*delay_id, join_set_id.clone());
                     self.timers
@@ -437,7 +468,7 @@ impl State {
         match old {
             PendingState::PendingAt { scheduled_at } => {
                 if let Some(set) = self.pending.get_mut(ffqn) {
-                    set.remove(&key(*scheduled_at, execution_id));
+                    remove_front_first(set, &key(*scheduled_at, execution_id));
                     if set.is_empty() {
                         self.pending.remove(ffqn);
                     }
@@ -447,7 +478,7 @@ impl State {
                 lock_expires_at, ..
             } => {
                 let key = timer_key(*lock_expires_at, execution_id, TimerKind::Lock);
-                self.timers.remove(&key);
+                remove_front_first(&mut self.timers, &key);
             }
             // Only a deletion leaves `Finished`.
             PendingState::Finished { finished_at, .. } => {
@@ -461,8 +492,13 @@ impl State {
         let (ffqn, execution_id) = (&row.ffqn, &row.execution_id);
         match &row.state.pending_state {
             PendingState::PendingAt { scheduled_at } => {
-                let set = self.pending.entry(ffqn.clone()).or_default();
-                set.insert(key(*scheduled_at, execution_id));
+                let key = key(*scheduled_at, execution_id);
+                // The set of a function exists while any execution of it is pending: cloning
+                // the name for `entry` is rarely needed.
+                match self.pending.get_mut(ffqn) {
+                    Some(set) => set.insert(key),
+                    None => self.pending.entry(ffqn.clone()).or_default().insert(key),
+                };
             }
             PendingState::Locked {
                 lock_expires_at, ..

@@ -55,7 +55,7 @@ impl<'c> WriteCtx<'c> {
         }
         let mut plan = kernel::plan(&snapshot, request)?;
         self.persist(&plan)?;
-        self.wakeups.append(&mut plan.wakeups);
+        self.wakeups.extend(plan.wakeups.drain(..));
         Ok(plan)
     }
 

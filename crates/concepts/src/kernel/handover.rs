@@ -10,7 +10,11 @@
 
 use super::plan::inconsistent;
 use super::snapshot::{ExecutionRow, LogRows};
-use crate::{DbError, ExecutionEventInner, Locked, LockedExecution, Version};
+use crate::{
+    DbError, ExecutionEvent, ExecutionEventInner, ExecutionMetadata, HistoryEvent,
+    JoinSetResponseEventOuter, Locked, LockedExecution, Params, Version,
+};
+use chrono::{DateTime, Utc};
 
 /// A lease `lock_pending` granted: the row after the lock and the `Locked` event.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -36,16 +40,7 @@ impl LockGrant {
 /// The execution a worker is handed for `grant`, from its history read after the commit
 /// (`log` may hold events appended after the lock: it is cut at the locked version).
 pub fn hand_over(grant: LockGrant, mut log: LogRows) -> Result<LockedExecution, DbError> {
-    let events = grant.events_handed_over();
-    let row = grant.row;
-    if log.events.len() < events {
-        return Err(inconsistent(format!(
-            "execution {} was locked at version {}, its log holds {} events",
-            row.execution_id,
-            grant.locked_at,
-            log.events.len(),
-        )));
-    }
+    let events = handed_over(&grant, log.events.len())?;
     log.events.truncate(events);
     let mut history = log.events.into_iter();
     let Some(ExecutionEventInner::Created {
@@ -55,29 +50,89 @@ pub fn hand_over(grant: LockGrant, mut log: LogRows) -> Result<LockedExecution, 
         ..
     }) = history.next().map(|e| e.event)
     else {
-        return Err(inconsistent(format!(
-            "version 0 of execution {} is not `Created`",
-            row.execution_id
-        )));
+        return Err(not_created(&grant));
     };
-    Ok(LockedExecution {
+    let event_history = history
+        .filter_map(|e| match e.event {
+            ExecutionEventInner::HistoryEvent { event } => Some(event),
+            _ => None,
+        })
+        .collect();
+    let created = (params, metadata, scheduled_at);
+    Ok(assemble(grant, created, event_history, log.responses))
+}
+
+/// As [`hand_over`], from a history the backend holds in place (the memory store's records)
+/// instead of one read for the worker: only what the worker is handed is cloned.
+pub fn hand_over_cloned(
+    grant: LockGrant,
+    events: &[ExecutionEvent],
+    responses: &[JoinSetResponseEventOuter],
+) -> Result<LockedExecution, DbError> {
+    let handed = handed_over(&grant, events.len())?;
+    let history = events.get(1..handed).unwrap_or_default();
+    let Some(ExecutionEventInner::Created {
+        params,
+        metadata,
+        scheduled_at,
+        ..
+    }) = events.first().map(|e| &e.event)
+    else {
+        return Err(not_created(&grant));
+    };
+    let event_history = history
+        .iter()
+        .filter_map(|e| match &e.event {
+            ExecutionEventInner::HistoryEvent { event } => Some(event.clone()),
+            _ => None,
+        })
+        .collect();
+    let created = (params.clone(), metadata.clone(), *scheduled_at);
+    Ok(assemble(grant, created, event_history, responses.to_vec()))
+}
+
+/// How many events of a history of `len` the worker of `grant` is handed; an error when the
+/// history is shorter than the grant.
+fn handed_over(grant: &LockGrant, len: usize) -> Result<usize, DbError> {
+    let events = grant.events_handed_over();
+    if len < events {
+        return Err(inconsistent(format!(
+            "execution {} was locked at version {}, its log holds {len} events",
+            grant.row.execution_id, grant.locked_at,
+        )));
+    }
+    Ok(events)
+}
+
+fn not_created(grant: &LockGrant) -> DbError {
+    inconsistent(format!(
+        "version 0 of execution {} is not `Created`",
+        grant.row.execution_id
+    ))
+}
+
+/// The locked execution of `grant`, with the parameters, metadata and schedule of its
+/// `Created` event, its history events and its responses.
+fn assemble(
+    grant: LockGrant,
+    (params, metadata, scheduled_at): (Params, ExecutionMetadata, DateTime<Utc>),
+    event_history: Vec<HistoryEvent>,
+    responses: Vec<JoinSetResponseEventOuter>,
+) -> LockedExecution {
+    let row = grant.row;
+    LockedExecution {
         execution_id: row.execution_id,
         next_version: row.state.next_version,
         metadata,
         locked_event: grant.locked_event,
         ffqn: row.ffqn,
         params,
-        event_history: history
-            .filter_map(|e| match e.event {
-                ExecutionEventInner::HistoryEvent { event } => Some(event),
-                _ => None,
-            })
-            .collect(),
-        responses: log.responses,
+        event_history,
+        responses,
         scheduled_at,
         retry_exp_backoff: row.retry_exp_backoff,
         max_retries: row.max_retries,
         parent: row.parent,
         temporary_event_count: row.temporary_event_count,
-    })
+    }
 }

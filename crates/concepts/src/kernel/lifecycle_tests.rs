@@ -335,11 +335,11 @@ fn cancel_finishes_a_pending_locked_or_blocked_execution_at_its_version() {
         };
         let (event, finished) = finished_at_9(4, cancelled());
         assert_eq!(change.old_state.as_ref(), Some(&state));
-        assert_eq!(change.events, [(Version(4), event)]);
+        assert_eq!(change.events[..], [(Version(4), event)]);
         assert_eq!(change.row.state.pending_state, finished);
         assert_eq!(change.row.state.next_version, Version(4));
         assert!(change.responses.is_empty() && change.delays_closed.is_empty());
-        assert_eq!(plan.wakeups, [Wakeup::Finished(id.clone())]);
+        assert_eq!(plan.wakeups[..], [Wakeup::Finished(id.clone())]);
         assert!(plan.deleted.is_empty());
     }
 }
@@ -384,7 +384,7 @@ fn cancel_of_a_child_answers_its_waiting_parent() {
     table.add(child);
     let keys = cancel(&child_id).keys().unwrap();
     assert_eq!(
-        keys.executions,
+        keys.executions[..],
         [parent.clone(), child_id.clone()],
         "parent first"
     );
@@ -410,7 +410,7 @@ fn cancel_of_a_child_answers_its_waiting_parent() {
         "unblocked"
     );
     assert_eq!(
-        plan.wakeups,
+        plan.wakeups[..],
         [
             Wakeup::Finished(child_id),
             Wakeup::Responses(parent),
@@ -456,7 +456,7 @@ fn cancel_finishes_the_unfinished_tree_with_each_parent_answered_and_delays_clos
     // What a backend is asked to load: the whole tree first, then what the members answer
     // and close, each join set named once.
     let keys = cancel(&root).keys().unwrap();
-    assert_eq!(keys.executions, std::slice::from_ref(&root));
+    assert_eq!(keys.executions[..], *std::slice::from_ref(&root));
     assert_eq!(keys.finished_results, std::slice::from_ref(&root));
     assert_eq!(keys.subtrees, std::slice::from_ref(&root));
     let mut snapshot = Snapshot::default();
@@ -492,7 +492,7 @@ fn cancel_finishes_the_unfinished_tree_with_each_parent_answered_and_delays_clos
     for (change, version) in plan.changes.iter().zip([6, 5, 3, 1]) {
         let (event, state) = finished_at_9(version, cancelled());
         assert_eq!(
-            change.events,
+            change.events[..],
             [(Version(version), event)],
             "{}",
             change.row.execution_id
@@ -527,7 +527,7 @@ fn cancel_finishes_the_unfinished_tree_with_each_parent_answered_and_delays_clos
     assert!(child_change.delays_closed.is_empty() && g2_change.delays_closed.is_empty());
     assert!(g1_change.responses.is_empty() && g2_change.responses.is_empty());
     assert_eq!(
-        plan.wakeups,
+        plan.wakeups[..],
         [
             Wakeup::Responses(root.clone()),
             Wakeup::Finished(root),
@@ -595,7 +595,7 @@ fn complete_finishes_a_stub_once_and_answers_its_parent() {
     table.join_set(&parent, 1, 0);
     table.add(stub_row(&stub, Some(&parent)));
     let keys = complete(&stub, "yes").keys().unwrap();
-    assert_eq!(keys.executions, [parent.clone(), stub.clone()]);
+    assert_eq!(keys.executions[..], [parent.clone(), stub.clone()]);
     assert_eq!(keys.child_responses, [(parent.clone(), stub.clone())]);
     assert_eq!(keys.finished_results, std::slice::from_ref(&stub));
 
@@ -605,13 +605,13 @@ fn complete_finishes_a_stub_once_and_answers_its_parent() {
         panic!("two changes expected: {plan:?}");
     };
     let (event, state) = finished_at_9(1, Ok(value("yes")));
-    assert_eq!(stub_change.events, [(Version(1), event)]);
+    assert_eq!(stub_change.events[..], [(Version(1), event)]);
     assert_eq!(stub_change.row.state.pending_state, state);
     let expected = child_finished(&stub, 1, Ok(value("yes")));
     assert_eq!(responses(parent_change), [&expected]);
     assert_eq!(parent_change.row.state.pending_state, pending(9));
     assert_eq!(
-        plan.wakeups,
+        plan.wakeups[..],
         [
             Wakeup::Finished(stub.clone()),
             Wakeup::Responses(parent.clone()),

@@ -45,15 +45,15 @@ mod snapshot;
 mod validate;
 mod waiters;
 
-pub use handover::{LockGrant, hand_over};
+pub use handover::{LockGrant, hand_over, hand_over_cloned};
 pub use outcomes::OutcomeReplies;
 pub use plan::{
-    ExecutionChange, PlannedDelay, PlannedResponse, Wakeup, WritePlan, WriteReply, WriteRequest,
-    plan,
+    ExecutionChange, PlannedDelay, PlannedResponse, Wakeup, Wakeups, WritePlan, WriteReply,
+    WriteRequest, plan,
 };
 pub use snapshot::{
-    DelayRow, DueQuery, ExecutionRow, JoinSetCounters, JoinSetKey, JoinSetRow, Keys, LogRows,
-    PruneQuery, Snapshot, descendant_bounds, order_expired_timers,
+    DelayRow, DueQuery, ExecutionIds, ExecutionRow, JoinSetCounters, JoinSetKey, JoinSetRow, Keys,
+    LogRows, PruneQuery, Snapshot, descendant_bounds, order_expired_timers,
 };
 pub use validate::{validate_append_batch, validate_create, validate_lock_pending};
 pub use waiters::{WaiterCounts, WaiterHub};

@@ -47,7 +47,7 @@ pub(super) fn plan_outcomes(snapshot: &Snapshot, writes: Vec<OutcomeWrite>) -> W
         }
         replies.push(result);
     }
-    let mut wakeups = Vec::new();
+    let mut wakeups = super::request::Wakeups::new();
     for change in &merged {
         wakeups_of(change, &mut wakeups);
     }

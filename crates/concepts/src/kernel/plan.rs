@@ -2,7 +2,8 @@
 //! error that refuses the whole write.
 
 pub use super::request::{
-    ExecutionChange, PlannedDelay, PlannedResponse, Wakeup, WritePlan, WriteReply, WriteRequest,
+    ExecutionChange, PlannedDelay, PlannedResponse, Wakeup, Wakeups, WritePlan, WriteReply,
+    WriteRequest,
 };
 
 use super::handover::LockGrant;
@@ -14,6 +15,7 @@ use crate::{
     LockPendingRequest, Locked, OutcomeWrite, PendingState, RunId, ValidationError, Version,
 };
 use chrono::{DateTime, Utc};
+use smallvec::{SmallVec, smallvec};
 use std::collections::{HashMap, HashSet};
 
 /// Applies `request` to `snapshot` (loaded for `request.keys()`): the plan to persist, or the
@@ -22,6 +24,17 @@ pub fn plan(snapshot: &Snapshot, request: WriteRequest) -> Result<WritePlan, DbE
     let mut planner = Planner::new(snapshot);
     let mut locked = Vec::new();
     let mut deleted = Vec::new();
+    // A change is large (most of a kilobyte): a first push would allocate room for four, a
+    // block allocators serve slowly, where most writes change one or two executions.
+    match &request {
+        WriteRequest::Create(_) | WriteRequest::Response { .. } => planner.changes.reserve_exact(1),
+        WriteRequest::Outcome(write) => {
+            let parent = usize::from(write.parent.is_some());
+            planner.changes.reserve_exact(1 + parent);
+        }
+        WriteRequest::AppendBatch(req) => planner.changes.reserve_exact(1 + req.children.len()),
+        _ => {}
+    }
     let reply = match request {
         WriteRequest::Create(req) => WriteReply::Create(planner.create(req, true)?),
         WriteRequest::CreateBatch(reqs) => {
@@ -58,7 +71,7 @@ pub fn plan(snapshot: &Snapshot, request: WriteRequest) -> Result<WritePlan, DbE
         }
     };
     let changes = planner.changes;
-    let mut wakeups = Vec::new();
+    let mut wakeups = Wakeups::new();
     for change in &changes {
         wakeups_of(change, &mut wakeups);
     }
@@ -72,7 +85,7 @@ pub fn plan(snapshot: &Snapshot, request: WriteRequest) -> Result<WritePlan, DbE
 }
 
 /// Which waiters a change concerns: new responses; a new `Finished`; a new `PendingAt`.
-pub(super) fn wakeups_of(change: &ExecutionChange, wakeups: &mut Vec<Wakeup>) {
+pub(super) fn wakeups_of(change: &ExecutionChange, wakeups: &mut Wakeups) {
     let execution_id = &change.row.execution_id;
     let new_state = &change.row.state.pending_state;
     let old_state = change.old_state.as_ref();
@@ -165,17 +178,19 @@ impl<'s> Planner<'s> {
             .executions
             .get(execution_id)
             .ok_or_else(|| DbError::execution_not_found(execution_id))?;
-        Ok(self.push(ExecutionChange {
+        let idx = self.index_next(execution_id);
+        self.changes.push(ExecutionChange {
             old_state: Some(row.state.pending_state.clone()),
             row: row.clone(),
             created: None,
-            // Most writes append one event: allocated once at its size, not grown.
-            events: Vec::with_capacity(1),
+            // Most writes append one event: inline, no allocation.
+            events: SmallVec::new(),
             responses: Vec::new(),
             join_sets: Vec::new(),
             delays_requested: Vec::new(),
             delays_closed: Vec::new(),
-        }))
+        });
+        Ok(idx)
     }
 
     fn find(&self, execution_id: &ExecutionId) -> Option<usize> {
@@ -188,7 +203,10 @@ impl<'s> Planner<'s> {
         }
     }
 
-    fn push(&mut self, change: ExecutionChange) -> usize {
+    /// The index the next change pushed (of `execution_id`) gets, indexed for [`Planner::find`].
+    /// The caller pushes the change itself, straight into the list: a change is large, and
+    /// handing it through one more call would copy it once more.
+    fn index_next(&mut self, execution_id: &ExecutionId) -> usize {
         let idx = self.changes.len();
         if idx == LINEAR_LOOKUP {
             // Sized for the changes the write reserved room for (a batch), not grown.
@@ -199,9 +217,8 @@ impl<'s> Planner<'s> {
             self.position = position;
         }
         if idx >= LINEAR_LOOKUP {
-            self.position.insert(change.row.execution_id.clone(), idx);
+            self.position.insert(execution_id.clone(), idx);
         }
-        self.changes.push(change);
         idx
     }
 
@@ -253,11 +270,12 @@ impl<'s> Planner<'s> {
         }
         let row = ExecutionRow::new_execution(&req);
         let created_event = req.to_created_event();
-        self.push(ExecutionChange {
+        self.index_next(&req.execution_id);
+        self.changes.push(ExecutionChange {
             row,
             created: Some(req),
             old_state: None,
-            events: vec![(Version(0), created_event)],
+            events: smallvec![(Version(0), created_event)],
             responses: Vec::new(),
             join_sets: Vec::new(),
             delays_requested: Vec::new(),
@@ -298,6 +316,18 @@ impl<'s> Planner<'s> {
         event: ExecutionEventInner,
     ) -> Result<Version, DbError> {
         let idx = self.touch(execution_id)?;
+        self.append_at(idx, execution_id, version, now, event)
+    }
+
+    /// [`Planner::append`] to the change at `idx` (of `execution_id`, touched already).
+    fn append_at(
+        &mut self,
+        idx: usize,
+        execution_id: &ExecutionId,
+        version: Version,
+        now: DateTime<Utc>,
+        event: ExecutionEventInner,
+    ) -> Result<Version, DbError> {
         self.changes[idx]
             .row
             .state
@@ -512,13 +542,14 @@ impl<'s> Planner<'s> {
                 lock_expires_at: req.lock_expires_at,
             };
             let version = row.state.next_version;
-            self.append(
+            let idx = self.touch(execution_id)?;
+            self.append_at(
+                idx,
                 execution_id,
                 version,
                 req.now,
                 ExecutionEventInner::Locked(locked_event.clone()),
             )?;
-            let idx = self.touch(execution_id)?;
             locked.push(LockGrant {
                 row: self.changes[idx].row.clone(),
                 locked_at: version,

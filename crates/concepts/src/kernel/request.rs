@@ -14,6 +14,7 @@ use crate::{
     PendingState, PruneOutcome, PruneRequest, ValidationError, Version,
 };
 use chrono::{DateTime, Utc};
+use smallvec::SmallVec;
 
 /// One write, as a backend receives it from a caller.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -128,6 +129,10 @@ pub enum Wakeup {
     Finished(ExecutionId),
 }
 
+/// The wake-ups of a write, with room for two inline: an outcome wakes the waiters of its
+/// execution and perhaps its parent's, and allocates nothing for them.
+pub type Wakeups = SmallVec<[Wakeup; 2]>;
+
 /// A response to store, with its place.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PlannedResponse {
@@ -163,8 +168,8 @@ pub struct ExecutionChange {
     /// The pending state before the write; `None` for a new execution.
     pub old_state: Option<PendingState>,
     /// New events with their versions (a `Finished` is stored at the version it was appended
-    /// at).
-    pub events: Vec<(Version, ExecutionEvent)>,
+    /// at); one inline, the whole of most writes.
+    pub events: SmallVec<[(Version, ExecutionEvent); 1]>,
     /// New responses.
     pub responses: Vec<PlannedResponse>,
     /// The counters after the write of every join set it changed.
@@ -194,8 +199,8 @@ impl ExecutionChange {
 pub struct WritePlan {
     /// One entry per execution the write touches, in the order first touched.
     pub changes: Vec<ExecutionChange>,
-    /// The wake-ups to deliver after the commit.
-    pub wakeups: Vec<Wakeup>,
+    /// The wake-ups to deliver after the commit ([`Wakeups`]).
+    pub wakeups: Wakeups,
     /// The leases granted (`lock_pending`), in lock order: the backend reads their histories
     /// after the commit and hands each over with [`hand_over`](super::hand_over).
     pub locked: Vec<super::handover::LockGrant>,
@@ -246,9 +251,10 @@ impl WriteRequest {
                 for write in writes {
                     outcome_keys(&mut keys, write);
                 }
-                dedup_in_order(&mut keys.executions);
-                dedup_in_order(&mut keys.delays);
-                dedup_in_order(&mut keys.child_responses);
+                let executions = std::mem::take(&mut keys.executions).into_vec();
+                keys.executions = dedup_in_order(executions).into();
+                keys.delays = dedup_in_order(std::mem::take(&mut keys.delays));
+                keys.child_responses = dedup_in_order(std::mem::take(&mut keys.child_responses));
             }
             Self::Response {
                 execution_id,
@@ -302,12 +308,13 @@ fn outcome_keys(keys: &mut Keys, write: &OutcomeWrite) {
 }
 
 /// Drops the repeats of `items`, keeping each first occurrence where it was.
-fn dedup_in_order<T: Clone + Eq + std::hash::Hash>(items: &mut Vec<T>) {
+fn dedup_in_order<T: Clone + Eq + std::hash::Hash>(mut items: Vec<T>) -> Vec<T> {
     let mut seen = std::collections::HashSet::with_capacity_and_hasher(
         items.len(),
         super::snapshot::FastHash::default(),
     );
     items.retain(|item| seen.insert(item.clone()));
+    items
 }
 
 /// The join sets and delays that `events` of `execution_id` touch.

@@ -7,6 +7,7 @@ use crate::{
     PendingState, Version,
 };
 use chrono::{DateTime, Utc};
+use smallvec::SmallVec;
 use std::{
     collections::{HashMap, HashSet},
     sync::Arc,
@@ -159,11 +160,15 @@ pub fn descendant_bounds(root: &ExecutionId) -> (String, String) {
     (format!("{root}."), format!("{root}/"))
 }
 
+/// A list of execution ids with room for two inline: an outcome write names its execution and
+/// perhaps its parent, and allocates nothing for them.
+pub type ExecutionIds = SmallVec<[ExecutionId; 2]>;
+
 /// The rows a write touches, which the backend loads into a [`Snapshot`].
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Keys {
     /// Existing executions whose rows the write changes, in the order to lock them.
-    pub executions: Vec<ExecutionId>,
+    pub executions: ExecutionIds,
     /// Executions the write creates. For each one that exists, the backend loads its row and
     /// its `Created` event (into [`Snapshot::created`]): the kernel decides whether the write
     /// repeats it (idempotent submit) or conflicts with it.
@@ -246,6 +251,44 @@ impl Snapshot {
         self.due.push(row.execution_id.clone());
         self.add_execution(row);
     }
+
+    /// Empties the snapshot and keeps its allocations, for the next write of a backend that
+    /// reuses one snapshot (a write of one execution then allocates nothing to load it).
+    pub fn clear(&mut self) {
+        // Destructured: a field added to the snapshot must be cleared here too.
+        let Self {
+            executions,
+            created,
+            subtrees,
+            finished_results,
+            open_delays,
+            prune_candidates,
+            join_sets,
+            delays,
+            child_responses,
+            due,
+        } = self;
+        executions.clear();
+        created.clear();
+        subtrees.clear();
+        finished_results.clear();
+        open_delays.clear();
+        prune_candidates.clear();
+        join_sets.clear();
+        delays.clear();
+        child_responses.clear();
+        due.clear();
+    }
+
+    /// How many entries the snapshot's largest table has room for.
+    #[must_use]
+    pub fn capacity(&self) -> usize {
+        self.executions
+            .capacity()
+            .max(self.created.capacity())
+            .max(self.due.capacity())
+            .max(self.prune_candidates.capacity())
+    }
 }
 
 /// Orders the result of `get_expired_timers` as every backend returns it: by expiry, then
@@ -258,5 +301,41 @@ fn timer_key(timer: &ExpiredTimer) -> (DateTime<Utc>, &ExecutionId, Option<Delay
     match timer {
         ExpiredTimer::Lock(lock) => (lock.lock_expires_at, &lock.execution_id, None),
         ExpiredTimer::Delay(delay) => (delay.expires_at, &delay.execution_id, Some(delay.delay_id)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernel::tests::{create_request, row};
+
+    #[test]
+    fn a_cleared_snapshot_holds_nothing_and_keeps_its_room() {
+        let at = DateTime::from_timestamp(0, 0).unwrap();
+        let mut snapshot = Snapshot::default();
+        for _ in 0..20 {
+            let id = ExecutionId::generate_at(at);
+            let created = create_request(&id, None).to_created_event();
+            snapshot.created.insert(id.clone(), created);
+            snapshot.subtrees.insert(id.clone(), vec![id.clone()]);
+            snapshot.open_delays.insert(id.clone(), Vec::new());
+            snapshot.prune_candidates.push(id.clone());
+            let join_set = (id.clone(), "n:j".parse().unwrap());
+            snapshot.join_sets.insert(join_set, JoinSetRow::default());
+            snapshot
+                .delays
+                .insert((id.clone(), DelayId::generate_at(at)), DelayRow::default());
+            snapshot.child_responses.insert((id.clone(), id.clone()));
+            let result = Ok(crate::SupportedFunctionReturnValue::None);
+            snapshot.finished_results.insert(id.clone(), result);
+            snapshot.add_due(row(&id, 1, PendingState::PendingAt { scheduled_at: at }));
+        }
+        let room = snapshot.capacity();
+        assert!(room >= 20);
+        snapshot.clear();
+        // Every table and list is empty again (an empty table prints `{}` whatever its room).
+        let empty = format!("{:?}", Snapshot::default());
+        assert_eq!(format!("{snapshot:?}"), empty);
+        assert_eq!(snapshot.capacity(), room, "the allocations are kept");
     }
 }

@@ -140,7 +140,7 @@ fn a_new_execution_is_pending_at_its_schedule_and_wakes_its_function() {
         )
     ));
     assert_eq!(
-        plan.wakeups,
+        plan.wakeups[..],
         vec![Wakeup::Pending {
             ffqn: ffqn(),
             at: at(0)
@@ -327,7 +327,7 @@ fn join_next_consumes_the_next_response_or_blocks() {
     let plan = run(&snapshot, append(&id, 2, 1, vec![join_next(5)])).unwrap();
     assert_eq!(plan.changes[0].row.state.pending_state, pending(9));
     assert_eq!(
-        plan.wakeups,
+        plan.wakeups[..],
         vec![Wakeup::Pending {
             ffqn: ffqn(),
             at: at(9)
@@ -359,7 +359,7 @@ fn keys_name_each_join_set_once_with_the_responses_it_consumes() {
     )
     .keys()
     .unwrap();
-    assert_eq!(keys.executions, vec![id.clone()]);
+    assert_eq!(keys.executions[..], vec![id.clone()]);
     assert_eq!(keys.delays, vec![(id.clone(), delay_id)]);
     assert_eq!(
         keys.join_sets,
@@ -413,7 +413,7 @@ fn a_response_unblocks_its_join_set_and_duplicates_are_refused() {
     );
     assert_eq!(change.row.response_count, 1);
     assert_eq!(
-        plan.wakeups,
+        plan.wakeups[..],
         vec![
             Wakeup::Responses(parent.clone()),
             Wakeup::Pending {
@@ -462,7 +462,7 @@ fn a_finished_child_answers_its_parent_in_the_same_plan() {
     );
     let keys = WriteRequest::Outcome(write.clone()).keys().unwrap();
     assert_eq!(
-        keys.executions,
+        keys.executions[..],
         vec![child.clone(), parent.clone()],
         "the child is locked before its parent"
     );
@@ -548,11 +548,17 @@ fn lock_pending_locks_what_is_due_and_hands_out_the_log() {
             result: Ok(crate::SupportedFunctionReturnValue::None),
         },
     });
+    let cloned = hand_over_cloned(grant.clone(), &grown.events, &grown.responses).unwrap();
     let locked = hand_over(grant.clone(), grown).unwrap();
     assert_eq!(locked.execution_id, due);
     assert_eq!(locked.next_version, Version(2));
     assert_eq!(locked.params, serde_json::json!([1]).into());
     assert!(locked.event_history.is_empty());
+    assert_eq!(cloned, locked, "both hand-overs hand over the same");
+    assert!(
+        hand_over_cloned(grant.clone(), &[], &[]).is_err(),
+        "a history shorter than the grant's"
+    );
     let short = LogRows {
         events: Vec::new(),
         responses: Vec::new(),

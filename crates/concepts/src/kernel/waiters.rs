@@ -136,10 +136,13 @@ impl WaiterHub {
         }
         let registry = self.lock();
         // Many wake-ups of one write concern the same function: test each waiter once, with
-        // the earliest due time of each of its functions.
+        // the earliest due time of each of its functions (none when nobody waits for pending
+        // work, as while a batch is submitted before any executor runs).
+        let pending_waiters = !registry.pending.is_empty();
         let mut earliest: HashMap<&FunctionFqn, DateTime<Utc>, FastHash> = HashMap::default();
         for wakeup in wakeups {
             match wakeup {
+                Wakeup::Pending { .. } if !pending_waiters => {}
                 Wakeup::Pending { ffqn, at } => {
                     earliest
                         .entry(ffqn)

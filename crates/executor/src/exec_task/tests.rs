@@ -43,11 +43,9 @@ impl Worker for Panicking {
     }
 }
 
-#[tokio::test]
-async fn a_panicking_worker_is_an_activity_trap() {
-    let at = DateTime::from_timestamp(1_000, 0).unwrap();
-    let ffqn: FunctionFqn = "test:pkg/ifc.fn".parse().unwrap();
-    let ctx = WorkerContext {
+/// The context of one run of `ffqn`, locked at `at`.
+fn context(at: DateTime<Utc>, ffqn: &FunctionFqn) -> WorkerContext {
+    WorkerContext {
         execution_id: ExecutionId::generate_at(at),
         run_id: RunId::generate_at(at),
         metadata: ExecutionMetadata::default(),
@@ -61,8 +59,15 @@ async fn a_panicking_worker_is_an_activity_trap() {
         temporary_event_count: 0,
         worker_span: tracing::Span::none(),
         cancellation: crate::Cancellation::never(),
-    };
-    let result = run_catching_panics(Arc::new(Panicking(vec![ffqn])), ctx).await;
+    }
+}
+
+#[tokio::test]
+async fn a_panicking_worker_is_an_activity_trap() {
+    let at = DateTime::from_timestamp(1_000, 0).unwrap();
+    let ffqn: FunctionFqn = "test:pkg/ifc.fn".parse().unwrap();
+    let ctx = context(at, &ffqn);
+    let result = run_catching_panics(&Panicking(vec![ffqn]), ctx).await;
     let WorkerResult::Err(WorkerError::ActivityTrap {
         reason,
         detail: None,
@@ -164,6 +169,31 @@ async fn a_write_refused_because_someone_else_finished_the_execution_is_not_retr
         write_outcome(&db, write.clone()).await;
         assert_eq!(*db.attempts.lock().unwrap(), expected, "{error}");
     }
+}
+
+/// A run's task future is allocated once per execution: the futures it awaits hold their
+/// first boxed future (and the outcome's boxed copy for a retry), not their arguments a second
+/// time beside it.
+#[test]
+fn the_futures_a_run_awaits_hold_their_arguments_once() {
+    let at = DateTime::from_timestamp(1_000, 0).unwrap();
+    let ffqn: FunctionFqn = "test:pkg/ifc.fn".parse().unwrap();
+    let worker = Panicking(vec![ffqn.clone()]);
+    let running = run_catching_panics(&worker, context(at, &ffqn));
+    let size = std::mem::size_of_val(&running);
+    assert!(size < std::mem::size_of::<WorkerContext>(), "{size} bytes");
+    let db = Refusing {
+        error: DbError::Closed,
+        attempts: std::sync::Mutex::new(0),
+        finished: None,
+    };
+    let finished = concepts::ExecutionEventInner::Finished {
+        result: Ok(SupportedFunctionReturnValue::None),
+    };
+    let write = OutcomeWrite::new(ExecutionId::generate_at(at), Version(2), at, finished, None);
+    let writing = write_outcome(&db, write);
+    let size = std::mem::size_of_val(&writing);
+    assert!(size < std::mem::size_of::<OutcomeWrite>(), "{size} bytes");
 }
 
 #[tokio::test]
