@@ -200,6 +200,7 @@ mod schema;
 #[cfg(test)]
 mod tests;
 mod tls;
+mod trips;
 mod writer;
 
 pub use config::{
@@ -219,7 +220,7 @@ use concepts::{
     FinishedExecutionResult, FunctionFqn, JoinSetResponseEvent, JoinSetResponseEventOuter,
     ListExecutionsFilter, LockPendingRequest, LockedExecution, OutcomeWrite, Pagination,
     PruneOutcome, PruneRequest, Version,
-    kernel::{self, Snapshot, WaiterCounts, WaiterHub, WritePlan, WriteRequest},
+    kernel::{self, Keys, Snapshot, WaiterCounts, WaiterHub, WritePlan, WriteRequest},
 };
 use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod, Runtime};
 use error::map_pool_error;
@@ -317,6 +318,7 @@ impl PostgresStore {
             pool: pool.clone(),
             hub: Arc::clone(&hub),
             max_transaction_retries: config.max_transaction_retries,
+            trips: trips::Trips::default(),
         });
         let groups = writer::Groups::spawn(
             Arc::clone(&writer),
@@ -366,6 +368,20 @@ impl PostgresStore {
         writer::Writer::groups_in_flight(self.inner.config.pool_size)
     }
 
+    /// How many round trips to the server this store's calls have waited for so far: each
+    /// pipeline of statements sent and awaited together counts one, whatever its length
+    /// (statements prepared on a connection for the first time are not counted: that happens
+    /// once per connection and statement). The listener's connection is not counted. For tests
+    /// and diagnostics: see "Writes" in the crate docs for what each call costs.
+    #[must_use]
+    pub fn round_trips(&self) -> u64 {
+        self.trips().count()
+    }
+
+    fn trips(&self) -> &trips::Trips {
+        &self.inner.writer.trips
+    }
+
     /// The number of registered waiters of each kind.
     #[must_use]
     pub fn waiter_counts(&self) -> WaiterCounts {
@@ -381,15 +397,9 @@ impl PostgresStore {
     /// may share a transaction (see the `writer` module), otherwise run alone.
     async fn write(&self, request: WriteRequest) -> Result<WritePlan, DbError> {
         self.inner.hub.ensure_open()?;
-        let keys = request.keys()?;
-        if keys
-            .due
-            .as_ref()
-            .is_some_and(|due| due.limit == 0 || due.ffqns.is_empty())
-        {
-            // Nothing can be due: the empty snapshot is the answer, without a round trip.
+        let Some(keys) = Self::keys(&request)? else {
             return kernel::plan(&Snapshot::default(), request);
-        }
+        };
         if !writer::groupable(&request, &keys) {
             return self.inner.writer.write(&keys, request).await;
         }
@@ -399,8 +409,28 @@ impl PostgresStore {
             .await
     }
 
-    async fn any_due(&self, at: DateTime<Utc>, ffqns: &[FunctionFqn]) -> Result<bool, DbError> {
+    /// The keys of `request`; `None` when nothing can be due, and the empty snapshot is the
+    /// answer, without a round trip.
+    fn keys(request: &WriteRequest) -> Result<Option<Keys>, DbError> {
+        let keys = request.keys()?;
+        let nothing_due = keys
+            .due
+            .as_ref()
+            .is_some_and(|due| due.limit == 0 || due.ffqns.is_empty());
+        Ok((!nothing_due).then_some(keys))
+    }
+
+    /// A pooled connection for a read of `trips` round trips.
+    async fn reader(&self, trips: u64) -> Result<Object, DbError> {
         let client = self.client().await?;
+        for _ in 0..trips {
+            self.trips().one();
+        }
+        Ok(client)
+    }
+
+    async fn any_due(&self, at: DateTime<Utc>, ffqns: &[FunctionFqn]) -> Result<bool, DbError> {
+        let client = self.reader(1).await?;
         reads::any_due(&client, at, ffqns).await
     }
 }
@@ -437,12 +467,17 @@ fn next_version(plan: WritePlan) -> Result<Version, DbError> {
 #[async_trait]
 impl DbExecutor for PostgresStore {
     async fn lock_pending(&self, req: LockPendingRequest) -> Result<Vec<LockedExecution>, DbError> {
-        let grants = self.write(WriteRequest::LockPending(req)).await?.locked;
-        if grants.is_empty() {
+        let request = WriteRequest::LockPending(req);
+        self.inner.hub.ensure_open()?;
+        let Some(keys) = Self::keys(&request)? else {
             return Ok(Vec::new());
-        }
-        let client = self.client().await?;
-        reads::locked_executions(&client, grants).await
+        };
+        let (_, locked) = self
+            .inner
+            .writer
+            .write_and_hand_over(&keys, request)
+            .await?;
+        Ok(locked)
     }
 
     async fn append_outcome(&self, write: OutcomeWrite) -> Result<Version, DbError> {
@@ -487,7 +522,7 @@ impl DbWorkflow for PostgresStore {
         self.inner
             .hub
             .wait_for_responses(execution_id, || async {
-                let client = self.client().await?;
+                let client = self.reader(1).await?;
                 let responses = reads::responses_from(&client, execution_id, start_idx).await?;
                 Ok((!responses.is_empty()).then_some(responses))
             })
@@ -498,7 +533,7 @@ impl DbWorkflow for PostgresStore {
 #[async_trait]
 impl DbTimers for PostgresStore {
     async fn get_expired_timers(&self, at: DateTime<Utc>) -> Result<Vec<ExpiredTimer>, DbError> {
-        let client = self.client().await?;
+        let client = self.reader(1).await?;
         reads::expired_timers(&client, at).await
     }
 
@@ -558,7 +593,7 @@ impl DbClient for PostgresStore {
     }
 
     async fn get(&self, execution_id: &ExecutionId) -> Result<ExecutionLog, DbError> {
-        let mut client = self.client().await?;
+        let mut client = self.reader(3).await?;
         reads::get(&mut client, execution_id).await
     }
 
@@ -567,7 +602,7 @@ impl DbClient for PostgresStore {
         execution_id: &ExecutionId,
         version: Version,
     ) -> Result<ExecutionEvent, DbError> {
-        let client = self.client().await?;
+        let client = self.reader(1).await?;
         reads::execution_event(&client, execution_id, version).await
     }
 
@@ -576,7 +611,7 @@ impl DbClient for PostgresStore {
         filter: ListExecutionsFilter,
         pagination: Pagination,
     ) -> Result<Vec<ExecutionSummary>, DbError> {
-        let client = self.client().await?;
+        let client = self.reader(1).await?;
         reads::list_executions(&client, &filter, &pagination).await
     }
 }
@@ -591,7 +626,7 @@ impl DbAwait for PostgresStore {
         self.inner
             .hub
             .wait_for_finished(execution_id, timeout, || async {
-                let client = self.client().await?;
+                let client = self.reader(1).await?;
                 reads::finished_result(&client, execution_id).await
             })
             .await

@@ -1,7 +1,8 @@
 //! The write half of a write: a [`WritePlan`]'s changes (or those of a group of plans) as a
 //! handful of multi-row statements (`UNNEST` arrays, one statement per table and kind of
 //! change) over statements prepared once per connection, the executions `prune` deletes in
-//! one more, then `COMMIT` and the notifications, all in one pipeline: one round trip.
+//! one more, then `COMMIT`, the notifications and what the write reads after its commit, all
+//! in one pipeline: one round trip.
 
 use crate::{
     codec::{
@@ -10,6 +11,7 @@ use crate::{
     },
     error::map_pg_error,
     load::prepare,
+    trips::Trips,
 };
 use concepts::{
     DbError, ExecutionEventInner, JoinSetResponse,
@@ -100,50 +102,86 @@ pub(crate) fn changes_of<'a>(
     )
 }
 
-/// Writes `changes` and `deleted` inside the open transaction, commits it and then publishes
-/// `payloads` (see [`crate::notify::publish`]), sending it all in one pipeline: new executions
-/// in the order given (so that a duplicate found by the database is the first one), then
-/// updated rows, events, responses, join-set counters, delays requested and delays closed, the
-/// deleted executions, `COMMIT`, the notifications. After a failed statement the server runs
+/// What goes out with a write's `COMMIT`.
+pub(crate) struct Commit<'a> {
+    /// True when the transaction is not open yet: `BEGIN` goes first, in the same pipeline
+    /// (a write that loads nothing).
+    pub(crate) begin: bool,
+    pub(crate) changes: &'a [&'a ExecutionChange],
+    pub(crate) deleted: &'a [&'a str],
+    /// The notifications (see [`crate::notify::publish`]).
+    pub(crate) payloads: &'a [String],
+}
+
+/// Writes the changes and deletions of `commit` inside the transaction (after its `BEGIN`
+/// when it is not open yet), commits it, publishes its notifications and then runs `after`,
+/// all in one pipeline, one round trip: new executions in the order given (so that a
+/// duplicate found by the database is the first one), then updated rows, events, responses,
+/// join-set counters, delays requested and delays closed, the deleted executions, `COMMIT`,
+/// the notifications, and whatever statements `after` sends when first polled (outside the
+/// transaction: the reads `lock_pending` hands over). After a failed statement the server runs
 /// `COMMIT` as `ROLLBACK` (its transaction is aborted), so nothing of the write is stored; the
-/// notifications that follow are then hints about nothing, which waiters tolerate.
-pub(crate) async fn persist_and_commit(
+/// notifications that follow are then hints about nothing, which waiters tolerate, and what
+/// `after` returned is dropped.
+pub(crate) async fn persist_and_commit<T>(
     client: &ClientWrapper,
-    changes: &[&ExecutionChange],
-    deleted: &[&str],
-    payloads: &[String],
-) -> Result<(), NotCommitted> {
-    let columns = match Columns::of(changes) {
-        Ok(columns) => columns,
-        Err(e) => return Err(rolled_back(client, e).await),
+    trips: &Trips,
+    commit: Commit<'_>,
+    after: impl Future<Output = T>,
+) -> Result<T, NotCommitted> {
+    let Commit {
+        begin,
+        changes,
+        deleted,
+        payloads,
+    } = commit;
+    let prepared = match Columns::of(changes) {
+        Ok(columns) => prepare_persist(client, &columns, deleted)
+            .await
+            .map(|statements| (columns, statements)),
+        Err(e) => Err(e),
     };
-    let statements = match prepare_persist(client, &columns, deleted).await {
-        Ok(statements) => statements,
-        Err(e) => return Err(rolled_back(client, e).await),
+    let (columns, statements) = match prepared {
+        Ok(prepared) => prepared,
+        // Nothing was sent: no transaction is open.
+        Err(e) if begin => return Err(NotCommitted::RolledBack(e)),
+        Err(e) => return Err(rolled_back(client, trips, e).await),
     };
-    let (persisted, committed, ()) = tokio::join!(
+    trips.one();
+    let (began, persisted, committed, (), after) = tokio::join!(
         biased;
+        async {
+            if begin {
+                client.batch_execute("BEGIN").await
+            } else {
+                Ok(())
+            }
+        },
         execute_all(client, &columns, deleted, statements),
         client.batch_execute("COMMIT"),
         crate::notify::publish(client, payloads),
+        after,
     );
-    match (persisted, committed) {
-        (_, Err(e)) => Err(NotCommitted::Unknown(map_pg_error(e))),
+    match (began, persisted, committed) {
+        // Without its `BEGIN` each statement would have run alone: whatever happened, the
+        // connection must not be trusted (it is lost, in practice).
+        (Err(e), _, _) | (_, _, Err(e)) => Err(NotCommitted::Unknown(map_pg_error(e))),
         // The server refused a statement: its transaction was aborted, the `COMMIT` rolled
         // it back.
-        (Err(e), Ok(())) if e.as_db_error().is_some() => {
+        (Ok(()), Err(e), Ok(())) if e.as_db_error().is_some() => {
             Err(NotCommitted::RolledBack(map_pg_error(e)))
         }
         // A statement that never reached the server (the driver could not encode it) did
         // not abort the transaction: what was sent may have committed.
-        (Err(e), Ok(())) => Err(NotCommitted::Unknown(map_pg_error(e))),
-        (Ok(()), Ok(())) => Ok(()),
+        (Ok(()), Err(e), Ok(())) => Err(NotCommitted::Unknown(map_pg_error(e))),
+        (Ok(()), Ok(()), Ok(())) => Ok(after),
     }
 }
 
 /// Rolls back after a failure found before anything was sent; a connection that cannot even
 /// do that makes the outcome [`NotCommitted::Unknown`] (its caller drops it).
-async fn rolled_back(client: &ClientWrapper, e: DbError) -> NotCommitted {
+async fn rolled_back(client: &ClientWrapper, trips: &Trips, e: DbError) -> NotCommitted {
+    trips.one();
     match client.batch_execute("ROLLBACK").await {
         Ok(()) => NotCommitted::RolledBack(e),
         Err(_) => NotCommitted::Unknown(e),

@@ -24,11 +24,13 @@
 use crate::{
     error::{is_transaction_retriable, map_pool_error},
     load, notify,
-    persist::{self, NotCommitted},
+    persist::{self, Commit, NotCommitted},
+    reads,
+    trips::Trips,
 };
 use concepts::{
-    DbError, ExecutionId,
-    kernel::{self, Keys, WaiterHub, WritePlan, WriteRequest},
+    DbError, ExecutionId, LockedExecution,
+    kernel::{self, Keys, LockGrant, Snapshot, WaiterHub, WritePlan, WriteRequest},
 };
 use deadpool_postgres::{ClientWrapper, Object, Pool};
 use std::{
@@ -40,11 +42,12 @@ use tokio::sync::{Semaphore, mpsc, oneshot};
 /// At most this many writes share one transaction.
 pub(crate) const MAX_GROUP: usize = 512;
 
-/// What runs writes: the pool, the hub to wake, and the retry limit.
+/// What runs writes: the pool, the hub to wake, the retry limit, and the round-trip count.
 pub(crate) struct Writer {
     pub(crate) pool: Pool,
     pub(crate) hub: Arc<WaiterHub>,
     pub(crate) max_transaction_retries: u32,
+    pub(crate) trips: Trips,
 }
 
 /// A pooled connection inside a write transaction, from the `BEGIN` that goes out with the
@@ -63,18 +66,37 @@ impl WriteTx {
             .expect("only `commit` and `rollback` take the connection, and they consume self")
     }
 
-    /// Persists `plans`, commits and publishes their wake-ups, in one pipeline.
+    /// Persists `plans` (after the `BEGIN` when `begin`: the write loaded nothing), commits,
+    /// publishes their wake-ups and reads the histories of the leases `granted` (outside the
+    /// transaction, [`reads::locked_executions`]), in one pipeline; the leases are answered
+    /// with their histories, or the error of that read.
     async fn commit<'a>(
         mut self,
+        trips: &Trips,
+        begin: bool,
         plans: impl Iterator<Item = &'a WritePlan> + Clone,
-    ) -> Result<(), NotCommitted> {
+        granted: Vec<LockGrant>,
+    ) -> Result<Result<Vec<LockedExecution>, DbError>, NotCommitted> {
         let client = self.client.take().expect("taken by nothing else");
         let (changes, deleted) = persist::changes_of(plans.clone());
         let wakeups: Vec<_> = plans
             .flat_map(|plan| plan.wakeups.iter().cloned())
             .collect();
         let payloads = notify::payloads(&wakeups);
-        let result = persist::persist_and_commit(&client, &changes, &deleted, &payloads).await;
+        let commit = Commit {
+            begin,
+            changes: &changes,
+            deleted: &deleted,
+            payloads: &payloads,
+        };
+        let hand_over = async {
+            if granted.is_empty() {
+                Ok(Vec::new())
+            } else {
+                reads::locked_executions(&client, granted).await
+            }
+        };
+        let result = persist::persist_and_commit(&client, trips, commit, hand_over).await;
         if matches!(result, Err(NotCommitted::Unknown(_))) {
             drop(Object::take(client));
         }
@@ -82,7 +104,8 @@ impl WriteTx {
     }
 
     /// Rolls back; a connection that cannot even do that leaves the pool.
-    async fn rollback(mut self) {
+    async fn rollback(mut self, trips: &Trips) {
+        trips.one();
         let client = self.client.take().expect("taken by nothing else");
         if let Err(e) = client.batch_execute("ROLLBACK").await {
             tracing::debug!(error = %e, "cannot roll back; dropping the connection");
@@ -124,9 +147,28 @@ impl Writer {
         keys: &Keys,
         request: WriteRequest,
     ) -> Result<WritePlan, DbError> {
+        self.write_and_hand_over(keys, request)
+            .await
+            .map(|(plan, _)| plan)
+    }
+
+    /// [`Writer::write`], answering the leases it granted (`lock_pending`) with their
+    /// histories, read in the pipeline of its `COMMIT`. A write that
+    /// [`load::assumes_nothing_stored`] plans on the empty snapshot without a load first; when
+    /// the database finds that something was stored (a unique key), it runs again with the
+    /// load, without counting a retry.
+    pub(crate) async fn write_and_hand_over(
+        &self,
+        keys: &Keys,
+        request: WriteRequest,
+    ) -> Result<(WritePlan, Vec<LockedExecution>), DbError> {
         let mut attempt: u32 = 0;
+        let mut assume_nothing_stored = load::assumes_nothing_stored(&request, keys);
         loop {
-            match self.write_once(keys, &request).await {
+            match self.write_once(keys, &request, assume_nothing_stored).await {
+                Err(e) if assume_nothing_stored && is_raced_create(&request, &e) => {
+                    assume_nothing_stored = false;
+                }
                 Err(e)
                     if attempt < self.max_transaction_retries
                         && (is_transaction_retriable(&e) || is_raced_create(&request, &e)) =>
@@ -134,33 +176,53 @@ impl Writer {
                     attempt += 1;
                     tracing::debug!(attempt, error = %e, "retrying a transaction");
                 }
-                result => return result,
+                Err(e) => return Err(e),
+                Ok((plan, handed_over)) => return Ok((plan, handed_over?)),
             }
         }
     }
 
-    async fn write_once(&self, keys: &Keys, request: &WriteRequest) -> Result<WritePlan, DbError> {
-        let tx = self.begin().await?;
-        let planned = async {
-            let mut snapshot = load::begin_and_load(tx.client(), keys).await?;
-            if let Some(more) = request.follow_up_keys(&snapshot) {
-                load::load_follow_up(tx.client(), &more, &mut snapshot).await?;
+    /// One attempt; the hand-over's own result inside (the write committed either way).
+    async fn write_once(
+        &self,
+        keys: &Keys,
+        request: &WriteRequest,
+        assume_nothing_stored: bool,
+    ) -> Result<(WritePlan, Result<Vec<LockedExecution>, DbError>), DbError> {
+        // A plan the empty snapshot refuses is made again on what the load finds.
+        let assumed = assume_nothing_stored
+            .then(|| kernel::plan(&Snapshot::default(), request.clone()).ok())
+            .flatten();
+        let begin = assumed.is_some();
+        let (tx, mut plan) = if let Some(plan) = assumed {
+            (self.begin().await?, plan)
+        } else {
+            let tx = self.begin().await?;
+            let planned = async {
+                let mut snapshot = load::begin_and_load(tx.client(), &self.trips, keys).await?;
+                if let Some(more) = request.follow_up_keys(&snapshot) {
+                    load::load_follow_up(tx.client(), &self.trips, &more, &mut snapshot).await?;
+                }
+                kernel::plan(&snapshot, request.clone())
             }
-            kernel::plan(&snapshot, request.clone())
-        }
-        .await;
-        let plan = match planned {
-            Ok(plan) => plan,
-            Err(e) => {
-                tx.rollback().await;
-                return Err(e);
+            .await;
+            match planned {
+                Ok(plan) => (tx, plan),
+                Err(e) => {
+                    tx.rollback(&self.trips).await;
+                    return Err(e);
+                }
             }
         };
-        match tx.commit(std::iter::once(&plan)).await {
-            Ok(()) => {
+        let granted = std::mem::take(&mut plan.locked);
+        let committed = tx
+            .commit(&self.trips, begin, std::iter::once(&plan), granted)
+            .await;
+        match committed {
+            Ok(handed_over) => {
                 // Committed: from here on nothing turns the call into an error.
                 self.hub.deliver(&plan.wakeups);
-                Ok(plan)
+                Ok((plan, handed_over))
             }
             Err(NotCommitted::RolledBack(e) | NotCommitted::Unknown(e)) => Err(e),
         }
@@ -174,10 +236,10 @@ impl Writer {
     ) -> Result<Vec<Result<WritePlan, DbError>>, NotCommitted> {
         let tx = self.begin().await.map_err(NotCommitted::RolledBack)?;
         let keys = union(commands.iter().map(|c| &c.keys));
-        let snapshot = match load::begin_and_load(tx.client(), &keys).await {
+        let snapshot = match load::begin_and_load(tx.client(), &self.trips, &keys).await {
             Ok(snapshot) => snapshot,
             Err(e) => {
-                tx.rollback().await;
+                tx.rollback(&self.trips).await;
                 return Err(NotCommitted::RolledBack(e));
             }
         };
@@ -185,8 +247,14 @@ impl Writer {
             .iter()
             .map(|c| kernel::plan(&snapshot, c.request.clone()))
             .collect();
-        tx.commit(plans.iter().filter_map(|plan| plan.as_ref().ok()))
-            .await?;
+        tx.commit(
+            &self.trips,
+            false,
+            plans.iter().filter_map(|plan| plan.as_ref().ok()),
+            Vec::new(),
+        )
+        .await?
+        .map_err(NotCommitted::Unknown)?;
         for plan in plans.iter().flatten() {
             self.hub.deliver(&plan.wakeups);
         }

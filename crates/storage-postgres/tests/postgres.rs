@@ -23,6 +23,8 @@ mod group;
 mod lifecycle;
 #[path = "postgres/restart.rs"]
 mod restart;
+#[path = "postgres/round_trips.rs"]
+mod round_trips;
 #[path = "postgres/secrets.rs"]
 mod secrets;
 #[path = "postgres/tls.rs"]
