@@ -101,14 +101,19 @@
 //! - **Load.** The `BEGIN` and every load the keys ask for go out in one pipeline: the rows of
 //!   the executions written or created, with one `SELECT ... WHERE execution_id = ANY($1)
 //!   ORDER BY execution_id FOR UPDATE`; then, each with one statement and only when the keys
-//!   name any, the `Created` events of the executions to create that exist (so a repeated
-//!   `create` of new ids costs no round trip more), the descendants of the subtrees
+//!   name any, the `Created` events of the executions to create that exist (the children of
+//!   `append_batch`, a `create` run again), the descendants of the subtrees
 //!   (`execution_id >= '<root>.' AND execution_id < '<root>/'`, locked in id order), `prune`'s candidates, finished results, open delays, the
 //!   join-set counters with the times of the responses the next `JoinNext` events consume,
 //!   the delays, and the child responses. The server runs a pipeline in order, so every read
 //!   after the row locks sees the latest committed state. The follow-up keys of `cancel` (the
 //!   join sets and open delays of what it cancels) and `prune` (the trees of its candidates)
-//!   go out in a second pipeline in the same transaction.
+//!   go out in a second pipeline in the same transaction. A `create` or `create_batch` loads
+//!   nothing: it is planned on the empty snapshot (its keys name only the executions it
+//!   creates), and the primary keys of `t_execution` and `t_event` check that assumption in the
+//!   write itself; an id that is stored rolls the transaction back, and the write runs again
+//!   with the load, on which the kernel answers the repeat or the conflict (not counted as a
+//!   retry).
 //! - **Subtrees.** A descendant created by a transaction that committed while the locking
 //!   statement waited for a row is not in that statement's snapshot. So the locking statement
 //!   is followed, in the same pipeline, by a plain read of the members: once every member
@@ -120,7 +125,7 @@
 //!   `FOR UPDATE SKIP LOCKED`, ordered by `(pending_at, execution_id)`, `LIMIT batch_size`, so
 //!   two processes never lock the same execution (a row another transaction holds is
 //!   skipped, one it moved out of `PendingAt` no longer matches when re-checked); the logs of
-//!   what it locked are read after the `COMMIT`, in one pipeline of two statements
+//!   what it locked are read after the `COMMIT`, by two statements in the `COMMIT`'s pipeline
 //!   ([`concepts::kernel::hand_over`]), so that no row lock is held while a long log is read.
 //!   `prune` finds its candidates the same way,
 //!   ordered by `(finished_at, execution_id)`: a tree another write holds waits for the next
@@ -129,7 +134,10 @@
 //!   ([`PostgresConfig::max_transaction_retries`] times) and then returned as retriable.
 //! - **Persist.** The plan's changes are written with a few multi-row `UNNEST` statements, one
 //!   per table and kind of change, over prepared statements cached per connection, sent in
-//!   one pipeline with the `COMMIT` and the notifications behind them: one round trip. When
+//!   one pipeline with the `COMMIT` (behind the `BEGIN` when nothing was loaded), the
+//!   notifications and the reads of `lock_pending`'s hand-over behind them: one round trip.
+//!   On an idle store a `create` thus costs one round trip, a `lock_pending` two and an
+//!   `append_outcome` two ([`PostgresStore::round_trips`] counts them). When
 //!   the server refuses a statement the transaction is aborted and its `COMMIT` rolls it back.
 //!   A response is stored under its receiver's row lock, so its index never changes
 //!   afterwards, even when children finish concurrently. What `prune` deletes goes in one
@@ -220,11 +228,14 @@ use concepts::{
     FinishedExecutionResult, FunctionFqn, JoinSetResponseEvent, JoinSetResponseEventOuter,
     ListExecutionsFilter, LockPendingRequest, LockedExecution, OutcomeWrite, Pagination,
     PruneOutcome, PruneRequest, Version,
-    kernel::{self, Keys, Snapshot, WaiterCounts, WaiterHub, WritePlan, WriteRequest},
+    kernel::{
+        self, ExecutionRow, Keys, Snapshot, WaiterCounts, WaiterHub, WritePlan, WriteRequest,
+    },
 };
 use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod, Runtime};
 use error::map_pool_error;
 use std::{
+    collections::HashMap,
     sync::{Arc, Mutex, PoisonError},
     time::Duration,
 };
@@ -246,7 +257,14 @@ struct Inner {
     writer: Arc<writer::Writer>,
     /// The group writer; it stops when the last store handle drops it.
     groups: writer::Groups,
+    /// The rows of the executions this store's `lock_pending` locked, as it wrote them: the
+    /// outcome of one of them is planned on its row without loading it (see "Writes").
+    leased: Mutex<HashMap<ExecutionId, ExecutionRow>>,
 }
+
+/// At most this many leased rows are kept (a lease whose outcome another process writes is
+/// never taken out): past it, they are all dropped.
+const MAX_LEASED: usize = 4_096;
 
 impl Drop for Inner {
     fn drop(&mut self) {
@@ -334,6 +352,7 @@ impl PostgresStore {
                 shutdown: shutdown_tx,
                 listener_state: state_rx,
                 listener_task: Mutex::new(Some(task)),
+                leased: Mutex::default(),
             }),
         })
     }
@@ -403,10 +422,49 @@ impl PostgresStore {
         if !writer::groupable(&request, &keys) {
             return self.inner.writer.write(&keys, request).await;
         }
+        let known = self.known(&request, &keys);
         self.inner
             .groups
-            .write(&self.inner.writer, keys, request)
+            .write(&self.inner.writer, keys, request, known)
             .await
+    }
+
+    /// The snapshot an outcome of a lease this store took is planned on when it runs alone: the
+    /// row as the lock wrote it, when the outcome names that row alone at its version. Taken
+    /// out either way, so that a row is used once.
+    fn known(&self, request: &WriteRequest, keys: &Keys) -> Option<Snapshot> {
+        let WriteRequest::Outcome(write) = request else {
+            return None;
+        };
+        let only_the_row = keys.executions.len() == 1
+            && keys.new_executions.is_empty()
+            && load::names_rows_only(keys);
+        let row = self
+            .inner
+            .leased
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&write.execution_id)?;
+        (only_the_row && row.state.next_version == write.version).then(|| {
+            let mut snapshot = Snapshot::default();
+            snapshot.add_execution(row);
+            snapshot
+        })
+    }
+
+    /// Keeps the rows `plan` locked for [`PostgresStore::known`].
+    fn remember_leases(&self, plan: &WritePlan) {
+        let mut leased = self
+            .inner
+            .leased
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if leased.len() + plan.changes.len() > MAX_LEASED {
+            leased.clear();
+        }
+        for change in &plan.changes {
+            leased.insert(change.row.execution_id.clone(), change.row.clone());
+        }
     }
 
     /// The keys of `request`; `None` when nothing can be due, and the empty snapshot is the
@@ -472,11 +530,12 @@ impl DbExecutor for PostgresStore {
         let Some(keys) = Self::keys(&request)? else {
             return Ok(Vec::new());
         };
-        let (_, locked) = self
+        let (plan, locked) = self
             .inner
             .writer
-            .write_and_hand_over(&keys, request)
+            .write_and_hand_over(&keys, request, None)
             .await?;
+        self.remember_leases(&plan);
         Ok(locked)
     }
 

@@ -123,7 +123,12 @@ pub(crate) fn assumes_nothing_stored(request: &WriteRequest, keys: &Keys) -> boo
         request,
         WriteRequest::Create(_) | WriteRequest::CreateBatch(_)
     ) && keys.executions.is_empty()
-        && keys.subtrees.is_empty()
+        && names_rows_only(keys)
+}
+
+/// True when `keys` name nothing but execution rows (to lock or to create).
+pub(crate) fn names_rows_only(keys: &Keys) -> bool {
+    keys.subtrees.is_empty()
         && keys.due.is_none()
         && keys.prune.is_none()
         && keys.finished_results.is_empty()

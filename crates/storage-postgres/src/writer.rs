@@ -30,7 +30,7 @@ use crate::{
 };
 use concepts::{
     DbError, ExecutionId, LockedExecution,
-    kernel::{self, Keys, LockGrant, Snapshot, WaiterHub, WritePlan, WriteRequest},
+    kernel::{self, ExecutionRow, Keys, LockGrant, Snapshot, WaiterHub, WritePlan, WriteRequest},
 };
 use deadpool_postgres::{ClientWrapper, Object, Pool};
 use std::{
@@ -66,14 +66,15 @@ impl WriteTx {
             .expect("only `commit` and `rollback` take the connection, and they consume self")
     }
 
-    /// Persists `plans` (after the `BEGIN` when `begin`: the write loaded nothing), commits,
-    /// publishes their wake-ups and reads the histories of the leases `granted` (outside the
-    /// transaction, [`reads::locked_executions`]), in one pipeline; the leases are answered
-    /// with their histories, or the error of that read.
+    /// Persists `plans` (after the `BEGIN` and the check of the rows they were planned on
+    /// when `begin`: the write loaded nothing), commits, publishes their wake-ups and reads the
+    /// histories of the leases `granted` (outside the transaction,
+    /// [`reads::locked_executions`]), in one pipeline; the leases are answered with their
+    /// histories, or the error of that read.
     async fn commit<'a>(
         mut self,
         trips: &Trips,
-        begin: bool,
+        begin: Option<&[&ExecutionRow]>,
         plans: impl Iterator<Item = &'a WritePlan> + Clone,
         granted: Vec<LockGrant>,
     ) -> Result<Result<Vec<LockedExecution>, DbError>, NotCommitted> {
@@ -84,7 +85,8 @@ impl WriteTx {
             .collect();
         let payloads = notify::payloads(&wakeups);
         let commit = Commit {
-            begin,
+            begin: begin.is_some(),
+            checked: begin.unwrap_or_default(),
             changes: &changes,
             deleted: &deleted,
             payloads: &payloads,
@@ -147,27 +149,33 @@ impl Writer {
         keys: &Keys,
         request: WriteRequest,
     ) -> Result<WritePlan, DbError> {
-        self.write_and_hand_over(keys, request)
+        self.write_and_hand_over(keys, request, None)
             .await
             .map(|(plan, _)| plan)
     }
 
     /// [`Writer::write`], answering the leases it granted (`lock_pending`) with their
-    /// histories, read in the pipeline of its `COMMIT`. A write that
-    /// [`load::assumes_nothing_stored`] plans on the empty snapshot without a load first; when
-    /// the database finds that something was stored (a unique key), it runs again with the
-    /// load, without counting a retry.
+    /// histories, read in the pipeline of its `COMMIT`. A write is planned without a load
+    /// first on the snapshot `known` (rows this store wrote itself, checked by
+    /// [`persist`] before anything is written), or on the empty one when it
+    /// [`load::assumes_nothing_stored`]; when the database finds the assumption wrong (a row
+    /// changed, an id is stored), it runs again with the load, without counting a retry.
     pub(crate) async fn write_and_hand_over(
         &self,
         keys: &Keys,
         request: WriteRequest,
+        known: Option<Snapshot>,
     ) -> Result<(WritePlan, Vec<LockedExecution>), DbError> {
         let mut attempt: u32 = 0;
-        let mut assume_nothing_stored = load::assumes_nothing_stored(&request, keys);
+        let mut assumed =
+            known.or_else(|| load::assumes_nothing_stored(&request, keys).then(Snapshot::default));
         loop {
-            match self.write_once(keys, &request, assume_nothing_stored).await {
-                Err(e) if assume_nothing_stored && is_raced_create(&request, &e) => {
-                    assume_nothing_stored = false;
+            match self.write_once(keys, &request, assumed.as_ref()).await {
+                Err(e)
+                    if assumed.is_some()
+                        && (is_raced_create(&request, &e) || persist::is_stale(&e)) =>
+                {
+                    assumed = None;
                 }
                 Err(e)
                     if attempt < self.max_transaction_retries
@@ -187,13 +195,17 @@ impl Writer {
         &self,
         keys: &Keys,
         request: &WriteRequest,
-        assume_nothing_stored: bool,
+        assumed: Option<&Snapshot>,
     ) -> Result<(WritePlan, Result<Vec<LockedExecution>, DbError>), DbError> {
-        // A plan the empty snapshot refuses is made again on what the load finds.
-        let assumed = assume_nothing_stored
-            .then(|| kernel::plan(&Snapshot::default(), request.clone()).ok())
-            .flatten();
-        let begin = assumed.is_some();
+        // A plan the assumed snapshot refuses is made again on what the load finds.
+        let assumed = assumed.and_then(|snapshot| {
+            let plan = kernel::plan(snapshot, request.clone()).ok()?;
+            Some((snapshot.executions.values().collect::<Vec<_>>(), plan))
+        });
+        let (checked, assumed) = match assumed {
+            Some((rows, plan)) => (Some(rows), Some(plan)),
+            None => (None, None),
+        };
         let (tx, mut plan) = if let Some(plan) = assumed {
             (self.begin().await?, plan)
         } else {
@@ -216,7 +228,12 @@ impl Writer {
         };
         let granted = std::mem::take(&mut plan.locked);
         let committed = tx
-            .commit(&self.trips, begin, std::iter::once(&plan), granted)
+            .commit(
+                &self.trips,
+                checked.as_deref(),
+                std::iter::once(&plan),
+                granted,
+            )
             .await;
         match committed {
             Ok(handed_over) => {
@@ -249,7 +266,7 @@ impl Writer {
             .collect();
         tx.commit(
             &self.trips,
-            false,
+            None,
             plans.iter().filter_map(|plan| plan.as_ref().ok()),
             Vec::new(),
         )
@@ -348,15 +365,20 @@ impl Groups {
     }
 
     /// Runs `request` at once on the caller's task when a slot is free (an idle store: no
-    /// hop to another task), otherwise queues it for the next group.
+    /// hop to another task), on the snapshot `known` when given
+    /// ([`Writer::write_and_hand_over`]), otherwise queues it for the next group.
     pub(crate) async fn write(
         &self,
         writer: &Writer,
         keys: Keys,
         request: WriteRequest,
+        known: Option<Snapshot>,
     ) -> Result<WritePlan, DbError> {
         if let Ok(_slot) = self.slots.try_acquire() {
-            return writer.write(&keys, request).await;
+            return writer
+                .write_and_hand_over(&keys, request, known)
+                .await
+                .map(|(plan, _)| plan);
         }
         let (reply, answer) = oneshot::channel();
         self.queue
