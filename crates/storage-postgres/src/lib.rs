@@ -113,7 +113,13 @@
 //!   creates), and the primary keys of `t_execution` and `t_event` check that assumption in the
 //!   write itself; an id that is stored rolls the transaction back, and the write runs again
 //!   with the load, on which the kernel answers the repeat or the conflict (not counted as a
-//!   retry).
+//!   retry). Likewise an outcome (`append_outcome`) of a lease this store's `lock_pending`
+//!   took, when it names that execution alone (no parent to answer) at the locked version and
+//!   runs alone, is planned on the row as the lock wrote it: the first statement after its
+//!   `BEGIN` locks the row and checks the columns a write changes (next version, pending
+//!   state, temporary event and response counts), and divides by zero when one differs, which
+//!   aborts the transaction before anything is stored; the outcome then runs again with the
+//!   load. Each such row is used once; at most 4,096 are kept.
 //! - **Subtrees.** A descendant created by a transaction that committed while the locking
 //!   statement waited for a row is not in that statement's snapshot. So the locking statement
 //!   is followed, in the same pipeline, by a plain read of the members: once every member
@@ -136,8 +142,8 @@
 //!   per table and kind of change, over prepared statements cached per connection, sent in
 //!   one pipeline with the `COMMIT` (behind the `BEGIN` when nothing was loaded), the
 //!   notifications and the reads of `lock_pending`'s hand-over behind them: one round trip.
-//!   On an idle store a `create` thus costs one round trip, a `lock_pending` two and an
-//!   `append_outcome` two ([`PostgresStore::round_trips`] counts them). When
+//!   On an idle store a `create` thus costs one round trip, a `lock_pending` two and the
+//!   `append_outcome` of its lease one ([`PostgresStore::round_trips`] counts them). When
 //!   the server refuses a statement the transaction is aborted and its `COMMIT` rolls it back.
 //!   A response is stored under its receiver's row lock, so its index never changes
 //!   afterwards, even when children finish concurrently. What `prune` deletes goes in one
