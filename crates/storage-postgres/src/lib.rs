@@ -93,7 +93,7 @@
 //! # Writes
 //!
 //! Every write follows the protocol of [`concepts::kernel`], which owns every rule: the
-//! request names its [`Keys`](concepts::kernel::Keys), this backend loads them into a
+//! request names its [`Keys`], this backend loads them into a
 //! [`Snapshot`], the kernel plans, this backend persists the plan
 //! and, once committed, hands its wake-ups on. What this backend does is the loading, the
 //! locking and the writing, each one `READ COMMITTED` transaction:
