@@ -115,11 +115,13 @@
 //!   with the load, on which the kernel answers the repeat or the conflict (not counted as a
 //!   retry). Likewise an outcome (`append_outcome`) of a lease this store's `lock_pending`
 //!   took, when it names that execution alone (no parent to answer) at the locked version and
-//!   runs alone, is planned on the row as the lock wrote it: the first statement after its
-//!   `BEGIN` locks the row and checks the columns a write changes (next version, pending
-//!   state, temporary event and response counts), and divides by zero when one differs, which
-//!   aborts the transaction before anything is stored; the outcome then runs again with the
-//!   load. Each such row is used once; at most 4,096 are kept.
+//!   no other write of the store is in flight (under load a write that ends a round trip
+//!   sooner would only make the next groups smaller), is planned on the row as the lock wrote
+//!   it: the first statement after its `BEGIN` locks the row and checks the columns a write
+//!   changes (next version, pending state, temporary event and response counts), and divides
+//!   by zero when one differs, which aborts the transaction before anything is stored; the
+//!   outcome then runs again with the load. Each such row is used once; at most 4,096 are
+//!   kept.
 //! - **Subtrees.** A descendant created by a transaction that committed while the locking
 //!   statement waited for a row is not in that statement's snapshot. So the locking statement
 //!   is followed, in the same pipeline, by a plain read of the members: once every member

@@ -353,20 +353,29 @@ struct Command {
 pub(crate) struct Groups {
     queue: mpsc::UnboundedSender<Command>,
     slots: Arc<Semaphore>,
+    /// How many slots there are.
+    all_slots: usize,
 }
 
 impl Groups {
     /// Starts the group writer; it stops once this is dropped and its groups are done.
     pub(crate) fn spawn(writer: Arc<Writer>, slots: usize) -> Self {
         let (queue, rx) = mpsc::unbounded_channel();
-        let slots = Arc::new(Semaphore::new(slots.max(1)));
+        let all_slots = slots.max(1);
+        let slots = Arc::new(Semaphore::new(all_slots));
         tokio::spawn(run(writer, rx, Arc::clone(&slots)));
-        Self { queue, slots }
+        Self {
+            queue,
+            slots,
+            all_slots,
+        }
     }
 
     /// Runs `request` at once on the caller's task when a slot is free (an idle store: no
-    /// hop to another task), on the snapshot `known` when given
-    /// ([`Writer::write_and_hand_over`]), otherwise queues it for the next group.
+    /// hop to another task), otherwise queues it for the next group. It is planned on the
+    /// snapshot `known` ([`Writer::write_and_hand_over`]) only when no other write is in
+    /// flight: under load a write that ends a round trip sooner would only make the next
+    /// groups smaller.
     pub(crate) async fn write(
         &self,
         writer: &Writer,
@@ -375,6 +384,7 @@ impl Groups {
         known: Option<Snapshot>,
     ) -> Result<WritePlan, DbError> {
         if let Ok(_slot) = self.slots.try_acquire() {
+            let known = known.filter(|_| self.slots.available_permits() + 1 == self.all_slots);
             return writer
                 .write_and_hand_over(&keys, request, known)
                 .await
