@@ -93,7 +93,7 @@
 //! # Writes
 //!
 //! Every write follows the protocol of [`concepts::kernel`], which owns every rule: the
-//! request names its [`Keys`](concepts::kernel::Keys), this backend loads them into a
+//! request names its [`Keys`], this backend loads them into a
 //! [`Snapshot`], the kernel plans, this backend persists the plan
 //! and, once committed, hands its wake-ups on. What this backend does is the loading, the
 //! locking and the writing, each one `READ COMMITTED` transaction:
@@ -101,14 +101,27 @@
 //! - **Load.** The `BEGIN` and every load the keys ask for go out in one pipeline: the rows of
 //!   the executions written or created, with one `SELECT ... WHERE execution_id = ANY($1)
 //!   ORDER BY execution_id FOR UPDATE`; then, each with one statement and only when the keys
-//!   name any, the `Created` events of the executions to create that exist (so a repeated
-//!   `create` of new ids costs no round trip more), the descendants of the subtrees
+//!   name any, the `Created` events of the executions to create that exist (the children of
+//!   `append_batch`, a `create` run again), the descendants of the subtrees
 //!   (`execution_id >= '<root>.' AND execution_id < '<root>/'`, locked in id order), `prune`'s candidates, finished results, open delays, the
 //!   join-set counters with the times of the responses the next `JoinNext` events consume,
 //!   the delays, and the child responses. The server runs a pipeline in order, so every read
 //!   after the row locks sees the latest committed state. The follow-up keys of `cancel` (the
 //!   join sets and open delays of what it cancels) and `prune` (the trees of its candidates)
-//!   go out in a second pipeline in the same transaction.
+//!   go out in a second pipeline in the same transaction. A `create` or `create_batch` loads
+//!   nothing: it is planned on the empty snapshot (its keys name only the executions it
+//!   creates), and the primary keys of `t_execution` and `t_event` check that assumption in the
+//!   write itself; an id that is stored rolls the transaction back, and the write runs again
+//!   with the load, on which the kernel answers the repeat or the conflict (not counted as a
+//!   retry). Likewise an outcome (`append_outcome`) of a lease this store's `lock_pending`
+//!   took, when it names that execution alone (no parent to answer) at the locked version and
+//!   no other write of the store is in flight (under load a write that ends a round trip
+//!   sooner would only make the next groups smaller), is planned on the row as the lock wrote
+//!   it: the first statement after its `BEGIN` locks the row and checks the columns a write
+//!   changes (next version, pending state, temporary event and response counts), and divides
+//!   by zero when one differs, which aborts the transaction before anything is stored; the
+//!   outcome then runs again with the load. Each such row is used once; at most 4,096 are
+//!   kept.
 //! - **Subtrees.** A descendant created by a transaction that committed while the locking
 //!   statement waited for a row is not in that statement's snapshot. So the locking statement
 //!   is followed, in the same pipeline, by a plain read of the members: once every member
@@ -120,7 +133,7 @@
 //!   `FOR UPDATE SKIP LOCKED`, ordered by `(pending_at, execution_id)`, `LIMIT batch_size`, so
 //!   two processes never lock the same execution (a row another transaction holds is
 //!   skipped, one it moved out of `PendingAt` no longer matches when re-checked); the logs of
-//!   what it locked are read after the `COMMIT`, in one pipeline of two statements
+//!   what it locked are read after the `COMMIT`, by two statements in the `COMMIT`'s pipeline
 //!   ([`concepts::kernel::hand_over`]), so that no row lock is held while a long log is read.
 //!   `prune` finds its candidates the same way,
 //!   ordered by `(finished_at, execution_id)`: a tree another write holds waits for the next
@@ -129,7 +142,10 @@
 //!   ([`PostgresConfig::max_transaction_retries`] times) and then returned as retriable.
 //! - **Persist.** The plan's changes are written with a few multi-row `UNNEST` statements, one
 //!   per table and kind of change, over prepared statements cached per connection, sent in
-//!   one pipeline with the `COMMIT` and the notifications behind them: one round trip. When
+//!   one pipeline with the `COMMIT` (behind the `BEGIN` when nothing was loaded), the
+//!   notifications and the reads of `lock_pending`'s hand-over behind them: one round trip.
+//!   On an idle store a `create` thus costs one round trip, a `lock_pending` two and the
+//!   `append_outcome` of its lease one ([`PostgresStore::round_trips`] counts them). When
 //!   the server refuses a statement the transaction is aborted and its `COMMIT` rolls it back.
 //!   A response is stored under its receiver's row lock, so its index never changes
 //!   afterwards, even when children finish concurrently. What `prune` deletes goes in one
@@ -200,6 +216,7 @@ mod schema;
 #[cfg(test)]
 mod tests;
 mod tls;
+mod trips;
 mod writer;
 
 pub use config::{
@@ -219,11 +236,14 @@ use concepts::{
     FinishedExecutionResult, FunctionFqn, JoinSetResponseEvent, JoinSetResponseEventOuter,
     ListExecutionsFilter, LockPendingRequest, LockedExecution, OutcomeWrite, Pagination,
     PruneOutcome, PruneRequest, Version,
-    kernel::{self, Snapshot, WaiterCounts, WaiterHub, WritePlan, WriteRequest},
+    kernel::{
+        self, ExecutionRow, Keys, Snapshot, WaiterCounts, WaiterHub, WritePlan, WriteRequest,
+    },
 };
 use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod, Runtime};
 use error::map_pool_error;
 use std::{
+    collections::HashMap,
     sync::{Arc, Mutex, PoisonError},
     time::Duration,
 };
@@ -245,7 +265,14 @@ struct Inner {
     writer: Arc<writer::Writer>,
     /// The group writer; it stops when the last store handle drops it.
     groups: writer::Groups,
+    /// The rows of the executions this store's `lock_pending` locked, as it wrote them: the
+    /// outcome of one of them is planned on its row without loading it (see "Writes").
+    leased: Mutex<HashMap<ExecutionId, ExecutionRow>>,
 }
+
+/// At most this many leased rows are kept (a lease whose outcome another process writes is
+/// never taken out): past it, they are all dropped.
+const MAX_LEASED: usize = 4_096;
 
 impl Drop for Inner {
     fn drop(&mut self) {
@@ -317,6 +344,7 @@ impl PostgresStore {
             pool: pool.clone(),
             hub: Arc::clone(&hub),
             max_transaction_retries: config.max_transaction_retries,
+            trips: trips::Trips::default(),
         });
         let groups = writer::Groups::spawn(
             Arc::clone(&writer),
@@ -332,6 +360,7 @@ impl PostgresStore {
                 shutdown: shutdown_tx,
                 listener_state: state_rx,
                 listener_task: Mutex::new(Some(task)),
+                leased: Mutex::default(),
             }),
         })
     }
@@ -366,6 +395,20 @@ impl PostgresStore {
         writer::Writer::groups_in_flight(self.inner.config.pool_size)
     }
 
+    /// How many round trips to the server this store's calls have waited for so far: each
+    /// pipeline of statements sent and awaited together counts one, whatever its length
+    /// (statements prepared on a connection for the first time are not counted: that happens
+    /// once per connection and statement). The listener's connection is not counted. For tests
+    /// and diagnostics: see "Writes" in the crate docs for what each call costs.
+    #[must_use]
+    pub fn round_trips(&self) -> u64 {
+        self.trips().count()
+    }
+
+    fn trips(&self) -> &trips::Trips {
+        &self.inner.writer.trips
+    }
+
     /// The number of registered waiters of each kind.
     #[must_use]
     pub fn waiter_counts(&self) -> WaiterCounts {
@@ -381,26 +424,79 @@ impl PostgresStore {
     /// may share a transaction (see the `writer` module), otherwise run alone.
     async fn write(&self, request: WriteRequest) -> Result<WritePlan, DbError> {
         self.inner.hub.ensure_open()?;
-        let keys = request.keys()?;
-        if keys
-            .due
-            .as_ref()
-            .is_some_and(|due| due.limit == 0 || due.ffqns.is_empty())
-        {
-            // Nothing can be due: the empty snapshot is the answer, without a round trip.
+        let Some(keys) = Self::keys(&request)? else {
             return kernel::plan(&Snapshot::default(), request);
-        }
+        };
         if !writer::groupable(&request, &keys) {
             return self.inner.writer.write(&keys, request).await;
         }
+        let known = self.known(&request, &keys);
         self.inner
             .groups
-            .write(&self.inner.writer, keys, request)
+            .write(&self.inner.writer, keys, request, known)
             .await
     }
 
-    async fn any_due(&self, at: DateTime<Utc>, ffqns: &[FunctionFqn]) -> Result<bool, DbError> {
+    /// The snapshot an outcome of a lease this store took is planned on when it runs alone: the
+    /// row as the lock wrote it, when the outcome names that row alone at its version. Taken
+    /// out either way, so that a row is used once.
+    fn known(&self, request: &WriteRequest, keys: &Keys) -> Option<Snapshot> {
+        let WriteRequest::Outcome(write) = request else {
+            return None;
+        };
+        let only_the_row = keys.executions.len() == 1
+            && keys.new_executions.is_empty()
+            && load::names_rows_only(keys);
+        let row = self
+            .inner
+            .leased
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&write.execution_id)?;
+        (only_the_row && row.state.next_version == write.version).then(|| {
+            let mut snapshot = Snapshot::default();
+            snapshot.add_execution(row);
+            snapshot
+        })
+    }
+
+    /// Keeps the rows `plan` locked for [`PostgresStore::known`].
+    fn remember_leases(&self, plan: &WritePlan) {
+        let mut leased = self
+            .inner
+            .leased
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if leased.len() + plan.changes.len() > MAX_LEASED {
+            leased.clear();
+        }
+        for change in &plan.changes {
+            leased.insert(change.row.execution_id.clone(), change.row.clone());
+        }
+    }
+
+    /// The keys of `request`; `None` when nothing can be due, and the empty snapshot is the
+    /// answer, without a round trip.
+    fn keys(request: &WriteRequest) -> Result<Option<Keys>, DbError> {
+        let keys = request.keys()?;
+        let nothing_due = keys
+            .due
+            .as_ref()
+            .is_some_and(|due| due.limit == 0 || due.ffqns.is_empty());
+        Ok((!nothing_due).then_some(keys))
+    }
+
+    /// A pooled connection for a read of `trips` round trips.
+    async fn reader(&self, trips: u64) -> Result<Object, DbError> {
         let client = self.client().await?;
+        for _ in 0..trips {
+            self.trips().one();
+        }
+        Ok(client)
+    }
+
+    async fn any_due(&self, at: DateTime<Utc>, ffqns: &[FunctionFqn]) -> Result<bool, DbError> {
+        let client = self.reader(1).await?;
         reads::any_due(&client, at, ffqns).await
     }
 }
@@ -437,12 +533,18 @@ fn next_version(plan: WritePlan) -> Result<Version, DbError> {
 #[async_trait]
 impl DbExecutor for PostgresStore {
     async fn lock_pending(&self, req: LockPendingRequest) -> Result<Vec<LockedExecution>, DbError> {
-        let grants = self.write(WriteRequest::LockPending(req)).await?.locked;
-        if grants.is_empty() {
+        let request = WriteRequest::LockPending(req);
+        self.inner.hub.ensure_open()?;
+        let Some(keys) = Self::keys(&request)? else {
             return Ok(Vec::new());
-        }
-        let client = self.client().await?;
-        reads::locked_executions(&client, grants).await
+        };
+        let (plan, locked) = self
+            .inner
+            .writer
+            .write_and_hand_over(&keys, request, None)
+            .await?;
+        self.remember_leases(&plan);
+        Ok(locked)
     }
 
     async fn append_outcome(&self, write: OutcomeWrite) -> Result<Version, DbError> {
@@ -487,7 +589,7 @@ impl DbWorkflow for PostgresStore {
         self.inner
             .hub
             .wait_for_responses(execution_id, || async {
-                let client = self.client().await?;
+                let client = self.reader(1).await?;
                 let responses = reads::responses_from(&client, execution_id, start_idx).await?;
                 Ok((!responses.is_empty()).then_some(responses))
             })
@@ -498,7 +600,7 @@ impl DbWorkflow for PostgresStore {
 #[async_trait]
 impl DbTimers for PostgresStore {
     async fn get_expired_timers(&self, at: DateTime<Utc>) -> Result<Vec<ExpiredTimer>, DbError> {
-        let client = self.client().await?;
+        let client = self.reader(1).await?;
         reads::expired_timers(&client, at).await
     }
 
@@ -558,7 +660,7 @@ impl DbClient for PostgresStore {
     }
 
     async fn get(&self, execution_id: &ExecutionId) -> Result<ExecutionLog, DbError> {
-        let mut client = self.client().await?;
+        let mut client = self.reader(3).await?;
         reads::get(&mut client, execution_id).await
     }
 
@@ -567,7 +669,7 @@ impl DbClient for PostgresStore {
         execution_id: &ExecutionId,
         version: Version,
     ) -> Result<ExecutionEvent, DbError> {
-        let client = self.client().await?;
+        let client = self.reader(1).await?;
         reads::execution_event(&client, execution_id, version).await
     }
 
@@ -576,7 +678,7 @@ impl DbClient for PostgresStore {
         filter: ListExecutionsFilter,
         pagination: Pagination,
     ) -> Result<Vec<ExecutionSummary>, DbError> {
-        let client = self.client().await?;
+        let client = self.reader(1).await?;
         reads::list_executions(&client, &filter, &pagination).await
     }
 }
@@ -591,7 +693,7 @@ impl DbAwait for PostgresStore {
         self.inner
             .hub
             .wait_for_finished(execution_id, timeout, || async {
-                let client = self.client().await?;
+                let client = self.reader(1).await?;
                 reads::finished_result(&client, execution_id).await
             })
             .await

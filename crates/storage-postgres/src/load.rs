@@ -9,10 +9,13 @@ use crate::{
         i64_to_count, micros, parse_execution_id, sub_micros,
     },
     error::{corrupt, map_pg_error},
+    trips::Trips,
 };
 use concepts::{
     DbError, DelayId, JoinSetResponseEventOuter,
-    kernel::{DelayRow, JoinSetCounters, JoinSetRow, Keys, Snapshot, descendant_bounds},
+    kernel::{
+        DelayRow, JoinSetCounters, JoinSetRow, Keys, Snapshot, WriteRequest, descendant_bounds,
+    },
 };
 use deadpool_postgres::ClientWrapper;
 use tokio_postgres::{Row, Statement, types::ToSql};
@@ -108,13 +111,41 @@ const SELECT_OPEN_DELAYS: &str = "SELECT execution_id, delay_id FROM t_delay \
 /// The column of `LOCK_SUBTREES` that holds the ordinal of the root.
 const SUBTREE_ORD: usize = 10;
 
+/// True when `request` may be planned on the empty snapshot without loading its `keys`: a
+/// `create` or `create_batch`, whose keys name only the executions it creates, planned as if
+/// none of them were stored. The write itself checks that: the primary keys of `t_execution`
+/// and `t_event` refuse an id that is stored (or committed meanwhile), the transaction rolls
+/// back, and the write runs again with the load, on which the kernel answers the repeat or
+/// the conflict. Nothing else is read for these requests, so what commits is exactly what the
+/// plan on a loaded snapshot would have written: the load is saved, a round trip.
+pub(crate) fn assumes_nothing_stored(request: &WriteRequest, keys: &Keys) -> bool {
+    matches!(
+        request,
+        WriteRequest::Create(_) | WriteRequest::CreateBatch(_)
+    ) && keys.executions.is_empty()
+        && names_rows_only(keys)
+}
+
+/// True when `keys` name nothing but execution rows (to lock or to create).
+pub(crate) fn names_rows_only(keys: &Keys) -> bool {
+    keys.subtrees.is_empty()
+        && keys.due.is_none()
+        && keys.prune.is_none()
+        && keys.finished_results.is_empty()
+        && keys.open_delays.is_empty()
+        && keys.join_sets.is_empty()
+        && keys.delays.is_empty()
+        && keys.child_responses.is_empty()
+}
+
 /// Begins the write transaction and loads what `keys` name, in one pipeline.
 pub(crate) async fn begin_and_load(
     client: &ClientWrapper,
+    trips: &Trips,
     keys: &Keys,
 ) -> Result<Snapshot, DbError> {
     let mut snapshot = Snapshot::default();
-    load(client, keys, true, &mut snapshot).await?;
+    load(client, trips, keys, true, &mut snapshot).await?;
     Ok(snapshot)
 }
 
@@ -122,10 +153,11 @@ pub(crate) async fn begin_and_load(
 /// [`begin_and_load`] began: one more pipeline.
 pub(crate) async fn load_follow_up(
     client: &ClientWrapper,
+    trips: &Trips,
     keys: &Keys,
     snapshot: &mut Snapshot,
 ) -> Result<(), DbError> {
-    load(client, keys, false, snapshot).await
+    load(client, trips, keys, false, snapshot).await
 }
 
 /// Loads what `keys` name into `snapshot` in one pipeline, after a `BEGIN` when `begin`. A
@@ -133,6 +165,7 @@ pub(crate) async fn load_follow_up(
 /// them in id order: the executions, then the descendants (whose ids follow their roots').
 async fn load(
     client: &ClientWrapper,
+    trips: &Trips,
     keys: &Keys,
     begin: bool,
     snapshot: &mut Snapshot,
@@ -214,6 +247,7 @@ async fn load(
         .map(|(_, child)| child.as_str())
         .collect();
 
+    trips.one();
     let (
         begin,
         due,
@@ -275,6 +309,7 @@ async fn load(
     if let (Some(lock), Some(members)) = (subtrees, subtree_members) {
         let rows = lock_subtrees(
             client,
+            trips,
             (&lock, &members),
             &subtree_params,
             (subtree_rows, subtree_check),
@@ -351,11 +386,13 @@ async fn load(
 /// go out with the other loads; another pair only when the tree grew meanwhile.
 async fn lock_subtrees(
     client: &ClientWrapper,
+    trips: &Trips,
     (lock, members): (&Statement, &Statement),
     params: &SubtreeParams,
     (mut rows, mut check): (Vec<Row>, Vec<Row>),
 ) -> Result<Vec<Row>, DbError> {
     while subtree_members(&rows, 0, SUBTREE_ORD)? != subtree_members(&check, 0, 1)? {
+        trips.one();
         let (locked, checked) = tokio::join!(
             biased;
             query(client, Some(lock.clone()), params.as_params()),

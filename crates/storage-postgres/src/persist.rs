@@ -1,7 +1,8 @@
 //! The write half of a write: a [`WritePlan`]'s changes (or those of a group of plans) as a
 //! handful of multi-row statements (`UNNEST` arrays, one statement per table and kind of
 //! change) over statements prepared once per connection, the executions `prune` deletes in
-//! one more, then `COMMIT` and the notifications, all in one pipeline: one round trip.
+//! one more, then `COMMIT`, the notifications and what the write reads after its commit, all
+//! in one pipeline: one round trip.
 
 use crate::{
     codec::{
@@ -10,6 +11,7 @@ use crate::{
     },
     error::map_pg_error,
     load::prepare,
+    trips::Trips,
 };
 use concepts::{
     DbError, ExecutionEventInner, JoinSetResponse,
@@ -78,6 +80,35 @@ const DELETE_EXECUTIONS: &str = "WITH \
     delays AS (DELETE FROM t_delay WHERE execution_id = ANY($1)) \
     DELETE FROM t_execution WHERE execution_id = ANY($1)";
 
+/// Locks the rows `$1` and checks that each still holds what the write was planned on (the
+/// columns a write changes: next version, pending state, temporary event count, response
+/// count); otherwise it divides by zero, which aborts the transaction before anything of the
+/// write is stored ([`is_stale`]). A count over a subquery cannot be folded when the statement
+/// is planned: the check runs on the rows as they are when it runs, under their locks.
+const CHECK_ROWS: &str = "WITH r AS (SELECT 1 FROM t_execution t \
+    JOIN UNNEST($1::text[], $2::int8[], $3::text[], $4::int8[], $5::int8[]) \
+    AS k(id, next_version, state_json, temporary_event_count, response_count) \
+    ON t.execution_id = k.id AND t.next_version = k.next_version \
+    AND t.state_json = k.state_json AND t.temporary_event_count = k.temporary_event_count \
+    AND t.response_count = k.response_count \
+    ORDER BY t.execution_id FOR UPDATE OF t) \
+    SELECT 1 / ((SELECT count(*) FROM r) = cardinality($1))::int";
+
+/// True when `err` is the refusal of [`CHECK_ROWS`]: a row changed since the write was planned
+/// on it. It is the first statement after the `BEGIN` and the only one that divides, so
+/// nothing else fails this way.
+pub(crate) fn is_stale(err: &DbError) -> bool {
+    let DbError::Backend(backend) = err else {
+        return false;
+    };
+    backend
+        .source
+        .as_deref()
+        .and_then(|source| source.downcast_ref::<tokio_postgres::Error>())
+        .and_then(tokio_postgres::Error::as_db_error)
+        .is_some_and(|db| *db.code() == tokio_postgres::error::SqlState::DIVISION_BY_ZERO)
+}
+
 /// How [`persist_and_commit`] ended when it did not commit.
 pub(crate) enum NotCommitted {
     /// Nothing was written: a statement failed (or a value did not encode) and the transaction
@@ -100,50 +131,104 @@ pub(crate) fn changes_of<'a>(
     )
 }
 
-/// Writes `changes` and `deleted` inside the open transaction, commits it and then publishes
-/// `payloads` (see [`crate::notify::publish`]), sending it all in one pipeline: new executions
-/// in the order given (so that a duplicate found by the database is the first one), then
-/// updated rows, events, responses, join-set counters, delays requested and delays closed, the
-/// deleted executions, `COMMIT`, the notifications. After a failed statement the server runs
+/// What goes out with a write's `COMMIT`.
+pub(crate) struct Commit<'a> {
+    /// True when the transaction is not open yet: `BEGIN` goes first, in the same pipeline
+    /// (a write that loads nothing).
+    pub(crate) begin: bool,
+    /// The rows the write was planned on without loading them, checked first
+    /// ([`CHECK_ROWS`]); empty when it loaded them, or assumed nothing was stored.
+    pub(crate) checked: &'a [&'a ExecutionRow],
+    pub(crate) changes: &'a [&'a ExecutionChange],
+    pub(crate) deleted: &'a [&'a str],
+    /// The notifications (see [`crate::notify::publish`]).
+    pub(crate) payloads: &'a [String],
+}
+
+/// Writes the changes and deletions of `commit` inside the transaction (after its `BEGIN`
+/// when it is not open yet), commits it, publishes its notifications and then runs `after`,
+/// all in one pipeline, one round trip: new executions in the order given (so that a
+/// duplicate found by the database is the first one), then updated rows, events, responses,
+/// join-set counters, delays requested and delays closed, the deleted executions, `COMMIT`,
+/// the notifications, and whatever statements `after` sends when first polled (outside the
+/// transaction: the reads `lock_pending` hands over). After a failed statement the server runs
 /// `COMMIT` as `ROLLBACK` (its transaction is aborted), so nothing of the write is stored; the
-/// notifications that follow are then hints about nothing, which waiters tolerate.
-pub(crate) async fn persist_and_commit(
+/// notifications that follow are then hints about nothing, which waiters tolerate, and what
+/// `after` returned is dropped.
+pub(crate) async fn persist_and_commit<T>(
     client: &ClientWrapper,
-    changes: &[&ExecutionChange],
-    deleted: &[&str],
-    payloads: &[String],
-) -> Result<(), NotCommitted> {
-    let columns = match Columns::of(changes) {
-        Ok(columns) => columns,
-        Err(e) => return Err(rolled_back(client, e).await),
+    trips: &Trips,
+    commit: Commit<'_>,
+    after: impl Future<Output = T>,
+) -> Result<T, NotCommitted> {
+    let Commit {
+        begin,
+        checked,
+        changes,
+        deleted,
+        payloads,
+    } = commit;
+    let prepared = match (Columns::of(changes), CheckColumns::of(checked)) {
+        (Ok(columns), Ok(check)) => {
+            let statements = prepare_persist(client, &columns, deleted).await;
+            let check_statement =
+                prepare(client, [(!check.ids.is_empty()).then_some(CHECK_ROWS)]).await;
+            match (statements, check_statement) {
+                (Ok(statements), Ok([check_statement])) => {
+                    Ok((columns, statements, check, check_statement))
+                }
+                (Err(e), _) | (_, Err(e)) => Err(e),
+            }
+        }
+        (Err(e), _) | (_, Err(e)) => Err(e),
     };
-    let statements = match prepare_persist(client, &columns, deleted).await {
-        Ok(statements) => statements,
-        Err(e) => return Err(rolled_back(client, e).await),
+    let (columns, statements, check, check_statement) = match prepared {
+        Ok(prepared) => prepared,
+        // Nothing was sent: no transaction is open.
+        Err(e) if begin => return Err(NotCommitted::RolledBack(e)),
+        Err(e) => return Err(rolled_back(client, trips, e).await),
     };
-    let (persisted, committed, ()) = tokio::join!(
+    trips.one();
+    let (began, checked, persisted, committed, (), after) = tokio::join!(
         biased;
+        async {
+            if begin {
+                client.batch_execute("BEGIN").await
+            } else {
+                Ok(())
+            }
+        },
+        execute(client, check_statement, [
+            &check.ids, &check.next_version, &check.state_json, &check.temporary_event_count,
+            &check.response_count,
+        ]),
         execute_all(client, &columns, deleted, statements),
         client.batch_execute("COMMIT"),
         crate::notify::publish(client, payloads),
+        after,
     );
-    match (persisted, committed) {
-        (_, Err(e)) => Err(NotCommitted::Unknown(map_pg_error(e))),
+    // The first error in statement order is the one that says why.
+    let persisted = checked.and(persisted);
+    match (began, persisted, committed) {
+        // Without its `BEGIN` each statement would have run alone: whatever happened, the
+        // connection must not be trusted (it is lost, in practice).
+        (Err(e), _, _) | (_, _, Err(e)) => Err(NotCommitted::Unknown(map_pg_error(e))),
         // The server refused a statement: its transaction was aborted, the `COMMIT` rolled
         // it back.
-        (Err(e), Ok(())) if e.as_db_error().is_some() => {
+        (Ok(()), Err(e), Ok(())) if e.as_db_error().is_some() => {
             Err(NotCommitted::RolledBack(map_pg_error(e)))
         }
         // A statement that never reached the server (the driver could not encode it) did
         // not abort the transaction: what was sent may have committed.
-        (Err(e), Ok(())) => Err(NotCommitted::Unknown(map_pg_error(e))),
-        (Ok(()), Ok(())) => Ok(()),
+        (Ok(()), Err(e), Ok(())) => Err(NotCommitted::Unknown(map_pg_error(e))),
+        (Ok(()), Ok(()), Ok(())) => Ok(after),
     }
 }
 
 /// Rolls back after a failure found before anything was sent; a connection that cannot even
 /// do that makes the outcome [`NotCommitted::Unknown`] (its caller drops it).
-async fn rolled_back(client: &ClientWrapper, e: DbError) -> NotCommitted {
+async fn rolled_back(client: &ClientWrapper, trips: &Trips, e: DbError) -> NotCommitted {
+    trips.one();
     match client.batch_execute("ROLLBACK").await {
         Ok(()) => NotCommitted::RolledBack(e),
         Err(_) => NotCommitted::Unknown(e),
@@ -257,6 +342,36 @@ async fn execute<const N: usize>(
     match statement {
         Some(statement) => client.execute(&statement, &params).await.map(|_| ()),
         None => Ok(()),
+    }
+}
+
+/// The arrays of [`CHECK_ROWS`].
+#[derive(Default)]
+struct CheckColumns<'a> {
+    ids: Vec<&'a str>,
+    next_version: Vec<i64>,
+    state_json: Vec<String>,
+    temporary_event_count: Vec<i64>,
+    response_count: Vec<i64>,
+}
+
+impl<'a> CheckColumns<'a> {
+    fn of(rows: &[&'a ExecutionRow]) -> Result<Self, DbError> {
+        let mut columns = Self::default();
+        for row in rows {
+            columns.ids.push(row.execution_id.as_str());
+            columns
+                .next_version
+                .push(version_to_i64(row.state.next_version));
+            columns.state_json.push(to_json(&row.state.pending_state)?);
+            columns
+                .temporary_event_count
+                .push(i64::from(row.temporary_event_count));
+            columns
+                .response_count
+                .push(count_to_i64(row.response_count));
+        }
+        Ok(columns)
     }
 }
 

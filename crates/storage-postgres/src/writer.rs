@@ -24,11 +24,13 @@
 use crate::{
     error::{is_transaction_retriable, map_pool_error},
     load, notify,
-    persist::{self, NotCommitted},
+    persist::{self, Commit, NotCommitted},
+    reads,
+    trips::Trips,
 };
 use concepts::{
-    DbError, ExecutionId,
-    kernel::{self, Keys, WaiterHub, WritePlan, WriteRequest},
+    DbError, ExecutionId, LockedExecution,
+    kernel::{self, ExecutionRow, Keys, LockGrant, Snapshot, WaiterHub, WritePlan, WriteRequest},
 };
 use deadpool_postgres::{ClientWrapper, Object, Pool};
 use std::{
@@ -40,11 +42,12 @@ use tokio::sync::{Semaphore, mpsc, oneshot};
 /// At most this many writes share one transaction.
 pub(crate) const MAX_GROUP: usize = 512;
 
-/// What runs writes: the pool, the hub to wake, and the retry limit.
+/// What runs writes: the pool, the hub to wake, the retry limit, and the round-trip count.
 pub(crate) struct Writer {
     pub(crate) pool: Pool,
     pub(crate) hub: Arc<WaiterHub>,
     pub(crate) max_transaction_retries: u32,
+    pub(crate) trips: Trips,
 }
 
 /// A pooled connection inside a write transaction, from the `BEGIN` that goes out with the
@@ -63,18 +66,39 @@ impl WriteTx {
             .expect("only `commit` and `rollback` take the connection, and they consume self")
     }
 
-    /// Persists `plans`, commits and publishes their wake-ups, in one pipeline.
+    /// Persists `plans` (after the `BEGIN` and the check of the rows they were planned on
+    /// when `begin`: the write loaded nothing), commits, publishes their wake-ups and reads the
+    /// histories of the leases `granted` (outside the transaction,
+    /// [`reads::locked_executions`]), in one pipeline; the leases are answered with their
+    /// histories, or the error of that read.
     async fn commit<'a>(
         mut self,
+        trips: &Trips,
+        begin: Option<&[&ExecutionRow]>,
         plans: impl Iterator<Item = &'a WritePlan> + Clone,
-    ) -> Result<(), NotCommitted> {
+        granted: Vec<LockGrant>,
+    ) -> Result<Result<Vec<LockedExecution>, DbError>, NotCommitted> {
         let client = self.client.take().expect("taken by nothing else");
         let (changes, deleted) = persist::changes_of(plans.clone());
         let wakeups: Vec<_> = plans
             .flat_map(|plan| plan.wakeups.iter().cloned())
             .collect();
         let payloads = notify::payloads(&wakeups);
-        let result = persist::persist_and_commit(&client, &changes, &deleted, &payloads).await;
+        let commit = Commit {
+            begin: begin.is_some(),
+            checked: begin.unwrap_or_default(),
+            changes: &changes,
+            deleted: &deleted,
+            payloads: &payloads,
+        };
+        let hand_over = async {
+            if granted.is_empty() {
+                Ok(Vec::new())
+            } else {
+                reads::locked_executions(&client, granted).await
+            }
+        };
+        let result = persist::persist_and_commit(&client, trips, commit, hand_over).await;
         if matches!(result, Err(NotCommitted::Unknown(_))) {
             drop(Object::take(client));
         }
@@ -82,7 +106,8 @@ impl WriteTx {
     }
 
     /// Rolls back; a connection that cannot even do that leaves the pool.
-    async fn rollback(mut self) {
+    async fn rollback(mut self, trips: &Trips) {
+        trips.one();
         let client = self.client.take().expect("taken by nothing else");
         if let Err(e) = client.batch_execute("ROLLBACK").await {
             tracing::debug!(error = %e, "cannot roll back; dropping the connection");
@@ -124,9 +149,34 @@ impl Writer {
         keys: &Keys,
         request: WriteRequest,
     ) -> Result<WritePlan, DbError> {
+        self.write_and_hand_over(keys, request, None)
+            .await
+            .map(|(plan, _)| plan)
+    }
+
+    /// [`Writer::write`], answering the leases it granted (`lock_pending`) with their
+    /// histories, read in the pipeline of its `COMMIT`. A write is planned without a load
+    /// first on the snapshot `known` (rows this store wrote itself, checked by
+    /// [`persist`] before anything is written), or on the empty one when it
+    /// [`load::assumes_nothing_stored`]; when the database finds the assumption wrong (a row
+    /// changed, an id is stored), it runs again with the load, without counting a retry.
+    pub(crate) async fn write_and_hand_over(
+        &self,
+        keys: &Keys,
+        request: WriteRequest,
+        known: Option<Snapshot>,
+    ) -> Result<(WritePlan, Vec<LockedExecution>), DbError> {
         let mut attempt: u32 = 0;
+        let mut assumed =
+            known.or_else(|| load::assumes_nothing_stored(&request, keys).then(Snapshot::default));
         loop {
-            match self.write_once(keys, &request).await {
+            match self.write_once(keys, &request, assumed.as_ref()).await {
+                Err(e)
+                    if assumed.is_some()
+                        && (is_raced_create(&request, &e) || persist::is_stale(&e)) =>
+                {
+                    assumed = None;
+                }
                 Err(e)
                     if attempt < self.max_transaction_retries
                         && (is_transaction_retriable(&e) || is_raced_create(&request, &e)) =>
@@ -134,33 +184,62 @@ impl Writer {
                     attempt += 1;
                     tracing::debug!(attempt, error = %e, "retrying a transaction");
                 }
-                result => return result,
+                Err(e) => return Err(e),
+                Ok((plan, handed_over)) => return Ok((plan, handed_over?)),
             }
         }
     }
 
-    async fn write_once(&self, keys: &Keys, request: &WriteRequest) -> Result<WritePlan, DbError> {
-        let tx = self.begin().await?;
-        let planned = async {
-            let mut snapshot = load::begin_and_load(tx.client(), keys).await?;
-            if let Some(more) = request.follow_up_keys(&snapshot) {
-                load::load_follow_up(tx.client(), &more, &mut snapshot).await?;
+    /// One attempt; the hand-over's own result inside (the write committed either way).
+    async fn write_once(
+        &self,
+        keys: &Keys,
+        request: &WriteRequest,
+        assumed: Option<&Snapshot>,
+    ) -> Result<(WritePlan, Result<Vec<LockedExecution>, DbError>), DbError> {
+        // A plan the assumed snapshot refuses is made again on what the load finds.
+        let assumed = assumed.and_then(|snapshot| {
+            let plan = kernel::plan(snapshot, request.clone()).ok()?;
+            Some((snapshot.executions.values().collect::<Vec<_>>(), plan))
+        });
+        let (checked, assumed) = match assumed {
+            Some((rows, plan)) => (Some(rows), Some(plan)),
+            None => (None, None),
+        };
+        let (tx, mut plan) = if let Some(plan) = assumed {
+            (self.begin().await?, plan)
+        } else {
+            let tx = self.begin().await?;
+            let planned = async {
+                let mut snapshot = load::begin_and_load(tx.client(), &self.trips, keys).await?;
+                if let Some(more) = request.follow_up_keys(&snapshot) {
+                    load::load_follow_up(tx.client(), &self.trips, &more, &mut snapshot).await?;
+                }
+                kernel::plan(&snapshot, request.clone())
             }
-            kernel::plan(&snapshot, request.clone())
-        }
-        .await;
-        let plan = match planned {
-            Ok(plan) => plan,
-            Err(e) => {
-                tx.rollback().await;
-                return Err(e);
+            .await;
+            match planned {
+                Ok(plan) => (tx, plan),
+                Err(e) => {
+                    tx.rollback(&self.trips).await;
+                    return Err(e);
+                }
             }
         };
-        match tx.commit(std::iter::once(&plan)).await {
-            Ok(()) => {
+        let granted = std::mem::take(&mut plan.locked);
+        let committed = tx
+            .commit(
+                &self.trips,
+                checked.as_deref(),
+                std::iter::once(&plan),
+                granted,
+            )
+            .await;
+        match committed {
+            Ok(handed_over) => {
                 // Committed: from here on nothing turns the call into an error.
                 self.hub.deliver(&plan.wakeups);
-                Ok(plan)
+                Ok((plan, handed_over))
             }
             Err(NotCommitted::RolledBack(e) | NotCommitted::Unknown(e)) => Err(e),
         }
@@ -174,10 +253,10 @@ impl Writer {
     ) -> Result<Vec<Result<WritePlan, DbError>>, NotCommitted> {
         let tx = self.begin().await.map_err(NotCommitted::RolledBack)?;
         let keys = union(commands.iter().map(|c| &c.keys));
-        let snapshot = match load::begin_and_load(tx.client(), &keys).await {
+        let snapshot = match load::begin_and_load(tx.client(), &self.trips, &keys).await {
             Ok(snapshot) => snapshot,
             Err(e) => {
-                tx.rollback().await;
+                tx.rollback(&self.trips).await;
                 return Err(NotCommitted::RolledBack(e));
             }
         };
@@ -185,8 +264,14 @@ impl Writer {
             .iter()
             .map(|c| kernel::plan(&snapshot, c.request.clone()))
             .collect();
-        tx.commit(plans.iter().filter_map(|plan| plan.as_ref().ok()))
-            .await?;
+        tx.commit(
+            &self.trips,
+            None,
+            plans.iter().filter_map(|plan| plan.as_ref().ok()),
+            Vec::new(),
+        )
+        .await?
+        .map_err(NotCommitted::Unknown)?;
         for plan in plans.iter().flatten() {
             self.hub.deliver(&plan.wakeups);
         }
@@ -268,27 +353,42 @@ struct Command {
 pub(crate) struct Groups {
     queue: mpsc::UnboundedSender<Command>,
     slots: Arc<Semaphore>,
+    /// How many slots there are.
+    all_slots: usize,
 }
 
 impl Groups {
     /// Starts the group writer; it stops once this is dropped and its groups are done.
     pub(crate) fn spawn(writer: Arc<Writer>, slots: usize) -> Self {
         let (queue, rx) = mpsc::unbounded_channel();
-        let slots = Arc::new(Semaphore::new(slots.max(1)));
+        let all_slots = slots.max(1);
+        let slots = Arc::new(Semaphore::new(all_slots));
         tokio::spawn(run(writer, rx, Arc::clone(&slots)));
-        Self { queue, slots }
+        Self {
+            queue,
+            slots,
+            all_slots,
+        }
     }
 
     /// Runs `request` at once on the caller's task when a slot is free (an idle store: no
-    /// hop to another task), otherwise queues it for the next group.
+    /// hop to another task), otherwise queues it for the next group. It is planned on the
+    /// snapshot `known` ([`Writer::write_and_hand_over`]) only when no other write is in
+    /// flight: under load a write that ends a round trip sooner would only make the next
+    /// groups smaller.
     pub(crate) async fn write(
         &self,
         writer: &Writer,
         keys: Keys,
         request: WriteRequest,
+        known: Option<Snapshot>,
     ) -> Result<WritePlan, DbError> {
         if let Ok(_slot) = self.slots.try_acquire() {
-            return writer.write(&keys, request).await;
+            let known = known.filter(|_| self.slots.available_permits() + 1 == self.all_slots);
+            return writer
+                .write_and_hand_over(&keys, request, known)
+                .await
+                .map(|(plan, _)| plan);
         }
         let (reply, answer) = oneshot::channel();
         self.queue

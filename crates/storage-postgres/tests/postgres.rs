@@ -1,7 +1,8 @@
 //! What only the PostgreSQL backend has: the migration guard, the schema version check,
 //! connections that neither create nor migrate a schema, wake-ups across stores through
 //! `NOTIFY`, the listener's reconnection, responses that commit concurrently, `close` stopping
-//! the listener, and the lifecycle writes under concurrency (`lifecycle`).
+//! the listener, the lifecycle writes under concurrency (`lifecycle`), and the round trips of
+//! one execution (`round_trips`).
 //!
 //! Each test uses a database of its own on the server that `STELE_TEST_POSTGRES_URL` names;
 //! without it the tests are skipped (printed), except under `CI=true`, where they fail.
@@ -23,6 +24,8 @@ mod group;
 mod lifecycle;
 #[path = "postgres/restart.rs"]
 mod restart;
+#[path = "postgres/round_trips.rs"]
+mod round_trips;
 #[path = "postgres/secrets.rs"]
 mod secrets;
 #[path = "postgres/tls.rs"]
