@@ -307,8 +307,9 @@ fn union<'a>(all: impl Iterator<Item = &'a Keys>) -> Keys {
     keys
 }
 
-/// The outcomes of a group, when it holds two or more: planned together as one
-/// `append_outcomes` (see the module docs). With fewer, each write is planned alone.
+/// The outcomes of a group, when two of them name an execution in common: planned together as
+/// one `append_outcomes` (see the module docs). Otherwise each write is planned alone (which
+/// spares the copy of the snapshot that planning them together takes).
 struct Outcomes {
     /// `WriteRequest::Outcomes` of them, in the group's order.
     request: Option<WriteRequest>,
@@ -318,19 +319,27 @@ struct Outcomes {
 
 impl Outcomes {
     fn of(commands: &[Command]) -> Self {
-        let writes: Vec<_> = commands
-            .iter()
-            .filter_map(|c| match &c.request {
-                WriteRequest::Outcome(write) => Some(write.clone()),
-                _ => None,
-            })
-            .collect();
-        if writes.len() < 2 {
+        let outcomes = || {
+            commands
+                .iter()
+                .filter(|c| matches!(c.request, WriteRequest::Outcome(_)))
+        };
+        let mut seen = HashSet::new();
+        let overlap = outcomes()
+            .flat_map(|c| named(&c.keys).collect::<HashSet<_>>())
+            .any(|id| !seen.insert(id));
+        if !overlap {
             return Self {
                 request: None,
                 keys: None,
             };
         }
+        let writes: Vec<_> = outcomes()
+            .filter_map(|c| match &c.request {
+                WriteRequest::Outcome(write) => Some(write.clone()),
+                _ => None,
+            })
+            .collect();
         let request = WriteRequest::Outcomes(writes);
         // The keys of outcomes that were accepted alone: only an empty batch has none.
         let keys = request.keys().ok();
