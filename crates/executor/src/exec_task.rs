@@ -36,7 +36,7 @@ pub struct ExecConfig {
     /// (real time). Notifications usually wake it much sooner.
     pub tick_sleep: Duration,
     /// How many executions one tick locks at most; 0 is treated as 1. Without a
-    /// `task_limiter`, it also bounds the runs this executor has in flight (see there).
+    /// `task_limiter`, two batches bound the runs this executor has in flight (see there).
     pub batch_size: usize,
     /// The component this executor runs; written into every `Locked` event.
     pub component_id: ComponentId,
@@ -44,12 +44,15 @@ pub struct ExecConfig {
     /// by several executors: each run holds one permit until its outcome is written, and a tick
     /// locks only as many executions as it took permits.
     ///
-    /// `None` is a limiter of `batch_size` permits of this executor's own: at most one batch
-    /// in flight, so that an executor takes leases only as fast as its runs end and leaves the
-    /// work it cannot keep up with pending for other executors. A limiter given here
-    /// replaces that bound: to let one executor hold more (or fewer) runs than a batch, give it
-    /// a limiter of its own of that size; to share one bound among several executors, give
-    /// each the same limiter.
+    /// `None` is a limiter of two batches (`2 × batch_size` permits) of this executor's own,
+    /// and the loop locks only once a whole batch of them is free: while one batch runs and
+    /// writes its outcomes, the next is locked, so the lock's commit and the outcomes' overlap
+    /// instead of following each other; and an executor still takes leases only as fast as its
+    /// runs end (one batch ahead of them at most), leaving the work it cannot keep up with
+    /// pending for other executors. A limiter given here replaces that bound, and the loop
+    /// locks as soon as one of its permits is free: to let one executor hold more (or fewer)
+    /// runs, give it a limiter of its own of that size; to share one bound among several
+    /// executors, give each the same limiter.
     pub task_limiter: Option<Arc<Semaphore>>,
 }
 
@@ -73,8 +76,11 @@ pub struct ExecTask<C: ClockFn> {
     ffqns: Arc<[FunctionFqn]>,
     ticks: Arc<AtomicU64>,
     cancellation: Cancellation,
-    /// `config.task_limiter`, or this executor's own of `batch_size` permits.
+    /// `config.task_limiter`, or this executor's own of two batches.
     limiter: Arc<Semaphore>,
+    /// How many free permits a tick of the loop waits for: a batch with its own limiter, one
+    /// with a given one.
+    lock_at: u32,
 }
 
 impl<C: ClockFn> ExecTask<C> {
@@ -88,12 +94,16 @@ impl<C: ClockFn> ExecTask<C> {
     ) -> Self {
         let executor_id = ExecutorId::generate_at(clock.now());
         let ffqns = worker.exported_functions().into();
-        let limiter = config
-            .task_limiter
-            .clone()
-            .unwrap_or_else(|| Arc::new(Semaphore::new(own_bound(config.batch_size))));
+        let (limiter, lock_at) = match &config.task_limiter {
+            Some(limiter) => (limiter.clone(), 1),
+            None => {
+                let bound = own_bound(config.batch_size);
+                (Arc::new(Semaphore::new(bound)), own_lock_at(bound))
+            }
+        };
         Self {
             limiter,
+            lock_at,
             worker,
             config,
             clock,
@@ -192,12 +202,18 @@ impl<C: ClockFn> ExecTask<C> {
         debug!("executor stopped");
     }
 
-    /// At least one permit, waiting up to `tick_sleep` for it; empty if none came.
+    /// At least `lock_at` permits (and any more that are free, up to a batch), waiting up to
+    /// `tick_sleep` for them; empty if they did not come.
     async fn wait_for_permits(&self) -> Permits {
         let limiter = &self.limiter;
-        match tokio::time::timeout(self.config.tick_sleep, limiter.clone().acquire_owned()).await {
-            Ok(Ok(first)) => {
-                let mut permits = take_free(limiter, self.batch_size() - 1);
+        let wanted = limiter.clone().acquire_many_owned(self.lock_at);
+        match tokio::time::timeout(self.config.tick_sleep, wanted).await {
+            Ok(Ok(mut first)) => {
+                let count = usize::try_from(self.lock_at).unwrap_or(usize::MAX);
+                let mut permits = take_free(limiter, self.batch_size().saturating_sub(count));
+                while first.num_permits() > 1 {
+                    permits.extend(first.split(1));
+                }
                 permits.push(first);
                 permits
             }
@@ -369,10 +385,19 @@ fn trap(payload: Box<dyn std::any::Any + Send>) -> WorkerResult {
     })
 }
 
-/// The permits of the limiter of an executor that was given none: one batch, `batch_size`
-/// (0 counts as 1), within what a semaphore can hold.
+/// The permits of the limiter of an executor that was given none: two batches of
+/// `batch_size` (0 counts as 1), within what a semaphore can hold.
 fn own_bound(batch_size: usize) -> usize {
-    batch_size.clamp(1, Semaphore::MAX_PERMITS)
+    batch_size
+        .max(1)
+        .saturating_mul(2)
+        .min(Semaphore::MAX_PERMITS)
+}
+
+/// How many free permits of its own limiter of `bound` permits the loop waits for: half of
+/// them (a batch), at least one.
+fn own_lock_at(bound: usize) -> u32 {
+    u32::try_from(bound / 2).unwrap_or(u32::MAX).max(1)
 }
 
 /// Up to `count` permits that are free right now.

@@ -65,7 +65,7 @@
 //! # The loop
 //!
 //! A spawned executor repeats: take up to `batch_size` permits of the task limiter (waiting for
-//! at least one, or `tick_sleep`, never spinning), lock at most that many due executions with a
+//! a batch of its own limiter, or one of a given limiter, or `tick_sleep`, never spinning), lock at most that many due executions with a
 //! lease of `lock_expiry`, run each worker in its own task with the lease expiry as its
 //! deadline, write its outcome (again with backoff, up to [`OUTCOME_WRITE_ATTEMPTS`] attempts,
 //! when the store fails it with a retriable error), and wait for the next due execution
@@ -75,13 +75,17 @@
 //!
 //! Each run in flight holds its permit until its outcome is written, so the task limiter
 //! bounds how many leases the executor holds at once. Without a `task_limiter` in its
-//! [`ExecConfig`], an executor makes its own of `batch_size` permits: at most one batch in
-//! flight; once it is full, the loop waits for a run to end instead of taking leases faster
+//! [`ExecConfig`], an executor makes its own of two batches (`2 × batch_size` permits), and the
+//! loop locks once a whole batch of them is free: the next batch is locked while the previous
+//! one runs and writes its outcomes (the lock's commit overlaps the outcomes' instead of
+//! following them, and a lock is never a handful of leases freed by the first outcomes), and
+//! the executor is never more than one batch ahead of its runs: it does not take leases faster
 //! than its runs end, and the work it cannot keep up with stays pending for other executors.
-//! `batch_size` is the bound because it already says how much one executor takes on at once;
-//! a fixed number would be too much for small batches and too little for large ones. A
-//! `task_limiter`, when given, is the only bound: give several executors the same one to share
-//! it, or one executor its own to allow more (or fewer) runs in flight than a batch.
+//! The bound follows `batch_size` because it already says how much one executor takes on at
+//! once; a fixed number would be too much for small batches and too little for large ones. A
+//! `task_limiter`, when given, is the only bound (the loop locks as soon as one of its permits
+//! is free): give several executors the same one to share it, or one executor its own to
+//! allow more (or fewer) runs in flight.
 //!
 //! # Cancellation and other lost races
 //!

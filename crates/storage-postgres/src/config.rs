@@ -250,20 +250,22 @@ impl PostgresConfig {
         other
     }
 
-    /// The driver configuration of pooled connections: `statement_timeout` applied.
+    /// The driver configuration of pooled connections: `statement_timeout` applied, and JIT
+    /// compilation off. Every statement of the store is small and keyed; a plan whose cost
+    /// the planner overestimates (a fresh table without statistics, a batch of a few hundred
+    /// keys) would otherwise be compiled first, which costs more than running it.
     pub(crate) fn pool_pg_config(&self) -> tokio_postgres::Config {
         let mut pg = self.pg.clone();
         self.apply_common(&mut pg);
+        let mut options = match pg.get_options() {
+            Some(existing) if !existing.is_empty() => format!("{existing} -c jit=off"),
+            _ => "-c jit=off".to_string(),
+        };
         if let Some(timeout) = self.statement_timeout {
             let ms = timeout.as_millis().max(1);
-            let options = match pg.get_options() {
-                Some(existing) if !existing.is_empty() => {
-                    format!("{existing} -c statement_timeout={ms}")
-                }
-                _ => format!("-c statement_timeout={ms}"),
-            };
-            pg.options(&options);
+            options.push_str(&format!(" -c statement_timeout={ms}"));
         }
+        pg.options(&options);
         pg
     }
 

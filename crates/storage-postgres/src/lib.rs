@@ -154,7 +154,8 @@
 //!   `append_outcome`, `append_response`, `complete`) go through a group writer: writes that
 //!   name no execution in common share one transaction, one load of all their keys (one
 //!   locking statement), one kernel plan each on that snapshot, one pipeline of statements
-//!   with all their changes, and one commit; up to [`PostgresStore::group_slots`] groups are in
+//!   with all their changes, and one commit (outcomes may name a parent in common: they are
+//!   planned together, one after the other, as `append_outcomes` is); up to [`PostgresStore::group_slots`] groups are in
 //!   flight at once (a write that finds one free runs at once), and under load each takes
 //!   what queued meanwhile. A write the kernel refuses changes nothing and the rest commit;
 //!   when the database refuses the group, nothing of it is stored and each write runs again

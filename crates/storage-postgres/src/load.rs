@@ -21,13 +21,29 @@ use deadpool_postgres::ClientWrapper;
 use tokio_postgres::{Row, Statement, types::ToSql};
 
 /// Due executions, oldest first; rows another transaction holds are skipped, so that two
-/// executors never wait for, nor lock, the same execution.
+/// executors never wait for, nor lock, the same execution. One ordered scan of the pending
+/// index per function (the outer side of a `LATERAL` join, as `ffqn = ANY($2)` cannot be read
+/// in `pending_at` order, and had the server sort every pending row at each lock), each
+/// stopped at `$3` rows; then the oldest `$3` of them. With several functions, the rows a
+/// scan locked beyond those stay locked, unchanged, until the commit.
 const SELECT_DUE: &str = concat!(
     "SELECT ",
     execution_columns!(),
-    " FROM t_execution WHERE pending_at IS NOT NULL AND pending_at <= $1 AND ffqn = ANY($2) \
-     ORDER BY pending_at, execution_id LIMIT $3 FOR UPDATE SKIP LOCKED"
+    " FROM (SELECT DISTINCT UNNEST($2::text[])) AS f(wanted) \
+     CROSS JOIN LATERAL (SELECT ",
+    execution_columns!(),
+    ", pending_at FROM t_execution \
+     WHERE ffqn = f.wanted AND pending_at IS NOT NULL AND pending_at <= $1 \
+     ORDER BY pending_at, execution_id LIMIT $3 FOR UPDATE SKIP LOCKED) AS d \
+     ORDER BY d.pending_at, d.execution_id LIMIT $3"
 );
+
+/// Begins a write transaction. Every statement of a write reaches its rows by a key or an
+/// index range; without this the planner, when a table's statistics are missing or stale
+/// (a fresh table, a burst of inserts), sometimes hashes or sorts the whole table instead,
+/// while the transaction holds its row locks.
+const BEGIN_WRITE: &str = "BEGIN; SET LOCAL enable_seqscan = off; \
+    SET LOCAL enable_bitmapscan = off";
 
 /// The rows of the executions a write changes or creates, locked in id order: every write
 /// locks in this one order, so two writes never wait for each other in a circle.
@@ -265,7 +281,7 @@ async fn load(
         biased;
         async {
             if begin {
-                client.batch_execute("BEGIN").await
+                client.batch_execute(BEGIN_WRITE).await
             } else {
                 Ok(())
             }

@@ -27,10 +27,13 @@ fn response_of(row: &Row, idx: usize) -> Result<JoinSetResponseEventOuter, DbErr
     from_json(column(row, idx)?, "response")
 }
 
-/// The events below each locked version `$2` of execution `$1`.
+/// The events below each locked version `$2` of execution `$1`: one primary-key range per
+/// execution (the outer side of a `LATERAL` join, whatever the statistics say; a plain join
+/// was planned as a scan of the whole event table).
 const SELECT_LOCKED_EVENTS: &str = "SELECT e.execution_id, e.event_json \
     FROM UNNEST($1::text[], $2::int8[]) AS k(id, below) \
-    JOIN t_event e ON e.execution_id = k.id AND e.version < k.below \
+    CROSS JOIN LATERAL (SELECT execution_id, version, event_json FROM t_event \
+    WHERE execution_id = k.id AND version < k.below ORDER BY version) AS e \
     ORDER BY e.execution_id, e.version";
 
 /// The responses of each execution `$1`.

@@ -24,10 +24,17 @@ fn take_free_takes_at_most_what_is_free_and_asked() {
 }
 
 #[test]
-fn the_own_bound_is_one_batch_within_what_a_semaphore_holds() {
-    assert_eq!(own_bound(64), 64);
-    assert_eq!(own_bound(0), 1);
+fn the_own_bound_is_two_batches_within_what_a_semaphore_holds() {
+    assert_eq!(own_bound(64), 128);
+    assert_eq!(own_bound(0), 2);
     assert_eq!(own_bound(usize::MAX), Semaphore::MAX_PERMITS);
+}
+
+#[test]
+fn the_loop_locks_once_a_batch_of_its_own_bound_is_free() {
+    assert_eq!(own_lock_at(own_bound(64)), 64);
+    assert_eq!(own_lock_at(own_bound(0)), 1);
+    assert!(own_lock_at(own_bound(usize::MAX)) >= 1);
 }
 
 struct Panicking(Vec<FunctionFqn>);

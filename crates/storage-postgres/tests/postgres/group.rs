@@ -1,6 +1,7 @@
-//! The group writer: concurrent writes of disjoint executions share one transaction, a write
-//! the kernel refuses leaves the rest of its group committed, and a group the database refuses
-//! runs each write alone so that only the refused one fails.
+//! The group writer: concurrent writes of disjoint executions share one transaction, and so
+//! do outcomes answering one parent; a write the kernel refuses leaves the rest of its group
+//! committed, and a group the database refuses runs each write alone so that only the refused
+//! one fails.
 //!
 //! Each test makes the group deterministic: plain connections hold the row locks of executions
 //! that the first writes need, so every slot of the group writer waits on a lock, while the
@@ -8,7 +9,7 @@
 //! then lets the writer take them all at once.
 
 use super::{SAFETY, create_request, execution_id, ffqn, open};
-use concepts::{CreateOutcome, DbClient, DbConnection, DbError, ExecutionId};
+use concepts::{CreateOutcome, DbClient, DbConnection, DbError, ExecutionId, JoinSetResponse};
 use std::{future::Future, pin::pin, task::Poll, time::Duration};
 use storage_postgres::PostgresStore;
 use test_support::postgres::{TestDatabase, TestServer};
@@ -232,5 +233,134 @@ async fn a_group_the_database_refuses_runs_each_write_alone() {
         store.get(&forged).await,
         Err(DbError::NotFound(_))
     ));
+    store.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn queued_outcomes_answering_one_parent_share_one_transaction() {
+    use concepts::{
+        DbExecutor, DbWorkflow, ExecutionEventInner, OutcomeWrite, SupportedFunctionReturnValue,
+        Version,
+    };
+    use conformance::storage_scenarios::helpers as h;
+    use std::sync::Arc;
+
+    let Some(server) =
+        TestServer::or_skip("queued_outcomes_answering_one_parent_share_one_transaction")
+    else {
+        return;
+    };
+    let database = TestDatabase::create(&server).await;
+    let store = open(&database).await;
+    let now = super::now();
+    let lease = Duration::from_secs(60);
+    // A locked parent with 20 children in one join set, each child locked, plus one child whose
+    // outcome names a wrong version.
+    let parent = execution_id(1);
+    store
+        .create(create_request(parent.clone(), ffqn("parent")))
+        .await
+        .unwrap();
+    let parents: Arc<[_]> = vec![ffqn("parent")].into();
+    let locked = h::lock_pending_now(&store, &parents, 1, now, h::executor_id(1), lease).await;
+    assert_eq!(h::ids_of(&locked), vec![parent.clone()]);
+    let j = h::join_set("n:kids");
+    let children: Vec<_> = (1..=21)
+        .map(|i| h::child_request(&parent, &j, i, ffqn("child"), now))
+        .collect();
+    let mut events = vec![h::join_set_create(&j)];
+    events.extend(
+        children
+            .iter()
+            .map(|c| h::child_execution_request(&j, &c.execution_id)),
+    );
+    store
+        .append_batch(h::batch_creating(
+            &parent,
+            Version(2),
+            now,
+            events,
+            children.clone(),
+        ))
+        .await
+        .unwrap();
+    let kids: Arc<[_]> = vec![ffqn("child")].into();
+    let locked = h::lock_pending_now(&store, &kids, 100, now, h::executor_id(1), lease).await;
+    assert_eq!(locked.len(), children.len());
+    let ids: Vec<ExecutionId> = children.iter().map(|c| c.execution_id.clone()).collect();
+    let (answering, stale) = ids.split_at(20);
+    let finished = ExecutionEventInner::Finished {
+        result: Ok(SupportedFunctionReturnValue::None),
+    };
+    let outcome = |id: &ExecutionId, version| {
+        OutcomeWrite::new(
+            id.clone(),
+            Version(version),
+            now,
+            finished.clone(),
+            Some(&(parent.clone(), j.clone())),
+        )
+    };
+    database
+        .with_client(async |blocker| {
+            let blocked = occupy_every_slot(&database, &store, blocker).await;
+            let mut writes = Vec::new();
+            for id in answering {
+                let store = store.clone();
+                let write = outcome(id, 2);
+                writes.push(queued(async move { store.append_outcome(write).await }).await);
+            }
+            let refused = {
+                let store = store.clone();
+                let write = outcome(&stale[0], 7);
+                queued(async move { store.append_outcome(write).await }).await
+            };
+            blocker.batch_execute("COMMIT").await.unwrap();
+            for write in blocked {
+                write.await.unwrap().unwrap();
+            }
+            for write in writes {
+                write.await.unwrap().unwrap();
+            }
+            assert!(
+                matches!(refused.await.unwrap(), Err(DbError::VersionMismatch { .. })),
+                "the outcome at a wrong version is refused alone"
+            );
+        })
+        .await;
+    assert_eq!(
+        writers_of(&database, answering).await,
+        1,
+        "the queued outcomes naming one parent committed in one transaction"
+    );
+    let log = store.get(&parent).await.unwrap();
+    let answered: Vec<_> = log
+        .responses
+        .iter()
+        .map(|r| match &r.event.event {
+            JoinSetResponse::ChildExecutionFinished {
+                child_execution_id, ..
+            } => child_execution_id.clone(),
+            other => panic!("unexpected response {other:?}"),
+        })
+        .collect();
+    assert_eq!(
+        answered, answering,
+        "each child answered the parent once, in queue order"
+    );
+    for id in answering {
+        let events = store.get(id).await.unwrap().events;
+        assert_eq!(events.len(), 3, "created, locked, finished");
+        assert!(matches!(
+            events[2].event,
+            ExecutionEventInner::Finished { .. }
+        ));
+    }
+    let stale_log = store.get(&stale[0]).await.unwrap();
+    assert_eq!(
+        stale_log.events.len(),
+        2,
+        "the refused outcome wrote nothing"
+    );
     store.close().await;
 }

@@ -1,6 +1,6 @@
-//! E21: an executor without a task limiter bounds the runs it has in flight: while its workers
-//! hang, further ticks lock nothing more, and once some return, a tick locks only as many as
-//! returned.
+//! E21: an executor without a task limiter bounds the runs it has in flight to two batches:
+//! while its workers hang, further ticks lock nothing more, and once some return, a tick locks
+//! only as many as returned.
 
 use super::{Fixture, SAFETY, config, ffqn, tick, workers::GatedWorker};
 use crate::StoreFactory;
@@ -9,14 +9,16 @@ use std::sync::Arc;
 use tokio::task::JoinSet;
 
 /// E21: with `batch_size` 10, no task limiter and 35 due executions whose worker hangs until
-/// released, four ticks lock 10 executions in all; after three runs return, the next tick locks
-/// three; once every run is released, every execution finishes.
+/// released, four ticks lock 20 executions in all (two batches, at most one per tick); after
+/// three runs return, the next tick locks three; once every run is released, every execution
+/// finishes.
 pub async fn e21_runs_in_flight_are_bounded_without_a_limiter<F: StoreFactory>(factory: &F) {
     const EXECUTIONS: usize = 35;
     let f = Fixture::new(factory).await;
     let config = config();
     assert!(config.task_limiter.is_none());
-    let bound = config.batch_size;
+    let batch = config.batch_size;
+    let bound = 2 * batch;
     let worker = Arc::new(GatedWorker::new(ffqn("e21")));
     let reqs: Vec<_> = (0..EXECUTIONS).map(|_| f.request(ffqn("e21"), 0)).collect();
     let ids: Vec<_> = reqs.iter().map(|req| req.execution_id.clone()).collect();
@@ -28,6 +30,10 @@ pub async fn e21_runs_in_flight_are_bounded_without_a_limiter<F: StoreFactory>(f
     let mut in_flight = 0;
     for round in 0..4 {
         let progress = exec.tick(f.clock.now()).await.expect("tick");
+        assert!(
+            progress.executions.len() <= batch,
+            "tick {round}: one batch at most"
+        );
         in_flight += progress.executions.len();
         for (id, task) in progress.executions {
             running.spawn(async move {
@@ -82,9 +88,9 @@ pub async fn e21_runs_in_flight_are_bounded_without_a_limiter<F: StoreFactory>(f
         .await
         .expect("released runs finish");
     loop {
-        let batch = tick(&exec, f.clock.now()).await;
-        assert!(batch.len() <= bound, "{} locked at once", batch.len());
-        if batch.is_empty() {
+        let locked = tick(&exec, f.clock.now()).await;
+        assert!(locked.len() <= batch, "{} locked at once", locked.len());
+        if locked.is_empty() {
             break;
         }
     }
