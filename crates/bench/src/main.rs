@@ -749,6 +749,7 @@ async fn bench(args: Args) -> anyhow::Result<()> {
         let measured = history::measure(
             backend,
             store.db.clone(),
+            &store.probe,
             stored,
             executions,
             args.batch_size,

@@ -27,10 +27,15 @@ const MIGRATIONS: &[Migration] = &[
         description: "the finished time of executions, indexed for prune",
         sql: SCHEMA_V2,
     },
+    Migration {
+        version: 3,
+        description: "state rows vacuumed after a number of changes, not a fraction of the table",
+        sql: SCHEMA_V3,
+    },
 ];
 
 /// The newest schema version this binary knows (the number of embedded migrations).
-pub const SCHEMA_VERSION: i64 = 2;
+pub const SCHEMA_VERSION: i64 = 3;
 
 /// Version 1. Timestamps are `BIGINT` microseconds since the Unix epoch (a `*_ns` column keeps
 /// the sub-microsecond remainder where the exact value is reported back); ids are `TEXT
@@ -154,6 +159,16 @@ CREATE INDEX t_execution_finished_top_level_idx
     ON t_execution (finished_at, finished_at_ns, execution_id)
     WHERE is_top_level AND finished_at IS NOT NULL;
 "#;
+
+/// Version 3: autovacuum of `t_execution` after 50,000 dead rows, whatever the table's size.
+/// Every state change leaves the row's old version and its entries in the partial indexes that
+/// `lock_pending` and the expired leases are found by (`pending_at`, `lock_expires_at`), and
+/// those dead entries lie ahead of the live ones in the index order these queries read, until
+/// a vacuum removes them. With the default trigger (a fifth of the table) how many a lock query
+/// walks through grows with the history stored: up to 200,000 dead rows at 1,000,000 stored
+/// executions, 2,000,000 at 10,000,000; with a fixed one it does not.
+const SCHEMA_V3: &str = "ALTER TABLE t_execution \
+    SET (autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 50000);";
 
 /// Applies every missing migration up to version `up_to` in one transaction under an advisory
 /// lock, so that two processes starting at once do not both migrate. Refuses a database whose
