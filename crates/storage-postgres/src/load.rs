@@ -18,22 +18,12 @@ use deadpool_postgres::ClientWrapper;
 use tokio_postgres::{Row, Statement, types::ToSql};
 
 /// Due executions, oldest first; rows another transaction holds are skipped, so that two
-/// executors never wait for, nor lock, the same execution. Per function, the first `$3` of the
-/// partial index on `(ffqn, pending_at, execution_id)`, read in its order and locked as they
-/// are read, then the first `$3` of them all: the union holds the first `$3` overall, and no
-/// plan has to read every due execution to sort them (with `ffqn = ANY($2)` the index yields no
-/// order, and the planner, with statistics taken when nothing was due, read and sorted all of
-/// them for every batch). Rows of one function beyond the first `$3` overall stay locked,
-/// unchanged, until the commit. The column after the execution's is its due time.
-pub(crate) const SELECT_DUE: &str = concat!(
-    "SELECT t.* FROM (SELECT DISTINCT ffqn FROM UNNEST($2::text[]) AS u(ffqn)) AS f \
-     CROSS JOIN LATERAL (SELECT ",
-    execution_columns!(),
-    ", pending_at AS due_at FROM t_execution t WHERE t.ffqn = f.ffqn \
-     AND t.pending_at IS NOT NULL AND t.pending_at <= $1 \
-     ORDER BY t.pending_at, t.execution_id LIMIT $3 FOR UPDATE SKIP LOCKED) AS t \
-     ORDER BY t.due_at, t.execution_id LIMIT $3"
-);
+/// executors never wait for, nor lock, the same execution. Read per function in the order of
+/// the `(ffqn, pending_at, execution_id)` index, up to the limit (the schema's
+/// `f_due_executions`: with `ffqn = ANY($2)` that index yields no order, and a plan made from
+/// statistics taken when nothing was due read and sorted every due row for each batch). The
+/// column after the execution's is its due time.
+pub(crate) const SELECT_DUE: &str = "SELECT * FROM f_due_executions($1, $2, $3)";
 
 /// The rows of the executions a write changes or creates, locked in id order: every write
 /// locks in this one order, so two writes never wait for each other in a circle.

@@ -29,7 +29,7 @@ const MIGRATIONS: &[Migration] = &[
     },
     Migration {
         version: 3,
-        description: "state rows vacuumed after a number of changes, not a fraction of the table",
+        description: "state rows vacuumed after a number of dead rows; the due executions read in index order",
         sql: SCHEMA_V3,
     },
 ];
@@ -160,15 +160,50 @@ CREATE INDEX t_execution_finished_top_level_idx
     WHERE is_top_level AND finished_at IS NOT NULL;
 "#;
 
-/// Version 3: autovacuum of `t_execution` after 50,000 dead rows, whatever the table's size.
+/// Version 3: autovacuum of `t_execution` after 50,000 dead rows, whatever the table's size,
+/// and `f_due_executions`, the lock query's read of due executions.
+///
 /// Every state change leaves the row's old version and its entries in the partial indexes that
 /// `lock_pending` and the expired leases are found by (`pending_at`, `lock_expires_at`), and
 /// those dead entries lie ahead of the live ones in the index order these queries read, until
 /// a vacuum removes them. With the default trigger (a fifth of the table) how many a lock query
 /// walks through grows with the history stored: up to 200,000 dead rows at 1,000,000 stored
 /// executions, 2,000,000 at 10,000,000; with a fixed one it does not.
-const SCHEMA_V3: &str = "ALTER TABLE t_execution \
-    SET (autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 50000);";
+///
+/// `f_due_executions(at, ffqns, n)`: per function, the first `n` due rows of the partial index
+/// on `(ffqn, pending_at, execution_id)`, read in its order and locked as they are read
+/// (`FOR UPDATE SKIP LOCKED`), then the first `n` of them all, which are the first `n` overall.
+/// The statistics of the due rows are always stale (they come and go between two `ANALYZE`s),
+/// and with an estimate below `n` the planner read every due row by a bitmap scan and sorted
+/// them, for each batch; the function plans its statement without bitmap scans and with sorts
+/// priced out, so the only plan left reads the index in order and stops after `n`. Rows of one
+/// function beyond the first `n` overall stay locked, unchanged, until the commit.
+const SCHEMA_V3: &str = r#"
+ALTER TABLE t_execution
+    SET (autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 50000);
+CREATE FUNCTION f_due_executions(due_at BIGINT, ffqns TEXT[], max_rows BIGINT)
+RETURNS TABLE (
+    execution_id TEXT, ffqn TEXT, next_version BIGINT, state_json TEXT,
+    temporary_event_count BIGINT, response_count BIGINT, max_retries BIGINT,
+    retry_exp_backoff_ns BIGINT, parent_execution_id TEXT, parent_join_set_id TEXT,
+    pending_at BIGINT
+)
+LANGUAGE sql VOLATILE
+SET enable_bitmapscan = off
+SET enable_sort = off
+AS $$
+SELECT d.* FROM (SELECT DISTINCT u.f FROM UNNEST(ffqns) AS u(f)) AS f
+CROSS JOIN LATERAL (
+    SELECT x.execution_id, x.ffqn, x.next_version, x.state_json, x.temporary_event_count,
+        x.response_count, x.max_retries, x.retry_exp_backoff_ns, x.parent_execution_id,
+        x.parent_join_set_id, x.pending_at
+    FROM t_execution x
+    WHERE x.ffqn = f.f AND x.pending_at IS NOT NULL AND x.pending_at <= due_at
+    ORDER BY x.pending_at, x.execution_id LIMIT max_rows FOR UPDATE SKIP LOCKED
+) AS d
+ORDER BY d.pending_at, d.execution_id LIMIT max_rows
+$$;
+"#;
 
 /// Applies every missing migration up to version `up_to` in one transaction under an advisory
 /// lock, so that two processes starting at once do not both migrate. Refuses a database whose

@@ -1,5 +1,5 @@
 //! What only the PostgreSQL backend has: the migration guard, the schema version check, the
-//! migration to version 3 (its vacuum trigger), connections that neither create nor migrate a
+//! migration to version 3 (its vacuum trigger and due-executions function), connections that neither create nor migrate a
 //! schema, wake-ups across stores through `NOTIFY`, the listener's reconnection, responses that
 //! commit concurrently, `close` stopping the listener, and the lifecycle writes under
 //! concurrency (`lifecycle`).
@@ -291,15 +291,18 @@ async fn execution_table_options(database: &TestDatabase) -> Vec<String> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_version_2_database_migrates_to_a_fixed_vacuum_trigger_and_keeps_its_executions() {
-    let Some(server) = TestServer::or_skip(
-        "a_version_2_database_migrates_to_a_fixed_vacuum_trigger_and_keeps_its_executions",
-    ) else {
+async fn a_version_2_database_migrates_to_version_3_and_keeps_its_executions() {
+    let Some(server) =
+        TestServer::or_skip("a_version_2_database_migrates_to_version_3_and_keeps_its_executions")
+    else {
         return;
     };
     let database = TestDatabase::create(&server).await;
     admin::migrate_to(&database.config, 2).await.unwrap();
-    assert_eq!(execution_table_options(&database).await, Vec::<String>::new());
+    assert_eq!(
+        execution_table_options(&database).await,
+        Vec::<String>::new()
+    );
     // An execution a version-2 binary wrote, pending.
     database
         .with_client(async |client| {
@@ -331,6 +334,15 @@ async fn a_version_2_database_migrates_to_a_fixed_vacuum_trigger_and_keeps_its_e
     assert_eq!(
         first_column::<String>(&database, "SELECT execution_id FROM t_execution").await,
         ["E_1"]
+    );
+    assert_eq!(
+        first_column::<bool>(
+            &database,
+            "SELECT to_regprocedure('f_due_executions(bigint, text[], bigint)') IS NOT NULL"
+        )
+        .await,
+        [true],
+        "the lock query's function"
     );
 }
 
