@@ -7,6 +7,11 @@
 //! of 10,000, and their `Finished` outcomes written 1,000 to a transaction with
 //! `append_outcomes` (the batch write of the watcher), so every stored execution has the rows
 //! and log (`Created`, `Locked`, `Finished`) an executor leaves.
+//!
+//! Both measured runs follow the upkeep a store gets over its life (on PostgreSQL `VACUUM
+//! (ANALYZE)`, what autovacuum does to a store that grew over days): the fill writes a million
+//! executions in about a minute, and measured right after it the run would time autovacuum's
+//! first pass over all of them, running beside it.
 
 use anyhow::{Context, ensure};
 use concepts::{
@@ -84,22 +89,30 @@ fn resident_bytes() -> Option<f64> {
     Some(pages * 4096.0)
 }
 
-/// Measures `db` empty, then with `stored` finished executions; `executions` per run.
+/// Measures `store` empty, then with `stored` finished executions; `executions` per run, each
+/// after the store's upkeep ([`crate::probe::Probe::upkeep`]).
 pub(crate) async fn measure(
     backend: &str,
-    db: Arc<dyn DbConnection>,
+    store: &crate::Store,
     stored: usize,
     executions: usize,
     batch_size: usize,
 ) -> anyhow::Result<HistoryFigures> {
+    let (db, probe) = (&store.db, &store.probe);
     // A first, small run warms the store up (file growth, PostgreSQL's first statistics), so
     // that the empty store is not measured cold against a warm full one.
-    crate::run_noop(backend, &db, executions.min(WARM_UP), batch_size).await?;
-    let empty = crate::run_noop(backend, &db, executions, batch_size).await?;
+    crate::run_noop(backend, db, executions.min(WARM_UP), batch_size).await?;
+    // Before each measured run, the upkeep a store gets over its life (PostgreSQL: what
+    // autovacuum does): the fill writes in a minute what a store gathers in days, so without
+    // it the second run would measure the first autovacuum of the whole fill, running beside
+    // it, and plans cached while the tables were empty.
+    probe.upkeep().await?;
+    let empty = crate::run_noop(backend, db, executions, batch_size).await?;
     let before = resident_bytes();
     fill(db.as_ref(), stored).await?;
     let after = resident_bytes();
-    let full = crate::run_noop(backend, &db, executions, batch_size).await?;
+    probe.upkeep().await?;
+    let full = crate::run_noop(backend, db, executions, batch_size).await?;
     let bytes_per_execution = match (backend, before, after) {
         ("memory", Some(before), Some(after)) => Some((after - before) / stored as f64),
         _ => None,

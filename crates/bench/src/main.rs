@@ -746,14 +746,7 @@ async fn bench(args: Args) -> anyhow::Result<()> {
             args.stored_executions
         );
         let (stored, executions) = (args.stored_executions, args.executions);
-        let measured = history::measure(
-            backend,
-            store.db.clone(),
-            stored,
-            executions,
-            args.batch_size,
-        )
-        .await;
+        let measured = history::measure(backend, &store, stored, executions, args.batch_size).await;
         store.finish().await?;
         for row in history::rows(backend, &measured?) {
             targets.add(backend, row);

@@ -152,6 +152,20 @@ impl Probe {
         Ok(Some((row.try_get(0)?, row.try_get(1)?)))
     }
 
+    /// Brings a PostgreSQL store to the state its autovacuum keeps a store in that grew over
+    /// time: `VACUUM (ANALYZE)` of its tables (dead row versions removed, statistics current,
+    /// and the plans cached on the store's connections invalidated by the new statistics).
+    /// Nothing on the other backends, which have no such upkeep.
+    pub(crate) async fn upkeep(&self) -> anyhow::Result<()> {
+        if let Self::Postgres { client, .. } = self {
+            client
+                .batch_execute("VACUUM (ANALYZE)")
+                .await
+                .context("vacuuming the store")?;
+        }
+        Ok(())
+    }
+
     /// Ends the probe's connection.
     pub(crate) async fn close(self) {
         if let Self::Postgres { client, driver } = self {

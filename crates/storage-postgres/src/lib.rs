@@ -71,7 +71,11 @@
 //!   `(finished_at, finished_at_ns, execution_id)` of finished top-level executions serves
 //!   `prune`, and one on `(created_at, created_at_ns, execution_id)` serves
 //!   `list_executions`. The descendants of an execution are a range of the primary key (see
-//!   [`concepts::kernel::descendant_bounds`]).
+//!   [`concepts::kernel::descendant_bounds`]). Since schema version 3 autovacuum takes the
+//!   table after a fixed number of dead rows (50,000), not a fraction of it: the dead entries
+//!   that every state change leaves in the partial indexes lie ahead of the live ones that
+//!   `lock_pending` reads, and with a fractional trigger they grew with the history stored.
+//!   Version 3 also adds `f_due_executions`, the read of due executions (see **Lock**).
 //! - `t_event`: the log, keyed by `(execution_id, version)`, each event as JSON text.
 //! - `t_response`: responses keyed by `(execution_id, idx)` where `idx` is the arrival order,
 //!   with `join_set_idx`, the order within the join set. Partial unique indexes on
@@ -130,7 +134,9 @@
 //! - **Lock.** Every write that waits for row locks takes them in id order, so writes never
 //!   wait for each other in a circle (a finishing child and its parent: the parent's id is a
 //!   prefix of the child's). `lock_pending` never waits: it finds due executions with
-//!   `FOR UPDATE SKIP LOCKED`, ordered by `(pending_at, execution_id)`, `LIMIT batch_size`, so
+//!   `FOR UPDATE SKIP LOCKED`, ordered by `(pending_at, execution_id)`, `LIMIT batch_size`
+//!   (per function, in the order of the `(ffqn, pending_at, execution_id)` index, by the
+//!   schema's function `f_due_executions`, planned without bitmap scans or sorts), so
 //!   two processes never lock the same execution (a row another transaction holds is
 //!   skipped, one it moved out of `PendingAt` no longer matches when re-checked); the logs of
 //!   what it locked are read after the `COMMIT`, by two statements in the `COMMIT`'s pipeline
@@ -140,6 +146,13 @@
 //!   pass. A deadlock or serialization failure that happens anyway (overlapping
 //!   `create_batch` calls of two processes) is retried
 //!   ([`PostgresConfig::max_transaction_retries`] times) and then returned as retriable.
+//! - **Plans.** The statements of the hot path that look up many ids or read the due
+//!   executions are written so that no statistics can make them read a whole table or every
+//!   due row (a `LATERAL` lookup per id, `f_due_executions` for the due ones): a new store's
+//!   connections cache generic plans while its tables are empty, and the statistics of a
+//!   table that grew by a million rows may be hours old. Every write transaction also begins
+//!   with `enable_seqscan` and `enable_bitmapscan` off (`SET LOCAL`), and pooled sessions run
+//!   without JIT, for the same reason.
 //! - **Persist.** The plan's changes are written with a few multi-row `UNNEST` statements, one
 //!   per table and kind of change, over prepared statements cached per connection, sent in
 //!   one pipeline with the `COMMIT` (behind the `BEGIN` when nothing was loaded), the
@@ -212,6 +225,8 @@ mod error;
 mod load;
 mod notify;
 mod persist;
+#[cfg(test)]
+mod plan_tests;
 mod reads;
 mod schema;
 #[cfg(test)]

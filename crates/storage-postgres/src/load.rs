@@ -21,28 +21,18 @@ use deadpool_postgres::ClientWrapper;
 use tokio_postgres::{Row, Statement, types::ToSql};
 
 /// Due executions, oldest first; rows another transaction holds are skipped, so that two
-/// executors never wait for, nor lock, the same execution. One ordered scan of the pending
-/// index per function (the outer side of a `LATERAL` join, as `ffqn = ANY($2)` cannot be read
-/// in `pending_at` order, and had the server sort every pending row at each lock), each
-/// stopped at `$3` rows; then the oldest `$3` of them. With several functions, the rows a
-/// scan locked beyond those stay locked, unchanged, until the commit.
-const SELECT_DUE: &str = concat!(
-    "SELECT ",
-    execution_columns!(),
-    " FROM (SELECT DISTINCT UNNEST($2::text[])) AS f(wanted) \
-     CROSS JOIN LATERAL (SELECT ",
-    execution_columns!(),
-    ", pending_at FROM t_execution \
-     WHERE ffqn = f.wanted AND pending_at IS NOT NULL AND pending_at <= $1 \
-     ORDER BY pending_at, execution_id LIMIT $3 FOR UPDATE SKIP LOCKED) AS d \
-     ORDER BY d.pending_at, d.execution_id LIMIT $3"
-);
+/// executors never wait for, nor lock, the same execution. Read per function in the order of
+/// the `(ffqn, pending_at, execution_id)` index, up to the limit (the schema's
+/// `f_due_executions`: with `ffqn = ANY($2)` that index yields no order, and a plan made from
+/// statistics taken when nothing was due read and sorted every due row for each batch). The
+/// column after the execution's is its due time.
+pub(crate) const SELECT_DUE: &str = "SELECT * FROM f_due_executions($1, $2, $3)";
 
 /// Begins a write transaction. Every statement of a write reaches its rows by a key or an
 /// index range; without this the planner, when a table's statistics are missing or stale
 /// (a fresh table, a burst of inserts), sometimes hashes or sorts the whole table instead,
 /// while the transaction holds its row locks.
-const BEGIN_WRITE: &str = "BEGIN; SET LOCAL enable_seqscan = off; \
+pub(crate) const BEGIN_WRITE: &str = "BEGIN; SET LOCAL enable_seqscan = off; \
     SET LOCAL enable_bitmapscan = off";
 
 /// The rows of the executions a write changes or creates, locked in id order: every write
@@ -74,9 +64,12 @@ const SELECT_CHILD_RESPONSES: &str = "SELECT k.ord \
     WHERE EXISTS (SELECT 1 FROM t_response r \
                   WHERE r.execution_id = k.id AND r.child_execution_id = k.child_id)";
 
-/// The `Created` event (version 0) of each execution `$1` that exists.
-const SELECT_CREATED: &str = "SELECT execution_id, event_json FROM t_event \
-    WHERE execution_id = ANY($1) AND version = 0";
+/// The `Created` event (version 0) of each execution `$1` that exists: one index lookup per
+/// id (a `create_batch` of 10,000 ids was planned as a scan of the whole log once the
+/// statistics knew how large it was).
+pub(crate) const SELECT_CREATED: &str = "SELECT k.id, e.event_json FROM UNNEST($1::text[]) AS k(id) \
+    CROSS JOIN LATERAL (SELECT e.event_json FROM t_event e \
+    WHERE e.execution_id = k.id AND e.version = 0 OFFSET 0) AS e";
 
 /// The descendants of each root `k` (ids in `[low, high)`), locked in id order within each
 /// root: after the rows of `LOCK_EXECUTIONS` (a root and its ancestors, whose ids sort before
@@ -563,7 +556,7 @@ async fn query<const N: usize>(
 
 /// The 0-based position among `len` keys of the key a row answers (its `WITH ORDINALITY`, in
 /// column `idx`).
-fn ordinal(row: &Row, idx: usize, len: usize) -> Result<usize, DbError> {
+pub(crate) fn ordinal(row: &Row, idx: usize, len: usize) -> Result<usize, DbError> {
     let ordinal: i64 = column(row, idx)?;
     usize::try_from(ordinal - 1)
         .ok()

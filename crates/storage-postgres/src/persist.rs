@@ -10,7 +10,7 @@ use crate::{
         to_json, version_to_i64,
     },
     error::map_pg_error,
-    load::prepare,
+    load::{self, prepare},
     trips::Trips,
 };
 use concepts::{
@@ -193,7 +193,7 @@ pub(crate) async fn persist_and_commit<T>(
         biased;
         async {
             if begin {
-                client.batch_execute("BEGIN").await
+                client.batch_execute(load::BEGIN_WRITE).await
             } else {
                 Ok(())
             }

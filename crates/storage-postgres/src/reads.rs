@@ -7,6 +7,7 @@ use crate::{
         timestamp, version_to_i64,
     },
     error::{corrupt, map_pg_error},
+    load::ordinal,
 };
 use chrono::{DateTime, Utc};
 use concepts::{
@@ -16,7 +17,7 @@ use concepts::{
     kernel::{self, LockGrant, LogRows},
 };
 use deadpool_postgres::GenericClient;
-use std::collections::HashMap;
+
 use tokio_postgres::{IsolationLevel, Row, types::ToSql};
 
 fn event_of(row: &Row, idx: usize) -> Result<ExecutionEvent, DbError> {
@@ -27,18 +28,22 @@ fn response_of(row: &Row, idx: usize) -> Result<JoinSetResponseEventOuter, DbErr
     from_json(column(row, idx)?, "response")
 }
 
-/// The events below each locked version `$2` of execution `$1`: one primary-key range per
-/// execution (the outer side of a `LATERAL` join, whatever the statistics say; a plain join
-/// was planned as a scan of the whole event table).
-const SELECT_LOCKED_EVENTS: &str = "SELECT e.execution_id, e.event_json \
-    FROM UNNEST($1::text[], $2::int8[]) AS k(id, below) \
-    CROSS JOIN LATERAL (SELECT execution_id, version, event_json FROM t_event \
-    WHERE execution_id = k.id AND version < k.below ORDER BY version) AS e \
-    ORDER BY e.execution_id, e.version";
+/// The events below each locked version `$2` of execution `$1`, with the ordinal of their
+/// execution and their version. One index range scan per execution, whatever the statistics
+/// say: the `OFFSET 0` keeps the planner from turning the `LATERAL` subquery into a join, which
+/// on a table it had no statistics of (or with a plan cached while the table was small) it
+/// planned as a scan of the whole table.
+pub(crate) const SELECT_LOCKED_EVENTS: &str = "SELECT k.ord, e.version, e.event_json \
+    FROM UNNEST($1::text[], $2::int8[]) WITH ORDINALITY AS k(id, below, ord) \
+    CROSS JOIN LATERAL (SELECT e.version, e.event_json FROM t_event e \
+    WHERE e.execution_id = k.id AND e.version < k.below OFFSET 0) AS e";
 
-/// The responses of each execution `$1`.
-const SELECT_LOCKED_RESPONSES: &str = "SELECT execution_id, response_json FROM t_response \
-    WHERE execution_id = ANY($1) ORDER BY execution_id, idx";
+/// The responses of each execution `$1`, with the ordinal of their execution and their index;
+/// one index range scan per execution, as `SELECT_LOCKED_EVENTS`.
+pub(crate) const SELECT_LOCKED_RESPONSES: &str = "SELECT k.ord, r.idx, r.response_json \
+    FROM UNNEST($1::text[]) WITH ORDINALITY AS k(id, ord) \
+    CROSS JOIN LATERAL (SELECT r.idx, r.response_json FROM t_response r \
+    WHERE r.execution_id = k.id OFFSET 0) AS r";
 
 /// The executions `lock_pending` locked, handed over with their histories (the events below
 /// the locked version and the responses), read after the `COMMIT` in one pipeline of two
@@ -72,30 +77,46 @@ pub(crate) async fn locked_executions(
         events.map_err(map_pg_error)?,
         responses.map_err(map_pg_error)?,
     );
-    let position: HashMap<&str, usize> = ids.iter().enumerate().map(|(i, id)| (*id, i)).collect();
-    let mut logs: Vec<LogRows> = ids
-        .iter()
-        .map(|_| LogRows {
-            events: Vec::new(),
-            responses: Vec::new(),
-        })
-        .collect();
+    let mut events_of: Vec<Vec<(i64, ExecutionEvent)>> = ids.iter().map(|_| Vec::new()).collect();
     for row in &events {
-        if let Some(i) = position.get(column::<&str>(row, 0)?) {
-            logs[*i].events.push(event_of(row, 1)?);
-        }
+        events_of[ordinal(row, 0, ids.len())?].push((column(row, 1)?, event_of(row, 2)?));
     }
+    let mut responses_of: Vec<Vec<(i64, JoinSetResponseEventOuter)>> =
+        ids.iter().map(|_| Vec::new()).collect();
     for row in &responses {
-        if let Some(i) = position.get(column::<&str>(row, 0)?) {
-            logs[*i].responses.push(response_of(row, 1)?);
-        }
+        responses_of[ordinal(row, 0, ids.len())?].push((column(row, 1)?, response_of(row, 2)?));
     }
+    // In version (arrival) order: each scan returns its rows in index order, which SQL does
+    // not promise, and sorting what is sorted costs one pass.
+    let logs = events_of
+        .into_iter()
+        .zip(responses_of)
+        .map(|(mut events, mut responses)| {
+            events.sort_by_key(|(version, _)| *version);
+            responses.sort_by_key(|(idx, _)| *idx);
+            LogRows {
+                events: events.into_iter().map(|(_, event)| event).collect(),
+                responses: responses
+                    .into_iter()
+                    .map(|(_, response)| response)
+                    .collect(),
+            }
+        });
     grants
         .into_iter()
         .zip(logs)
         .map(|(grant, log)| kernel::hand_over(grant, log))
         .collect()
 }
+
+/// Whether an execution of one of the functions `$2` is due at `$1`: per function, the first
+/// entry of the partial index on `(ffqn, pending_at, execution_id)`. `ORDER BY ... LIMIT 1`
+/// makes that index the plan whatever the statistics say: a plain `EXISTS` over the table,
+/// planned while it was small, stayed a scan of the whole table once it held a million rows.
+pub(crate) const ANY_DUE: &str = "SELECT EXISTS (SELECT 1 FROM UNNEST($2::text[]) AS f(ffqn) \
+    CROSS JOIN LATERAL (SELECT 1 FROM t_execution t WHERE t.ffqn = f.ffqn \
+    AND t.pending_at IS NOT NULL AND t.pending_at <= $1 \
+    ORDER BY t.pending_at, t.execution_id LIMIT 1) AS due)";
 
 /// True when an execution of `ffqns` is due at `at`.
 pub(crate) async fn any_due(
@@ -104,13 +125,7 @@ pub(crate) async fn any_due(
     ffqns: &[FunctionFqn],
 ) -> Result<bool, DbError> {
     let names: Vec<String> = ffqns.iter().map(ToString::to_string).collect();
-    let stmt = client
-        .prepare_cached(
-            "SELECT EXISTS (SELECT 1 FROM t_execution \
-             WHERE pending_at IS NOT NULL AND pending_at <= $1 AND ffqn = ANY($2))",
-        )
-        .await
-        .map_err(map_pg_error)?;
+    let stmt = client.prepare_cached(ANY_DUE).await.map_err(map_pg_error)?;
     let row = client
         .query_one(&stmt, &[&micros(at), &names])
         .await

@@ -1,8 +1,9 @@
-//! What only the PostgreSQL backend has: the migration guard, the schema version check,
-//! connections that neither create nor migrate a schema, wake-ups across stores through
-//! `NOTIFY`, the listener's reconnection, responses that commit concurrently, `close` stopping
-//! the listener, the lifecycle writes under concurrency (`lifecycle`), and the round trips of
-//! one execution (`round_trips`).
+//! What only the PostgreSQL backend has: the migration guard, the schema version check, the
+//! migration to version 3 (its vacuum trigger and due-executions function), connections that
+//! neither create nor migrate a schema, wake-ups across stores through `NOTIFY`, the listener's
+//! reconnection, responses that commit concurrently, `close` stopping the listener, the
+//! lifecycle writes under concurrency (`lifecycle`), and the round trips of one execution
+//! (`round_trips`).
 //!
 //! Each test uses a database of its own on the server that `STELE_TEST_POSTGRES_URL` names;
 //! without it the tests are skipped (printed), except under `CI=true`, where they fail.
@@ -281,6 +282,71 @@ async fn without_migrations_refuses_an_older_schema_and_leaves_it_at_its_version
         .await
         .expect("a current schema opens without migrations");
     store.close().await;
+}
+
+/// The storage parameters of `t_execution`.
+async fn execution_table_options(database: &TestDatabase) -> Vec<String> {
+    first_column(
+        database,
+        "SELECT unnest(reloptions) FROM pg_class WHERE oid = 't_execution'::regclass ORDER BY 1",
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_2_database_migrates_to_version_3_and_keeps_its_executions() {
+    let Some(server) =
+        TestServer::or_skip("a_version_2_database_migrates_to_version_3_and_keeps_its_executions")
+    else {
+        return;
+    };
+    let database = TestDatabase::create(&server).await;
+    admin::migrate_to(&database.config, 2).await.unwrap();
+    assert_eq!(
+        execution_table_options(&database).await,
+        Vec::<String>::new()
+    );
+    // An execution a version-2 binary wrote, pending.
+    database
+        .with_client(async |client| {
+            client
+                .batch_execute(
+                    "INSERT INTO t_execution (execution_id, ffqn, created_at, created_at_ns, \
+                     scheduled_at, scheduled_at_ns, is_top_level, next_version, state_kind, \
+                     pending_at, state_json, temporary_event_count, response_count, \
+                     max_retries, retry_exp_backoff_ns) VALUES ('E_1', 'f', 0, 0, 0, 0, true, 1, \
+                     0, 0, '{}', 0, 0, 0, 0)",
+                )
+                .await
+                .unwrap();
+        })
+        .await;
+    let store = open(&database).await;
+    store.close().await;
+    assert_eq!(
+        schema_versions(&database).await,
+        (1..=SCHEMA_VERSION).collect::<Vec<_>>()
+    );
+    assert_eq!(
+        execution_table_options(&database).await,
+        [
+            "autovacuum_vacuum_scale_factor=0",
+            "autovacuum_vacuum_threshold=50000"
+        ]
+    );
+    assert_eq!(
+        first_column::<String>(&database, "SELECT execution_id FROM t_execution").await,
+        ["E_1"]
+    );
+    assert_eq!(
+        first_column::<bool>(
+            &database,
+            "SELECT to_regprocedure('f_due_executions(bigint, text[], bigint)') IS NOT NULL"
+        )
+        .await,
+        [true],
+        "the lock query's function"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -1,0 +1,171 @@
+//! The plans of the statements that must not depend on statistics. On tables that were never
+//! analyzed, with generic plans (`plan_cache_mode = force_generic_plan`, as a plan cached on a
+//! connection while its tables were small), each reaches its tables through an index; after an
+//! `ANALYZE` that saw other data than there is now, with custom plans, the lookups of many ids
+//! still go through the index. The due executions are read through the index and only up to
+//! the limit in both cases (counted by the transaction's table statistics, as the statement is
+//! a function whose plan `EXPLAIN` does not show).
+//! Needs the server of `STELE_TEST_POSTGRES_URL` (skipped without it, except under `CI=true`).
+
+use crate::{PostgresConfig, PostgresStore, load, reads};
+use concepts::DbConnection;
+use test_support::postgres::{TestDatabase, TestServer};
+
+/// The generic or custom (`mode`) plan of `sql` executed with `args` (SQL literals), as JSON.
+async fn plan(client: &tokio_postgres::Client, (sql, args): (&str, &str), mode: &str) -> String {
+    client
+        .batch_execute(&format!(
+            "SET plan_cache_mode = force_{mode}_plan; DEALLOCATE ALL; PREPARE s AS {sql}"
+        ))
+        .await
+        .unwrap_or_else(|e| panic!("preparing {sql}: {e}"));
+    let rows = client
+        .simple_query(&format!("EXPLAIN (FORMAT JSON) EXECUTE s({args})"))
+        .await
+        .unwrap_or_else(|e| panic!("explaining {sql}: {e}"));
+    rows.iter()
+        .filter_map(|message| match message {
+            tokio_postgres::SimpleQueryMessage::Row(row) => row.get(0).map(str::to_string),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Runs `SELECT_DUE` with `args` (SQL literals) in `mode` (`generic` or `custom`) in a
+/// transaction it rolls back, and returns the whole-table scans of `t_execution` and the rows
+/// it fetched from `t_execution` by index, as that transaction's statistics count them.
+async fn due_reads(client: &tokio_postgres::Client, args: &str, mode: &str) -> (i64, i64) {
+    client
+        .batch_execute(&format!(
+            "SET plan_cache_mode = force_{mode}_plan; DEALLOCATE ALL; PREPARE s AS {}",
+            load::SELECT_DUE
+        ))
+        .await
+        .unwrap();
+    client.batch_execute("BEGIN").await.unwrap();
+    client
+        .batch_execute(&format!("EXECUTE s({args})"))
+        .await
+        .unwrap();
+    let row = client
+        .query_one(
+            "SELECT seq_scan, idx_tup_fetch FROM pg_stat_xact_user_tables \
+             WHERE relname = 't_execution'",
+            &[],
+        )
+        .await
+        .unwrap();
+    client.batch_execute("ROLLBACK").await.unwrap();
+    (row.get(0), row.get(1))
+}
+
+/// A database with the store's schema, and a driver connection to it.
+async fn database(test: &str) -> Option<TestDatabase> {
+    let server = TestServer::or_skip(test)?;
+    let database = TestDatabase::create(&server).await;
+    let store = PostgresStore::connect(PostgresConfig::from_url(&database.url).unwrap())
+        .await
+        .unwrap();
+    store.close().await;
+    Some(database)
+}
+
+/// `count` executions of function `f` whose ids follow `prefix`, due at their number when
+/// `due`, finished otherwise.
+fn insert_executions(prefix: &str, count: u32, due: bool) -> String {
+    let (kind, pending, finished) = if due {
+        (0, "i", "NULL")
+    } else {
+        (3, "NULL", "i")
+    };
+    format!(
+        "INSERT INTO t_execution (execution_id, ffqn, created_at, created_at_ns, scheduled_at, \
+         scheduled_at_ns, is_top_level, next_version, state_kind, pending_at, lock_expires_at, \
+         finished_at, finished_at_ns, state_json, temporary_event_count, response_count, \
+         max_retries, retry_exp_backoff_ns) \
+         SELECT '{prefix}' || lpad(i::text, 20, '0'), 'f', i, 0, i, 0, true, 1, {kind}, \
+         {pending}, NULL, {finished}, CASE WHEN {due} THEN NULL ELSE 0 END, '{{}}', 0, 0, 0, 0 \
+         FROM generate_series(1, {count}) AS i;"
+    )
+}
+
+/// Events of executions `E_1`..`E_5000`, 10 each, and a response each.
+const INSERT_LOGS: &str = "INSERT INTO t_event SELECT 'E_' || i, v, false, '{}' \
+    FROM generate_series(1, 5000) AS i, generate_series(0, 9) AS v; \
+    INSERT INTO t_response SELECT 'E_' || i, 0, 'n:a', 0, 'd', NULL, '{}' \
+    FROM generate_series(1, 5000) AS i;";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_of_logs_and_due_executions_use_indexes_without_statistics() {
+    let Some(database) =
+        database("reads_of_logs_and_due_executions_use_indexes_without_statistics").await
+    else {
+        return;
+    };
+    database
+        .with_client(async |client| {
+            // Logs of some pages and no executions (as when a store starts), never analyzed.
+            client.batch_execute(INSERT_LOGS).await.unwrap();
+            let cases = [
+                (
+                    reads::SELECT_LOCKED_EVENTS,
+                    "'{E_1,E_2}', '{5,5}'",
+                    "t_event",
+                ),
+                (reads::SELECT_LOCKED_RESPONSES, "'{E_1,E_2}'", "t_response"),
+                (reads::ANY_DUE, "1, '{f}'", "t_execution"),
+                (load::SELECT_CREATED, "'{E_1,E_2}'", "t_event"),
+            ];
+            let mut scanned = Vec::new();
+            for (sql, args, table) in cases {
+                let plan = plan(client, (sql, args), "generic").await;
+                assert!(plan.contains(table), "{table} is not read: {plan}");
+                if plan.contains("Seq Scan") {
+                    scanned.push(format!("{sql}: {plan}"));
+                }
+            }
+            assert!(scanned.is_empty(), "scanned whole: {scanned:#?}");
+            // The due executions: read through the index, as many as asked for.
+            client
+                .batch_execute(&insert_executions("E_P", 100, true))
+                .await
+                .unwrap();
+            assert_eq!(
+                due_reads(client, "1000, '{f}', 10", "generic").await,
+                (0, 10)
+            );
+        })
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_of_many_ids_and_due_executions_stay_bounded_with_statistics() {
+    let Some(database) =
+        database("reads_of_many_ids_and_due_executions_stay_bounded_with_statistics").await
+    else {
+        return;
+    };
+    database
+        .with_client(async |client| {
+            // Analyzed while nothing was due; then 2,000 executions become due.
+            let fill = format!(
+                "{INSERT_LOGS} {} ANALYZE; {}",
+                insert_executions("E_F", 20_000, false),
+                insert_executions("E_P", 2000, true)
+            );
+            client.batch_execute(&fill).await.unwrap();
+            let ids: Vec<String> = (1..=5000).map(|i| format!("E_{i}")).collect();
+            let ids = format!("'{{{}}}'", ids.join(","));
+            let created = plan(client, (load::SELECT_CREATED, &ids), "custom").await;
+            assert!(
+                !created.contains("Seq Scan"),
+                "5,000 ids scan the log whole: {created}"
+            );
+            assert_eq!(
+                due_reads(client, "1000000, '{f}', 10", "custom").await,
+                (0, 10),
+                "a batch of 10 reads as many due rows"
+            );
+        })
+        .await;
+}
