@@ -124,8 +124,8 @@
 //!   it: the first statement after its `BEGIN` locks the row and checks the columns a write
 //!   changes (next version, pending state, temporary event and response counts), and divides
 //!   by zero when one differs, which aborts the transaction before anything is stored; the
-//!   outcome then runs again with the load. Each such row is used once; at most 4,096 are
-//!   kept.
+//!   outcome then runs again with the load. The rows are kept only from locks taken while no
+//!   other write was in flight; each is used once; at most 4,096 are kept.
 //! - **Subtrees.** A descendant created by a transaction that committed while the locking
 //!   statement waited for a row is not in that statement's snapshot. So the locking statement
 //!   is followed, in the same pipeline, by a plain read of the members: once every member
@@ -559,7 +559,11 @@ impl DbExecutor for PostgresStore {
             .writer
             .write_and_hand_over(&keys, request, None)
             .await?;
-        self.remember_leases(&plan);
+        // An outcome is planned on its leased row only when it runs alone (`Groups::write`):
+        // a lock taken while writes are in flight would fill the table for nothing.
+        if self.inner.groups.idle() {
+            self.remember_leases(&plan);
+        }
         Ok(locked)
     }
 

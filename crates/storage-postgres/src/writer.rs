@@ -472,6 +472,11 @@ impl Groups {
         }
     }
 
+    /// True when no write of the group writer is in flight.
+    pub(crate) fn idle(&self) -> bool {
+        self.slots.available_permits() == self.all_slots
+    }
+
     /// Runs `request` at once on the caller's task when a slot is free (an idle store: no
     /// hop to another task), otherwise queues it for the next group. It is planned on the
     /// snapshot `known` ([`Writer::write_and_hand_over`]) only when no other write is in

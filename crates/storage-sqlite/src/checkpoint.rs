@@ -188,6 +188,19 @@ mod tests {
     use rusqlite::Connection;
     use std::{path::Path, time::Duration};
 
+    /// A WAL database at `path` with one table `t`, as the writer's connection to it.
+    fn wal_database(path: &Path) -> Connection {
+        let writer = Connection::open(path).expect("opens");
+        let mode: String = writer
+            .query_row("PRAGMA journal_mode=WAL", [], |row| row.get(0))
+            .expect("WAL");
+        assert_eq!(mode, "wal");
+        writer
+            .execute_batch("PRAGMA synchronous=FULL; CREATE TABLE t (body BLOB NOT NULL);")
+            .expect("a table");
+        writer
+    }
+
     fn file_len(path: &Path) -> u64 {
         std::fs::metadata(path).expect("the file exists").len()
     }
@@ -199,14 +212,7 @@ mod tests {
     fn the_writers_commit_leaves_the_checkpoint_to_the_checkpointer() {
         let dir = tempfile::tempdir().expect("temp dir");
         let path = dir.path().join("db.sqlite");
-        let writer = Connection::open(&path).expect("opens");
-        let mode: String = writer
-            .query_row("PRAGMA journal_mode=WAL", [], |row| row.get(0))
-            .expect("WAL");
-        assert_eq!(mode, "wal");
-        writer
-            .execute_batch("PRAGMA synchronous=FULL; CREATE TABLE t (body BLOB NOT NULL);")
-            .expect("a table");
+        let writer = wal_database(&path);
         let mut checkpointer =
             Checkpointer::start(&writer, &path, Duration::from_secs(5)).expect("starts");
         let small = file_len(&path);
@@ -236,14 +242,7 @@ mod tests {
     fn a_long_log_is_checkpointed_by_the_writer_between_transactions() {
         let dir = tempfile::tempdir().expect("temp dir");
         let path = dir.path().join("db.sqlite");
-        let writer = Connection::open(&path).expect("opens");
-        let mode: String = writer
-            .query_row("PRAGMA journal_mode=WAL", [], |row| row.get(0))
-            .expect("WAL");
-        assert_eq!(mode, "wal");
-        writer
-            .execute_batch("PRAGMA synchronous=FULL; CREATE TABLE t (body BLOB NOT NULL);")
-            .expect("a table");
+        let writer = wal_database(&path);
         let mut checkpointer =
             Checkpointer::start(&writer, &path, Duration::from_secs(5)).expect("starts");
         checkpointer.stop();

@@ -69,6 +69,16 @@ fn finish(locked: &LockedExecution, value: &str) -> OutcomeWrite {
     }
 }
 
+/// A store of `database` that retries nothing: what a test pins must not depend on the retry
+/// budget.
+async fn without_retries(database: &TestDatabase) -> PostgresStore {
+    let mut config = database.config.clone();
+    config.max_transaction_retries = 0;
+    PostgresStore::connect(config)
+        .await
+        .expect("the store opens")
+}
+
 /// Creates, locks and finishes execution `n`; returns the round trips of each step.
 async fn one_execution(store: &PostgresStore, n: u128) -> [u64; 3] {
     let (create, lock, locked) = create_and_lock(store, n).await;
@@ -105,11 +115,7 @@ async fn a_repeated_create_loads_and_is_answered_as_a_repeat_or_a_conflict() {
     };
     let database = TestDatabase::create(&server).await;
     // No retries: answering a repeat must not depend on the retry budget.
-    let mut config = database.config.clone();
-    config.max_transaction_retries = 0;
-    let store = PostgresStore::connect(config)
-        .await
-        .expect("the store opens");
+    let store = without_retries(&database).await;
     let id = execution_id(7);
     let request = create_request(id.clone(), ffqn("f"), start());
     assert_eq!(
@@ -143,11 +149,7 @@ async fn an_outcome_whose_row_changed_since_the_lock_loads_and_loses_its_race() 
     };
     let database = TestDatabase::create(&server).await;
     // No retries: falling back to the load must not depend on the retry budget.
-    let mut config = database.config.clone();
-    config.max_transaction_retries = 0;
-    let store = PostgresStore::connect(config)
-        .await
-        .expect("the store opens");
+    let store = without_retries(&database).await;
     let other = open(&database).await;
     one_execution(&store, 1).await;
     let (_, _, locked) = create_and_lock(&store, 2).await;
