@@ -9,8 +9,8 @@
 //! **One lock, short sections.** All data lives in one `State` behind a `std::sync::Mutex`,
 //! held only for short sections that never await.
 //!
-//! **Load, plan, persist, wake.** A write locks the state, loads the
-//! [`Snapshot`](concepts::kernel::Snapshot) of its request's
+//! **Load, plan, persist, wake.** The store is a [`Backend`](concepts::kernel::Backend): a write
+//! of any kind locks the state, loads the [`Snapshot`](concepts::kernel::Snapshot) of its
 //! [`Keys`](concepts::kernel::Keys) from the records and indexes (due executions, descendants,
 //! prune candidates), then its follow-up keys into the same snapshot, hands it to
 //! [`concepts::kernel::plan`], and applies the plan's changes and deletions to the records and
@@ -89,16 +89,12 @@ mod state;
 #[cfg(test)]
 mod tests;
 
-use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use concepts::{
-    AppendBatchRequest, CancelOutcome, CancelRequest, CompleteOutcome, CompleteRequest,
-    CreateOutcome, CreateRequest, DbAwait, DbClient, DbConnection, DbError, DbExecutor, DbTimers,
-    DbWorkflow, ExecutionEvent, ExecutionId, ExecutionLog, ExecutionSummary, ExpiredDelay,
-    ExpiredTimer, FinishedExecutionResult, FunctionFqn, JoinSetResponseEvent,
-    JoinSetResponseEventOuter, ListExecutionsFilter, LockPendingRequest, LockedExecution,
-    OutcomeWrite, Pagination, PruneOutcome, PruneRequest, Version,
-    kernel::{self, WaiterCounts, WaiterHub, WritePlan, WriteRequest},
+    DbError, ExecutionEvent, ExecutionId, ExecutionLog, ExecutionSummary, ExpiredDelay,
+    ExpiredTimer, FinishedExecutionResult, FunctionFqn, JoinSetResponseEventOuter,
+    ListExecutionsFilter, LockPendingRequest, LockedExecution, Pagination, Version,
+    kernel::{self, Forward, WaiterCounts, WaiterHub, Write},
 };
 use state::{At, Record, State, TimerKind};
 use std::{
@@ -150,26 +146,26 @@ impl MemoryStore {
     }
 
     /// Loads, plans and applies a write under the lock, then wakes whom it concerns.
-    fn write(&self, request: WriteRequest) -> Result<WritePlan, DbError> {
-        let keys = request.keys()?;
+    fn run<W: Write>(&self, write: W) -> Result<W::Reply, DbError> {
+        let keys = write.keys()?;
         let mut state = self.open_state()?;
         let mut snapshot = std::mem::take(&mut state.scratch);
         state.load(&keys, &mut snapshot);
-        if let Some(more) = request.follow_up_keys(&snapshot) {
+        if let Some(more) = write.follow_up_keys(&snapshot) {
             state.load(&more, &mut snapshot);
         }
-        let planned = kernel::plan(&snapshot, request);
+        let planned = kernel::plan(&snapshot, write);
         // Kept for the next write unless a large one (a batch, a tree) grew it.
         if snapshot.capacity() <= SCRATCH_CAPACITY {
             snapshot.clear();
             state.scratch = snapshot;
         }
-        let mut plan = planned?;
+        let (mut plan, reply) = planned?;
         state.apply(std::mem::take(&mut plan.changes));
         state.delete(&plan.deleted);
         drop(state);
         self.hub.deliver(&plan.wakeups);
-        Ok(plan)
+        Ok(reply)
     }
 
     /// The number of registered waiters of each kind.
@@ -179,10 +175,13 @@ impl MemoryStore {
     }
 }
 
-#[async_trait]
-impl DbExecutor for MemoryStore {
+impl kernel::Backend for MemoryStore {
+    async fn write<W: Forward>(&self, write: W) -> Result<W::Reply, DbError> {
+        self.run(write)
+    }
+
     async fn lock_pending(&self, req: LockPendingRequest) -> Result<Vec<LockedExecution>, DbError> {
-        let grants = self.write(WriteRequest::LockPending(req))?.locked;
+        let grants = self.run(req)?;
         // The histories are read after the write, as on the SQL backends: what the kernel
         // granted is cut at its bounds, whatever was appended since.
         let state = self.lock_state();
@@ -195,10 +194,6 @@ impl DbExecutor for MemoryStore {
             .collect()
     }
 
-    async fn append_outcome(&self, write: OutcomeWrite) -> Result<Version, DbError> {
-        self.write(WriteRequest::Outcome(write))?.reply.version()
-    }
-
     async fn wait_for_pending(
         &self,
         pending_at_or_sooner: DateTime<Utc>,
@@ -207,20 +202,12 @@ impl DbExecutor for MemoryStore {
     ) {
         let is_due = {
             let ffqns = Arc::clone(&ffqns);
-            async move { self.lock_state().any_due(&ffqns, pending_at_or_sooner) }
+            async move { Ok(self.lock_state().any_due(&ffqns, pending_at_or_sooner)) }
         };
         (self.hub)
             .wait_for_pending(pending_at_or_sooner, ffqns, max_wait, is_due)
             .await;
     }
-}
-
-#[async_trait]
-impl DbWorkflow for MemoryStore {
-    async fn append_batch(&self, req: AppendBatchRequest) -> Result<Version, DbError> {
-        self.write(WriteRequest::AppendBatch(req))?.reply.version()
-    }
-
     async fn subscribe_to_next_responses(
         &self,
         execution_id: &ExecutionId,
@@ -234,10 +221,6 @@ impl DbWorkflow for MemoryStore {
         };
         self.hub.wait_for_responses(execution_id, check).await
     }
-}
-
-#[async_trait]
-impl DbTimers for MemoryStore {
     async fn get_expired_timers(&self, at: DateTime<Utc>) -> Result<Vec<ExpiredTimer>, DbError> {
         let state = self.open_state()?;
         let expired = state.timers.iter().take_while(|(t, ..)| t.at_or_before(at));
@@ -258,55 +241,6 @@ impl DbTimers for MemoryStore {
                 })
             })
             .collect()
-    }
-
-    async fn append_outcomes(
-        &self,
-        writes: Vec<OutcomeWrite>,
-    ) -> Result<Vec<Result<Version, DbError>>, DbError> {
-        Ok(self
-            .write(WriteRequest::Outcomes(writes))?
-            .reply
-            .outcomes()?
-            .0)
-    }
-
-    async fn append_response(
-        &self,
-        now: DateTime<Utc>,
-        execution_id: &ExecutionId,
-        response: JoinSetResponseEvent,
-    ) -> Result<(), DbError> {
-        let execution_id = execution_id.clone();
-        self.write(WriteRequest::Response {
-            now,
-            execution_id,
-            response,
-        })
-        .map(drop)
-    }
-}
-
-#[async_trait]
-impl DbClient for MemoryStore {
-    async fn create(&self, req: CreateRequest) -> Result<CreateOutcome, DbError> {
-        self.write(WriteRequest::Create(req))?.reply.create()
-    }
-
-    async fn create_batch(&self, reqs: Vec<CreateRequest>) -> Result<(), DbError> {
-        self.write(WriteRequest::CreateBatch(reqs)).map(drop)
-    }
-
-    async fn cancel(&self, req: CancelRequest) -> Result<CancelOutcome, DbError> {
-        self.write(WriteRequest::Cancel(req))?.reply.cancel()
-    }
-
-    async fn complete(&self, req: CompleteRequest) -> Result<CompleteOutcome, DbError> {
-        self.write(WriteRequest::Complete(req))?.reply.complete()
-    }
-
-    async fn prune(&self, req: PruneRequest) -> Result<PruneOutcome, DbError> {
-        self.write(WriteRequest::Prune(req))?.reply.prune()
     }
 
     async fn get(&self, execution_id: &ExecutionId) -> Result<ExecutionLog, DbError> {
@@ -370,10 +304,6 @@ impl DbClient for MemoryStore {
         }
         Ok(out)
     }
-}
-
-#[async_trait]
-impl DbAwait for MemoryStore {
     async fn wait_for_finished_result(
         &self,
         execution_id: &ExecutionId,
@@ -384,10 +314,6 @@ impl DbAwait for MemoryStore {
             .wait_for_finished(execution_id, timeout, check)
             .await
     }
-}
-
-#[async_trait]
-impl DbConnection for MemoryStore {
     async fn close(&self) {
         self.lock_state().closed = true;
         self.hub.close();

@@ -6,9 +6,11 @@
 use super::*;
 use chrono::TimeZone;
 use concepts::{
-    DbErrorKind, DelayId, ExecutionEventInner, ExecutionIdTopLevel, ExecutionMetadata, ExecutorId,
-    HistoryEvent, JoinSetId, JoinSetRequest, JoinSetResponse, Json, Locked, RunId,
-    SupportedFunctionReturnValue, ValidationError,
+    AppendBatchRequest, CancelOutcome, CancelRequest, CreateRequest, DbAwait, DbClient,
+    DbConnection, DbErrorKind, DbExecutor, DbTimers, DbWorkflow, DelayId, ExecutionEventInner,
+    ExecutionIdTopLevel, ExecutionMetadata, ExecutorId, HistoryEvent, JoinSetId, JoinSetRequest,
+    JoinSetResponse, JoinSetResponseEvent, Json, Locked, OutcomeWrite, PruneOutcome, PruneRequest,
+    RunId, SupportedFunctionReturnValue, ValidationError,
 };
 use state::TimerKey;
 

@@ -225,8 +225,6 @@ mod error;
 mod load;
 mod notify;
 mod persist;
-#[cfg(test)]
-mod plan_tests;
 mod reads;
 mod schema;
 #[cfg(test)]
@@ -243,23 +241,16 @@ pub use notify::ListenerState;
 pub use schema::SCHEMA_VERSION;
 pub use tls::{RootCertificates, SslMode};
 
-use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use concepts::{
-    AppendBatchRequest, CancelOutcome, CancelRequest, CompleteOutcome, CompleteRequest,
-    CreateOutcome, CreateRequest, DbAwait, DbClient, DbConnection, DbError, DbExecutor, DbTimers,
-    DbWorkflow, ExecutionEvent, ExecutionId, ExecutionLog, ExecutionSummary, ExpiredTimer,
-    FinishedExecutionResult, FunctionFqn, JoinSetResponseEvent, JoinSetResponseEventOuter,
-    ListExecutionsFilter, LockPendingRequest, LockedExecution, OutcomeWrite, Pagination,
-    PruneOutcome, PruneRequest, Version,
-    kernel::{
-        self, ExecutionRow, Keys, Snapshot, WaiterCounts, WaiterHub, WritePlan, WriteRequest,
-    },
+    DbError, ExecutionEvent, ExecutionId, ExecutionLog, ExecutionSummary, ExpiredTimer,
+    FinishedExecutionResult, FunctionFqn, JoinSetResponseEventOuter, ListExecutionsFilter,
+    LockPendingRequest, LockedExecution, Pagination, Version,
+    kernel::{self, Forward, KnownRows, WaiterCounts, WaiterHub, Write},
 };
 use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod, Runtime};
 use error::map_pool_error;
 use std::{
-    collections::HashMap,
     sync::{Arc, Mutex, PoisonError},
     time::Duration,
 };
@@ -281,14 +272,12 @@ struct Inner {
     writer: Arc<writer::Writer>,
     /// The group writer; it stops when the last store handle drops it.
     groups: writer::Groups,
-    /// The rows of the executions this store's `lock_pending` locked, as it wrote them: the
-    /// outcome of one of them is planned on its row without loading it (see "Writes").
-    leased: Mutex<HashMap<ExecutionId, ExecutionRow>>,
 }
 
-/// At most this many leased rows are kept (a lease whose outcome another process writes is
-/// never taken out): past it, they are all dropped.
-const MAX_LEASED: usize = 4_096;
+/// At most this many rows of the leases this store took are kept, for their outcomes to be
+/// planned on (a lease whose outcome another process writes is never taken out): past it,
+/// they are all dropped.
+const MAX_KNOWN_ROWS: usize = 4_096;
 
 impl Drop for Inner {
     fn drop(&mut self) {
@@ -361,6 +350,7 @@ impl PostgresStore {
             hub: Arc::clone(&hub),
             max_transaction_retries: config.max_transaction_retries,
             trips: trips::Trips::default(),
+            known: KnownRows::new(MAX_KNOWN_ROWS),
         });
         let groups = writer::Groups::spawn(
             Arc::clone(&writer),
@@ -376,7 +366,6 @@ impl PostgresStore {
                 shutdown: shutdown_tx,
                 listener_state: state_rx,
                 listener_task: Mutex::new(Some(task)),
-                leased: Mutex::default(),
             }),
         })
     }
@@ -436,72 +425,6 @@ impl PostgresStore {
         self.inner.pool.get().await.map_err(map_pool_error)
     }
 
-    /// One write, as [`concepts::kernel`] describes it: queued for the group writer when it
-    /// may share a transaction (see the `writer` module), otherwise run alone.
-    async fn write(&self, request: WriteRequest) -> Result<WritePlan, DbError> {
-        self.inner.hub.ensure_open()?;
-        let Some(keys) = Self::keys(&request)? else {
-            return kernel::plan(&Snapshot::default(), request);
-        };
-        if !writer::groupable(&request, &keys) {
-            return self.inner.writer.write(&keys, request).await;
-        }
-        let known = self.known(&request, &keys);
-        self.inner
-            .groups
-            .write(&self.inner.writer, keys, request, known)
-            .await
-    }
-
-    /// The snapshot an outcome of a lease this store took is planned on when it runs alone: the
-    /// row as the lock wrote it, when the outcome names that row alone at its version. Taken
-    /// out either way, so that a row is used once.
-    fn known(&self, request: &WriteRequest, keys: &Keys) -> Option<Snapshot> {
-        let WriteRequest::Outcome(write) = request else {
-            return None;
-        };
-        let only_the_row = keys.executions.len() == 1
-            && keys.new_executions.is_empty()
-            && load::names_rows_only(keys);
-        let row = self
-            .inner
-            .leased
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(&write.execution_id)?;
-        (only_the_row && row.state.next_version == write.version).then(|| {
-            let mut snapshot = Snapshot::default();
-            snapshot.add_execution(row);
-            snapshot
-        })
-    }
-
-    /// Keeps the rows `plan` locked for [`PostgresStore::known`].
-    fn remember_leases(&self, plan: &WritePlan) {
-        let mut leased = self
-            .inner
-            .leased
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        if leased.len() + plan.changes.len() > MAX_LEASED {
-            leased.clear();
-        }
-        for change in &plan.changes {
-            leased.insert(change.row.execution_id.clone(), change.row.clone());
-        }
-    }
-
-    /// The keys of `request`; `None` when nothing can be due, and the empty snapshot is the
-    /// answer, without a round trip.
-    fn keys(request: &WriteRequest) -> Result<Option<Keys>, DbError> {
-        let keys = request.keys()?;
-        let nothing_due = keys
-            .due
-            .as_ref()
-            .is_some_and(|due| due.limit == 0 || due.ffqns.is_empty());
-        Ok((!nothing_due).then_some(keys))
-    }
-
     /// A pooled connection for a read of `trips` round trips.
     async fn reader(&self, trips: u64) -> Result<Object, DbError> {
         let client = self.client().await?;
@@ -541,34 +464,33 @@ async fn first_connection(pool: &Pool, config: &PostgresConfig) -> Result<Object
     }
 }
 
-/// The version a write that names one returns.
-fn next_version(plan: WritePlan) -> Result<Version, DbError> {
-    plan.reply.version()
-}
-
-#[async_trait]
-impl DbExecutor for PostgresStore {
-    async fn lock_pending(&self, req: LockPendingRequest) -> Result<Vec<LockedExecution>, DbError> {
-        let request = WriteRequest::LockPending(req);
+impl kernel::Backend for PostgresStore {
+    async fn write<W: Forward>(&self, write: W) -> Result<W::Reply, DbError> {
         self.inner.hub.ensure_open()?;
-        let Some(keys) = Self::keys(&request)? else {
+        let keys = write.keys()?;
+        let (job, answer) = kernel::queue(write, keys);
+        self.inner.groups.write(&self.inner.writer, job).await;
+        answer.get().await
+    }
+
+    async fn lock_pending(&self, req: LockPendingRequest) -> Result<Vec<LockedExecution>, DbError> {
+        self.inner.hub.ensure_open()?;
+        let keys = req.keys()?;
+        if keys
+            .due
+            .as_ref()
+            .is_some_and(kernel::DueQuery::finds_nothing)
+        {
             return Ok(Vec::new());
-        };
-        let (plan, locked) = self
-            .inner
-            .writer
-            .write_and_hand_over(&keys, request, None)
-            .await?;
+        }
+        let mut lock = writer::Lock(req, keys);
+        let (plan, _, locked) = self.inner.writer.transact(&mut lock, false).await?;
         // An outcome is planned on its leased row only when it runs alone (`Groups::write`):
         // a lock taken while writes are in flight would fill the table for nothing.
         if self.inner.groups.idle() {
-            self.remember_leases(&plan);
+            self.inner.writer.known.remember(&plan);
         }
         Ok(locked)
-    }
-
-    async fn append_outcome(&self, write: OutcomeWrite) -> Result<Version, DbError> {
-        next_version(self.write(WriteRequest::Outcome(write)).await?)
     }
 
     async fn wait_for_pending(
@@ -577,30 +499,12 @@ impl DbExecutor for PostgresStore {
         ffqns: Arc<[FunctionFqn]>,
         max_wait: Duration,
     ) {
-        let is_due = async {
-            match self.any_due(pending_at_or_sooner, &ffqns).await {
-                Ok(due) => due,
-                Err(DbError::Closed) => true,
-                Err(e) => {
-                    // The caller polls again after `max_wait` at the latest.
-                    tracing::warn!(error = %e, "wait_for_pending could not check the database");
-                    false
-                }
-            }
-        };
+        let is_due = self.any_due(pending_at_or_sooner, &ffqns);
         self.inner
             .hub
             .wait_for_pending(pending_at_or_sooner, Arc::clone(&ffqns), max_wait, is_due)
             .await;
     }
-}
-
-#[async_trait]
-impl DbWorkflow for PostgresStore {
-    async fn append_batch(&self, req: AppendBatchRequest) -> Result<Version, DbError> {
-        next_version(self.write(WriteRequest::AppendBatch(req)).await?)
-    }
-
     async fn subscribe_to_next_responses(
         &self,
         execution_id: &ExecutionId,
@@ -615,68 +519,9 @@ impl DbWorkflow for PostgresStore {
             })
             .await
     }
-}
-
-#[async_trait]
-impl DbTimers for PostgresStore {
     async fn get_expired_timers(&self, at: DateTime<Utc>) -> Result<Vec<ExpiredTimer>, DbError> {
         let client = self.reader(1).await?;
         reads::expired_timers(&client, at).await
-    }
-
-    async fn append_outcomes(
-        &self,
-        writes: Vec<OutcomeWrite>,
-    ) -> Result<Vec<Result<Version, DbError>>, DbError> {
-        Ok(self
-            .write(WriteRequest::Outcomes(writes))
-            .await?
-            .reply
-            .outcomes()?
-            .0)
-    }
-
-    async fn append_response(
-        &self,
-        now: DateTime<Utc>,
-        execution_id: &ExecutionId,
-        response: JoinSetResponseEvent,
-    ) -> Result<(), DbError> {
-        self.write(WriteRequest::Response {
-            now,
-            execution_id: execution_id.clone(),
-            response,
-        })
-        .await
-        .map(|_| ())
-    }
-}
-
-#[async_trait]
-impl DbClient for PostgresStore {
-    async fn create(&self, req: CreateRequest) -> Result<CreateOutcome, DbError> {
-        self.write(WriteRequest::Create(req)).await?.reply.create()
-    }
-
-    async fn create_batch(&self, reqs: Vec<CreateRequest>) -> Result<(), DbError> {
-        self.write(WriteRequest::CreateBatch(reqs))
-            .await
-            .map(|_| ())
-    }
-
-    async fn cancel(&self, req: CancelRequest) -> Result<CancelOutcome, DbError> {
-        self.write(WriteRequest::Cancel(req)).await?.reply.cancel()
-    }
-
-    async fn complete(&self, req: CompleteRequest) -> Result<CompleteOutcome, DbError> {
-        self.write(WriteRequest::Complete(req))
-            .await?
-            .reply
-            .complete()
-    }
-
-    async fn prune(&self, req: PruneRequest) -> Result<PruneOutcome, DbError> {
-        self.write(WriteRequest::Prune(req)).await?.reply.prune()
     }
 
     async fn get(&self, execution_id: &ExecutionId) -> Result<ExecutionLog, DbError> {
@@ -701,10 +546,6 @@ impl DbClient for PostgresStore {
         let client = self.reader(1).await?;
         reads::list_executions(&client, &filter, &pagination).await
     }
-}
-
-#[async_trait]
-impl DbAwait for PostgresStore {
     async fn wait_for_finished_result(
         &self,
         execution_id: &ExecutionId,
@@ -718,10 +559,6 @@ impl DbAwait for PostgresStore {
             })
             .await
     }
-}
-
-#[async_trait]
-impl DbConnection for PostgresStore {
     async fn close(&self) {
         if !self.inner.hub.close() {
             return;

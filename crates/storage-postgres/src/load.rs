@@ -13,9 +13,7 @@ use crate::{
 };
 use concepts::{
     DbError, DelayId, JoinSetResponseEventOuter,
-    kernel::{
-        DelayRow, JoinSetCounters, JoinSetRow, Keys, Snapshot, WriteRequest, descendant_bounds,
-    },
+    kernel::{DelayRow, JoinSetCounters, JoinSetRow, Keys, Snapshot, descendant_bounds},
 };
 use deadpool_postgres::ClientWrapper;
 use tokio_postgres::{Row, Statement, types::ToSql};
@@ -119,33 +117,6 @@ const SELECT_OPEN_DELAYS: &str = "SELECT execution_id, delay_id FROM t_delay \
 
 /// The column of `LOCK_SUBTREES` that holds the ordinal of the root.
 const SUBTREE_ORD: usize = 10;
-
-/// True when `request` may be planned on the empty snapshot without loading its `keys`: a
-/// `create` or `create_batch`, whose keys name only the executions it creates, planned as if
-/// none of them were stored. The write itself checks that: the primary keys of `t_execution`
-/// and `t_event` refuse an id that is stored (or committed meanwhile), the transaction rolls
-/// back, and the write runs again with the load, on which the kernel answers the repeat or
-/// the conflict. Nothing else is read for these requests, so what commits is exactly what the
-/// plan on a loaded snapshot would have written: the load is saved, a round trip.
-pub(crate) fn assumes_nothing_stored(request: &WriteRequest, keys: &Keys) -> bool {
-    matches!(
-        request,
-        WriteRequest::Create(_) | WriteRequest::CreateBatch(_)
-    ) && keys.executions.is_empty()
-        && names_rows_only(keys)
-}
-
-/// True when `keys` name nothing but execution rows (to lock or to create).
-pub(crate) fn names_rows_only(keys: &Keys) -> bool {
-    keys.subtrees.is_empty()
-        && keys.due.is_none()
-        && keys.prune.is_none()
-        && keys.finished_results.is_empty()
-        && keys.open_delays.is_empty()
-        && keys.join_sets.is_empty()
-        && keys.delays.is_empty()
-        && keys.child_responses.is_empty()
-}
 
 /// Begins the write transaction and loads what `keys` name, in one pipeline.
 pub(crate) async fn begin_and_load(

@@ -14,8 +14,8 @@ use crate::{
     trips::Trips,
 };
 use concepts::{
-    DbError, ExecutionEventInner, JoinSetResponse,
-    kernel::{ExecutionChange, ExecutionRow, WritePlan},
+    DbError, ExecutionEventInner, ExecutionId, JoinSetResponse,
+    kernel::{ExecutionChange, ExecutionRow, Revision, WritePlan},
 };
 use deadpool_postgres::ClientWrapper;
 use tokio_postgres::{Statement, types::ToSql};
@@ -80,23 +80,15 @@ const DELETE_EXECUTIONS: &str = "WITH \
     delays AS (DELETE FROM t_delay WHERE execution_id = ANY($1)) \
     DELETE FROM t_execution WHERE execution_id = ANY($1)";
 
-/// Locks the rows `$1` and checks that each still holds what the write was planned on (the
-/// columns a write changes: next version, pending state, temporary event count, response
-/// count); otherwise it divides by zero, which aborts the transaction before anything of the
-/// write is stored ([`is_stale`]). A count over a subquery cannot be folded when the statement
-/// is planned: the check runs on the rows as they are when it runs, under their locks.
-const CHECK_ROWS: &str = "WITH r AS (SELECT 1 FROM t_execution t \
-    JOIN UNNEST($1::text[], $2::int8[], $3::text[], $4::int8[], $5::int8[]) \
-    AS k(id, next_version, state_json, temporary_event_count, response_count) \
-    ON t.execution_id = k.id AND t.next_version = k.next_version \
-    AND t.state_json = k.state_json AND t.temporary_event_count = k.temporary_event_count \
-    AND t.response_count = k.response_count \
-    ORDER BY t.execution_id FOR UPDATE OF t) \
-    SELECT 1 / ((SELECT count(*) FROM r) = cardinality($1))::int";
+/// Locks the rows `$1` and checks that each still has the revision the write was planned on,
+/// `($2, $3, $4)` (the schema's `f_check_revisions`, which raises [`STALE_REVISION`] otherwise,
+/// aborting the transaction before anything of the write is stored).
+const CHECK_REVISIONS: &str = "SELECT f_check_revisions($1, $2, $3, $4)";
 
-/// True when `err` is the refusal of [`CHECK_ROWS`]: a row changed since the write was planned
-/// on it. It is the first statement after the `BEGIN` and the only one that divides, so
-/// nothing else fails this way.
+/// The SQLSTATE `f_check_revisions` raises: a row changed since the write was planned on it.
+const STALE_REVISION: &str = "SR001";
+
+/// True when `err` is the refusal of [`CHECK_REVISIONS`].
 pub(crate) fn is_stale(err: &DbError) -> bool {
     let DbError::Backend(backend) = err else {
         return false;
@@ -106,7 +98,7 @@ pub(crate) fn is_stale(err: &DbError) -> bool {
         .as_deref()
         .and_then(|source| source.downcast_ref::<tokio_postgres::Error>())
         .and_then(tokio_postgres::Error::as_db_error)
-        .is_some_and(|db| *db.code() == tokio_postgres::error::SqlState::DIVISION_BY_ZERO)
+        .is_some_and(|db| db.code().code() == STALE_REVISION)
 }
 
 /// How [`persist_and_commit`] ended when it did not commit.
@@ -119,28 +111,15 @@ pub(crate) enum NotCommitted {
     Unknown(DbError),
 }
 
-/// The changes and deletions of `plans`, in the plans' order.
-pub(crate) fn changes_of<'a>(
-    plans: impl Iterator<Item = &'a WritePlan> + Clone,
-) -> (Vec<&'a ExecutionChange>, Vec<&'a str>) {
-    (
-        plans.clone().flat_map(|plan| &plan.changes).collect(),
-        plans
-            .flat_map(|plan| plan.deleted.iter().map(|id| id.as_str()))
-            .collect(),
-    )
-}
-
 /// What goes out with a write's `COMMIT`.
 pub(crate) struct Commit<'a> {
     /// True when the transaction is not open yet: `BEGIN` goes first, in the same pipeline
     /// (a write that loads nothing).
     pub(crate) begin: bool,
-    /// The rows the write was planned on without loading them, checked first
-    /// ([`CHECK_ROWS`]); empty when it loaded them, or assumed nothing was stored.
-    pub(crate) checked: &'a [&'a ExecutionRow],
-    pub(crate) changes: &'a [&'a ExecutionChange],
-    pub(crate) deleted: &'a [&'a str],
+    /// The revisions of the rows the write was planned on without loading them, checked
+    /// first ([`CHECK_REVISIONS`]); empty when it loaded them, or assumed nothing was stored.
+    pub(crate) checked: &'a [(ExecutionId, Revision)],
+    pub(crate) plan: &'a WritePlan,
     /// The notifications (see [`crate::notify::publish`]).
     pub(crate) payloads: &'a [String],
 }
@@ -164,15 +143,16 @@ pub(crate) async fn persist_and_commit<T>(
     let Commit {
         begin,
         checked,
-        changes,
-        deleted,
+        plan,
         payloads,
     } = commit;
-    let prepared = match (Columns::of(changes), CheckColumns::of(checked)) {
+    let deleted: Vec<&str> = plan.deleted.iter().map(|id| id.as_str()).collect();
+    let deleted = &deleted[..];
+    let prepared = match (Columns::of(&plan.changes), CheckColumns::of(checked)) {
         (Ok(columns), Ok(check)) => {
             let statements = prepare_persist(client, &columns, deleted).await;
             let check_statement =
-                prepare(client, [(!check.ids.is_empty()).then_some(CHECK_ROWS)]).await;
+                prepare(client, [(!check.ids.is_empty()).then_some(CHECK_REVISIONS)]).await;
             match (statements, check_statement) {
                 (Ok(statements), Ok([check_statement])) => {
                     Ok((columns, statements, check, check_statement))
@@ -199,8 +179,7 @@ pub(crate) async fn persist_and_commit<T>(
             }
         },
         execute(client, check_statement, [
-            &check.ids, &check.next_version, &check.state_json, &check.temporary_event_count,
-            &check.response_count,
+            &check.ids, &check.next_version, &check.finished, &check.response_count,
         ]),
         execute_all(client, &columns, deleted, statements),
         client.batch_execute("COMMIT"),
@@ -345,31 +324,27 @@ async fn execute<const N: usize>(
     }
 }
 
-/// The arrays of [`CHECK_ROWS`].
+/// The arrays of [`CHECK_REVISIONS`].
 #[derive(Default)]
 struct CheckColumns<'a> {
     ids: Vec<&'a str>,
     next_version: Vec<i64>,
-    state_json: Vec<String>,
-    temporary_event_count: Vec<i64>,
+    finished: Vec<bool>,
     response_count: Vec<i64>,
 }
 
 impl<'a> CheckColumns<'a> {
-    fn of(rows: &[&'a ExecutionRow]) -> Result<Self, DbError> {
+    fn of(revisions: &'a [(ExecutionId, Revision)]) -> Result<Self, DbError> {
         let mut columns = Self::default();
-        for row in rows {
-            columns.ids.push(row.execution_id.as_str());
+        for (id, revision) in revisions {
+            columns.ids.push(id.as_str());
             columns
                 .next_version
-                .push(version_to_i64(row.state.next_version));
-            columns.state_json.push(to_json(&row.state.pending_state)?);
-            columns
-                .temporary_event_count
-                .push(i64::from(row.temporary_event_count));
+                .push(version_to_i64(revision.next_version));
+            columns.finished.push(revision.finished);
             columns
                 .response_count
-                .push(count_to_i64(row.response_count));
+                .push(count_to_i64(revision.response_count));
         }
         Ok(columns)
     }
@@ -388,7 +363,7 @@ struct Columns<'a> {
 }
 
 impl<'a> Columns<'a> {
-    fn of(changes: &[&'a ExecutionChange]) -> Result<Self, DbError> {
+    fn of(changes: &'a [ExecutionChange]) -> Result<Self, DbError> {
         let mut columns = Self::default();
         for change in changes {
             columns.push(change)?;

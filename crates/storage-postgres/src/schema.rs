@@ -32,10 +32,15 @@ const MIGRATIONS: &[Migration] = &[
         description: "state rows vacuumed after a number of dead rows; the due executions read in index order",
         sql: SCHEMA_V3,
     },
+    Migration {
+        version: 4,
+        description: "the revision check of writes planned on rows a store knows",
+        sql: SCHEMA_V4,
+    },
 ];
 
 /// The newest schema version this binary knows (the number of embedded migrations).
-pub const SCHEMA_VERSION: i64 = 3;
+pub const SCHEMA_VERSION: i64 = 4;
 
 /// Version 1. Timestamps are `BIGINT` microseconds since the Unix epoch (a `*_ns` column keeps
 /// the sub-microsecond remainder where the exact value is reported back); ids are `TEXT
@@ -213,6 +218,34 @@ $$;
 /// schema is newer than this binary's; and, as `config` asks, a database without Stele's
 /// schema ([`PostgresConfig::create`] false: nothing is created, not even
 /// `t_schema_migration`) and one of an older version ([`PostgresConfig::migrate`] false: it
+
+/// Version 4: `f_check_revisions(ids, versions, finished, response counts)` locks the rows of
+/// `ids` in id order and raises SQLSTATE `SR001` unless each still has that revision (next
+/// version, finished or not, response count: every write that changes a row changes one). A write planned
+/// on rows its store wrote itself calls it first, so that a changed row aborts the write before
+/// anything of it is stored.
+const SCHEMA_V4: &str = r#"
+CREATE FUNCTION f_check_revisions(
+    ids TEXT[], versions BIGINT[], finished BOOLEAN[], responses BIGINT[]
+) RETURNS VOID LANGUAGE plpgsql AS $$
+DECLARE
+    matching BIGINT;
+BEGIN
+    PERFORM 1 FROM t_execution t
+        JOIN UNNEST(ids, versions, finished, responses)
+            AS k(id, next_version, finished, response_count)
+        ON t.execution_id = k.id AND t.next_version = k.next_version
+        AND (t.state_kind = 3) = k.finished AND t.response_count = k.response_count
+        ORDER BY t.execution_id FOR UPDATE OF t;
+    GET DIAGNOSTICS matching = ROW_COUNT;
+    IF matching <> cardinality(ids) THEN
+        RAISE EXCEPTION 'a row changed since the write was planned on it'
+            USING ERRCODE = 'SR001';
+    END IF;
+END
+$$;
+"#;
+
 /// stays at its version).
 pub(crate) async fn migrate(
     client: &mut tokio_postgres::Client,

@@ -1,5 +1,8 @@
 //! Unit tests of the parts that need no server: URL parsing, payloads, error mapping.
 
+mod plans;
+mod tls;
+
 use crate::{
     PostgresConfig, PostgresError,
     codec::{micros, sub_micros, timestamp},

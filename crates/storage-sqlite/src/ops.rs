@@ -14,7 +14,7 @@ use concepts::{
     CreateRequest, DelayId, DuplicateKind, ExecutionEvent, ExecutionId, Version,
     kernel::{
         self, DelayRow, ExecutionChange, ExecutionRow, JoinSetCounters, JoinSetKey, JoinSetRow,
-        Keys, Snapshot, Wakeup, WritePlan, WriteRequest,
+        Keys, Snapshot, Wakeup, Write, WritePlan,
     },
 };
 use rusqlite::{CachedStatement, Connection, OptionalExtension, params};
@@ -44,19 +44,19 @@ fn reused<'s, 'c>(
 }
 
 impl<'c> WriteCtx<'c> {
-    /// Loads what `keys` (the keys of `request`) name and what its follow-up keys name, plans
-    /// `request` and persists the plan; keeps its wake-ups for after the commit and returns the
-    /// rest of the plan.
-    pub(crate) fn write(&mut self, request: WriteRequest, keys: &Keys) -> Result<WritePlan> {
+    /// Loads what `keys` (the keys of `write`) name and what its follow-up keys name, plans
+    /// `write` and persists the plan; keeps its wake-ups for after the commit and returns the
+    /// write's reply.
+    pub(crate) fn write<W: Write>(&mut self, write: W, keys: &Keys) -> Result<W::Reply> {
         let mut snapshot = Snapshot::default();
         self.load(keys, &mut snapshot)?;
-        if let Some(more) = request.follow_up_keys(&snapshot) {
+        if let Some(more) = write.follow_up_keys(&snapshot) {
             self.load(&more, &mut snapshot)?;
         }
-        let mut plan = kernel::plan(&snapshot, request)?;
+        let (mut plan, reply) = kernel::plan(&snapshot, write)?;
         self.persist(&plan)?;
         self.wakeups.extend(plan.wakeups.drain(..));
-        Ok(plan)
+        Ok(reply)
     }
 
     /// Adds the rows `keys` name to `snapshot`. Every lookup is a prepared statement on an

@@ -9,16 +9,12 @@ use crate::{
     reads, schema,
     writer::{self, AfterCommit, FnCommand, Message},
 };
-use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use concepts::{
-    AppendBatchRequest, CancelOutcome, CancelRequest, CompleteOutcome, CompleteRequest,
-    CreateOutcome, CreateRequest, DbAwait, DbClient, DbConnection, DbError, DbExecutor, DbTimers,
-    DbWorkflow, ExecutionEvent, ExecutionId, ExecutionLog, ExecutionSummary, ExpiredTimer,
-    FinishedExecutionResult, FunctionFqn, JoinSetResponseEvent, JoinSetResponseEventOuter,
-    ListExecutionsFilter, LockPendingRequest, LockedExecution, OutcomeWrite, Pagination,
-    PruneOutcome, PruneRequest, Version,
-    kernel::{WaiterCounts, WaiterHub, WritePlan, WriteRequest},
+    DbError, ExecutionEvent, ExecutionId, ExecutionLog, ExecutionSummary, ExpiredTimer,
+    FinishedExecutionResult, FunctionFqn, JoinSetResponseEventOuter, ListExecutionsFilter,
+    LockPendingRequest, LockedExecution, Pagination, Version,
+    kernel::{self, Forward, WaiterCounts, WaiterHub, Write},
 };
 use deadpool_sqlite::{Hook, HookError, Runtime};
 use std::{path::Path, sync::Arc, time::Duration};
@@ -206,30 +202,25 @@ impl SqlitePool {
         }
     }
 
-    /// Runs `request` on the writer thread and awaits what `answer` takes from its committed
-    /// plan, or why it was refused (sent after the commit). The keys are computed here, off
-    /// the writer thread, and so are the refusals that depend on the request alone; the rest
-    /// of the plan is dropped on the writer thread, which allocated it.
-    async fn write<T: Send + 'static>(
-        &self,
-        request: WriteRequest,
-        answer: fn(WritePlan) -> Result<T, SqliteError>,
-    ) -> Result<T, DbError> {
-        self.write_with(request, answer, None).await
+    /// Runs `write` on the writer thread and awaits its reply once committed, or why it was
+    /// refused (sent after the commit). The keys are computed here, off the writer thread, and
+    /// so are the refusals that depend on the request alone.
+    async fn run<W: Write>(&self, write: W) -> Result<W::Reply, DbError> {
+        self.run_with(write, |reply| reply, None).await
     }
 
-    /// As [`SqlitePool::write`], with `after_commit` run on the answer on the writer thread
-    /// once the write committed, before the reply.
-    async fn write_with<T: Send + 'static>(
+    /// As [`SqlitePool::run`], with the reply turned into what the caller gets by `answer`
+    /// and then, once the write committed, by `after_commit`, both on the writer thread.
+    async fn run_with<W: Write, T: Send + 'static>(
         &self,
-        request: WriteRequest,
-        answer: fn(WritePlan) -> Result<T, SqliteError>,
+        write: W,
+        answer: fn(W::Reply) -> T,
         after_commit: Option<AfterCommit<T>>,
     ) -> Result<T, DbError> {
         self.inner.hub.ensure_open()?;
-        let keys = request.keys()?;
+        let keys = write.keys()?;
         let (command, rx) = FnCommand::boxed_with(
-            move |ctx: &mut WriteCtx<'_>| ctx.write(request, &keys).and_then(answer),
+            move |ctx: &mut WriteCtx<'_>| ctx.write(write, &keys).map(answer),
             after_commit,
         );
         let sent = self.inner.commands.send(Message::Command(command)).await;
@@ -274,11 +265,6 @@ impl SqlitePool {
         })?;
         outcome.map_err(|err| err.into_db_error(&path))
     }
-}
-
-/// The answer of a write that appends to or creates one execution.
-fn next_version(plan: WritePlan) -> Result<Version, SqliteError> {
-    plan.reply.version().map_err(SqliteError::Db)
 }
 
 /// Opens the reader pool and checks that one connection works.
@@ -328,13 +314,14 @@ async fn open_readers(config: &SqliteConfig) -> Result<deadpool_sqlite::Pool, Sq
     Ok(pool)
 }
 
-#[async_trait]
-impl DbExecutor for SqlitePool {
+impl kernel::Backend for SqlitePool {
+    async fn write<W: Forward>(&self, write: W) -> Result<W::Reply, DbError> {
+        self.run(write).await
+    }
+
     async fn lock_pending(&self, req: LockPendingRequest) -> Result<Vec<LockedExecution>, DbError> {
-        let request = WriteRequest::LockPending(req);
-        let answer = |plan: WritePlan| Ok(Handover::unread(plan.locked));
         let Handover { mut ready, unread } = self
-            .write_with(request, answer, Some(handover::on_writer))
+            .run_with(req, Handover::unread, Some(handover::on_writer))
             .await?;
         if !unread.is_empty() {
             let rest = self
@@ -343,10 +330,6 @@ impl DbExecutor for SqlitePool {
             ready.extend(rest);
         }
         Ok(ready)
-    }
-
-    async fn append_outcome(&self, write: OutcomeWrite) -> Result<Version, DbError> {
-        self.write(WriteRequest::Outcome(write), next_version).await
     }
 
     async fn wait_for_pending(
@@ -359,34 +342,13 @@ impl DbExecutor for SqlitePool {
             return;
         }
         let check_ffqns = Arc::clone(&ffqns);
-        let is_due = async move {
-            let due = self
-                .read(move |conn| reads::any_due(conn, &check_ffqns, pending_at_or_sooner))
-                .await;
-            match due {
-                Ok(due) => due,
-                // Closing: stop waiting.
-                Err(DbError::Closed) => true,
-                Err(err) => {
-                    tracing::warn!("wait_for_pending could not check for due executions: {err}");
-                    false
-                }
-            }
-        };
+        let is_due =
+            self.read(move |conn| reads::any_due(conn, &check_ffqns, pending_at_or_sooner));
         self.inner
             .hub
             .wait_for_pending(pending_at_or_sooner, ffqns, max_wait, is_due)
             .await;
     }
-}
-
-#[async_trait]
-impl DbWorkflow for SqlitePool {
-    async fn append_batch(&self, req: AppendBatchRequest) -> Result<Version, DbError> {
-        self.write(WriteRequest::AppendBatch(req), next_version)
-            .await
-    }
-
     async fn subscribe_to_next_responses(
         &self,
         execution_id: &ExecutionId,
@@ -398,72 +360,8 @@ impl DbWorkflow for SqlitePool {
         };
         self.inner.hub.wait_for_responses(execution_id, check).await
     }
-}
-
-#[async_trait]
-impl DbTimers for SqlitePool {
     async fn get_expired_timers(&self, at: DateTime<Utc>) -> Result<Vec<ExpiredTimer>, DbError> {
         self.read(move |conn| reads::expired_timers(conn, at)).await
-    }
-
-    async fn append_outcomes(
-        &self,
-        writes: Vec<OutcomeWrite>,
-    ) -> Result<Vec<Result<Version, DbError>>, DbError> {
-        self.write(WriteRequest::Outcomes(writes), |plan| {
-            Ok(plan.reply.outcomes()?.0)
-        })
-        .await
-    }
-
-    async fn append_response(
-        &self,
-        now: DateTime<Utc>,
-        execution_id: &ExecutionId,
-        response: JoinSetResponseEvent,
-    ) -> Result<(), DbError> {
-        let request = WriteRequest::Response {
-            now,
-            execution_id: execution_id.clone(),
-            response,
-        };
-        self.write(request, |_| Ok(())).await
-    }
-}
-
-#[async_trait]
-impl DbClient for SqlitePool {
-    async fn create(&self, req: CreateRequest) -> Result<CreateOutcome, DbError> {
-        self.write(WriteRequest::Create(req), |plan| {
-            plan.reply.create().map_err(SqliteError::Db)
-        })
-        .await
-    }
-
-    async fn create_batch(&self, reqs: Vec<CreateRequest>) -> Result<(), DbError> {
-        self.write(WriteRequest::CreateBatch(reqs), |_| Ok(()))
-            .await
-    }
-
-    async fn cancel(&self, req: CancelRequest) -> Result<CancelOutcome, DbError> {
-        self.write(WriteRequest::Cancel(req), |plan| {
-            plan.reply.cancel().map_err(SqliteError::Db)
-        })
-        .await
-    }
-
-    async fn complete(&self, req: CompleteRequest) -> Result<CompleteOutcome, DbError> {
-        self.write(WriteRequest::Complete(req), |plan| {
-            plan.reply.complete().map_err(SqliteError::Db)
-        })
-        .await
-    }
-
-    async fn prune(&self, req: PruneRequest) -> Result<PruneOutcome, DbError> {
-        self.write(WriteRequest::Prune(req), |plan| {
-            plan.reply.prune().map_err(SqliteError::Db)
-        })
-        .await
     }
 
     async fn get(&self, execution_id: &ExecutionId) -> Result<ExecutionLog, DbError> {
@@ -490,10 +388,6 @@ impl DbClient for SqlitePool {
         self.read(move |conn| reads::list_executions(conn, &filter, &pagination))
             .await
     }
-}
-
-#[async_trait]
-impl DbAwait for SqlitePool {
     async fn wait_for_finished_result(
         &self,
         execution_id: &ExecutionId,
@@ -508,10 +402,6 @@ impl DbAwait for SqlitePool {
             .wait_for_finished(execution_id, timeout, check)
             .await
     }
-}
-
-#[async_trait]
-impl DbConnection for SqlitePool {
     async fn close(&self) {
         if self.inner.hub.close() {
             // The writer finishes what is queued before this, then stops.

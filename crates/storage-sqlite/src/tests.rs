@@ -15,10 +15,11 @@ use concepts::{
     ExecutionId, ExecutionMetadata, ExecutorId, FunctionFqn, HistoryEvent, JoinSetId,
     JoinSetRequest, JoinSetResponse, JoinSetResponseEvent, Json, LockPendingRequest, PendingState,
     SupportedFunctionReturnValue, Version,
-    kernel::{WaiterCounts, WaiterHub, WriteRequest},
+    kernel::{WaiterCounts, WaiterHub, Write},
 };
 use std::{path::Path, sync::Arc, time::Duration};
 
+mod checkpoint;
 mod faults;
 mod handover;
 
@@ -834,9 +835,8 @@ fn run_commands(conn: rusqlite::Connection, path: &Path, commands: Vec<Box<dyn C
 
 /// Creates an execution inside a writer command, as `SqlitePool::create` does.
 fn create(ctx: &mut WriteCtx<'_>, req: CreateRequest) -> Result<CreateOutcome, SqliteError> {
-    let request = WriteRequest::Create(req);
-    let keys = request.keys()?;
-    Ok(ctx.write(request, &keys)?.reply.create()?)
+    let keys = req.keys()?;
+    ctx.write(req, &keys)
 }
 
 /// A failing command in a group commit rolls back only its own writes.

@@ -21,22 +21,23 @@
 //! # let _ = lose_every_outcome_reply;
 //! ```
 
-use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use concepts::{
-    AppendBatchRequest, CancelOutcome, CancelRequest, CompleteOutcome, CompleteRequest,
-    CreateOutcome, CreateRequest, DbAwait, DbClient, DbConnection, DbError, DbExecutor, DbTimers,
-    DbWorkflow, ExecutionEvent, ExecutionId, ExecutionLog, ExecutionSummary, ExpiredTimer,
+    AppendBatchRequest, CancelRequest, CompleteRequest, CreateRequest, DbConnection, DbError,
+    ExecutionEvent, ExecutionId, ExecutionLog, ExecutionSummary, ExpiredTimer,
     FinishedExecutionResult, FunctionFqn, JoinSetResponseEvent, JoinSetResponseEventOuter,
     ListExecutionsFilter, LockPendingRequest, LockedExecution, OutcomeWrite, Pagination,
-    PruneOutcome, PruneRequest, Version,
+    PruneRequest, Version,
+    kernel::{AppendOutcomes, AppendResponse, Backend, CreateBatch, Forward},
 };
-use std::{future::Future, pin::Pin, sync::Arc, time::Duration};
+use std::{any::Any, future::Future, pin::Pin, sync::Arc, time::Duration};
 
 /// A write on its way to the store, as the hook sees it.
 #[derive(Debug, Clone, Copy)]
 #[non_exhaustive]
 pub enum Write<'a> {
+    /// A kind of write the hook has no name for yet.
+    Other(&'a (dyn std::fmt::Debug + Sync)),
     /// `create`.
     Create(&'a CreateRequest),
     /// `create_batch`.
@@ -65,6 +66,38 @@ pub enum Write<'a> {
     Complete(&'a CompleteRequest),
     /// `prune`.
     Prune(&'a PruneRequest),
+}
+
+impl<'a> Write<'a> {
+    /// The view of `write`, a write of the kernel's kinds.
+    fn of<W: Forward>(write: &'a W) -> Self {
+        let any: &dyn Any = write;
+        if let Some(req) = any.downcast_ref::<CreateRequest>() {
+            Self::Create(req)
+        } else if let Some(CreateBatch(reqs)) = any.downcast_ref() {
+            Self::CreateBatch(reqs)
+        } else if let Some(req) = any.downcast_ref::<AppendBatchRequest>() {
+            Self::AppendBatch(req)
+        } else if let Some(write) = any.downcast_ref::<OutcomeWrite>() {
+            Self::Outcome(write)
+        } else if let Some(AppendOutcomes(writes)) = any.downcast_ref() {
+            Self::Outcomes(writes)
+        } else if let Some(response) = any.downcast_ref::<AppendResponse>() {
+            Self::Response {
+                now: response.now,
+                execution_id: &response.execution_id,
+                response: &response.response,
+            }
+        } else if let Some(req) = any.downcast_ref::<CancelRequest>() {
+            Self::Cancel(req)
+        } else if let Some(req) = any.downcast_ref::<CompleteRequest>() {
+            Self::Complete(req)
+        } else if let Some(req) = any.downcast_ref::<PruneRequest>() {
+            Self::Prune(req)
+        } else {
+            Self::Other(write)
+        }
+    }
 }
 
 /// What happens to one write.
@@ -209,29 +242,25 @@ impl ForwardingDb {
     }
 }
 
-#[async_trait]
-impl DbAwait for ForwardingDb {
-    async fn wait_for_finished_result(
-        &self,
-        execution_id: &ExecutionId,
-        timeout: Option<Duration>,
-    ) -> Result<FinishedExecutionResult, DbError> {
-        self.inner
-            .wait_for_finished_result(execution_id, timeout)
-            .await
+impl Backend for ForwardingDb {
+    async fn write<W: Forward>(&self, write: W) -> Result<W::Reply, DbError> {
+        let copy = write.clone();
+        let view = Write::of(&copy);
+        let reply = self.apply(view, write.forward(self.inner.as_ref())).await?;
+        // Each item `append_outcomes` accepted is an acknowledged outcome of its own.
+        if let (Write::Outcomes(writes), Some(replies)) = (view, downcast::<Replies>(&reply)) {
+            for (write, reply) in writes.iter().zip(replies) {
+                if reply.is_ok() {
+                    self.hook.acknowledged(&Write::Outcome(write));
+                }
+            }
+        }
+        Ok(reply)
     }
-}
 
-#[async_trait]
-impl DbExecutor for ForwardingDb {
     async fn lock_pending(&self, req: LockPendingRequest) -> Result<Vec<LockedExecution>, DbError> {
         let copy = req.clone();
         (self.apply(Write::LockPending(&copy), self.inner.lock_pending(req))).await
-    }
-
-    async fn append_outcome(&self, write: OutcomeWrite) -> Result<Version, DbError> {
-        let copy = write.clone();
-        (self.apply(Write::Outcome(&copy), self.inner.append_outcome(write))).await
     }
 
     async fn wait_for_pending(
@@ -249,14 +278,6 @@ impl DbExecutor for ForwardingDb {
             .wait_for_pending(pending_at_or_sooner, ffqns.clone(), max_wait);
         self.wait(what, wait, tokio::time::sleep(max_wait)).await;
     }
-}
-
-#[async_trait]
-impl DbWorkflow for ForwardingDb {
-    async fn append_batch(&self, req: AppendBatchRequest) -> Result<Version, DbError> {
-        let copy = req.clone();
-        (self.apply(Write::AppendBatch(&copy), self.inner.append_batch(req))).await
-    }
 
     async fn subscribe_to_next_responses(
         &self,
@@ -269,76 +290,19 @@ impl DbWorkflow for ForwardingDb {
         let what = Wait::Responses { execution_id };
         self.wait(what, wait, std::future::pending()).await
     }
-}
 
-#[async_trait]
-impl DbTimers for ForwardingDb {
+    async fn wait_for_finished_result(
+        &self,
+        execution_id: &ExecutionId,
+        timeout: Option<Duration>,
+    ) -> Result<FinishedExecutionResult, DbError> {
+        self.inner
+            .wait_for_finished_result(execution_id, timeout)
+            .await
+    }
+
     async fn get_expired_timers(&self, at: DateTime<Utc>) -> Result<Vec<ExpiredTimer>, DbError> {
         self.inner.get_expired_timers(at).await
-    }
-
-    async fn append_outcomes(
-        &self,
-        writes: Vec<OutcomeWrite>,
-    ) -> Result<Vec<Result<Version, DbError>>, DbError> {
-        let copies = writes.clone();
-        let replies = self
-            .apply(Write::Outcomes(&copies), self.inner.append_outcomes(writes))
-            .await?;
-        // Each accepted item is an acknowledged outcome of its own.
-        for (write, reply) in copies.iter().zip(&replies) {
-            if reply.is_ok() {
-                self.hook.acknowledged(&Write::Outcome(write));
-            }
-        }
-        Ok(replies)
-    }
-
-    async fn append_response(
-        &self,
-        now: DateTime<Utc>,
-        execution_id: &ExecutionId,
-        response: JoinSetResponseEvent,
-    ) -> Result<(), DbError> {
-        let copy = response.clone();
-        let write = Write::Response {
-            now,
-            execution_id,
-            response: &copy,
-        };
-        (self.apply(
-            write,
-            self.inner.append_response(now, execution_id, response),
-        ))
-        .await
-    }
-}
-
-#[async_trait]
-impl DbClient for ForwardingDb {
-    async fn create(&self, req: CreateRequest) -> Result<CreateOutcome, DbError> {
-        let copy = req.clone();
-        (self.apply(Write::Create(&copy), self.inner.create(req))).await
-    }
-
-    async fn create_batch(&self, reqs: Vec<CreateRequest>) -> Result<(), DbError> {
-        let copy = reqs.clone();
-        (self.apply(Write::CreateBatch(&copy), self.inner.create_batch(reqs))).await
-    }
-
-    async fn cancel(&self, req: CancelRequest) -> Result<CancelOutcome, DbError> {
-        let copy = req.clone();
-        (self.apply(Write::Cancel(&copy), self.inner.cancel(req))).await
-    }
-
-    async fn complete(&self, req: CompleteRequest) -> Result<CompleteOutcome, DbError> {
-        let copy = req.clone();
-        (self.apply(Write::Complete(&copy), self.inner.complete(req))).await
-    }
-
-    async fn prune(&self, req: PruneRequest) -> Result<PruneOutcome, DbError> {
-        let copy = req.clone();
-        (self.apply(Write::Prune(&copy), self.inner.prune(req))).await
     }
 
     async fn get(&self, execution_id: &ExecutionId) -> Result<ExecutionLog, DbError> {
@@ -360,11 +324,15 @@ impl DbClient for ForwardingDb {
     ) -> Result<Vec<ExecutionSummary>, DbError> {
         self.inner.list_executions(filter, pagination).await
     }
-}
 
-#[async_trait]
-impl DbConnection for ForwardingDb {
     async fn close(&self) {
         self.inner.close().await;
     }
+}
+
+/// The reply of `append_outcomes`.
+type Replies = Vec<Result<Version, DbError>>;
+
+fn downcast<T: Any>(value: &dyn Any) -> Option<&T> {
+    value.downcast_ref()
 }

@@ -2,7 +2,7 @@
 //! stubs, `cancel` over a tree, `complete` of a stub and `prune` of finished trees, each write
 //! loaded key by key from a hand-built table of rows, the way a backend loads it.
 
-use super::tests::{at, create_request, ffqn, join_set, pending, row};
+use super::tests::{Planned, at, create_request, ffqn, join_set, pending, row};
 use super::*;
 use crate::{
     AppendBatchRequest, CancelOutcome, CancelRequest, CompleteOutcome, CompleteRequest, DbError,
@@ -120,14 +120,15 @@ impl Table {
     }
 
     /// The protocol of every backend: keys, load, follow-up keys, load, plan.
-    fn write(&self, request: WriteRequest) -> Result<WritePlan, DbError> {
+    fn write<W: Write>(&self, request: W) -> Result<Planned<W::Reply>, DbError> {
         let keys = request.keys()?;
         let mut snapshot = Snapshot::default();
         self.load(&keys, &mut snapshot);
         if let Some(more) = request.follow_up_keys(&snapshot) {
             self.load(&more, &mut snapshot);
         }
-        plan(&snapshot, request)
+        let (plan, reply) = plan(&snapshot, request)?;
+        Ok(Planned { plan, reply })
     }
 }
 
@@ -172,12 +173,12 @@ fn ok_none() -> Outcome {
     Ok(SupportedFunctionReturnValue::None)
 }
 
-fn cancel(execution_id: &ExecutionId) -> WriteRequest {
-    WriteRequest::Cancel(CancelRequest {
+fn cancel(execution_id: &ExecutionId) -> CancelRequest {
+    CancelRequest {
         execution_id: execution_id.clone(),
         now: at(9),
         reason: "stop".to_owned(),
-    })
+    }
 }
 
 /// The event and state of an execution finished at `at(9)` at `version`.
@@ -209,12 +210,12 @@ fn child_finished(child: &ExecutionId, version: u32, result: Outcome) -> JoinSet
     }
 }
 
-fn cancelled_members(executions: usize) -> WriteReply {
-    WriteReply::Cancel(CancelOutcome::Cancelled { executions })
+fn cancelled_members(executions: usize) -> CancelOutcome {
+    CancelOutcome::Cancelled { executions }
 }
 
 fn assert_writes_nothing(plan: &WritePlan) {
-    let nothing = plan.changes.is_empty() && plan.wakeups.is_empty() && plan.locked.is_empty();
+    let nothing = plan.changes.is_empty() && plan.wakeups.is_empty();
     assert!(nothing, "{plan:?}");
 }
 
@@ -243,7 +244,7 @@ fn a_child_id_is_derived_from_its_parent_and_join_set() {
     let parent = ExecutionId::generate_at(at(0));
     let derived = parent.next_level(&join_set(), 1);
     let as_child = |id: &ExecutionId| create_request(id, Some((parent.clone(), join_set())));
-    assert!(WriteRequest::Create(as_child(&derived)).keys().is_ok());
+    assert!(as_child(&derived).keys().is_ok());
     let other_join_set: JoinSetId = "n:other".parse().unwrap();
     let not_derived = [
         ExecutionId::generate_at(at(1)).next_level(&join_set(), 1),
@@ -252,7 +253,7 @@ fn a_child_id_is_derived_from_its_parent_and_join_set() {
         ExecutionId::generate_at(at(2)),
     ];
     for id in &not_derived {
-        let err = WriteRequest::Create(as_child(id)).keys().unwrap_err();
+        let err = as_child(id).keys().unwrap_err();
         let js = join_set();
         let expected = format!(
             "execution {id} is created as a child of {parent} in join set {js}, so its id must \
@@ -260,9 +261,7 @@ fn a_child_id_is_derived_from_its_parent_and_join_set() {
         );
         assert_eq!(invalid_request(&err), expected);
     }
-    let err = WriteRequest::Create(create_request(&derived, None))
-        .keys()
-        .unwrap_err();
+    let err = create_request(&derived, None).keys().unwrap_err();
     assert_eq!(
         invalid_request(&err),
         format!(
@@ -272,7 +271,7 @@ fn a_child_id_is_derived_from_its_parent_and_join_set() {
 
     // The same rule for every item of a batch and every child of `append_batch`.
     let top_level = create_request(&ExecutionId::generate_at(at(3)), None);
-    let batch = WriteRequest::CreateBatch(vec![top_level, as_child(&not_derived[0])]);
+    let batch = CreateBatch(vec![top_level, as_child(&not_derived[0])]);
     invalid_request(&batch.keys().unwrap_err());
     let announce = |child_execution_id: &ExecutionId| ExecutionEventInner::HistoryEvent {
         event: HistoryEvent::JoinSetRequest {
@@ -282,14 +281,12 @@ fn a_child_id_is_derived_from_its_parent_and_join_set() {
             },
         },
     };
-    let append = |child: &ExecutionId| {
-        WriteRequest::AppendBatch(AppendBatchRequest {
-            execution_id: parent.clone(),
-            version: Version(2),
-            now: at(1),
-            events: vec![announce(child)],
-            children: vec![as_child(child)],
-        })
+    let append = |child: &ExecutionId| AppendBatchRequest {
+        execution_id: parent.clone(),
+        version: Version(2),
+        now: at(1),
+        events: vec![announce(child)],
+        children: vec![as_child(child)],
     };
     assert!(append(&derived).keys().is_ok());
     let err = append(&not_derived[1]).keys().unwrap_err();
@@ -304,7 +301,7 @@ fn lock_pending_refuses_to_name_a_stub() {
     let stub = FunctionFqn::stub("approval").unwrap();
     assert!(stub.is_stub() && !ffqn().is_stub());
     assert_eq!(stub.to_string(), "stele:stub.approval");
-    let request = WriteRequest::LockPending(LockPendingRequest {
+    let request = LockPendingRequest {
         batch_size: 10,
         pending_at_or_sooner: at(5),
         ffqns: Arc::from([ffqn(), stub.clone()]),
@@ -312,7 +309,7 @@ fn lock_pending_refuses_to_name_a_stub() {
         component_id: "activity:test".parse().unwrap(),
         executor_id: ExecutorId::generate_at(at(0)),
         lock_expires_at: at(9),
-    });
+    };
     let err = request.keys().unwrap_err();
     assert_eq!(
         invalid_request(&err),
@@ -360,10 +357,7 @@ fn cancel_of_a_finished_execution_writes_nothing_and_says_how_it_finished() {
             "nothing more to read"
         );
         let plan = table.write(cancel(id)).unwrap();
-        assert_eq!(
-            plan.reply,
-            WriteReply::Cancel(CancelOutcome::AlreadyFinished { result })
-        );
+        assert_eq!(plan.reply, CancelOutcome::AlreadyFinished { result });
         assert_writes_nothing(&plan);
     }
     let unknown = ExecutionId::generate_at(at(2));
@@ -578,12 +572,12 @@ fn value(text: &str) -> SupportedFunctionReturnValue {
     SupportedFunctionReturnValue::InfallibleOrResultOk(Json(serde_json::json!(text)))
 }
 
-fn complete(execution_id: &ExecutionId, text: &str) -> WriteRequest {
-    WriteRequest::Complete(CompleteRequest {
+fn complete(execution_id: &ExecutionId, text: &str) -> CompleteRequest {
+    CompleteRequest {
         execution_id: execution_id.clone(),
         now: at(9),
         value: value(text),
-    })
+    }
 }
 
 #[test]
@@ -600,7 +594,7 @@ fn complete_finishes_a_stub_once_and_answers_its_parent() {
     assert_eq!(keys.finished_results, std::slice::from_ref(&stub));
 
     let plan = table.write(complete(&stub, "yes")).unwrap();
-    assert_eq!(plan.reply, WriteReply::Complete(CompleteOutcome::Completed));
+    assert_eq!(plan.reply, CompleteOutcome::Completed);
     let [stub_change, parent_change] = plan.changes.as_slice() else {
         panic!("two changes expected: {plan:?}");
     };
@@ -623,10 +617,7 @@ fn complete_finishes_a_stub_once_and_answers_its_parent() {
     table.add_finished(stub_row(&stub, Some(&parent)), 9, Ok(value("yes")));
     table.child_responses.insert((parent.clone(), stub.clone()));
     let again = table.write(complete(&stub, "yes")).unwrap();
-    assert_eq!(
-        again.reply,
-        WriteReply::Complete(CompleteOutcome::AlreadyCompleted)
-    );
+    assert_eq!(again.reply, CompleteOutcome::AlreadyCompleted);
     assert_writes_nothing(&again);
     let err = table.write(complete(&stub, "no")).unwrap_err();
     assert!(
@@ -656,7 +647,7 @@ fn complete_needs_an_existing_stub() {
     let top_level_stub = ExecutionId::generate_at(at(0));
     table.add(stub_row(&top_level_stub, None));
     let plan = table.write(complete(&top_level_stub, "yes")).unwrap();
-    assert_eq!(plan.reply, WriteReply::Complete(CompleteOutcome::Completed));
+    assert_eq!(plan.reply, CompleteOutcome::Completed);
     assert_eq!(plan.changes.len(), 1, "no parent to answer");
 
     let runs = ExecutionId::generate_at(at(1));
@@ -676,12 +667,12 @@ fn complete_needs_an_existing_stub() {
     ));
 }
 
-fn prune(finished_before: i64, limit: usize, after: Option<(i64, &ExecutionId)>) -> WriteRequest {
-    WriteRequest::Prune(PruneRequest {
+fn prune(finished_before: i64, limit: usize, after: Option<(i64, &ExecutionId)>) -> PruneRequest {
+    PruneRequest {
         finished_before: at(finished_before),
         limit,
         after: after.map(|(t, id)| (at(t), id.clone())),
-    })
+    }
 }
 
 fn counted(
@@ -699,9 +690,9 @@ fn counted(
     }
 }
 
-fn pruned(plan: WritePlan) -> (PruneOutcome, Vec<ExecutionId>) {
+fn pruned(plan: Planned<PruneOutcome>) -> (PruneOutcome, Vec<ExecutionId>) {
     assert_writes_nothing(&plan);
-    (plan.reply.prune().unwrap(), plan.deleted)
+    (plan.reply, plan.plan.deleted)
 }
 
 /// Top-level executions finished at 10 (a finished tree of three), 20 (a child still

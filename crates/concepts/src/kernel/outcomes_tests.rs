@@ -56,15 +56,14 @@ fn outcomes_are_planned_one_after_the_other_and_refused_one_by_one() {
         timeout(&children[1], 1),
         timeout(&children[2], 2),
     ];
-    let request = WriteRequest::Outcomes(writes);
+    let request = AppendOutcomes(writes);
     let keys = request.keys().unwrap();
     assert_eq!(
         keys.executions.iter().filter(|id| **id == parent).count(),
         1,
         "the parent is named once"
     );
-    let plan = plan(&snapshot, request).unwrap();
-    let replies = plan.reply.outcomes().unwrap().0;
+    let (plan, replies) = plan(&snapshot, request).unwrap();
     assert_eq!(replies.len(), 3);
     assert_eq!(replies[0].as_ref().unwrap(), &Version(2));
     assert_eq!(
@@ -123,20 +122,15 @@ fn a_repeated_outcome_in_one_batch_is_refused_by_the_first() {
     let mut snapshot = Snapshot::default();
     snapshot.add_execution(row(&parent, 5, super::tests::pending(20)));
     snapshot.add_execution(child.clone());
-    let request = WriteRequest::Outcomes(vec![timeout(&child, 2), timeout(&child, 2)]);
+    let request = AppendOutcomes(vec![timeout(&child, 2), timeout(&child, 2)]);
     request.keys().unwrap();
-    let replies = plan(&snapshot, request)
-        .unwrap()
-        .reply
-        .outcomes()
-        .unwrap()
-        .0;
+    let (_, replies) = plan(&snapshot, request).unwrap();
     assert!(replies[0].is_ok());
     assert!(crate::is_lost_race(replies[1].as_ref().unwrap_err()));
 }
 
 #[test]
 fn an_empty_batch_of_outcomes_is_refused() {
-    let err = WriteRequest::Outcomes(Vec::new()).keys().unwrap_err();
+    let err = AppendOutcomes(Vec::new()).keys().unwrap_err();
     assert!(err.to_string().contains("append_outcomes"), "{err}");
 }

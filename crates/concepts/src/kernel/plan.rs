@@ -1,91 +1,115 @@
-//! The planner: a [`WriteRequest`] applied to a [`Snapshot`] gives a [`WritePlan`] or the typed
-//! error that refuses the whole write.
+//! The planner's vocabulary and its primitives: what a write changes ([`ExecutionChange`], the
+//! [`WritePlan`] a backend persists, the [`Wakeup`]s it delivers after the commit) and the
+//! [`Planner`], which stages the changes of one write on a [`Snapshot`]: appending an event,
+//! storing a response, each validated and carried forward with the pending state's
+//! transitions. The write kinds (`writes/`) are made of these steps.
 
-pub use super::request::{
-    ExecutionChange, PlannedDelay, PlannedResponse, Wakeup, Wakeups, WritePlan, WriteReply,
-    WriteRequest,
-};
-
-use super::handover::LockGrant;
-use super::snapshot::{DelayRow, ExecutionRow, FastHash, JoinSetCounters, Snapshot};
+use super::snapshot::{DelayRow, ExecutionRow, FastHash, JoinSetCounters, Snapshot, inconsistent};
 use crate::{
-    AppendBatchRequest, BackendError, CreateOutcome, CreateRequest, DbError, DelayId,
-    DuplicateKind, ExecutionEvent, ExecutionEventInner, ExecutionId, HistoryEvent, JoinSetId,
-    JoinSetRequest, JoinSetResponse, JoinSetResponseEvent, JoinSetResponseEventOuter,
-    LockPendingRequest, Locked, OutcomeWrite, PendingState, RunId, ValidationError, Version,
+    CreateRequest, DbError, DelayId, DuplicateKind, ExecutionEvent, ExecutionEventInner,
+    ExecutionId, FunctionFqn, HistoryEvent, JoinSetId, JoinSetRequest, JoinSetResponse,
+    JoinSetResponseEvent, JoinSetResponseEventOuter, PendingState, ValidationError, Version,
 };
 use chrono::{DateTime, Utc};
-use smallvec::{SmallVec, smallvec};
+use smallvec::SmallVec;
 use std::collections::{HashMap, HashSet};
 
-/// Applies `request` to `snapshot` (loaded for `request.keys()`): the plan to persist, or the
-/// error that refuses the whole write.
-pub fn plan(snapshot: &Snapshot, request: WriteRequest) -> Result<WritePlan, DbError> {
-    let mut planner = Planner::new(snapshot);
-    let mut locked = Vec::new();
-    let mut deleted = Vec::new();
-    // A change is large (most of a kilobyte): a first push would allocate room for four, a
-    // block allocators serve slowly, where most writes change one or two executions.
-    match &request {
-        WriteRequest::Create(_) | WriteRequest::Response { .. } => planner.changes.reserve_exact(1),
-        WriteRequest::Outcome(write) => {
-            let parent = usize::from(write.parent.is_some());
-            planner.changes.reserve_exact(1 + parent);
-        }
-        WriteRequest::AppendBatch(req) => planner.changes.reserve_exact(1 + req.children.len()),
-        _ => {}
+/// A pending state became due, a response arrived, or an execution finished: who to wake.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Wakeup {
+    /// An execution of `ffqn` is due at `at`: wakes `wait_for_pending` callers of `ffqn`
+    /// whose horizon covers `at`.
+    Pending {
+        /// The function.
+        ffqn: FunctionFqn,
+        /// When it is due.
+        at: DateTime<Utc>,
+    },
+    /// The execution received responses: wakes `subscribe_to_next_responses` callers.
+    Responses(ExecutionId),
+    /// The execution finished: wakes `wait_for_finished_result` callers.
+    Finished(ExecutionId),
+}
+
+/// The wake-ups of a write, with room for two inline: an outcome wakes the waiters of its
+/// execution and perhaps its parent's, and allocates nothing for them.
+pub type Wakeups = SmallVec<[Wakeup; 2]>;
+
+/// A response to store, with its place.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlannedResponse {
+    /// Its index among the execution's responses (arrival order).
+    pub idx: u64,
+    /// Its index among the responses of its join set.
+    pub join_set_idx: u64,
+    /// The response.
+    pub response: JoinSetResponseEventOuter,
+}
+
+/// A delay requested by this write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlannedDelay {
+    /// The delay.
+    pub delay_id: DelayId,
+    /// Its join set.
+    pub join_set_id: JoinSetId,
+    /// When it fires.
+    pub expires_at: DateTime<Utc>,
+    /// False when its `DelayFinished` is already stored: it never opens.
+    pub open: bool,
+}
+
+/// Everything a write changes about one execution.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExecutionChange {
+    /// The row after the write (state, counters).
+    pub row: ExecutionRow,
+    /// The request, when the write creates the execution (its `Created` event is the first of
+    /// `events`).
+    pub created: Option<CreateRequest>,
+    /// The pending state before the write; `None` for a new execution.
+    pub old_state: Option<PendingState>,
+    /// New events with their versions (a `Finished` is stored at the version it was appended
+    /// at); one inline, the whole of most writes.
+    pub events: SmallVec<[(Version, ExecutionEvent); 1]>,
+    /// New responses.
+    pub responses: Vec<PlannedResponse>,
+    /// The counters after the write of every join set it changed.
+    pub join_sets: Vec<(JoinSetId, JoinSetCounters)>,
+    /// Delays requested.
+    pub delays_requested: Vec<PlannedDelay>,
+    /// Delays requested earlier that this write answered: they close.
+    pub delays_closed: Vec<DelayId>,
+}
+
+impl ExecutionChange {
+    /// True when the write creates the execution.
+    #[must_use]
+    pub fn is_new(&self) -> bool {
+        self.created.is_some()
     }
-    let reply = match request {
-        WriteRequest::Create(req) => WriteReply::Create(planner.create(req, true)?),
-        WriteRequest::CreateBatch(reqs) => {
-            // One change per request: grown once, not doubled (and moved) a thousand times.
-            planner.changes.reserve(reqs.len());
-            for req in reqs {
-                planner.create(req, true)?;
-            }
-            WriteReply::Nothing
-        }
-        WriteRequest::AppendBatch(req) => WriteReply::Version(planner.append_batch(req)?),
-        WriteRequest::Outcome(write) => WriteReply::Version(planner.outcome(write)?),
-        WriteRequest::Outcomes(writes) => {
-            return Ok(super::outcomes::plan_outcomes(snapshot, writes));
-        }
-        WriteRequest::Response {
-            now,
-            execution_id,
-            response,
-        } => {
-            planner.respond(now, &execution_id, response)?;
-            WriteReply::Nothing
-        }
-        WriteRequest::LockPending(req) => {
-            locked = planner.lock_pending(&req)?;
-            WriteReply::Nothing
-        }
-        WriteRequest::Cancel(req) => WriteReply::Cancel(planner.cancel(req)?),
-        WriteRequest::Complete(req) => WriteReply::Complete(planner.complete(req)?),
-        WriteRequest::Prune(req) => {
-            let (outcome, ids) = super::lifecycle::plan_prune(snapshot, &req)?;
-            deleted = ids;
-            WriteReply::Prune(outcome)
-        }
-    };
-    let changes = planner.changes;
-    let mut wakeups = Wakeups::new();
-    for change in &changes {
-        wakeups_of(change, &mut wakeups);
+
+    /// True when the pending state changed (always for a new execution).
+    #[must_use]
+    pub fn state_changed(&self) -> bool {
+        self.old_state.as_ref() != Some(&self.row.state.pending_state)
     }
-    Ok(WritePlan {
-        changes,
-        wakeups,
-        locked,
-        deleted,
-        reply,
-    })
+}
+
+/// What a write persists, atomically, and what it causes once committed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WritePlan {
+    /// One entry per execution the write touches, in the order first touched.
+    pub changes: Vec<ExecutionChange>,
+    /// The wake-ups to deliver after the commit ([`Wakeups`]).
+    pub wakeups: Wakeups,
+    /// Executions to delete with everything stored about them (`prune`): events, responses,
+    /// join-set counters, delays and the row.
+    pub deleted: Vec<ExecutionId>,
 }
 
 /// Which waiters a change concerns: new responses; a new `Finished`; a new `PendingAt`.
-pub(super) fn wakeups_of(change: &ExecutionChange, wakeups: &mut Wakeups) {
+pub(crate) fn wakeups_of(change: &ExecutionChange, wakeups: &mut Wakeups) {
     let execution_id = &change.row.execution_id;
     let new_state = &change.row.state.pending_state;
     let old_state = change.old_state.as_ref();
@@ -103,16 +127,6 @@ pub(super) fn wakeups_of(change: &ExecutionChange, wakeups: &mut Wakeups) {
             at: *scheduled_at,
         });
     }
-}
-
-/// The error of a snapshot that lacks what its keys named: a bug of the backend, never of the
-/// caller.
-pub(crate) fn inconsistent(what: String) -> DbError {
-    DbError::Backend(BackendError {
-        message: format!("storage is inconsistent: {what}"),
-        retriable: false,
-        source: None,
-    })
 }
 
 /// A join set within the write: counters, and the arrival times of the responses from
@@ -145,22 +159,27 @@ impl StagedJoinSet {
 /// Up to this many changes, a change is found by a scan rather than a map.
 const LINEAR_LOOKUP: usize = 8;
 
-pub(super) struct Planner<'s> {
-    pub(super) snapshot: &'s Snapshot,
-    pub(super) changes: Vec<ExecutionChange>,
+/// Stages the changes of one write on a snapshot: what the write kinds are made of. A write
+/// that fails leaves its planner to be dropped; nothing it staged is persisted.
+pub struct Planner<'s> {
+    pub(crate) snapshot: &'s Snapshot,
+    pub(crate) changes: Vec<ExecutionChange>,
+    /// Executions the write deletes (`prune`).
+    pub(crate) deleted: Vec<ExecutionId>,
     /// The index of each change by execution, built only once a write touches more than
     /// [`LINEAR_LOOKUP`] executions: most writes touch one or two, and a scan is cheaper.
     position: HashMap<ExecutionId, usize, FastHash>,
     join_sets: HashMap<(ExecutionId, JoinSetId), StagedJoinSet, FastHash>,
     delays: HashMap<(ExecutionId, DelayId), DelayRow, FastHash>,
-    answered_children: HashSet<(ExecutionId, ExecutionId), FastHash>,
+    pub(crate) answered_children: HashSet<(ExecutionId, ExecutionId), FastHash>,
 }
 
 impl<'s> Planner<'s> {
-    pub(super) fn new(snapshot: &'s Snapshot) -> Self {
+    pub(crate) fn new(snapshot: &'s Snapshot) -> Self {
         Self {
             snapshot,
             changes: Vec::new(),
+            deleted: Vec::new(),
             position: HashMap::default(),
             join_sets: HashMap::default(),
             delays: HashMap::default(),
@@ -169,7 +188,7 @@ impl<'s> Planner<'s> {
     }
 
     /// The index of the change of an existing execution, staged on first touch.
-    pub(super) fn touch(&mut self, execution_id: &ExecutionId) -> Result<usize, DbError> {
+    pub(crate) fn touch(&mut self, execution_id: &ExecutionId) -> Result<usize, DbError> {
         if let Some(idx) = self.find(execution_id) {
             return Ok(idx);
         }
@@ -193,7 +212,7 @@ impl<'s> Planner<'s> {
         Ok(idx)
     }
 
-    fn find(&self, execution_id: &ExecutionId) -> Option<usize> {
+    pub(crate) fn find(&self, execution_id: &ExecutionId) -> Option<usize> {
         if self.changes.len() <= LINEAR_LOOKUP {
             self.changes
                 .iter()
@@ -203,10 +222,10 @@ impl<'s> Planner<'s> {
         }
     }
 
-    /// The index the next change pushed (of `execution_id`) gets, indexed for [`Planner::find`].
+    /// The index the next change pushed (of `execution_id`) gets, indexed for `Planner::find`.
     /// The caller pushes the change itself, straight into the list: a change is large, and
     /// handing it through one more call would copy it once more.
-    fn index_next(&mut self, execution_id: &ExecutionId) -> usize {
+    pub(crate) fn index_next(&mut self, execution_id: &ExecutionId) -> usize {
         let idx = self.changes.len();
         if idx == LINEAR_LOOKUP {
             // Sized for the changes the write reserved room for (a batch), not grown.
@@ -220,6 +239,20 @@ impl<'s> Planner<'s> {
             self.position.insert(execution_id.clone(), idx);
         }
         idx
+    }
+
+    /// Takes `changes`, planned elsewhere on the same snapshot (by a nested group), as the
+    /// changes of this planner, which has staged nothing yet.
+    pub(crate) fn adopt(&mut self, changes: Vec<ExecutionChange>) {
+        debug_assert!(
+            self.changes.is_empty(),
+            "a planner adopts changes only when empty"
+        );
+        self.changes = Vec::with_capacity(changes.len());
+        for change in changes {
+            self.index_next(&change.row.execution_id.clone());
+            self.changes.push(change);
+        }
     }
 
     fn join_set(
@@ -239,7 +272,7 @@ impl<'s> Planner<'s> {
         })
     }
 
-    fn delay(&mut self, execution_id: &ExecutionId, delay_id: DelayId) -> &mut DelayRow {
+    pub(crate) fn delay(&mut self, execution_id: &ExecutionId, delay_id: DelayId) -> &mut DelayRow {
         let key = (execution_id.clone(), delay_id);
         let snapshot = self.snapshot;
         self.delays
@@ -259,56 +292,9 @@ impl<'s> Planner<'s> {
 
     /// Stages the creation of `req`. When its id exists (stored, or created earlier in this
     /// write), `idempotent` decides: an identical request is answered `AlreadyExisted` and
-    /// writes nothing, a different one is a conflict; without it any existing id is a
-    /// duplicate (children of `append_batch`, fenced by their parent's version).
-    fn create(&mut self, req: CreateRequest, idempotent: bool) -> Result<CreateOutcome, DbError> {
-        if let Some(existing) = self.existing_creation(&req.execution_id)? {
-            if !idempotent {
-                return Err(DuplicateKind::Execution(req.execution_id).into());
-            }
-            return super::lifecycle::repeated_create(&req, existing);
-        }
-        let row = ExecutionRow::new_execution(&req);
-        let created_event = req.to_created_event();
-        self.index_next(&req.execution_id);
-        self.changes.push(ExecutionChange {
-            row,
-            created: Some(req),
-            old_state: None,
-            events: smallvec![(Version(0), created_event)],
-            responses: Vec::new(),
-            join_sets: Vec::new(),
-            delays_requested: Vec::new(),
-            delays_closed: Vec::new(),
-        });
-        Ok(CreateOutcome::Created)
-    }
-
-    /// The `Created` event and current state of an execution with this id, stored or created
-    /// earlier in this write.
-    fn existing_creation(
-        &self,
-        execution_id: &ExecutionId,
-    ) -> Result<Option<(ExecutionEvent, PendingState)>, DbError> {
-        if let Some(idx) = self.find(execution_id)
-            && let Some(req) = &self.changes[idx].created
-        {
-            let state = self.changes[idx].row.state.pending_state.clone();
-            return Ok(Some((req.to_created_event(), state)));
-        }
-        let Some(row) = self.snapshot.executions.get(execution_id) else {
-            return Ok(None);
-        };
-        let created = self.snapshot.created.get(execution_id).ok_or_else(|| {
-            inconsistent(format!(
-                "the `Created` event of existing execution {execution_id} was not loaded"
-            ))
-        })?;
-        Ok(Some((created.clone(), row.state.pending_state.clone())))
-    }
 
     /// Validates and stages one event at `version`; returns the next version.
-    fn append(
+    pub(crate) fn append(
         &mut self,
         execution_id: &ExecutionId,
         version: Version,
@@ -320,7 +306,7 @@ impl<'s> Planner<'s> {
     }
 
     /// [`Planner::append`] to the change at `idx` (of `execution_id`, touched already).
-    fn append_at(
+    pub(crate) fn append_at(
         &mut self,
         idx: usize,
         execution_id: &ExecutionId,
@@ -386,7 +372,7 @@ impl<'s> Planner<'s> {
     }
 
     /// Validates and stages a response beside the log of `execution_id`.
-    fn respond(
+    pub(crate) fn respond(
         &mut self,
         now: DateTime<Utc>,
         execution_id: &ExecutionId,
@@ -460,109 +446,5 @@ impl<'s> Planner<'s> {
             },
         });
         Ok(())
-    }
-
-    fn append_batch(&mut self, req: AppendBatchRequest) -> Result<Version, DbError> {
-        let AppendBatchRequest {
-            execution_id,
-            mut version,
-            now,
-            events,
-            children,
-        } = req;
-        for event in events {
-            if matches!(event, ExecutionEventInner::Finished { .. }) {
-                self.refuse_silent_child_finish(&execution_id)?;
-            }
-            version = self.append(&execution_id, version, now, event)?;
-        }
-        for child in children {
-            self.create(child, false)?;
-        }
-        Ok(version)
-    }
-
-    /// A child finishes only through `append_outcome`, which answers its parent in the same
-    /// transaction.
-    fn refuse_silent_child_finish(&mut self, execution_id: &ExecutionId) -> Result<(), DbError> {
-        let idx = self.touch(execution_id)?;
-        match &self.changes[idx].row.parent {
-            Some((parent_id, _)) => Err(ValidationError::InvalidRequest(format!(
-                "execution {execution_id} is a child of {parent_id}: finish it with \
-                 `append_outcome`, which answers the parent in the same transaction"
-            ))
-            .into()),
-            None => Ok(()),
-        }
-    }
-
-    pub(super) fn outcome(&mut self, write: OutcomeWrite) -> Result<Version, DbError> {
-        let parent_response = write.parent_response();
-        let next_version =
-            self.append(&write.execution_id, write.version, write.now, write.event)?;
-        if let Some((parent_id, response)) = parent_response {
-            // Answered before the parent check: a named parent that does not exist is
-            // `NotFound`, whatever else the outcome gets wrong.
-            self.respond(response.created_at, &parent_id, response.event)?;
-        }
-        let idx = self.touch(&write.execution_id)?;
-        if self.changes[idx].row.parent != write.parent {
-            return Err(ValidationError::InvalidRequest(format!(
-                "the outcome of execution {} names parent {}, the execution's parent is {}",
-                write.execution_id,
-                describe_parent(write.parent.as_ref()),
-                describe_parent(self.changes[idx].row.parent.as_ref()),
-            ))
-            .into());
-        }
-        Ok(next_version)
-    }
-
-    fn lock_pending(&mut self, req: &LockPendingRequest) -> Result<Vec<LockGrant>, DbError> {
-        let mut locked = Vec::with_capacity(self.snapshot.due.len());
-        self.changes.reserve(self.snapshot.due.len());
-        for execution_id in &self.snapshot.due {
-            let row =
-                self.snapshot.executions.get(execution_id).ok_or_else(|| {
-                    inconsistent(format!("due execution {execution_id} has no row"))
-                })?;
-            // An index may round a due time down (to microseconds, say): not due yet after all.
-            if row
-                .state
-                .pending_state
-                .pending_at()
-                .is_none_or(|at| at > req.pending_at_or_sooner)
-            {
-                continue;
-            }
-            let locked_event = Locked {
-                component_id: req.component_id.clone(),
-                executor_id: req.executor_id,
-                run_id: RunId::generate_at(req.now),
-                lock_expires_at: req.lock_expires_at,
-            };
-            let version = row.state.next_version;
-            let idx = self.touch(execution_id)?;
-            self.append_at(
-                idx,
-                execution_id,
-                version,
-                req.now,
-                ExecutionEventInner::Locked(locked_event.clone()),
-            )?;
-            locked.push(LockGrant {
-                row: self.changes[idx].row.clone(),
-                locked_at: version,
-                locked_event,
-            });
-        }
-        Ok(locked)
-    }
-}
-
-fn describe_parent(parent: Option<&(ExecutionId, JoinSetId)>) -> String {
-    match parent {
-        Some((id, join_set_id)) => format!("{id} (join set {join_set_id})"),
-        None => "none".to_owned(),
     }
 }

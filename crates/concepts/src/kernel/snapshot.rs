@@ -1,16 +1,14 @@
-//! What a write reads before it is planned: the [`Keys`] it names and the [`Snapshot`] a
-//! backend loads for them.
+//! What a write reads before it is planned: the rows of the [`Snapshot`] a backend loads for
+//! the write's [`Keys`](super::Keys), and the [`Revision`] that tells whether a row changed.
 
 use crate::{
-    CreateRequest, DbError, DelayId, ExecutionEvent, ExecutionId, ExecutionState, ExpiredLock,
-    ExpiredTimer, FinishedExecutionResult, FunctionFqn, JoinSetId, JoinSetResponseEventOuter,
-    PendingState, Version,
+    BackendError, CreateRequest, DbError, DelayId, ExecutionEvent, ExecutionId, ExecutionState,
+    ExpiredLock, ExpiredTimer, FinishedExecutionResult, FunctionFqn, JoinSetId,
+    JoinSetResponseEventOuter, PendingState, Version,
 };
 use chrono::{DateTime, Utc};
-use smallvec::SmallVec;
 use std::{
     collections::{HashMap, HashSet},
-    sync::Arc,
     time::Duration,
 };
 
@@ -67,7 +65,7 @@ impl ExecutionRow {
             PendingState::Locked {
                 lock_expires_at, ..
             } => Ok((lock_expires_at <= at).then(|| self.expired_lock(lock_expires_at))),
-            ref other => Err(super::plan::inconsistent(format!(
+            ref other => Err(inconsistent(format!(
                 "execution {} is indexed as locked, its state is {other:?}",
                 self.execution_id
             ))),
@@ -88,6 +86,45 @@ impl ExecutionRow {
             lock_expires_at,
         }
     }
+}
+
+impl ExecutionRow {
+    /// The row's revision: it changes with every write that changes the row.
+    #[must_use]
+    pub fn revision(&self) -> Revision {
+        Revision {
+            next_version: self.state.next_version,
+            finished: self.state.pending_state.is_finished(),
+            response_count: self.response_count,
+        }
+    }
+}
+
+/// What tells two states of one execution's row apart: every event appended moves its next
+/// version (but `Finished`, which is stored at the version it was appended at and finishes the
+/// row), and every response stored its response count, and nothing else changes a row (its
+/// pending state, its temporary event count and its response count change only with an event
+/// or a response; its function, retry settings and parent never). A write planned on a row the
+/// store already knows is valid exactly when the stored row still has the revision of the
+/// known one ([`KnownRows`](super::KnownRows)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Revision {
+    /// The version the next append carries.
+    pub next_version: Version,
+    /// True once it finished.
+    pub finished: bool,
+    /// How many responses the execution has received.
+    pub response_count: u64,
+}
+
+/// The error of a snapshot that lacks what its keys named: a bug of the backend, never of the
+/// caller.
+pub(crate) fn inconsistent(what: String) -> DbError {
+    DbError::Backend(BackendError {
+        message: format!("storage is inconsistent: {what}"),
+        retriable: false,
+        source: None,
+    })
 }
 
 /// The counters of one join set of one execution.
@@ -119,85 +156,6 @@ pub struct DelayRow {
     pub answered: bool,
 }
 
-/// A join set a write touches.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct JoinSetKey {
-    /// The execution.
-    pub execution_id: ExecutionId,
-    /// The join set.
-    pub join_set_id: JoinSetId,
-    /// How many of the next unconsumed responses' times the write needs (the number of its
-    /// `JoinNext` events for this join set).
-    pub next_responses: usize,
-}
-
-/// Which due executions a `lock_pending` must find.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DueQuery {
-    /// Of these functions.
-    pub ffqns: Arc<[FunctionFqn]>,
-    /// Due at or before this time.
-    pub pending_at_or_sooner: DateTime<Utc>,
-    /// At most this many, oldest `scheduled_at` first, ties by execution id.
-    pub limit: usize,
-}
-
-/// Which top-level executions `prune` examines.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PruneQuery {
-    /// Top-level executions that finished strictly before this time...
-    pub finished_before: DateTime<Utc>,
-    /// ...and after this `(finished_at, execution_id)`, when given...
-    pub after: Option<(DateTime<Utc>, ExecutionId)>,
-    /// ...at most this many, in `(finished_at, execution_id)` order.
-    pub limit: usize,
-}
-
-/// The ids of the descendants of `root`, as a half-open range in byte order: every id `d`
-/// with `low <= d < high` (`low` is `<root>.`, `high` is `<root>/`, since `/` follows `.`).
-#[must_use]
-pub fn descendant_bounds(root: &ExecutionId) -> (String, String) {
-    (format!("{root}."), format!("{root}/"))
-}
-
-/// A list of execution ids with room for two inline: an outcome write names its execution and
-/// perhaps its parent, and allocates nothing for them.
-pub type ExecutionIds = SmallVec<[ExecutionId; 2]>;
-
-/// The rows a write touches, which the backend loads into a [`Snapshot`].
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Keys {
-    /// Existing executions whose rows the write changes, in the order to lock them.
-    pub executions: ExecutionIds,
-    /// Executions the write creates. For each one that exists, the backend loads its row and
-    /// its `Created` event (into [`Snapshot::created`]): the kernel decides whether the write
-    /// repeats it (idempotent submit) or conflicts with it.
-    pub new_executions: Vec<ExecutionId>,
-    /// Executions whose descendants the write reads, with their rows, into
-    /// [`Snapshot::subtrees`]: every execution whose id starts with `<root>.` (a child's id is
-    /// derived from its parent's, so that is the whole tree below the root;
-    /// [`descendant_bounds`] gives the range of ids). All of them, finished or not: `cancel`
-    /// answers a descendant's parent that may have finished, and locks every row of the tree
-    /// in its first load.
-    pub subtrees: Vec<ExecutionId>,
-    /// Executions whose finished result the write needs, when they have finished: into
-    /// [`Snapshot::finished_results`].
-    pub finished_results: Vec<ExecutionId>,
-    /// Executions whose open delays the write closes: into [`Snapshot::open_delays`].
-    pub open_delays: Vec<ExecutionId>,
-    /// Top-level finished executions to examine for `prune`: their rows, and their ids into
-    /// [`Snapshot::prune_candidates`].
-    pub prune: Option<PruneQuery>,
-    /// Join sets whose counters the write reads.
-    pub join_sets: Vec<JoinSetKey>,
-    /// Delays the write requests or answers.
-    pub delays: Vec<(ExecutionId, DelayId)>,
-    /// `(execution, child)` pairs: whether the execution has a response from the child.
-    pub child_responses: Vec<(ExecutionId, ExecutionId)>,
-    /// Due executions to find and lock; their rows and logs go into the snapshot too.
-    pub due: Option<DueQuery>,
-}
-
 /// The history of an execution that was locked, read after the commit: what its worker is
 /// handed, cut at the grant's bounds by [`hand_over`](super::hand_over).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -208,7 +166,7 @@ pub struct LogRows {
     pub responses: Vec<JoinSetResponseEventOuter>,
 }
 
-/// What the backend read for a write's [`Keys`]. A key that names nothing stored is simply
+/// What the backend read for a write's [`Keys`](super::Keys). A key that names nothing stored is simply
 /// absent (an execution that does not exist) or default (a join set with no counters yet, a
 /// delay never requested).
 #[derive(Debug, Clone, Default)]

@@ -66,9 +66,26 @@ fn snapshot_of(rows: impl IntoIterator<Item = ExecutionRow>) -> Snapshot {
     snapshot
 }
 
-fn run(snapshot: &Snapshot, request: WriteRequest) -> Result<WritePlan, DbError> {
-    request.keys()?;
-    plan(snapshot, request)
+/// Plans `write` on `snapshot` as a backend does (its keys first): the plan, with the reply
+/// kept in it for the assertions.
+fn run<W: Write>(snapshot: &Snapshot, write: W) -> Result<Planned<W::Reply>, DbError> {
+    write.keys()?;
+    let (plan, reply) = plan(snapshot, write)?;
+    Ok(Planned { plan, reply })
+}
+
+/// A plan and its reply.
+#[derive(Debug)]
+pub(super) struct Planned<R> {
+    pub(super) plan: WritePlan,
+    pub(super) reply: R,
+}
+
+impl<R> std::ops::Deref for Planned<R> {
+    type Target = WritePlan;
+    fn deref(&self) -> &WritePlan {
+        &self.plan
+    }
 }
 
 fn append(
@@ -76,14 +93,14 @@ fn append(
     version: u32,
     now: i64,
     events: Vec<ExecutionEventInner>,
-) -> WriteRequest {
-    WriteRequest::AppendBatch(AppendBatchRequest {
+) -> AppendBatchRequest {
+    AppendBatchRequest {
         execution_id: execution_id.clone(),
         version: Version(version),
         now: at(now),
         events,
         children: Vec::new(),
-    })
+    }
 }
 
 fn join_next(run_expires_at: i64) -> ExecutionEventInner {
@@ -117,12 +134,8 @@ pub(super) fn pending(secs: i64) -> PendingState {
 #[test]
 fn a_new_execution_is_pending_at_its_schedule_and_wakes_its_function() {
     let id = ExecutionId::generate_at(at(0));
-    let plan = run(
-        &Snapshot::default(),
-        WriteRequest::Create(create_request(&id, None)),
-    )
-    .unwrap();
-    assert_eq!(plan.reply, WriteReply::Create(CreateOutcome::Created));
+    let plan = run(&Snapshot::default(), create_request(&id, None)).unwrap();
+    assert_eq!(plan.reply, CreateOutcome::Created);
     let [change] = plan.changes.as_slice() else {
         panic!("one change expected: {plan:?}");
     };
@@ -155,12 +168,12 @@ fn a_repeated_create_is_answered_and_a_conflicting_one_refused() {
     stored
         .created
         .insert(id.clone(), create_request(&id, None).to_created_event());
-    let plan = run(&stored, WriteRequest::Create(create_request(&id, None))).unwrap();
+    let plan = run(&stored, create_request(&id, None)).unwrap();
     assert_eq!(
         plan.reply,
-        WriteReply::Create(CreateOutcome::AlreadyExisted {
+        CreateOutcome::AlreadyExisted {
             pending_state: pending(0)
-        })
+        }
     );
     assert!(
         plan.changes.is_empty() && plan.wakeups.is_empty(),
@@ -169,7 +182,7 @@ fn a_repeated_create_is_answered_and_a_conflicting_one_refused() {
     let mut other = create_request(&id, None);
     other.params = serde_json::json!([2]).into();
     other.ffqn = "ns:pkg/ifc.other".parse().unwrap();
-    let err = run(&stored, WriteRequest::Create(other.clone())).unwrap_err();
+    let err = run(&stored, other.clone()).unwrap_err();
     assert!(
         matches!(
             &err,
@@ -185,11 +198,10 @@ fn a_repeated_create_is_answered_and_a_conflicting_one_refused() {
             "duplicate: execution {id} already exists and differs in its function and parameters"
         )
     );
-    let twice =
-        WriteRequest::CreateBatch(vec![create_request(&id, None), create_request(&id, None)]);
+    let twice = CreateBatch(vec![create_request(&id, None), create_request(&id, None)]);
     let plan = run(&Snapshot::default(), twice).unwrap();
     assert_eq!(plan.changes.len(), 1, "the repeated item writes nothing");
-    let conflicting = WriteRequest::CreateBatch(vec![create_request(&id, None), other]);
+    let conflicting = CreateBatch(vec![create_request(&id, None), other]);
     assert!(matches!(
         run(&Snapshot::default(), conflicting),
         Err(DbError::Duplicate(DuplicateKind::ExecutionConflict { .. }))
@@ -399,7 +411,7 @@ fn a_response_unblocks_its_join_set_and_duplicates_are_refused() {
             result: Ok(crate::SupportedFunctionReturnValue::None),
         },
     };
-    let request = || WriteRequest::Response {
+    let request = || AppendResponse {
         now: at(7),
         execution_id: parent.clone(),
         response: response.clone(),
@@ -460,18 +472,14 @@ fn a_finished_child_answers_its_parent_in_the_same_plan() {
         finished.clone(),
         child_row.parent.as_ref(),
     );
-    let keys = WriteRequest::Outcome(write.clone()).keys().unwrap();
+    let keys = (write.clone()).keys().unwrap();
     assert_eq!(
         keys.executions[..],
         vec![child.clone(), parent.clone()],
         "the child is locked before its parent"
     );
-    let plan = run(&snapshot, WriteRequest::Outcome(write)).unwrap();
-    assert_eq!(
-        plan.reply,
-        WriteReply::Version(Version(2)),
-        "a Finished keeps its version"
-    );
+    let plan = run(&snapshot, write).unwrap();
+    assert_eq!(plan.reply, Version(2), "a Finished keeps its version");
     assert_eq!(plan.changes.len(), 2);
     assert_eq!(plan.changes[1].responses.len(), 1);
     assert!(plan.wakeups.contains(&Wakeup::Finished(child.clone())));
@@ -481,7 +489,7 @@ fn a_finished_child_answers_its_parent_in_the_same_plan() {
     // through append_batch, which could not answer the parent.
     let orphan = OutcomeWrite::new(child.clone(), Version(2), at(4), finished.clone(), None);
     assert!(matches!(
-        run(&snapshot, WriteRequest::Outcome(orphan)),
+        run(&snapshot, orphan),
         Err(DbError::Validation(ValidationError::InvalidRequest(_)))
     ));
     assert!(matches!(
@@ -491,26 +499,21 @@ fn a_finished_child_answers_its_parent_in_the_same_plan() {
     // A parent that does not exist is `NotFound`, though it is not the child's parent either.
     let stranger = (ExecutionId::generate_at(at(1)), join_set());
     let lost = OutcomeWrite::new(child.clone(), Version(2), at(4), finished, Some(&stranger));
-    assert!(matches!(
-        run(&snapshot, WriteRequest::Outcome(lost)),
-        Err(DbError::NotFound(_))
-    ));
+    assert!(matches!(run(&snapshot, lost), Err(DbError::NotFound(_))));
 }
 
 #[test]
 fn lock_pending_locks_what_is_due_and_hands_out_the_log() {
     let due = ExecutionId::generate_at(at(0));
     let later = ExecutionId::generate_at(at(1));
-    let request = |lock_expires_at| {
-        WriteRequest::LockPending(LockPendingRequest {
-            batch_size: 10,
-            pending_at_or_sooner: at(5),
-            ffqns: Arc::from([ffqn()]),
-            now: at(5),
-            component_id: "activity:test".parse().unwrap(),
-            executor_id: ExecutorId::generate_at(at(0)),
-            lock_expires_at,
-        })
+    let request = |lock_expires_at| LockPendingRequest {
+        batch_size: 10,
+        pending_at_or_sooner: at(5),
+        ffqns: Arc::from([ffqn()]),
+        now: at(5),
+        component_id: "activity:test".parse().unwrap(),
+        executor_id: ExecutorId::generate_at(at(0)),
+        lock_expires_at,
     };
     assert!(matches!(
         request(at(5)).keys(),
@@ -536,8 +539,8 @@ fn lock_pending_locks_what_is_due_and_hands_out_the_log() {
         },
     ));
     let plan = run(&snapshot, request(at(9))).unwrap();
-    assert_eq!(plan.locked.len(), 1);
-    let grant = plan.locked[0].clone();
+    assert_eq!(plan.reply.len(), 1);
+    let grant = plan.reply[0].clone();
     assert_eq!(grant.locked_at, Version(1));
     assert_eq!(grant.events_handed_over(), 1);
     // The history read after the commit may have grown: it is cut at the grant's bounds.
@@ -586,7 +589,7 @@ async fn the_hub_wakes_pending_waiters_whose_moving_horizon_covers_the_work() {
                 at(10),
                 Arc::from([ffqn()]),
                 Duration::from_secs(60),
-                async { false },
+                async { Ok(false) },
             )
             .await;
             start.elapsed()
@@ -705,17 +708,13 @@ async fn a_timeout_bounds_the_wait_for_a_finish_never_the_check() {
 fn a_large_batch_finds_its_duplicates_past_the_linear_lookup() {
     let ids: Vec<ExecutionId> = (0..20).map(|i| ExecutionId::generate_at(at(i))).collect();
     let mut reqs: Vec<CreateRequest> = ids.iter().map(|id| create_request(id, None)).collect();
-    let plan = run(
-        &Snapshot::default(),
-        WriteRequest::CreateBatch(reqs.clone()),
-    )
-    .unwrap();
+    let plan = run(&Snapshot::default(), CreateBatch(reqs.clone())).unwrap();
     assert_eq!(plan.changes.len(), 20);
     assert_eq!(plan.wakeups.len(), 20);
     let mut conflicting = create_request(&ids[3], None);
     conflicting.ffqn = "ns:pkg/ifc.other".parse().unwrap();
     reqs.push(conflicting);
-    let err = run(&Snapshot::default(), WriteRequest::CreateBatch(reqs)).unwrap_err();
+    let err = run(&Snapshot::default(), CreateBatch(reqs)).unwrap_err();
     assert!(
         matches!(err, DbError::Duplicate(DuplicateKind::ExecutionConflict { ref execution_id, .. }) if *execution_id == ids[3]),
         "{err:?}"

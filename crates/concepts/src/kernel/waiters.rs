@@ -286,18 +286,26 @@ impl WaiterHub {
 
     /// `wait_for_pending`: registers, then awaits `is_due` (the backend's check whether an
     /// execution of `ffqns` is due at `pending_at_or_sooner`); returns at once if it is, else
-    /// when a delivered wake-up concerns this waiter, or after `max_wait`, or on close.
+    /// when a delivered wake-up concerns this waiter, or after `max_wait`, or on close. A check
+    /// that fails is logged and waited out like a `false` (the caller polls again after
+    /// `max_wait` at the latest); a closed store returns at once.
     pub async fn wait_for_pending(
         &self,
         pending_at_or_sooner: DateTime<Utc>,
         ffqns: Arc<[FunctionFqn]>,
         max_wait: Duration,
-        is_due: impl Future<Output = bool>,
+        is_due: impl Future<Output = Result<bool, DbError>>,
     ) {
         let Some(registration) = self.register_pending(pending_at_or_sooner, ffqns) else {
             return;
         };
-        if is_due.await || self.is_closed() {
+        let due = is_due.await.unwrap_or_else(|err| {
+            if !matches!(err, DbError::Closed) {
+                tracing::warn!(error = %err, "wait_for_pending could not check for due executions");
+            }
+            matches!(err, DbError::Closed)
+        });
+        if due || self.is_closed() {
             return;
         }
         // Woken, closed or timed out: all mean "look again".

@@ -1,5 +1,6 @@
-//! What a worker is handed when `lock_pending` locks an execution: the kernel grants the lease
-//! in the write ([`LockGrant`], from the state row alone), and the backend reads the history
+//! `lock_pending`: up to a batch of due executions locked under a lease, all or nothing, each
+//! with a fresh run id; and what each worker is handed. The kernel grants the lease in the
+//! write ([`LockGrant`], from the state row alone), and the backend reads the history
 //! afterwards, outside the write transaction, for [`hand_over`] to assemble the
 //! [`LockedExecution`]. The events below the locked version are append-only, so what is read
 //! after the commit, cut at the locked version, is exactly what the write saw. Responses are
@@ -8,13 +9,96 @@
 //! otherwise get next from `subscribe_to_next_responses`: as if the lock were a moment
 //! later).
 
-use super::plan::inconsistent;
-use super::snapshot::{ExecutionRow, LogRows};
 use crate::{
     DbError, ExecutionEvent, ExecutionEventInner, ExecutionMetadata, HistoryEvent,
-    JoinSetResponseEventOuter, Locked, LockedExecution, Params, Version,
+    JoinSetResponseEventOuter, LockPendingRequest, Locked, LockedExecution, Params, RunId,
+    ValidationError, Version,
+    kernel::{
+        DueQuery, ExecutionRow, Keys, LogRows, Planner, Write, snapshot::inconsistent,
+        write::sealed::Sealed,
+    },
 };
 use chrono::{DateTime, Utc};
+
+impl Sealed for LockPendingRequest {}
+
+impl Write for LockPendingRequest {
+    /// The leases granted, in lock order: the backend reads their histories after the commit
+    /// and hands each over with [`hand_over`].
+    type Reply = Vec<LockGrant>;
+
+    fn keys(&self) -> Result<Keys, DbError> {
+        validate_lock_pending(self)?;
+        Ok(Keys {
+            due: Some(DueQuery {
+                ffqns: self.ffqns.clone(),
+                pending_at_or_sooner: self.pending_at_or_sooner,
+                limit: self.batch_size,
+            }),
+            ..Keys::default()
+        })
+    }
+
+    fn plan(self, planner: &mut Planner<'_>) -> Result<Vec<LockGrant>, DbError> {
+        let req = &self;
+        let snapshot = planner.snapshot;
+        let mut locked = Vec::with_capacity(snapshot.due.len());
+        planner.changes.reserve(snapshot.due.len());
+        for execution_id in &snapshot.due {
+            let row = snapshot
+                .executions
+                .get(execution_id)
+                .ok_or_else(|| inconsistent(format!("due execution {execution_id} has no row")))?;
+            // An index may round a due time down (to microseconds, say): not due yet after all.
+            if row
+                .state
+                .pending_state
+                .pending_at()
+                .is_none_or(|at| at > req.pending_at_or_sooner)
+            {
+                continue;
+            }
+            let locked_event = Locked {
+                component_id: req.component_id.clone(),
+                executor_id: req.executor_id,
+                run_id: RunId::generate_at(req.now),
+                lock_expires_at: req.lock_expires_at,
+            };
+            let version = row.state.next_version;
+            let idx = planner.touch(execution_id)?;
+            planner.append_at(
+                idx,
+                execution_id,
+                version,
+                req.now,
+                ExecutionEventInner::Locked(locked_event.clone()),
+            )?;
+            locked.push(LockGrant {
+                row: planner.changes[idx].row.clone(),
+                locked_at: version,
+                locked_event,
+            });
+        }
+        Ok(locked)
+    }
+}
+
+/// Checks a request of `lock_pending`: the lease ends after it starts, and no stub function is
+/// named (a stub is completed from outside, never run).
+pub fn validate_lock_pending(req: &LockPendingRequest) -> Result<(), ValidationError> {
+    if req.lock_expires_at <= req.now {
+        return Err(ValidationError::InvalidExpiryDate {
+            lock_expires_at: req.lock_expires_at,
+            now: req.now,
+        });
+    }
+    if let Some(stub) = req.ffqns.iter().find(|ffqn| ffqn.is_stub()) {
+        return Err(ValidationError::InvalidRequest(format!(
+            "function {stub} is a stub: no executor runs it, `complete` finishes its executions"
+        )));
+    }
+    Ok(())
+}
 
 /// A lease `lock_pending` granted: the row after the lock and the `Locked` event.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,0 +1,58 @@
+//! What a kind of write is: the [`Write`] trait that every write kind of `writes/` implements
+//! (its keys, how it is planned, what it answers), and [`Forward`], how a write that a caller
+//! makes through the public traits is made again through them (a decorator's way of passing a
+//! write on without naming its kind).
+
+use super::{keys::Keys, plan::Planner, snapshot::Snapshot};
+use crate::{DbConnection, DbError};
+use std::{fmt::Debug, future::Future, pin::Pin};
+
+/// One kind of write. Each kind is one module of the kernel's `writes/`, and its rules live
+/// there: a backend runs every kind the same way, knowing only these methods.
+///
+/// 1. [`Write::keys`] names the rows it touches, and checks what depends on the request
+///    alone;
+/// 2. the backend loads them into a [`Snapshot`] (and, when [`Write::follow_up_keys`] names
+///    more, those into the same snapshot);
+/// 3. [`plan`](super::plan) (or a [`GroupPlanner`](super::GroupPlanner) for several writes in
+///    one transaction) stages its changes with [`Write::plan`] and returns the
+///    [`WritePlan`](super::WritePlan) to persist and the typed [`Write::Reply`];
+/// 4. the backend persists the plan atomically, delivers its wake-ups after the commit, and
+///    answers the reply.
+pub trait Write: Clone + Debug + Send + Sync + sealed::Sealed + 'static {
+    /// What the caller is answered once the write committed.
+    type Reply: Send + 'static;
+
+    /// The rows this write touches. Rules that depend on the request alone are checked here,
+    /// before anything is read.
+    fn keys(&self) -> Result<Keys, DbError>;
+
+    /// The rows this write touches that depend on what was loaded for [`Write::keys`]: called
+    /// once, with the snapshot loaded for those keys; the backend loads what it names into the
+    /// same snapshot. `None` when the first keys were all (every write but `cancel` and
+    /// `prune`).
+    fn follow_up_keys(&self, snapshot: &Snapshot) -> Option<Keys> {
+        let _ = snapshot;
+        None
+    }
+
+    /// Validates the write on the planner's snapshot and stages its changes; its reply, or the
+    /// error that refuses the whole write.
+    fn plan(self, planner: &mut Planner<'_>) -> Result<Self::Reply, DbError>;
+}
+
+/// A future a decorator awaits.
+pub type Forwarded<'a, T> = Pin<Box<dyn Future<Output = Result<T, DbError>> + Send + 'a>>;
+
+/// A write a caller makes through the public storage traits: how it is made again, through
+/// them, on another store (what a store that decorates another does with a write it lets
+/// through, whatever its kind).
+pub trait Forward: Write {
+    /// Makes this write on `db`, through the public method a caller uses for it.
+    fn forward(self, db: &dyn DbConnection) -> Forwarded<'_, Self::Reply>;
+}
+
+pub(crate) mod sealed {
+    /// Write kinds are the kernel's: see `writes/`.
+    pub trait Sealed {}
+}

@@ -1,0 +1,137 @@
+//! `append_batch`: events appended to one execution in order at consecutive versions, and the
+//! executions they announce created in the same transaction (children, or top-level executions
+//! a `Schedule` event names); all or nothing. A lease extension is a batch of one `Locked`
+//! event by the same run.
+
+use super::create::validate_create;
+use crate::{
+    AppendBatchRequest, DbConnection, DbError, ExecutionEventInner, ExecutionId, HistoryEvent,
+    JoinSetId, JoinSetRequest, ValidationError, Version,
+    kernel::{Forward, Forwarded, Keys, Planner, Write, snapshot::FastHash, write::sealed::Sealed},
+};
+use std::collections::HashSet;
+
+impl Sealed for AppendBatchRequest {}
+
+impl Write for AppendBatchRequest {
+    type Reply = Version;
+
+    fn keys(&self) -> Result<Keys, DbError> {
+        validate_append_batch(self)?;
+        for child in &self.children {
+            validate_create(child)?;
+        }
+        let mut keys = Keys::default();
+        keys.executions.push(self.execution_id.clone());
+        keys.add_events(&self.execution_id, &self.events);
+        keys.new_executions = (self.children.iter())
+            .map(|c| c.execution_id.clone())
+            .collect();
+        Ok(keys)
+    }
+
+    fn plan(self, planner: &mut Planner<'_>) -> Result<Version, DbError> {
+        planner.changes.reserve_exact(1 + self.children.len());
+        let AppendBatchRequest {
+            execution_id,
+            mut version,
+            now,
+            events,
+            children,
+        } = self;
+        for event in events {
+            if matches!(event, ExecutionEventInner::Finished { .. }) {
+                refuse_silent_child_finish(planner, &execution_id)?;
+            }
+            version = planner.append(&execution_id, version, now, event)?;
+        }
+        for child in children {
+            planner.create(child, false)?;
+        }
+        Ok(version)
+    }
+}
+
+impl Forward for AppendBatchRequest {
+    fn forward(self, db: &dyn DbConnection) -> Forwarded<'_, Version> {
+        db.append_batch(self)
+    }
+}
+
+/// A child finishes only through `append_outcome`, which answers its parent in the same
+/// transaction.
+fn refuse_silent_child_finish(
+    planner: &mut Planner<'_>,
+    execution_id: &ExecutionId,
+) -> Result<(), DbError> {
+    let idx = planner.touch(execution_id)?;
+    match &planner.changes[idx].row.parent {
+        Some((parent_id, _)) => Err(ValidationError::InvalidRequest(format!(
+            "execution {execution_id} is a child of {parent_id}: finish it with \
+             `append_outcome`, which answers the parent in the same transaction"
+        ))
+        .into()),
+        None => Ok(()),
+    }
+}
+
+/// Checks a request of `append_batch`: the batch is not empty, and every execution it creates
+/// is announced by an event of the same batch, a child by a `ChildExecutionRequest` in the join
+/// set of its `parent` (which must be `execution_id`), a top-level execution by a `Schedule`.
+pub fn validate_append_batch(req: &AppendBatchRequest) -> Result<(), ValidationError> {
+    let AppendBatchRequest {
+        execution_id,
+        events,
+        children,
+        ..
+    } = req;
+    if events.is_empty() {
+        return Err(ValidationError::EmptyBatch("append_batch"));
+    }
+    if children.is_empty() {
+        return Ok(());
+    }
+    // Indexed once: a fan-out creates thousands of children in one batch.
+    let mut requested: HashSet<(&ExecutionId, &JoinSetId), FastHash> = HashSet::default();
+    let mut scheduled: HashSet<&ExecutionId, FastHash> = HashSet::default();
+    for event in events {
+        match event {
+            ExecutionEventInner::HistoryEvent {
+                event:
+                    HistoryEvent::JoinSetRequest {
+                        join_set_id,
+                        request: JoinSetRequest::ChildExecutionRequest { child_execution_id },
+                    },
+            } => {
+                requested.insert((child_execution_id, join_set_id));
+            }
+            ExecutionEventInner::HistoryEvent {
+                event:
+                    HistoryEvent::Schedule {
+                        execution_id: scheduled_id,
+                        ..
+                    },
+            } => {
+                scheduled.insert(scheduled_id);
+            }
+            _ => {}
+        }
+    }
+    for child in children {
+        let announced = match &child.parent {
+            Some((parent_id, join_set_id)) => {
+                parent_id == execution_id && requested.contains(&(&child.execution_id, join_set_id))
+            }
+            None => scheduled.contains(&child.execution_id),
+        };
+        if !announced {
+            return Err(ValidationError::InvalidRequest(format!(
+                "execution {} is created by {execution_id} without a matching \
+                 `ChildExecutionRequest` (for a child whose parent is {execution_id}) or \
+                 `Schedule` (for a top-level execution) event in the same batch",
+                child.execution_id
+            )));
+        }
+    }
+    Ok(())
+}

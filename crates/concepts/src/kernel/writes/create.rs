@@ -1,0 +1,243 @@
+//! `create` and `create_batch`: a new execution, `PendingAt` its schedule at version 1, and the
+//! idempotent submit (a repeated `create` of an identical request is answered and writes
+//! nothing; one that differs is a conflict naming what differs). A child's id is derived from
+//! its parent's, so that the descendants of an execution are the ids that start with its id and
+//! a dot.
+
+use crate::{
+    CreateConflict, CreateOutcome, CreateRequest, DbConnection, DbError, DuplicateKind,
+    ExecutionEvent, ExecutionEventInner, ExecutionId, PendingState, ValidationError, Version,
+    kernel::{
+        ExecutionChange, ExecutionRow, Forward, Forwarded, Keys, Planner, Write,
+        snapshot::inconsistent, write::sealed::Sealed,
+    },
+};
+use smallvec::smallvec;
+
+impl Sealed for CreateRequest {}
+
+impl Write for CreateRequest {
+    type Reply = CreateOutcome;
+
+    fn keys(&self) -> Result<Keys, DbError> {
+        validate_create(self)?;
+        Ok(Keys {
+            new_executions: vec![self.execution_id.clone()],
+            ..Keys::default()
+        })
+    }
+
+    fn plan(self, planner: &mut Planner<'_>) -> Result<CreateOutcome, DbError> {
+        planner.changes.reserve_exact(1);
+        planner.create(self, true)
+    }
+}
+
+impl Forward for CreateRequest {
+    fn forward(self, db: &dyn DbConnection) -> Forwarded<'_, CreateOutcome> {
+        db.create(self)
+    }
+}
+
+/// `create_batch`: many executions, all or nothing, each item idempotent as `create` is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CreateBatch(pub Vec<CreateRequest>);
+
+impl Sealed for CreateBatch {}
+
+impl Write for CreateBatch {
+    type Reply = ();
+
+    fn keys(&self) -> Result<Keys, DbError> {
+        if self.0.is_empty() {
+            return Err(ValidationError::EmptyBatch("create_batch").into());
+        }
+        for req in &self.0 {
+            validate_create(req)?;
+        }
+        Ok(Keys {
+            new_executions: self.0.iter().map(|r| r.execution_id.clone()).collect(),
+            ..Keys::default()
+        })
+    }
+
+    fn plan(self, planner: &mut Planner<'_>) -> Result<(), DbError> {
+        // One change per request: grown once, not doubled (and moved) a thousand times.
+        planner.changes.reserve(self.0.len());
+        for req in self.0 {
+            planner.create(req, true)?;
+        }
+        Ok(())
+    }
+}
+
+impl Forward for CreateBatch {
+    fn forward(self, db: &dyn DbConnection) -> Forwarded<'_, ()> {
+        db.create_batch(self.0)
+    }
+}
+
+impl Planner<'_> {
+    /// Stages the creation of `req`. When its id exists (stored, or created earlier in this
+    /// write), `idempotent` decides: an identical request is answered `AlreadyExisted` and
+    /// writes nothing, a different one is a conflict; without it any existing id is a
+    /// duplicate (children of `append_batch`, fenced by their parent's version).
+    pub(crate) fn create(
+        &mut self,
+        req: CreateRequest,
+        idempotent: bool,
+    ) -> Result<CreateOutcome, DbError> {
+        if let Some(existing) = self.existing_creation(&req.execution_id)? {
+            if !idempotent {
+                return Err(DuplicateKind::Execution(req.execution_id).into());
+            }
+            return repeated_create(&req, existing);
+        }
+        let row = ExecutionRow::new_execution(&req);
+        let created_event = req.to_created_event();
+        self.index_next(&req.execution_id);
+        self.changes.push(ExecutionChange {
+            row,
+            created: Some(req),
+            old_state: None,
+            events: smallvec![(Version(0), created_event)],
+            responses: Vec::new(),
+            join_sets: Vec::new(),
+            delays_requested: Vec::new(),
+            delays_closed: Vec::new(),
+        });
+        Ok(CreateOutcome::Created)
+    }
+
+    /// The `Created` event and current state of an execution with this id, stored or created
+    /// earlier in this write.
+    fn existing_creation(
+        &self,
+        execution_id: &ExecutionId,
+    ) -> Result<Option<(ExecutionEvent, PendingState)>, DbError> {
+        if let Some(idx) = self.find(execution_id)
+            && let Some(req) = &self.changes[idx].created
+        {
+            let state = self.changes[idx].row.state.pending_state.clone();
+            return Ok(Some((req.to_created_event(), state)));
+        }
+        let Some(row) = self.snapshot.executions.get(execution_id) else {
+            return Ok(None);
+        };
+        let created = self.snapshot.created.get(execution_id).ok_or_else(|| {
+            inconsistent(format!(
+                "the `Created` event of existing execution {execution_id} was not loaded"
+            ))
+        })?;
+        Ok(Some((created.clone(), row.state.pending_state.clone())))
+    }
+}
+
+/// A `create` of an id that exists: identical (function, parameters, parent) is answered
+/// `AlreadyExisted` and writes nothing; anything else is a conflict naming what differs.
+fn repeated_create(
+    req: &CreateRequest,
+    (created, pending_state): (ExecutionEvent, PendingState),
+) -> Result<CreateOutcome, DbError> {
+    let ExecutionEventInner::Created {
+        ffqn,
+        params,
+        parent,
+        ..
+    } = created.event
+    else {
+        return Err(inconsistent(format!(
+            "version 0 of execution {} is not `Created`",
+            req.execution_id
+        )));
+    };
+    let mut differences = Vec::new();
+    if ffqn != req.ffqn {
+        differences.push(CreateConflict::Function);
+    }
+    if params != req.params {
+        differences.push(CreateConflict::Params);
+    }
+    if parent != req.parent {
+        differences.push(CreateConflict::Parent);
+    }
+    if differences.is_empty() {
+        Ok(CreateOutcome::AlreadyExisted { pending_state })
+    } else {
+        Err(DuplicateKind::ExecutionConflict {
+            execution_id: req.execution_id.clone(),
+            differences,
+        }
+        .into())
+    }
+}
+
+/// Checks a request of `create`: a child's id is derived from its parent and join set
+/// (`<parent>.<join set>_<index>`, [`ExecutionId::next_level`]), and an execution without a
+/// parent has a top-level id. So the descendants of an execution are exactly the ids that
+/// start with its id and a dot, which is how `cancel` and `prune` find a tree.
+pub fn validate_create(req: &CreateRequest) -> Result<(), ValidationError> {
+    let derived = req.execution_id.split_to_parent();
+    match (&req.parent, derived) {
+        (None, None) => Ok(()),
+        (Some(parent), Some(derived)) if *parent == derived => {
+            // `next_level` builds without validating: an index of 0 would store an id that no
+            // read could parse back.
+            match req.execution_id.as_str().parse::<ExecutionId>() {
+                Ok(_) => Ok(()),
+                Err(err) => Err(ValidationError::InvalidRequest(format!(
+                    "execution id {} is malformed ({err}): child indexes start at 1",
+                    req.execution_id
+                ))),
+            }
+        }
+        (None, Some((parent_id, _))) => Err(ValidationError::InvalidRequest(format!(
+            "execution {} has a child's id (of {parent_id}), but the request names no parent",
+            req.execution_id
+        ))),
+        (Some((parent_id, join_set_id)), _) => Err(ValidationError::InvalidRequest(format!(
+            "execution {} is created as a child of {parent_id} in join set {join_set_id}, so \
+             its id must be `{parent_id}.{join_set_id}_<index>` (`ExecutionId::next_level`)",
+            req.execution_id
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{ComponentId, JoinSetId};
+    use chrono::DateTime;
+
+    fn child_request(execution_id: ExecutionId, parent: &ExecutionId) -> CreateRequest {
+        let join_set_id: JoinSetId = "n:batch".parse().unwrap();
+        let at = DateTime::from_timestamp(0, 0).unwrap();
+        CreateRequest {
+            created_at: at,
+            execution_id,
+            ffqn: "ns:pkg/ifc.fn".parse().unwrap(),
+            params: serde_json::json!([]).into(),
+            parent: Some((parent.clone(), join_set_id)),
+            scheduled_at: at,
+            retry_exp_backoff: std::time::Duration::ZERO,
+            max_retries: 0,
+            component_id: ComponentId::new("activity", "test").unwrap(),
+            metadata: crate::ExecutionMetadata::default(),
+            scheduled_by: None,
+        }
+    }
+
+    #[test]
+    fn a_child_index_of_zero_is_refused_before_it_is_stored() {
+        let parent = ExecutionId::generate_at(DateTime::from_timestamp(0, 0).unwrap());
+        let join_set_id: JoinSetId = "n:batch".parse().unwrap();
+        let first = parent.next_level(&join_set_id, 1);
+        assert_eq!(validate_create(&child_request(first, &parent)), Ok(()));
+        let zeroth = parent.next_level(&join_set_id, 0);
+        let err = validate_create(&child_request(zeroth, &parent)).unwrap_err();
+        assert!(
+            err.to_string().contains("child indexes start at 1"),
+            "{err}"
+        );
+    }
+}

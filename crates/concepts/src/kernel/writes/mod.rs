@@ -1,0 +1,17 @@
+//! The kinds of write, one module each: its request, the keys it names, how it is planned and
+//! what it answers. A backend runs every kind the same way (see [`Write`](super::Write)).
+
+mod append_batch;
+mod cancel;
+mod complete;
+mod create;
+mod lock;
+mod outcome;
+mod prune;
+mod response;
+
+pub use append_batch::validate_append_batch;
+pub use create::{CreateBatch, validate_create};
+pub use lock::{LockGrant, hand_over, hand_over_cloned, validate_lock_pending};
+pub use outcome::AppendOutcomes;
+pub use response::AppendResponse;
