@@ -225,6 +225,7 @@ mod error;
 mod load;
 mod notify;
 mod persist;
+mod pipeline;
 mod reads;
 mod schema;
 #[cfg(test)]
@@ -525,8 +526,8 @@ impl kernel::Backend for PostgresStore {
     }
 
     async fn get(&self, execution_id: &ExecutionId) -> Result<ExecutionLog, DbError> {
-        let mut client = self.reader(3).await?;
-        reads::get(&mut client, execution_id).await
+        let client = self.reader(1).await?;
+        reads::get(&client, execution_id).await
     }
 
     async fn get_execution_event(

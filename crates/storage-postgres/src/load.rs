@@ -9,14 +9,17 @@ use crate::{
         i64_to_count, micros, parse_execution_id, sub_micros,
     },
     error::{corrupt, map_pg_error},
+    pipeline::{self, Statement, unnest},
     trips::Trips,
 };
 use concepts::{
-    DbError, DelayId, JoinSetResponseEventOuter,
-    kernel::{DelayRow, JoinSetCounters, JoinSetRow, Keys, Snapshot, descendant_bounds},
+    DbError, DelayId, ExecutionId, JoinSetResponseEventOuter,
+    kernel::{
+        DelayRow, JoinSetCounters, JoinSetRow, Keys, PruneQuery, Snapshot, descendant_bounds,
+    },
 };
 use deadpool_postgres::ClientWrapper;
-use tokio_postgres::{Row, Statement, types::ToSql};
+use tokio_postgres::Row;
 
 /// Due executions, oldest first; rows another transaction holds are skipped, so that two
 /// executors never wait for, nor lock, the same execution. Read per function in the order of
@@ -150,86 +153,59 @@ async fn load(
     begin: bool,
     snapshot: &mut Snapshot,
 ) -> Result<(), DbError> {
-    let locked_ids: Vec<&str> = keys
-        .executions
-        .iter()
+    let locked: Vec<&str> = (keys.executions.iter())
         .chain(&keys.new_executions)
-        .map(|id| id.as_str())
+        .map(ExecutionId::as_str)
         .collect();
+    let subtrees = SubtreeParams::new(keys);
+    let statements = [
+        keys.due.as_ref().map(|due| Statement {
+            sql: SELECT_DUE,
+            params: vec![
+                Box::new(micros(due.pending_at_or_sooner)),
+                Box::new(
+                    due.ffqns
+                        .iter()
+                        .map(ToString::to_string)
+                        .collect::<Vec<_>>(),
+                ),
+                Box::new(limit_param(due.limit)),
+            ],
+        }),
+        (!locked.is_empty()).then(|| Statement {
+            sql: LOCK_EXECUTIONS,
+            params: vec![Box::new(locked)],
+        }),
+        (!keys.new_executions.is_empty()).then(|| Statement {
+            sql: SELECT_CREATED,
+            params: vec![Box::new(ids(&keys.new_executions))],
+        }),
+        subtrees.statement(LOCK_SUBTREES),
+        subtrees.statement(SUBTREE_MEMBERS),
+        keys.prune.as_ref().map(prune_statement),
+        (!keys.finished_results.is_empty()).then(|| Statement {
+            sql: SELECT_FINISHED,
+            params: vec![Box::new(ids(&keys.finished_results))],
+        }),
+        (!keys.open_delays.is_empty()).then(|| Statement {
+            sql: SELECT_OPEN_DELAYS,
+            params: vec![Box::new(ids(&keys.open_delays))],
+        }),
+        unnest!(SELECT_JOIN_SETS, &keys.join_sets, |key| {
+            ids: &str = key.execution_id.as_str(),
+            join_sets: String = key.join_set_id.to_string(),
+            next: i64 = count_to_i64(u64::try_from(key.next_responses).unwrap_or(u64::MAX)),
+        }),
+        unnest!(SELECT_DELAYS, &keys.delays, |(id, delay_id)| {
+            ids: &str = id.as_str(),
+            delays: String = delay_id.to_string(),
+        }),
+        unnest!(SELECT_CHILD_RESPONSES, &keys.child_responses, |(id, child)| {
+            ids: &str = id.as_str(),
+            children: &str = child.as_str(),
+        }),
+    ];
     let [
-        due,
-        executions,
-        created,
-        subtrees,
-        subtree_members,
-        prune,
-        finished,
-        open_delays,
-        join_sets,
-        delays,
-        children,
-    ] = prepare(
-        client,
-        [
-            keys.due.is_some().then_some(SELECT_DUE),
-            (!locked_ids.is_empty()).then_some(LOCK_EXECUTIONS),
-            (!keys.new_executions.is_empty()).then_some(SELECT_CREATED),
-            (!keys.subtrees.is_empty()).then_some(LOCK_SUBTREES),
-            (!keys.subtrees.is_empty()).then_some(SUBTREE_MEMBERS),
-            keys.prune.is_some().then_some(SELECT_PRUNE),
-            (!keys.finished_results.is_empty()).then_some(SELECT_FINISHED),
-            (!keys.open_delays.is_empty()).then_some(SELECT_OPEN_DELAYS),
-            (!keys.join_sets.is_empty()).then_some(SELECT_JOIN_SETS),
-            (!keys.delays.is_empty()).then_some(SELECT_DELAYS),
-            (!keys.child_responses.is_empty()).then_some(SELECT_CHILD_RESPONSES),
-        ],
-    )
-    .await?;
-
-    let (due_at, due_ffqns, due_limit) = match &keys.due {
-        Some(due) => (
-            micros(due.pending_at_or_sooner),
-            due.ffqns.iter().map(ToString::to_string).collect(),
-            limit_param(due.limit),
-        ),
-        None => (0, Vec::new(), 0),
-    };
-    let new_ids: Vec<&str> = keys.new_executions.iter().map(|id| id.as_str()).collect();
-    let subtree_params = SubtreeParams::new(keys);
-    let prune_params = PruneParams::new(keys);
-    let finished_ids: Vec<&str> = keys.finished_results.iter().map(|id| id.as_str()).collect();
-    let open_delay_ids: Vec<&str> = keys.open_delays.iter().map(|id| id.as_str()).collect();
-    let join_set_ids: Vec<&str> = keys
-        .join_sets
-        .iter()
-        .map(|k| k.execution_id.as_str())
-        .collect();
-    let join_set_names: Vec<String> = keys
-        .join_sets
-        .iter()
-        .map(|k| k.join_set_id.to_string())
-        .collect();
-    let join_set_next: Vec<i64> = keys
-        .join_sets
-        .iter()
-        .map(|k| count_to_i64(u64::try_from(k.next_responses).unwrap_or(u64::MAX)))
-        .collect();
-    let delay_ids: Vec<&str> = keys.delays.iter().map(|(id, _)| id.as_str()).collect();
-    let delay_names: Vec<String> = keys.delays.iter().map(|(_, d)| d.to_string()).collect();
-    let parent_ids: Vec<&str> = keys
-        .child_responses
-        .iter()
-        .map(|(id, _)| id.as_str())
-        .collect();
-    let child_ids: Vec<&str> = keys
-        .child_responses
-        .iter()
-        .map(|(_, child)| child.as_str())
-        .collect();
-
-    trips.one();
-    let (
-        begin,
         due,
         executions,
         created,
@@ -241,42 +217,7 @@ async fn load(
         join_sets,
         delays,
         children,
-    ) = tokio::join!(
-        biased;
-        async {
-            if begin {
-                client.batch_execute(BEGIN_WRITE).await
-            } else {
-                Ok(())
-            }
-        },
-        query(client, due, [&due_at, &due_ffqns, &due_limit]),
-        query(client, executions, [&locked_ids]),
-        query(client, created, [&new_ids]),
-        query(client, subtrees.clone(), subtree_params.as_params()),
-        query(client, subtree_members.clone(), subtree_params.as_params()),
-        query(client, prune, prune_params.as_params()),
-        query(client, finished, [&finished_ids]),
-        query(client, open_delays, [&open_delay_ids]),
-        query(client, join_sets, [&join_set_ids, &join_set_names, &join_set_next]),
-        query(client, delays, [&delay_ids, &delay_names]),
-        query(client, children, [&parent_ids, &child_ids]),
-    );
-    // After a failed statement every later one of the pipeline fails with "current
-    // transaction is aborted": the first error in statement order is the one that says why.
-    begin.map_err(map_pg_error)?;
-    let due = due.map_err(map_pg_error)?;
-    let executions = executions.map_err(map_pg_error)?;
-    let created = created.map_err(map_pg_error)?;
-    let subtree_rows = subtree_rows.map_err(map_pg_error)?;
-    let subtree_check = subtree_check.map_err(map_pg_error)?;
-    let prune = prune.map_err(map_pg_error)?;
-    let finished = finished.map_err(map_pg_error)?;
-    let open_delays = open_delays.map_err(map_pg_error)?;
-    let join_sets = join_sets.map_err(map_pg_error)?;
-    let delays = delays.map_err(map_pg_error)?;
-    let children = children.map_err(map_pg_error)?;
-
+    ] = run_present(client, trips, begin, statements).await?;
     for row in &executions {
         snapshot.add_execution(execution_row(row)?);
     }
@@ -286,15 +227,8 @@ async fn load(
             .created
             .insert(id, from_json(column(row, 1)?, "event")?);
     }
-    if let (Some(lock), Some(members)) = (subtrees, subtree_members) {
-        let rows = lock_subtrees(
-            client,
-            trips,
-            (&lock, &members),
-            &subtree_params,
-            (subtree_rows, subtree_check),
-        )
-        .await?;
+    if !keys.subtrees.is_empty() {
+        let rows = lock_subtrees(client, trips, &subtrees, (subtree_rows, subtree_check)).await?;
         add_subtrees(keys, &rows, snapshot)?;
     }
     for row in &prune {
@@ -358,6 +292,44 @@ async fn load(
     Ok(())
 }
 
+/// The ids as parameter.
+fn ids(ids: &[ExecutionId]) -> Vec<&str> {
+    ids.iter().map(ExecutionId::as_str).collect()
+}
+
+/// Runs the statements that are present in one pipeline (after a `BEGIN` when `begin`): the
+/// rows of each, empty for the absent ones.
+async fn run_present<const N: usize>(
+    client: &ClientWrapper,
+    trips: &Trips,
+    begin: bool,
+    statements: [Option<Statement<'_>>; N],
+) -> Result<[Vec<Row>; N], DbError> {
+    let (positions, statements): (Vec<usize>, Vec<Statement<'_>>) = (statements.into_iter())
+        .enumerate()
+        .filter_map(|(i, statement)| Some((i, statement?)))
+        .unzip();
+    let prepared = pipeline::prepare(client, &statements).await?;
+    trips.one();
+    let (began, rows) = tokio::join!(
+        biased;
+        async {
+            if begin {
+                client.batch_execute(BEGIN_WRITE).await
+            } else {
+                Ok(())
+            }
+        },
+        pipeline::run(client, &statements, &prepared),
+    );
+    began.map_err(map_pg_error)?;
+    let mut results = std::array::from_fn(|_| Vec::new());
+    for (position, rows) in positions.into_iter().zip(rows.map_err(map_pg_error)?) {
+        results[position] = rows;
+    }
+    Ok(results)
+}
+
 /// Locks the subtrees of `keys` until no member is missing, and returns the rows of the last
 /// locking statement. A descendant created by a transaction that committed while the first
 /// statement waited for a lock is not in that statement's snapshot; once every member found is
@@ -367,19 +339,15 @@ async fn load(
 async fn lock_subtrees(
     client: &ClientWrapper,
     trips: &Trips,
-    (lock, members): (&Statement, &Statement),
-    params: &SubtreeParams,
+    subtrees: &SubtreeParams,
     (mut rows, mut check): (Vec<Row>, Vec<Row>),
 ) -> Result<Vec<Row>, DbError> {
     while subtree_members(&rows, 0, SUBTREE_ORD)? != subtree_members(&check, 0, 1)? {
-        trips.one();
-        let (locked, checked) = tokio::join!(
-            biased;
-            query(client, Some(lock.clone()), params.as_params()),
-            query(client, Some(members.clone()), params.as_params()),
-        );
-        rows = locked.map_err(map_pg_error)?;
-        check = checked.map_err(map_pg_error)?;
+        let statements = [
+            subtrees.statement(LOCK_SUBTREES),
+            subtrees.statement(SUBTREE_MEMBERS),
+        ];
+        [rows, check] = run_present(client, trips, false, statements).await?;
     }
     Ok(rows)
 }
@@ -418,60 +386,36 @@ struct SubtreeParams {
 
 impl SubtreeParams {
     fn new(keys: &Keys) -> Self {
-        let (mut lows, mut highs) = (Vec::new(), Vec::new());
-        for root in &keys.subtrees {
-            let (low, high) = descendant_bounds(root);
-            lows.push(low);
-            highs.push(high);
-        }
+        let (lows, highs) = keys.subtrees.iter().map(descendant_bounds).unzip();
         Self { lows, highs }
     }
 
-    fn as_params(&self) -> [&(dyn ToSql + Sync); 2] {
-        [&self.lows, &self.highs]
+    /// `sql` over these bounds, unless there are none.
+    fn statement(&self, sql: &'static str) -> Option<Statement<'static>> {
+        (!self.lows.is_empty()).then(|| Statement {
+            sql,
+            params: vec![Box::new(self.lows.clone()), Box::new(self.highs.clone())],
+        })
     }
 }
 
-/// The parameters of `SELECT_PRUNE`; without a cursor, one below every row.
-struct PruneParams<'a> {
-    before: (i64, i16),
-    after: (i64, i16, &'a str),
-    limit: i64,
-}
-
-impl<'a> PruneParams<'a> {
-    fn new(keys: &'a Keys) -> Self {
-        let Some(prune) = &keys.prune else {
-            return Self {
-                before: (0, 0),
-                after: (0, 0, ""),
-                limit: 0,
-            };
-        };
-        let at = |at| (micros(at), sub_micros(at));
-        let after = match &prune.after {
-            Some((finished_at, id)) => {
-                let (micros, sub) = at(*finished_at);
-                (micros, sub, id.as_str())
-            }
-            None => (i64::MIN, i16::MIN, ""),
-        };
-        Self {
-            before: at(prune.finished_before),
-            after,
-            limit: limit_param(prune.limit),
-        }
-    }
-
-    fn as_params(&self) -> [&(dyn ToSql + Sync); 6] {
-        [
-            &self.before.0,
-            &self.before.1,
-            &self.after.0,
-            &self.after.1,
-            &self.after.2,
-            &self.limit,
-        ]
+/// `SELECT_PRUNE` for `prune`; without a cursor, one below every row.
+fn prune_statement(prune: &PruneQuery) -> Statement<'_> {
+    let (after_micros, after_sub, after_id) = match &prune.after {
+        Some((at, id)) => (micros(*at), sub_micros(*at), id.as_str()),
+        None => (i64::MIN, i16::MIN, ""),
+    };
+    let before = prune.finished_before;
+    Statement {
+        sql: SELECT_PRUNE,
+        params: vec![
+            Box::new(micros(before)),
+            Box::new(sub_micros(before)),
+            Box::new(after_micros),
+            Box::new(after_sub),
+            Box::new(after_id),
+            Box::new(limit_param(prune.limit)),
+        ],
     }
 }
 
@@ -497,32 +441,6 @@ fn load_due(rows: &[Row], snapshot: &mut Snapshot) -> Result<(), DbError> {
         snapshot.add_due(row);
     }
     Ok(())
-}
-
-/// The statements of `sql`, prepared once per connection.
-pub(crate) async fn prepare<const N: usize>(
-    client: &ClientWrapper,
-    sql: [Option<&str>; N],
-) -> Result<[Option<Statement>; N], DbError> {
-    let mut statements = [const { None }; N];
-    for (slot, sql) in statements.iter_mut().zip(sql) {
-        if let Some(sql) = sql {
-            *slot = Some(client.prepare_cached(sql).await.map_err(map_pg_error)?);
-        }
-    }
-    Ok(statements)
-}
-
-/// Runs a prepared statement, or nothing when there is none.
-async fn query<const N: usize>(
-    client: &ClientWrapper,
-    statement: Option<Statement>,
-    params: [&(dyn ToSql + Sync); N],
-) -> Result<Vec<Row>, tokio_postgres::Error> {
-    match statement {
-        Some(statement) => client.query(&statement, &params).await,
-        None => Ok(Vec::new()),
-    }
 }
 
 /// The 0-based position among `len` keys of the key a row answers (its `WITH ORDINALITY`, in

@@ -8,6 +8,7 @@ use crate::{
     },
     error::{corrupt, map_pg_error},
     load::ordinal,
+    pipeline::{self, Statement, statement, unnest},
 };
 use chrono::{DateTime, Utc};
 use concepts::{
@@ -16,9 +17,8 @@ use concepts::{
     ListExecutionsFilter, LockedExecution, Pagination, Version,
     kernel::{self, LockGrant, LogRows},
 };
-use deadpool_postgres::GenericClient;
-
-use tokio_postgres::{IsolationLevel, Row, types::ToSql};
+use deadpool_postgres::ClientWrapper;
+use tokio_postgres::Row;
 
 fn event_of(row: &Row, idx: usize) -> Result<ExecutionEvent, DbError> {
     from_json(column(row, idx)?, "event")
@@ -50,41 +50,34 @@ pub(crate) const SELECT_LOCKED_RESPONSES: &str = "SELECT k.ord, r.idx, r.respons
 /// statements: the log below a lease is append-only, so this reads what the write saw, and
 /// the write's transaction (and its row locks) never waited for a long log.
 pub(crate) async fn locked_executions(
-    client: &impl GenericClient,
+    client: &ClientWrapper,
     grants: Vec<LockGrant>,
 ) -> Result<Vec<LockedExecution>, DbError> {
-    let ids: Vec<&str> = grants.iter().map(|g| g.row.execution_id.as_str()).collect();
-    let bound = |n: usize| count_to_i64(u64::try_from(n).unwrap_or(u64::MAX));
-    let event_bounds: Vec<i64> = grants
-        .iter()
-        .map(|g| bound(g.events_handed_over()))
-        .collect();
-    let (events_stmt, responses_stmt) = tokio::join!(
-        client.prepare_cached(SELECT_LOCKED_EVENTS),
-        client.prepare_cached(SELECT_LOCKED_RESPONSES),
-    );
-    let (events_stmt, responses_stmt) = (
-        events_stmt.map_err(map_pg_error)?,
-        responses_stmt.map_err(map_pg_error)?,
-    );
-    let event_params: [&(dyn ToSql + Sync); 2] = [&ids, &event_bounds];
-    let response_params: [&(dyn ToSql + Sync); 1] = [&ids];
-    let (events, responses) = tokio::join!(
-        client.query(&events_stmt, &event_params),
-        client.query(&responses_stmt, &response_params),
-    );
-    let (events, responses) = (
-        events.map_err(map_pg_error)?,
-        responses.map_err(map_pg_error)?,
-    );
-    let mut events_of: Vec<Vec<(i64, ExecutionEvent)>> = ids.iter().map(|_| Vec::new()).collect();
+    let count = grants.len();
+    let statements = [
+        unnest!(SELECT_LOCKED_EVENTS, &grants, |grant| {
+            ids: &str = grant.row.execution_id.as_str(),
+            below: i64 = count_to_i64(u64::try_from(grant.events_handed_over()).unwrap_or(u64::MAX)),
+        }),
+        unnest!(SELECT_LOCKED_RESPONSES, &grants, |grant| {
+            ids: &str = grant.row.execution_id.as_str(),
+        }),
+    ];
+    let statements: Vec<_> = statements.into_iter().flatten().collect();
+    let prepared = pipeline::prepare(client, &statements).await?;
+    let rows = pipeline::run(client, &statements, &prepared).await;
+    drop(statements);
+    let Ok([events, responses]) = <[_; 2]>::try_from(rows.map_err(map_pg_error)?) else {
+        return Ok(Vec::new());
+    };
+    let mut events_of: Vec<Vec<(i64, ExecutionEvent)>> = (0..count).map(|_| Vec::new()).collect();
     for row in &events {
-        events_of[ordinal(row, 0, ids.len())?].push((column(row, 1)?, event_of(row, 2)?));
+        events_of[ordinal(row, 0, count)?].push((column(row, 1)?, event_of(row, 2)?));
     }
     let mut responses_of: Vec<Vec<(i64, JoinSetResponseEventOuter)>> =
-        ids.iter().map(|_| Vec::new()).collect();
+        (0..count).map(|_| Vec::new()).collect();
     for row in &responses {
-        responses_of[ordinal(row, 0, ids.len())?].push((column(row, 1)?, response_of(row, 2)?));
+        responses_of[ordinal(row, 0, count)?].push((column(row, 1)?, response_of(row, 2)?));
     }
     // In version (arrival) order: each scan returns its rows in index order, which SQL does
     // not promise, and sorting what is sorted costs one pass.
@@ -120,85 +113,82 @@ pub(crate) const ANY_DUE: &str = "SELECT EXISTS (SELECT 1 FROM UNNEST($2::text[]
 
 /// True when an execution of `ffqns` is due at `at`.
 pub(crate) async fn any_due(
-    client: &impl GenericClient,
+    client: &ClientWrapper,
     at: DateTime<Utc>,
     ffqns: &[FunctionFqn],
 ) -> Result<bool, DbError> {
     let names: Vec<String> = ffqns.iter().map(ToString::to_string).collect();
-    let stmt = client.prepare_cached(ANY_DUE).await.map_err(map_pg_error)?;
-    let row = client
-        .query_one(&stmt, &[&micros(at), &names])
-        .await
-        .map_err(map_pg_error)?;
-    row.try_get(0).map_err(map_pg_error)
+    let rows = one(
+        client,
+        statement(ANY_DUE, vec![Box::new(micros(at)), Box::new(names)]),
+    )
+    .await?;
+    rows.first().map_or(Ok(false), |row| column(row, 0))
 }
 
 /// Responses of an execution from `start_idx` on; `NotFound` for an unknown execution.
 pub(crate) async fn responses_from(
-    client: &impl GenericClient,
+    client: &ClientWrapper,
     execution_id: &ExecutionId,
     start_idx: usize,
 ) -> Result<Vec<JoinSetResponseEventOuter>, DbError> {
-    let (exists_stmt, responses_stmt) = tokio::join!(
-        client.prepare_cached("SELECT response_count FROM t_execution WHERE execution_id = $1"),
-        client.prepare_cached(
-            "SELECT response_json FROM t_response WHERE execution_id = $1 AND idx >= $2 \
-             ORDER BY idx",
-        ),
-    );
-    let exists_stmt = exists_stmt.map_err(map_pg_error)?;
-    let responses_stmt = responses_stmt.map_err(map_pg_error)?;
-    let id = execution_id.as_str();
+    let id = || Box::new(execution_id.as_str());
     let start = count_to_i64(u64::try_from(start_idx).unwrap_or(u64::MAX));
-    let exists_params: [&(dyn ToSql + Sync); 1] = [&id];
-    let responses_params: [&(dyn ToSql + Sync); 2] = [&id, &start];
-    let (exists, rows) = tokio::join!(
-        biased;
-        client.query_opt(&exists_stmt, &exists_params),
-        client.query(&responses_stmt, &responses_params),
-    );
-    if exists.map_err(map_pg_error)?.is_none() {
+    let [exists, responses] = all(
+        client,
+        false,
+        [
+            statement(
+                "SELECT 1 FROM t_execution WHERE execution_id = $1",
+                vec![id()],
+            ),
+            statement(
+                "SELECT response_json FROM t_response WHERE execution_id = $1 AND idx >= $2 \
+             ORDER BY idx",
+                vec![id(), Box::new(start)],
+            ),
+        ],
+    )
+    .await?;
+    if exists.is_empty() {
         return Err(DbError::execution_not_found(execution_id));
     }
-    rows.map_err(map_pg_error)?
-        .iter()
-        .map(|row| response_of(row, 0))
-        .collect()
+    responses.iter().map(|row| response_of(row, 0)).collect()
 }
 
 /// Every lease with `lock_expires_at <= at` and every open delay with `expires_at <= at`,
 /// ordered by expiry, then execution id, then leases before delays (by delay id).
 pub(crate) async fn expired_timers(
-    client: &impl GenericClient,
+    client: &ClientWrapper,
     at: DateTime<Utc>,
 ) -> Result<Vec<ExpiredTimer>, DbError> {
-    let (locks_stmt, delays_stmt) = tokio::join!(
-        client.prepare_cached(concat!(
-            "SELECT ",
-            execution_columns!(),
-            " FROM t_execution WHERE lock_expires_at IS NOT NULL AND lock_expires_at <= $1"
-        )),
-        client.prepare_cached(
-            "SELECT execution_id, delay_id, join_set_id, expires_at, expires_at_ns \
+    let [locks, delays] = all(
+        client,
+        false,
+        [
+            statement(
+                concat!(
+                    "SELECT ",
+                    execution_columns!(),
+                    " FROM t_execution WHERE lock_expires_at IS NOT NULL AND lock_expires_at <= $1"
+                ),
+                vec![Box::new(micros(at))],
+            ),
+            statement(
+                "SELECT execution_id, delay_id, join_set_id, expires_at, expires_at_ns \
              FROM t_delay WHERE is_open AND expires_at <= $1",
-        ),
-    );
-    let locks_stmt = locks_stmt.map_err(map_pg_error)?;
-    let delays_stmt = delays_stmt.map_err(map_pg_error)?;
-    let at_micros = micros(at);
-    let params: [&(dyn ToSql + Sync); 1] = [&at_micros];
-    let (locks, delays) = tokio::join!(
-        biased;
-        client.query(&locks_stmt, &params),
-        client.query(&delays_stmt, &params),
-    );
+                vec![Box::new(micros(at))],
+            ),
+        ],
+    )
+    .await?;
     let mut timers = Vec::new();
-    for row in &locks.map_err(map_pg_error)? {
+    for row in &locks {
         if let Some(lock) = execution_row(row)?.expired_lock_at(at)? {
             timers.push(ExpiredTimer::Lock(lock));
         }
     }
-    for row in &delays.map_err(map_pg_error)? {
+    for row in &delays {
         let delay_id: DelayId = column::<&str>(row, 1)?
             .parse()
             .map_err(|e| corrupt(format!("delay id: {e}")))?;
@@ -219,80 +209,64 @@ pub(crate) async fn expired_timers(
 
 /// The whole log, its responses and its state, from one snapshot.
 pub(crate) async fn get(
-    client: &mut deadpool_postgres::Object,
+    client: &ClientWrapper,
     execution_id: &ExecutionId,
 ) -> Result<ExecutionLog, DbError> {
-    let tx = client
-        .build_transaction()
-        .isolation_level(IsolationLevel::RepeatableRead)
-        .read_only(true)
-        .start()
-        .await
-        .map_err(map_pg_error)?;
-    let (state_stmt, events_stmt, responses_stmt) = tokio::join!(
-        tx.prepare_cached(
-            "SELECT next_version, state_json FROM t_execution WHERE execution_id = $1"
-        ),
-        tx.prepare_cached(
-            "SELECT event_json FROM t_event WHERE execution_id = $1 ORDER BY version"
-        ),
-        tx.prepare_cached(
-            "SELECT response_json FROM t_response WHERE execution_id = $1 ORDER BY idx"
-        ),
-    );
-    let state_stmt = state_stmt.map_err(map_pg_error)?;
-    let events_stmt = events_stmt.map_err(map_pg_error)?;
-    let responses_stmt = responses_stmt.map_err(map_pg_error)?;
-    let id = execution_id.as_str();
-    let params: [&(dyn ToSql + Sync); 1] = [&id];
-    let (state, events, responses) = tokio::join!(
-        biased;
-        tx.query_opt(&state_stmt, &params),
-        tx.query(&events_stmt, &params),
-        tx.query(&responses_stmt, &params),
-    );
+    let id = || Box::new(execution_id.as_str());
+    let [state, events, responses] = all(
+        client,
+        true,
+        [
+            statement(
+                "SELECT next_version, state_json FROM t_execution WHERE execution_id = $1",
+                vec![id()],
+            ),
+            statement(
+                "SELECT event_json FROM t_event WHERE execution_id = $1 ORDER BY version",
+                vec![id()],
+            ),
+            statement(
+                "SELECT response_json FROM t_response WHERE execution_id = $1 ORDER BY idx",
+                vec![id()],
+            ),
+        ],
+    )
+    .await?;
     let state = state
-        .map_err(map_pg_error)?
+        .first()
         .ok_or_else(|| DbError::execution_not_found(execution_id))?;
-    let events = events.map_err(map_pg_error)?;
-    let responses = responses.map_err(map_pg_error)?;
-    tx.commit().await.map_err(map_pg_error)?;
     Ok(ExecutionLog {
         execution_id: execution_id.clone(),
-        events: events
-            .iter()
-            .map(|row| event_of(row, 0))
-            .collect::<Result<_, _>>()?,
-        responses: responses
-            .iter()
-            .map(|row| response_of(row, 0))
-            .collect::<Result<_, _>>()?,
-        next_version: Version(i64_to_u32(column(&state, 0)?, "next_version")?),
-        pending_state: from_json(column(&state, 1)?, "pending state")?,
+        events: (events.iter().map(|row| event_of(row, 0))).collect::<Result<_, _>>()?,
+        responses: (responses.iter().map(|row| response_of(row, 0))).collect::<Result<_, _>>()?,
+        next_version: Version(i64_to_u32(column(state, 0)?, "next_version")?),
+        pending_state: from_json(column(state, 1)?, "pending state")?,
     })
 }
 
 /// One event; `NotFound` names the execution or the version that is missing.
 pub(crate) async fn execution_event(
-    client: &impl GenericClient,
+    client: &ClientWrapper,
     execution_id: &ExecutionId,
     version: Version,
 ) -> Result<ExecutionEvent, DbError> {
-    let stmt = client
-        .prepare_cached(
+    let rows = one(
+        client,
+        statement(
             "SELECT ev.event_json FROM t_execution e LEFT JOIN t_event ev \
-             ON ev.execution_id = e.execution_id AND ev.version = $2 \
-             WHERE e.execution_id = $1",
-        )
-        .await
-        .map_err(map_pg_error)?;
-    let row = client
-        .query_opt(&stmt, &[&execution_id.as_str(), &version_to_i64(version)])
-        .await
-        .map_err(map_pg_error)?
+         ON ev.execution_id = e.execution_id AND ev.version = $2 \
+         WHERE e.execution_id = $1",
+            vec![
+                Box::new(execution_id.as_str()),
+                Box::new(version_to_i64(version)),
+            ],
+        ),
+    )
+    .await?;
+    let row = rows
+        .first()
         .ok_or_else(|| DbError::execution_not_found(execution_id))?;
-    let json: Option<&str> = column(&row, 0)?;
-    match json {
+    match column::<Option<&str>>(row, 0)? {
         Some(json) => from_json(json, "event"),
         None => Err(DbError::NotFound(format!(
             "event at version {version} of {execution_id}"
@@ -302,49 +276,41 @@ pub(crate) async fn execution_event(
 
 /// Executions, newest first (by creation time, then id, descending), after the cursor.
 pub(crate) async fn list_executions(
-    client: &impl GenericClient,
+    client: &ClientWrapper,
     filter: &ListExecutionsFilter,
     pagination: &Pagination,
 ) -> Result<Vec<ExecutionSummary>, DbError> {
     if pagination.length == 0 {
         return Ok(Vec::new());
     }
-    let stmt = client
-        .prepare_cached(
-            "SELECT execution_id, ffqn, created_at, created_at_ns, scheduled_at, \
-             scheduled_at_ns, state_json, next_version FROM t_execution \
-             WHERE ($1::text IS NULL OR ffqn = $1) \
-             AND ($2::int2 IS NULL OR state_kind = $2) \
-             AND (NOT $3::bool OR is_top_level) \
-             AND ($4::int8 IS NULL \
-                  OR (created_at, created_at_ns, execution_id) < ($4::int8, $5::int2, $6::text)) \
-             ORDER BY created_at DESC, created_at_ns DESC, execution_id DESC \
-             LIMIT $7",
-        )
-        .await
-        .map_err(map_pg_error)?;
-    let ffqn = filter.ffqn.as_ref().map(ToString::to_string);
-    let state = filter.state.map(kind_to_i16);
     let (cursor_at, cursor_ns, cursor_id) = match &pagination.cursor {
         Some((at, id)) => (Some(micros(*at)), Some(sub_micros(*at)), Some(id.as_str())),
         None => (None, None, None),
     };
-    let limit = i64::try_from(pagination.length).unwrap_or(i64::MAX);
-    let rows = client
-        .query(
-            &stmt,
-            &[
-                &ffqn,
-                &state,
-                &filter.top_level_only,
-                &cursor_at,
-                &cursor_ns,
-                &cursor_id,
-                &limit,
+    let rows = one(
+        client,
+        statement(
+            "SELECT execution_id, ffqn, created_at, created_at_ns, scheduled_at, \
+         scheduled_at_ns, state_json, next_version FROM t_execution \
+         WHERE ($1::text IS NULL OR ffqn = $1) \
+         AND ($2::int2 IS NULL OR state_kind = $2) \
+         AND (NOT $3::bool OR is_top_level) \
+         AND ($4::int8 IS NULL \
+              OR (created_at, created_at_ns, execution_id) < ($4::int8, $5::int2, $6::text)) \
+         ORDER BY created_at DESC, created_at_ns DESC, execution_id DESC \
+         LIMIT $7",
+            vec![
+                Box::new(filter.ffqn.as_ref().map(ToString::to_string)),
+                Box::new(filter.state.map(kind_to_i16)),
+                Box::new(filter.top_level_only),
+                Box::new(cursor_at),
+                Box::new(cursor_ns),
+                Box::new(cursor_id),
+                Box::new(i64::try_from(pagination.length).unwrap_or(i64::MAX)),
             ],
-        )
-        .await
-        .map_err(map_pg_error)?;
+        ),
+    )
+    .await?;
     rows.iter()
         .map(|row| {
             let ffqn: &str = column(row, 1)?;
@@ -364,24 +330,42 @@ pub(crate) async fn list_executions(
 
 /// The finished result, or `None` while the execution runs; `NotFound` for an unknown one.
 pub(crate) async fn finished_result(
-    client: &impl GenericClient,
+    client: &ClientWrapper,
     execution_id: &ExecutionId,
 ) -> Result<Option<FinishedExecutionResult>, DbError> {
-    let stmt = client
-        .prepare_cached(
+    let rows = one(
+        client,
+        statement(
             "SELECT ev.event_json FROM t_execution e LEFT JOIN t_event ev \
-             ON ev.execution_id = e.execution_id AND ev.version = e.next_version \
-             AND e.state_kind = 3 \
-             WHERE e.execution_id = $1",
-        )
-        .await
-        .map_err(map_pg_error)?;
-    let row = client
-        .query_opt(&stmt, &[&execution_id.as_str()])
-        .await
-        .map_err(map_pg_error)?
+         ON ev.execution_id = e.execution_id AND ev.version = e.next_version \
+         AND e.state_kind = 3 \
+         WHERE e.execution_id = $1",
+            vec![Box::new(execution_id.as_str())],
+        ),
+    )
+    .await?;
+    let row = rows
+        .first()
         .ok_or_else(|| DbError::execution_not_found(execution_id))?;
-    let json: Option<&str> = column(&row, 0)?;
-    json.map(|json| finished_result_of(execution_id, json))
+    (column::<Option<&str>>(row, 0)?)
+        .map(|json| finished_result_of(execution_id, json))
         .transpose()
+}
+
+/// The rows of one statement.
+async fn one(client: &ClientWrapper, statement: Statement<'_>) -> Result<Vec<Row>, DbError> {
+    let [rows] = all(client, false, [statement]).await?;
+    Ok(rows)
+}
+
+/// The rows of each of `statements`, sent in one pipeline (reading one snapshot when
+/// `snapshot`).
+async fn all<const N: usize>(
+    client: &ClientWrapper,
+    snapshot: bool,
+    statements: [Statement<'_>; N],
+) -> Result<[Vec<Row>; N], DbError> {
+    let rows = pipeline::query_all(client, snapshot, &statements).await?;
+    <[Vec<Row>; N]>::try_from(rows)
+        .map_err(|rows| corrupt(format!("{} answers to {N} statements", rows.len())))
 }

@@ -1,0 +1,105 @@
+//! Statements sent together: each with its parameters (for the multi-row ones, one array per
+//! column, one element per row), prepared once per connection, sent in one pipeline and
+//! answered in order.
+
+use crate::error::map_pg_error;
+use concepts::DbError;
+use deadpool_postgres::ClientWrapper;
+use tokio_postgres::{Row, types::ToSql};
+
+/// A parameter of a statement.
+pub(crate) type Param<'a> = Box<dyn ToSql + Sync + Send + 'a>;
+
+/// One statement of a pipeline.
+pub(crate) struct Statement<'a> {
+    pub(crate) sql: &'static str,
+    pub(crate) params: Vec<Param<'a>>,
+}
+
+/// The multi-row statement `$sql` over the items of `$items`: each `$column` an array of
+/// `$ty`, with `$value` (of the item `$item`) as each row's element; `None` when there are no
+/// items, so that a statement with nothing to do is never sent. Inside a function returning
+/// `Result<_, DbError>`, a value may use `?`.
+macro_rules! unnest {
+    ($sql:expr, $items:expr, |$item:pat_param| { $($column:ident: $ty:ty = $value:expr),+ $(,)? }) => {{
+        $(let mut $column: Vec<$ty> = Vec::new();)+
+        for $item in $items {
+            $($column.push($value);)+
+        }
+        let rows = [$($column.len()),+][0];
+        (rows > 0).then(|| crate::pipeline::Statement {
+            sql: $sql,
+            params: vec![$(Box::new($column) as crate::pipeline::Param<'_>),+],
+        })
+    }};
+}
+pub(crate) use unnest;
+
+/// Prepares `statements` on `client` (each once per connection), in order.
+pub(crate) async fn prepare(
+    client: &ClientWrapper,
+    statements: &[Statement<'_>],
+) -> Result<Vec<tokio_postgres::Statement>, DbError> {
+    let mut prepared = Vec::with_capacity(statements.len());
+    for statement in statements {
+        prepared.push(
+            client
+                .prepare_cached(statement.sql)
+                .await
+                .map_err(map_pg_error)?,
+        );
+    }
+    Ok(prepared)
+}
+
+/// Runs the `prepared` `statements` in one pipeline: the rows of each, in order, or the first
+/// error in statement order (after a failed statement every later one of a transaction fails
+/// with "current transaction is aborted": the first one says why).
+pub(crate) async fn run(
+    client: &ClientWrapper,
+    statements: &[Statement<'_>],
+    prepared: &[tokio_postgres::Statement],
+) -> Result<Vec<Vec<Row>>, tokio_postgres::Error> {
+    let queries = statements
+        .iter()
+        .zip(prepared)
+        .map(|(statement, prepared)| {
+            let params: Vec<&(dyn ToSql + Sync)> = (statement.params.iter())
+                .map(|param| param.as_ref() as &(dyn ToSql + Sync))
+                .collect();
+            async move { client.query(prepared, &params).await }
+        });
+    futures_util::future::join_all(queries)
+        .await
+        .into_iter()
+        .collect()
+}
+
+/// Prepares and runs `statements` in one pipeline (outside a transaction, or inside one of
+/// `REPEATABLE READ READ ONLY` when `snapshot`, so that they read one snapshot): the rows of
+/// each, in order.
+pub(crate) async fn query_all(
+    client: &ClientWrapper,
+    snapshot: bool,
+    statements: &[Statement<'_>],
+) -> Result<Vec<Vec<Row>>, DbError> {
+    let prepared = prepare(client, statements).await?;
+    if !snapshot {
+        return run(client, statements, &prepared)
+            .await
+            .map_err(map_pg_error);
+    }
+    let (began, rows, committed) = tokio::join!(
+        biased;
+        client.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"),
+        run(client, statements, &prepared),
+        client.batch_execute("COMMIT"),
+    );
+    began.and(committed).map_err(map_pg_error)?;
+    rows.map_err(map_pg_error)
+}
+
+/// One statement's parameters.
+pub(crate) fn statement<'a>(sql: &'static str, params: Vec<Param<'a>>) -> Statement<'a> {
+    Statement { sql, params }
+}
