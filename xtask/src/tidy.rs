@@ -66,12 +66,14 @@ mod tests {
             .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()))
     }
 
-    /// Library code: under a crate's `src/`, and not a unit-test module (`tests.rs`). `path` is
-    /// relative to the workspace root.
+    /// Library code: under a crate's `src/`, and not a unit-test module (`tests.rs`, or a
+    /// file under a `tests/` folder of `src/`). `path` is relative to the workspace root.
     fn is_library_source(path: &Path) -> bool {
-        let in_src = path.components().any(|c| c.as_os_str() == "src");
+        let mut below_src = path.components().skip_while(|c| c.as_os_str() != "src");
+        let in_src = below_src.next().is_some();
+        let in_test_folder = below_src.any(|c| c.as_os_str() == "tests");
         let is_test_module = path.file_name().is_some_and(|n| n == "tests.rs");
-        in_src && !is_test_module
+        in_src && !in_test_folder && !is_test_module
     }
 
     /// Whether a line of a backend's library code builds a `ValidationError`: a path through
@@ -141,6 +143,159 @@ mod tests {
         );
     }
 
+    /// The library sources of the storage backends, with their text.
+    fn backend_sources() -> Vec<(PathBuf, String)> {
+        workspace_sources()
+            .into_iter()
+            .filter(|path| path.starts_with("crates") && is_library_source(path))
+            .filter(|path| {
+                path.components().nth(1).is_some_and(|krate| {
+                    krate.as_os_str().to_string_lossy().starts_with("storage-")
+                })
+            })
+            .map(|path| {
+                let text = read(&path);
+                (path, text)
+            })
+            .collect()
+    }
+
+    /// `text` without comment lines and without any white space: what the code says, whatever
+    /// the formatter made of its lines.
+    fn code_of(text: &str) -> String {
+        text.lines()
+            .filter(|line| !line.trim_start().starts_with("//"))
+            .flat_map(|line| line.chars().filter(|c| !c.is_whitespace()))
+            .collect()
+    }
+
+    /// The kinds of write the backends must not name: each is a module of `concepts::kernel`,
+    /// and a backend runs them all the same way. (`LockPendingRequest` is named where its
+    /// grants are handed over; `CreateRequest` is the data of a new execution in a plan.)
+    const WRITE_KINDS: [&str; 8] = [
+        "CreateBatch",
+        "AppendBatchRequest",
+        "OutcomeWrite",
+        "AppendOutcomes",
+        "AppendResponse",
+        "CancelRequest",
+        "CompleteRequest",
+        "PruneRequest",
+    ];
+
+    /// Which of `text`'s code names a kind of write.
+    fn named_write_kinds(text: &str) -> Vec<&'static str> {
+        let code = code_of(text);
+        WRITE_KINDS
+            .into_iter()
+            .filter(|kind| {
+                code.match_indices(kind).any(|(at, _)| {
+                    let before = code[..at].chars().next_back();
+                    let after = code[at + kind.len()..].chars().next();
+                    let word = |c: Option<char>| c.is_some_and(|c| c.is_alphanumeric() || c == '_');
+                    !word(before) && !word(after)
+                })
+            })
+            .collect()
+    }
+
+    #[test]
+    fn storage_backends_name_no_kind_of_write() {
+        let offending: Vec<String> = backend_sources()
+            .into_iter()
+            .flat_map(|(path, text)| {
+                named_write_kinds(&text)
+                    .into_iter()
+                    .map(move |kind| format!("{} names {kind}", path.display()))
+            })
+            .collect();
+        assert!(
+            offending.is_empty(),
+            "a backend runs every kind of write through `kernel::Write`, knowing none by \
+             name; what a kind does is its module's in `concepts::kernel`:\n{}",
+            offending.join("\n")
+        );
+    }
+
+    /// The backends' files that load a write's keys: the only ones that read them.
+    const LOADERS: [&str; 4] = [
+        "crates/storage-memory/src/state.rs",
+        "crates/storage-sqlite/src/ops.rs",
+        "crates/storage-sqlite/src/lifecycle.rs",
+        "crates/storage-postgres/src/load.rs",
+    ];
+
+    #[test]
+    fn backends_read_the_keys_of_a_write_only_to_load_them() {
+        let fields = [
+            "executions",
+            "new_executions",
+            "subtrees",
+            "finished_results",
+            "open_delays",
+            "prune",
+            "join_sets",
+            "delays",
+            "child_responses",
+            "due",
+        ];
+        let offending: Vec<String> = backend_sources()
+            .into_iter()
+            .filter(|(path, _)| !LOADERS.iter().any(|loader| path == Path::new(loader)))
+            .filter_map(|(path, text)| {
+                let code = code_of(&text);
+                let read: Vec<_> = (fields.iter())
+                    .filter(|field| code.contains(&format!("keys.{field}")))
+                    .collect();
+                (!read.is_empty()).then(|| format!("{} reads keys.{read:?}", path.display()))
+            })
+            .collect();
+        assert!(
+            offending.is_empty(),
+            "which writes share a transaction, and how they combine, is the kernel's \
+             (`Keys::shares_a_transaction`, `Keys::union`, `GroupPlanner`); a backend reads \
+             keys only to load them:\n{}",
+            offending.join("\n")
+        );
+        for loader in LOADERS {
+            assert!(
+                workspace_root().join(loader).is_file(),
+                "{loader} is named as a loader but does not exist"
+            );
+        }
+    }
+
+    #[test]
+    fn the_postgres_group_writer_plans_its_groups_with_the_kernel() {
+        let code = code_of(&read(Path::new("crates/storage-postgres/src/writer.rs")));
+        for call in [
+            "GroupPlanner::owning(",
+            "Keys::union(",
+            ".shares_a_transaction()",
+        ] {
+            assert!(
+                code.contains(call),
+                "the group writer no longer calls `{call}`: a group is loaded for the union \
+                 of its keys and planned by the kernel's `GroupPlanner`"
+            );
+        }
+    }
+
+    #[test]
+    fn kinds_of_write_are_told_from_other_names() {
+        assert_eq!(
+            named_write_kinds("fn f(w: OutcomeWrite) {}"),
+            ["OutcomeWrite"]
+        );
+        assert_eq!(
+            named_write_kinds("let x = kernel::CreateBatch(reqs);"),
+            ["CreateBatch"]
+        );
+        assert!(named_write_kinds("// an OutcomeWrite in prose").is_empty());
+        assert!(named_write_kinds("let outcome_write_count = 1; MyOutcomeWrites").is_empty());
+        assert_eq!(code_of("a .\n  // b\n  b"), "a.b");
+    }
+
     #[test]
     fn the_library_filter_tells_library_code_from_unit_tests() {
         assert!(is_library_source(Path::new(
@@ -149,6 +304,9 @@ mod tests {
         assert!(is_library_source(Path::new("tests/conformance/src/lib.rs")));
         assert!(!is_library_source(Path::new(
             "crates/storage-sqlite/src/tests.rs"
+        )));
+        assert!(!is_library_source(Path::new(
+            "crates/storage-sqlite/src/tests/faults.rs"
         )));
         assert!(!is_library_source(Path::new(
             "crates/storage-postgres/tests/postgres.rs"

@@ -477,11 +477,7 @@ impl kernel::Backend for PostgresStore {
     async fn lock_pending(&self, req: LockPendingRequest) -> Result<Vec<LockedExecution>, DbError> {
         self.inner.hub.ensure_open()?;
         let keys = req.keys()?;
-        if keys
-            .due
-            .as_ref()
-            .is_some_and(kernel::DueQuery::finds_nothing)
-        {
+        if req.locks_nothing() {
             return Ok(Vec::new());
         }
         let mut lock = writer::Lock(req, keys);

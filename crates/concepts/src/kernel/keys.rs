@@ -38,15 +38,6 @@ pub struct DueQuery {
     pub limit: usize,
 }
 
-impl DueQuery {
-    /// True when the query cannot find anything (no function, a limit of zero): a lock of
-    /// nothing, which a backend answers without reading.
-    #[must_use]
-    pub fn finds_nothing(&self) -> bool {
-        self.limit == 0 || self.ffqns.is_empty()
-    }
-}
-
 /// Which top-level executions `prune` examines.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PruneQuery {

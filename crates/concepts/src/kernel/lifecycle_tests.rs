@@ -128,6 +128,7 @@ impl Table {
             self.load(&more, &mut snapshot);
         }
         let (plan, reply) = plan(&snapshot, request)?;
+        super::tests::assert_revisions_move(&snapshot, &plan);
         Ok(Planned { plan, reply })
     }
 }

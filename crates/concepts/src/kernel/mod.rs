@@ -83,6 +83,8 @@ pub use writes::{
 };
 
 #[cfg(test)]
+mod group_tests;
+#[cfg(test)]
 mod lifecycle_tests;
 #[cfg(test)]
 mod outcomes_tests;

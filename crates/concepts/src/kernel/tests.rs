@@ -71,7 +71,25 @@ fn snapshot_of(rows: impl IntoIterator<Item = ExecutionRow>) -> Snapshot {
 fn run<W: Write>(snapshot: &Snapshot, write: W) -> Result<Planned<W::Reply>, DbError> {
     write.keys()?;
     let (plan, reply) = plan(snapshot, write)?;
+    assert_revisions_move(snapshot, &plan);
     Ok(Planned { plan, reply })
+}
+
+/// Every row a plan changes has another [`Revision`] than the row it was planned on: what a
+/// backend's check of a plan on known rows relies on.
+pub(super) fn assert_revisions_move(snapshot: &Snapshot, plan: &WritePlan) {
+    for change in &plan.changes {
+        if let Some(before) = snapshot.executions.get(&change.row.execution_id)
+            && *before != change.row
+        {
+            assert_ne!(
+                before.revision(),
+                change.row.revision(),
+                "{before:?} -> {:?}",
+                change.row
+            );
+        }
+    }
 }
 
 /// A plan and its reply.

@@ -22,6 +22,15 @@ use chrono::{DateTime, Utc};
 
 impl Sealed for LockPendingRequest {}
 
+impl LockPendingRequest {
+    /// True when the request can lock nothing (no function, a batch of zero), which a backend
+    /// may answer without reading anything.
+    #[must_use]
+    pub fn locks_nothing(&self) -> bool {
+        self.batch_size == 0 || self.ffqns.is_empty()
+    }
+}
+
 impl Write for LockPendingRequest {
     /// The leases granted, in lock order: the backend reads their histories after the commit
     /// and hands each over with [`hand_over`].

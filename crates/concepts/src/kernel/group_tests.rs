@@ -1,0 +1,217 @@
+//! Unit tests of writes planned together: the group planner (each write on what the earlier
+//! ones left, a refused one refusing only itself, one change per execution), the union of
+//! keys, and plans on known rows.
+
+use super::tests::{assert_revisions_move, at, create_request, join_set, pending, row};
+use super::*;
+use crate::{
+    AppendBatchRequest, CompleteOutcome, CompleteRequest, DbErrorKind, ExecutionEventInner,
+    ExecutionId, ExecutorId, FunctionFqn, HistoryEvent, JoinSetResponse, OutcomeWrite,
+    PendingState, RunId, SupportedFunctionReturnValue, Version,
+};
+
+fn join_next() -> ExecutionEventInner {
+    ExecutionEventInner::HistoryEvent {
+        event: HistoryEvent::JoinNext {
+            join_set_id: join_set(),
+            run_expires_at: at(10),
+            closing: false,
+        },
+    }
+}
+
+fn locked() -> PendingState {
+    PendingState::Locked {
+        executor_id: ExecutorId::generate_at(at(0)),
+        run_id: RunId::generate_at(at(0)),
+        lock_expires_at: at(10),
+    }
+}
+
+fn finish(
+    id: &ExecutionId,
+    version: u32,
+    parent: Option<&(ExecutionId, crate::JoinSetId)>,
+) -> OutcomeWrite {
+    let result = Ok(SupportedFunctionReturnValue::None);
+    let event = ExecutionEventInner::Finished { result };
+    OutcomeWrite::new(id.clone(), Version(version), at(5), event, parent)
+}
+
+/// Plans `writes` as one group on the snapshot loaded for the union of their keys.
+fn group_of(snapshot: Snapshot, plan_all: impl FnOnce(&mut GroupPlanner<'_>)) -> WritePlan {
+    let before = snapshot.clone();
+    let mut group = GroupPlanner::owning(snapshot);
+    plan_all(&mut group);
+    let plan = group.finish();
+    assert_revisions_move(&before, &plan);
+    plan
+}
+
+#[test]
+fn a_write_sees_what_the_writes_before_it_in_its_group_left() {
+    let id = ExecutionId::generate_at(at(0));
+    let create = create_request(&id, None);
+    let append = AppendBatchRequest::events(id.clone(), Version(1), at(1), vec![join_next()]);
+    let keys = Keys::union([&create.keys().unwrap(), &append.keys().unwrap()]);
+    assert_eq!(keys.new_executions, [id.clone()]);
+    assert_eq!(keys.executions[..], [id.clone()]);
+    let plan = group_of(Snapshot::default(), |group| {
+        assert_eq!(
+            group.plan(create.clone()).unwrap(),
+            crate::CreateOutcome::Created
+        );
+        // The append sees the execution the create made; a second create is its repeat.
+        assert_eq!(group.plan(append).unwrap(), Version(2));
+        let again = group.plan(create).unwrap();
+        assert!(
+            matches!(again, crate::CreateOutcome::AlreadyExisted { .. }),
+            "{again:?}"
+        );
+    });
+    assert_eq!(plan.changes.len(), 1, "one change per execution");
+    let change = &plan.changes[0];
+    assert!(change.is_new());
+    assert_eq!(change.events.len(), 2);
+    assert_eq!(change.row.state.next_version, Version(2));
+}
+
+#[test]
+fn a_refused_write_refuses_only_itself() {
+    let id = ExecutionId::generate_at(at(0));
+    let mut snapshot = Snapshot::default();
+    snapshot.add_execution(row(&id, 2, locked()));
+    let plan = group_of(snapshot, |group| {
+        let stale = group.plan(finish(&id, 1, None)).unwrap_err();
+        assert_eq!(stale.kind(), DbErrorKind::VersionMismatch);
+        assert_eq!(group.plan(finish(&id, 2, None)).unwrap(), Version(2));
+        // Now finished: a later outcome is refused on what the accepted one left.
+        assert!(crate::is_lost_race(
+            &group.plan(finish(&id, 2, None)).unwrap_err()
+        ));
+    });
+    assert_eq!(plan.changes.len(), 1);
+    assert_eq!(plan.changes[0].events.len(), 1);
+    assert_eq!(plan.wakeups[..], [Wakeup::Finished(id)]);
+}
+
+#[test]
+fn a_childs_answer_is_consumed_by_its_parents_join_next_in_the_same_group() {
+    let parent = ExecutionId::generate_at(at(0));
+    let child = parent.next_level(&join_set(), 1);
+    let child_row = ExecutionRow {
+        parent: Some((parent.clone(), join_set())),
+        ..row(&child, 2, locked())
+    };
+    let outcome = finish(&child, 2, child_row.parent.as_ref());
+    let append = AppendBatchRequest::events(parent.clone(), Version(4), at(6), vec![join_next()]);
+    let keys = Keys::union([&outcome.keys().unwrap(), &append.keys().unwrap()]);
+    assert_eq!(keys.join_sets.len(), 1, "the join set is named once");
+    assert_eq!(keys.join_sets[0].next_responses, 1);
+    let mut snapshot = Snapshot::default();
+    snapshot.add_execution(row(&parent, 4, locked()));
+    snapshot.add_execution(child_row);
+    let plan = group_of(snapshot, |group| {
+        assert_eq!(group.plan(outcome).unwrap(), Version(2));
+        assert_eq!(group.plan(append).unwrap(), Version(5));
+    });
+    let parent_change = plan
+        .changes
+        .iter()
+        .find(|c| c.row.execution_id == parent)
+        .unwrap();
+    assert_eq!(parent_change.responses.len(), 1);
+    assert_eq!(parent_change.events.len(), 1);
+    let counters = JoinSetCounters {
+        join_next_count: 1,
+        response_count: 1,
+    };
+    assert_eq!(parent_change.join_sets, [(join_set(), counters)]);
+    // The response was there when the JoinNext came: not blocked, due when the run expires.
+    assert_eq!(parent_change.row.state.pending_state, pending(10));
+}
+
+#[test]
+fn a_promise_completed_twice_in_one_group_is_completed_once() {
+    let parent = ExecutionId::generate_at(at(0));
+    let stub = parent.next_level(&join_set(), 1);
+    let stub_row = ExecutionRow {
+        ffqn: FunctionFqn::stub("approval").unwrap(),
+        parent: Some((parent.clone(), join_set())),
+        ..row(&stub, 1, pending(0))
+    };
+    let complete = CompleteRequest {
+        execution_id: stub.clone(),
+        now: at(3),
+        value: SupportedFunctionReturnValue::InfallibleOrResultOk(serde_json::json!("yes").into()),
+    };
+    let mut snapshot = Snapshot::default();
+    snapshot.add_execution(row(&parent, 4, locked()));
+    snapshot.add_execution(stub_row);
+    let plan = group_of(snapshot, |group| {
+        assert_eq!(
+            group.plan(complete.clone()).unwrap(),
+            CompleteOutcome::Completed
+        );
+        assert_eq!(
+            group.plan(complete).unwrap(),
+            CompleteOutcome::AlreadyCompleted
+        );
+    });
+    let answered: Vec<_> = (plan.changes.iter())
+        .flat_map(|c| &c.responses)
+        .map(|r| &r.response.event.event)
+        .collect();
+    assert!(
+        matches!(
+            answered[..],
+            [JoinSetResponse::ChildExecutionFinished { .. }]
+        ),
+        "the parent is answered once: {answered:?}"
+    );
+}
+
+#[test]
+fn known_rows_plan_a_write_without_a_load_once_and_say_what_they_assume() {
+    let id = ExecutionId::generate_at(at(0));
+    let known = KnownRows::new(16);
+    let lock = ExecutionChange {
+        row: row(&id, 2, locked()),
+        created: None,
+        old_state: None,
+        events: smallvec::SmallVec::new(),
+        responses: Vec::new(),
+        join_sets: Vec::new(),
+        delays_requested: Vec::new(),
+        delays_closed: Vec::new(),
+    };
+    known.remember(&WritePlan {
+        changes: vec![lock.clone()],
+        ..WritePlan::default()
+    });
+    let outcome = finish(&id, 2, None);
+    let keys = outcome.keys().unwrap();
+    // Only when asked for rows the store knows.
+    assert!(known.assume(&keys, false).is_none());
+    known.remember(&WritePlan {
+        changes: vec![lock.clone()],
+        ..WritePlan::default()
+    });
+    let (snapshot, assumption) = known.assume(&keys, true).expect("the row is known");
+    assert_eq!(assumption.revisions, [(id.clone(), lock.row.revision())]);
+    assert!(assumption.absent.is_empty());
+    plan(&snapshot, outcome).unwrap();
+    assert!(
+        known.assume(&keys, true).is_none(),
+        "a known row is used once"
+    );
+
+    // A create assumes its id absent, and a duplicate of it refutes that.
+    let other = ExecutionId::generate_at(at(1));
+    let (empty, assumption) = known
+        .assume(&create_request(&other, None).keys().unwrap(), false)
+        .unwrap();
+    assert!(empty.executions.is_empty());
+    assert!(assumption.refuted_by(&crate::DuplicateKind::Execution(other).into()));
+    assert!(!assumption.refuted_by(&crate::DuplicateKind::Execution(id).into()));
+}
