@@ -1,6 +1,7 @@
-//! The requests and answers of the life of an execution after submission (LIFECYCLE.md):
-//! idempotent submit, cancellation, external completion of stubs (durable promises) and
-//! retention. Their rules live in the storage kernel; these are the types callers see.
+//! The requests and answers of the life of an execution after submission
+//! (`docs/SEMANTICS.md` §10-§13): idempotent submit, cancellation, external completion of stubs
+//! (durable promises) and retention. Their rules live in the storage kernel; these are the
+//! types callers see.
 
 use crate::{
     event::{FinishedExecutionResult, SupportedFunctionReturnValue},

@@ -1,4 +1,5 @@
-//! The executor's table: which single write records a worker's result (SEMANTICS.md §6).
+//! The executor's table: which single write records a worker's result (`docs/SEMANTICS.md`
+//! §6).
 
 use crate::worker::{WorkerError, WorkerResult};
 use chrono::{DateTime, Utc};
@@ -61,7 +62,7 @@ impl From<&LockedExecution> for RunInfo {
 /// [`OutcomeWrite`]).
 ///
 /// A workflow trap is retried while retries are left, like any failure; once none is left it
-/// is permanent, since a `TemporarilyFailed` always uses up a retry (SEMANTICS.md §5).
+/// is permanent, since a `TemporarilyFailed` always uses up a retry (`docs/SEMANTICS.md` §5).
 #[must_use]
 pub fn map_worker_result(
     result: WorkerResult,

@@ -1,59 +1,11 @@
 //! The in-memory storage backend of Stele: every storage trait of [`concepts`] over one
 //! mutex-protected state, for tests, examples and single-process use.
 //!
-//! # Design
-//!
-//! Every rule of a write (validation, transitions, versions, who is woken) is
-//! [`concepts::kernel`]'s; this crate loads, persists, indexes and wakes.
-//!
-//! **One lock, short sections.** All data lives in one `State` behind a `std::sync::Mutex`,
-//! held only for short sections that never await.
-//!
-//! **Load, plan, persist, wake.** The store is a [`Backend`](concepts::kernel::Backend): a write
-//! of any kind locks the state, loads the [`Snapshot`](concepts::kernel::Snapshot) of its
-//! [`Keys`](concepts::kernel::Keys) from the records and indexes (due executions, descendants,
-//! prune candidates), then its follow-up keys into the same snapshot, hands it to
-//! [`concepts::kernel::plan`], and applies the plan's changes and deletions to the records and
-//! indexes before it unlocks. Planning writes nothing, so a refused write leaves the state as
-//! it was. Once unlocked, it delivers the plan's wake-ups. The state keeps one snapshot,
-//! emptied after each plan, for the next write to load into (one that a large write grew is
-//! dropped instead), so a write of one execution allocates no table to load it. `lock_pending`
-//! hands each grant over from its record in place
-//! ([`hand_over_cloned`](concepts::kernel::hand_over_cloned)): only what the worker gets is
-//! cloned.
-//!
-//! **Records.** Per execution: the events (the `Created` event first, which holds everything
-//! the request said), the responses, the kernel's
-//! [`ExecutionRow`](concepts::kernel::ExecutionRow), and, boxed and allocated on first use,
-//! what loading a snapshot needs without reading the log: per join set its `JoinNext` count and
-//! the arrival time of each response, per delay whether it was requested, answered and is
-//! still open, the children that answered. Most executions never need the box.
-//!
-//! **Indexes.**
-//! - pending: per function, a `BTreeSet` of `(scheduled_at, execution_id)` of every `PendingAt`
-//!   execution, so that the due executions are the front of a few ordered sets, ties broken by
-//!   execution id;
-//! - timers: a `BTreeSet` of `(expires_at, execution_id, Lock | Delay(delay_id, join_set_id))`:
-//!   a lease and any number of delays of one execution at the same instant never collide, and
-//!   `get_expired_timers(at)` is a range scan up to `at` inclusive;
-//! - `(created_at, execution_id)` of every execution, for `list_executions` (newest first);
-//! - children: a `BTreeSet` of the id of every child execution; a child's id extends its
-//!   parent's, so the descendants of an execution are one range of it (`cancel`, `prune`), and
-//!   top-level ids, nobody's descendants, stay out of it;
-//! - `(finished_at, execution_id)` of every finished top-level execution: the candidates of
-//!   `prune`, in its order.
-//!
-//! Every ordered key leads with an `At`: the time and the first 16 bytes of the execution id as
-//! two integers, ordered as `(time, execution_id)` are, so that the dozen comparisons of an
-//! insert rarely reach chrono or `memcmp`. A removal that is the first key of its set (a lock
-//! takes the front of the pending set; runs mostly finish in lock order, whose leases lead the
-//! timers) pops it without comparing its way down.
-//!
-//! Deleting an execution (`prune`) removes its record and its entry in every index.
-//!
-//! **Waits** go through the store's [`WaiterHub`], which checks
-//! the state after registering; `close` releases every waiter. [`MemoryStore::waiter_counts`]
-//! exposes the size of its registries, for tests.
+//! Every rule of a write is [`concepts::kernel`]'s: the store is a
+//! [`Backend`](concepts::kernel::Backend) that loads a write's rows from its records and
+//! indexes under one short-held mutex, plans it with the kernel, applies the plan and wakes
+//! the waiters it names once the lock is released; a refused write has changed nothing.
+//! `docs/ARCHITECTURE.md` (section `storage-memory`) describes the records and indexes.
 //!
 //! ```
 //! use concepts::{CreateOutcome, CreateRequest, DbClient, ExecutionId, PendingState};

@@ -2,105 +2,23 @@
 //! transaction commits, and the dedicated listener connection that hands the ones it receives
 //! to the store's [`WaiterHub`] and reconnects when it is lost.
 
-use crate::{
-    codec::{micros, timestamp},
-    config::PostgresConfig,
-    error::describe,
-    tls::Tls,
-};
-use concepts::kernel::{WaiterHub, Wakeup};
-use std::{
-    collections::{BTreeMap, BTreeSet},
-    sync::Arc,
-    time::Duration,
-};
+use crate::{config::PostgresConfig, error::describe, tls::Tls};
+use concepts::kernel::{self, WaiterHub, Wakeup};
+use std::{sync::Arc, time::Duration};
 use tokio::sync::watch;
 use tokio_postgres::AsyncMessage;
 
 /// The one channel every store of a database listens on; payloads are typed by their prefix.
 pub(crate) const CHANNEL: &str = "stele";
 
-/// Payloads longer than this are replaced by [`WAKE_EVERYONE`] (the server's limit is 8000
-/// bytes).
-const MAX_PAYLOAD: usize = 1000;
-
-/// The payload that wakes every waiter: anything may have happened.
-const WAKE_EVERYONE: &str = "*";
-
-/// The wake-ups of a transaction are packed into as few payloads as this many bytes hold
-/// (below the server's limit), separated by [`SEPARATOR`]: one notification for the whole
-/// transaction, however many writes shared it, rather than one per wake-up.
+/// The wake-ups of a transaction are packed into messages of at most this many bytes (below
+/// the server's limit of 8,000): one notification for the whole transaction, however many
+/// writes shared it, rather than one per wake-up.
 const MAX_PACKED: usize = 7_000;
 
-/// Between two wake-ups of one payload; no id or function name contains it.
-const SEPARATOR: char = ' ';
-
-/// The payloads of a committed write's wake-ups: `p:<micros>:<ffqn>` once per function, at
-/// its earliest due time; `r:<execution id>` when an execution's responses grew;
-/// `f:<execution id>` when it finished.
+/// The payloads of a committed write's wake-ups ([`kernel::wakeup_messages`]).
 pub(crate) fn payloads(wakeups: &[Wakeup]) -> Vec<String> {
-    let mut pending: BTreeMap<&concepts::FunctionFqn, i64> = BTreeMap::new();
-    let mut others = BTreeSet::new();
-    for wakeup in wakeups {
-        match wakeup {
-            Wakeup::Pending { ffqn, at } => {
-                let at = micros(*at);
-                pending
-                    .entry(ffqn)
-                    .and_modify(|t| *t = (*t).min(at))
-                    .or_insert(at);
-            }
-            Wakeup::Responses(id) => {
-                others.insert(format!("r:{id}"));
-            }
-            Wakeup::Finished(id) => {
-                others.insert(format!("f:{id}"));
-            }
-        }
-    }
-    pending
-        .into_iter()
-        .map(|(ffqn, at)| format!("p:{at}:{ffqn}"))
-        .chain(others)
-        .map(|payload| {
-            if payload.len() > MAX_PAYLOAD {
-                WAKE_EVERYONE.to_string()
-            } else {
-                payload
-            }
-        })
-        .fold(Vec::new(), |mut packed: Vec<String>, item| {
-            match packed.last_mut() {
-                Some(last) if last.len() + 1 + item.len() <= MAX_PACKED => {
-                    last.push(SEPARATOR);
-                    last.push_str(&item);
-                }
-                _ => packed.push(item),
-            }
-            packed
-        })
-}
-
-/// The wake-ups of a received payload; `None` wakes everyone (`*`, or a payload a newer binary
-/// sends).
-pub(crate) fn parse(payload: &str) -> Option<Vec<Wakeup>> {
-    payload.split(SEPARATOR).map(parse_one).collect()
-}
-
-/// One wake-up of a payload.
-fn parse_one(payload: &str) -> Option<Wakeup> {
-    if let Some(rest) = payload.strip_prefix("p:") {
-        let (at, ffqn) = rest.split_once(':')?;
-        return Some(Wakeup::Pending {
-            ffqn: ffqn.parse().ok()?,
-            at: timestamp(at.parse().ok()?, 0).ok()?,
-        });
-    }
-    if let Some(id) = payload.strip_prefix("r:") {
-        return Some(Wakeup::Responses(id.parse().ok()?));
-    }
-    let id = payload.strip_prefix("f:")?;
-    Some(Wakeup::Finished(id.parse().ok()?))
+    kernel::wakeup_messages(wakeups, MAX_PACKED)
 }
 
 /// Publishes `payloads` to every listener of the database, in a transaction of its own that
@@ -226,7 +144,7 @@ async fn listen_once(
             match std::future::poll_fn(|cx| connection.poll_message(cx)).await {
                 Some(Ok(AsyncMessage::Notification(n))) => {
                     state.send_modify(|s| s.notifications = s.notifications.wrapping_add(1));
-                    match parse(n.payload()) {
+                    match kernel::parse_wakeup_message(n.payload()) {
                         Some(wakeups) => hub.deliver(&wakeups),
                         None => hub.wake_everyone(),
                     }

@@ -7,10 +7,9 @@ use crate::{
     PostgresConfig, PostgresError,
     codec::{micros, sub_micros, timestamp},
     error::duplicate_kind,
-    notify::{parse, payloads},
 };
 use chrono::{TimeZone, Utc};
-use concepts::{DuplicateKind, ExecutionId, kernel::Wakeup};
+use concepts::DuplicateKind;
 use std::time::Duration;
 
 #[test]
@@ -68,87 +67,6 @@ fn bad_urls_are_typed_errors_that_say_what_is_wrong() {
             "{url}: `{message}` lacks `{needle}`"
         );
     }
-}
-
-#[test]
-fn wakeup_payloads_round_trip() {
-    let id: ExecutionId = "E_01JZ8ZK3F8G3N9Q7V5W2X4Y6Z0".parse().unwrap();
-    let child: ExecutionId = "E_01JZ8ZK3F8G3N9Q7V5W2X4Y6Z0.n:a_1".parse().unwrap();
-    let at = Utc.timestamp_opt(-1, 999_988_000).unwrap();
-    let wakeups = [
-        Wakeup::Pending {
-            ffqn: "ns:pkg/ifc@1.0.0.fn".parse().unwrap(),
-            at,
-        },
-        Wakeup::Responses(child),
-        Wakeup::Finished(id),
-    ];
-    for wakeup in wakeups {
-        let sent = payloads(std::slice::from_ref(&wakeup));
-        assert_eq!(sent.len(), 1, "{sent:?}");
-        assert_eq!(parse(&sent[0]), Some(vec![wakeup]));
-    }
-    assert_eq!(parse("*"), None, "wakes everyone");
-    assert_eq!(parse("something new"), None, "wakes everyone");
-}
-
-#[test]
-fn a_write_publishes_one_pending_payload_per_function_at_its_earliest_time() {
-    let f = |name: &str| -> concepts::FunctionFqn { format!("ns:pkg/ifc.{name}").parse().unwrap() };
-    let at = |secs| Utc.timestamp_opt(secs, 0).unwrap();
-    let id: ExecutionId = "E_01JZ8ZK3F8G3N9Q7V5W2X4Y6Z0".parse().unwrap();
-    let sent = payloads(&[
-        Wakeup::Pending {
-            ffqn: f("a"),
-            at: at(7),
-        },
-        Wakeup::Pending {
-            ffqn: f("b"),
-            at: at(9),
-        },
-        Wakeup::Pending {
-            ffqn: f("a"),
-            at: at(5),
-        },
-        Wakeup::Finished(id.clone()),
-        Wakeup::Finished(id.clone()),
-    ]);
-    assert_eq!(
-        sent,
-        [format!(
-            "p:5000000:ns:pkg/ifc.a p:9000000:ns:pkg/ifc.b f:{id}"
-        )],
-        "one payload for the transaction"
-    );
-    let long: concepts::FunctionFqn = format!("ns:pkg/ifc.{}", "x".repeat(5000)).parse().unwrap();
-    assert_eq!(
-        payloads(&[Wakeup::Pending {
-            ffqn: long,
-            at: at(1)
-        }]),
-        ["*"]
-    );
-}
-
-#[test]
-fn the_wakeups_of_a_large_group_are_packed_into_few_payloads() {
-    let wakeups: Vec<Wakeup> = (0..1_000u128)
-        .map(|n| Wakeup::Finished(concepts::ExecutionIdTopLevel::from_parts(1, n).into()))
-        .collect();
-    let sent = payloads(&wakeups);
-    assert!(sent.len() < 10, "{} payloads", sent.len());
-    assert!(sent.iter().all(|payload| payload.len() < 8_000));
-    let key = |w: &Wakeup| format!("{w:?}");
-    let mut received: Vec<Wakeup> = sent.iter().flat_map(|p| parse(p).unwrap()).collect();
-    received.sort_by_key(key);
-    let mut expected = wakeups;
-    expected.sort_by_key(key);
-    assert_eq!(received, expected);
-    assert_eq!(
-        parse("f:E_01JZ8ZK3F8G3N9Q7V5W2X4Y6Z0 *"),
-        None,
-        "wakes everyone"
-    );
 }
 
 #[test]

@@ -9,57 +9,13 @@
 //! # Ok(()) }
 //! ```
 //!
-//! # Writes: load, plan, persist, wake
+//! # How it works
 //!
-//! The rules of every write live in [`concepts::kernel`]; this crate loads rows, persists plans
-//! and wakes waiters. A write becomes a [`WriteRequest`](concepts::kernel::WriteRequest) whose
-//! keys are computed on the caller's task (a request refused by its keys alone never reaches the
-//! writer). On the writer thread, the command loads the snapshot of those keys with cached
-//! prepared statements, calls [`concepts::kernel::plan`], and persists the plan: a state row
-//! inserted per new execution and updated per changed one, the new events, responses (each with
-//! its index in its join set) and delays, the join-set counters it changed (upserted into
-//! `t_join_set`), and the delays it closed. Loading a join set is one primary-key lookup of its
-//! counters and an index range from `join_set_idx = join_next_count` for the arrival times of
-//! the responses the next `JoinNext` events consume, whatever the length of the log. A delay
-//! counts as requested when `t_delay` has it and as answered when `t_response` has its
-//! `DelayFinished`. The executions a write creates are looked up first, one prepared point
-//! lookup of the row and its `Created` event per id (an id that is not stored costs one probe
-//! of the primary key), so that the kernel answers a repeated `create` with `AlreadyExisted`
-//! or names what conflicts; the primary key stays the last guard. A write whose rows depend on
-//! what it read (`cancel`, `prune`) loads its follow-up keys in the same transaction. The
-//! descendants of an execution are one range of the primary key
-//! ([`descendant_bounds`](concepts::kernel::descendant_bounds)), its open delays a range of
-//! `t_delay`'s key, a finished result the `Finished` event at the version its state names, and
-//! the prune candidates one range of the partial index `ix_state_finished`. The executions a
-//! plan deletes (`prune`) lose every row in every table, a few statements bounded by each id,
-//! inside the command's savepoint. The plan's wake-ups wait for the commit.
-//!
-//! # Writer and group commit
-//!
-//! All writes go through one OS thread that owns the only write connection. Each storage
-//! write (`create`, `append_batch`, `lock_pending`, ...) is a command sent over a bounded channel
-//! with a oneshot for its reply. The thread takes every queued command (up to
-//! [`SqliteConfig::max_commands_per_transaction`]), runs them all in ONE `BEGIN IMMEDIATE`
-//! transaction, each inside its own `SAVEPOINT` so that a failing command rolls back only its
-//! own writes (every operation stays atomic), commits once, replies to every command, and only
-//! then wakes the waiters. Under load many small writes share one commit and one fsync, which
-//! is what makes `synchronous=FULL` fast. If SQLite aborts the whole transaction (a full disk,
-//! an I/O error), the commands that had succeeded in it are answered with the error too, so no
-//! caller is told that a write committed when it did not.
-//!
-//! The transaction holds the write lock from `BEGIN IMMEDIATE` on, so what a command loads
-//! cannot change before it persists, not even from another process.
-//!
-//! The writer never checkpoints the WAL in a commit: a WAL hook replaces SQLite's automatic
-//! checkpoint (which would copy the log into the database file and sync it inside the `COMMIT`
-//! that crosses 1,000 frames, holding up that commit and everything queued behind it), and
-//! each time its commits have added 1,000 frames to the log it asks a checkpointer thread,
-//! with a connection of its own, for a passive checkpoint, which runs beside the writer and
-//! the readers. A log that grows to 4,000 frames all the same (a steady stream of commits
-//! overtakes the checkpointer, and a log never copied to its end never restarts) is
-//! checkpointed by the writer itself between two transactions. If the checkpointer's
-//! connection cannot be opened, the writer keeps the automatic checkpoint. `close` stops the
-//! checkpointer before the writer's last checkpoint.
+//! One writer thread owns the only write connection and commits every queued write in one
+//! transaction (each in a savepoint of its own, loaded, planned by [`concepts::kernel`] and
+//! persisted there), so that under load many writes share one commit and one fsync; reads run
+//! on a pool of read-only connections beside it. `docs/ARCHITECTURE.md` (section
+//! `storage-sqlite`) describes the writer, its checkpoints, the tables and their indexes.
 //!
 //! # Several processes on one file
 //!
@@ -91,17 +47,9 @@
 //!
 //! # Reads
 //!
-//! Reads run on a `deadpool-sqlite` pool of read-only connections beside the writer (WAL lets
-//! readers and the writer run at once). A read that takes several statements runs in one read
-//! transaction and so sees one snapshot. Since a write is acknowledged only after its commit,
-//! a read issued after a write's reply sees that write (read-your-writes). `lock_pending` finds
-//! and locks due executions in the writer's transaction from their state rows alone; the
-//! histories its workers are handed (the events below the locked version, the responses) are
-//! read after the commit, outside the write transaction, in one read transaction
-//! ([`concepts::kernel::hand_over`]): on the writer's own connection, right after the `COMMIT`
-//! and before the reply, when they hold at most 32 rows in all (the lock of an idle executor or
-//! of a workflow's next child, spared a round trip to a reader), otherwise on a reader, so that
-//! a long log never holds up the writer.
+//! A read that takes several statements runs in one read transaction and so sees one
+//! snapshot; since a write is acknowledged only after its commit, a read issued after a
+//! write's reply sees that write.
 //!
 //! # Schema
 //!
@@ -120,22 +68,6 @@
 //! (`ExecutionSummary::created_at` / `scheduled_at`, `ExpiredDelay::expires_at`) are
 //! microsecond-precise. Ids are stored in their text form; SQLite's BINARY collation orders them
 //! byte by byte, as `ExecutionId`'s `Ord` does, so ties are broken identically on every backend.
-//!
-//! | table | key | holds |
-//! |---|---|---|
-//! | `t_execution_state` | `execution_id` | one row per execution: ffqn, next version, pending state (as JSON plus the indexed columns `state`, `pending_at`, `lock_expires_at`, executor, run, join set, result kind, `finished_at`), temporary event count, retry settings, parent, created and scheduled times; `finished_at` is the time of the `Finished` event (schema version 4 filled it from the stored log) |
-//! | `t_event` | `(execution_id, version)` | the log: each event as JSON, with `kind` and `join_set_id` columns for lookups |
-//! | `t_response` | autoincrement `id` (arrival order) | responses as JSON, with `join_set_idx` (the index within the join set; indexed with the execution and join set); partial unique indexes on `(execution_id, delay_id) WHERE delay_id IS NOT NULL` and `(execution_id, child_execution_id) WHERE child_execution_id IS NOT NULL` make duplicates impossible (never a unique constraint over nullable columns) |
-//! | `t_join_set` | `(execution_id, join_set_id)` | per join set the number of its `JoinNext` events and of its responses (schema version 3 filled it from the stored log and responses) |
-//! | `t_delay` | `(execution_id, delay_id)` | every requested delay, with its join set and expiry; `is_open` until its `DelayFinished` is stored (kept afterwards so that a repeated `DelayRequest` is refused) |
-//!
-//! `lock_pending` reads the partial index `(ffqn, pending_at, execution_id) WHERE state =
-//! 'PendingAt'`; `get_expired_timers` reads `(lock_expires_at, execution_id) WHERE state =
-//! 'Locked'` and `t_delay (expires_at, ...) WHERE is_open = 1`; `prune` reads
-//! `ix_state_finished (finished_at, execution_id) WHERE state = 'Finished' AND is_top_level =
-//! 1`, seeking to its cursor: small indexes, never the log.
-//! A lease and any number of delays of one execution expiring at the same instant never
-//! collide: delays are keyed by their id.
 //!
 //! # Durability defaults
 //!

@@ -1,7 +1,7 @@
 //! Retention: the [`Pruner`] deletes finished trees of executions once they are older than the
 //! retention period, in bounded batches, so that the store does not grow forever
-//! (LIFECYCLE.md §4). Which trees may go is the storage kernel's rule (`DbClient::prune`); this
-//! module only decides when, and how much at a time.
+//! (`docs/SEMANTICS.md` §13). Which trees may go is the storage kernel's rule
+//! (`DbClient::prune`); this module only decides when, and how much at a time.
 
 use crate::Task;
 use chrono::{DateTime, Utc};

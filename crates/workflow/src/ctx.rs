@@ -82,8 +82,9 @@ impl ChildResponse {
 
 /// The handle a workflow gets to the engine. Cheap to clone.
 ///
-/// Each method is a durable operation (WORKFLOWS.md §2): it is recorded in the execution's log
-/// the first time and replayed from the log after a crash, a cold wait or on another machine.
+/// Each method is a durable operation (`docs/SEMANTICS.md` §15): it is recorded in the
+/// execution's log the first time and replayed from the log after a crash, a cold wait or on
+/// another machine.
 /// Code between operations must be deterministic: the same log must lead to the same
 /// operations in the same order, or the replay reports nondeterminism.
 #[derive(Clone)]
@@ -163,7 +164,7 @@ impl WorkflowCtx {
     }
 
     /// A durable promise named `name`: a value the outside world supplies once, awaited like
-    /// a child (WORKFLOWS.md §2, LIFECYCLE.md §3).
+    /// a child (`docs/SEMANTICS.md` §12 and §15).
     ///
     /// Records `JoinSetCreate(n:<name>)` and a `JoinSetRequest` for the child
     /// `<this execution>.n:<name>_1` of the stub function `stele:stub.<name>`, created in the

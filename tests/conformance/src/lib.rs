@@ -1,6 +1,23 @@
-//! The conformance suite: every scenario of `SCENARIOS.md`, and the lifecycle scenarios of
-//! `LIFECYCLE.md` (L1..L22), as a `pub async fn` that takes a [`StoreFactory`], so that every
-//! storage backend runs the same code.
+//! The conformance suite: every scenario of Stele's contract, `docs/SEMANTICS.md` at the root of
+//! the repository, as a `pub async fn` that takes a [`StoreFactory`], so that every storage
+//! backend runs the same code.
+//!
+//! Scenarios are named by their ids, which `docs/SEMANTICS.md` cites where a rule is tested; the
+//! documentation of each scenario function says what it checks, and each module lists its ids:
+//!
+//! - S1..S21, [`storage_scenarios`]: the storage traits, their rules, their waits and their
+//!   portable error kinds (§1-§5 of the contract).
+//! - E1..E24, [`executor_scenarios`]: the executor's table, retries and backoff, the timers
+//!   watcher, children answering their parents, the task limiter, the executor loop (§5-§8).
+//! - D1, [`differential`]: a seeded random sequence of writes applied to a backend, every state
+//!   checked against the reference derivation, the dumps of every backend compared (§3).
+//! - P1..P3, [`persistence_scenarios`]: what a backend that persists keeps across a close, a
+//!   crash and its durability settings.
+//! - W1..W17, [`workflow_scenarios`]: the `workflow` crate: what each operation records,
+//!   replay, determinism, warm and cold waits, and the lifecycle as a workflow meets it
+//!   (§14-§18).
+//! - L1..L22, [`lifecycle_scenarios`]: idempotent submit, cancellation, durable promises,
+//!   retention, and ambiguous commits (§10-§13, §4.11).
 //!
 //! A backend runs the whole list with one macro line in its `tests/conformance.rs`:
 //!

@@ -1,7 +1,17 @@
-//! Persistence scenarios (P) for backends that persist: what was committed before `close` is
-//! all there after reopening. The crash scenario (P2) runs real processes and lives in
-//! `tests/durability`; the durability settings (P3) are backend-specific and tested in each
-//! backend's own tests.
+//! Persistence scenarios (P) for backends that persist (`docs/SEMANTICS.md` §4.1, §9):
+//!
+//! - P1, here ([`p1_close_and_reopen`]): what was committed before `close` is all there after
+//!   reopening: every log, response, next version, pending state and expired timer, and the
+//!   reopened store takes writes.
+//! - P2, the crash scenario, runs real processes and lives in `tests/durability`: a node killed
+//!   with SIGKILL in the middle of its work loses no acknowledged write, and after restarts
+//!   every execution finishes exactly once (none lost, none duplicated, none submitted again,
+//!   every lease of the killed node recovered by the timers watcher); a node killed while it
+//!   submits leaves all of its batch or none of it; workflows killed at several points finish
+//!   with the result of an uninterrupted run, every child and every step recorded once.
+//! - P3, the durability settings, is backend-specific and tested in each backend's own tests:
+//!   the store reports its effective settings as read back from the connection (for SQLite,
+//!   `journal_mode` and `synchronous`), and a test checks them.
 
 use crate::{
     StoreFactory, skip,

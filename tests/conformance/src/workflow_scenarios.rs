@@ -1,7 +1,7 @@
-//! The workflow scenarios (W1..W17): every operation of `WORKFLOWS.md` §2 run through the
+//! The workflow scenarios (W1..W17): every operation of `docs/SEMANTICS.md` §15 run through the
 //! `workflow` crate on a real executor, so that every backend shows it records, replays and
 //! waits as the contract says; W14..W17 (in `lifecycle`) add promises, cancellation and
-//! retention as a workflow meets them (LIFECYCLE.md).
+//! retention as a workflow meets them (`docs/SEMANTICS.md` §10-§13).
 //!
 //! Executors run as spawned loops on a [`test_utils::SimClock`]; the scenario moves the clock
 //! and ticks the timers watcher by hand wherever time matters, and controls when children
@@ -582,7 +582,7 @@ pub async fn w13_client_ids_and_timeouts<F: StoreFactory>(factory: &F) {
     assert_eq!(handle.execution_id(), &id);
     // The id is the caller's idempotency key: the same submission again is answered with the
     // same execution (not created again), other parameters under it are a conflict naming
-    // what differs (LIFECYCLE.md §1).
+    // what differs (`docs/SEMANTICS.md` §10).
     let repeated = client
         .submit_with_id(id.clone(), &ARRIVALS, &1)
         .await

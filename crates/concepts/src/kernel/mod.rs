@@ -56,6 +56,7 @@ mod assume;
 mod backend;
 mod group;
 mod keys;
+mod messages;
 mod plan;
 mod queued;
 mod snapshot;
@@ -67,6 +68,7 @@ pub use assume::{Assumption, KnownRows};
 pub use backend::Backend;
 pub use group::{GroupPlanner, plan};
 pub use keys::{DueQuery, ExecutionIds, JoinSetKey, Keys, PruneQuery, descendant_bounds};
+pub use messages::{WAKE_EVERYONE, parse_wakeup_message, wakeup_messages};
 pub use plan::{
     ExecutionChange, PlannedDelay, PlannedResponse, Planner, Wakeup, Wakeups, WritePlan,
 };

@@ -1,14 +1,15 @@
-//! The executor and watcher scenarios (E1..E19 of `SCENARIOS.md`, and E20..E24 beyond it): the
-//! executor's table, the watcher's recovery of expired leases and delays, join sets across
-//! parent and child, the task limiter, retried outcome writes, the bound on runs in flight
-//! without a limiter, and several executors sharing a store.
+//! The executor and watcher scenarios E1..E24 (`docs/SEMANTICS.md` §5-§8): the executor's
+//! table, the watcher's recovery of expired leases and delays, join sets across parent and
+//! child, the task limiter, retried outcome writes, the bound on runs in flight without a
+//! limiter, and several executors sharing a store. Each scenario's documentation says what it
+//! checks.
 //!
 //! One module per subject: `outcomes` (one executor on manual ticks: E1, E3, E4, E5, E12, E13,
 //! E15, E18), `children` (E6..E9), `watcher` (E10, E11, E19), `faults` (E20: a store that
-//! fails outcome writes), `bound` (E21: runs in flight without a task limiter), `expiry` (E22..E24: many leases
-//! expiring at once, a sleep due among them, a stale entry among them) and `spawned`
-//! (the spawned loop: E2, E14, E16, E17); the fixture they share is here, the workers they run
-//! in `workers`, and the scenarios are re-exported here, where the
+//! fails outcome writes), `bound` (E21: runs in flight without a task limiter), `expiry`
+//! (E22..E24: many leases expiring at once, a sleep due among them, a stale entry among them)
+//! and `spawned` (the spawned loop: E2, E14, E16, E17); the fixture they share is here, the
+//! workers they run in `workers`, and the scenarios are re-exported here, where the
 //! [`executor_scenario_tests!`](crate::executor_scenario_tests) macro finds them.
 //!
 //! Time is a [`SimClock`] and executors are driven with manual ticks wherever time matters; the

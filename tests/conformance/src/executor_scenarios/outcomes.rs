@@ -1,5 +1,5 @@
 //! E1, E3, E4, E5, E12, E13, E15 and E18: one executor driven by manual ticks: what it locks,
-//! and how it writes the end of each run (the executor's table of `SEMANTICS.md` §6): a result,
+//! and how it writes the end of each run (the executor's table, `docs/SEMANTICS.md` §6): a result,
 //! a trap with or without a retry left, exponential backoff, a limit reached, a returned error,
 //! and a worker that wrote its own event.
 

@@ -1,6 +1,6 @@
-//! L5..L10: cancellation (LIFECYCLE.md §2) of a pending, a locked, a blocked and a finished
-//! execution, recursively over a tree with each parent's response, and the timers watcher
-//! afterwards.
+//! L5..L10: cancellation (`docs/SEMANTICS.md` §11) of a pending, a locked, a blocked and a
+//! finished execution, recursively over a tree with each parent's response, and the timers
+//! watcher afterwards.
 
 use super::{
     Fixture, LEASE, assert_finished_with, cancelled, child_responses, finished_version, ok,

@@ -1,6 +1,7 @@
-//! The lifecycle scenarios L1..L22: every rule of `LIFECYCLE.md` (idempotent submit,
-//! cancellation, durable promises, retention) and what an ambiguous commit leaves behind, on
-//! every backend through the same code.
+//! The lifecycle scenarios L1..L22: every rule of `docs/SEMANTICS.md` §10-§13 (idempotent
+//! submit, cancellation, durable promises, retention) and what an ambiguous commit leaves
+//! behind (§4.11), on every backend through the same code. Each scenario's documentation says
+//! what it checks.
 //!
 //! One module per topic: `submit` (L1..L4: a repeated `create`, a conflicting one,
 //! `create_batch`, derived child ids), `cancel` (L5..L10: a pending, locked, blocked and finished
@@ -13,8 +14,9 @@
 //! re-exported here, where the [`lifecycle_scenario_tests!`](crate::lifecycle_scenario_tests)
 //! macro finds them.
 //!
-//! Time is a [`SimClock`]; every expected outcome comes from `LIFECYCLE.md` and the kernel's
-//! documented rules, and every log read is checked against the reference derivation (S18).
+//! Time is a [`SimClock`]; every expected outcome comes from `docs/SEMANTICS.md` §10-§13 and
+//! the kernel's documented rules, and every log read is checked against the reference
+//! derivation (S18).
 
 mod ambiguous;
 mod cancel;

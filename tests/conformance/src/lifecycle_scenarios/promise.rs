@@ -1,5 +1,6 @@
-//! L12..L14: durable promises (LIFECYCLE.md §3): a stub execution, never run by an executor,
-//! completed once from outside, answering the workflow that awaits it in the same write.
+//! L12..L14: durable promises (`docs/SEMANTICS.md` §12): a stub execution, never run by an
+//! executor, completed once from outside, answering the workflow that awaits it in the same
+//! write.
 
 use super::{Fixture, LEASE, assert_finished_with, cancelled, child_responses, finished_version};
 use crate::{

@@ -1,6 +1,6 @@
-//! L15..L17: retention (LIFECYCLE.md §4): `prune` deletes top-level executions that finished
-//! before a time with their whole trees, only trees whose every member finished, each all or
-//! nothing, at most `limit` candidates a call, continuing from its cursor.
+//! L15..L17: retention (`docs/SEMANTICS.md` §13): `prune` deletes top-level executions that
+//! finished before a time with their whole trees, only trees whose every member finished, each
+//! all or nothing, at most `limit` candidates a call, continuing from its cursor.
 
 use super::{Fixture, ok};
 use crate::{

@@ -1,6 +1,6 @@
-//! L1..L4: idempotent submit (LIFECYCLE.md §1): a repeated `create` is answered and writes
-//! nothing, a conflicting one is refused naming what differs, `create_batch` follows the rule
-//! item by item (all or nothing), and a child's id is derived from its parent and join set.
+//! L1..L4: idempotent submit (`docs/SEMANTICS.md` §10): a repeated `create` is answered and
+//! writes nothing, a conflicting one is refused naming what differs, `create_batch` follows the
+//! rule item by item (all or nothing), and a child's id is derived from its parent and join set.
 
 use super::{Fixture, ok};
 use crate::{

@@ -10,8 +10,12 @@ use concepts::{
 use std::time::Duration;
 use test_utils::SimClock;
 
-/// S7: version mismatches carry both versions; unknown executions are "not found"; a finished
-/// execution refuses every append; malformed requests are typed validation errors.
+/// S7: a wrong version is `VersionMismatch` carrying both versions (for an append, a lock and a
+/// batch); `Created` passed to an append is `CreatedEventAppended`; a lease that ends at its
+/// start is `InvalidExpiryDate` (for a lock and for `lock_pending`); empty batches
+/// (`append_batch`, with or without children, and `create_batch`) are `EmptyBatch`; every
+/// operation on an unknown execution (reads, appends, outcomes, locks, responses, waits) is
+/// `NotFound` at once; after `Finished`, every append is `AlreadyFinished`, at any version.
 pub async fn s7_versions_not_found_finished<F: StoreFactory>(factory: &F) {
     let store = factory.fresh().await;
     let db = store.db.as_ref();
@@ -206,7 +210,11 @@ pub async fn s7_versions_not_found_finished<F: StoreFactory>(factory: &F) {
     assert_eq!(log.events.len(), 2);
 }
 
-/// S8: a batch that fails half-way writes nothing, for every kind of batch.
+/// S8: a batch that fails half-way writes nothing, for every kind of batch: an `append_batch`
+/// whose later event is refused; an `append_batch` creating children of which one exists
+/// already, or whose parent event fails while its children are valid; an `append_outcome`
+/// answering a parent that already has this child's response, or an unknown parent; a child's
+/// batch at a wrong version. No event, response or child of a refused write is stored.
 pub async fn s8_failing_batch_writes_nothing<F: StoreFactory>(factory: &F) {
     let store = factory.fresh().await;
     let db = store.db.as_ref();
@@ -377,8 +385,8 @@ pub async fn s8_failing_batch_writes_nothing<F: StoreFactory>(factory: &F) {
     }
 }
 
-/// S21 (beyond `SCENARIOS.md`): rules every backend applies alike to the requests of a
-/// workflow. A child created by `append_batch` must be announced by a
+/// S21: rules every backend applies alike to the requests of a workflow (`docs/SEMANTICS.md`
+/// §4.4). A child created by `append_batch` must be announced by a
 /// `ChildExecutionRequest` of the same batch in its own join set (else the log would not explain
 /// it), and a `DelayRequest` may not reuse a delay id the execution already requested (its
 /// response could not be told apart). Both are `InvalidRequest`, and nothing is written.

@@ -130,7 +130,7 @@ pub async fn s19_create_batch<F: StoreFactory>(factory: &F) {
     }
 
     // One existing id with other parameters among new ones: none is created (an identical
-    // repetition is accepted instead, LIFECYCLE.md §1, pinned by L3).
+    // repetition is accepted instead, `docs/SEMANTICS.md` §10, pinned by L3).
     let mut with_dup: Vec<_> = (101..=110u128)
         .map(|n| create_request(execution_id(n), f.clone(), start))
         .collect();

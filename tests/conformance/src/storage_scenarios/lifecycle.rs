@@ -11,7 +11,18 @@ use concepts::{
 use std::time::Duration;
 use test_utils::SimClock;
 
-/// S1: the life of one execution through locks, a timeout, an unlock and its end.
+/// S1: the life of one execution through locks, a timeout, an unlock and its end
+/// (`docs/SEMANTICS.md` §2-§4). `lock_pending` on an empty store locks nothing; `create` answers
+/// `Created`, and the same `create` again `AlreadyExisted`; `lock_pending` hands the execution
+/// over at version 2 with its function, parameters, metadata, schedule, retry settings, no
+/// parent, no temporary event, an empty history and no responses. A `TemporarilyTimedOut` with
+/// a backoff follows; locking before the backoff is `NotYetPending` (and `lock_pending` finds
+/// nothing), locking exactly at it succeeds with an empty history. Another executor, or the
+/// same executor under another run, is `AlreadyLocked`; the same executor and run extend the
+/// lease. `Persist` then `Unlocked`: locking before the unlock's backoff fails, exactly at it
+/// succeeds and hands over the `Persist` with one temporary event. `Finished` keeps the next
+/// version at its own; another `Finished`, at that version or the next, is `AlreadyFinished`;
+/// `get_execution_event` reads versions 0 and 8 and is `NotFound` past the log.
 pub async fn s1_lifecycle<F: StoreFactory>(factory: &F) {
     let store = factory.fresh().await;
     let db = store.db.as_ref();
@@ -34,7 +45,7 @@ pub async fn s1_lifecycle<F: StoreFactory>(factory: &F) {
         CreateOutcome::Created
     );
     assert_state_matches_derivation(db, &id).await;
-    // A repeated submit is answered, not refused (LIFECYCLE.md §1; scenarios L* pin the rest).
+    // A repeated submit is answered, not refused (`docs/SEMANTICS.md` §10; L1..L4 pin the rest).
     let again = db.create(req.clone()).await.unwrap();
     assert!(
         matches!(again, CreateOutcome::AlreadyExisted { .. }),

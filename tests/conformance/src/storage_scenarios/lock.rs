@@ -80,8 +80,10 @@ pub async fn s4_lock_pending_order_and_batch_size<F: StoreFactory>(factory: &F) 
     assert_eq!(ids_of(&last), vec![execution_id(5), execution_id(50)]);
 }
 
-/// S5: `lock_pending` never returns an execution whose lease merely expired; after the watcher
-/// resolved it, it does.
+/// S5: `lock_pending` never returns an execution whose lease merely expired (before, at and
+/// after the expiry), and locking it directly is `AlreadyLocked`; once the watcher resolved the
+/// lease with a `TemporarilyTimedOut`, it is locked again after the backoff, with one temporary
+/// event.
 pub async fn s5_expired_lease_never_relocked<F: StoreFactory>(factory: &F) {
     let store = factory.fresh().await;
     let db = store.db.as_ref();

@@ -1,5 +1,6 @@
-//! The storage contract scenarios S1..S21 of `SCENARIOS.md` (S20 and S21 go beyond it): every
-//! backend runs them through the same code and must agree on results and on error kinds.
+//! The storage contract scenarios S1..S21 (`docs/SEMANTICS.md` §1-§5 and §9): every backend runs
+//! them through the same code and must agree on results and on error kinds. Each scenario's
+//! documentation says what it checks.
 //!
 //! One module per operation: `lifecycle` (S1, S18), `timers` (S2, S3), `lock` (S4, S5, S6,
 //! S13), `append` (S7, S8, S21), `responses` (S9, S10, S11), `create` (S12, S19), `waits`

@@ -23,7 +23,11 @@ impl CreateRequestExt for concepts::CreateRequest {
     }
 }
 
-/// S2: an expired lease is reported with what the watcher needs; expiry is inclusive.
+/// S2: an expired lease is reported by `get_expired_timers` with what the watcher needs: the
+/// version to append at, the temporary event count, the retry settings and the parent (a
+/// child's lease, after one `TemporarilyFailed`). Nothing is reported before the expiry, the
+/// lease is reported at it (expiry is inclusive) and after it, and no longer once the watcher's
+/// `TemporarilyTimedOut` resolved it; a pending execution has no timer.
 pub async fn s2_expired_lease_reported<F: StoreFactory>(factory: &F) {
     let store = factory.fresh().await;
     let db = store.db.as_ref();
@@ -110,8 +114,10 @@ pub async fn s2_expired_lease_reported<F: StoreFactory>(factory: &F) {
     );
 }
 
-/// S3: an expired delay is reported once (until its response is stored); a lease that expires
-/// later is not reported before its time.
+/// S3: an expired delay is reported from its expiry on, with its execution, join set and delay
+/// id, and only until its `DelayFinished` is stored (a second one is a `Duplicate`); a lease
+/// that expires later is not reported before its time, and expired timers come in order of
+/// expiry.
 pub async fn s3_expired_delay_reported_once<F: StoreFactory>(factory: &F) {
     let store = factory.fresh().await;
     let db = store.db.as_ref();

@@ -239,8 +239,8 @@ pub async fn s16_wait_for_finished_result<F: StoreFactory>(factory: &F) {
     }
 }
 
-/// S20 (beyond `SCENARIOS.md`): `pending_at_or_sooner` is the waiter's present, and its horizon
-/// moves on with the time it waits. Another process that submits work due at its own, later,
+/// S20: `pending_at_or_sooner` is the waiter's present, and its horizon moves on with the time
+/// it waits (`docs/SEMANTICS.md` §4.9). Another process that submits work due at its own, later,
 /// present must wake the waiter: without that, a sleeping executor of one process would find
 /// work submitted by another only at its next poll. This is the one storage scenario on real
 /// time, because the simulated clock cannot show the gap between two processes' presents.

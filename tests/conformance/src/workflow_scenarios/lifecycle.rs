@@ -1,4 +1,4 @@
-//! W14..W17: the life of a workflow after submission (LIFECYCLE.md §2-§4) through the
+//! W14..W17: the life of a workflow after submission (`docs/SEMANTICS.md` §11-§13) through the
 //! `workflow` crate: a promise completed while the workflow does not run, a workflow cancelled
 //! while it waits, an activity that stops early when cancelled, and a promise given up at its
 //! deadline, whose tree the `Pruner` then removes. (A promise completed while the workflow
