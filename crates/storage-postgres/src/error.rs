@@ -107,47 +107,51 @@ pub(crate) mod constraint {
 ///
 /// - `23505` unique violation: [`DbError::Duplicate`] with the kind named by the constraint
 ///   (execution id, delay response, child response) and the key read from the error's detail;
-/// - `40001` serialization failure, `40P01` deadlock: a retriable [`DbError::Backend`] (the
-///   store retries such transactions itself a few times first);
+/// - `40001` serialization failure, `40P01` deadlock (which the store retries itself a few
+///   times first), `57014` statement timeout: a retriable [`DbError::Backend`];
 /// - a lost connection (closed socket, I/O error, class `08`, admin or crash shutdown, too many
 ///   connections): [`DbError::Connection`];
 /// - anything else: a non-retriable [`DbError::Backend`] with the server's message.
 pub(crate) fn map_pg_error(err: tokio_postgres::Error) -> DbError {
-    if let Some(db) = err.as_db_error() {
-        let code = db.code();
-        if *code == SqlState::UNIQUE_VIOLATION
-            && let Some(kind) = db
-                .constraint()
-                .and_then(|constraint| duplicate_kind(constraint, db.detail().unwrap_or_default()))
-        {
-            return DbError::Duplicate(kind);
+    let (message, retriable) = match err.as_db_error() {
+        Some(db) => {
+            let code = db.code();
+            if *code == SqlState::UNIQUE_VIOLATION
+                && let Some(kind) = db.constraint().and_then(|constraint| {
+                    duplicate_kind(constraint, db.detail().unwrap_or_default())
+                })
+            {
+                return DbError::Duplicate(kind);
+            }
+            let message = format!("{} (SQLSTATE {})", db.message(), code.code());
+            if code.code().starts_with("08")
+                || matches!(
+                    *code,
+                    SqlState::ADMIN_SHUTDOWN
+                        | SqlState::CRASH_SHUTDOWN
+                        | SqlState::CANNOT_CONNECT_NOW
+                        | SqlState::TOO_MANY_CONNECTIONS
+                )
+            {
+                return DbError::Connection(message);
+            }
+            (message, reruns_transaction(code) || *code == SqlState::QUERY_CANCELED)
         }
-        let message = format!("{} (SQLSTATE {})", db.message(), code.code());
-        let retriable = *code == SqlState::T_R_SERIALIZATION_FAILURE
-            || *code == SqlState::T_R_DEADLOCK_DETECTED
-            || *code == SqlState::QUERY_CANCELED;
-        if code.code().starts_with("08")
-            || *code == SqlState::ADMIN_SHUTDOWN
-            || *code == SqlState::CRASH_SHUTDOWN
-            || *code == SqlState::CANNOT_CONNECT_NOW
-            || *code == SqlState::TOO_MANY_CONNECTIONS
-        {
-            return DbError::Connection(message);
+        None if err.is_closed() || causes(&err).any(|cause| cause.is::<std::io::Error>()) => {
+            return DbError::Connection(describe(&err));
         }
-        return DbError::Backend(BackendError {
-            message,
-            retriable,
-            source: Some(Arc::new(err)),
-        });
-    }
-    if err.is_closed() || has_io_source(&err) {
-        return DbError::Connection(describe(&err));
-    }
+        None => (describe(&err), false),
+    };
     DbError::Backend(BackendError {
-        message: describe(&err),
-        retriable: false,
+        message,
+        retriable,
         source: Some(Arc::new(err)),
     })
+}
+
+/// A serialization failure or a deadlock: the whole transaction may simply run again.
+fn reruns_transaction(code: &SqlState) -> bool {
+    *code == SqlState::T_R_SERIALIZATION_FAILURE || *code == SqlState::T_R_DEADLOCK_DETECTED
 }
 
 /// The error of a failed attempt to open a connection for a store or an admin task: a TLS
@@ -156,20 +160,19 @@ pub(crate) fn connect_error(
     config: &crate::PostgresConfig,
     err: tokio_postgres::Error,
 ) -> PostgresError {
-    if crate::tls::is_tls_error(&err) {
-        let reason =
-            std::error::Error::source(&err).map_or_else(|| err.to_string(), ToString::to_string);
-        return PostgresError::Tls {
-            url: config.redacted_url().to_string(),
-            ssl_mode: config.ssl_mode,
-            reason,
-        };
+    if !crate::tls::is_tls_error(&err) {
+        return PostgresError::Db(map_pg_error(err));
     }
-    PostgresError::Db(map_pg_error(err))
+    PostgresError::Tls {
+        url: config.redacted_url().to_string(),
+        ssl_mode: config.ssl_mode,
+        reason: causes(&err)
+            .next()
+            .map_or_else(|| err.to_string(), ToString::to_string),
+    }
 }
 
-/// The error of a failed attempt to take a pooled connection while a store opens (see
-/// [`connect_error`]).
+/// [`connect_error`] of a pooled connection.
 pub(crate) fn connect_pool_error(
     config: &crate::PostgresConfig,
     err: deadpool_postgres::PoolError,
@@ -192,9 +195,7 @@ pub(crate) fn is_transaction_retriable(err: &DbError) -> bool {
     (**source)
         .downcast_ref::<tokio_postgres::Error>()
         .and_then(tokio_postgres::Error::code)
-        .is_some_and(|code| {
-            *code == SqlState::T_R_SERIALIZATION_FAILURE || *code == SqlState::T_R_DEADLOCK_DETECTED
-        })
+        .is_some_and(reruns_transaction)
 }
 
 /// Maps a pool error: a closed pool is [`DbError::Closed`], a timeout or a failed connect is
@@ -223,28 +224,29 @@ pub(crate) fn corrupt(what: impl std::fmt::Display) -> DbError {
     })
 }
 
+/// [`PostgresError::InvalidConfig`] of the URL `url` (password hidden).
+pub(crate) fn invalid_config(url: &str, problem: impl Into<String>) -> PostgresError {
+    PostgresError::InvalidConfig {
+        url: url.to_string(),
+        problem: problem.into(),
+    }
+}
+
 /// The driver's message with its causes (`error connecting to server: Connection refused`):
 /// the driver's own message names the kind of failure only.
 pub(crate) fn describe(err: &tokio_postgres::Error) -> String {
     let mut message = err.to_string();
-    let mut source = std::error::Error::source(err);
-    while let Some(cause) = source {
+    for cause in causes(err) {
         message.push_str(": ");
         message.push_str(&cause.to_string());
-        source = cause.source();
     }
     message
 }
 
-fn has_io_source(err: &tokio_postgres::Error) -> bool {
-    let mut source = std::error::Error::source(err);
-    while let Some(s) = source {
-        if s.is::<std::io::Error>() {
-            return true;
-        }
-        source = s.source();
-    }
-    false
+fn causes(
+    err: &tokio_postgres::Error,
+) -> impl Iterator<Item = &(dyn std::error::Error + 'static)> {
+    std::iter::successors(std::error::Error::source(err), |cause| cause.source())
 }
 
 /// The duplicate a unique violation of `constraint` means, with the key from `detail`

@@ -1,22 +1,6 @@
 //! Running writes: one write in one transaction ([`Writer::transact`]), and the group writer
-//! that lets concurrent writes share one transaction and one commit.
-//!
-//! Every write reaches the writer as a queued job of the kernel ([`kernel::queue`]), its kind
-//! unknown here. A job whose keys [`share a transaction`](Keys::shares_a_transaction) runs at
-//! once on its caller's task when one of [`Writer::groups_in_flight`] slots is free, and is
-//! otherwise queued for the group writer; the others (`cancel`, `prune`) and `lock_pending`
-//! run alone. The group writer takes the first queued job, waits for a slot, then takes what
-//! queued meanwhile, up to [`MAX_GROUP`] jobs, and runs them as a group, taking the next group
-//! while earlier ones commit: one `BEGIN` and one load of the [`union`](Keys::union) of their
-//! keys (every row lock in one statement, in id order), the kernel's [`GroupPlanner`] over
-//! that snapshot (which decides what each sees: what the jobs before it left), one pipeline of
-//! multi-row statements with the merged plan, `COMMIT` and one notification statement. A job
-//! the kernel refuses changes nothing and is answered with its error. When the database
-//! refuses the group (a raced unique key, a deadlock, any failed statement), the transaction
-//! is rolled back, nothing of it is stored, and each job runs again alone, with the retries of
-//! a single write: every write stays all or nothing. When its `COMMIT` fails (the connection
-//! is lost), whether it committed is unknown, and every job of the group is answered with that
-//! error, as a single write would be.
+//! ([`Groups`]) that lets concurrent writes share one transaction and one commit, planned
+//! together by the kernel's [`GroupPlanner`] (`docs/ARCHITECTURE.md` describes both).
 
 use crate::{
     error::{is_transaction_retriable, map_pool_error},
@@ -39,8 +23,8 @@ use tokio::sync::{Semaphore, mpsc};
 /// At most this many writes share one transaction.
 pub(crate) const MAX_GROUP: usize = 512;
 
-/// What runs writes: the pool, the hub to wake, the retry limit, the round-trip count, and
-/// the rows this store wrote itself, for writes planned without a load.
+/// What runs writes; `known` holds the rows this store wrote itself, for writes planned
+/// without a load.
 pub(crate) struct Writer {
     pub(crate) pool: Pool,
     pub(crate) hub: Arc<WaiterHub>,
@@ -67,9 +51,7 @@ impl WriteTx {
 
     /// Persists `plan` (after the `BEGIN` and the check of the revisions it was planned on
     /// when `begin`: the write loaded nothing), commits, publishes its wake-ups and reads the
-    /// histories of the leases `granted` (outside the transaction,
-    /// [`reads::locked_executions`]), in one pipeline; the leases are answered with their
-    /// histories, or the error of that read.
+    /// histories of the leases `granted`, in one pipeline.
     async fn commit(
         mut self,
         trips: &Trips,
@@ -182,10 +164,9 @@ impl Writer {
     }
 
     /// How many groups may be in flight at once: half the pool (the rest serves
-    /// `lock_pending`, reads and waits), at least one, at most two. Each slot free when writes
-    /// arrive takes the few queued so far as a group of its own, so the fewer the slots, the
-    /// more a group holds: with eight, 10,000 no-op executions took about 360 outcome
-    /// transactions, with two about 110, and ran faster.
+    /// `lock_pending`, reads and waits), at least one, at most two: the fewer the slots, the
+    /// more a group holds (with eight, 10,000 no-op executions took about 360 outcome
+    /// transactions, with two about 110, and ran faster).
     pub(crate) fn groups_in_flight(pool_size: usize) -> usize {
         (pool_size / 2).clamp(1, 2)
     }
@@ -198,14 +179,11 @@ impl Writer {
         }
     }
 
-    /// One write alone, as [`concepts::kernel`] describes it, answering the leases it granted
-    /// with their histories, read in the pipeline of its `COMMIT`. It is planned without a
-    /// load first when the kernel can assume what it would read ([`KnownRows::assume`]: rows
-    /// this store wrote itself, with `use_known`, and executions it creates not stored), which
-    /// the write checks before anything is stored; when the database finds the assumption
-    /// wrong, it runs again with the load, without counting a retry. A deadlock or
-    /// serialization failure, or an execution it creates that another transaction created
-    /// after the load, runs it again from the load.
+    /// One write alone, answering the leases it granted with their histories. It is planned
+    /// without a load first when the kernel can assume what it would read
+    /// ([`KnownRows::assume`]), which the write checks before anything is stored; a refuted
+    /// assumption runs it again with the load, without counting a retry. A deadlock, a
+    /// serialization failure or a raced create runs it again from the load.
     pub(crate) async fn transact<A: Alone>(
         &self,
         write: &mut A,
@@ -333,8 +311,7 @@ impl Writer {
 }
 
 /// True when the database found an execution that `keys` create, which the load found
-/// absent: another transaction created it since. Run again, the write finds it and the kernel
-/// answers what it is (an identical submit, a conflict).
+/// absent: another transaction created it since, and the kernel answers it when run again.
 fn raced(keys: &Keys, err: &DbError) -> bool {
     matches!(err, DbError::Duplicate(DuplicateKind::Execution(id)) if keys.creates(id))
 }
@@ -367,10 +344,9 @@ impl Groups {
     }
 
     /// Runs `job` at once on the caller's task when it cannot share a transaction, or when a
-    /// slot is free (an idle store: no hop to another task); otherwise queues it for the next
-    /// group. It is planned on rows this store knows only when no other write is in flight:
-    /// under load a write that ends a round trip sooner would only make the next groups
-    /// smaller.
+    /// slot is free; otherwise queues it for the next group. It is planned on rows this store
+    /// knows only when no other write is in flight: under load a write that ends a round trip
+    /// sooner would only make the next groups smaller.
     pub(crate) async fn write(&self, writer: &Writer, job: Box<dyn Queued>) {
         if !job.keys().shares_a_transaction() {
             return writer.run_alone(job, false).await;

@@ -238,38 +238,31 @@ impl SqliteError {
     /// - a full disk, I/O errors, a corrupt file: a backend error naming the file;
     /// - a row that does not decode: a backend error naming the file.
     pub(crate) fn into_db_error(self, path: &Path) -> DbError {
-        let backend =
-            |message: String,
-             retriable: bool,
-             source: Option<Arc<dyn std::error::Error + Send + Sync>>| {
-                DbError::Backend(BackendError {
-                    message,
-                    retriable,
-                    source,
-                })
-            };
+        let display = path.display();
+        let backend = |message, retriable, source| {
+            DbError::Backend(BackendError {
+                message,
+                retriable,
+                source,
+            })
+        };
         match self {
             Self::Db(err) => err,
             Self::Sqlite(err) => {
-                let display = path.display();
-                match err.sqlite_error_code() {
-                    Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => backend(
-                        format!("SQLite database {display} is busy: {err}"),
-                        true,
-                        Some(Arc::new(err)),
-                    ),
-                    Some(ErrorCode::ConstraintViolation) => backend(
+                let (message, retriable) = match err.sqlite_error_code() {
+                    Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => {
+                        (format!("SQLite database {display} is busy: {err}"), true)
+                    }
+                    Some(ErrorCode::ConstraintViolation) => (
                         format!("constraint violated in SQLite database {display}: {err}"),
                         false,
-                        Some(Arc::new(err)),
                     ),
-                    Some(ErrorCode::DiskFull) => backend(
+                    Some(ErrorCode::DiskFull) => (
                         format!(
                             "disk full while writing SQLite database {display}: {err} (nothing of \
                              this operation was applied; free space on its file system and retry)"
                         ),
                         false,
-                        Some(Arc::new(err)),
                     ),
                     Some(
                         ErrorCode::SystemIoFailure
@@ -278,7 +271,7 @@ impl SqliteError {
                         | ErrorCode::ReadOnly
                         | ErrorCode::NoLargeFileSupport
                         | ErrorCode::FileLockingProtocolFailed,
-                    ) => backend(
+                    ) => (
                         format!(
                             "I/O error on SQLite database {display}: {err} (check the disk, the \
                              file's permissions and size limits; a write that failed while \
@@ -286,38 +279,27 @@ impl SqliteError {
                              before repeating it)"
                         ),
                         false,
-                        Some(Arc::new(err)),
                     ),
-                    Some(ErrorCode::DatabaseCorrupt | ErrorCode::NotADatabase) => backend(
+                    Some(ErrorCode::DatabaseCorrupt | ErrorCode::NotADatabase) => (
                         format!("SQLite database {display} is corrupt: {err}"),
                         false,
-                        Some(Arc::new(err)),
                     ),
-                    _ => backend(
-                        format!("SQLite database {display}: {err}"),
-                        false,
-                        Some(Arc::new(err)),
-                    ),
-                }
+                    _ => (format!("SQLite database {display}: {err}"), false),
+                };
+                backend(message, retriable, Some(Arc::new(err) as Arc<_>))
             }
             Self::Json(err) => backend(
-                format!(
-                    "a stored document in SQLite database {} does not decode: {err}",
-                    path.display()
-                ),
+                format!("a stored document in SQLite database {display} does not decode: {err}"),
                 false,
                 Some(Arc::new(err)),
             ),
             Self::Corrupt(message) => backend(
-                format!(
-                    "SQLite database {} holds an inconsistent row: {message}",
-                    path.display()
-                ),
+                format!("SQLite database {display} holds an inconsistent row: {message}"),
                 false,
                 None,
             ),
             Self::Pool(message) => backend(
-                format!("SQLite database {}: reader pool: {message}", path.display()),
+                format!("SQLite database {display}: reader pool: {message}"),
                 false,
                 None,
             ),
@@ -332,6 +314,15 @@ pub(crate) fn backend_error(message: String, retriable: bool) -> DbError {
         retriable,
         source: None,
     })
+}
+
+/// True when another connection holds the lock (`SQLITE_BUSY`, `SQLITE_LOCKED` and their
+/// extended codes).
+pub(crate) fn is_busy(err: &rusqlite::Error) -> bool {
+    matches!(
+        err.sqlite_error_code(),
+        Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked)
+    )
 }
 
 /// True for a violated `UNIQUE` or `PRIMARY KEY` constraint.

@@ -9,7 +9,9 @@ use concepts::{
 use std::{sync::Arc, time::Duration};
 use test_utils::SimClock;
 
-/// S17: `close` is idempotent; every call afterwards is "closed"; waiters are released.
+/// S17: `close` is idempotent (twice is fine); it releases waiters (`wait_for_finished_result`
+/// and `subscribe_to_next_responses` end with `Closed`); afterwards every operation, read or
+/// write, is `Closed`, and `wait_for_pending` returns at once.
 pub async fn s17_close<F: StoreFactory>(factory: &F) {
     let store = factory.fresh().await;
     let db = store.db.as_ref();

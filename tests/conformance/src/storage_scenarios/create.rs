@@ -11,7 +11,10 @@ use concepts::{
 use std::time::Duration;
 use test_utils::SimClock;
 
-/// S12: JSON payloads keep their object key order through every path.
+/// S12: JSON payloads keep their object key order, byte for byte, through every path: the
+/// parameters in the `Created` event and in what `lock_pending` hands over, a `Persist` value in
+/// a locked history, a result as `wait_for_finished_result` and `get` return it, and the same
+/// result in the parent's `ChildExecutionFinished` response.
 pub async fn s12_json_key_order<F: StoreFactory>(factory: &F) {
     let store = factory.fresh().await;
     let db = store.db.as_ref();
