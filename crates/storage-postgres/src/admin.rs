@@ -3,10 +3,9 @@
 
 use crate::{
     PostgresConfig, PostgresError, SCHEMA_VERSION,
-    error::{connect_error, map_pg_error},
+    error::{connect_error, invalid_config, map_pg_error},
     schema,
 };
-use concepts::DbError;
 
 /// Checks that `name` is a plain database name (lower-case ASCII letters, digits and `_`, not
 /// starting with a digit, at most 63 bytes), so it can be spliced into SQL as an identifier.
@@ -17,16 +16,13 @@ fn check_name(name: &str) -> Result<(), PostgresError> {
         && name
             .chars()
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
-    if valid {
-        Ok(())
-    } else {
-        Err(PostgresError::InvalidConfig {
-            url: String::new(),
-            problem: format!(
-                "`{name}` is not a plain database name (a-z, 0-9, _; at most 63 bytes)"
-            ),
-        })
+    if !valid {
+        return Err(invalid_config(
+            "",
+            format!("`{name}` is not a plain database name (a-z, 0-9, _; at most 63 bytes)"),
+        ));
     }
+    Ok(())
 }
 
 /// Runs `work` on a short-lived connection to the database `server` names.
@@ -34,16 +30,10 @@ async fn with_connection<T>(
     server: &PostgresConfig,
     work: impl AsyncFnOnce(&mut tokio_postgres::Client) -> Result<T, PostgresError>,
 ) -> Result<T, PostgresError> {
-    let (mut client, connection) = server
-        .tls()?
-        .connect(&server.listener_pg_config())
+    let (mut client, driver) = crate::tls::Tls::new(server)?
+        .connect_driven(&server.listener_pg_config(), "an admin")
         .await
         .map_err(|e| connect_error(server, e))?;
-    let driver = tokio::spawn(async move {
-        if let Err(e) = connection.await {
-            tracing::debug!(error = %e, "admin connection ended");
-        }
-    });
     let result = work(&mut client).await;
     drop(client);
     let _ = driver.await;
@@ -53,10 +43,7 @@ async fn with_connection<T>(
 /// Runs one statement on a short-lived connection to the database `server` names.
 async fn run_on_server(server: &PostgresConfig, sql: &str) -> Result<(), PostgresError> {
     with_connection(server, async |client| {
-        client
-            .batch_execute(sql)
-            .await
-            .map_err(|e| PostgresError::Db(map_pg_error(e)))
+        Ok(client.batch_execute(sql).await.map_err(map_pg_error)?)
     })
     .await
 }
@@ -70,12 +57,12 @@ async fn run_on_server(server: &PostgresConfig, sql: &str) -> Result<(), Postgre
 /// migrating are what it is asked for.
 pub async fn migrate_to(database: &PostgresConfig, version: i64) -> Result<(), PostgresError> {
     if !(1..=SCHEMA_VERSION).contains(&version) {
-        return Err(PostgresError::InvalidConfig {
-            url: database.redacted_url().to_string(),
-            problem: format!(
+        return Err(invalid_config(
+            database.redacted_url(),
+            format!(
                 "schema version {version} is not one this binary knows (1 to {SCHEMA_VERSION})"
             ),
-        });
+        ));
     }
     let mut changes_allowed = database.clone();
     changes_allowed.create = true;
@@ -88,7 +75,7 @@ pub async fn migrate_to(database: &PostgresConfig, version: i64) -> Result<(), P
 
 /// Creates the database `name` on the server of `server` (connecting to the database
 /// `server` names, usually `postgres`). A database that exists already is a
-/// [`DbError::Backend`] error.
+/// [`DbError::Backend`](concepts::DbError::Backend) error.
 pub async fn create_database(server: &PostgresConfig, name: &str) -> Result<(), PostgresError> {
     check_name(name)?;
     run_on_server(server, &format!("CREATE DATABASE \"{name}\"")).await
@@ -108,12 +95,11 @@ pub async fn drop_database(server: &PostgresConfig, name: &str) -> Result<(), Po
 /// a session was ended. Tests use it to cut a store's listener connection.
 pub async fn terminate_backend(server: &PostgresConfig, pid: i32) -> Result<bool, PostgresError> {
     with_connection(server, async |client| {
-        client
+        let ended = client
             .query_one("SELECT pg_terminate_backend($1)", &[&pid])
             .await
-            .map_err(map_pg_error)
-            .and_then(|row| row.try_get::<_, bool>(0).map_err(map_pg_error))
-            .map_err(|e: DbError| PostgresError::Db(e))
+            .and_then(|row| row.try_get(0));
+        Ok(ended.map_err(map_pg_error)?)
     })
     .await
 }

@@ -21,18 +21,15 @@ macro_rules! execution_columns {
 }
 pub(crate) use execution_columns;
 
-/// Column `idx` of `row`.
 pub(crate) fn column<'a, T: FromSql<'a>>(row: &'a Row, idx: usize) -> Result<T, DbError> {
     row.try_get(idx).map_err(map_pg_error)
 }
 
-/// An execution id read from a column.
 pub(crate) fn parse_execution_id(id: &str) -> Result<ExecutionId, DbError> {
     id.parse()
         .map_err(|e| corrupt(format!("execution id `{id}`: {e}")))
 }
 
-/// A join set id read from a column.
 pub(crate) fn parse_join_set_id(id: &str) -> Result<JoinSetId, DbError> {
     id.parse()
         .map_err(|e| corrupt(format!("join set id `{id}`: {e}")))
@@ -91,32 +88,28 @@ pub(crate) fn timestamp(micros: i64, sub_micros: i16) -> Result<DateTime<Utc>, D
         })
 }
 
-/// A count or version as a column value.
+/// Saturating at `i64::MAX`, which no count reaches.
 pub(crate) fn count_to_i64(count: u64) -> i64 {
     i64::try_from(count).unwrap_or(i64::MAX)
 }
 
-/// A column value as a count.
 pub(crate) fn i64_to_count(value: i64, what: &str) -> Result<u64, DbError> {
     u64::try_from(value).map_err(|_| corrupt(format!("negative {what}: {value}")))
 }
 
-/// A column value as a `u32` (versions, retry counts).
 pub(crate) fn i64_to_u32(value: i64, what: &str) -> Result<u32, DbError> {
     u32::try_from(value).map_err(|_| corrupt(format!("{what} out of range: {value}")))
 }
 
-/// A version as a column value.
 pub(crate) fn version_to_i64(version: Version) -> i64 {
     i64::from(version.0)
 }
 
-/// A duration as nanoseconds, saturating.
+/// Saturating (at 292 years).
 pub(crate) fn duration_to_nanos(d: Duration) -> i64 {
     i64::try_from(d.as_nanos()).unwrap_or(i64::MAX)
 }
 
-/// Nanoseconds as a duration.
 pub(crate) fn nanos_to_duration(nanos: i64) -> Result<Duration, DbError> {
     u64::try_from(nanos)
         .map(Duration::from_nanos)
@@ -134,7 +127,7 @@ pub(crate) fn to_json<T: Serialize + ?Sized>(value: &T) -> Result<String, DbErro
     })
 }
 
-/// JSON text as a `T`; `what` names it in the error.
+/// `what` names the value in the error.
 pub(crate) fn from_json<T: DeserializeOwned>(json: &str, what: &str) -> Result<T, DbError> {
     serde_json::from_str(json).map_err(|e| corrupt(format!("{what}: {e}")))
 }
@@ -150,16 +143,6 @@ pub(crate) fn finished_result_of(
             "{execution_id} is finished but its last event is {}",
             other.variant_name()
         ))),
-    }
-}
-
-/// The `state_kind` column of a pending state.
-pub(crate) fn state_kind(state: &PendingState) -> i16 {
-    match state {
-        PendingState::PendingAt { .. } => 0,
-        PendingState::Locked { .. } => 1,
-        PendingState::BlockedByJoinSet { .. } => 2,
-        PendingState::Finished { .. } => 3,
     }
 }
 
@@ -180,7 +163,7 @@ pub(crate) fn state_columns(state: &PendingState) -> (i16, Option<i64>, Option<i
         PendingState::Locked {
             lock_expires_at, ..
         } => (1, None, Some(micros(*lock_expires_at))),
-        other => (state_kind(other), None, None),
+        other => (kind_to_i16(other.kind()), None, None),
     }
 }
 

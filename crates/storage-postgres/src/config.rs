@@ -1,11 +1,11 @@
 //! Typed configuration of a [`crate::PostgresStore`], parsed from a `postgres://` URL.
 
 use crate::{
-    error::PostgresError,
-    tls::{RootCertificates, SslMode, Tls},
+    error::{PostgresError, invalid_config},
+    tls::{RootCertificates, SslMode},
 };
 use rustls::pki_types::CertificateDer;
-use std::{fmt, str::FromStr, time::Duration};
+use std::{str::FromStr, time::Duration};
 
 /// The default number of pooled connections per store.
 pub const DEFAULT_POOL_SIZE: usize = 16;
@@ -37,7 +37,9 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// assert_eq!(config.database_name(), Some("stele"));
 /// assert!("mysql://nope".parse::<PostgresConfig>().is_err());
 /// ```
-#[derive(Clone)]
+// `Debug` shows no password: `redacted_url` holds none, and the driver's `Config` prints its
+// own as `_` (the unit tests check both).
+#[derive(Clone, Debug)]
 pub struct PostgresConfig {
     pg: tokio_postgres::Config,
     /// The URL as given, with any password replaced by `***` (for messages).
@@ -46,76 +48,44 @@ pub struct PostgresConfig {
     pub pool_size: usize,
     /// The server-side `statement_timeout` of pooled connections; `None` for none.
     pub statement_timeout: Option<Duration>,
-    /// How long opening one connection may take; also how long `connect` waits for the
-    /// notification listener's first connection.
+    /// How long opening one connection may take (`connect_timeout`); `connect` waits twice
+    /// as long for the notification listener to listen.
     pub connect_timeout: Duration,
-    /// How many times a transaction that failed with a serialization failure or a deadlock
-    /// (SQLSTATE 40001 / 40P01) is retried before the error is returned (as retriable); a
-    /// `create` or `create_batch` that lost the insert of one of its ids to another
-    /// transaction is retried as often (and then answered as the repeat or conflict it is).
+    /// How many times a transaction that hit a serialization failure or a deadlock (SQLSTATE
+    /// 40001 / 40P01), or a `create` or `create_batch` that lost the insert of one of its ids
+    /// to another transaction, runs again before the error is returned (as retriable).
     pub max_transaction_retries: u32,
-    /// The first delay before the listener reconnects; it doubles up to
-    /// `listener_max_backoff`.
+    /// The first delay before the listener reconnects; it doubles up to `listener_max_backoff`.
     pub listener_min_backoff: Duration,
     /// The longest delay between two reconnection attempts of the listener.
     pub listener_max_backoff: Duration,
-    /// Whether a database without Stele's schema (none of its tables) gets it when connecting;
-    /// when false such a database is refused ([`PostgresError::NoSchema`]) and nothing is
-    /// created in it. Default true.
+    /// Whether a database without Stele's schema gets it when connecting (default); when false
+    /// ([`existing_only`](Self::existing_only)) it is refused ([`PostgresError::NoSchema`]).
     pub create: bool,
-    /// Whether a Stele database of an older schema version is migrated when connecting; when
-    /// false it is refused ([`PostgresError::SchemaTooOld`]) and left at its version, for
-    /// tools that only read. Default true.
+    /// Whether an older schema is migrated when connecting (default); when false
+    /// ([`without_migrations`](Self::without_migrations)) it is refused
+    /// ([`PostgresError::SchemaTooOld`]) and left at its version.
     pub migrate: bool,
     /// How every connection of the store uses TLS (`sslmode`; default `prefer`).
     pub ssl_mode: SslMode,
     /// What `verify-ca` and `verify-full` trust (`sslrootcert`; default Mozilla's roots).
     pub root_certificates: RootCertificates,
-    /// How long [`crate::PostgresStore::connect`] keeps trying a server that it cannot reach
-    /// (refused, unreachable, starting up, timed out), with the listener's backoff between
-    /// attempts, before it returns the error; `None` tries until it succeeds. Default zero:
-    /// one attempt. Any other error (a refused password, a TLS failure, a missing database)
-    /// is returned at once. Once connected, a store reconnects by itself whatever this says.
+    /// How long [`crate::PostgresStore::connect`] retries, with the listener's backoff, a server
+    /// it cannot reach (refused, unreachable, starting up, timed out); `None`: until it
+    /// succeeds; default zero: one attempt. Other errors (a refused password, a TLS failure, a
+    /// missing database) are returned at once; an open store reconnects whatever this says.
     pub wait_for_server: Option<Duration>,
-}
-
-impl fmt::Debug for PostgresConfig {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("PostgresConfig")
-            .field("url", &self.redacted_url)
-            .field("pool_size", &self.pool_size)
-            .field("statement_timeout", &self.statement_timeout)
-            .field("connect_timeout", &self.connect_timeout)
-            .field("max_transaction_retries", &self.max_transaction_retries)
-            .field("listener_min_backoff", &self.listener_min_backoff)
-            .field("listener_max_backoff", &self.listener_max_backoff)
-            .field("create", &self.create)
-            .field("migrate", &self.migrate)
-            .field("ssl_mode", &self.ssl_mode)
-            .field("root_certificates", &self.root_certificates)
-            .field("wait_for_server", &self.wait_for_server)
-            .finish()
-    }
 }
 
 impl PostgresConfig {
     /// Parses a `postgres://` URL; the error says what is wrong with it.
     pub fn from_url(url: &str) -> Result<Self, PostgresError> {
         let redacted_url = redact(url);
-        let invalid = |problem: String| PostgresError::InvalidConfig {
-            url: redacted_url.clone(),
-            problem,
-        };
-        let Some(rest) = url
-            .strip_prefix("postgres://")
-            .or_else(|| url.strip_prefix("postgresql://"))
-        else {
+        let invalid = |problem: String| invalid_config(&redacted_url, problem);
+        if !url.starts_with("postgres://") && !url.starts_with("postgresql://") {
             return Err(invalid(
                 "the URL must start with `postgres://` or `postgresql://`".to_string(),
             ));
-        };
-        if rest.is_empty() {
-            return Err(invalid("the URL names no host".to_string()));
         }
         let (base, query) = split_query(url);
         let mut pool_size = DEFAULT_POOL_SIZE;
@@ -131,23 +101,10 @@ impl PostgresConfig {
             let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
             match key {
                 "pool_size" => {
-                    pool_size =
-                        value
-                            .parse::<usize>()
-                            .ok()
-                            .filter(|n| *n > 0)
-                            .ok_or_else(|| {
-                                invalid(format!(
-                                    "`pool_size` must be a positive integer, not `{value}`"
-                                ))
-                            })?;
+                    pool_size = integer(key, value, true).map_err(invalid)?;
                 }
                 "statement_timeout_ms" => {
-                    let ms = value.parse::<u64>().map_err(|_| {
-                        invalid(format!(
-                            "`statement_timeout_ms` must be a non-negative integer, not `{value}`"
-                        ))
-                    })?;
+                    let ms = integer(key, value, false).map_err(invalid)?;
                     statement_timeout = (ms > 0).then(|| Duration::from_millis(ms));
                 }
                 "sslmode" => ssl_mode = value.parse().map_err(invalid)?,
@@ -156,12 +113,9 @@ impl PostgresConfig {
                 }
                 "sslrootcert" => root_certificates = RootCertificates::PemFile(value.into()),
                 "wait_for_server_s" => {
-                    let seconds = value.parse::<u64>().map_err(|_| {
-                        invalid(format!(
-                            "`wait_for_server_s` must be a non-negative integer, not `{value}`"
-                        ))
-                    })?;
-                    wait_for_server = Some(Duration::from_secs(seconds));
+                    wait_for_server = Some(Duration::from_secs(
+                        integer(key, value, false).map_err(invalid)?,
+                    ));
                 }
                 _ => driver_params.push(pair),
             }
@@ -205,14 +159,8 @@ impl PostgresConfig {
         self
     }
 
-    /// The connector of every connection of a store of this configuration (the roots read
-    /// now).
-    pub(crate) fn tls(&self) -> Result<Tls, PostgresError> {
-        Tls::new(self.ssl_mode, &self.root_certificates, &self.redacted_url)
-    }
-
     /// The same configuration, connecting only to a database that already holds Stele's
-    /// schema: nothing is created (`create = false`).
+    /// schema and creating nothing (`create = false`).
     #[must_use]
     pub fn existing_only(mut self) -> Self {
         self.create = false;
@@ -243,10 +191,11 @@ impl PostgresConfig {
     pub fn with_database(&self, database: &str) -> Self {
         let mut other = self.clone();
         other.pg.dbname(database);
-        other.redacted_url = match self.redacted_url.split_once('?') {
-            Some((base, query)) => format!("{}?{query}", replace_db(base, database)),
-            None => replace_db(&self.redacted_url, database),
-        };
+        let (base, query) = split_query(&self.redacted_url);
+        let (scheme, rest) = base.split_once("://").unwrap_or(("postgres", base));
+        let authority = rest.split('/').next().unwrap_or(rest);
+        let query = query.map(|query| format!("?{query}")).unwrap_or_default();
+        other.redacted_url = format!("{scheme}://{authority}/{database}{query}");
         other
     }
 
@@ -257,15 +206,12 @@ impl PostgresConfig {
     pub(crate) fn pool_pg_config(&self) -> tokio_postgres::Config {
         let mut pg = self.pg.clone();
         self.apply_common(&mut pg);
-        let mut options = match pg.get_options() {
-            Some(existing) if !existing.is_empty() => format!("{existing} -c jit=off"),
-            _ => "-c jit=off".to_string(),
-        };
+        let mut options = format!("{} -c jit=off", pg.get_options().unwrap_or_default());
         if let Some(timeout) = self.statement_timeout {
             let ms = timeout.as_millis().max(1);
             options.push_str(&format!(" -c statement_timeout={ms}"));
         }
-        pg.options(&options);
+        pg.options(options.trim_start());
         pg
     }
 
@@ -295,34 +241,56 @@ impl FromStr for PostgresConfig {
     }
 }
 
+/// `value`, the value of the parameter `key`, as an integer (a positive one if `positive`).
+fn integer<T: FromStr + PartialOrd + Default>(
+    key: &str,
+    value: &str,
+    positive: bool,
+) -> Result<T, String> {
+    let kind = if positive { "positive" } else { "non-negative" };
+    value
+        .parse::<T>()
+        .ok()
+        .filter(|n| !positive || *n > T::default())
+        .ok_or_else(|| format!("`{key}` must be a {kind} integer, not `{value}`"))
+}
+
 /// The URL with every password replaced by `***`: the user info's, taken as the driver takes
 /// it (everything before the first `@` is user info, the password follows its first `:`, so a
-/// password holding `/`, `?` or `#` is hidden whole), and a `password=` query parameter's.
+/// password holding `/`, `?` or `#` is hidden whole; a URL without its scheme too), and a
+/// `password=` query parameter's.
 fn redact(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_string();
-    };
-    let rest = match rest.split_once('@') {
-        Some((user_info, after)) => match user_info.split_once(':') {
-            Some((user, _password)) => format!("{user}:***@{after}"),
-            None => rest.to_string(),
-        },
-        None => rest.to_string(),
-    };
-    let rest = match rest.split_once('?') {
-        Some((base, query)) => {
-            let query: Vec<String> = query
-                .split('&')
-                .map(|pair| match pair.split_once('=') {
-                    Some(("password", _)) => "password=***".to_string(),
-                    _ => pair.to_string(),
-                })
-                .collect();
-            format!("{base}?{}", query.join("&"))
+    let scheme_len = match url.split_once("://") {
+        Some((scheme, _))
+            if scheme
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '+') =>
+        {
+            scheme.len() + 3
         }
-        None => rest,
+        _ => 0,
     };
-    format!("{scheme}://{rest}")
+    let (scheme, rest) = url.split_at(scheme_len);
+    let mut redacted = url.to_string();
+    if let Some((user_info, after)) = rest.split_once('@')
+        && let Some((user, _password)) = user_info.split_once(':')
+    {
+        redacted = format!("{scheme}{user}:***@{after}");
+    }
+    let Some((base, query)) = redacted.split_once('?') else {
+        return redacted;
+    };
+    let query: Vec<&str> = query
+        .split('&')
+        .map(|pair| {
+            if pair.starts_with("password=") {
+                "password=***"
+            } else {
+                pair
+            }
+        })
+        .collect();
+    format!("{base}?{}", query.join("&"))
 }
 
 /// The URL before its query and the query: the query starts at the first `?` after the user
@@ -336,13 +304,4 @@ fn split_query(url: &str) -> (&str, Option<&str>) {
         }
         None => (url, None),
     }
-}
-
-/// `base` (a URL without query) with its path replaced by `/database`.
-fn replace_db(base: &str, database: &str) -> String {
-    let Some((scheme, rest)) = base.split_once("://") else {
-        return base.to_string();
-    };
-    let authority = rest.split('/').next().unwrap_or(rest);
-    format!("{scheme}://{authority}/{database}")
 }

@@ -1,7 +1,7 @@
 //! Errors: the store's own (configuration, schema) and the ONE place where driver and pool
 //! errors become the portable [`DbError`] kinds.
 
-use concepts::{BackendError, DbError, DelayId, DuplicateKind, ExecutionId};
+use concepts::{BackendError, DbError, DuplicateKind};
 use std::sync::Arc;
 use tokio_postgres::error::SqlState;
 
@@ -28,9 +28,8 @@ pub enum PostgresError {
         supported: i64,
     },
     /// The database holds none of Stele's tables (no `t_schema_migration`, or no version in
-    /// it) and the configuration does not create them
-    /// ([`PostgresConfig::create`](crate::PostgresConfig::create) is false); nothing was
-    /// created.
+    /// it) and [`PostgresConfig::create`](crate::PostgresConfig::create) is false: nothing
+    /// was created.
     #[error(
         "{url} is not a Stele database: it holds none of Stele's tables, and creating them was not asked for"
     )]
@@ -38,9 +37,8 @@ pub enum PostgresError {
         /// The database's URL, password hidden.
         url: String,
     },
-    /// The database has an older schema version and the configuration does not migrate
-    /// ([`PostgresConfig::migrate`](crate::PostgresConfig::migrate) is false); it is left at
-    /// its version.
+    /// The database has an older schema version and
+    /// [`PostgresConfig::migrate`](crate::PostgresConfig::migrate) is false: it is left as is.
     #[error(
         "{url} has schema version {found}, older than this build's {current}; it is migrated only when connected to with migrations"
     )]
@@ -91,18 +89,6 @@ fn tls_hint(mode: crate::SslMode) -> &'static str {
     }
 }
 
-/// The names of the unique constraints and indexes that map to [`DbError::Duplicate`].
-pub(crate) mod constraint {
-    /// `t_execution (execution_id)`.
-    pub(crate) const EXECUTION_PK: &str = "t_execution_pkey";
-    /// `t_event (execution_id, version)`: at version 0 (`Created`), a duplicate execution.
-    pub(crate) const EVENT_PK: &str = "t_event_pkey";
-    /// `t_response (execution_id, delay_id) WHERE delay_id IS NOT NULL`.
-    pub(crate) const RESPONSE_DELAY: &str = "t_response_delay_uq";
-    /// `t_response (execution_id, child_execution_id) WHERE child_execution_id IS NOT NULL`.
-    pub(crate) const RESPONSE_CHILD: &str = "t_response_child_uq";
-}
-
 /// Maps a driver error to its portable kind. This is the only place that looks at SQLSTATEs.
 ///
 /// - `23505` unique violation: [`DbError::Duplicate`] with the kind named by the constraint
@@ -125,17 +111,15 @@ pub(crate) fn map_pg_error(err: tokio_postgres::Error) -> DbError {
             }
             let message = format!("{} (SQLSTATE {})", db.message(), code.code());
             if code.code().starts_with("08")
-                || matches!(
-                    *code,
-                    SqlState::ADMIN_SHUTDOWN
-                        | SqlState::CRASH_SHUTDOWN
-                        | SqlState::CANNOT_CONNECT_NOW
-                        | SqlState::TOO_MANY_CONNECTIONS
-                )
+                || *code == SqlState::ADMIN_SHUTDOWN
+                || *code == SqlState::CRASH_SHUTDOWN
+                || *code == SqlState::CANNOT_CONNECT_NOW
+                || *code == SqlState::TOO_MANY_CONNECTIONS
             {
                 return DbError::Connection(message);
             }
-            (message, reruns_transaction(code) || *code == SqlState::QUERY_CANCELED)
+            let retriable = reruns_transaction(code) || *code == SqlState::QUERY_CANCELED;
+            (message, retriable)
         }
         None if err.is_closed() || causes(&err).any(|cause| cause.is::<std::io::Error>()) => {
             return DbError::Connection(describe(&err));
@@ -149,7 +133,6 @@ pub(crate) fn map_pg_error(err: tokio_postgres::Error) -> DbError {
     })
 }
 
-/// A serialization failure or a deadlock: the whole transaction may simply run again.
 fn reruns_transaction(code: &SqlState) -> bool {
     *code == SqlState::T_R_SERIALIZATION_FAILURE || *code == SqlState::T_R_DEADLOCK_DETECTED
 }
@@ -172,28 +155,15 @@ pub(crate) fn connect_error(
     }
 }
 
-/// [`connect_error`] of a pooled connection.
-pub(crate) fn connect_pool_error(
-    config: &crate::PostgresConfig,
-    err: deadpool_postgres::PoolError,
-) -> PostgresError {
-    match err {
-        deadpool_postgres::PoolError::Backend(e) => connect_error(config, e),
-        other => PostgresError::Db(map_pool_error(other)),
-    }
-}
-
-/// True for the errors after which the whole transaction may simply be run again.
+/// A serialization failure or a deadlock: the whole transaction may simply run again.
 pub(crate) fn is_transaction_retriable(err: &DbError) -> bool {
-    let DbError::Backend(BackendError {
-        source: Some(source),
-        ..
-    }) = err
-    else {
+    let DbError::Backend(backend) = err else {
         return false;
     };
-    (**source)
-        .downcast_ref::<tokio_postgres::Error>()
+    backend
+        .source
+        .as_deref()
+        .and_then(|source| source.downcast_ref::<tokio_postgres::Error>())
         .and_then(tokio_postgres::Error::code)
         .is_some_and(reruns_transaction)
 }
@@ -224,7 +194,7 @@ pub(crate) fn corrupt(what: impl std::fmt::Display) -> DbError {
     })
 }
 
-/// [`PostgresError::InvalidConfig`] of the URL `url` (password hidden).
+/// `url` is shown as it is: a redacted one.
 pub(crate) fn invalid_config(url: &str, problem: impl Into<String>) -> PostgresError {
     PostgresError::InvalidConfig {
         url: url.to_string(),
@@ -243,9 +213,7 @@ pub(crate) fn describe(err: &tokio_postgres::Error) -> String {
     message
 }
 
-fn causes(
-    err: &tokio_postgres::Error,
-) -> impl Iterator<Item = &(dyn std::error::Error + 'static)> {
+fn causes(err: &tokio_postgres::Error) -> impl Iterator<Item = &(dyn std::error::Error + 'static)> {
     std::iter::successors(std::error::Error::source(err), |cause| cause.source())
 }
 
@@ -255,16 +223,18 @@ fn causes(
 pub(crate) fn duplicate_kind(constraint: &str, detail: &str) -> Option<DuplicateKind> {
     let values = key_values(detail)?;
     match (constraint, values.as_slice()) {
-        (constraint::EXECUTION_PK, [id]) | (constraint::EVENT_PK, [id, "0"]) => {
+        // `t_execution (execution_id)`, or `t_event (execution_id, version)` at version 0
+        // (`Created`): a duplicate execution.
+        ("t_execution_pkey", [id]) | ("t_event_pkey", [id, "0"]) => {
             Some(DuplicateKind::Execution(id.parse().ok()?))
         }
-        (constraint::RESPONSE_DELAY, [execution_id, delay_id]) => {
-            Some(DuplicateKind::DelayResponse {
-                execution_id: execution_id.parse::<ExecutionId>().ok()?,
-                delay_id: delay_id.parse::<DelayId>().ok()?,
-            })
-        }
-        (constraint::RESPONSE_CHILD, [execution_id, child_execution_id]) => {
+        // `t_response (execution_id, delay_id) WHERE delay_id IS NOT NULL`
+        ("t_response_delay_uq", [execution_id, delay_id]) => Some(DuplicateKind::DelayResponse {
+            execution_id: execution_id.parse().ok()?,
+            delay_id: delay_id.parse().ok()?,
+        }),
+        // `t_response (execution_id, child_execution_id) WHERE child_execution_id IS NOT NULL`
+        ("t_response_child_uq", [execution_id, child_execution_id]) => {
             Some(DuplicateKind::ChildResponse {
                 execution_id: execution_id.parse().ok()?,
                 child_execution_id: child_execution_id.parse().ok()?,

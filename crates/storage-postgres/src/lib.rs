@@ -154,7 +154,7 @@ impl PostgresStore {
     /// Opens a store: builds the pool, applies the migrations (see the crate docs), and starts
     /// the notification listener, returning once it listens.
     pub async fn connect(config: PostgresConfig) -> Result<Self, PostgresError> {
-        let tls = config.tls()?;
+        let tls = tls::Tls::new(&config)?;
         let manager = Manager::from_connect(
             config.pool_pg_config(),
             tls.clone(),
@@ -185,11 +185,13 @@ impl PostgresStore {
             state_tx,
             shutdown_rx,
         ));
-        let first = tokio::time::timeout(notify::first_listen_timeout(&config), async {
-            state_rx.wait_for(|s| s.connected).await.map(|_| ())
-        })
-        .await;
-        if !matches!(first, Ok(Ok(_))) {
+        // The listener connects and then listens, each within `connect_timeout`.
+        let first_listen_timeout = config.connect_timeout.saturating_mul(2);
+        let listening =
+            tokio::time::timeout(first_listen_timeout, state_rx.wait_for(|s| s.connected))
+                .await
+                .is_ok_and(|seen| seen.is_ok());
+        if !listening {
             let _ = shutdown_tx.send(true);
             task.abort();
             pool.close();
@@ -247,25 +249,21 @@ impl PostgresStore {
         self.inner.listener_state.clone()
     }
 
-    /// How many groups of writes may be in flight at once (each on a pooled connection of its
-    /// own): see "Writes" in the crate docs.
+    /// How many groups of writes may be in flight at once, each on a pooled connection of its
+    /// own (see "How it works" in the crate docs).
     #[must_use]
     pub fn group_slots(&self) -> usize {
         writer::Writer::groups_in_flight(self.inner.config.pool_size)
     }
 
-    /// How many round trips to the server this store's calls have waited for so far: each
-    /// pipeline of statements sent and awaited together counts one, whatever its length
-    /// (statements prepared on a connection for the first time are not counted: that happens
-    /// once per connection and statement). The listener's connection is not counted. For tests
-    /// and diagnostics: see "Writes" in the crate docs for what each call costs.
+    /// How many round trips to the server this store's calls have waited for so far, for tests
+    /// and diagnostics: each pipeline of statements sent and awaited together counts one,
+    /// whatever its length (statements prepared on a connection for the first time are not
+    /// counted: that happens once per connection and statement). The listener's connection is
+    /// not counted.
     #[must_use]
     pub fn round_trips(&self) -> u64 {
-        self.trips().count()
-    }
-
-    fn trips(&self) -> &trips::Trips {
-        &self.inner.writer.trips
+        self.inner.writer.trips.count()
     }
 
     /// The number of registered waiters of each kind.
@@ -274,22 +272,16 @@ impl PostgresStore {
         self.inner.hub.counts()
     }
 
-    async fn client(&self) -> Result<Object, DbError> {
+    /// A pooled connection for a read of one round trip.
+    async fn reader(&self) -> Result<Object, DbError> {
         self.inner.hub.ensure_open()?;
-        self.inner.pool.get().await.map_err(map_pool_error)
-    }
-
-    /// A pooled connection for a read of `trips` round trips.
-    async fn reader(&self, trips: u64) -> Result<Object, DbError> {
-        let client = self.client().await?;
-        for _ in 0..trips {
-            self.trips().one();
-        }
+        let client = self.inner.pool.get().await.map_err(map_pool_error)?;
+        self.inner.writer.trips.one();
         Ok(client)
     }
 
     async fn any_due(&self, at: DateTime<Utc>, ffqns: &[FunctionFqn]) -> Result<bool, DbError> {
-        let client = self.reader(1).await?;
+        let client = self.reader().await?;
         reads::any_due(&client, at, ffqns).await
     }
 }
@@ -304,7 +296,8 @@ async fn first_connection(pool: &Pool, config: &PostgresConfig) -> Result<Object
     loop {
         let err = match pool.get().await {
             Ok(client) => return Ok(client),
-            Err(e) => error::connect_pool_error(config, e),
+            Err(deadpool_postgres::PoolError::Backend(e)) => error::connect_error(config, e),
+            Err(e) => map_pool_error(e).into(),
         };
         let unreachable = matches!(err, PostgresError::Db(DbError::Connection(_)));
         let next = tokio::time::Instant::now() + backoff;
@@ -363,19 +356,19 @@ impl kernel::Backend for PostgresStore {
         self.inner
             .hub
             .wait_for_responses(execution_id, || async {
-                let client = self.reader(1).await?;
+                let client = self.reader().await?;
                 let responses = reads::responses_from(&client, execution_id, start_idx).await?;
                 Ok((!responses.is_empty()).then_some(responses))
             })
             .await
     }
     async fn get_expired_timers(&self, at: DateTime<Utc>) -> Result<Vec<ExpiredTimer>, DbError> {
-        let client = self.reader(1).await?;
+        let client = self.reader().await?;
         reads::expired_timers(&client, at).await
     }
 
     async fn get(&self, execution_id: &ExecutionId) -> Result<ExecutionLog, DbError> {
-        let client = self.reader(1).await?;
+        let client = self.reader().await?;
         reads::get(&client, execution_id).await
     }
 
@@ -384,7 +377,7 @@ impl kernel::Backend for PostgresStore {
         execution_id: &ExecutionId,
         version: Version,
     ) -> Result<ExecutionEvent, DbError> {
-        let client = self.reader(1).await?;
+        let client = self.reader().await?;
         reads::execution_event(&client, execution_id, version).await
     }
 
@@ -393,7 +386,7 @@ impl kernel::Backend for PostgresStore {
         filter: ListExecutionsFilter,
         pagination: Pagination,
     ) -> Result<Vec<ExecutionSummary>, DbError> {
-        let client = self.reader(1).await?;
+        let client = self.reader().await?;
         reads::list_executions(&client, &filter, &pagination).await
     }
     async fn wait_for_finished_result(
@@ -404,7 +397,7 @@ impl kernel::Backend for PostgresStore {
         self.inner
             .hub
             .wait_for_finished(execution_id, timeout, || async {
-                let client = self.reader(1).await?;
+                let client = self.reader().await?;
                 reads::finished_result(&client, execution_id).await
             })
             .await

@@ -121,32 +121,12 @@ const SELECT_OPEN_DELAYS: &str = "SELECT execution_id, delay_id FROM t_delay \
 /// The column of `LOCK_SUBTREES` that holds the ordinal of the root.
 const SUBTREE_ORD: usize = 10;
 
-/// Begins the write transaction and loads what `keys` name, in one pipeline.
-pub(crate) async fn begin_and_load(
-    client: &ClientWrapper,
-    trips: &Trips,
-    keys: &Keys,
-) -> Result<Snapshot, DbError> {
-    let mut snapshot = Snapshot::default();
-    load(client, trips, keys, true, &mut snapshot).await?;
-    Ok(snapshot)
-}
-
-/// Loads a write's follow-up keys into its snapshot, inside the transaction that
-/// [`begin_and_load`] began: one more pipeline.
-pub(crate) async fn load_follow_up(
-    client: &ClientWrapper,
-    trips: &Trips,
-    keys: &Keys,
-    snapshot: &mut Snapshot,
-) -> Result<(), DbError> {
-    load(client, trips, keys, false, snapshot).await
-}
-
 /// Loads what `keys` name into `snapshot` in one pipeline, after a `BEGIN` when `begin`. A
 /// key that names nothing costs no statement. The statements that wait for row locks take
 /// them in id order: the executions, then the descendants (whose ids follow their roots').
-async fn load(
+/// Without `begin` it loads a write's follow-up keys into its snapshot, one more pipeline in
+/// the same transaction.
+pub(crate) async fn load(
     client: &ClientWrapper,
     trips: &Trips,
     keys: &Keys,
@@ -286,9 +266,9 @@ async fn load(
         let key = keys.child_responses[ordinal(row, 0, keys.child_responses.len())?].clone();
         snapshot.child_responses.insert(key);
     }
-    if !due.is_empty() {
-        load_due(&due, snapshot)?;
-    }
+    // Only the rows: the histories are read after the `COMMIT` (`reads::locked_executions`).
+    let due = due.iter().map(execution_row).collect::<Result<_, _>>()?;
+    snapshot.add_due_in_order(due);
     Ok(())
 }
 
@@ -422,25 +402,6 @@ fn prune_statement(prune: &PruneQuery) -> Statement<'_> {
 /// A `LIMIT` parameter.
 fn limit_param(limit: usize) -> i64 {
     i64::try_from(limit).unwrap_or(i64::MAX)
-}
-
-/// Adds the due executions `rows`, oldest first: SQL ordered them by microseconds, the exact
-/// due time (then the id) decides.
-fn load_due(rows: &[Row], snapshot: &mut Snapshot) -> Result<(), DbError> {
-    let mut due = rows
-        .iter()
-        .map(execution_row)
-        .collect::<Result<Vec<_>, _>>()?;
-    due.sort_by(|a, b| {
-        let at = |row: &concepts::kernel::ExecutionRow| row.state.pending_state.pending_at();
-        (at(a), &a.execution_id).cmp(&(at(b), &b.execution_id))
-    });
-    // Only the rows: the histories are read after the `COMMIT`
-    // (`reads::locked_executions`).
-    for row in due {
-        snapshot.add_due(row);
-    }
-    Ok(())
 }
 
 /// The 0-based position among `len` keys of the key a row answers (its `WITH ORDINALITY`, in

@@ -4,7 +4,7 @@
 
 use crate::{config::PostgresConfig, error::describe, tls::Tls};
 use concepts::kernel::{self, WaiterHub, Wakeup};
-use std::{sync::Arc, time::Duration};
+use std::sync::Arc;
 use tokio::sync::watch;
 use tokio_postgres::AsyncMessage;
 
@@ -16,17 +16,13 @@ pub(crate) const CHANNEL: &str = "stele";
 /// writes shared it, rather than one per wake-up.
 const MAX_PACKED: usize = 7_000;
 
-/// The payloads of a committed write's wake-ups ([`kernel::wakeup_messages`]).
-pub(crate) fn payloads(wakeups: &[Wakeup]) -> Vec<String> {
-    kernel::wakeup_messages(wakeups, MAX_PACKED)
-}
-
-/// Publishes `payloads` to every listener of the database, in a transaction of its own that
+/// Publishes the wake-ups of a committed write ([`kernel::wakeup_messages`]) to every listener of the database, in a transaction of its own that
 /// commits asynchronously (`synchronous_commit = off` for it alone): it is sent after the
 /// write committed, so it is never seen before the write, and it does not hold the server's
 /// notification lock across a WAL flush (see the crate docs). A failure is logged, not
 /// returned: the write itself has committed, and notifications are hints.
-pub(crate) async fn publish(client: &deadpool_postgres::ClientWrapper, payloads: &[String]) {
+pub(crate) async fn publish(client: &deadpool_postgres::ClientWrapper, wakeups: &[Wakeup]) {
+    let payloads = kernel::wakeup_messages(wakeups, MAX_PACKED);
     if payloads.is_empty() {
         return;
     }
@@ -67,47 +63,31 @@ pub(crate) async fn run_listener(
     tls: Tls,
     hub: Arc<WaiterHub>,
     state: watch::Sender<ListenerState>,
-    shutdown: watch::Receiver<bool>,
-) {
-    listen_until_shutdown(config, &tls, hub, &state, shutdown).await;
-    state.send_modify(|s| {
-        s.connected = false;
-        s.backend_pid = None;
-    });
-}
-
-async fn listen_until_shutdown(
-    config: PostgresConfig,
-    tls: &Tls,
-    hub: Arc<WaiterHub>,
-    state: &watch::Sender<ListenerState>,
     mut shutdown: watch::Receiver<bool>,
 ) {
+    let disconnected = |s: &mut ListenerState| {
+        s.connected = false;
+        s.backend_pid = None;
+    };
     let pg = config.listener_pg_config();
     let mut backoff = config.listener_min_backoff;
     let mut server_seen = tls.connections();
-    loop {
-        if *shutdown.borrow() {
-            return;
-        }
+    while !*shutdown.borrow() {
         // A connection of the store that opens from now on means the server is reachable.
         server_seen.mark_unchanged();
         let outcome = tokio::select! {
-            outcome = listen_once(&pg, tls, &hub, state) => outcome,
-            _ = shutdown.changed() => return,
+            outcome = listen_once(&pg, &tls, &hub, &state) => outcome,
+            _ = shutdown.changed() => break,
         };
-        state.send_modify(|s| {
-            s.connected = false;
-            s.backend_pid = None;
-        });
+        state.send_modify(disconnected);
         match outcome {
-            Ok(ListenOutcome::WasConnected(reason)) => {
+            Ok(reason) => {
                 tracing::warn!(%reason, "the notification listener lost its connection; reconnecting");
                 backoff = config.listener_min_backoff;
                 // Its own connection, and those of the store while it listened, are old news.
                 server_seen.mark_unchanged();
             }
-            Ok(ListenOutcome::NeverConnected(reason)) | Err(reason) => {
+            Err(reason) => {
                 tracing::warn!(%reason, ?backoff, "the notification listener cannot connect; retrying");
             }
         }
@@ -118,26 +98,21 @@ async fn listen_until_shutdown(
             _ = server_seen.changed() => {
                 tracing::debug!("another connection reached the server; the listener retries now");
             }
-            _ = shutdown.changed() => return,
+            _ = shutdown.changed() => break,
         }
         backoff = (backoff * 2).min(config.listener_max_backoff);
     }
+    state.send_modify(disconnected);
 }
 
-enum ListenOutcome {
-    /// It was listening, then the connection ended.
-    WasConnected(String),
-    /// The connection failed before it listened.
-    NeverConnected(String),
-}
-
-/// One connection's life: connect, `LISTEN`, deliver until the connection ends.
+/// One connection's life: connect, `LISTEN`, deliver until the connection ends. `Ok` says why
+/// a connection that listened ended, `Err` why none did.
 async fn listen_once(
     pg: &tokio_postgres::Config,
     tls: &Tls,
     hub: &WaiterHub,
     state: &watch::Sender<ListenerState>,
-) -> Result<ListenOutcome, String> {
+) -> Result<String, String> {
     let (client, mut connection) = tls.connect(pg).await.map_err(|e| describe(&e))?;
     let drive = async {
         loop {
@@ -156,21 +131,14 @@ async fn listen_once(
         }
     };
     let setup = async {
-        client
-            .batch_execute(&format!("LISTEN {CHANNEL}"))
-            .await
-            .map_err(|e| describe(&e))?;
-        let pid: i32 = client
-            .query_one("SELECT pg_backend_pid()", &[])
-            .await
-            .map_err(|e| describe(&e))?
-            .get(0);
-        Ok::<i32, String>(pid)
+        client.batch_execute(&format!("LISTEN {CHANNEL}")).await?;
+        let row = client.query_one("SELECT pg_backend_pid()", &[]).await?;
+        row.try_get::<_, i32>(0)
     };
     tokio::pin!(drive);
     let pid = tokio::select! {
-        reason = &mut drive => return Ok(ListenOutcome::NeverConnected(reason)),
-        pid = setup => pid?,
+        reason = &mut drive => return Err(reason),
+        pid = setup => pid.map_err(|e| describe(&e))?,
     };
     // Anything committed while no listener was connected went unheard: everyone looks again,
     // before the state says "connected" (which `connect` waits for): a waiter that registers
@@ -183,10 +151,5 @@ async fn listen_once(
     });
     let reason = drive.await;
     drop(client);
-    Ok(ListenOutcome::WasConnected(reason))
-}
-
-/// How long `connect` waits for the listener's first connection at most.
-pub(crate) fn first_listen_timeout(config: &PostgresConfig) -> Duration {
-    config.connect_timeout.saturating_mul(2)
+    Ok(reason)
 }

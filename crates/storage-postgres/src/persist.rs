@@ -119,8 +119,6 @@ pub(crate) struct Commit<'a> {
     /// first ([`CHECK_REVISIONS`]); empty when it loaded them, or assumed nothing was stored.
     pub(crate) checked: &'a [(ExecutionId, Revision)],
     pub(crate) plan: &'a WritePlan,
-    /// The notifications (see [`crate::notify::publish`]).
-    pub(crate) payloads: &'a [String],
 }
 
 /// Writes the changes and deletions of `commit` inside the transaction (after its `BEGIN`
@@ -163,7 +161,7 @@ pub(crate) async fn persist_and_commit<T>(
         },
         pipeline::run(client, &statements, &prepared),
         client.batch_execute("COMMIT"),
-        crate::notify::publish(client, commit.payloads),
+        crate::notify::publish(client, &commit.plan.wakeups),
         after,
     );
     match (began, persisted, committed) {

@@ -6,7 +6,7 @@ use crate::{
         i64_to_u32, kind_to_i16, micros, parse_execution_id, parse_join_set_id, sub_micros,
         timestamp, version_to_i64,
     },
-    error::{corrupt, map_pg_error},
+    error::corrupt,
     load::ordinal,
     pipeline::{self, Statement, statement, unnest},
 };
@@ -54,7 +54,7 @@ pub(crate) async fn locked_executions(
     grants: Vec<LockGrant>,
 ) -> Result<Vec<LockedExecution>, DbError> {
     let count = grants.len();
-    let statements = [
+    let (Some(events), Some(responses)) = (
         unnest!(SELECT_LOCKED_EVENTS, &grants, |grant| {
             ids: &str = grant.row.execution_id.as_str(),
             below: i64 = count_to_i64(u64::try_from(grant.events_handed_over()).unwrap_or(u64::MAX)),
@@ -62,44 +62,39 @@ pub(crate) async fn locked_executions(
         unnest!(SELECT_LOCKED_RESPONSES, &grants, |grant| {
             ids: &str = grant.row.execution_id.as_str(),
         }),
-    ];
-    let statements: Vec<_> = statements.into_iter().flatten().collect();
-    let prepared = pipeline::prepare(client, &statements).await?;
-    let rows = pipeline::run(client, &statements, &prepared).await;
-    drop(statements);
-    let Ok([events, responses]) = <[_; 2]>::try_from(rows.map_err(map_pg_error)?) else {
+    ) else {
         return Ok(Vec::new());
     };
-    let mut events_of: Vec<Vec<(i64, ExecutionEvent)>> = (0..count).map(|_| Vec::new()).collect();
-    for row in &events {
-        events_of[ordinal(row, 0, count)?].push((column(row, 1)?, event_of(row, 2)?));
-    }
-    let mut responses_of: Vec<Vec<(i64, JoinSetResponseEventOuter)>> =
-        (0..count).map(|_| Vec::new()).collect();
-    for row in &responses {
-        responses_of[ordinal(row, 0, count)?].push((column(row, 1)?, response_of(row, 2)?));
-    }
-    // In version (arrival) order: each scan returns its rows in index order, which SQL does
-    // not promise, and sorting what is sorted costs one pass.
-    let logs = events_of
-        .into_iter()
-        .zip(responses_of)
-        .map(|(mut events, mut responses)| {
-            events.sort_by_key(|(version, _)| *version);
-            responses.sort_by_key(|(idx, _)| *idx);
-            LogRows {
-                events: events.into_iter().map(|(_, event)| event).collect(),
-                responses: responses
-                    .into_iter()
-                    .map(|(_, response)| response)
-                    .collect(),
-            }
-        });
-    grants
-        .into_iter()
-        .zip(logs)
-        .map(|(grant, log)| kernel::hand_over(grant, log))
+    let [events, responses] = all(client, false, [events, responses]).await?;
+    let events = by_ordinal(&events, count, |row| {
+        Ok((column(row, 1)?, event_of(row, 2)?))
+    })?;
+    let responses = by_ordinal(&responses, count, |row| {
+        Ok((column(row, 1)?, response_of(row, 2)?))
+    })?;
+    (grants.into_iter().zip(events.into_iter().zip(responses)))
+        .map(|(grant, (events, responses))| kernel::hand_over(grant, LogRows { events, responses }))
         .collect()
+}
+
+/// The values of `rows` per key (the ordinal in column 0), each key's in the order of its
+/// column 1 (the version, the index): each scan returns its rows in index order, which SQL does
+/// not promise, and sorting what is sorted costs one pass.
+fn by_ordinal<T>(
+    rows: &[Row],
+    count: usize,
+    value: impl Fn(&Row) -> Result<(i64, T), DbError>,
+) -> Result<Vec<Vec<T>>, DbError> {
+    let mut of: Vec<Vec<(i64, T)>> = (0..count).map(|_| Vec::new()).collect();
+    for row in rows {
+        of[ordinal(row, 0, count)?].push(value(row)?);
+    }
+    Ok((of.into_iter())
+        .map(|mut values| {
+            values.sort_by_key(|(order, _)| *order);
+            values.into_iter().map(|(_, value)| value).collect()
+        })
+        .collect())
 }
 
 /// Whether an execution of one of the functions `$2` is due at `$1`: per function, the first

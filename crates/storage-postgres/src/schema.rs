@@ -213,17 +213,11 @@ ORDER BY d.pending_at, d.execution_id LIMIT max_rows
 $$;
 "#;
 
-/// Applies every missing migration up to version `up_to` in one transaction under an advisory
-/// lock, so that two processes starting at once do not both migrate. Refuses a database whose
-/// schema is newer than this binary's; and, as `config` asks, a database without Stele's
-/// schema ([`PostgresConfig::create`] false: nothing is created, not even
-/// `t_schema_migration`) and one of an older version ([`PostgresConfig::migrate`] false: it
-
 /// Version 4: `f_check_revisions(ids, versions, finished, response counts)` locks the rows of
 /// `ids` in id order and raises SQLSTATE `SR001` unless each still has that revision (next
-/// version, finished or not, response count: every write that changes a row changes one). A write planned
-/// on rows its store wrote itself calls it first, so that a changed row aborts the write before
-/// anything of it is stored.
+/// version, finished or not, response count: every write that changes a row changes one). A
+/// write planned on rows its store wrote itself calls it first, so that a changed row aborts
+/// the write before anything of it is stored.
 const SCHEMA_V4: &str = r#"
 CREATE FUNCTION f_check_revisions(
     ids TEXT[], versions BIGINT[], finished BOOLEAN[], responses BIGINT[]
@@ -246,6 +240,11 @@ END
 $$;
 "#;
 
+/// Applies every missing migration up to version `up_to` in one transaction under an advisory
+/// lock, so that two processes starting at once do not both migrate. Refuses a database whose
+/// schema is newer than this binary's; and, as `config` asks, a database without Stele's
+/// schema ([`PostgresConfig::create`] false: nothing is created, not even
+/// `t_schema_migration`) and one of an older version ([`PostgresConfig::migrate`] false: it
 /// stays at its version).
 pub(crate) async fn migrate(
     client: &mut tokio_postgres::Client,

@@ -168,6 +168,8 @@ fn passwords_stay_out_of_redacted_urls_and_parse_errors() {
         format!("postgres://user:{SECRET}@h/db?sslmode=verify"),
         format!("postgres://user:{SECRET}@h/db?no_such_option=1"),
         format!("postgres://user@h/db?password={SECRET}&pool_size=x"),
+        format!("user:{SECRET}@h/db"),
+        format!("mysql://user:{SECRET}@h/db"),
     ];
     for url in &bad {
         let err = PostgresConfig::from_url(url).unwrap_err();

@@ -1,21 +1,12 @@
 //! TLS of every connection a store opens (the pool, the listener, the admin connections):
 //! `sslmode` as libpq understands it, over rustls (no system OpenSSL), and the connection
 //! function they all share.
-//!
-//! | `sslmode` | encrypted | certificate checked | host name checked |
-//! |---|---|---|---|
-//! | `disable` | never | - | - |
-//! | `prefer` (the default) | when the server offers TLS; plain when it does not or the handshake fails | no | no |
-//! | `require` | always, or no connection | no | no |
-//! | `verify-ca` | always | against the roots | no |
-//! | `verify-full` | always | against the roots | yes, the URL's host (a DNS name or an IP address) |
-//!
-//! The roots ([`RootCertificates`]) are Mozilla's list compiled in (`webpki-roots`) unless
-//! the URL names a PEM file with `sslrootcert=PATH` or the caller hands its own
-//! ([`crate::PostgresConfig::with_root_certificates`]). The file is read when a store (or an
-//! admin connection) is opened, so a renewed CA needs a new store, not a new binary.
 
-use crate::error::PostgresError;
+use crate::{
+    PostgresConfig,
+    error::{PostgresError, invalid_config},
+};
+use futures_util::future::BoxFuture;
 use rustls::{
     ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme,
     client::{
@@ -26,14 +17,19 @@ use rustls::{
     pki_types::{CertificateDer, ServerName, UnixTime, pem::PemObject},
 };
 use std::{fmt, path::PathBuf, str::FromStr, sync::Arc};
-use tokio::{
-    io::{AsyncRead, AsyncWrite},
-    sync::watch,
-};
-use tokio_postgres::{Client, Connection, Socket};
+use tokio::{sync::watch, task::JoinHandle};
+use tokio_postgres::{Client, Connection, Socket, tls::MakeTlsConnect};
 use tokio_postgres_rustls::MakeRustlsConnect;
 
-/// How a connection uses TLS: the `sslmode` of the URL (see the module docs for the table).
+/// How a connection uses TLS: the `sslmode` of the URL, as libpq understands it.
+///
+/// | `sslmode` | encrypted | certificate checked | host name checked |
+/// |---|---|---|---|
+/// | `disable` | never | - | - |
+/// | `prefer` (the default) | when the server offers TLS; plain when it does not or the handshake fails | no | no |
+/// | `require` | always, or no connection | no | no |
+/// | `verify-ca` | always | against the roots | no |
+/// | `verify-full` | always | against the roots | yes, the URL's host (a DNS name or an IP address) |
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum SslMode {
     /// Plain connections only.
@@ -53,6 +49,14 @@ impl SslMode {
     /// The values `sslmode` accepts, for messages.
     pub const VALUES: &'static str = "disable, prefer, require, verify-ca, verify-full";
 
+    const ALL: [Self; 5] = [
+        Self::Disable,
+        Self::Prefer,
+        Self::Require,
+        Self::VerifyCa,
+        Self::VerifyFull,
+    ];
+
     /// The mode's name in a URL.
     #[must_use]
     pub fn as_str(self) -> &'static str {
@@ -66,7 +70,7 @@ impl SslMode {
     }
 
     /// What the driver is told: whether to ask for TLS, and whether to insist.
-    pub(crate) fn driver_mode(self) -> tokio_postgres::config::SslMode {
+    fn driver_mode(self) -> tokio_postgres::config::SslMode {
         match self {
             Self::Disable => tokio_postgres::config::SslMode::Disable,
             Self::Prefer => tokio_postgres::config::SslMode::Prefer,
@@ -87,19 +91,10 @@ impl FromStr for SslMode {
     type Err = String;
 
     fn from_str(value: &str) -> Result<Self, Self::Err> {
-        Ok(match value {
-            "disable" => Self::Disable,
-            "prefer" => Self::Prefer,
-            "require" => Self::Require,
-            "verify-ca" => Self::VerifyCa,
-            "verify-full" => Self::VerifyFull,
-            other => {
-                return Err(format!(
-                    "`sslmode` must be one of {}, not `{other}`",
-                    Self::VALUES
-                ));
-            }
-        })
+        Self::ALL
+            .into_iter()
+            .find(|mode| mode.as_str() == value)
+            .ok_or_else(|| format!("`sslmode` must be one of {}, not `{value}`", Self::VALUES))
     }
 }
 
@@ -109,7 +104,8 @@ pub enum RootCertificates {
     /// Mozilla's list of public certificate authorities, compiled in (`webpki-roots`).
     #[default]
     Mozilla,
-    /// The PEM certificates of a file (`sslrootcert=PATH`), read when a store opens.
+    /// The PEM certificates of a file (`sslrootcert=PATH`), read when a store (or an admin
+    /// connection) opens: a renewed CA needs a new store, not a new binary.
     PemFile(PathBuf),
     /// These DER certificates ([`crate::PostgresConfig::with_root_certificates`]).
     Certificates(Vec<CertificateDer<'static>>),
@@ -127,6 +123,8 @@ impl fmt::Debug for RootCertificates {
     }
 }
 
+type TlsConnection = Connection<Socket, <MakeRustlsConnect as MakeTlsConnect<Socket>>::Stream>;
+
 /// The connector every connection of a store uses: built once per store (the roots read
 /// then), cheap to clone.
 #[derive(Clone)]
@@ -139,36 +137,31 @@ pub(crate) struct Tls {
 }
 
 impl Tls {
-    /// The connector for `mode` and `roots`; an unreadable or empty root file is
-    /// [`PostgresError::InvalidConfig`].
-    pub(crate) fn new(
-        mode: SslMode,
-        roots: &RootCertificates,
-        url: &str,
-    ) -> Result<Self, PostgresError> {
+    /// The connector of `config`'s `sslmode` and roots (read now); an unreadable or empty root
+    /// file is [`PostgresError::InvalidConfig`].
+    pub(crate) fn new(config: &PostgresConfig) -> Result<Self, PostgresError> {
+        let (mode, url) = (config.ssl_mode, config.redacted_url());
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let builder = ClientConfig::builder_with_provider(Arc::clone(&provider))
             .with_safe_default_protocol_versions()
-            .map_err(|e| invalid(url, format!("cannot set up TLS: {e}")))?;
-        let verifier: Arc<dyn ServerCertVerifier> = match mode {
-            SslMode::Disable | SslMode::Prefer | SslMode::Require => {
-                Arc::new(EncryptionOnly(Arc::clone(&provider)))
-            }
+            .map_err(|e| invalid_config(url, format!("cannot set up TLS: {e}")))?;
+        let chain = match mode {
+            SslMode::Disable | SslMode::Prefer | SslMode::Require => None,
             SslMode::VerifyCa | SslMode::VerifyFull => {
-                let store = root_store(roots, url)?;
-                let webpki = WebPkiServerVerifier::builder_with_provider(
-                    Arc::new(store),
-                    Arc::clone(&provider),
-                )
-                .build()
-                .map_err(|e| invalid(url, format!("cannot use the root certificates: {e}")))?;
-                if mode == SslMode::VerifyFull {
-                    webpki
-                } else {
-                    Arc::new(AnyHostName(webpki))
-                }
+                let store = Arc::new(root_store(&config.root_certificates, url)?);
+                let chain =
+                    WebPkiServerVerifier::builder_with_provider(store, Arc::clone(&provider))
+                        .build();
+                Some(chain.map_err(|e| {
+                    invalid_config(url, format!("cannot use the root certificates: {e}"))
+                })?)
             }
         };
+        let verifier = Arc::new(Verifier {
+            provider,
+            chain,
+            check_name: mode == SslMode::VerifyFull,
+        });
         let config = builder
             .dangerous()
             .with_custom_certificate_verifier(verifier)
@@ -180,7 +173,6 @@ impl Tls {
         })
     }
 
-    /// Changes each time a connection through this connector opens.
     pub(crate) fn connections(&self) -> watch::Receiver<u64> {
         self.connected.subscribe()
     }
@@ -190,13 +182,7 @@ impl Tls {
     pub(crate) async fn connect(
         &self,
         pg: &tokio_postgres::Config,
-    ) -> Result<
-        (
-            Client,
-            Connection<Socket, impl AsyncRead + AsyncWrite + Unpin + Send + 'static>,
-        ),
-        tokio_postgres::Error,
-    > {
+    ) -> Result<(Client, TlsConnection), tokio_postgres::Error> {
         let mut pg = pg.clone();
         pg.ssl_mode(self.mode.driver_mode());
         let connected = match pg.connect(self.connector.clone()).await {
@@ -212,140 +198,85 @@ impl Tls {
         }
         connected
     }
+
+    /// [`Tls::connect`], the connection driven by a task of its own; `kind` names it in the
+    /// log line of its end.
+    pub(crate) async fn connect_driven(
+        &self,
+        pg: &tokio_postgres::Config,
+        kind: &'static str,
+    ) -> Result<(Client, JoinHandle<()>), tokio_postgres::Error> {
+        let (client, connection) = self.connect(pg).await?;
+        let driver = tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::debug!(error = %e, "{kind} connection ended");
+            }
+        });
+        Ok((client, driver))
+    }
 }
 
 impl deadpool_postgres::Connect for Tls {
     fn connect(
         &self,
         pg: &tokio_postgres::Config,
-    ) -> std::pin::Pin<
-        Box<
-            dyn Future<
-                    Output = Result<(Client, tokio::task::JoinHandle<()>), tokio_postgres::Error>,
-                > + Send
-                + '_,
-        >,
-    > {
+    ) -> BoxFuture<'_, Result<(Client, JoinHandle<()>), tokio_postgres::Error>> {
         let pg = pg.clone();
-        Box::pin(async move {
-            let (client, connection) = Tls::connect(self, &pg).await?;
-            let driver = tokio::spawn(async move {
-                if let Err(e) = connection.await {
-                    tracing::debug!(error = %e, "a pooled connection ended");
-                }
-            });
-            Ok((client, driver))
-        })
+        Box::pin(async move { self.connect_driven(&pg, "a pooled").await })
     }
 }
 
 /// True for a driver error of the TLS negotiation or handshake (the driver's error kind is
 /// private; its message is not).
 pub(crate) fn is_tls_error(err: &tokio_postgres::Error) -> bool {
-    let message = err.to_string();
-    message.starts_with("error performing TLS handshake")
-}
-
-fn invalid(url: &str, problem: String) -> PostgresError {
-    PostgresError::InvalidConfig {
-        url: url.to_string(),
-        problem,
-    }
+    err.to_string()
+        .starts_with("error performing TLS handshake")
 }
 
 fn root_store(roots: &RootCertificates, url: &str) -> Result<RootCertStore, PostgresError> {
-    let mut store = RootCertStore::empty();
-    match roots {
+    let (certificates, none_usable) = match roots {
         RootCertificates::Mozilla => {
-            store.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+            return Ok(webpki_roots::TLS_SERVER_ROOTS.iter().cloned().collect());
         }
         RootCertificates::PemFile(path) => {
             let shown = path.display();
             let certificates = CertificateDer::pem_file_iter(path)
                 .and_then(Iterator::collect::<Result<Vec<_>, _>>)
                 .map_err(|e| {
-                    invalid(
+                    invalid_config(
                         url,
                         format!("cannot read the root certificates of `sslrootcert={shown}`: {e}"),
                     )
                 })?;
-            let (added, _ignored) = store.add_parsable_certificates(certificates);
-            if added == 0 {
-                return Err(invalid(
-                    url,
-                    format!("`sslrootcert={shown}` holds no usable PEM certificate"),
-                ));
-            }
+            let none_usable = format!("`sslrootcert={shown}` holds no usable PEM certificate");
+            (certificates, none_usable)
         }
-        RootCertificates::Certificates(certificates) => {
-            let (added, _ignored) = store.add_parsable_certificates(certificates.iter().cloned());
-            if added == 0 {
-                return Err(invalid(
-                    url,
-                    "none of the root certificates given is usable".to_string(),
-                ));
-            }
-        }
+        RootCertificates::Certificates(certificates) => (
+            certificates.clone(),
+            "none of the root certificates given is usable".to_string(),
+        ),
+    };
+    let mut store = RootCertStore::empty();
+    let (added, _ignored) = store.add_parsable_certificates(certificates);
+    if added == 0 {
+        return Err(invalid_config(url, none_usable));
     }
     Ok(store)
 }
 
-/// `prefer` and `require`: any certificate, but the handshake's signatures are checked
-/// (the session is encrypted to whoever holds the certificate's key).
+/// The certificate check of every mode. The handshake's signatures are always checked (the
+/// session is encrypted to whoever holds the certificate's key); with a `chain` (`verify-ca`,
+/// `verify-full`) so are the chain, its dates and its signatures; the host name only with
+/// `check_name` (`verify-full`). A certificate refused for its name alone passed the rest:
+/// rustls checks the chain before the name.
 #[derive(Debug)]
-struct EncryptionOnly(Arc<CryptoProvider>);
-
-impl ServerCertVerifier for EncryptionOnly {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
-    }
+struct Verifier {
+    provider: Arc<CryptoProvider>,
+    chain: Option<Arc<WebPkiServerVerifier>>,
+    check_name: bool,
 }
 
-/// `verify-ca`: the full check of the chain, of its dates and of the signatures, but a
-/// certificate for another host name passes (the chain is checked before the name).
-#[derive(Debug)]
-struct AnyHostName(Arc<WebPkiServerVerifier>);
-
-impl ServerCertVerifier for AnyHostName {
+impl ServerCertVerifier for Verifier {
     fn verify_server_cert(
         &self,
         end_entity: &CertificateDer<'_>,
@@ -354,14 +285,14 @@ impl ServerCertVerifier for AnyHostName {
         ocsp_response: &[u8],
         now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
-        match self
-            .0
-            .verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now)
-        {
+        let Some(chain) = &self.chain else {
+            return Ok(ServerCertVerified::assertion());
+        };
+        match chain.verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now) {
             Err(rustls::Error::InvalidCertificate(
                 rustls::CertificateError::NotValidForName
                 | rustls::CertificateError::NotValidForNameContext { .. },
-            )) => Ok(ServerCertVerified::assertion()),
+            )) if !self.check_name => Ok(ServerCertVerified::assertion()),
             other => other,
         }
     }
@@ -372,7 +303,8 @@ impl ServerCertVerifier for AnyHostName {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls12_signature(message, cert, dss)
+        let algorithms = &self.provider.signature_verification_algorithms;
+        rustls::crypto::verify_tls12_signature(message, cert, dss, algorithms)
     }
 
     fn verify_tls13_signature(
@@ -381,10 +313,13 @@ impl ServerCertVerifier for AnyHostName {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls13_signature(message, cert, dss)
+        let algorithms = &self.provider.signature_verification_algorithms;
+        rustls::crypto::verify_tls13_signature(message, cert, dss, algorithms)
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.supported_verify_schemes()
+        self.provider
+            .signature_verification_algorithms
+            .supported_schemes()
     }
 }

@@ -4,7 +4,7 @@
 
 use crate::{
     error::{is_transaction_retriable, map_pool_error},
-    load, notify,
+    load,
     persist::{self, Commit, NotCommitted},
     reads,
     trips::Trips,
@@ -60,12 +60,10 @@ impl WriteTx {
         granted: Vec<LockGrant>,
     ) -> Result<Result<Vec<LockedExecution>, DbError>, NotCommitted> {
         let client = self.client.take().expect("taken by nothing else");
-        let payloads = notify::payloads(&plan.wakeups);
         let commit = Commit {
             begin: begin.is_some(),
             checked: begin.unwrap_or_default(),
             plan,
-            payloads: &payloads,
         };
         let hand_over = async {
             if granted.is_empty() {
@@ -228,11 +226,11 @@ impl Writer {
             Some((planned, checked)) => (planned, Some(checked)),
             None => {
                 let planned = async {
-                    let keys = write.keys();
-                    let mut snapshot = load::begin_and_load(tx.client(), &self.trips, keys).await?;
+                    let (client, trips) = (tx.client(), &self.trips);
+                    let mut snapshot = Snapshot::default();
+                    load::load(client, trips, write.keys(), true, &mut snapshot).await?;
                     if let Some(more) = write.follow_up_keys(&snapshot) {
-                        load::load_follow_up(tx.client(), &self.trips, &more, &mut snapshot)
-                            .await?;
+                        load::load(client, trips, &more, false, &mut snapshot).await?;
                     }
                     write.plan(&snapshot)
                 }
@@ -262,13 +260,11 @@ impl Writer {
     async fn write_group(&self, jobs: &mut [Box<dyn Queued>]) -> Result<(), NotCommitted> {
         let tx = self.begin().await.map_err(NotCommitted::RolledBack)?;
         let keys = Keys::union(jobs.iter().map(|job| job.keys()));
-        let snapshot = match load::begin_and_load(tx.client(), &self.trips, &keys).await {
-            Ok(snapshot) => snapshot,
-            Err(e) => {
-                tx.rollback(&self.trips).await;
-                return Err(NotCommitted::RolledBack(e));
-            }
-        };
+        let mut snapshot = Snapshot::default();
+        if let Err(e) = load::load(tx.client(), &self.trips, &keys, true, &mut snapshot).await {
+            tx.rollback(&self.trips).await;
+            return Err(NotCommitted::RolledBack(e));
+        }
         let mut group = GroupPlanner::owning(snapshot);
         for job in jobs.iter_mut() {
             job.plan_in(&mut group);

@@ -54,8 +54,8 @@ fn a_write_sees_what_the_writes_before_it_in_its_group_left() {
     let create = create_request(&id, None);
     let append = AppendBatchRequest::events(id.clone(), Version(1), at(1), vec![join_next()]);
     let keys = Keys::union([&create.keys().unwrap(), &append.keys().unwrap()]);
-    assert_eq!(keys.new_executions, [id.clone()]);
-    assert_eq!(keys.executions[..], [id.clone()]);
+    assert_eq!(keys.new_executions, std::slice::from_ref(&id));
+    assert_eq!(keys.executions[..], *std::slice::from_ref(&id));
     let plan = group_of(Snapshot::default(), |group| {
         assert_eq!(
             group.plan(create.clone()).unwrap(),

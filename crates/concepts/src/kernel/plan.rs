@@ -290,9 +290,6 @@ impl<'s> Planner<'s> {
         }
     }
 
-    /// Stages the creation of `req`. When its id exists (stored, or created earlier in this
-    /// write), `idempotent` decides: an identical request is answered `AlreadyExisted` and
-
     /// Validates and stages one event at `version`; returns the next version.
     pub(crate) fn append(
         &mut self,

@@ -210,6 +210,19 @@ impl Snapshot {
         self.add_execution(row);
     }
 
+    /// Adds the rows of due executions, ordered as `lock_pending` locks them: by the exact
+    /// due time, then by id (an index that rounds times may have ordered them otherwise).
+    pub fn add_due_in_order(&mut self, mut rows: Vec<ExecutionRow>) {
+        rows.sort_by(|a, b| {
+            let at = |row: &ExecutionRow| row.state.pending_state.pending_at();
+            (at(a), &a.execution_id).cmp(&(at(b), &b.execution_id))
+        });
+        self.executions.reserve(rows.len());
+        for row in rows {
+            self.add_due(row);
+        }
+    }
+
     /// Empties the snapshot and keeps its allocations, for the next write of a backend that
     /// reuses one snapshot (a write of one execution then allocates nothing to load it).
     pub fn clear(&mut self) {

@@ -1,6 +1,6 @@
 //! Unit tests of the TLS modes and roots that need no server.
 
-use crate::{PostgresError, tls::*};
+use crate::{PostgresConfig, PostgresError, tls::*};
 
 #[test]
 fn modes_parse_and_print_as_libpq_names_them() {
@@ -22,10 +22,11 @@ fn modes_parse_and_print_as_libpq_names_them() {
 
 #[test]
 fn an_unreadable_root_file_is_a_config_error_naming_it() {
-    let roots = RootCertificates::PemFile("/nonexistent/ca.pem".into());
-    let Err(PostgresError::InvalidConfig { problem, .. }) =
-        Tls::new(SslMode::VerifyFull, &roots, "postgres://h/db")
-    else {
+    let config = PostgresConfig::from_url(
+        "postgres://h/db?sslmode=verify-full&sslrootcert=/nonexistent/ca.pem",
+    )
+    .unwrap();
+    let Err(PostgresError::InvalidConfig { problem, .. }) = Tls::new(&config) else {
         panic!("a missing root file must be refused");
     };
     assert!(problem.contains("/nonexistent/ca.pem"), "{problem}");
@@ -34,6 +35,22 @@ fn an_unreadable_root_file_is_a_config_error_naming_it() {
 #[test]
 fn the_default_roots_and_the_modes_without_roots_build() {
     for mode in [SslMode::Prefer, SslMode::Require, SslMode::VerifyFull] {
-        assert!(Tls::new(mode, &RootCertificates::Mozilla, "postgres://h/db").is_ok());
+        let config = PostgresConfig::from_url(&format!("postgres://h/db?sslmode={mode}")).unwrap();
+        assert_eq!(config.root_certificates, RootCertificates::Mozilla);
+        assert!(Tls::new(&config).is_ok());
     }
+}
+
+#[test]
+fn roots_given_in_code_must_hold_a_usable_certificate() {
+    let config = PostgresConfig::from_url("postgres://h/db?sslmode=verify-ca")
+        .unwrap()
+        .with_root_certificates(vec![b"not a certificate".to_vec().into()]);
+    let Err(PostgresError::InvalidConfig { problem, .. }) = Tls::new(&config) else {
+        panic!("roots without a usable certificate must be refused");
+    };
+    assert!(
+        problem.contains("none of the root certificates given"),
+        "{problem}"
+    );
 }
