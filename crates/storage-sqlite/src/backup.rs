@@ -1,10 +1,9 @@
 //! An online backup of a running store: SQLite's backup API copies one read snapshot of the
 //! database into a new file, while writers go on.
 
-use crate::error::{SqliteError, backend_error};
-use concepts::DbError;
+use crate::error::{Result, SqliteError, backend_error};
 use rusqlite::{
-    Connection, OpenFlags,
+    Connection, ErrorCode, OpenFlags,
     backup::{Backup, StepResult},
 };
 use std::path::Path;
@@ -14,20 +13,14 @@ use std::path::Path;
 const STEP_ATTEMPTS: usize = 100;
 
 /// Copies the database of `source` (a reader connection) into the new file `dest`, all pages
-/// in one step, so from one snapshot: every write committed before the copy began is in it,
-/// none committed after. `dest` must not exist; on failure it is removed again.
-pub(crate) fn backup_to(
-    source: &Connection,
-    source_path: &Path,
-    dest: &Path,
-) -> Result<(), DbError> {
+/// in one step, so from one snapshot; on failure `dest` is removed again.
+pub(crate) fn backup_to(source: &Connection, source_path: &Path, dest: &Path) -> Result<()> {
+    let (source_name, dest_name) = (source_path.display(), dest.display());
     if dest.exists() {
         let message = format!(
-            "refusing to back up SQLite database {} to {}: the file exists (a backup goes to a new file)",
-            source_path.display(),
-            dest.display()
+            "refusing to back up SQLite database {source_name} to {dest_name}: the file exists (a backup goes to a new file)"
         );
-        return Err(backend_error(message, false));
+        return Err(backend_error(message, false).into());
     }
     let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
         | OpenFlags::SQLITE_OPEN_CREATE
@@ -35,19 +28,18 @@ pub(crate) fn backup_to(
     let dest_error = |err: rusqlite::Error| SqliteError::from(err).into_db_error(dest);
     let mut target = Connection::open_with_flags(dest, flags).map_err(dest_error)?;
     let copied = copy(source, &mut target).map_err(|err| match err {
-        Copy::Source(err) => SqliteError::from(err).into_db_error(source_path),
-        Copy::Target(err) => dest_error(err),
-        Copy::Busy => backend_error(
+        // The backup API reports errors of both sides on the backup handle; an I/O error or a
+        // full disk is most likely the new file's.
+        Some(err) if is_source_error(&err) => SqliteError::from(err).into_db_error(source_path),
+        Some(err) => dest_error(err),
+        None => backend_error(
             format!(
-                "backing up SQLite database {} to {}: the source stayed locked",
-                source_path.display(),
-                dest.display()
+                "backing up SQLite database {source_name} to {dest_name}: the source stayed locked"
             ),
             true,
         ),
     });
-    let closed = target.close().map_err(|(_, err)| dest_error(err));
-    let outcome = copied.and(closed);
+    let outcome = copied.and(target.close().map_err(|(_, err)| dest_error(err)));
     if outcome.is_err() {
         // Nothing half-written stays behind under the name of a backup.
         for suffix in ["", "-wal", "-shm", "-journal"] {
@@ -56,40 +48,27 @@ pub(crate) fn backup_to(
             let _ = std::fs::remove_file(name);
         }
     }
-    outcome
+    outcome.map_err(SqliteError::Db)
 }
 
-/// Why a copy failed: which side's error it was.
-enum Copy {
-    Source(rusqlite::Error),
-    Target(rusqlite::Error),
-    Busy,
-}
-
-fn copy(source: &Connection, target: &mut Connection) -> Result<(), Copy> {
-    let backup = Backup::new(source, target).map_err(Copy::Target)?;
+/// Copies all pages in one step; `None` when the source stayed busy or locked.
+fn copy(source: &Connection, target: &mut Connection) -> Result<(), Option<rusqlite::Error>> {
+    let backup = Backup::new(source, target)?;
     for _ in 0..STEP_ATTEMPTS {
-        match backup.step(-1) {
-            Ok(StepResult::Done) => return Ok(()),
-            Ok(StepResult::More | StepResult::Busy | StepResult::Locked) => {
+        match backup.step(-1)? {
+            StepResult::Done => return Ok(()),
+            StepResult::More | StepResult::Busy | StepResult::Locked => {
                 std::thread::sleep(std::time::Duration::from_millis(10));
             }
-            Ok(_) => return Err(Copy::Busy),
-            // The backup API reports errors of both sides on the backup handle; an I/O error
-            // or a full disk is most likely the new file's.
-            Err(err) => return Err(side_of(err)),
+            _ => break,
         }
     }
-    Err(Copy::Busy)
+    Err(None)
 }
 
-fn side_of(err: rusqlite::Error) -> Copy {
-    match err.sqlite_error_code() {
-        Some(
-            rusqlite::ErrorCode::DatabaseCorrupt
-            | rusqlite::ErrorCode::NotADatabase
-            | rusqlite::ErrorCode::SchemaChanged,
-        ) => Copy::Source(err),
-        _ => Copy::Target(err),
-    }
+fn is_source_error(err: &rusqlite::Error) -> bool {
+    matches!(
+        err.sqlite_error_code(),
+        Some(ErrorCode::DatabaseCorrupt | ErrorCode::NotADatabase | ErrorCode::SchemaChanged)
+    )
 }

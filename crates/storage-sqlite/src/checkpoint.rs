@@ -1,20 +1,11 @@
-//! WAL checkpoints off the writer's commit path: a thread with a connection of its own copies
-//! the log into the database file (`PRAGMA wal_checkpoint(PASSIVE)`) whenever the writer's
-//! commits have added [`CHECKPOINT_FRAMES`] frames to the log since it last asked.
+//! WAL checkpoints off the writer's commit path, on a thread with a connection of its own.
 //!
-//! SQLite's automatic checkpoint runs inside the `COMMIT` that crosses its threshold: that
-//! commit (and every command batched with it, and every command queued behind it) waits for
-//! the pages to be copied and the database file to be synced, a periodic spike in the latency
-//! of writes. The writer registers a WAL hook instead, which replaces the automatic checkpoint
-//! and only notes how many frames the log holds; the checkpointer runs beside the writer (a
-//! passive checkpoint never blocks the writer or readers). The log restarts from its
-//! beginning at the first write after a checkpoint that copied all of it, as before.
-//!
-//! Under a steady stream of commits the checkpointer can be overtaken again and again (the
-//! writer appends while it copies), and a log that is never copied to its end never restarts.
-//! Once it holds [`INLINE_CHECKPOINT_FRAMES`], the writer therefore checkpoints it itself,
-//! between two transactions (after the replies and wake-ups), as the automatic checkpoint
-//! would have, so that the log stays bounded.
+//! SQLite's automatic checkpoint runs inside the `COMMIT` that crosses its threshold, and
+//! everything batched with it or queued behind it waits for the copy and the sync: a periodic
+//! latency spike. The writer's WAL hook replaces it and only notes the log's length; a passive
+//! checkpoint beside the writer blocks neither it nor the readers. A checkpointer overtaken by
+//! a steady stream of commits never copies the log to its end, which then never restarts: at
+//! [`INLINE_CHECKPOINT_FRAMES`] the writer checkpoints it itself, between two transactions.
 
 use rusqlite::{Connection, OpenFlags};
 use std::{
@@ -67,29 +58,25 @@ pub(crate) struct Checkpointer {
 impl Checkpointer {
     /// Opens the checkpointer's connection to `path` and starts its thread; on success the
     /// writer's connection `writer` stops checkpointing in its commits. `None` (and a warning)
-    /// if the connection cannot be opened: the writer then keeps SQLite's automatic checkpoint.
+    /// if either fails: the writer then keeps SQLite's automatic checkpoint.
     pub(crate) fn start(writer: &Connection, path: &Path, busy_timeout: Duration) -> Option<Self> {
-        let conn = writer
-            .pragma_query_value(None, "synchronous", |row| row.get::<_, i64>(0))
-            .and_then(|synchronous| open(path, synchronous, busy_timeout));
-        let conn = match conn {
-            Ok(conn) => conn,
-            Err(err) => {
-                tracing::warn!(path = %path.display(), "cannot open the SQLite checkpointer's connection; the writer checkpoints in its commits: {err}");
-                return None;
-            }
-        };
         let (wake, woken) = mpsc::sync_channel::<()>(1);
         let done = Arc::new(AtomicU64::new(0));
-        let thread_done = Arc::clone(&done);
-        let thread_path = path.to_path_buf();
-        let thread = std::thread::Builder::new()
-            .name("stele-sqlite-checkpointer".to_string())
-            .spawn(move || run(&conn, &thread_path, &woken, &thread_done));
-        let thread = match thread {
+        let (thread_done, thread_path) = (Arc::clone(&done), path.to_path_buf());
+        let started = writer
+            .pragma_query_value(None, "synchronous", |row| row.get::<_, i64>(0))
+            .and_then(|synchronous| open(path, synchronous, busy_timeout))
+            .map_err(|err| format!("cannot open the SQLite checkpointer's connection: {err}"))
+            .and_then(|conn| {
+                std::thread::Builder::new()
+                    .name("stele-sqlite-checkpointer".to_string())
+                    .spawn(move || run(&conn, &thread_path, &woken, &thread_done))
+                    .map_err(|err| format!("cannot start the SQLite checkpointer: {err}"))
+            });
+        let thread = match started {
             Ok(thread) => thread,
             Err(err) => {
-                tracing::warn!(path = %path.display(), "cannot start the SQLite checkpointer; the writer checkpoints in its commits: {err}");
+                tracing::warn!(path = %path.display(), "{err}; the writer checkpoints in its commits");
                 return None;
             }
         };

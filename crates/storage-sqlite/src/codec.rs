@@ -7,6 +7,7 @@ use concepts::{
     ExecutionEventInner, ExecutionState, HistoryEvent, JoinSetResponse, PendingState, Version,
     kernel::ExecutionRow,
 };
+use rusqlite::types::{ToSqlOutput, Value};
 use std::{str::FromStr, time::Duration};
 
 /// A timestamp as integer microseconds since the Unix epoch (fits every `DateTime<Utc>`).
@@ -15,52 +16,44 @@ pub(crate) fn micros(at: DateTime<Utc>) -> i64 {
     at.timestamp_micros()
 }
 
-/// The timestamp of a microseconds column.
 pub(crate) fn from_micros(value: i64) -> Result<DateTime<Utc>> {
     DateTime::from_timestamp_micros(value)
-        .ok_or_else(|| SqliteError::corrupt(format!("timestamp {value} µs is out of range")))
+        .ok_or_else(|| SqliteError::Corrupt(format!("timestamp {value} µs is out of range")))
 }
 
 /// A duration as unsigned microseconds (saturating, as the `Created` event's JSON keeps it),
 /// stored bit for bit in a signed 64-bit column.
 pub(crate) fn duration_to_sql(duration: Duration) -> i64 {
     let micros = u64::try_from(duration.as_micros()).unwrap_or(u64::MAX);
-    i64::from_ne_bytes(micros.to_ne_bytes())
+    micros.cast_signed()
 }
 
-/// The duration of a column written by [`duration_to_sql`].
 pub(crate) fn duration_from_sql(value: i64) -> Duration {
-    Duration::from_micros(u64::from_ne_bytes(value.to_ne_bytes()))
+    Duration::from_micros(value.cast_unsigned())
 }
 
-/// A version as a column value.
-pub(crate) fn version_to_sql(version: Version) -> i64 {
-    i64::from(version.0)
+/// A count, length or index as a column value (saturating).
+pub(crate) fn int_to_sql(value: impl TryInto<i64>) -> i64 {
+    value.try_into().unwrap_or(i64::MAX)
 }
 
-/// The version of a column.
 pub(crate) fn version_from_sql(value: i64) -> Result<Version> {
-    u32::try_from(value)
-        .map(Version)
-        .map_err(|_| SqliteError::corrupt(format!("version {value} is out of range")))
+    u32_from_sql(value, "version").map(Version)
 }
 
-/// A `u32` counter of a column.
 pub(crate) fn u32_from_sql(value: i64, what: &str) -> Result<u32> {
     u32::try_from(value)
-        .map_err(|_| SqliteError::corrupt(format!("{what} {value} is out of range")))
+        .map_err(|_| SqliteError::Corrupt(format!("{what} {value} is out of range")))
 }
 
-/// Parses a stored id or name.
 pub(crate) fn parse<T: FromStr>(text: &str, what: &str) -> Result<T>
 where
     T::Err: std::fmt::Display,
 {
     text.parse()
-        .map_err(|err| SqliteError::corrupt(format!("stored {what} `{text}`: {err}")))
+        .map_err(|err| SqliteError::Corrupt(format!("stored {what} `{text}`: {err}")))
 }
 
-/// The `state` column value of a state kind (a state's, or a filter's).
 pub(crate) fn state_kind(kind: concepts::PendingStateKind) -> &'static str {
     match kind {
         concepts::PendingStateKind::PendingAt => "PendingAt",
@@ -108,65 +101,61 @@ pub(crate) fn response_keys(response: &JoinSetResponse) -> (Option<String>, Opti
     }
 }
 
-/// The columns of `t_execution_state` that the pending state determines.
-pub(crate) struct StateColumns {
-    pub(crate) state: &'static str,
-    pub(crate) pending_at: Option<i64>,
-    pub(crate) lock_expires_at: Option<i64>,
-    pub(crate) executor_id: Option<String>,
-    pub(crate) run_id: Option<String>,
-    pub(crate) join_set_id: Option<String>,
-    pub(crate) result_kind: Option<String>,
-    /// When it finished (the `created_at` of its `Finished` event): the key of `prune`.
-    pub(crate) finished_at: Option<i64>,
-    pub(crate) json: String,
+pub(crate) fn nullable<T: Into<Value>>(value: Option<T>) -> ToSqlOutput<'static> {
+    ToSqlOutput::Owned(value.into())
 }
 
-impl StateColumns {
-    pub(crate) fn of(state: &PendingState) -> Result<Self> {
-        let mut columns = StateColumns {
-            state: state_kind(state.kind()),
-            pending_at: None,
-            lock_expires_at: None,
-            executor_id: None,
-            run_id: None,
-            join_set_id: None,
-            result_kind: None,
-            finished_at: None,
-            json: serde_json::to_string(state)?,
-        };
-        match state {
-            PendingState::PendingAt { scheduled_at } => {
-                columns.pending_at = Some(micros(*scheduled_at))
-            }
-            PendingState::Locked {
-                executor_id,
-                run_id,
-                lock_expires_at,
-            } => {
-                columns.lock_expires_at = Some(micros(*lock_expires_at));
-                columns.executor_id = Some(executor_id.to_string());
-                columns.run_id = Some(run_id.to_string());
-            }
-            PendingState::BlockedByJoinSet {
-                join_set_id,
-                lock_expires_at,
-                ..
-            } => {
-                columns.lock_expires_at = Some(micros(*lock_expires_at));
-                columns.join_set_id = Some(join_set_id.to_string());
-            }
-            PendingState::Finished {
-                result_kind,
-                finished_at,
-                ..
-            } => {
-                columns.result_kind = Some(result_kind.to_string());
-                columns.finished_at = Some(micros(*finished_at));
-            }
-        }
-        Ok(columns)
-    }
+/// The values of the columns of `t_execution_state` that a write changes, bound as `?1..?12` by
+/// both the insert and the update of a state row: `execution_id, next_version, state,
+/// pending_at, lock_expires_at, executor_id, run_id, join_set_id, result_kind, state_json,
+/// temporary_event_count, finished_at` (when it finished: the key of `prune`).
+pub(crate) fn state_columns(row: &ExecutionRow) -> Result<Vec<ToSqlOutput<'_>>> {
+    let state = &row.state.pending_state;
+    let (lock_expires_at, executor_id, run_id, join_set_id) = match state {
+        PendingState::Locked {
+            executor_id,
+            run_id,
+            lock_expires_at,
+        } => (
+            Some(lock_expires_at),
+            Some(executor_id.to_string()),
+            Some(run_id.to_string()),
+            None,
+        ),
+        PendingState::BlockedByJoinSet {
+            join_set_id,
+            lock_expires_at,
+            ..
+        } => (
+            Some(lock_expires_at),
+            None,
+            None,
+            Some(join_set_id.to_string()),
+        ),
+        PendingState::PendingAt { .. } | PendingState::Finished { .. } => (None, None, None, None),
+    };
+    let (result_kind, finished_at) = match state {
+        PendingState::Finished {
+            result_kind,
+            finished_at,
+            ..
+        } => (Some(result_kind.to_string()), Some(micros(*finished_at))),
+        _ => (None, None),
+    };
+    Ok(vec![
+        row.execution_id.as_str().into(),
+        i64::from(row.state.next_version.0).into(),
+        state_kind(state.kind()).into(),
+        nullable(state.pending_at().map(micros)),
+        nullable(lock_expires_at.map(|at| micros(*at))),
+        nullable(executor_id),
+        nullable(run_id),
+        nullable(join_set_id),
+        nullable(result_kind),
+        serde_json::to_string(state)?.into(),
+        i64::from(row.temporary_event_count).into(),
+        nullable(finished_at),
+    ])
 }
 
 /// The column list [`execution_row`] reads, in order.
@@ -181,28 +170,24 @@ pub(crate) const STATE_ROW_COLUMNS: &str = "execution_id, ffqn, next_version, st
 /// [`PlannedResponse::idx`](concepts::kernel::PlannedResponse).
 pub(crate) fn execution_row(row: &rusqlite::Row<'_>) -> Result<ExecutionRow> {
     let execution_id: String = row.get(0)?;
-    let ffqn: String = row.get(1)?;
-    let state_json: String = row.get(3)?;
-    let parent_execution_id: Option<String> = row.get(7)?;
-    let parent_join_set_id: Option<String> = row.get(8)?;
-    let parent = match (parent_execution_id, parent_join_set_id) {
+    let parent: (Option<String>, Option<String>) = (row.get(7)?, row.get(8)?);
+    let parent = match parent {
         (Some(id), Some(join_set)) => Some((
             parse(&id, "parent execution id")?,
             parse(&join_set, "join set id")?,
         )),
         (None, None) => None,
         _ => {
-            return Err(SqliteError::corrupt(format!(
-                "execution {execution_id} has half a parent"
-            )));
+            let message = format!("execution {execution_id} has half a parent");
+            return Err(SqliteError::Corrupt(message));
         }
     };
     Ok(ExecutionRow {
         execution_id: parse(&execution_id, "execution id")?,
-        ffqn: parse(&ffqn, "function name")?,
+        ffqn: parse(&row.get::<_, String>(1)?, "function name")?,
         state: ExecutionState {
             next_version: version_from_sql(row.get(2)?)?,
-            pending_state: serde_json::from_str(&state_json)?,
+            pending_state: serde_json::from_str(&row.get::<_, String>(3)?)?,
         },
         temporary_event_count: u32_from_sql(row.get(4)?, "temporary event count")?,
         response_count: 0,

@@ -11,49 +11,38 @@ use std::{path::PathBuf, time::Duration};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum Synchronous {
     /// `OFF` (0): no syncs at all; an OS crash or power loss can corrupt the database.
-    Off,
+    Off = 0,
     /// `NORMAL` (1): in WAL mode, durable across process crashes, not across power loss.
-    Normal,
+    Normal = 1,
     /// `FULL` (2): every commit is synced; the default.
     #[default]
-    Full,
+    Full = 2,
     /// `EXTRA` (3): like `FULL`, and also syncs the directory after deleting a journal.
-    Extra,
+    Extra = 3,
 }
 
 impl Synchronous {
+    const ALL: [Self; 4] = [Self::Off, Self::Normal, Self::Full, Self::Extra];
+
     /// The number `PRAGMA synchronous` takes and reports.
     #[must_use]
     pub fn pragma_value(self) -> i64 {
-        match self {
-            Self::Off => 0,
-            Self::Normal => 1,
-            Self::Full => 2,
-            Self::Extra => 3,
-        }
+        self as i64
     }
 
     /// The level for a number reported by `PRAGMA synchronous`.
     #[must_use]
     pub fn from_pragma_value(value: i64) -> Option<Self> {
-        match value {
-            0 => Some(Self::Off),
-            1 => Some(Self::Normal),
-            2 => Some(Self::Full),
-            3 => Some(Self::Extra),
-            _ => None,
-        }
+        Self::ALL
+            .into_iter()
+            .find(|level| level.pragma_value() == value)
     }
 }
 
 impl std::fmt::Display for Synchronous {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Self::Off => "OFF",
-            Self::Normal => "NORMAL",
-            Self::Full => "FULL",
-            Self::Extra => "EXTRA",
-        })
+        // The names `PRAGMA synchronous` takes, by level.
+        f.write_str(["OFF", "NORMAL", "FULL", "EXTRA"][*self as usize])
     }
 }
 
@@ -82,9 +71,8 @@ pub struct SqliteConfig {
     /// How many read-only connections serve reads beside the writer; default 4.
     pub reader_pool_size: usize,
     /// How long a read waits for a lock held by another connection before reporting busy;
-    /// default 5 s. The writer never reports busy: it waits for the write lock as long as it
-    /// takes and logs a warning after each `busy_timeout` of waiting (see the crate docs on
-    /// several processes).
+    /// default 5 s. The writer waits as long as it takes, logging a warning after each
+    /// `busy_timeout` (see the crate docs on several processes).
     pub busy_timeout: Duration,
 }
 

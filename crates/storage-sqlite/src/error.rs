@@ -1,6 +1,5 @@
 //! Errors: [`SqliteOpenError`] for opening a store, and the private [`SqliteError`] of every
-//! operation, mapped into the portable [`DbError`] kinds in exactly one place
-//! ([`SqliteError::into_db_error`]).
+//! operation, mapped into the portable [`DbError`] kinds by [`SqliteError::into_db_error`].
 
 use concepts::{BackendError, DbError, DuplicateKind};
 use rusqlite::ErrorCode;
@@ -27,7 +26,6 @@ pub enum SqliteOpenError {
         /// The database file.
         path: PathBuf,
         /// The driver's error.
-        #[source]
         source: rusqlite::Error,
     },
     /// The file exists but is not a SQLite database (or is encrypted or corrupt).
@@ -36,7 +34,6 @@ pub enum SqliteOpenError {
         /// The database file.
         path: PathBuf,
         /// The driver's error.
-        #[source]
         source: rusqlite::Error,
     },
     /// The file is a SQLite database that belongs to another application.
@@ -112,7 +109,6 @@ pub enum SqliteOpenError {
         /// The version that could not be applied.
         version: u32,
         /// The driver's error.
-        #[source]
         source: rusqlite::Error,
     },
     /// Any other driver error while setting up (a full disk, an I/O error).
@@ -121,7 +117,6 @@ pub enum SqliteOpenError {
         /// The database file.
         path: PathBuf,
         /// The driver's error.
-        #[source]
         source: rusqlite::Error,
     },
     /// The writer thread could not be started.
@@ -130,7 +125,6 @@ pub enum SqliteOpenError {
         /// The database file.
         path: PathBuf,
         /// The OS error.
-        #[source]
         source: std::io::Error,
     },
     /// The reader connections could not be opened.
@@ -195,7 +189,6 @@ pub(crate) enum SqliteError {
     /// Already a portable error (the kernel's refusals, not found, duplicate).
     #[error(transparent)]
     Db(#[from] DbError),
-    /// The driver failed.
     #[error(transparent)]
     Sqlite(#[from] rusqlite::Error),
     /// A stored JSON document does not decode, or a value does not encode.
@@ -204,39 +197,29 @@ pub(crate) enum SqliteError {
     /// A stored row breaks an invariant of this backend.
     #[error("inconsistent row: {0}")]
     Corrupt(String),
-    /// The reader pool failed.
     #[error("reader pool: {0}")]
     Pool(String),
 }
 
 impl SqliteError {
-    /// A row that cannot be decoded.
-    pub(crate) fn corrupt(message: impl Into<String>) -> Self {
-        Self::Corrupt(message.into())
-    }
-
     /// The driver error of an insert, with a uniqueness violation reported as `duplicate`.
     pub(crate) fn from_insert(
         err: rusqlite::Error,
         duplicate: impl FnOnce() -> DuplicateKind,
     ) -> Self {
-        if is_unique_violation(&err) {
-            Self::Db(DbError::Duplicate(duplicate()))
-        } else {
-            Self::Sqlite(err)
+        // `SQLITE_CONSTRAINT_PRIMARYKEY` and `SQLITE_CONSTRAINT_UNIQUE`.
+        match err.sqlite_error() {
+            Some(e) if matches!(e.extended_code, 1555 | 2067) => {
+                Self::Db(DbError::Duplicate(duplicate()))
+            }
+            _ => Self::Sqlite(err),
         }
     }
 
-    /// The portable error kind of this error; `path` names the database in the message.
-    ///
-    /// This is the one place where driver errors become portable kinds:
-    /// - busy or locked: a retriable backend error (writers wait for the lock instead, see
-    ///   the crate docs; only a read waiting past `busy_timeout` can see it);
-    /// - a constraint that is not a known duplicate: a backend error (the kernel validated the
-    ///   write, so the rows disagree with it; duplicates are mapped with their context by
-    ///   [`Self::from_insert`]);
-    /// - a full disk, I/O errors, a corrupt file: a backend error naming the file;
-    /// - a row that does not decode: a backend error naming the file.
+    /// The portable error kind of this error, its message naming the database `path`: the one
+    /// place where driver errors become portable kinds (the crate docs say which). Duplicates
+    /// are mapped with their context by [`Self::from_insert`]; any other constraint means the
+    /// rows disagree with the kernel, which validated the write.
     pub(crate) fn into_db_error(self, path: &Path) -> DbError {
         let display = path.display();
         let backend = |message, retriable, source| {
@@ -322,17 +305,6 @@ pub(crate) fn is_busy(err: &rusqlite::Error) -> bool {
     matches!(
         err.sqlite_error_code(),
         Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked)
-    )
-}
-
-/// True for a violated `UNIQUE` or `PRIMARY KEY` constraint.
-fn is_unique_violation(err: &rusqlite::Error) -> bool {
-    const SQLITE_CONSTRAINT_PRIMARYKEY: i32 = 1555;
-    const SQLITE_CONSTRAINT_UNIQUE: i32 = 2067;
-    matches!(
-        err.sqlite_error(),
-        Some(e) if e.code == ErrorCode::ConstraintViolation
-            && matches!(e.extended_code, SQLITE_CONSTRAINT_PRIMARYKEY | SQLITE_CONSTRAINT_UNIQUE)
     )
 }
 

@@ -4,10 +4,9 @@
 use crate::{
     EffectiveSettings, SqliteConfig, SqliteOpenError,
     error::{SqliteError, backend_error},
-    handover::{self, Handover},
     ops::WriteCtx,
     reads, schema,
-    writer::{self, AfterCommit, FnCommand, Message},
+    writer::{self, Command, FnCommand, Message},
 };
 use chrono::{DateTime, Utc};
 use concepts::{
@@ -18,11 +17,11 @@ use concepts::{
 };
 use deadpool_sqlite::{Hook, HookError, Runtime};
 use std::{path::Path, sync::Arc, time::Duration};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 
 /// A SQLite store. Cheap to clone: clones share the writer thread, the reader pool and the
 /// waiters. Dropping the last clone stops the writer after it finished the queued commands;
-/// [`DbConnection::close`] does so and waits for it.
+/// [`close`](concepts::DbConnection::close) does so and waits for it.
 #[derive(Clone)]
 pub struct SqlitePool {
     inner: Arc<Inner>,
@@ -84,48 +83,35 @@ impl SqlitePool {
         let path: Arc<Path> = Arc::from(config.path.as_path());
         let hub = Arc::new(WaiterHub::new());
         let (commands, rx) = mpsc::channel(config.queue_capacity.max(1));
-        let (opened_tx, opened_rx) = tokio::sync::oneshot::channel();
+        let (opened_tx, opened_rx) = oneshot::channel();
         let (stopped_tx, writer_stopped) = watch::channel(());
         let thread_config = config.clone();
-        let thread_path = Arc::clone(&path);
         let thread_hub = Arc::clone(&hub);
+        let thread_error = |source| SqliteOpenError::WriterThread {
+            path: config.path.clone(),
+            source,
+        };
         std::thread::Builder::new()
             .name("stele-sqlite-writer".to_string())
             .spawn(move || {
                 // Dropped when the thread ends, however it ends: closes `writer_stopped`.
                 let _stopped = stopped_tx;
-                match schema::open_writer(&thread_config) {
-                    Ok((conn, settings)) => {
-                        if opened_tx.send(Ok(settings)).is_ok() {
-                            writer::run(
-                                conn,
-                                thread_path,
-                                rx,
-                                thread_hub,
-                                thread_config.max_commands_per_transaction,
-                                writer::LockSharing {
-                                    busy_timeout: thread_config.busy_timeout,
-                                },
-                            );
-                        }
-                    }
+                let (conn, settings) = match schema::open_writer(&thread_config) {
+                    Ok(opened) => opened,
                     Err(err) => {
                         let _ = opened_tx.send(Err(err));
+                        return;
                     }
+                };
+                if opened_tx.send(Ok(settings)).is_ok() {
+                    writer::run(conn, &thread_config, rx, &thread_hub);
                 }
             })
-            .map_err(|source| SqliteOpenError::WriterThread {
-                path: config.path.clone(),
-                source,
-            })?;
+            .map_err(thread_error)?;
+        let stopped = "the writer thread stopped while opening the database";
         let settings = opened_rx
             .await
-            .map_err(|_| SqliteOpenError::WriterThread {
-                path: config.path.clone(),
-                source: std::io::Error::other(
-                    "the writer thread stopped while opening the database",
-                ),
-            })??;
+            .map_err(|_| thread_error(std::io::Error::other(stopped)))??;
         let readers = open_readers(&config).await?;
         tracing::info!(
             path = %path.display(),
@@ -148,8 +134,7 @@ impl SqlitePool {
         })
     }
 
-    /// The settings the connection reported after opening (`journal_mode`, `synchronous`,
-    /// `busy_timeout`, schema version), read back with `PRAGMA`s.
+    /// The settings read back from the connection after opening.
     #[must_use]
     pub fn effective_settings(&self) -> &EffectiveSettings {
         &self.inner.settings
@@ -162,10 +147,7 @@ impl SqlitePool {
     }
 
     /// Copies the database, as of one moment, into the new file `dest` while the store runs
-    /// (SQLite's online backup API on a reader connection): the copy holds every write
-    /// acknowledged before the call and none half-applied, and opens as a Stele database of
-    /// its own. Writers go on meanwhile (WAL); the copy costs one read of the whole file.
-    /// Copying the files with `cp` while the store runs is not a backup (see the crate docs).
+    /// and writers go on (see the crate docs on backups); the copy costs one read of the file.
     ///
     /// # Errors
     /// A backend error naming the file: `dest` exists (a backup never overwrites a file), it
@@ -174,10 +156,8 @@ impl SqlitePool {
     pub async fn backup_to(&self, dest: impl AsRef<std::path::Path>) -> Result<(), DbError> {
         let dest = dest.as_ref().to_path_buf();
         let source_path = Arc::clone(&self.inner.path);
-        self.read(move |conn| {
-            crate::backup::backup_to(conn, &source_path, &dest).map_err(SqliteError::Db)
-        })
-        .await
+        self.read(move |conn| crate::backup::backup_to(conn, &source_path, &dest))
+            .await
     }
 
     /// How many reads were sent to the reader pool so far.
@@ -202,45 +182,28 @@ impl SqlitePool {
         }
     }
 
-    /// Runs `write` on the writer thread and awaits its reply once committed, or why it was
-    /// refused (sent after the commit). The keys are computed here, off the writer thread, and
-    /// so are the refusals that depend on the request alone.
-    async fn run<W: Write>(&self, write: W) -> Result<W::Reply, DbError> {
-        self.run_with(write, |reply| reply, None).await
-    }
-
-    /// As [`SqlitePool::run`], with the reply turned into what the caller gets by `answer`
-    /// and then, once the write committed, by `after_commit`, both on the writer thread.
-    async fn run_with<W: Write, T: Send + 'static>(
+    /// Runs `write` on the writer thread and awaits its reply once committed (turned into what
+    /// the caller gets by `after_commit`, there), or why it was refused. The keys, and the
+    /// refusals that depend on the request alone, are computed here, off the writer thread.
+    async fn run<W: Write, T: Send + 'static>(
         &self,
         write: W,
-        answer: fn(W::Reply) -> T,
-        after_commit: Option<AfterCommit<T>>,
+        after_commit: fn(&rusqlite::Connection, &Path, W::Reply) -> T,
     ) -> Result<T, DbError> {
         self.inner.hub.ensure_open()?;
         let keys = write.keys()?;
-        let (command, rx) = FnCommand::boxed_with(
-            move |ctx: &mut WriteCtx<'_>| ctx.write(write, &keys).map(answer),
-            after_commit,
-        );
-        let sent = self.inner.commands.send(Message::Command(command)).await;
-        sent.map_err(|_| self.stopped_error())?;
-        rx.await.unwrap_or_else(|_| Err(self.stopped_error()))
+        let op = move |ctx: &mut WriteCtx<'_>| ctx.write(write, &keys);
+        self.send(FnCommand::boxed(op, after_commit)).await
     }
 
-    /// Runs `op` on the writer connection, inside a command's savepoint: how tests inject
-    /// faults (a small `max_page_count`) into the store's own connection.
-    #[cfg(test)]
-    pub(crate) async fn on_writer<T, F>(&self, op: F) -> Result<T, DbError>
-    where
-        T: Send + 'static,
-        F: FnOnce(&rusqlite::Connection) -> rusqlite::Result<T> + Send + 'static,
-    {
-        let (command, rx) =
-            FnCommand::boxed(move |ctx: &mut WriteCtx<'_>| op(ctx.conn).map_err(SqliteError::from));
+    /// Queues `command` for the writer thread and awaits its reply.
+    pub(crate) async fn send<T>(
+        &self,
+        (command, reply): (Box<dyn Command>, oneshot::Receiver<Result<T, DbError>>),
+    ) -> Result<T, DbError> {
         let sent = self.inner.commands.send(Message::Command(command)).await;
         sent.map_err(|_| self.stopped_error())?;
-        rx.await.unwrap_or_else(|_| Err(self.stopped_error()))
+        reply.await.unwrap_or_else(|_| Err(self.stopped_error()))
     }
 
     /// Runs a read on a reader connection.
@@ -274,11 +237,9 @@ async fn open_readers(config: &SqliteConfig) -> Result<deadpool_sqlite::Pool, Sq
         message,
     };
     let busy_timeout = config.busy_timeout;
-    let builder = match deadpool_sqlite::Config::new(config.path.clone()).builder(Runtime::Tokio1) {
-        Ok(builder) => builder,
-        Err(infallible) => match infallible {},
-    };
-    let pool = builder
+    let pool = deadpool_sqlite::Config::new(config.path.clone())
+        .builder(Runtime::Tokio1)
+        .unwrap_or_else(|infallible| match infallible {})
         .max_size(config.reader_pool_size)
         .post_create(Hook::async_fn(move |conn, _| {
             Box::pin(async move {
@@ -301,33 +262,24 @@ async fn open_readers(config: &SqliteConfig) -> Result<deadpool_sqlite::Pool, Sq
         .map_err(|err| pool_error(err.to_string()))?;
     // Reads the first page of the state table: a damaged file is usually caught here, at
     // open, rather than by the first caller.
-    conn.interact(|conn| {
-        conn.query_row(
-            "SELECT EXISTS(SELECT 1 FROM t_execution_state)",
-            [],
-            |row| row.get::<_, bool>(0),
-        )
-    })
-    .await
-    .map_err(|err| pool_error(err.to_string()))?
-    .map_err(|err| SqliteOpenError::from_driver(&config.path, err))?;
+    let sql = "SELECT EXISTS(SELECT 1 FROM t_execution_state)";
+    conn.interact(|conn| conn.query_row(sql, [], |row| row.get::<_, bool>(0)))
+        .await
+        .map_err(|err| pool_error(err.to_string()))?
+        .map_err(|err| SqliteOpenError::from_driver(&config.path, err))?;
     Ok(pool)
 }
 
 impl kernel::Backend for SqlitePool {
     async fn write<W: Forward>(&self, write: W) -> Result<W::Reply, DbError> {
-        self.run(write).await
+        self.run(write, |_, _, reply| reply).await
     }
 
     async fn lock_pending(&self, req: LockPendingRequest) -> Result<Vec<LockedExecution>, DbError> {
-        let Handover { mut ready, unread } = self
-            .run_with(req, Handover::unread, Some(handover::on_writer))
-            .await?;
+        let (mut ready, unread) = self.run(req, reads::handover_on_writer).await?;
         if !unread.is_empty() {
-            let rest = self
-                .read(move |conn| handover::locked_executions(conn, unread))
-                .await?;
-            ready.extend(rest);
+            let rest = self.read(move |conn| reads::locked_executions(conn, &unread, usize::MAX));
+            ready.extend(rest.await?);
         }
         Ok(ready)
     }
@@ -338,16 +290,11 @@ impl kernel::Backend for SqlitePool {
         ffqns: Arc<[FunctionFqn]>,
         max_wait: Duration,
     ) {
-        if self.inner.hub.ensure_open().is_err() {
-            return;
-        }
-        let check_ffqns = Arc::clone(&ffqns);
-        let is_due =
-            self.read(move |conn| reads::any_due(conn, &check_ffqns, pending_at_or_sooner));
-        self.inner
-            .hub
-            .wait_for_pending(pending_at_or_sooner, ffqns, max_wait, is_due)
-            .await;
+        // The hub returns at once, without checking, once the store is closed.
+        let (at, check_ffqns) = (pending_at_or_sooner, Arc::clone(&ffqns));
+        let is_due = self.read(move |conn| reads::any_due(conn, &check_ffqns, at));
+        let hub = &self.inner.hub;
+        hub.wait_for_pending(at, ffqns, max_wait, is_due).await;
     }
     async fn subscribe_to_next_responses(
         &self,
@@ -397,10 +344,8 @@ impl kernel::Backend for SqlitePool {
             let id = execution_id.clone();
             self.read(move |conn| reads::finished_result(conn, &id))
         };
-        self.inner
-            .hub
-            .wait_for_finished(execution_id, timeout, check)
-            .await
+        let hub = &self.inner.hub;
+        hub.wait_for_finished(execution_id, timeout, check).await
     }
     async fn close(&self) {
         if self.inner.hub.close() {

@@ -1,8 +1,8 @@
 //! The schema, its versioned migrations, and opening the writer connection with the durable
 //! settings checked by reading them back.
 
-use crate::{EffectiveSettings, SqliteConfig, SqliteOpenError, Synchronous};
-use rusqlite::{Connection, OpenFlags};
+use crate::{EffectiveSettings, SqliteConfig, SqliteOpenError, Synchronous, error::is_busy};
+use rusqlite::{Connection, OpenFlags, Transaction, TransactionBehavior, types::FromSql};
 use std::{path::Path, time::Duration};
 
 /// `PRAGMA application_id` of a Stele database ("Stel" in ASCII), so that a SQLite file of
@@ -11,9 +11,6 @@ pub(crate) const APPLICATION_ID: i32 = 0x5374_656c;
 
 /// The migrations, in order: `MIGRATIONS[i]` moves a file from schema version `i` to `i + 1`.
 /// `PRAGMA user_version` holds the version; a fresh file has 0.
-///
-/// Timestamps are integer microseconds since the Unix epoch (sortable, fixed width); ids are
-/// their text forms (SQLite's BINARY collation orders them byte by byte, as `Ord` does).
 pub(crate) const MIGRATIONS: &[&str] = &[
     // Version 1: the log, the state index, responses and open delays.
     r"
@@ -123,7 +120,6 @@ CREATE INDEX ix_state_finished ON t_execution_state (finished_at, execution_id)
 ",
 ];
 
-/// The schema version this build writes.
 pub(crate) fn current_version() -> u32 {
     u32::try_from(MIGRATIONS.len()).unwrap_or(u32::MAX)
 }
@@ -137,13 +133,10 @@ fn retry_while_busy<T>(
     budget: Duration,
     mut op: impl FnMut() -> rusqlite::Result<T>,
 ) -> rusqlite::Result<T> {
-    let mut waited = Duration::ZERO;
-    let step = Duration::from_millis(5);
+    let (mut waited, step) = (Duration::ZERO, Duration::from_millis(5));
     loop {
         match op() {
-            Err(rusqlite::Error::SqliteFailure(err, _))
-                if err.code == rusqlite::ErrorCode::DatabaseBusy && waited < budget =>
-            {
+            Err(err) if is_busy(&err) && waited < budget => {
                 std::thread::sleep(step);
                 waited += step;
             }
@@ -157,44 +150,50 @@ fn retry_while_busy<T>(
 pub(crate) fn open_writer(
     config: &SqliteConfig,
 ) -> Result<(Connection, EffectiveSettings), SqliteOpenError> {
-    let path = config.path.as_path();
     validate_config(config)?;
+    // Moved into the error that ends the open, if any.
+    let path = config.path.clone();
     let mut flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
     if config.create {
         flags |= OpenFlags::SQLITE_OPEN_CREATE;
     }
-    let conn =
-        Connection::open_with_flags(path, flags).map_err(|source| SqliteOpenError::Open {
-            path: path.to_path_buf(),
-            source,
-        })?;
-    let driver = |source| SqliteOpenError::from_driver(path, source);
+    let conn = match Connection::open_with_flags(&path, flags) {
+        Ok(conn) => conn,
+        Err(source) => return Err(SqliteOpenError::Open { path, source }),
+    };
+    let driver = |source| SqliteOpenError::from_driver(&config.path, source);
     conn.busy_timeout(config.busy_timeout).map_err(driver)?;
     conn.set_prepared_statement_cache_capacity(64);
 
     // The first read of the header: a file that is not a database fails here. The header and
     // the schema are read in one read transaction, so a migration committed by another process
     // in between cannot make a half-read file look foreign.
-    let (application_id, found_version, schema_objects) =
+    let (application_id, found, schema_objects) =
         retry_while_busy(config.busy_timeout, || read_header(&conn)).map_err(driver)?;
-    check_ownership(path, application_id, found_version, schema_objects)?;
-    if found_version > current_version() {
+    let current = current_version();
+    if application_id != 0 && application_id != APPLICATION_ID {
+        let detail = format!("application_id {application_id:#x}");
+        return Err(SqliteOpenError::ForeignDatabase { path, detail });
+    }
+    if application_id == 0 && found == 0 && schema_objects > 0 {
+        let detail = format!("{schema_objects} schema objects but no Stele schema version");
+        return Err(SqliteOpenError::ForeignDatabase { path, detail });
+    }
+    if found > current {
         return Err(SqliteOpenError::SchemaTooNew {
-            path: path.to_path_buf(),
-            found: found_version,
-            supported: current_version(),
+            path,
+            found,
+            supported: current,
         });
     }
-    if !config.create && found_version == 0 && schema_objects == 0 {
-        return Err(SqliteOpenError::NoSchema {
-            path: path.to_path_buf(),
-        });
+    if !config.create && found == 0 && schema_objects == 0 {
+        return Err(SqliteOpenError::NoSchema { path });
     }
-    if !config.migrate && found_version > 0 && found_version < current_version() {
+    if !config.migrate && found > 0 && found < current {
         return Err(SqliteOpenError::SchemaTooOld {
-            path: path.to_path_buf(),
-            found: found_version,
-            current: current_version(),
+            path,
+            found,
+            current,
         });
     }
 
@@ -203,36 +202,23 @@ pub(crate) fn open_writer(
     })
     .map_err(driver)?;
     if !journal_mode.eq_ignore_ascii_case("wal") {
-        return Err(SqliteOpenError::WalUnavailable {
-            path: path.to_path_buf(),
-            journal_mode,
-        });
+        return Err(SqliteOpenError::WalUnavailable { path, journal_mode });
     }
+    // A larger page cache than the 2 MB default keeps the state index and recent events hot;
+    // every command runs in a savepoint, whose sub-journal stays in memory, not in a temp file.
     conn.pragma_update(None, "synchronous", config.synchronous.pragma_value())
-        .map_err(driver)?;
-    // A larger page cache than the 2 MB default keeps the state index and recent events hot.
-    conn.pragma_update(None, "cache_size", -16_384)
-        .map_err(driver)?;
-    // Every command runs in a savepoint; keep their sub-journals in memory, not in temp files.
-    conn.pragma_update(None, "temp_store", "MEMORY")
+        .and_then(|()| conn.pragma_update(None, "cache_size", -16_384))
+        .and_then(|()| conn.pragma_update(None, "temp_store", "MEMORY"))
         .map_err(driver)?;
 
-    migrate_to(&conn, path, found_version, current_version())?;
-    let reported: i64 = conn
-        .pragma_query_value(None, "synchronous", |row| row.get(0))
-        .map_err(driver)?;
+    migrate_to(&conn, &path, found, current)?;
+    let (settings, reported) = read_settings(&conn).map_err(driver)?;
     if reported != config.synchronous.pragma_value() {
+        let requested = config.synchronous;
         return Err(SqliteOpenError::SynchronousNotApplied {
-            path: path.to_path_buf(),
-            requested: config.synchronous,
+            path,
+            requested,
             reported,
-        });
-    }
-    let settings = read_settings(&conn).map_err(driver)?;
-    if !settings.journal_mode.eq_ignore_ascii_case("wal") {
-        return Err(SqliteOpenError::WalUnavailable {
-            path: path.to_path_buf(),
-            journal_mode: settings.journal_mode,
         });
     }
     Ok((conn, settings))
@@ -261,47 +247,23 @@ fn validate_config(config: &SqliteConfig) -> Result<(), SqliteOpenError> {
     Ok(())
 }
 
-/// `(application_id, user_version, number of schema objects)`, read in one transaction.
-fn read_header(conn: &Connection) -> rusqlite::Result<(i32, u32, i64)> {
-    conn.execute_batch("BEGIN DEFERRED")?;
-    let read = (|| -> rusqlite::Result<(i32, u32, i64)> {
-        let application_id: i32 =
-            conn.pragma_query_value(None, "application_id", |row| row.get(0))?;
-        let user_version: u32 = conn.pragma_query_value(None, "user_version", |row| row.get(0))?;
-        let schema_objects: i64 =
-            conn.query_row("SELECT COUNT(*) FROM sqlite_schema", [], |row| row.get(0))?;
-        Ok((application_id, user_version, schema_objects))
-    })();
-    let end = conn.execute_batch("COMMIT");
-    let header = read?;
-    end.map(|()| header)
+fn pragma<T: FromSql>(conn: &Connection, name: &str) -> rusqlite::Result<T> {
+    conn.pragma_query_value(None, name, |row| row.get(0))
 }
 
-/// Refuses a SQLite file of another application: a foreign `application_id`, or a file
-/// without our id and version that already has tables.
-fn check_ownership(
-    path: &Path,
-    application_id: i32,
-    found_version: u32,
-    schema_objects: i64,
-) -> Result<(), SqliteOpenError> {
-    if application_id != 0 && application_id != APPLICATION_ID {
-        return Err(SqliteOpenError::ForeignDatabase {
-            path: path.to_path_buf(),
-            detail: format!("application_id {application_id:#x}"),
-        });
-    }
-    if application_id == 0 && found_version == 0 && schema_objects > 0 {
-        return Err(SqliteOpenError::ForeignDatabase {
-            path: path.to_path_buf(),
-            detail: format!("{schema_objects} schema objects but no Stele schema version"),
-        });
-    }
-    Ok(())
+/// `(application_id, user_version, number of schema objects)`, read in one transaction.
+fn read_header(conn: &Connection) -> rusqlite::Result<(i32, u32, i64)> {
+    let tx = conn.unchecked_transaction()?;
+    let application_id = pragma(&tx, "application_id")?;
+    let user_version = pragma(&tx, "user_version")?;
+    let schema_objects =
+        tx.query_row("SELECT COUNT(*) FROM sqlite_schema", [], |row| row.get(0))?;
+    tx.finish()?;
+    Ok((application_id, user_version, schema_objects))
 }
 
 /// Applies the migrations from `found_version` up to `target` in one transaction.
-pub(crate) fn migrate_to(
+fn migrate_to(
     conn: &Connection,
     path: &Path,
     found_version: u32,
@@ -311,56 +273,46 @@ pub(crate) fn migrate_to(
         return Ok(());
     }
     let driver = |source| SqliteOpenError::from_driver(path, source);
-    conn.execute_batch("BEGIN IMMEDIATE").map_err(driver)?;
-    let result = (|| {
-        // Another process may have migrated between our first read and taking the write lock:
-        // read the version again under the lock and apply only what is still missing.
-        let found_version: u32 = conn
-            .pragma_query_value(None, "user_version", |row| row.get(0))
-            .map_err(driver)?;
-        if found_version > target {
-            return Err(SqliteOpenError::SchemaTooNew {
-                path: path.to_path_buf(),
-                found: found_version,
-                supported: target,
-            });
-        }
-        for version in found_version..target {
-            let sql = usize::try_from(version)
-                .ok()
-                .and_then(|idx| MIGRATIONS.get(idx))
-                .copied();
-            let sql = sql.unwrap_or_default();
-            conn.execute_batch(sql)
-                .map_err(|source| SqliteOpenError::Migration {
-                    path: path.to_path_buf(),
-                    version: version + 1,
-                    source,
-                })?;
-            tracing::info!(path = %path.display(), version = version + 1, "applied schema migration");
-        }
-        conn.pragma_update(None, "application_id", APPLICATION_ID)
-            .map_err(driver)?;
-        conn.pragma_update(None, "user_version", target)
-            .map_err(driver)?;
-        conn.execute_batch("COMMIT").map_err(driver)
-    })();
-    if result.is_err() && !conn.is_autocommit() {
-        let _ = conn.execute_batch("ROLLBACK");
+    // Rolled back when dropped on an error.
+    let tx = Transaction::new_unchecked(conn, TransactionBehavior::Immediate).map_err(driver)?;
+    // Another process may have migrated between our first read and taking the write lock:
+    // read the version again under the lock and apply only what is still missing.
+    let found_version: u32 = pragma(&tx, "user_version").map_err(driver)?;
+    if found_version > target {
+        return Err(SqliteOpenError::SchemaTooNew {
+            path: path.to_path_buf(),
+            found: found_version,
+            supported: target,
+        });
     }
-    result
+    for (version, sql) in (1..=target)
+        .zip(MIGRATIONS)
+        .skip_while(|(v, _)| *v <= found_version)
+    {
+        tx.execute_batch(sql)
+            .map_err(|source| SqliteOpenError::Migration {
+                path: path.to_path_buf(),
+                version,
+                source,
+            })?;
+        tracing::info!(path = %path.display(), version, "applied schema migration");
+    }
+    tx.pragma_update(None, "application_id", APPLICATION_ID)
+        .and_then(|()| tx.pragma_update(None, "user_version", target))
+        .and_then(|()| tx.commit())
+        .map_err(driver)
 }
 
-/// Reads the effective settings of a connection.
-pub(crate) fn read_settings(conn: &Connection) -> rusqlite::Result<EffectiveSettings> {
-    let journal_mode: String = conn.pragma_query_value(None, "journal_mode", |row| row.get(0))?;
-    let synchronous: i64 = conn.pragma_query_value(None, "synchronous", |row| row.get(0))?;
-    let busy_timeout_ms: i64 = conn.pragma_query_value(None, "busy_timeout", |row| row.get(0))?;
-    let schema_version: u32 = conn.pragma_query_value(None, "user_version", |row| row.get(0))?;
-    Ok(EffectiveSettings {
+/// The effective settings of a connection, and the `synchronous` level it reports.
+fn read_settings(conn: &Connection) -> rusqlite::Result<(EffectiveSettings, i64)> {
+    let journal_mode: String = pragma(conn, "journal_mode")?;
+    let synchronous = pragma(conn, "synchronous")?;
+    let busy_timeout_ms: i64 = pragma(conn, "busy_timeout")?;
+    let settings = EffectiveSettings {
         journal_mode: journal_mode.to_ascii_lowercase(),
         synchronous: Synchronous::from_pragma_value(synchronous).unwrap_or(Synchronous::Off),
         busy_timeout: Duration::from_millis(u64::try_from(busy_timeout_ms).unwrap_or(0)),
-        schema_version,
-    })
+        schema_version: pragma(conn, "user_version")?,
+    };
+    Ok((settings, synchronous))
 }

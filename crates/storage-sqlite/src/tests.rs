@@ -820,17 +820,35 @@ fn run_commands(conn: rusqlite::Connection, path: &Path, commands: Vec<Box<dyn C
     }
     assert!(tx.try_send(writer::Message::Shutdown).is_ok());
     drop(tx);
-    let sharing = writer::LockSharing {
-        busy_timeout: Duration::from_secs(5),
-    };
-    writer::run(
-        conn,
-        Arc::from(path),
-        rx,
-        Arc::new(WaiterHub::new()),
-        1024,
-        sharing,
-    );
+    // The defaults: up to 1024 commands per transaction, a busy timeout of 5 s.
+    writer::run(conn, &SqliteConfig::new(path), rx, &WaiterHub::new());
+}
+
+impl SqlitePool {
+    /// Runs `op` on the writer connection, inside a command's savepoint: how tests inject
+    /// faults (a small `max_page_count`) into the store's own connection.
+    pub(crate) async fn on_writer<T, F>(&self, op: F) -> Result<T, DbError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&rusqlite::Connection) -> rusqlite::Result<T> + Send + 'static,
+    {
+        let op = move |ctx: &mut WriteCtx<'_>| op(ctx.conn).map_err(SqliteError::from);
+        self.send(fn_command(op)).await
+    }
+}
+
+/// A writer command that runs `op` and replies with its outcome.
+fn fn_command<T, F>(
+    op: F,
+) -> (
+    Box<dyn Command>,
+    tokio::sync::oneshot::Receiver<Result<T, DbError>>,
+)
+where
+    T: Send + 'static,
+    F: FnOnce(&mut WriteCtx<'_>) -> Result<T, SqliteError> + Send + 'static,
+{
+    FnCommand::boxed(op, |_, _, value| value)
 }
 
 /// Creates an execution inside a writer command, as `SqlitePool::create` does.
@@ -846,16 +864,16 @@ fn a_failing_command_rolls_back_only_itself() {
     let path = dir.path().join("db.sqlite");
     let (conn, _) = schema::open_writer(&SqliteConfig::new(&path)).expect("opens");
     let (first, first_rx) =
-        FnCommand::boxed(|ctx: &mut WriteCtx<'_>| create(ctx, create_request(id(1), t0())));
+        fn_command(|ctx: &mut WriteCtx<'_>| create(ctx, create_request(id(1), t0())));
     // Creates 2, then fails on a conflicting create of 1: its create of 2 must be rolled back.
-    let (second, second_rx) = FnCommand::boxed(|ctx: &mut WriteCtx<'_>| {
+    let (second, second_rx) = fn_command(|ctx: &mut WriteCtx<'_>| {
         create(ctx, create_request(id(2), t0()))?;
         let mut conflicting = create_request(id(1), t0());
         conflicting.ffqn = "ns:pkg/ifc.other".parse().expect("parses");
         create(ctx, conflicting)
     });
     let (third, third_rx) =
-        FnCommand::boxed(|ctx: &mut WriteCtx<'_>| create(ctx, create_request(id(3), t0())));
+        fn_command(|ctx: &mut WriteCtx<'_>| create(ctx, create_request(id(3), t0())));
     run_commands(conn, &path, vec![first, second, third]);
     let conn = rusqlite::Connection::open(&path).expect("opens");
     assert_eq!(
@@ -948,7 +966,7 @@ fn a_full_disk_is_a_typed_error_and_replies_match_what_committed() {
             // Far more than eight pages.
             req.params = Json(serde_json::json!(["x".repeat(1 << 20)]));
         }
-        let (command, rx) = FnCommand::boxed(move |ctx: &mut WriteCtx<'_>| create(ctx, req));
+        let (command, rx) = fn_command(move |ctx: &mut WriteCtx<'_>| create(ctx, req));
         commands.push(command);
         receivers.push((n, rx));
     }

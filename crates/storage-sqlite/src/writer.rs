@@ -1,25 +1,20 @@
 //! The single writer: an OS thread that owns the write connection and commits queued
-//! commands in groups.
-//!
-//! The thread takes whatever commands are queued (up to a bound), runs them all in one
-//! transaction, each inside its own savepoint so that a failing command rolls back only
-//! itself, commits once, replies to every command, and only then wakes the waiters. Under
-//! load many small writes share one commit and one fsync.
+//! commands in groups, each command in a savepoint of its own.
 
 use crate::{
+    SqliteConfig,
     checkpoint::Checkpointer,
-    error::{SqliteError, backend_error},
+    error::{SqliteError, backend_error, is_busy},
     ops::WriteCtx,
 };
 use concepts::{
     DbError,
     kernel::{WaiterHub, Wakeup},
 };
-use rusqlite::{Connection, ErrorCode};
+use rusqlite::Connection;
 use std::{
     panic::AssertUnwindSafe,
     path::Path,
-    sync::Arc,
     time::{Duration, Instant},
 };
 use tokio::sync::{mpsc, oneshot};
@@ -31,65 +26,52 @@ pub(crate) trait Command: Send {
     /// Gives the command the outcome `err` unless it already failed by itself: the
     /// transaction that held its writes did not commit, or it never ran.
     fn fail(&mut self, err: &DbError);
-    /// Runs what the command does after its transaction committed, outside any write
-    /// transaction, on the writer's connection (the short reads of a small lock's hand-over),
-    /// then sends the outcome to the caller.
+    /// Sends the outcome to the caller; a committed one first goes through the command's
+    /// `after_commit`, outside any write transaction, on the writer's connection.
     fn reply(self: Box<Self>, conn: &Connection, path: &Path);
 }
 
-/// What a command does with its committed outcome on the writer's connection before the reply.
-pub(crate) type AfterCommit<T> = fn(&Connection, &Path, T) -> T;
-
-/// A [`Command`] made of a closure and the channel its caller awaits.
-pub(crate) struct FnCommand<T, F> {
+/// A [`Command`] made of a closure, what it does with a committed outcome `R` on the writer's
+/// connection before the reply (the short reads of a small lock's hand-over), and the
+/// channel its caller awaits.
+pub(crate) struct FnCommand<R, T, F> {
     op: Option<F>,
-    after_commit: Option<AfterCommit<T>>,
-    outcome: Option<Result<T, DbError>>,
+    after_commit: fn(&Connection, &Path, R) -> T,
+    outcome: Option<Result<R, DbError>>,
     reply: oneshot::Sender<Result<T, DbError>>,
 }
 
-impl<T, F> FnCommand<T, F>
+impl<R, T, F> FnCommand<R, T, F>
 where
-    T: Send + 'static,
-    F: FnOnce(&mut WriteCtx<'_>) -> Result<T, SqliteError> + Send + 'static,
+    Self: Command + 'static,
 {
-    /// The command and the receiver of its outcome.
-    #[cfg(test)]
-    pub(crate) fn boxed(op: F) -> (Box<dyn Command>, oneshot::Receiver<Result<T, DbError>>) {
-        Self::boxed_with(op, None)
-    }
-
-    /// As [`FnCommand::boxed`], with `after_commit` run on the outcome of a command that
-    /// committed, before the reply.
-    pub(crate) fn boxed_with(
+    /// The command and the receiver of its reply.
+    pub(crate) fn boxed(
         op: F,
-        after_commit: Option<AfterCommit<T>>,
+        after_commit: fn(&Connection, &Path, R) -> T,
     ) -> (Box<dyn Command>, oneshot::Receiver<Result<T, DbError>>) {
         let (reply, rx) = oneshot::channel();
-        (
-            Box::new(Self {
-                op: Some(op),
-                after_commit,
-                outcome: None,
-                reply,
-            }),
-            rx,
-        )
+        let command = Self {
+            op: Some(op),
+            after_commit,
+            outcome: None,
+            reply,
+        };
+        (Box::new(command), rx)
     }
 }
 
-impl<T, F> Command for FnCommand<T, F>
+impl<R, T, F> Command for FnCommand<R, T, F>
 where
+    R: Send + 'static,
     T: Send + 'static,
-    F: FnOnce(&mut WriteCtx<'_>) -> Result<T, SqliteError> + Send + 'static,
+    F: FnOnce(&mut WriteCtx<'_>) -> Result<R, SqliteError> + Send + 'static,
 {
     fn run(&mut self, ctx: &mut WriteCtx<'_>, path: &Path) -> bool {
-        let Some(op) = self.op.take() else {
-            return false;
-        };
-        let outcome = op(ctx).map_err(|err| err.into_db_error(path));
-        let ok = outcome.is_ok();
-        self.outcome = Some(outcome);
+        let run = |op: F| op(ctx).map_err(|err| err.into_db_error(path));
+        let outcome = self.op.take().map(run);
+        let ok = matches!(outcome, Some(Ok(_)));
+        self.outcome = outcome;
         ok
     }
 
@@ -100,11 +82,11 @@ where
     }
 
     fn reply(self: Box<Self>, conn: &Connection, path: &Path) {
-        let outcome = match (self.outcome, self.after_commit) {
+        let outcome = match self.outcome {
             // Only an `Ok` outcome committed: a failed transaction failed all of its commands.
-            (Some(Ok(value)), Some(after_commit)) => Ok(after_commit(conn, path, value)),
-            (Some(outcome), _) => outcome,
-            (None, _) => {
+            Some(Ok(value)) => Ok((self.after_commit)(conn, path, value)),
+            Some(Err(err)) => Err(err),
+            None => {
                 let message = "the SQLite writer did not run the command";
                 Err(backend_error(message.to_string(), true))
             }
@@ -114,21 +96,10 @@ where
     }
 }
 
-/// What the writer thread receives.
 pub(crate) enum Message {
-    /// A write.
     Command(Box<dyn Command>),
     /// Finish the queued commands, then stop.
     Shutdown,
-}
-
-/// How the writer thread shares the file's write lock with other connections (other
-/// processes, most often).
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct LockSharing {
-    /// How long queued commands are allowed to wait for the write lock before each warning
-    /// is logged (the store's `busy_timeout`); also the wait of the closing checkpoint.
-    pub(crate) busy_timeout: Duration,
 }
 
 /// How often a writer that found the write lock taken tries again. SQLite's own busy handler
@@ -149,22 +120,22 @@ struct Writer<'a> {
     conn: &'a Connection,
     path: &'a Path,
     hub: &'a WaiterHub,
-    sharing: LockSharing,
+    /// How long queued commands wait for the write lock before each warning is logged, and a
+    /// closing store before it gives up (the store's `busy_timeout`).
+    busy_timeout: Duration,
     /// When `BEGIN IMMEDIATE` last found the lock held by another connection.
     contended_at: Option<Instant>,
-    /// When the last transaction ended.
     ended_at: Option<Instant>,
 }
 
 /// The writer thread's loop: runs until every sender is gone or a shutdown was processed.
 pub(crate) fn run(
     conn: Connection,
-    path: Arc<Path>,
+    config: &SqliteConfig,
     mut rx: mpsc::Receiver<Message>,
-    hub: Arc<WaiterHub>,
-    max_commands_per_transaction: usize,
-    sharing: LockSharing,
+    hub: &WaiterHub,
 ) {
+    let (path, busy_timeout) = (config.path.as_path(), config.busy_timeout);
     // The writer waits for the write lock itself (see `Writer::begin`), never in SQLite's
     // busy handler.
     if let Err(err) = conn.busy_timeout(Duration::ZERO) {
@@ -172,13 +143,13 @@ pub(crate) fn run(
     }
     let mut writer = Writer {
         conn: &conn,
-        path: &path,
-        hub: &hub,
-        sharing,
+        path,
+        hub,
+        busy_timeout,
         contended_at: None,
         ended_at: None,
     };
-    let mut checkpointer = Checkpointer::start(&conn, &path, sharing.busy_timeout);
+    let mut checkpointer = Checkpointer::start(&conn, path, busy_timeout);
     let mut batch: Vec<Box<dyn Command>> = Vec::new();
     loop {
         if batch.is_empty() {
@@ -187,7 +158,7 @@ pub(crate) fn run(
             };
             take(message, &mut batch, &mut rx);
         }
-        while batch.len() < max_commands_per_transaction {
+        while batch.len() < config.max_commands_per_transaction {
             let Ok(message) = rx.try_recv() else { break };
             take(message, &mut batch, &mut rx);
         }
@@ -196,19 +167,18 @@ pub(crate) fn run(
         }
         let (done, wakeups) = writer.run_group(&mut batch);
         for command in batch.drain(..done) {
-            command.reply(&conn, &path);
+            command.reply(&conn, path);
         }
         hub.deliver(&wakeups);
         if let Some(checkpointer) = &mut checkpointer {
-            checkpointer.after_commit(&conn, &path);
+            checkpointer.after_commit(&conn, path);
         }
     }
-    if let Some(mut checkpointer) = checkpointer.take() {
-        checkpointer.stop();
-    }
+    // Stops the checkpointer before the last checkpoint.
+    drop(checkpointer);
     // Fold the log into the database file so that a closed store is one self-contained file.
     // Idle readers do not hold this up; it waits (up to `busy_timeout`) for reads in flight.
-    if let Err(err) = conn.busy_timeout(sharing.busy_timeout) {
+    if let Err(err) = conn.busy_timeout(busy_timeout) {
         tracing::warn!(path = %path.display(), "cannot restore the writer's busy timeout: {err}");
     }
     if let Err(err) = conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(())) {
@@ -236,9 +206,7 @@ impl Writer<'_> {
     }
 
     /// Takes the file's write lock (`BEGIN IMMEDIATE`), waiting as long as other connections
-    /// hold it: a busy file is never an error of the commands (a warning is logged for each
-    /// `busy_timeout` of waiting). Only a store that is closing stops waiting, after one more
-    /// `busy_timeout`, and fails its queued commands with [`DbError::Closed`].
+    /// hold it; a closing store gives up after one more `busy_timeout` (see the crate docs).
     fn begin(&mut self) -> Result<(), DbError> {
         if self.contended()
             && let Some(gap) = self
@@ -259,7 +227,7 @@ impl Writer<'_> {
             let now = Instant::now();
             self.contended_at = Some(now);
             let waited = now - *waiting_since.get_or_insert(now);
-            if waited >= warned_after + self.sharing.busy_timeout {
+            if waited >= warned_after + self.busy_timeout {
                 warned_after = waited;
                 tracing::warn!(
                     path = %self.path.display(),
@@ -267,8 +235,7 @@ impl Writer<'_> {
                     "waiting for the write lock of the SQLite database, held by another connection: {err}"
                 );
             }
-            if self.hub.is_closed()
-                && now - *closing_since.get_or_insert(now) >= self.sharing.busy_timeout
+            if self.hub.is_closed() && now - *closing_since.get_or_insert(now) >= self.busy_timeout
             {
                 return Err(DbError::Closed);
             }
@@ -284,113 +251,116 @@ impl Writer<'_> {
     /// a new transaction. While other connections wait for the lock, the transaction commits
     /// after [`MAX_CONTENDED_TRANSACTION`] and leaves the remaining commands for the next one.
     fn run_group(&mut self, batch: &mut [Box<dyn Command>]) -> (usize, Vec<Wakeup>) {
-        let (conn, path) = (self.conn, self.path);
+        let path = self.path;
         // The wake-ups of the commands that succeeded in the current transaction.
         let mut woken = Vec::new();
-        let mut segment_start = 0;
-        let mut in_transaction = false;
-        let mut began = Instant::now();
+        // The first command of the open transaction, and when it began.
+        let mut open: Option<(usize, Instant)> = None;
         let mut end = batch.len();
         for idx in 0..batch.len() {
-            if in_transaction
-                && idx > segment_start
-                && self.contended()
-                && began.elapsed() >= MAX_CONTENDED_TRANSACTION
-            {
-                end = idx;
-                break;
-            }
-            if !in_transaction {
-                if let Err(err) = self.begin() {
-                    tracing::error!(path = %path.display(), "cannot begin a SQLite transaction: {err}");
-                    fail_all(&mut batch[idx..], &err);
-                    self.ended_at = Some(Instant::now());
-                    return (batch.len(), Vec::new());
+            let (start, began) = match open {
+                Some((start, began))
+                    if idx > start
+                        && self.contended()
+                        && began.elapsed() >= MAX_CONTENDED_TRANSACTION =>
+                {
+                    end = idx;
+                    break;
                 }
-                in_transaction = true;
-                segment_start = idx;
-                began = Instant::now();
-            }
-            if let Err(err) = exec(conn, "SAVEPOINT op") {
-                abort_segment(conn, path, &mut batch[segment_start..=idx], &mut woken, err);
-                in_transaction = false;
-                continue;
-            }
-            let mut op_wakeups = Vec::new();
-            let command = &mut batch[idx];
-            // A bug that panics inside one command must not take the writer (and every other
-            // caller) down with it: the command fails and its savepoint is rolled back.
-            let ok = std::panic::catch_unwind(AssertUnwindSafe(|| {
-                let mut ctx = WriteCtx {
-                    conn,
-                    wakeups: &mut op_wakeups,
-                };
-                command.run(&mut ctx, path)
-            }))
-            .unwrap_or_else(|_| {
-                tracing::error!(path = %path.display(), "a SQLite write command panicked");
-                let message = format!("SQLite database {}: the write panicked", path.display());
-                command.fail(&backend_error(message, false));
-                false
-            });
-            if ok {
-                match exec(conn, "RELEASE op") {
-                    Ok(()) => woken.append(&mut op_wakeups),
-                    Err(err) => {
-                        abort_segment(conn, path, &mut batch[segment_start..=idx], &mut woken, err);
-                        in_transaction = false;
+                Some(transaction) => transaction,
+                None => {
+                    if let Err(err) = self.begin() {
+                        tracing::error!(path = %path.display(), "cannot begin a SQLite transaction: {err}");
+                        fail_all(&mut batch[idx..], &err);
+                        self.ended_at = Some(Instant::now());
+                        return (batch.len(), Vec::new());
                     }
+                    (idx, Instant::now())
                 }
-            } else if conn.is_autocommit() {
-                // SQLite rolled back the whole transaction: the earlier commands of this
-                // transaction lost their writes too.
-                let message = format!(
-                    "SQLite database {}: the transaction was rolled back by an error of a command \
-                     batched with this one",
-                    path.display()
-                );
-                let err = backend_error(message, true);
-                fail_all(&mut batch[segment_start..idx], &err);
-                woken.clear();
-                in_transaction = false;
-            } else if let Err(err) =
-                exec(conn, "ROLLBACK TO op").and_then(|()| exec(conn, "RELEASE op"))
-            {
-                abort_segment(conn, path, &mut batch[segment_start..=idx], &mut woken, err);
-                in_transaction = false;
+            };
+            open = Some((start, began));
+            match self.run_in_savepoint(&mut batch[idx], &mut woken) {
+                Ok(true) => {}
+                Ok(false) => {
+                    // SQLite rolled back the whole transaction: the earlier commands of this
+                    // transaction lost their writes too.
+                    let message = format!(
+                        "SQLite database {}: the transaction was rolled back by an error of a \
+                         command batched with this one",
+                        path.display()
+                    );
+                    fail_all(&mut batch[start..idx], &backend_error(message, true));
+                    woken.clear();
+                    open = None;
+                }
+                Err(err) => {
+                    self.abort(&mut batch[start..=idx], &mut woken, err);
+                    open = None;
+                }
             }
         }
-        if in_transaction && let Err(err) = exec(conn, "COMMIT") {
-            abort_segment(conn, path, &mut batch[segment_start..end], &mut woken, err);
+        if let Some((start, _)) = open
+            && let Err(err) = exec(self.conn, "COMMIT")
+        {
+            self.abort(&mut batch[start..end], &mut woken, err);
         }
         self.ended_at = Some(Instant::now());
         (end, woken)
     }
-}
 
-/// True when another connection holds the lock (`SQLITE_BUSY` and its extended codes).
-fn is_busy(err: &rusqlite::Error) -> bool {
-    matches!(
-        err.sqlite_error_code(),
-        Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked)
-    )
-}
-
-/// The current transaction is lost: roll it back and fail the commands that had succeeded.
-fn abort_segment(
-    conn: &Connection,
-    path: &Path,
-    segment: &mut [Box<dyn Command>],
-    woken: &mut Vec<Wakeup>,
-    err: rusqlite::Error,
-) {
-    let err = SqliteError::from(err).into_db_error(path);
-    tracing::error!(path = %path.display(), "SQLite transaction failed: {err}");
-    if !conn.is_autocommit() {
-        let _ = conn.execute_batch("ROLLBACK");
+    /// The current transaction is lost: roll it back and fail the commands that had succeeded.
+    fn abort(
+        &self,
+        segment: &mut [Box<dyn Command>],
+        woken: &mut Vec<Wakeup>,
+        err: rusqlite::Error,
+    ) {
+        let err = SqliteError::from(err).into_db_error(self.path);
+        tracing::error!(path = %self.path.display(), "SQLite transaction failed: {err}");
+        if !self.conn.is_autocommit() {
+            let _ = self.conn.execute_batch("ROLLBACK");
+        }
+        fail_all(segment, &err);
+        woken.clear();
     }
-    fail_all(segment, &err);
-    woken.clear();
+
+    /// Runs `command` in a savepoint of the current transaction and adds its wake-ups to
+    /// `woken` if it succeeded (a failed one rolls back to its savepoint). False when SQLite
+    /// rolled the whole transaction back; an error when a savepoint statement failed.
+    fn run_in_savepoint(
+        &self,
+        command: &mut Box<dyn Command>,
+        woken: &mut Vec<Wakeup>,
+    ) -> rusqlite::Result<bool> {
+        let (conn, path) = (self.conn, self.path);
+        exec(conn, "SAVEPOINT op")?;
+        let mut wakeups = Vec::new();
+        // A bug that panics inside one command must not take the writer (and every other
+        // caller) down with it: the command fails and its savepoint is rolled back.
+        let ok = std::panic::catch_unwind(AssertUnwindSafe(|| {
+            let mut ctx = WriteCtx {
+                conn,
+                wakeups: &mut wakeups,
+            };
+            command.run(&mut ctx, path)
+        }))
+        .unwrap_or_else(|_| {
+            tracing::error!(path = %path.display(), "a SQLite write command panicked");
+            let message = format!("SQLite database {}: the write panicked", path.display());
+            command.fail(&backend_error(message, false));
+            false
+        });
+        if ok {
+            exec(conn, "RELEASE op")?;
+            woken.append(&mut wakeups);
+        } else if conn.is_autocommit() {
+            return Ok(false);
+        } else {
+            exec(conn, "ROLLBACK TO op")?;
+            exec(conn, "RELEASE op")?;
+        }
+        Ok(true)
+    }
 }
 
 fn fail_all(batch: &mut [Box<dyn Command>], err: &DbError) {

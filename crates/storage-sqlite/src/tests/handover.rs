@@ -2,7 +2,7 @@
 //! connection right after its commit (no reader round trip), a long one on a reader.
 
 use super::{create_request, delay_finished, ffqn, history, id, join_set_create, open, t0};
-use crate::{SqlitePool, handover::WRITER_HANDOVER_ROWS};
+use crate::{SqlitePool, reads::WRITER_HANDOVER_ROWS};
 use concepts::{
     AppendBatchRequest, DbClient, DbConnection, DbExecutor, DbTimers, DbWorkflow, DelayId,
     ExecutionEventInner, ExecutionId, ExecutorId, HistoryEvent, JoinSetId, JoinSetRequest,
