@@ -371,6 +371,31 @@ pub enum HistoryEvent {
     },
 }
 
+impl HistoryEvent {
+    /// The event's variant name, for logs and tables.
+    #[must_use]
+    pub fn variant_name(&self) -> &'static str {
+        match self {
+            Self::Persist { .. } => "Persist",
+            Self::JoinSetCreate { .. } => "JoinSetCreate",
+            Self::JoinSetRequest { .. } => "JoinSetRequest",
+            Self::JoinNext { .. } => "JoinNext",
+            Self::Schedule { .. } => "Schedule",
+        }
+    }
+
+    /// The join set it concerns, if any.
+    #[must_use]
+    pub fn join_set_id(&self) -> Option<&JoinSetId> {
+        match self {
+            Self::JoinSetCreate { join_set_id, .. }
+            | Self::JoinSetRequest { join_set_id, .. }
+            | Self::JoinNext { join_set_id, .. } => Some(join_set_id),
+            Self::Persist { .. } | Self::Schedule { .. } => None,
+        }
+    }
+}
+
 /// A response to a join set request.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum JoinSetResponse {
@@ -388,6 +413,28 @@ pub enum JoinSetResponse {
         /// The child's result.
         result: FinishedExecutionResult,
     },
+}
+
+impl JoinSetResponse {
+    /// The delay a `DelayFinished` answers.
+    #[must_use]
+    pub fn delay_id(&self) -> Option<DelayId> {
+        match self {
+            Self::DelayFinished { delay_id } => Some(*delay_id),
+            Self::ChildExecutionFinished { .. } => None,
+        }
+    }
+
+    /// The child a `ChildExecutionFinished` comes from.
+    #[must_use]
+    pub fn child_execution_id(&self) -> Option<&ExecutionId> {
+        match self {
+            Self::ChildExecutionFinished {
+                child_execution_id, ..
+            } => Some(child_execution_id),
+            Self::DelayFinished { .. } => None,
+        }
+    }
 }
 
 /// A response with the join set it belongs to.

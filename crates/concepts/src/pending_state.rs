@@ -116,6 +116,30 @@ impl PendingState {
         }
     }
 
+    /// `Some(lock_expires_at)` while locked or blocked by a join set (when the run that waits
+    /// gives up its lease).
+    #[must_use]
+    pub fn lock_expires_at(&self) -> Option<DateTime<Utc>> {
+        match self {
+            Self::Locked {
+                lock_expires_at, ..
+            }
+            | Self::BlockedByJoinSet {
+                lock_expires_at, ..
+            } => Some(*lock_expires_at),
+            _ => None,
+        }
+    }
+
+    /// `Some(finished_at)` when finished.
+    #[must_use]
+    pub fn finished_at(&self) -> Option<DateTime<Utc>> {
+        match self {
+            Self::Finished { finished_at, .. } => Some(*finished_at),
+            _ => None,
+        }
+    }
+
     /// Checks the locking rules for appending `Locked` at `now`.
     ///
     /// A due `PendingAt` can be locked; the same executor and run can extend its own lease;

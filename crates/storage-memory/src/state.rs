@@ -1,6 +1,5 @@
-//! The state behind the mutex: the execution records and their indexes, how a write's
-//! [`Snapshot`] is loaded from them, and how its plan's changes and deletions are applied to
-//! them.
+//! The state behind the mutex: the execution records and their indexes, the loads of a
+//! write's [`Snapshot`] and the application of its plan.
 
 use chrono::{DateTime, Utc};
 use concepts::{
@@ -37,10 +36,7 @@ pub(crate) type TimerKey = (At, ExecutionId, TimerKind);
 pub(crate) type TimeKey = (At, ExecutionId);
 
 /// The leading part of every index key: a time and the first 16 bytes of the key's execution
-/// id, as two integers. `(At, id)` orders as `(time, id)` does (the id's head orders as its
-/// first 16 bytes, and equal heads fall through to the whole id), but an index insert compares
-/// a dozen keys, and two integers compare without chrono's or `memcmp`'s calls: ids of one
-/// millisecond differ in their random characters within the first 16 bytes.
+/// id, as two integers, ordered as `(time, id)` are (equal heads fall through to the whole id).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) struct At {
     /// Seconds since the epoch times 2^32, plus nanoseconds: ordered as the time.
@@ -87,10 +83,8 @@ fn timer_key(at: DateTime<Utc>, execution_id: &ExecutionId, kind: TimerKind) -> 
     (At::new(at, execution_id), execution_id.clone(), kind)
 }
 
-/// Removes `key` from `set`, by `pop_first` when it is the first: a lock takes the front of
-/// its pending set, and runs mostly finish in the order they were locked, whose leases lead the
-/// timers. `pop_first` walks the left edge without comparing, where `remove` compares its way
-/// down from the root.
+/// Removes `key` from `set`, by `pop_first` (which compares nothing) when it is the first, as
+/// it mostly is (see `docs/ARCHITECTURE.md`).
 fn remove_front_first<K: Ord>(set: &mut BTreeSet<K>, key: &K) {
     if set.first() == Some(key) {
         set.pop_first();
@@ -198,6 +192,11 @@ impl State {
             .ok_or_else(|| DbError::execution_not_found(execution_id))
     }
 
+    /// What the record of `execution_id` holds about its join sets, delays and answers.
+    fn waits(&self, execution_id: &ExecutionId) -> Option<&Waits> {
+        self.records.get(execution_id)?.waits.as_deref()
+    }
+
     /// True when an execution of `ffqns` is due at `at`.
     pub(crate) fn any_due(&self, ffqns: &[FunctionFqn], at: DateTime<Utc>) -> bool {
         ffqns.iter().any(|ffqn| {
@@ -228,8 +227,7 @@ impl State {
         }
         self.load_lifecycle(keys, snapshot);
         for key in &keys.join_sets {
-            let record = self.records.get(&key.execution_id);
-            let waits = record.and_then(|r| r.waits.as_deref());
+            let waits = self.waits(&key.execution_id);
             let Some(join_set) = waits.and_then(|w| w.join_sets.get(&key.join_set_id)) else {
                 continue;
             };
@@ -248,17 +246,16 @@ impl State {
             snapshot.join_sets.insert(key, row);
         }
         for (execution_id, delay_id) in &keys.delays {
-            let record = self.records.get(execution_id);
-            let waits = record.and_then(|r| r.waits.as_deref());
-            if let Some(delay) = waits.and_then(|w| w.delays.get(delay_id)) {
+            if let Some(delay) = self
+                .waits(execution_id)
+                .and_then(|w| w.delays.get(delay_id))
+            {
                 let key = (execution_id.clone(), *delay_id);
                 snapshot.delays.insert(key, delay.row);
             }
         }
         for (execution_id, child_id) in &keys.child_responses {
-            let record = self.records.get(execution_id);
-            let waits = record.and_then(|r| r.waits.as_deref());
-            if waits.is_some_and(|w| w.answered_children.contains(child_id)) {
+            if (self.waits(execution_id)).is_some_and(|w| w.answered_children.contains(child_id)) {
                 let pair = (execution_id.clone(), child_id.clone());
                 snapshot.child_responses.insert(pair);
             }
@@ -310,8 +307,7 @@ impl State {
             }
         }
         for execution_id in &keys.open_delays {
-            let record = self.records.get(execution_id);
-            let waits = record.and_then(|r| r.waits.as_deref());
+            let waits = self.waits(execution_id);
             let mut open: Vec<DelayId> = (waits.into_iter().flat_map(|w| &w.delays))
                 .filter_map(|(delay_id, delay)| delay.open.is_some().then_some(*delay_id))
                 .collect();

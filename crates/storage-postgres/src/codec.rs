@@ -6,7 +6,7 @@ use crate::error::{corrupt, map_pg_error};
 use chrono::{DateTime, Utc};
 use concepts::{
     DbError, ExecutionEvent, ExecutionEventInner, ExecutionId, ExecutionState,
-    FinishedExecutionResult, JoinSetId, PendingState, Version, kernel::ExecutionRow,
+    FinishedExecutionResult, JoinSetId, Version, kernel::ExecutionRow,
 };
 use serde::{Serialize, de::DeserializeOwned};
 use std::time::Duration;
@@ -153,26 +153,5 @@ pub(crate) fn kind_to_i16(kind: concepts::PendingStateKind) -> i16 {
         concepts::PendingStateKind::Locked => 1,
         concepts::PendingStateKind::BlockedByJoinSet => 2,
         concepts::PendingStateKind::Finished => 3,
-    }
-}
-
-/// The indexed columns of a pending state: `(state_kind, pending_at, lock_expires_at)`.
-pub(crate) fn state_columns(state: &PendingState) -> (i16, Option<i64>, Option<i64>) {
-    match state {
-        PendingState::PendingAt { scheduled_at } => (0, Some(micros(*scheduled_at)), None),
-        PendingState::Locked {
-            lock_expires_at, ..
-        } => (1, None, Some(micros(*lock_expires_at))),
-        other => (kind_to_i16(other.kind()), None, None),
-    }
-}
-
-/// The `(finished_at, finished_at_ns)` columns of a pending state: set only while `Finished`.
-pub(crate) fn finished_columns(state: &PendingState) -> (Option<i64>, Option<i16>) {
-    match state {
-        PendingState::Finished { finished_at, .. } => {
-            (Some(micros(*finished_at)), Some(sub_micros(*finished_at)))
-        }
-        _ => (None, None),
     }
 }

@@ -5,8 +5,7 @@
 
 use crate::{
     codec::{
-        count_to_i64, duration_to_nanos, finished_columns, micros, state_columns, sub_micros,
-        to_json, version_to_i64,
+        count_to_i64, duration_to_nanos, kind_to_i16, micros, sub_micros, to_json, version_to_i64,
     },
     error::map_pg_error,
     load,
@@ -14,7 +13,7 @@ use crate::{
     trips::Trips,
 };
 use concepts::{
-    DbError, ExecutionEventInner, ExecutionId, JoinSetResponse,
+    DbError, ExecutionEventInner, ExecutionId, PendingState,
     kernel::{ExecutionChange, Revision, WritePlan},
 };
 use deadpool_postgres::ClientWrapper;
@@ -192,6 +191,17 @@ async fn rolled_back(client: &ClientWrapper, trips: &Trips, e: DbError) -> NotCo
 
 /// The statements that persist `plan` after checking the revisions `checked`, each only when
 /// it has rows, in the order [`persist_and_commit`] sends them.
+/// The `lock_expires_at` column: set only while `Locked` (a blocked run's lease is not a timer
+/// of the watcher's).
+fn locked_until(state: &PendingState) -> Option<i64> {
+    match state {
+        PendingState::Locked {
+            lock_expires_at, ..
+        } => Some(micros(*lock_expires_at)),
+        _ => None,
+    }
+}
+
 fn statements<'a>(
     checked: &'a [(ExecutionId, Revision)],
     plan: &'a WritePlan,
@@ -207,6 +217,9 @@ fn statements<'a>(
             .flat_map(move |c| (0..part(c)).map(move |i| (c, i)))
     };
     let id = |change: &'a ExecutionChange| change.row.execution_id.as_str();
+    let state = |change: &'a ExecutionChange| &change.row.state.pending_state;
+    let response =
+        |change: &'a ExecutionChange, i: usize| &change.responses[i].response.event.event;
     let statements = [
         unnest!(CHECK_REVISIONS, checked, |(id, revision)| {
             ids: &str = id.as_str(),
@@ -223,12 +236,12 @@ fn statements<'a>(
             scheduled_at_ns: i16 = sub_micros(created.scheduled_at),
             top_level: bool = change.row.execution_id.is_top_level(),
             versions: i64 = version_to_i64(change.row.state.next_version),
-            kinds: i16 = state_columns(&change.row.state.pending_state).0,
-            pending_at: Option<i64> = state_columns(&change.row.state.pending_state).1,
-            lock_expires_at: Option<i64> = state_columns(&change.row.state.pending_state).2,
-            finished_at: Option<i64> = finished_columns(&change.row.state.pending_state).0,
-            finished_at_ns: Option<i16> = finished_columns(&change.row.state.pending_state).1,
-            states: String = to_json(&change.row.state.pending_state)?,
+            kinds: i16 = kind_to_i16(state(change).kind()),
+            pending_at: Option<i64> = state(change).pending_at().map(micros),
+            lock_expires_at: Option<i64> = locked_until(state(change)),
+            finished_at: Option<i64> = state(change).finished_at().map(micros),
+            finished_at_ns: Option<i16> = state(change).finished_at().map(sub_micros),
+            states: String = to_json(state(change))?,
             max_retries: i64 = i64::from(change.row.max_retries),
             backoff_ns: i64 = duration_to_nanos(change.row.retry_exp_backoff),
             parents: Option<&str> = change.row.parent.as_ref().map(|(id, _)| id.as_str()),
@@ -238,12 +251,12 @@ fn statements<'a>(
         unnest!(UPDATE_EXECUTIONS, updated, |change| {
             ids: &str = id(change),
             versions: i64 = version_to_i64(change.row.state.next_version),
-            kinds: i16 = state_columns(&change.row.state.pending_state).0,
-            pending_at: Option<i64> = state_columns(&change.row.state.pending_state).1,
-            lock_expires_at: Option<i64> = state_columns(&change.row.state.pending_state).2,
-            finished_at: Option<i64> = finished_columns(&change.row.state.pending_state).0,
-            finished_at_ns: Option<i16> = finished_columns(&change.row.state.pending_state).1,
-            states: String = to_json(&change.row.state.pending_state)?,
+            kinds: i16 = kind_to_i16(state(change).kind()),
+            pending_at: Option<i64> = state(change).pending_at().map(micros),
+            lock_expires_at: Option<i64> = locked_until(state(change)),
+            finished_at: Option<i64> = state(change).finished_at().map(micros),
+            finished_at_ns: Option<i16> = state(change).finished_at().map(sub_micros),
+            states: String = to_json(state(change))?,
             temporary_events: i64 = i64::from(change.row.temporary_event_count),
             responses: i64 = count_to_i64(change.row.response_count),
         }),
@@ -258,16 +271,8 @@ fn statements<'a>(
             idx: i64 = count_to_i64(change.responses[i].idx),
             join_sets: String = change.responses[i].response.event.join_set_id.to_string(),
             join_set_idx: i64 = count_to_i64(change.responses[i].join_set_idx),
-            delays: Option<String> = match &change.responses[i].response.event.event {
-                JoinSetResponse::DelayFinished { delay_id } => Some(delay_id.to_string()),
-                JoinSetResponse::ChildExecutionFinished { .. } => None,
-            },
-            children: Option<&str> = match &change.responses[i].response.event.event {
-                JoinSetResponse::ChildExecutionFinished { child_execution_id, .. } => {
-                    Some(child_execution_id.as_str())
-                }
-                JoinSetResponse::DelayFinished { .. } => None,
-            },
+            delays: Option<String> = response(change, i).delay_id().map(|id| id.to_string()),
+            children: Option<&str> = response(change, i).child_execution_id().map(|id| id.as_str()),
             responses: String = to_json(&change.responses[i].response)?,
         }),
         unnest!(UPSERT_JOIN_SETS, each(|c| c.join_sets.len()), |(change, i)| {

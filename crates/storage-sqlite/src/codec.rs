@@ -4,7 +4,7 @@
 use crate::error::{Result, SqliteError};
 use chrono::{DateTime, Utc};
 use concepts::{
-    ExecutionEventInner, ExecutionState, HistoryEvent, JoinSetResponse, PendingState, Version,
+    ExecutionEventInner, ExecutionState, JoinSetResponse, PendingState, Version,
     kernel::ExecutionRow,
 };
 use rusqlite::types::{ToSqlOutput, Value};
@@ -54,26 +54,11 @@ where
         .map_err(|err| SqliteError::Corrupt(format!("stored {what} `{text}`: {err}")))
 }
 
-pub(crate) fn state_kind(kind: concepts::PendingStateKind) -> &'static str {
-    match kind {
-        concepts::PendingStateKind::PendingAt => "PendingAt",
-        concepts::PendingStateKind::Locked => "Locked",
-        concepts::PendingStateKind::BlockedByJoinSet => "BlockedByJoinSet",
-        concepts::PendingStateKind::Finished => "Finished",
-    }
-}
-
 /// The `kind` column of an event; history events are named by their own variant (the
 /// migration to schema version 3 counts `JoinNext` events by it).
 pub(crate) fn event_kind(event: &ExecutionEventInner) -> &'static str {
     match event {
-        ExecutionEventInner::HistoryEvent { event } => match event {
-            HistoryEvent::Persist { .. } => "Persist",
-            HistoryEvent::JoinSetCreate { .. } => "JoinSetCreate",
-            HistoryEvent::JoinSetRequest { .. } => "JoinSetRequest",
-            HistoryEvent::JoinNext { .. } => "JoinNext",
-            HistoryEvent::Schedule { .. } => "Schedule",
-        },
+        ExecutionEventInner::HistoryEvent { event } => event.variant_name(),
         other => other.variant_name(),
     }
 }
@@ -81,24 +66,15 @@ pub(crate) fn event_kind(event: &ExecutionEventInner) -> &'static str {
 /// The `join_set_id` column of an event.
 pub(crate) fn event_join_set(event: &ExecutionEventInner) -> Option<String> {
     match event {
-        ExecutionEventInner::HistoryEvent {
-            event:
-                HistoryEvent::JoinSetCreate { join_set_id, .. }
-                | HistoryEvent::JoinSetRequest { join_set_id, .. }
-                | HistoryEvent::JoinNext { join_set_id, .. },
-        } => Some(join_set_id.to_string()),
+        ExecutionEventInner::HistoryEvent { event } => event.join_set_id().map(ToString::to_string),
         _ => None,
     }
 }
 
 /// The `delay_id` and `child_execution_id` columns of a response.
 pub(crate) fn response_keys(response: &JoinSetResponse) -> (Option<String>, Option<String>) {
-    match response {
-        JoinSetResponse::DelayFinished { delay_id } => (Some(delay_id.to_string()), None),
-        JoinSetResponse::ChildExecutionFinished {
-            child_execution_id, ..
-        } => (None, Some(child_execution_id.to_string())),
-    }
+    let child = response.child_execution_id().map(ToString::to_string);
+    (response.delay_id().map(|id| id.to_string()), child)
 }
 
 pub(crate) fn nullable<T: Into<Value>>(value: Option<T>) -> ToSqlOutput<'static> {
@@ -111,50 +87,36 @@ pub(crate) fn nullable<T: Into<Value>>(value: Option<T>) -> ToSqlOutput<'static>
 /// temporary_event_count, finished_at` (when it finished: the key of `prune`).
 pub(crate) fn state_columns(row: &ExecutionRow) -> Result<Vec<ToSqlOutput<'_>>> {
     let state = &row.state.pending_state;
-    let (lock_expires_at, executor_id, run_id, join_set_id) = match state {
+    let (executor_id, run_id, join_set_id, result_kind) = match state {
         PendingState::Locked {
             executor_id,
             run_id,
-            lock_expires_at,
+            ..
         } => (
-            Some(lock_expires_at),
             Some(executor_id.to_string()),
             Some(run_id.to_string()),
             None,
-        ),
-        PendingState::BlockedByJoinSet {
-            join_set_id,
-            lock_expires_at,
-            ..
-        } => (
-            Some(lock_expires_at),
             None,
-            None,
-            Some(join_set_id.to_string()),
         ),
-        PendingState::PendingAt { .. } | PendingState::Finished { .. } => (None, None, None, None),
-    };
-    let (result_kind, finished_at) = match state {
-        PendingState::Finished {
-            result_kind,
-            finished_at,
-            ..
-        } => (Some(result_kind.to_string()), Some(micros(*finished_at))),
-        _ => (None, None),
+        PendingState::BlockedByJoinSet { join_set_id, .. } => {
+            (None, None, Some(join_set_id.to_string()), None)
+        }
+        PendingState::Finished { result_kind, .. } => (None, None, None, Some(result_kind)),
+        PendingState::PendingAt { .. } => (None, None, None, None),
     };
     Ok(vec![
         row.execution_id.as_str().into(),
         i64::from(row.state.next_version.0).into(),
-        state_kind(state.kind()).into(),
+        state.kind().to_string().into(),
         nullable(state.pending_at().map(micros)),
-        nullable(lock_expires_at.map(|at| micros(*at))),
+        nullable(state.lock_expires_at().map(micros)),
         nullable(executor_id),
         nullable(run_id),
         nullable(join_set_id),
-        nullable(result_kind),
+        nullable(result_kind.map(ToString::to_string)),
         serde_json::to_string(state)?.into(),
         i64::from(row.temporary_event_count).into(),
-        nullable(finished_at),
+        nullable(state.finished_at().map(micros)),
     ])
 }
 

@@ -238,7 +238,7 @@ pub(crate) fn list_executions(
     };
     let params = params![
         filter.ffqn.as_ref().map(ToString::to_string),
-        filter.state.map(codec::state_kind),
+        filter.state.map(|kind| kind.to_string()),
         filter.top_level_only,
         cursor_at,
         cursor_id,
