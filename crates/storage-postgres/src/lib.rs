@@ -326,8 +326,8 @@ impl kernel::Backend for PostgresStore {
         if req.locks_nothing() {
             return Ok(Vec::new());
         }
-        let mut lock = writer::Lock(req, keys);
-        let (plan, _, locked) = self.inner.writer.transact(&mut lock, false).await?;
+        let (mut lock, _) = kernel::queue(req, keys);
+        let (plan, locked) = self.inner.writer.transact(&mut lock, false).await?;
         // An outcome is planned on its leased row only when it runs alone (`Groups::write`):
         // a lock taken while writes are in flight would fill the table for nothing.
         if self.inner.groups.idle() {

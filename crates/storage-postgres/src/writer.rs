@@ -10,7 +10,7 @@ use crate::{
     trips::Trips,
 };
 use concepts::{
-    DbError, DuplicateKind, ExecutionId, LockPendingRequest, LockedExecution,
+    DbError, DuplicateKind, ExecutionId, LockedExecution,
     kernel::{
         self, GroupPlanner, Keys, KnownRows, LockGrant, Queued, Revision, Snapshot, WaiterHub,
         WritePlan,
@@ -98,61 +98,6 @@ impl Drop for WriteTx {
     }
 }
 
-/// What one transaction plans: a queued write, or a lock whose grants are handed over in the
-/// pipeline of its `COMMIT`.
-pub(crate) trait Alone {
-    /// What the write answers besides its plan.
-    type Out;
-    fn keys(&self) -> &Keys;
-    fn follow_up_keys(&self, snapshot: &Snapshot) -> Option<Keys>;
-    fn plan(&mut self, snapshot: &Snapshot) -> Result<(WritePlan, Self::Out), DbError>;
-    /// The leases to hand over after the commit.
-    fn grants(out: &mut Self::Out) -> Vec<LockGrant>;
-}
-
-impl<'a> Alone for Box<dyn Queued + 'a> {
-    type Out = ();
-
-    fn keys(&self) -> &Keys {
-        Queued::keys(self.as_ref())
-    }
-
-    fn follow_up_keys(&self, snapshot: &Snapshot) -> Option<Keys> {
-        Queued::follow_up_keys(self.as_ref(), snapshot)
-    }
-
-    fn plan(&mut self, snapshot: &Snapshot) -> Result<(WritePlan, ()), DbError> {
-        Queued::plan(self.as_mut(), snapshot).map(|plan| (plan, ()))
-    }
-
-    fn grants((): &mut ()) -> Vec<LockGrant> {
-        Vec::new()
-    }
-}
-
-/// `lock_pending` and its keys.
-pub(crate) struct Lock(pub(crate) LockPendingRequest, pub(crate) Keys);
-
-impl Alone for Lock {
-    type Out = Vec<LockGrant>;
-
-    fn keys(&self) -> &Keys {
-        &self.1
-    }
-
-    fn follow_up_keys(&self, _: &Snapshot) -> Option<Keys> {
-        None
-    }
-
-    fn plan(&mut self, snapshot: &Snapshot) -> Result<(WritePlan, Vec<LockGrant>), DbError> {
-        kernel::plan(snapshot, self.0.clone())
-    }
-
-    fn grants(grants: &mut Vec<LockGrant>) -> Vec<LockGrant> {
-        std::mem::take(grants)
-    }
-}
-
 impl Writer {
     async fn begin(&self) -> Result<WriteTx, DbError> {
         self.hub.ensure_open()?;
@@ -182,11 +127,11 @@ impl Writer {
     /// ([`KnownRows::assume`]), which the write checks before anything is stored; a refuted
     /// assumption runs it again with the load, without counting a retry. A deadlock, a
     /// serialization failure or a raced create runs it again from the load.
-    pub(crate) async fn transact<A: Alone>(
+    pub(crate) async fn transact(
         &self,
-        write: &mut A,
+        write: &mut Box<dyn Queued>,
         use_known: bool,
-    ) -> Result<(WritePlan, A::Out, Vec<LockedExecution>), DbError> {
+    ) -> Result<(WritePlan, Vec<LockedExecution>), DbError> {
         let mut attempt: u32 = 0;
         let mut assumed = self.known.assume(write.keys(), use_known);
         loop {
@@ -206,23 +151,23 @@ impl Writer {
                     tracing::debug!(attempt, error = %e, "retrying a transaction");
                 }
                 Err(e) => return Err(e),
-                Ok((plan, out, handed_over)) => return Ok((plan, out, handed_over?)),
+                Ok((plan, handed_over)) => return Ok((plan, handed_over?)),
             }
         }
     }
 
     /// One attempt; the hand-over's own result inside (the write committed either way).
-    async fn transact_once<A: Alone>(
+    async fn transact_once(
         &self,
-        write: &mut A,
+        write: &mut Box<dyn Queued>,
         assumed: Option<&(Snapshot, kernel::Assumption)>,
-    ) -> Result<(WritePlan, A::Out, Result<Vec<LockedExecution>, DbError>), DbError> {
+    ) -> Result<(WritePlan, Result<Vec<LockedExecution>, DbError>), DbError> {
         // A plan the assumed snapshot refuses is made again on what the load finds.
         let on_assumption = assumed.and_then(|(snapshot, assumption)| {
             Some((write.plan(snapshot).ok()?, &assumption.revisions[..]))
         });
         let tx = self.begin().await?;
-        let ((plan, mut out), checked) = match on_assumption {
+        let (plan, checked) = match on_assumption {
             Some((planned, checked)) => (planned, Some(checked)),
             None => {
                 let planned = async {
@@ -244,12 +189,12 @@ impl Writer {
                 }
             }
         };
-        let granted = A::grants(&mut out);
+        let granted = write.granted();
         match tx.commit(&self.trips, checked, &plan, granted).await {
             Ok(handed_over) => {
                 // Committed: from here on nothing turns the call into an error.
                 self.hub.deliver(&plan.wakeups);
-                Ok((plan, out, handed_over))
+                Ok((plan, handed_over))
             }
             Err(NotCommitted::RolledBack(e) | NotCommitted::Unknown(e)) => Err(e),
         }

@@ -25,6 +25,9 @@ pub trait Queued: Send {
     /// Plans it alone on `snapshot`; its reply is kept for [`Queued::answer`].
     fn plan(&mut self, snapshot: &Snapshot) -> Result<WritePlan, DbError>;
 
+    /// The leases its plan granted, to hand over after the commit ([`Write::granted`]).
+    fn granted(&mut self) -> Vec<super::writes::LockGrant>;
+
     /// Plans it as the next write of `group`; false when the kernel refused it (the refusal
     /// is its answer).
     fn plan_in(&mut self, group: &mut GroupPlanner<'_>) -> bool;
@@ -82,6 +85,13 @@ impl<W: Write> Queued for Job<W> {
         let (plan, reply) = plan(snapshot, self.write.clone())?;
         self.reply = Some(Ok(reply));
         Ok(plan)
+    }
+
+    fn granted(&mut self) -> Vec<super::writes::LockGrant> {
+        match &mut self.reply {
+            Some(Ok(reply)) => W::granted(reply),
+            _ => Vec::new(),
+        }
     }
 
     fn plan_in(&mut self, group: &mut GroupPlanner<'_>) -> bool {

@@ -3,7 +3,7 @@
 //! makes through the public traits is made again through them (a decorator's way of passing a
 //! write on without naming its kind).
 
-use super::{keys::Keys, plan::Planner, snapshot::Snapshot};
+use super::{keys::Keys, plan::Planner, snapshot::Snapshot, writes::LockGrant};
 use crate::{DbConnection, DbError};
 use std::{fmt::Debug, future::Future, pin::Pin};
 
@@ -39,6 +39,14 @@ pub trait Write: Clone + Debug + Send + Sync + sealed::Sealed + 'static {
     /// Validates the write on the planner's snapshot and stages its changes; its reply, or the
     /// error that refuses the whole write.
     fn plan(self, planner: &mut Planner<'_>) -> Result<Self::Reply, DbError>;
+
+    /// The leases the write granted, taken out of its reply, for the backend to hand over
+    /// with their histories after the commit ([`hand_over`](super::hand_over)); none but for
+    /// `lock_pending`.
+    fn granted(reply: &mut Self::Reply) -> Vec<LockGrant> {
+        let _ = reply;
+        Vec::new()
+    }
 }
 
 /// A future a decorator awaits.

@@ -48,6 +48,10 @@ impl Write for LockPendingRequest {
         })
     }
 
+    fn granted(reply: &mut Vec<LockGrant>) -> Vec<LockGrant> {
+        std::mem::take(reply)
+    }
+
     fn plan(self, planner: &mut Planner<'_>) -> Result<Vec<LockGrant>, DbError> {
         let req = &self;
         let snapshot = planner.snapshot;
