@@ -560,8 +560,8 @@ impl ExecutorTaskHandle {
                     let _ = join.await;
                     warn!(
                         executor_id = %self.executor_id,
-                        "the executor was still locking at the drain's deadline; aborted, what \
-                         it locked is left to its lease"
+                        "the executor loop had not stopped by the drain's deadline (a lock in \
+                         flight, say); aborted, whatever it locked is left to its lease"
                     );
                 }
             }
