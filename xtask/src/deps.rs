@@ -20,6 +20,9 @@ pub enum Edges {
     Normal,
     /// `[dependencies]` and `[dev-dependencies]`: the crate's tests must not reach it either.
     NormalAndDev,
+    /// The crate's own `[dev-dependencies]` only, not what they depend on: its tests may reach
+    /// a forbidden crate through a test helper (`test-support`), never name it themselves.
+    DirectDev,
 }
 
 /// One forbidden-edge rule: no crate matching `crates` may reach a crate matching one of
@@ -60,6 +63,8 @@ pub const RULES: &[Rule] = &[
     Rule { crates: "timers-watcher", edges: Edges::NormalAndDev, forbidden: &["storage-*", "@driver"], allowed: &[], why: "the watcher works through the storage traits and never names a backend" },
     Rule { crates: "timers-watcher", edges: Edges::NormalAndDev, forbidden: &["executor"], allowed: &[], why: "the watcher acts on expired timers through storage alone, it knows no executor" },
     Rule { crates: "workflow", edges: Edges::NormalAndDev, forbidden: &["storage-*", "@driver"], allowed: &[], why: "the workflow layer works through the storage traits and never names a backend" },
+    Rule { crates: "node", edges: Edges::Normal, forbidden: &["storage-*", "@driver"], allowed: &[], why: "the node wires executors, the watcher and the pruner through the storage traits and never names a backend" },
+    Rule { crates: "node", edges: Edges::DirectDev, forbidden: &["storage-*", "@driver"], allowed: &[], why: "the node's tests get their stores from test-support's factories, they name no backend themselves" },
     Rule { crates: "storage-*", edges: Edges::Normal, forbidden: &["@workspace"], allowed: &["concepts"], why: "a backend implements the concepts traits and knows nothing built on top of them" },
     Rule { crates: "test-utils", edges: Edges::Normal, forbidden: &["@workspace"], allowed: &["concepts"], why: "every crate's tests use it, so it must sit below all of them but concepts" },
     Rule { crates: "conformance", edges: Edges::NormalAndDev, forbidden: &["storage-*"], allowed: &[], why: "the suite is run by every backend and names none of them" },
@@ -242,6 +247,7 @@ impl fmt::Display for Violation {
         let edges = match rule.edges {
             Edges::Normal => "normal edges",
             Edges::NormalAndDev => "normal and dev edges",
+            Edges::DirectDev => "its own dev edges",
         };
         write!(
             f,
@@ -317,8 +323,13 @@ fn violations_from(graph: &DepGraph, rule: &Rule, subject: &str) -> Vec<Violatio
             continue;
         };
         for (dep, kinds) in deps {
-            let followed =
-                kinds.normal || (first_hop && rule.edges == Edges::NormalAndDev && kinds.dev);
+            let followed = match rule.edges {
+                Edges::Normal => kinds.normal,
+                Edges::NormalAndDev => kinds.normal || (first_hop && kinds.dev),
+                // Past the first hop nothing is followed: what a dev-dependency itself
+                // depends on is its business.
+                Edges::DirectDev => first_hop && kinds.dev,
+            };
             if !followed || !visited.insert(dep.as_str()) {
                 continue;
             }

@@ -1,6 +1,7 @@
 //! Repository rules checked as ordinary tests (`cargo nextest run -p xtask`, part of
 //! `cargo xtask ci`): every source file says what it is for, no library file grows past a size
-//! a reader can hold, and no storage backend writes a rule of the model.
+//! a reader can hold, no storage backend writes a rule of the model, and only the node spawns
+//! executors.
 
 #[cfg(test)]
 mod tests {
@@ -83,6 +84,85 @@ mod tests {
         let code = line.trim_start();
         !code.starts_with("//")
             && (code.contains("ValidationError::") || code.contains("ValidationError as "))
+    }
+
+    /// The call that spawns an executor loop, spelled in two halves so that this file does not
+    /// hold it.
+    const SPAWN_EXECUTOR: &str = concat!("ExecTask::", "spawn_new");
+
+    /// Whether a line calls [`SPAWN_EXECUTOR`] in code: comment lines (doc comments and their
+    /// examples included) are prose.
+    fn spawns_an_executor(line: &str) -> bool {
+        let code = line.trim_start();
+        !code.starts_with("//") && code.contains(SPAWN_EXECUTOR)
+    }
+
+    /// Where executors may be spawned by hand: the node, which wires them for everyone else;
+    /// the executor's own unit tests; the conformance suite's executor scenarios, which test
+    /// the executor itself.
+    fn may_spawn_executors(path: &Path) -> bool {
+        let executor_tests = path.starts_with("crates/executor/src")
+            && (path.file_name().is_some_and(|n| n == "tests.rs")
+                || path.components().any(|c| c.as_os_str() == "tests"));
+        path.starts_with("crates/node/src")
+            || executor_tests
+            || path.starts_with("tests/conformance/src/executor_scenarios")
+    }
+
+    #[test]
+    fn only_the_node_spawns_executors() {
+        let offending: Vec<String> = workspace_sources()
+            .into_iter()
+            .filter(|path| !may_spawn_executors(path))
+            .flat_map(|path| {
+                read(&path)
+                    .lines()
+                    .enumerate()
+                    .filter(|(_, line)| spawns_an_executor(line))
+                    .map(|(n, line)| format!("{}:{}: {}", path.display(), n + 1, line.trim()))
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        assert!(
+            offending.is_empty(),
+            "executors are wired by the node (`node::Node::builder`, with the timers watcher and \
+             the pruner beside them); start a node instead of calling {SPAWN_EXECUTOR}:\n{}",
+            offending.join("\n")
+        );
+    }
+
+    #[test]
+    fn executor_spawns_are_told_from_mentions_and_placed() {
+        let call = format!("    let handle = {SPAWN_EXECUTOR}(worker, config, Now, db);");
+        assert!(spawns_an_executor(&call));
+        assert!(spawns_an_executor(&format!("executor::{SPAWN_EXECUTOR}(")));
+        for mention in [
+            format!("/// Use [`{SPAWN_EXECUTOR}`] in production"),
+            format!("//!     {SPAWN_EXECUTOR}(Arc::new(worker), config, Now, db)"),
+            format!("    // not {SPAWN_EXECUTOR} here"),
+            "    let task = ExecTask::new(worker, config, clock, db);".to_string(),
+        ] {
+            assert!(!spawns_an_executor(&mention), "{mention}");
+        }
+        for allowed in [
+            "crates/node/src/builder.rs",
+            "crates/executor/src/exec_task/tests.rs",
+            "crates/executor/src/exec_task/tests/drain.rs",
+            "tests/conformance/src/executor_scenarios/spawned.rs",
+        ] {
+            assert!(may_spawn_executors(Path::new(allowed)), "{allowed}");
+        }
+        for refused in [
+            "crates/executor/src/exec_task.rs",
+            "crates/cli/src/commands/node.rs",
+            "crates/cli/examples/order.rs",
+            "crates/bench/src/multi.rs",
+            "tests/durability/src/main.rs",
+            "tests/conformance/src/workflow_scenarios/fixture.rs",
+            "crates/node/tests/node.rs",
+        ] {
+            assert!(!may_spawn_executors(Path::new(refused)), "{refused}");
+        }
     }
 
     #[test]

@@ -154,7 +154,7 @@ async fn measure(
     anyhow::ensure!(executions > 0, "--latency-executions: 0 executions");
     let total = WARM_UP + executions;
     let counting = Arc::new(CountingDb::new(db.clone(), total, false));
-    let mut executor = crate::multi::spawn_noop_executor(counting.clone(), batch_size)?;
+    let node = crate::multi::noop_node(db, counting.clone(), batch_size)?.start()?;
     let timed = async {
         let mut samples = Vec::with_capacity(executions);
         let mut commits = Vec::with_capacity(executions);
@@ -179,7 +179,7 @@ async fn measure(
         anyhow::Ok((Latency::of(&mut samples), Latency::of(&mut commits)))
     }
     .await;
-    executor.close().await;
+    node.shutdown(crate::multi::STOP).await;
     timed
 }
 

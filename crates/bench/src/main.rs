@@ -1,7 +1,8 @@
 //! `stele-bench`: end-to-end throughput of Stele's backends, run with `cargo xtask bench`.
 //!
 //! The workload: N no-op executions created up front with one `create_batch`, then one executor
-//! whose worker returns at once, timed from the first create to the last committed `Finished`.
+//! whose worker returns at once (a `node::Node` of that one worker, without a timers watcher),
+//! timed from the first create to the last committed `Finished`.
 //! It reports creates/s (the `create_batch` call), finished/s (from the executor's start to the
 //! last `Finished`) and end-to-end executions/s (the whole run), per backend: memory, SQLite
 //! and PostgreSQL (a fresh database on the server `--postgres-url` or
@@ -35,8 +36,8 @@
 //! `--instructions` runs only the instruction count (`instructions`): instructions per
 //! execution of the memory backend end to end, under `valgrind --tool=callgrind`.
 //!
-//! `--soak` runs only the soak (`soak`): a steady submit rate for minutes with an executor,
-//! the timers watcher and `timers_watcher::Pruner`, printing the store's size over time and
+//! `--soak` runs only the soak (`soak`): a steady submit rate for minutes with a node of an
+//! executor, the timers watcher and `timers_watcher::Pruner`, printing the store's size over time and
 //! whether it levelled off.
 
 #![expect(clippy::print_stdout, reason = "a benchmark prints its results")]
@@ -290,11 +291,11 @@ async fn run_noop(
     let start = Instant::now();
     db.create_batch(requests).await.context("create_batch")?;
     let created = Instant::now();
-    let mut executor = multi::spawn_noop_executor(counting.clone(), batch_size)?;
+    let node = multi::noop_node(db, counting.clone(), batch_size)?.start()?;
     let deadline = Duration::from_secs(600);
     let reached = tokio::time::timeout(deadline, counting.reached_target()).await;
     let finished = Instant::now();
-    executor.close().await;
+    node.shutdown(multi::STOP).await;
     reached
         .with_context(|| format!("{backend}: not every execution finished within {deadline:?}"))?;
     Ok(Measurement {

@@ -18,7 +18,8 @@ use crate::{BenchWorker, Measurement, counting::CountingDb, noop_requests};
 use anyhow::{Context, bail, ensure};
 use concepts::DbClientExt as _;
 use concepts::{DbConnection, ListExecutionsFilter, PendingStateKind};
-use executor::{ExecConfig, ExecTask, ExecutorTaskHandle, Now};
+use executor::Now;
+use node::{ExecutorSettings, Node, NodeBuilder};
 use std::{
     io::{BufRead, BufReader, Write},
     process::{Child, ChildStdin, Command, Stdio},
@@ -72,40 +73,40 @@ pub(crate) async fn worker_process(args: WorkerArgs) -> anyhow::Result<()> {
         Some(other) => bail!("unexpected command `{other}`"),
     }
     let counting = Arc::new(CountingDb::new(db.clone(), usize::MAX, true));
-    let mut executor = spawn_noop_executor(counting.clone(), args.batch_size)?;
+    let node = noop_node(&db, counting.clone(), args.batch_size)?.start()?;
     while let Some(command) = received.recv().await {
         if command == "stop" {
             break;
         }
     }
-    executor.close().await;
+    node.shutdown(STOP).await;
     db.close().await;
     say(&format!("stopped {}", counting.finished()));
     Ok(())
 }
 
-/// One executor of no-op executions, `batch_size` per tick, writing through `counting`.
-pub(crate) fn spawn_noop_executor(
+/// How long a benchmark's node gets to drain when it stops: its runs are no-ops, so it
+/// stops as soon as the last outcome is written.
+pub(crate) const STOP: Duration = Duration::from_secs(10);
+
+/// A node of one executor of no-op executions, `batch_size` per tick, that locks and writes
+/// through `counting`; no timers watcher (the throughput and latency runs have none, the soak
+/// adds one).
+pub(crate) fn noop_node(
+    db: &Arc<dyn DbConnection>,
     counting: Arc<CountingDb>,
     batch_size: usize,
-) -> anyhow::Result<ExecutorTaskHandle> {
-    Ok(ExecTask::spawn_new(
-        Arc::new(BenchWorker::new()?),
-        executor_config(batch_size)?,
-        Now,
-        counting,
-    ))
-}
-
-/// The executor of both the single- and the multi-process runs.
-pub(crate) fn executor_config(batch_size: usize) -> anyhow::Result<ExecConfig> {
-    Ok(ExecConfig {
+) -> anyhow::Result<NodeBuilder<Now>> {
+    let settings = ExecutorSettings {
         lock_expiry: Duration::from_secs(60),
         tick_sleep: Duration::from_secs(1),
         batch_size,
-        component_id: crate::component_id()?,
-        task_limiter: None,
-    })
+        component_id: Some(crate::component_id()?),
+        concurrency: None,
+    };
+    Ok(Node::builder(db.clone(), Now)
+        .without_timers_watcher()
+        .worker_through(Arc::new(BenchWorker::new()?), settings, counting))
 }
 
 fn say(line: &str) {

@@ -4,16 +4,20 @@
 //! pruned and is still stored, and the sizes of the SQLite files or of the PostgreSQL tables. The store must level off: the summary
 //! compares the largest size of the last third of the run with that of the middle third.
 
-use crate::{counting::CountingDb, multi::spawn_noop_executor, noop_requests, probe::Probe};
+use crate::{
+    counting::CountingDb,
+    multi::{STOP, noop_node},
+    noop_requests,
+    probe::Probe,
+};
 use anyhow::Context;
 use concepts::{DbClientExt as _, DbConnection, ListExecutionsFilter};
-use executor::Now;
 use std::{
     fmt::Write as _,
     sync::Arc,
     time::{Duration, Instant},
 };
-use timers_watcher::{Pruner, PrunerConfig, TimersWatcherConfig};
+use timers_watcher::{PrunerConfig, TimersWatcherConfig};
 
 /// How a soak run goes.
 #[derive(Debug, Clone)]
@@ -160,19 +164,18 @@ pub(crate) async fn run(
         interval: config.prune_interval,
         batch: config.prune_batch,
     };
-    let mut pruner = Pruner::spawn_new(db.clone(), pruner_config, Now)?;
     let counting = Arc::new(CountingDb::new(db.clone(), usize::MAX, false));
-    let mut executor = spawn_noop_executor(counting.clone(), config.executor_batch)?;
     let watcher_config = TimersWatcherConfig {
         tick_sleep: Duration::from_secs(1),
         leeway: Duration::ZERO,
     };
-    let mut watcher = timers_watcher::spawn_new(db.clone(), watcher_config, Now);
+    let node = noop_node(&db, counting.clone(), config.executor_batch)?
+        .timers_watcher(watcher_config)
+        .pruner(pruner_config)
+        .start()?;
 
     let submitted = submit(backend, &db, probe, config, &counting).await;
-    pruner.close().await;
-    executor.close().await;
-    watcher.close().await;
+    node.shutdown(STOP).await;
     db.close().await;
     let samples = submitted?;
 

@@ -8,7 +8,8 @@ use async_trait::async_trait;
 use concepts::{
     ComponentId, DbConnection, ExecutionEventInner, ExecutionId, ExecutionLog, FunctionFqn,
 };
-use executor::{ExecConfig, ExecTask, Now, Worker, WorkerContext, WorkerResult};
+use executor::{Now, Worker, WorkerContext, WorkerResult};
+use node::{ExecutorSettings, Node};
 use std::{
     sync::{Arc, Mutex},
     time::{Duration, Instant},
@@ -138,13 +139,13 @@ fn runs(log: &ExecutionLog) -> usize {
         .count()
 }
 
-fn config(lock_expiry: Duration, component_id: &ComponentId) -> ExecConfig {
-    ExecConfig {
+fn settings(lock_expiry: Duration, component_id: &ComponentId) -> ExecutorSettings {
+    ExecutorSettings {
         lock_expiry,
         tick_sleep: Duration::from_millis(100),
         batch_size: 256,
-        component_id: component_id.clone(),
-        task_limiter: None,
+        component_id: Some(component_id.clone()),
+        concurrency: None,
     }
 }
 
@@ -169,31 +170,16 @@ pub async fn measure(
         runs: Mutex::new(Vec::new()),
     });
     let lease = Duration::from_secs(600);
-    let mut executors = vec![
-        ExecTask::spawn_new(
-            Arc::new(activities),
-            config(lease, &component_id),
-            Now,
-            db.clone(),
-        ),
-        ExecTask::spawn_new(
-            Arc::new(warm),
-            config(lease, &component_id),
-            Now,
-            db.clone(),
-        ),
-        ExecTask::spawn_new(
-            cold.clone(),
-            config(COLD_SLEEP / 2, &component_id),
-            Now,
-            db.clone(),
-        ),
-    ];
     let watcher_config = TimersWatcherConfig {
         tick_sleep: Duration::from_millis(100),
         leeway: Duration::ZERO,
     };
-    let mut watcher = timers_watcher::spawn_new(db.clone(), watcher_config, Now);
+    let node = Node::builder(db.clone(), Now)
+        .worker(Arc::new(activities), settings(lease, &component_id))
+        .worker(Arc::new(warm), settings(lease, &component_id))
+        .worker(cold.clone(), settings(COLD_SLEEP / 2, &component_id))
+        .timers_watcher(watcher_config)
+        .start()?;
     let client = Client::new(db.clone(), Now, component_id).retries(0, Duration::from_secs(1));
     let limit = Duration::from_secs(600);
 
@@ -246,10 +232,7 @@ pub async fn measure(
         bail!("the long history was never replayed: its run did not give up at the sleep");
     };
 
-    for executor in &mut executors {
-        executor.close().await;
-    }
-    watcher.close().await;
+    node.shutdown(crate::multi::STOP).await;
     db.close().await;
     Ok(WorkflowMeasurement {
         backend: backend.to_string(),

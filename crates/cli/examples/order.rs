@@ -2,21 +2,19 @@
 //! a deadline, and refund the payment when an item cannot ship in time.
 //!
 //! Run it with `cargo run --example order`. It opens a fresh SQLite database (the embedded,
-//! durable default), runs one executor for the workflow, one for the activities and a timers
-//! watcher, submits three orders, and prints what happened to each, then the log of the last.
+//! durable default), starts a node (one executor for the workflow, one for the activities and
+//! the timers watcher), submits three orders, and prints what happened to each, then the log
+//! of the last.
 
 #![expect(clippy::print_stdout, reason = "an example prints what happened")]
 
 use concepts::{ComponentId, DbConnection, ExecutionEventInner, ExecutionId, HistoryEvent};
-use executor::{ExecConfig, ExecTask, Now};
+use executor::Now;
+use node::Node;
 use serde::{Deserialize, Serialize};
 use std::{sync::Arc, time::Duration};
 use storage_sqlite::{SqliteConfig, SqlitePool};
-use timers_watcher::TimersWatcherConfig;
-use workflow::{
-    ActivityCtx, ActivityWorker, Client, Function, Response, WorkflowCtx, WorkflowError,
-    WorkflowWorker,
-};
+use workflow::{ActivityCtx, Client, Function, Response, WorkflowCtx, WorkflowError};
 
 // The functions, as typed handles: a name plus parameter and result types.
 const CHARGE: Function<Charge, Payment> = Function::new("shop:payments/api.charge");
@@ -145,40 +143,15 @@ async fn main() -> anyhow::Result<()> {
     let db: Arc<dyn DbConnection> = Arc::new(SqlitePool::open(SqliteConfig::new(&path)).await?);
     println!("database: {}", path.display());
 
+    // The node: an executor for the workflow, one for the activities, and the timers watcher.
     let component = ComponentId::new("shop", "orders")?;
-    let config = |lock_expiry| ExecConfig {
-        lock_expiry,
-        tick_sleep: Duration::from_millis(100),
-        batch_size: 16,
-        component_id: component.clone(),
-        task_limiter: None,
-    };
-    let workflows = WorkflowWorker::new(db.clone(), Now)
+    let node = Node::builder(db.clone(), Now)
+        .workflow(&ORDER, order)
         .child_settings(component.clone(), 2, Duration::from_millis(100))
-        .register(&ORDER, order)?;
-    let activities = ActivityWorker::new()
-        .register(&CHARGE, charge)?
-        .register(&REFUND, refund)?
-        .register(&SHIP, ship)?;
-    let mut executors = [
-        ExecTask::spawn_new(
-            Arc::new(workflows),
-            config(Duration::from_secs(10)),
-            Now,
-            db.clone(),
-        ),
-        ExecTask::spawn_new(
-            Arc::new(activities),
-            config(Duration::from_secs(10)),
-            Now,
-            db.clone(),
-        ),
-    ];
-    let watcher_config = TimersWatcherConfig {
-        tick_sleep: Duration::from_millis(100),
-        leeway: Duration::ZERO,
-    };
-    let mut watcher = timers_watcher::spawn_new(db.clone(), watcher_config, Now);
+        .activity(&CHARGE, charge)
+        .activity(&REFUND, refund)
+        .activity(&SHIP, ship)
+        .start()?;
 
     let client = Client::new(db.clone(), Now, component);
     let orders = [
@@ -206,10 +179,7 @@ async fn main() -> anyhow::Result<()> {
         print_log(db.as_ref(), &id).await?;
     }
 
-    for executor in &mut executors {
-        executor.close().await;
-    }
-    watcher.close().await;
+    node.shutdown(Duration::from_secs(5)).await;
     db.close().await;
     Ok(())
 }

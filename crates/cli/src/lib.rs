@@ -12,8 +12,10 @@
 //!   of executions, and the event log of one execution as a timeline (or as JSON for scripts);
 //!   `stele executions wait ID` waits for one to finish and prints its result.
 //! - The operator's commands run and steer executions on a database: `stele serve` runs the
-//!   demo's functions (one executor each, the timers watcher and, with `--prune-older-than`,
-//!   the retention task) until Ctrl-C or `SIGTERM`, and waits for a PostgreSQL server that is
+//!   demo's functions (a `node::Node`: one executor each, the timers watcher and, with
+//!   `--prune-older-than`, the retention task) until Ctrl-C or `SIGTERM`, then drains (it
+//!   takes no new work and gives the runs in flight `--drain-timeout`, 10 s by default, to
+//!   finish; a second signal stops at once), and waits for a PostgreSQL server that is
 //!   not up yet (a note on stderr; `wait_for_server_s=N` in the URL bounds it); `stele submit FFQN --params JSON [--id ID]`
 //!   creates a top-level execution, idempotently under a given id; `stele executions cancel`,
 //!   `complete` (a durable promise: an execution of a stub function) and `prune` (finished
@@ -47,7 +49,7 @@
 //! | 2 | usage or bad input: unknown flag, a number option (`N`) that is not a whole number in its range (negative, too large, a fraction, a word), malformed execution id, function name, JSON or duration, unknown `--state`, parameters a demo function cannot decode, a `submit --id` repeated with another function or other parameters, a `complete` with another value than the promise has, a `complete` of an execution that is not a stub |
 //! | 3 | not found: no database file at the path, no execution with that id |
 //! | 4 | the database cannot be opened: not a Stele database (an empty file or a PostgreSQL database without Stele's tables included), a path that cannot be written, a newer schema, an older schema for `list`, `show` and `wait`, an unreachable server |
-//! | 130 | interrupted (Ctrl-C or `SIGTERM`): the way `stele serve` stops; `stele demo` resumes the workload when run again |
+//! | 130 | interrupted (Ctrl-C or `SIGTERM`): the way `stele serve` stops, after its drain (its last line says how many runs in flight finished and how many were left to their leases); `stele demo` resumes the workload when run again |
 //!
 //! Every error is one line on stderr, `error: ` and the reason, command-line parsing errors
 //! included (clap's usage text is left out; `--help` shows it).

@@ -1149,10 +1149,11 @@ fn serve_runs_what_submit_creates_until_sigterm() {
 
     let (code, rest) = server.terminate();
     assert_eq!(code, 130, "{rest:?}");
-    assert_eq!(rest.len(), 1, "{rest:?}");
-    assert!(
-        rest[0].starts_with(&format!("error: interrupted: stopped serving {db}")),
-        "{rest:?}"
+    assert_eq!(rest.len(), 2, "{rest:?}");
+    assert_eq!(rest[0], STOPPING, "{rest:?}");
+    assert_eq!(
+        rest[1],
+        format!("error: interrupted: stopped serving {db}; {NOTHING_RUNNING}")
     );
     // Closed cleanly: the file opens and holds what was run.
     let rows = run_json(&["--db", db, "executions", "list", "--json"]);
@@ -1161,6 +1162,77 @@ fn serve_runs_what_submit_creates_until_sigterm() {
         5,
         "flaky, fanout and its 3 children"
     );
+}
+
+/// What `serve` says when a signal stops it (with the default `--drain-timeout`).
+const STOPPING: &str = "stopping: no new work is taken; the runs in flight get up to 10s to \
+                        finish (Ctrl-C again stops at once)";
+/// The end of its last line when nothing was running.
+const NOTHING_RUNNING: &str = "runs in flight: 0 finished, 0 left (the next `stele serve` takes \
+                               up what was left once its lease expires)";
+
+/// Stopped by `SIGTERM`, `serve` drains: a run in flight finishes within `--drain-timeout`;
+/// without time to drain, the run is left to its lease, still locked, and the next `serve`
+/// takes it up once the lease expired.
+#[test]
+fn serve_drains_the_runs_in_flight_when_stopped() {
+    let dir = tempfile::tempdir().unwrap();
+    let db_path = empty_database(dir.path());
+    let db = path_str(&db_path);
+    // Shorter than `flaky`'s lease of 2 s, long enough to be seen running.
+    let working = r#"{"fail_probability":0,"work_ms":1500}"#;
+    let locked = |doc: &Value| doc["state"] == "Locked";
+    run_failing(
+        &["--db", db, "serve", "--drain-timeout", "7x"],
+        2,
+        "invalid --drain-timeout: `7x` has the unknown unit `x`",
+    );
+
+    let server = Server::start(db, &[]);
+    let finished = submit(db, FLAKY, working);
+    show_until(db, &finished, locked);
+    let (code, rest) = server.terminate();
+    assert_eq!(code, 130, "{rest:?}");
+    assert_eq!(
+        rest,
+        [
+            STOPPING.to_string(),
+            format!(
+                "error: interrupted: stopped serving {db}; runs in flight: 1 finished, 0 left \
+                 (the next `stele serve` takes up what was left once its lease expires)"
+            )
+        ]
+    );
+    let result = run_json(&["--db", db, "executions", "wait", &finished, "--json"]);
+    assert_eq!(result["value"]["attempts"], 1, "{result}");
+
+    let server = Server::start(db, &["--drain-timeout", "0s"]);
+    let left = submit(db, FLAKY, working);
+    show_until(db, &left, locked);
+    let (code, rest) = server.terminate();
+    assert_eq!(code, 130, "{rest:?}");
+    assert!(
+        rest.last()
+            .is_some_and(|line| line.contains("runs in flight: 0 finished, 1 left")),
+        "{rest:?}"
+    );
+    let shown = run_json(&["--db", db, "executions", "show", &left, "--json"]);
+    assert_eq!(shown["state"], "Locked", "{shown}");
+    // The next node's watcher times the lease out; its retry is the second attempt.
+    let server = Server::start(db, &[]);
+    let result = run_json(&[
+        "--db",
+        db,
+        "executions",
+        "wait",
+        &left,
+        "--json",
+        "--timeout",
+        "60s",
+    ]);
+    assert_eq!(result["value"]["attempts"], 2, "{result}");
+    let (code, _) = server.terminate();
+    assert_eq!(code, 130);
 }
 
 /// Reads `stele executions show ID --json` until `done` holds for it (an execution that

@@ -12,11 +12,11 @@ use concepts::{
     FunctionFqn, LockPendingRequest, LockedExecution, OutcomeWrite, add_saturating, is_lost_race,
     retry,
 };
-use futures_util::{FutureExt as _, future::BoxFuture};
+use futures_util::{FutureExt as _, StreamExt as _, future::BoxFuture, stream::FuturesUnordered};
 use std::panic::AssertUnwindSafe;
 use std::{
     sync::{
-        Arc,
+        Arc, Mutex, PoisonError,
         atomic::{AtomicU64, Ordering},
     },
     time::Duration,
@@ -59,6 +59,16 @@ pub struct ExecConfig {
 /// One permit per execution a tick may lock.
 type Permits = Vec<OwnedSemaphorePermit>;
 
+/// The tasks of the runs the loop spawned that may still be running, shared by the loop and
+/// its handle, so that a drain can await them and abort the rest. Bounded by the task
+/// limiter: each time the loop adds a batch it drops the tasks that ended.
+type RunTasks = Arc<Mutex<Vec<JoinHandle<()>>>>;
+
+fn lock_tasks(tasks: &RunTasks) -> std::sync::MutexGuard<'_, Vec<JoinHandle<()>>> {
+    // A panic while the lock is held cannot leave the list half-written: it is pushes only.
+    tasks.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
 /// An executor: runs one [`Worker`]'s functions against a store.
 ///
 /// The store is taken as `Arc<dyn DbExecutor>`, the narrow trait of what an executor needs;
@@ -76,6 +86,8 @@ pub struct ExecTask<C: ClockFn> {
     ffqns: Arc<[FunctionFqn]>,
     ticks: Arc<AtomicU64>,
     cancellation: Cancellation,
+    /// The loop's runs, for [`ExecutorTaskHandle::drain`].
+    runs: RunTasks,
     /// `config.task_limiter`, or this executor's own of two batches.
     limiter: Arc<Semaphore>,
     /// How many free permits a tick of the loop waits for: a batch with its own limiter, one
@@ -112,6 +124,7 @@ impl<C: ClockFn> ExecTask<C> {
             executor_id,
             ffqns,
             ticks: Arc::default(),
+            runs: RunTasks::default(),
         }
     }
 
@@ -132,6 +145,7 @@ impl<C: ClockFn> ExecTask<C> {
         let (closing_tx, closing_rx) = watch::channel(false);
         let executor_id = self.executor_id;
         let ticks = self.ticks.clone();
+        let runs = self.runs.clone();
         let span = info_span!("executor", %executor_id, component_id = %self.config.component_id);
         let join = tokio::spawn(self.run_loop(closing_rx).instrument(span));
         ExecutorTaskHandle {
@@ -139,6 +153,7 @@ impl<C: ClockFn> ExecTask<C> {
             closing: closing_tx,
             join: Some(join),
             ticks,
+            runs,
         }
     }
 
@@ -190,7 +205,7 @@ impl<C: ClockFn> ExecTask<C> {
             if permits.is_empty() {
                 continue; // No permit was freed within `tick_sleep`: look again.
             }
-            let locked = self.lock_and_spawn(self.clock.now(), permits).await;
+            let locked = self.lock_and_track(self.clock.now(), permits).await;
             if let Err(err) = &locked {
                 warn!("cannot lock pending executions: {err}");
             }
@@ -237,6 +252,27 @@ impl<C: ClockFn> ExecTask<C> {
         } else {
             tokio::time::sleep(self.config.tick_sleep).await;
         }
+    }
+
+    /// The loop's step: locks, spawns each run, and keeps its task for a drain.
+    async fn lock_and_track(
+        &self,
+        executed_at: DateTime<Utc>,
+        permits: Permits,
+    ) -> Result<(), DbError> {
+        let runs = self.lock(executed_at, permits).await?;
+        if runs.is_empty() {
+            return Ok(());
+        }
+        let spawned: Vec<_> = runs
+            .into_iter()
+            // Boxed (see `ExecTask::run`): the future is large, and tokio moves it several times.
+            .map(|run| tokio::spawn(run.future))
+            .collect();
+        let mut tasks = lock_tasks(&self.runs);
+        tasks.retain(|task| !task.is_finished());
+        tasks.extend(spawned);
+        Ok(())
     }
 
     async fn lock_and_spawn(
@@ -452,21 +488,38 @@ impl ExecutionProgress {
 
 /// A running executor loop.
 ///
-/// [`ExecutorTaskHandle::close`] stops it gracefully; dropping the handle without closing
-/// aborts the loop and logs a warning. Workers already running finish and write their
-/// outcomes either way; if the process ends first, their leases expire and the timers watcher
-/// recovers them.
+/// [`ExecutorTaskHandle::drain`] stops it gracefully and waits for its runs until a
+/// deadline; [`ExecutorTaskHandle::close`] stops only the loop, and the runs already spawned
+/// go on in the background. Dropping the handle without either aborts the loop and logs a
+/// warning; its runs go on as after `close`. A run that does not end (the process stops, or a
+/// drain's deadline passes) leaves its lease to expire, and the timers watcher recovers it.
 #[derive(Debug)]
 pub struct ExecutorTaskHandle {
     executor_id: ExecutorId,
     closing: watch::Sender<bool>,
     join: Option<JoinHandle<()>>,
     ticks: Arc<AtomicU64>,
+    runs: RunTasks,
+}
+
+/// What a drain did with the runs that were in flight when it began
+/// ([`ExecutorTaskHandle::drain`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DrainOutcome {
+    /// Runs that ended before the deadline: the worker returned and its outcome was written
+    /// (or the write given up, see [`OUTCOME_WRITE_ATTEMPTS`]).
+    pub finished: usize,
+    /// Runs still going at the deadline, aborted at their next await point: each execution
+    /// stays locked until its lease expires, and then the timers watcher (of this process or
+    /// another) times it out, to be retried by whichever executor locks it next.
+    pub left: usize,
 }
 
 impl ExecutorTaskHandle {
     /// Stops taking work and returns once the loop has ended (promptly: every wait of the loop
-    /// is interrupted, a `lock_pending` in flight completes first). Idempotent.
+    /// is interrupted, a `lock_pending` in flight completes first). Runs already spawned keep
+    /// running in the background and write their outcomes; nothing waits for them (see
+    /// [`ExecutorTaskHandle::drain`]). Idempotent.
     pub async fn close(&mut self) {
         self.closing.send_replace(true);
         if let Some(join) = self.join.take()
@@ -474,6 +527,72 @@ impl ExecutorTaskHandle {
         {
             warn!(executor_id = %self.executor_id, "executor loop ended abnormally: {err}");
         }
+    }
+
+    /// A graceful stop: stops locking new executions at once, lets the runs in flight finish,
+    /// their outcome writes included, until `timeout` has passed, then aborts the rest and
+    /// returns how many ended and how many were left.
+    ///
+    /// An aborted run stops at its next await point and writes nothing more: its execution
+    /// stays locked until the lease expires, and the timers watcher then times it out, to be
+    /// retried by whichever executor locks it next (see [`DrainOutcome::left`]).
+    ///
+    /// The loop itself stops promptly; a `lock_pending` in flight when the drain begins
+    /// completes first, and its runs are drained like the others. Should that lock still be
+    /// waiting for the store at the deadline, the loop is aborted with it: what it may have
+    /// locked is counted in neither figure and is left to its lease.
+    ///
+    /// Runs that ended before the drain began are not counted. The deadline is measured on
+    /// tokio's clock, so a test with paused time drains deterministically. Idempotent: a second
+    /// drain (or one after [`ExecutorTaskHandle::close`]) drains what is still running.
+    pub async fn drain(&mut self, timeout: Duration) -> DrainOutcome {
+        let deadline = tokio::time::Instant::now() + timeout;
+        lock_tasks(&self.runs).retain(|task| !task.is_finished());
+        self.closing.send_replace(true);
+        if let Some(mut join) = self.join.take() {
+            match tokio::time::timeout_at(deadline, &mut join).await {
+                Ok(Ok(())) => {}
+                Ok(Err(err)) => {
+                    warn!(executor_id = %self.executor_id, "executor loop ended abnormally: {err}");
+                }
+                Err(_elapsed) => {
+                    join.abort();
+                    let _ = join.await;
+                    warn!(
+                        executor_id = %self.executor_id,
+                        "the executor loop had not stopped by the drain's deadline (a lock in \
+                         flight, say); aborted, whatever it locked is left to its lease"
+                    );
+                }
+            }
+        }
+        let tasks = std::mem::take(&mut *lock_tasks(&self.runs));
+        let mut running: FuturesUnordered<JoinHandle<()>> = tasks.into_iter().collect();
+        let mut finished = 0;
+        let all_ended = async {
+            while let Some(ended) = running.next().await {
+                finished += 1;
+                if let Err(err) = ended {
+                    warn!(executor_id = %self.executor_id, "a run ended abnormally: {err}");
+                }
+            }
+        };
+        let _ = tokio::time::timeout_at(deadline, all_ended).await;
+        let left = running.len();
+        for task in &running {
+            task.abort();
+        }
+        // Each aborted run stops at its next await point; once every task has ended, nothing
+        // of this executor writes any more.
+        while running.next().await.is_some() {}
+        if left > 0 {
+            warn!(
+                executor_id = %self.executor_id,
+                "{left} runs did not end by the drain's deadline; their leases expire and the \
+                 timers watcher recovers them"
+            );
+        }
+        DrainOutcome { finished, left }
     }
 
     /// The executor's id.

@@ -87,6 +87,16 @@
 //! is free): give several executors the same one to share it, or one executor its own to
 //! allow more (or fewer) runs in flight.
 //!
+//! # Stopping
+//!
+//! [`ExecutorTaskHandle::drain`] is the graceful stop: the loop stops locking at once, the runs
+//! in flight finish and write their outcomes until a deadline (on tokio's clock), and the runs
+//! still going then are aborted and counted ([`DrainOutcome`]); their executions stay locked
+//! until the lease expires, and the timers watcher recovers them. [`ExecutorTaskHandle::close`]
+//! stops only the loop and lets the runs go on in the background. A program seldom calls
+//! either itself: the `node` crate spawns one executor per worker next to the timers watcher
+//! and drains them all together.
+//!
 //! # Cancellation and other lost races
 //!
 //! An execution can be finished by someone else while its worker runs: `DbClient::cancel`
@@ -119,7 +129,8 @@ mod worker;
 
 pub use cancel::Cancellation;
 pub use exec_task::{
-    ExecConfig, ExecTask, ExecutionProgress, ExecutorTaskHandle, OUTCOME_WRITE_ATTEMPTS, Run,
+    DrainOutcome, ExecConfig, ExecTask, ExecutionProgress, ExecutorTaskHandle,
+    OUTCOME_WRITE_ATTEMPTS, Run,
 };
 pub use mapping::{RunInfo, map_worker_result};
 pub use worker::{FatalError, Worker, WorkerContext, WorkerError, WorkerResult};

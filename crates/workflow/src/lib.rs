@@ -48,7 +48,8 @@
 //!     let activities = ActivityWorker::new().register(&DOUBLE, double)?;
 //!     let _workflows = ExecTask::spawn_new(Arc::new(workflows), config("flows"), Now, db.clone());
 //!     let _activities = ExecTask::spawn_new(Arc::new(activities), config("math"), Now, db.clone());
-//!     // (a timers watcher must run too, for the durable sleep)
+//!     // (a timers watcher must run too, for the durable sleep: a program starts all three
+//!     // with the `node` crate's `Node::builder`, which registers the functions itself)
 //!     let client = Client::new(db, Now, ComponentId::new("demo", "flows")?);
 //!     let handle = client.submit(&SUM_OF_DOUBLES, &vec![1, 2, 3]).await?;
 //!     Ok(handle.result_within(Duration::from_secs(30)).await?)

@@ -5,7 +5,8 @@
 //! file, or a `postgres://` URL), submits N executions of a no-op function in one atomic
 //! `create_batch` if the store holds no execution yet (so a restarted node resumes the same
 //! work instead of submitting it again), runs an executor and a timers watcher (`--role`
-//! chooses), and exits 0 once every execution is finished. Leases are short (1.5 s by
+//! chooses; both started, and drained at the end, by a `node::Node`), and exits 0 once every
+//! execution is finished. Leases are short (1.5 s by
 //! default) and the watcher ticks every 100 ms, so the work of a killed node is recovered soon
 //! after a restart.
 //!
@@ -38,7 +39,8 @@ use concepts::{
     Pagination, PendingStateKind, SupportedFunctionReturnValue,
 };
 use durability::{FFQN, Line, Workload, flows, list_ids};
-use executor::{ExecConfig, ExecTask, Now, Worker, WorkerContext, WorkerResult};
+use executor::{Now, Worker, WorkerContext, WorkerResult};
+use node::{ExecutorSettings, Node};
 use std::{
     collections::HashSet,
     io::Write,
@@ -52,7 +54,6 @@ use std::{
 use storage_postgres::{PostgresConfig, PostgresStore};
 use storage_sqlite::{SqliteConfig, SqlitePool};
 use timers_watcher::TimersWatcherConfig;
-use tokio::sync::Semaphore;
 
 mod traced;
 
@@ -350,47 +351,46 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     });
     let tick = Duration::from_millis(args.tick_ms);
     let traced = Arc::new(traced::TracedDb::new(db.clone(), args.trace_waits));
-    let mut executor = matches!(args.role, Role::Executor | Role::Both).then(|| {
-        let config = ExecConfig {
-            lock_expiry: Duration::from_millis(args.lock_expiry_ms),
-            tick_sleep: args.executor_tick_ms.map_or(tick, Duration::from_millis),
-            batch_size: args.batch_size,
-            component_id: workload.component_id.clone(),
-            task_limiter: Some(Arc::new(Semaphore::new(args.concurrency.max(1)))),
-        };
-        let handle = ExecTask::spawn_new(worker.clone(), config, Now, traced.clone());
-        Out::line(Line::Executor(handle.executor_id()));
-        handle
-    });
     let runs_executors = matches!(args.role, Role::Executor | Role::Both);
-    let mut workflows = match (args.workload, runs_executors) {
-        (WorkloadKind::Workflow, true) => {
-            let worker = workflow::WorkflowWorker::new(db.clone(), Now)
+    // Each executor has a bound of its own: the workflows waiting for their children must not
+    // hold the permits the children need.
+    let settings = |tick_sleep| ExecutorSettings {
+        lock_expiry: Duration::from_millis(args.lock_expiry_ms),
+        tick_sleep,
+        batch_size: args.batch_size,
+        component_id: Some(workload.component_id.clone()),
+        concurrency: Some(args.concurrency.max(1)),
+    };
+    let mut builder = Node::builder(db.clone(), Now);
+    if runs_executors {
+        let executor_tick = args.executor_tick_ms.map_or(tick, Duration::from_millis);
+        builder = builder.worker_through(worker.clone(), settings(executor_tick), traced.clone());
+        if args.workload == WorkloadKind::Workflow {
+            builder = builder
+                .workflow(&flows::FLOW, flows::flow)
                 .child_settings(
                     workload.component_id.clone(),
                     args.max_retries,
                     Duration::from_millis(args.retry_backoff_ms),
                 )
-                .register(&flows::FLOW, flows::flow)?;
-            let config = ExecConfig {
-                lock_expiry: Duration::from_millis(args.lock_expiry_ms),
-                tick_sleep: tick,
-                batch_size: args.batch_size,
-                component_id: workload.component_id.clone(),
-                task_limiter: Some(Arc::new(Semaphore::new(args.concurrency.max(1)))),
-            };
-            let worker = Arc::new(worker);
-            Some(ExecTask::spawn_new(worker, config, Now, db.clone()))
+                .workflow_settings(settings(tick));
         }
-        _ => None,
-    };
-    let mut watcher = matches!(args.role, Role::Watcher | Role::Both).then(|| {
-        let config = TimersWatcherConfig {
+    }
+    builder = match args.role {
+        Role::Watcher | Role::Both => builder.timers_watcher(TimersWatcherConfig {
             tick_sleep: tick,
             leeway: Duration::from_millis(args.leeway_ms),
-        };
-        timers_watcher::spawn_new(db.clone(), config, Now)
-    });
+        }),
+        Role::Executor => builder.without_timers_watcher(),
+    };
+    let node = builder.start()?;
+    if let Some(executor) = node
+        .executors()
+        .iter()
+        .find(|executor| executor.functions.iter().any(|f| f.to_string() == FFQN))
+    {
+        Out::line(Line::Executor(executor.executor_id));
+    }
 
     let deadline = started + Duration::from_secs(args.timeout_s);
     let mut seen: HashSet<ExecutionId> = HashSet::new();
@@ -432,15 +432,8 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         tokio::time::sleep(Duration::from_millis(args.poll_ms)).await;
     }
 
-    if let Some(executor) = executor.as_mut() {
-        executor.close().await;
-    }
-    if let Some(workflows) = workflows.as_mut() {
-        workflows.close().await;
-    }
-    if let Some(watcher) = watcher.as_mut() {
-        watcher.close().await;
-    }
+    node.shutdown(Duration::from_millis(args.lock_expiry_ms))
+        .await;
     db.close().await;
     let summary = serde_json::json!({
         "role": args.role.name(),

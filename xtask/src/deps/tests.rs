@@ -21,6 +21,7 @@ const MEMBERS: &[&str] = &[
     "conformance",
     "simulation",
     "test-support",
+    "node",
     "cli",
     "xtask",
 ];
@@ -54,6 +55,13 @@ const CLEAN_EDGES: &[FakeEdge] = &[
     ("test-support", "storage-memory", NORMAL),
     ("test-support", "tokio-postgres", NORMAL),
     ("storage-memory", "test-support", DEV),
+    ("node", "concepts", NORMAL),
+    ("node", "executor", NORMAL),
+    ("node", "timers-watcher", NORMAL),
+    ("node", "workflow", NORMAL),
+    ("node", "test-support", DEV),
+    ("node", "test-utils", DEV),
+    ("cli", "node", NORMAL),
     ("cli", "storage-sqlite", NORMAL),
     ("cli", "test-support", DEV),
     ("xtask", "serde", NORMAL),
@@ -151,7 +159,7 @@ fn executor_dev_dependency_on_a_backend_is_reported() {
 fn transitive_normal_edge_to_a_driver_is_reported_with_its_path() {
     let found = violations(&with(("serde", "rusqlite", NORMAL)));
     // Everything that reaches serde reaches the driver; `xtask`, `test-utils`, the backends and
-    // the suite may, the four crates below may not.
+    // the suite may, the five crates below may not.
     assert_eq!(
         paths(&found),
         [
@@ -159,6 +167,7 @@ fn transitive_normal_edge_to_a_driver_is_reported_with_its_path() {
             "executor -> concepts -> serde -> rusqlite",
             "timers-watcher -> concepts -> serde -> rusqlite",
             "workflow -> concepts -> serde -> rusqlite",
+            "node -> concepts -> serde -> rusqlite",
         ],
         "{found:#?}"
     );
@@ -291,4 +300,20 @@ fn test_support_must_not_bring_a_driver_to_the_executor() {
             "executor -(dev)-> test-support -> tokio-postgres",
         ]
     );
+}
+
+#[test]
+fn the_node_names_no_backend_and_its_tests_reach_one_through_test_support_only() {
+    let found = violations(&with(("node", "storage-sqlite", NORMAL)));
+    assert_eq!(paths(&found), ["node -> storage-sqlite"]);
+    let found = violations(&with(("node", "deadpool-postgres", NORMAL)));
+    assert_eq!(paths(&found), ["node -> deadpool-postgres"]);
+    // Its own dev-dependency on a backend or a driver is reported once, by the rule of its
+    // own dev edges; the clean graph's `node -(dev)-> test-support -> storage-memory` is not.
+    for backend in ["storage-memory", "rusqlite"] {
+        let found = violations(&with(("node", backend, DEV)));
+        assert_eq!(paths(&found), [format!("node -(dev)-> {backend}")]);
+        let report = found[0].to_string();
+        assert!(report.contains("(its own dev edges)"), "{report}");
+    }
 }

@@ -3,7 +3,7 @@
 
 use super::{
     CliError, Exit, interrupted,
-    node::{Runtime, default_concurrency},
+    node::{default_concurrency, demo_node, start},
     note, print, print_json, render, with_store,
 };
 use cli::{
@@ -127,9 +127,11 @@ async fn run_demo(
             .concurrency
             .map_or_else(default_concurrency, |n| n as usize);
         let started = Instant::now();
-        let mut runtime = Runtime::start(&db, &functions, concurrency);
+        let node = start(demo_node(&db, &functions, concurrency))?;
         let outcome = watch_progress(db.as_ref(), before.finished, started).await;
-        runtime.close().await;
+        // Finished, nothing is running any more; interrupted, the runs in flight are left to
+        // their leases at once, as a crash would leave them, and the next run resumes them.
+        node.shutdown(Duration::ZERO).await;
         let after = outcome?;
         let elapsed = started.elapsed().as_secs_f64();
         let finished = after.finished - before.finished;

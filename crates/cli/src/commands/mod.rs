@@ -47,9 +47,9 @@ enum Command {
     /// Run the demo's functions on the database until Ctrl-C or SIGTERM: one executor per
     /// function, the timers watcher and, with --prune-older-than, the retention task.
     ///
-    /// This is what runs the executions `stele submit` creates. Stopped, it exits with 130;
-    /// executions it was running are picked up by the next `stele serve` once their leases
-    /// expire.
+    /// This is what runs the executions `stele submit` creates. Stopped, it takes no new work,
+    /// gives the runs in flight --drain-timeout to finish and exits with 130; runs still going
+    /// then are picked up by the next `stele serve` once their leases expire.
     Serve(serve::ServeArgs),
     /// Submit a top-level execution of a function, due now.
     ///

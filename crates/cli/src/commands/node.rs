@@ -1,7 +1,9 @@
-//! What runs the demo's functions on a store: one executor per example function and a timers
-//! watcher (and, for `stele serve`, the retention task), shared by `stele demo` and
-//! `stele serve`.
+//! The node that runs the demo's functions on a store, shared by `stele demo` and
+//! `stele serve`: one executor per example function and a timers watcher (and, for
+//! `stele serve`, the retention task), all started and drained by the `node` crate.
 
+use super::{CliError, Exit};
+use ::node::{ExecutorSettings, Node, NodeBuilder};
 use cli::{
     workers::{
         approval::{APPROVAL, approval},
@@ -13,10 +15,9 @@ use cli::{
     workload::{DemoFunction, DemoFunctions},
 };
 use concepts::DbConnection;
-use executor::{ExecConfig, ExecTask, ExecutorTaskHandle, Now, Worker};
+use executor::{Now, Worker};
 use std::{sync::Arc, time::Duration};
-use timers_watcher::{TimersWatcherConfig, TimersWatcherHandle};
-use tokio::sync::Semaphore;
+use timers_watcher::TimersWatcherConfig;
 use workflow::WorkflowWorker;
 
 /// How often the timers watcher looks for expired leases and delays.
@@ -88,59 +89,48 @@ fn demo_workers<'f>(
     ]
 }
 
-/// The executors and the timers watcher of one invocation.
-pub struct Runtime {
-    executors: Vec<ExecutorTaskHandle>,
-    watcher: TimersWatcherHandle,
-    /// The short names of the functions it runs, for the notes.
-    pub functions: Vec<&'static str>,
+/// The node of `stele demo` and `stele serve`, not started yet: one executor per demo
+/// function (with its lease and component), at most `concurrency` runs at once over all of
+/// them, and the timers watcher; `serve` adds its retention task.
+pub fn demo_node(
+    db: &Arc<dyn DbConnection>,
+    functions: &DemoFunctions,
+    concurrency: usize,
+) -> NodeBuilder<Now> {
+    let watcher = TimersWatcherConfig {
+        tick_sleep: WATCHER_TICK,
+        leeway: WATCHER_LEEWAY,
+    };
+    let builder = Node::builder(db.clone(), Now)
+        .concurrency(concurrency)
+        .timers_watcher(watcher);
+    demo_workers(db, functions)
+        .into_iter()
+        .fold(builder, |builder, (function, worker)| {
+            let settings = ExecutorSettings {
+                lock_expiry: function.lock_expiry,
+                tick_sleep: EXECUTOR_TICK,
+                batch_size: 8,
+                component_id: Some(function.component_id.clone()),
+                concurrency: None,
+            };
+            builder.worker(worker, settings)
+        })
 }
 
-impl Runtime {
-    /// Starts one executor per demo function, with at most `concurrency` workers at once over
-    /// all of them, and a timers watcher.
-    pub fn start(
-        db: &Arc<dyn DbConnection>,
-        functions: &DemoFunctions,
-        concurrency: usize,
-    ) -> Self {
-        let limiter = Arc::new(Semaphore::new(concurrency));
-        let workers = demo_workers(db, functions);
-        let names = workers.iter().map(|(function, _)| function.name).collect();
-        let executors = workers
-            .into_iter()
-            .map(|(function, worker)| {
-                let config = ExecConfig {
-                    lock_expiry: function.lock_expiry,
-                    tick_sleep: EXECUTOR_TICK,
-                    batch_size: 8,
-                    component_id: function.component_id.clone(),
-                    task_limiter: Some(limiter.clone()),
-                };
-                ExecTask::spawn_new(worker, config, Now, db.clone())
-            })
-            .collect();
-        let watcher = timers_watcher::spawn_new(
-            db.clone(),
-            TimersWatcherConfig {
-                tick_sleep: WATCHER_TICK,
-                leeway: WATCHER_LEEWAY,
-            },
-            Now,
-        );
-        Self {
-            executors,
-            watcher,
-            functions: names,
-        }
-    }
+/// Starts a node of [`demo_node`]'s kind; its configuration is fixed, so a refusal is a bug
+/// of `stele`, a runtime failure.
+pub fn start(builder: NodeBuilder<Now>) -> Result<Node, CliError> {
+    builder
+        .start()
+        .map_err(|err| CliError::new(Exit::Failure, format!("cannot start the node: {err}")))
+}
 
-    /// Stops taking work; workers still running are abandoned (their leases expire and the
-    /// next run recovers them).
-    pub async fn close(&mut self) {
-        for executor in &mut self.executors {
-            executor.close().await;
-        }
-        self.watcher.close().await;
-    }
+/// The short names of the demo's functions, for the notes.
+pub fn names(functions: &DemoFunctions) -> Vec<&'static str> {
+    functions
+        .all()
+        .iter()
+        .map(|function| function.name)
+        .collect()
 }

@@ -1,20 +1,21 @@
 //! `stele serve`: run the demo's functions on a database until Ctrl-C or `SIGTERM`, so that
-//! executions submitted by `stele submit` (or any other client) run.
+//! executions submitted by `stele submit` (or any other client) run; stopped, it drains: no new
+//! work is taken, and the runs in flight get `--drain-timeout` to finish.
 
 use super::{
     CliError, Exit, interrupted,
-    node::{Runtime, default_concurrency},
+    node::{default_concurrency, demo_node, names, start},
     note,
     operate::parse_duration,
     with_store,
 };
+use ::node::DrainReport;
 use cli::{
     database::{DatabaseUrl, OpenMode},
     duration::HumanDuration,
     workload::DemoFunctions,
 };
-use executor::Now;
-use timers_watcher::{Pruner, PrunerConfig};
+use timers_watcher::PrunerConfig;
 
 #[derive(Debug, clap::Args)]
 pub struct ServeArgs {
@@ -40,6 +41,16 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 1_000, value_name = "N", requires = "prune_older_than",
           allow_negative_numbers = true, value_parser = super::whole_number(1, 100_000))]
     prune_batch: u32,
+    /// How long the runs in flight get to finish once Ctrl-C or SIGTERM stopped the node (no
+    /// new work is taken meanwhile); runs still going then are left to their leases, which
+    /// the next `stele serve` recovers. A second Ctrl-C or SIGTERM stops at once.
+    #[arg(
+        long,
+        value_name = "DURATION",
+        default_value = "10s",
+        allow_hyphen_values = true
+    )]
+    drain_timeout: String,
 }
 
 pub async fn run(url: &DatabaseUrl, args: ServeArgs) -> Result<(), CliError> {
@@ -59,18 +70,19 @@ pub async fn run(url: &DatabaseUrl, args: ServeArgs) -> Result<(), CliError> {
             .validate()
             .map_err(|err| super::bad_input("--prune-every", err))?;
     }
+    let drain_timeout = parse_duration("--drain-timeout", &args.drain_timeout)?;
     let concurrency = args
         .concurrency
         .map_or_else(default_concurrency, |n| n as usize);
     with_store(url, OpenMode::CreateAndWait, async |db| {
         // The signal handlers first: a signal after the note below stops cleanly.
         let stop = interrupted();
-        let mut pruner = retention
-            .map(|config| Pruner::spawn_new(db.clone(), config, Now))
-            .transpose()
-            .map_err(|err| super::bad_input("--prune-every", err))?;
         let functions = DemoFunctions::new();
-        let mut runtime = Runtime::start(&db, &functions, concurrency);
+        let mut builder = demo_node(&db, &functions, concurrency);
+        if let Some(config) = retention {
+            builder = builder.pruner(config);
+        }
+        let node = start(builder)?;
         let pruning = match retention {
             Some(config) => format!(
                 "the retention task removes trees finished more than {} ago, every {}",
@@ -82,20 +94,33 @@ pub async fn run(url: &DatabaseUrl, args: ServeArgs) -> Result<(), CliError> {
         note(&format!(
             "serving {url}: executors of {} (at most {concurrency} workers at once), the timers \
              watcher, {pruning}; Ctrl-C or SIGTERM stops",
-            runtime.functions.join(", "),
+            names(&functions).join(", "),
         ));
         stop.await;
-        if let Some(pruner) = &mut pruner {
-            pruner.close().await;
-        }
-        runtime.close().await;
-        Err(CliError::new(
-            Exit::Interrupted,
-            format!(
-                "interrupted: stopped serving {url}; executions that were running are taken up \
-                 again by the next `stele serve` once their leases expire"
+        note(&format!(
+            "stopping: no new work is taken; the runs in flight get up to {} to finish (Ctrl-C \
+             again stops at once)",
+            HumanDuration(drain_timeout)
+        ));
+        let again = interrupted();
+        let message = tokio::select! {
+            report = node.shutdown(drain_timeout) => drained(url, report),
+            () = again => format!(
+                "interrupted: stopped serving {url} at once on a second signal; executions that \
+                 were running are taken up again by the next `stele serve` once their leases \
+                 expire"
             ),
-        ))
+        };
+        Err(CliError::new(Exit::Interrupted, message))
     })
     .await
+}
+
+/// The last line of a drained `serve`.
+fn drained(url: &DatabaseUrl, report: DrainReport) -> String {
+    format!(
+        "interrupted: stopped serving {url}; runs in flight: {} finished, {} left (the next \
+         `stele serve` takes up what was left once its lease expires)",
+        report.finished, report.left
+    )
 }

@@ -223,3 +223,5 @@ async fn a_refused_retry_knows_its_own_finished_from_another_writers() {
         "only a `Finished` can be read back"
     );
 }
+
+mod drain;

@@ -1,0 +1,457 @@
+//! [`NodeBuilder`]: what a node runs, collected, checked and started in one call.
+
+use crate::{
+    error::NodeError,
+    node::{Background, ExecutorInfo, Node, RunningExecutor, ShutdownSignal},
+    settings::{DEFAULT_WATCHER, ExecutorSettings, WorkerKind, pruner_config},
+};
+use concepts::{ClockFn, ComponentId, DbConnection, DbExecutor, FunctionFqn};
+use executor::{ExecConfig, ExecTask, Worker};
+use futures_util::future::BoxFuture;
+use serde::{Serialize, de::DeserializeOwned};
+use std::{collections::HashMap, future::Future, sync::Arc, time::Duration};
+use timers_watcher::{Pruner, PrunerConfig, TimersWatcherConfig};
+use tokio::sync::{Semaphore, watch};
+use workflow::{
+    ActivityCtx, ActivityWorker, Function, NondeterminismPolicy, WorkflowCtx, WorkflowError,
+    WorkflowWorker,
+};
+
+/// A worker given to the builder, with its executor's settings and, if not the node's store,
+/// the store its executor goes through.
+struct WorkerEntry {
+    kind: WorkerKind,
+    worker: Arc<dyn Worker>,
+    settings: ExecutorSettings,
+    store: Option<Arc<dyn DbExecutor>>,
+}
+
+/// How the children of the node's own workflows are created.
+#[derive(Debug, Clone)]
+struct ChildSettings {
+    component_id: ComponentId,
+    max_retries: u32,
+    retry_exp_backoff: Duration,
+}
+
+/// A background task given to [`NodeBuilder::background`], not started yet.
+type StartBackground = Box<dyn FnOnce(ShutdownSignal) -> BoxFuture<'static, ()> + Send>;
+
+/// Collects what a node runs; [`NodeBuilder::start`] checks it all and starts it. Made by
+/// [`Node::builder`].
+///
+/// Every method takes and returns the builder, so a node is one chain; a mistake (a function
+/// registered twice, say) is kept and returned by `start`, which then starts nothing.
+pub struct NodeBuilder<C: ClockFn> {
+    db: Arc<dyn DbConnection>,
+    clock: C,
+    activities: Option<ActivityWorker>,
+    activity_settings: ExecutorSettings,
+    workflows: Option<WorkflowWorker<C>>,
+    workflow_settings: ExecutorSettings,
+    children: Option<ChildSettings>,
+    policy: Option<NondeterminismPolicy>,
+    workers: Vec<WorkerEntry>,
+    concurrency: Option<usize>,
+    watcher: Option<TimersWatcherConfig>,
+    pruner: Option<PrunerConfig>,
+    background: Vec<(&'static str, StartBackground)>,
+    /// The first mistake a method found; `start` returns it.
+    error: Option<NodeError>,
+}
+
+impl<C: ClockFn> std::fmt::Debug for NodeBuilder<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeBuilder")
+            .field("workers", &self.workers.len())
+            .field("concurrency", &self.concurrency)
+            .field("watcher", &self.watcher)
+            .field("pruner", &self.pruner)
+            .field("error", &self.error)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<C: ClockFn> NodeBuilder<C> {
+    pub(crate) fn new(db: Arc<dyn DbConnection>, clock: C) -> Self {
+        Self {
+            db,
+            clock,
+            activities: None,
+            activity_settings: ExecutorSettings::default(),
+            workflows: None,
+            workflow_settings: ExecutorSettings::default(),
+            children: None,
+            policy: None,
+            workers: Vec::new(),
+            concurrency: None,
+            watcher: Some(DEFAULT_WATCHER),
+            pruner: None,
+            background: Vec::new(),
+            error: None,
+        }
+    }
+
+    /// Keeps the first mistake for `start`.
+    fn fail(&mut self, error: NodeError) {
+        self.error.get_or_insert(error);
+    }
+
+    /// Registers an activity, `async fn(ActivityCtx, P) -> Result<R, E>`, on the node's
+    /// activity worker: one executor runs every activity registered this way, with the
+    /// settings of [`NodeBuilder::activity_settings`].
+    ///
+    /// `Ok` finishes the execution with the value; `Err` is retried with backoff while retries
+    /// are left, and then is the execution's error (see `workflow::ActivityWorker`).
+    #[must_use]
+    pub fn activity<P, R, E, F, Fut>(mut self, function: &Function<P, R>, activity: F) -> Self
+    where
+        P: DeserializeOwned + Send + 'static,
+        R: Serialize + Send + 'static,
+        E: Serialize + Send + 'static,
+        F: Fn(ActivityCtx, P) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<R, E>> + Send + 'static,
+    {
+        let worker = self.activities.take().unwrap_or_default();
+        match worker.register(function, activity) {
+            Ok(worker) => self.activities = Some(worker),
+            Err(err) => self.fail(err.into()),
+        }
+        self
+    }
+
+    /// Registers a workflow, `async fn(WorkflowCtx, P) -> Result<R, WorkflowError<E>>`, on
+    /// the node's workflow worker (writing to the node's store, reading the node's clock): one
+    /// executor runs every workflow registered this way, with the settings of
+    /// [`NodeBuilder::workflow_settings`].
+    #[must_use]
+    pub fn workflow<P, R, E, F, Fut>(mut self, function: &Function<P, R>, workflow: F) -> Self
+    where
+        P: DeserializeOwned + Send + 'static,
+        R: Serialize + Send + 'static,
+        E: Serialize + Send + 'static,
+        F: Fn(WorkflowCtx, P) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<R, WorkflowError<E>>> + Send + 'static,
+    {
+        let worker = self
+            .workflows
+            .take()
+            .unwrap_or_else(|| WorkflowWorker::new(self.db.clone(), self.clock.clone()));
+        match worker.register(function, workflow) {
+            Ok(worker) => self.workflows = Some(worker),
+            Err(err) => self.fail(err.into()),
+        }
+        self
+    }
+
+    /// The settings of the executor of the node's activities (those of
+    /// [`NodeBuilder::activity`]); [`ExecutorSettings::default`] until set.
+    #[must_use]
+    pub fn activity_settings(mut self, settings: ExecutorSettings) -> Self {
+        self.activity_settings = settings;
+        self
+    }
+
+    /// The settings of the executor of the node's workflows (those of
+    /// [`NodeBuilder::workflow`]); [`ExecutorSettings::default`] until set.
+    #[must_use]
+    pub fn workflow_settings(mut self, settings: ExecutorSettings) -> Self {
+        self.workflow_settings = settings;
+        self
+    }
+
+    /// How the children the node's workflows submit are created: their component, retries
+    /// and first backoff (`WorkflowWorker::child_settings`; `activity:default`, 3 retries and
+    /// one second until set).
+    #[must_use]
+    pub fn child_settings(
+        mut self,
+        component_id: ComponentId,
+        max_retries: u32,
+        retry_exp_backoff: Duration,
+    ) -> Self {
+        self.children = Some(ChildSettings {
+            component_id,
+            max_retries,
+            retry_exp_backoff,
+        });
+        self
+    }
+
+    /// What a replay of one of the node's workflows that diverges from its log leads to
+    /// (`WorkflowWorker::nondeterminism_policy`).
+    #[must_use]
+    pub fn nondeterminism_policy(mut self, policy: NondeterminismPolicy) -> Self {
+        self.policy = Some(policy);
+        self
+    }
+
+    /// Runs any other worker (a `WorkflowWorker` or `ActivityWorker` built by hand, a
+    /// hand-written `executor::Worker`) with an executor of its own.
+    #[must_use]
+    pub fn worker(self, worker: Arc<dyn Worker>, settings: ExecutorSettings) -> Self {
+        self.add_worker(worker, settings, None)
+    }
+
+    /// As [`NodeBuilder::worker`], but its executor locks and writes through `store` instead
+    /// of the node's store: a wrapper of the node's store that watches what the executor does
+    /// (the benchmark counts the acknowledged `Finished` appends this way, the crash tests
+    /// trace each wait for due work).
+    #[must_use]
+    pub fn worker_through(
+        self,
+        worker: Arc<dyn Worker>,
+        settings: ExecutorSettings,
+        store: Arc<dyn DbExecutor>,
+    ) -> Self {
+        self.add_worker(worker, settings, Some(store))
+    }
+
+    fn add_worker(
+        mut self,
+        worker: Arc<dyn Worker>,
+        settings: ExecutorSettings,
+        store: Option<Arc<dyn DbExecutor>>,
+    ) -> Self {
+        let kind = WorkerKind::Other(self.workers.len() + 1);
+        self.workers.push(WorkerEntry {
+            kind,
+            worker,
+            settings,
+            store,
+        });
+        self
+    }
+
+    /// Bounds the runs in flight over all the node's executors (locked, running or writing
+    /// their outcome) with one shared limiter of `concurrency` permits; an executor whose
+    /// [`ExecutorSettings::concurrency`] is set has its own bound instead.
+    ///
+    /// Without it, each executor bounds itself to two batches (`2 × batch_size`), the
+    /// executor's own default, and locks a batch at a time. With it, an executor locks as soon
+    /// as one permit is free. 0 is refused by `start`.
+    #[must_use]
+    pub fn concurrency(mut self, concurrency: usize) -> Self {
+        self.concurrency = Some(concurrency);
+        self
+    }
+
+    /// The timers watcher's settings ([`crate::DEFAULT_WATCHER`] until set). Without a watcher
+    /// anywhere on the store, expired leases are never recovered and durable sleeps never end.
+    #[must_use]
+    pub fn timers_watcher(mut self, config: TimersWatcherConfig) -> Self {
+        self.watcher = Some(config);
+        self
+    }
+
+    /// Runs no timers watcher on this node: another process runs one on the same store.
+    #[must_use]
+    pub fn without_timers_watcher(mut self) -> Self {
+        self.watcher = None;
+        self
+    }
+
+    /// Runs the retention task: every minute it deletes the trees of top-level executions
+    /// that finished more than `retention` ago, 1,000 to a transaction
+    /// ([`crate::DEFAULT_PRUNE_INTERVAL`], [`crate::DEFAULT_PRUNE_BATCH`]). Without it (or
+    /// [`NodeBuilder::pruner`]) nothing is deleted.
+    #[must_use]
+    pub fn retention(mut self, retention: Duration) -> Self {
+        self.pruner = Some(pruner_config(retention));
+        self
+    }
+
+    /// Runs the retention task with these settings (`timers_watcher::Pruner`); a zero
+    /// interval or batch is refused by `start`.
+    #[must_use]
+    pub fn pruner(mut self, config: PrunerConfig) -> Self {
+        self.pruner = Some(config);
+        self
+    }
+
+    /// Runs `task` beside the executors: `start` spawns `task(signal)`, and
+    /// [`Node::shutdown`] fires the signal when it stops the executors, waits for the task
+    /// until its deadline and aborts it then. A server is such a task: it stops accepting when
+    /// the signal fires and finishes the requests it holds.
+    #[must_use]
+    pub fn background<F, Fut>(mut self, name: &'static str, task: F) -> Self
+    where
+        F: FnOnce(ShutdownSignal) -> Fut + Send + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        let start: StartBackground = Box::new(move |signal| Box::pin(task(signal)));
+        self.background.push((name, start));
+        self
+    }
+
+    /// Checks the configuration and starts the node on the current tokio runtime: one executor
+    /// per worker (the node's activities and workflows each count as one), the timers watcher
+    /// unless left out, the retention task when one is set, the background tasks.
+    ///
+    /// # Errors
+    /// The first mistake of the configuration ([`NodeError`]); nothing is started then.
+    pub fn start(mut self) -> Result<Node, NodeError> {
+        if let Some(error) = self.error.take() {
+            return Err(error);
+        }
+        let entries = self.entries();
+        validate(
+            &entries,
+            self.concurrency,
+            self.watcher.as_ref(),
+            self.pruner.as_ref(),
+        )?;
+        if entries.is_empty()
+            && self.watcher.is_none()
+            && self.pruner.is_none()
+            && self.background.is_empty()
+        {
+            return Err(NodeError::NothingToRun);
+        }
+        if tokio::runtime::Handle::try_current().is_err() {
+            return Err(NodeError::NoRuntime);
+        }
+        let shared = self
+            .concurrency
+            .map(|permits| Arc::new(Semaphore::new(permits.min(Semaphore::MAX_PERMITS))));
+        let executors = entries
+            .into_iter()
+            .map(|entry| self.spawn_executor(entry, shared.as_ref()))
+            .collect();
+        let watcher = self
+            .watcher
+            .map(|config| timers_watcher::spawn_new(self.db.clone(), config, self.clock.clone()));
+        let pruner = self
+            .pruner
+            .map(|config| Pruner::spawn_new(self.db.clone(), config, self.clock.clone()))
+            .transpose()?;
+        let (signal, receiver) = watch::channel(false);
+        let background = self
+            .background
+            .into_iter()
+            .map(|(name, start)| {
+                let task = start(ShutdownSignal::new(receiver.clone()));
+                Background::spawn(name, task)
+            })
+            .collect();
+        Ok(Node::new(executors, watcher, pruner, background, signal))
+    }
+
+    /// Every worker with its settings, the node's own first; the node's workflows get their
+    /// child settings and policy here.
+    fn entries(&mut self) -> Vec<WorkerEntry> {
+        let mut entries = Vec::new();
+        if let Some(activities) = self.activities.take() {
+            entries.push(WorkerEntry {
+                kind: WorkerKind::Activities,
+                worker: Arc::new(activities),
+                settings: self.activity_settings.clone(),
+                store: None,
+            });
+        }
+        if let Some(mut workflows) = self.workflows.take() {
+            if let Some(children) = self.children.take() {
+                workflows = workflows.child_settings(
+                    children.component_id,
+                    children.max_retries,
+                    children.retry_exp_backoff,
+                );
+            }
+            if let Some(policy) = self.policy {
+                workflows = workflows.nondeterminism_policy(policy);
+            }
+            entries.push(WorkerEntry {
+                kind: WorkerKind::Workflows,
+                worker: Arc::new(workflows),
+                settings: self.workflow_settings.clone(),
+                store: None,
+            });
+        }
+        entries.append(&mut self.workers);
+        entries
+    }
+
+    fn spawn_executor(
+        &self,
+        entry: WorkerEntry,
+        shared: Option<&Arc<Semaphore>>,
+    ) -> RunningExecutor {
+        let settings = entry.settings;
+        let component_id = settings
+            .component_id
+            .unwrap_or_else(|| entry.kind.default_component());
+        let task_limiter = match settings.concurrency {
+            Some(own) => Some(Arc::new(Semaphore::new(own.min(Semaphore::MAX_PERMITS)))),
+            None => shared.cloned(),
+        };
+        let functions = entry.worker.exported_functions().to_vec();
+        let config = ExecConfig {
+            lock_expiry: settings.lock_expiry,
+            tick_sleep: settings.tick_sleep,
+            batch_size: settings.batch_size,
+            component_id: component_id.clone(),
+            task_limiter,
+        };
+        let store = entry.store.unwrap_or_else(|| self.db.clone());
+        let handle = ExecTask::spawn_new(entry.worker, config, self.clock.clone(), store);
+        RunningExecutor {
+            info: ExecutorInfo {
+                executor_id: handle.executor_id(),
+                component_id,
+                functions,
+            },
+            handle,
+        }
+    }
+}
+
+/// Every check of `start` that needs nothing started.
+fn validate(
+    entries: &[WorkerEntry],
+    concurrency: Option<usize>,
+    watcher: Option<&TimersWatcherConfig>,
+    pruner: Option<&PrunerConfig>,
+) -> Result<(), NodeError> {
+    if concurrency == Some(0) {
+        return Err(NodeError::ZeroConcurrency);
+    }
+    let mut seen: HashMap<&FunctionFqn, WorkerKind> = HashMap::new();
+    for entry in entries {
+        let settings = &entry.settings;
+        let component_id = settings
+            .component_id
+            .clone()
+            .unwrap_or_else(|| entry.kind.default_component());
+        let worker = || entry.kind.describe(&component_id);
+        if settings.lock_expiry.is_zero() {
+            return Err(NodeError::ZeroLockExpiry { worker: worker() });
+        }
+        if settings.batch_size == 0 {
+            return Err(NodeError::ZeroBatchSize { worker: worker() });
+        }
+        if settings.tick_sleep.is_zero() {
+            return Err(NodeError::ZeroTickSleep { worker: worker() });
+        }
+        if settings.concurrency == Some(0) {
+            return Err(NodeError::ZeroWorkerConcurrency { worker: worker() });
+        }
+        let functions = entry.worker.exported_functions();
+        if functions.is_empty() {
+            return Err(NodeError::NoFunctions { worker: worker() });
+        }
+        for function in functions {
+            if seen.insert(function, entry.kind).is_some() {
+                return Err(NodeError::DuplicateFunction {
+                    function: function.to_string(),
+                });
+            }
+        }
+    }
+    if watcher.is_some_and(|config| config.tick_sleep.is_zero()) {
+        return Err(NodeError::ZeroWatcherTick);
+    }
+    if let Some(config) = pruner {
+        config.validate()?;
+    }
+    Ok(())
+}

@@ -1,0 +1,351 @@
+//! The builder's checks (each mistake refused with its own error, nothing started), what a
+//! started node lists, and its background tasks on tokio's paused clock.
+
+use super::*;
+use async_trait::async_trait;
+use concepts::{ComponentId, DbConnection, FunctionFqn};
+use executor::{Now, Worker, WorkerContext, WorkerResult};
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::Duration,
+};
+use timers_watcher::{PrunerConfig, PrunerConfigError, TimersWatcherConfig};
+use workflow::{ActivityCtx, Function, WorkflowCtx, WorkflowError};
+
+const ECHO: Function<u64, u64> = Function::new("test:node/api.echo");
+const OTHER: Function<u64, u64> = Function::new("test:node/api.other");
+const FLOW: Function<u64, u64> = Function::new("test:node/flows.flow");
+
+async fn echo(_ctx: ActivityCtx, n: u64) -> Result<u64, String> {
+    Ok(n)
+}
+
+async fn flow(_ctx: WorkflowCtx, n: u64) -> Result<u64, WorkflowError<String>> {
+    Ok(n)
+}
+
+/// A hand-written worker of the given functions (it never runs here).
+struct Exporting(Vec<FunctionFqn>);
+
+#[async_trait]
+impl Worker for Exporting {
+    async fn run(&self, ctx: WorkerContext) -> WorkerResult {
+        WorkerResult::Ok(concepts::SupportedFunctionReturnValue::None, ctx.version)
+    }
+
+    fn exported_functions(&self) -> &[FunctionFqn] {
+        &self.0
+    }
+}
+
+fn exporting(names: &[&str]) -> Arc<dyn Worker> {
+    Arc::new(Exporting(
+        names.iter().map(|name| name.parse().unwrap()).collect(),
+    ))
+}
+
+async fn store() -> Arc<dyn DbConnection> {
+    conformance::StoreFactory::fresh(&test_support::factories::MemoryFactory)
+        .await
+        .db
+}
+
+async fn builder() -> NodeBuilder<Now> {
+    Node::builder(store().await, Now)
+}
+
+/// The error `start` refuses `builder` with.
+fn refused(builder: NodeBuilder<Now>) -> NodeError {
+    match builder.start() {
+        Ok(_) => panic!("the node started"),
+        Err(err) => err,
+    }
+}
+
+#[tokio::test]
+async fn a_function_registered_twice_is_refused_wherever_it_was_registered() {
+    let twice = refused(builder().await.activity(&ECHO, echo).activity(&ECHO, echo));
+    assert_eq!(
+        twice,
+        NodeError::DuplicateFunction {
+            function: ECHO.name().to_string()
+        }
+    );
+    assert!(
+        twice.to_string().starts_with(
+            "test:node/api.echo is registered twice on this node: each function runs on one \
+             worker, so register it once"
+        ),
+        "{twice}"
+    );
+    // As an activity and as a workflow, or on the node and on a worker of its own.
+    let both = refused(builder().await.activity(&ECHO, echo).workflow(&ECHO, flow));
+    assert!(
+        matches!(both, NodeError::DuplicateFunction { .. }),
+        "{both}"
+    );
+    let on_a_worker = refused(
+        builder()
+            .await
+            .activity(&ECHO, echo)
+            .worker(exporting(&[ECHO.name()]), ExecutorSettings::default()),
+    );
+    assert!(
+        matches!(on_a_worker, NodeError::DuplicateFunction { .. }),
+        "{on_a_worker}"
+    );
+    let on_two_workers = refused(
+        builder()
+            .await
+            .worker(exporting(&[OTHER.name()]), ExecutorSettings::default())
+            .worker(exporting(&[OTHER.name()]), ExecutorSettings::default()),
+    );
+    assert_eq!(
+        on_two_workers,
+        NodeError::DuplicateFunction {
+            function: OTHER.name().to_string()
+        }
+    );
+}
+
+#[tokio::test]
+async fn a_zero_concurrency_is_refused() {
+    let err = refused(builder().await.activity(&ECHO, echo).concurrency(0));
+    assert_eq!(err, NodeError::ZeroConcurrency);
+    assert!(err.to_string().contains("concurrency is 0"), "{err}");
+    let own = ExecutorSettings {
+        concurrency: Some(0),
+        ..ExecutorSettings::default()
+    };
+    let err = refused(builder().await.activity(&ECHO, echo).activity_settings(own));
+    assert_eq!(
+        err,
+        NodeError::ZeroWorkerConcurrency {
+            worker: "the node's activities (component activity:default)".to_string()
+        }
+    );
+}
+
+#[tokio::test]
+async fn executor_settings_that_cannot_work_are_refused_naming_the_worker() {
+    let component: ComponentId = "payments:charges".parse().unwrap();
+    let cases = [
+        (
+            ExecutorSettings {
+                lock_expiry: Duration::ZERO,
+                ..ExecutorSettings::default()
+            },
+            "lock expiry",
+        ),
+        (
+            ExecutorSettings {
+                batch_size: 0,
+                ..ExecutorSettings::default()
+            },
+            "batch size",
+        ),
+        (
+            ExecutorSettings {
+                tick_sleep: Duration::ZERO,
+                ..ExecutorSettings::default()
+            },
+            "tick sleep",
+        ),
+    ];
+    for (settings, what) in cases {
+        let settings = ExecutorSettings {
+            component_id: Some(component.clone()),
+            ..settings
+        };
+        let err = refused(
+            builder()
+                .await
+                .activity(&ECHO, echo)
+                .worker(exporting(&[OTHER.name()]), settings),
+        );
+        let message = err.to_string();
+        assert!(
+            message.starts_with(&format!(
+                "the {what} of worker 1 (component payments:charges) is 0"
+            )),
+            "{message}"
+        );
+    }
+    let err = refused(
+        builder()
+            .await
+            .worker(exporting(&[]), ExecutorSettings::default()),
+    );
+    assert_eq!(
+        err,
+        NodeError::NoFunctions {
+            worker: "worker 1 (component worker:default)".to_string()
+        }
+    );
+}
+
+#[tokio::test]
+async fn a_watcher_or_retention_task_that_cannot_work_is_refused() {
+    let no_tick = TimersWatcherConfig {
+        tick_sleep: Duration::ZERO,
+        leeway: Duration::ZERO,
+    };
+    let err = refused(
+        builder()
+            .await
+            .activity(&ECHO, echo)
+            .timers_watcher(no_tick),
+    );
+    assert_eq!(err, NodeError::ZeroWatcherTick);
+    let zero_batch = PrunerConfig {
+        retention: Duration::from_secs(60),
+        interval: Duration::from_secs(60),
+        batch: 0,
+    };
+    let err = refused(builder().await.activity(&ECHO, echo).pruner(zero_batch));
+    assert_eq!(err, NodeError::Pruner(PrunerConfigError::ZeroBatch));
+    assert!(
+        err.to_string()
+            .starts_with("the retention task: the pruner's batch is 0"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn a_node_with_nothing_to_run_is_refused_and_a_watcher_alone_is_something() {
+    let err = refused(builder().await.without_timers_watcher());
+    assert_eq!(err, NodeError::NothingToRun);
+    let watcher = builder()
+        .await
+        .start()
+        .expect("a node of the watcher alone");
+    assert!(watcher.executors().is_empty());
+    assert!(watcher.runs_timers_watcher());
+    assert_eq!(
+        watcher.shutdown(Duration::from_secs(1)).await,
+        DrainReport::default()
+    );
+    let retention = builder()
+        .await
+        .without_timers_watcher()
+        .retention(Duration::from_secs(3_600))
+        .start()
+        .expect("a node of the retention task alone");
+    assert!(retention.runs_retention() && !retention.runs_timers_watcher());
+    retention.shutdown(Duration::from_secs(1)).await;
+}
+
+#[tokio::test]
+async fn an_illegal_function_name_is_refused() {
+    // Only non-ASCII whitespace gets past `Function::new`'s compile-time check.
+    let name: &'static str = String::from("test:node/api.ec\u{2003}ho").leak();
+    let illegal = Function::<u64, u64>::new(name);
+    let err = refused(builder().await.activity(&illegal, echo));
+    assert!(
+        matches!(err, NodeError::InvalidFunctionName { name: named, .. } if named == name),
+        "{err}"
+    );
+}
+
+#[test]
+fn starting_outside_a_tokio_runtime_is_refused() {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let builder = runtime.block_on(builder()).activity(&ECHO, echo);
+    assert_eq!(refused(builder), NodeError::NoRuntime);
+}
+
+#[tokio::test]
+async fn a_started_node_lists_its_executors_and_functions() {
+    let flows: ComponentId = "flows:orders".parse().unwrap();
+    let node = builder()
+        .await
+        .worker(exporting(&[OTHER.name()]), ExecutorSettings::default())
+        .workflow(&FLOW, flow)
+        .activity(&ECHO, echo)
+        .workflow_settings(ExecutorSettings {
+            component_id: Some(flows.clone()),
+            ..ExecutorSettings::default()
+        })
+        .concurrency(4)
+        .start()
+        .expect("a valid node");
+    let listed: Vec<(String, Vec<FunctionFqn>)> = node
+        .executors()
+        .iter()
+        .map(|info| (info.component_id.to_string(), info.functions.clone()))
+        .collect();
+    let ffqn = |function: &Function<u64, u64>| function.ffqn().unwrap();
+    assert_eq!(
+        listed,
+        [
+            ("activity:default".to_string(), vec![ffqn(&ECHO)]),
+            (flows.to_string(), vec![ffqn(&FLOW)]),
+            ("worker:default".to_string(), vec![ffqn(&OTHER)]),
+        ]
+    );
+    assert_eq!(node.functions(), [ffqn(&ECHO), ffqn(&FLOW), ffqn(&OTHER)]);
+    let ids: std::collections::HashSet<_> = node
+        .executors()
+        .iter()
+        .map(|info| info.executor_id)
+        .collect();
+    assert_eq!(ids.len(), 3, "one executor each");
+    assert_eq!(
+        node.shutdown(Duration::from_secs(1)).await,
+        DrainReport::default()
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn background_tasks_are_signalled_and_aborted_at_the_deadline() {
+    let stopped = Arc::new(AtomicBool::new(false));
+    let dropped = Arc::new(AtomicBool::new(false));
+    let (stopped_by_signal, dropped_by_abort) = (stopped.clone(), dropped.clone());
+    struct SetOnDrop(Arc<AtomicBool>);
+    impl Drop for SetOnDrop {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::SeqCst);
+        }
+    }
+    let node = builder()
+        .await
+        .without_timers_watcher()
+        .background("polite", move |signal| async move {
+            let seen = signal.clone();
+            signal.fired().await;
+            stopped_by_signal.store(seen.has_fired(), Ordering::SeqCst);
+        })
+        .background("stubborn", move |_signal| async move {
+            let _guard = SetOnDrop(dropped_by_abort);
+            std::future::pending::<()>().await;
+        })
+        .start()
+        .expect("a node of background tasks alone");
+    let started = tokio::time::Instant::now();
+    let report = node.shutdown(Duration::from_secs(5)).await;
+    assert_eq!(
+        report,
+        DrainReport {
+            finished: 0,
+            left: 0,
+            background_aborted: 1
+        }
+    );
+    assert!(
+        stopped.load(Ordering::SeqCst),
+        "the polite task saw the signal"
+    );
+    assert!(
+        dropped.load(Ordering::SeqCst),
+        "the stubborn task was aborted"
+    );
+    assert_eq!(
+        tokio::time::Instant::now() - started,
+        Duration::from_secs(5)
+    );
+}

@@ -1,0 +1,239 @@
+//! A node on every backend (memory, SQLite, PostgreSQL; the stores of test-support's
+//! factories): an activity and a workflow that sleeps durably both finish, the retention task
+//! removes what its retention says, and a drain finishes a run inside its deadline and leaves
+//! one past it to its lease, which a second node takes up once the lease expired.
+
+use concepts::{
+    ComponentId, DbConnection, DbError, ExecutionEventInner, ExecutionId, JoinSetResponse,
+    PendingStateKind,
+};
+use conformance::StoreFactory;
+use executor::Now;
+use node::{DrainReport, ExecutorSettings, Node};
+use std::{sync::Arc, time::Duration};
+use test_utils::SimClock;
+use timers_watcher::PrunerConfig;
+use tokio::sync::mpsc;
+use workflow::{ActivityCtx, Client, Function, WorkflowCtx, WorkflowError};
+
+/// The bound of every wait that should end much sooner; reaching it fails the test.
+const SAFETY: Duration = Duration::from_secs(60);
+
+const DOUBLE: Function<u64, u64> = Function::new("test:node/api.double");
+const NAP_THEN_DOUBLE: Function<u64, u64> = Function::new("test:node/flows.nap-then-double");
+/// Sleeps its parameter in milliseconds on the first attempt; returns it at once after that.
+const WORK: Function<u64, u64> = Function::new("test:node/api.work");
+
+async fn double(_ctx: ActivityCtx, n: u64) -> Result<u64, String> {
+    Ok(n * 2)
+}
+
+async fn nap_then_double(ctx: WorkflowCtx, n: u64) -> Result<u64, WorkflowError<String>> {
+    ctx.sleep(Duration::from_millis(200)).await;
+    Ok(ctx.call(&DOUBLE, &n).await?)
+}
+
+fn component() -> ComponentId {
+    ComponentId::new("test", "node").unwrap()
+}
+
+/// A store of `factory`; the guard keeps its file or database alive.
+async fn fresh(factory: &dyn StoreFactory) -> (Arc<dyn DbConnection>, conformance::TestStore) {
+    let store = factory.fresh().await;
+    (store.db.clone(), store)
+}
+
+async fn an_activity_and_a_sleeping_workflow_finish(factory: &dyn StoreFactory) {
+    let (db, _guard) = fresh(factory).await;
+    let node = Node::builder(db.clone(), Now)
+        .activity(&DOUBLE, double)
+        .workflow(&NAP_THEN_DOUBLE, nap_then_double)
+        .start()
+        .expect("a valid node");
+    let client = Client::new(db.clone(), Now, component());
+
+    let doubled = client.submit(&DOUBLE, &2).await.expect("submit");
+    assert_eq!(doubled.result_within(SAFETY).await.expect("result"), 4);
+    let workflow = client.submit(&NAP_THEN_DOUBLE, &21).await.expect("submit");
+    assert_eq!(workflow.result_within(SAFETY).await.expect("result"), 42);
+    // Only the node's timers watcher delivers the end of a durable sleep.
+    let log = db.get(workflow.execution_id()).await.expect("the log");
+    assert!(
+        log.responses
+            .iter()
+            .any(|response| matches!(response.event.event, JoinSetResponse::DelayFinished { .. })),
+        "{:?}",
+        log.responses
+    );
+
+    let report = node.shutdown(SAFETY).await;
+    assert_eq!(report.left, 0);
+    db.close().await;
+}
+
+async fn the_retention_task_removes_what_finished_before_its_retention(factory: &dyn StoreFactory) {
+    let (db, _guard) = fresh(factory).await;
+    let clock = SimClock::epoch();
+    let pruner = PrunerConfig {
+        retention: Duration::from_secs(3_600),
+        interval: Duration::from_millis(10),
+        batch: 10,
+    };
+    let node = Node::builder(db.clone(), clock.clone())
+        .activity(&DOUBLE, double)
+        .pruner(pruner)
+        .start()
+        .expect("a valid node");
+    let client = Client::new(db.clone(), clock.clone(), component());
+    let old = client.submit(&DOUBLE, &1).await.expect("submit");
+    old.result_within(SAFETY).await.expect("result");
+    clock
+        .move_time_forward(Duration::from_secs(2 * 3_600))
+        .await;
+    let recent = client.submit(&DOUBLE, &2).await.expect("submit");
+    recent.result_within(SAFETY).await.expect("result");
+
+    // The retention task says nothing when it deleted something: read until it did.
+    let gone = tokio::time::timeout(SAFETY, async {
+        while db.get(old.execution_id()).await.is_ok() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    assert!(gone.is_ok(), "{} was not pruned", old.execution_id());
+    assert!(matches!(
+        db.get(old.execution_id()).await,
+        Err(DbError::NotFound(_))
+    ));
+    let kept = db.get(recent.execution_id()).await.expect("kept");
+    assert_eq!(kept.pending_state.kind(), PendingStateKind::Finished);
+
+    node.shutdown(SAFETY).await;
+    db.close().await;
+}
+
+/// The activity of [`WORK`], telling `started` about each run.
+fn work(
+    started: mpsc::UnboundedSender<ExecutionId>,
+) -> impl Fn(ActivityCtx, u64) -> std::pin::Pin<Box<dyn Future<Output = Result<u64, String>> + Send>>
++ Send
++ Sync
++ 'static {
+    move |ctx: ActivityCtx, millis: u64| {
+        let started = started.clone();
+        Box::pin(async move {
+            let _ = started.send(ctx.execution_id.clone());
+            if ctx.attempt == 0 {
+                tokio::time::sleep(Duration::from_millis(millis)).await;
+            }
+            Ok(millis)
+        })
+    }
+}
+
+async fn a_drain_finishes_what_it_can_and_leaves_the_rest_to_a_later_node(
+    factory: &dyn StoreFactory,
+) {
+    let (db, _guard) = fresh(factory).await;
+    // The leases are judged on this clock, which stands still: whatever the drain takes, the
+    // run it leaves stays locked until the clock is moved past its lease.
+    let clock = SimClock::epoch();
+    let lease = Duration::from_secs(60);
+    let settings = ExecutorSettings {
+        lock_expiry: lease,
+        ..ExecutorSettings::default()
+    };
+    let (started, mut runs) = mpsc::unbounded_channel();
+    let first = Node::builder(db.clone(), clock.clone())
+        .activity(&WORK, work(started.clone()))
+        .activity_settings(settings.clone())
+        .start()
+        .expect("a valid node");
+    // One retry, due at once: the timeout of the lease left behind is retried.
+    let client = Client::new(db.clone(), clock.clone(), component()).retries(1, Duration::ZERO);
+    let quick = client.submit(&WORK, &100).await.expect("submit");
+    let endless = client.submit(&WORK, &3_600_000).await.expect("submit");
+    for _ in 0..2 {
+        runs.recv().await.expect("a run started");
+    }
+
+    let report = first.shutdown(Duration::from_secs(3)).await;
+
+    assert_eq!(
+        report,
+        DrainReport {
+            finished: 1,
+            left: 1,
+            background_aborted: 0
+        }
+    );
+    assert_eq!(quick.result_within(SAFETY).await.expect("result"), 100);
+    let left = db.get(endless.execution_id()).await.expect("the log");
+    assert_eq!(left.pending_state.kind(), PendingStateKind::Locked);
+
+    // Past its lease, a second node's watcher times it out and its executor runs it again.
+    clock
+        .move_time_forward(lease + Duration::from_secs(1))
+        .await;
+    let second = Node::builder(db.clone(), clock.clone())
+        .activity(&WORK, work(started))
+        .activity_settings(settings)
+        .start()
+        .expect("a valid node");
+    assert_eq!(
+        endless.result_within(SAFETY).await.expect("result"),
+        3_600_000
+    );
+    let log = db.get(endless.execution_id()).await.expect("the log");
+    assert!(
+        log.events
+            .iter()
+            .any(|event| matches!(event.event, ExecutionEventInner::TemporarilyTimedOut { .. })),
+        "{:?}",
+        log.events
+    );
+    let last_lock = log
+        .events
+        .iter()
+        .rev()
+        .find_map(|event| match &event.event {
+            ExecutionEventInner::Locked(locked) => Some(locked.executor_id),
+            _ => None,
+        })
+        .expect("locked");
+    assert_eq!(last_lock, second.executors()[0].executor_id);
+    assert_eq!(second.shutdown(SAFETY).await.left, 0);
+    db.close().await;
+}
+
+/// One test per scenario and backend; a backend that cannot run here (no PostgreSQL server)
+/// follows the skip rule of `test-utils`.
+macro_rules! on_every_backend {
+    ($($scenario:ident),* $(,)?) => {
+        on_every_backend!(@backend memory, test_support::factories::MemoryFactory; $($scenario),*);
+        on_every_backend!(@backend sqlite, test_support::factories::SqliteFactory; $($scenario),*);
+        on_every_backend!(@backend postgres, test_support::factories::PostgresFactory; $($scenario),*);
+    };
+    (@backend $backend:ident, $factory:expr; $($scenario:ident),*) => {
+        mod $backend {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $scenario() {
+                    test_utils::set_up();
+                    let factory = &$factory;
+                    if let Some(reason) = conformance::StoreFactory::unavailable(factory) {
+                        test_utils::skip(stringify!($scenario), &reason);
+                        return;
+                    }
+                    super::$scenario(factory).await;
+                }
+            )*
+        }
+    };
+}
+
+on_every_backend!(
+    an_activity_and_a_sleeping_workflow_finish,
+    the_retention_task_removes_what_finished_before_its_retention,
+    a_drain_finishes_what_it_can_and_leaves_the_rest_to_a_later_node,
+);
