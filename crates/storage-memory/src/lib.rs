@@ -107,7 +107,6 @@ impl MemoryStore {
             state.load(&more, &mut snapshot);
         }
         let planned = kernel::plan(&snapshot, write);
-        // Kept for the next write unless a large one (a batch, a tree) grew it.
         if snapshot.capacity() <= SCRATCH_CAPACITY {
             snapshot.clear();
             state.scratch = snapshot;
@@ -152,12 +151,9 @@ impl kernel::Backend for MemoryStore {
         ffqns: Arc<[FunctionFqn]>,
         max_wait: Duration,
     ) {
-        let is_due = {
-            let ffqns = Arc::clone(&ffqns);
-            async move { Ok(self.lock_state().any_due(&ffqns, pending_at_or_sooner)) }
-        };
+        let is_due = async { Ok(self.lock_state().any_due(&ffqns, pending_at_or_sooner)) };
         (self.hub)
-            .wait_for_pending(pending_at_or_sooner, ffqns, max_wait, is_due)
+            .wait_for_pending(pending_at_or_sooner, Arc::clone(&ffqns), max_wait, is_due)
             .await;
     }
     async fn subscribe_to_next_responses(

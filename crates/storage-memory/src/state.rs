@@ -164,8 +164,7 @@ impl Record {
 pub(crate) struct State {
     /// Set by `close`; every call afterwards is refused.
     pub(crate) closed: bool,
-    /// The snapshot of the last write, emptied: the next write loads into it, so that a
-    /// write of one execution allocates no table to load it (`MemoryStore::write`).
+    /// The last write's snapshot, emptied, for the next one to load into (`SCRATCH_CAPACITY`).
     pub(crate) scratch: Snapshot,
     /// Boxed: a write touches one record, and growing the table moves only pointers.
     records: HashMap<ExecutionId, Box<Record>, FastHash>,
@@ -175,9 +174,8 @@ pub(crate) struct State {
     pub(crate) pending: HashMap<FunctionFqn, BTreeSet<TimeKey>, FastHash>,
     /// Every lease of a `Locked` execution and every open delay.
     pub(crate) timers: BTreeSet<TimerKey>,
-    /// The id of every child execution, in id order: the descendants of an execution are one
-    /// range ([`descendant_bounds`]). Top-level ids are never descendants, so their creation
-    /// does not pay for it.
+    /// The id of every child execution (top-level ones are never descendants): the descendants
+    /// of an execution are one range ([`descendant_bounds`]).
     pub(crate) children: BTreeSet<ExecutionId>,
     /// `(finished_at, execution_id)` of every finished top-level execution, for `prune`.
     pub(crate) finished: BTreeSet<TimeKey>,
@@ -352,8 +350,6 @@ impl State {
                     if created.parent.is_some() {
                         self.children.insert(execution_id.clone());
                     }
-                    // The request's fields are in its `Created` event, the first of
-                    // `events`: the record keeps the event only.
                     let record = Box::new(Record {
                         row: change.row,
                         // Created, Locked, Finished: the whole log of most executions.

@@ -84,11 +84,8 @@ pub async fn create_database(server: &PostgresConfig, name: &str) -> Result<(), 
 /// Drops the database `name` if it exists, ending the sessions still connected to it.
 pub async fn drop_database(server: &PostgresConfig, name: &str) -> Result<(), PostgresError> {
     check_name(name)?;
-    run_on_server(
-        server,
-        &format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)"),
-    )
-    .await
+    let sql = format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)");
+    run_on_server(server, &sql).await
 }
 
 /// Ends the server session with process id `pid` (`pg_terminate_backend`); returns whether

@@ -79,8 +79,9 @@ pub(crate) fn sub_micros(at: DateTime<Utc>) -> i16 {
 
 /// The timestamp of `micros` and `sub_micros`.
 pub(crate) fn timestamp(micros: i64, sub_micros: i16) -> Result<DateTime<Utc>, DbError> {
+    let nanos = chrono::TimeDelta::nanoseconds(i64::from(sub_micros));
     DateTime::from_timestamp_micros(micros)
-        .and_then(|at| at.checked_add_signed(chrono::TimeDelta::nanoseconds(i64::from(sub_micros))))
+        .and_then(|at| at.checked_add_signed(nanos))
         .ok_or_else(|| {
             corrupt(format!(
                 "timestamp {micros} us + {sub_micros} ns out of range"

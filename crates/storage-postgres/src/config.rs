@@ -100,9 +100,7 @@ impl PostgresConfig {
             }
             let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
             match key {
-                "pool_size" => {
-                    pool_size = integer(key, value, true).map_err(invalid)?;
-                }
+                "pool_size" => pool_size = integer(key, value, true).map_err(invalid)?,
                 "statement_timeout_ms" => {
                     let ms = integer(key, value, false).map_err(invalid)?;
                     statement_timeout = (ms > 0).then(|| Duration::from_millis(ms));
@@ -113,9 +111,8 @@ impl PostgresConfig {
                 }
                 "sslrootcert" => root_certificates = RootCertificates::PemFile(value.into()),
                 "wait_for_server_s" => {
-                    wait_for_server = Some(Duration::from_secs(
-                        integer(key, value, false).map_err(invalid)?,
-                    ));
+                    let secs = integer(key, value, false).map_err(invalid)?;
+                    wait_for_server = Some(Duration::from_secs(secs));
                 }
                 _ => driver_params.push(pair),
             }

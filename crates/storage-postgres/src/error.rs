@@ -89,15 +89,8 @@ fn tls_hint(mode: crate::SslMode) -> &'static str {
     }
 }
 
-/// Maps a driver error to its portable kind. This is the only place that looks at SQLSTATEs.
-///
-/// - `23505` unique violation: [`DbError::Duplicate`] with the kind named by the constraint
-///   (execution id, delay response, child response) and the key read from the error's detail;
-/// - `40001` serialization failure, `40P01` deadlock (which the store retries itself a few
-///   times first), `57014` statement timeout: a retriable [`DbError::Backend`];
-/// - a lost connection (closed socket, I/O error, class `08`, admin or crash shutdown, too many
-///   connections): [`DbError::Connection`];
-/// - anything else: a non-retriable [`DbError::Backend`] with the server's message.
+/// Maps a driver error to its portable kind, the only place that looks at SQLSTATEs (which
+/// kind each becomes, `docs/ARCHITECTURE.md` says; a statement timeout, `57014`, is retriable).
 pub(crate) fn map_pg_error(err: tokio_postgres::Error) -> DbError {
     let (message, retriable) = match err.as_db_error() {
         Some(db) => {
@@ -155,17 +148,18 @@ pub(crate) fn connect_error(
     }
 }
 
+/// The SQLSTATE of the server error behind `err`, if there is one.
+pub(crate) fn sqlstate(err: &DbError) -> Option<&SqlState> {
+    let DbError::Backend(backend) = err else {
+        return None;
+    };
+    let source = backend.source.as_deref()?;
+    source.downcast_ref::<tokio_postgres::Error>()?.code()
+}
+
 /// A serialization failure or a deadlock: the whole transaction may simply run again.
 pub(crate) fn is_transaction_retriable(err: &DbError) -> bool {
-    let DbError::Backend(backend) = err else {
-        return false;
-    };
-    backend
-        .source
-        .as_deref()
-        .and_then(|source| source.downcast_ref::<tokio_postgres::Error>())
-        .and_then(tokio_postgres::Error::code)
-        .is_some_and(reruns_transaction)
+    sqlstate(err).is_some_and(reruns_transaction)
 }
 
 /// Maps a pool error: a closed pool is [`DbError::Closed`], a timeout or a failed connect is

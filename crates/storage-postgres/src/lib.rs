@@ -21,6 +21,11 @@
 //! write wakes the waiters of every process through `NOTIFY`. Give the server
 //! `max_connections` of at least (processes x (`pool_size` + 1)).
 //!
+//! A write's notifications are sent right after its `COMMIT`, not inside its transaction (where
+//! `NOTIFY` would hold a database-wide lock through the commit's WAL flush): a process that dies
+//! between the two sends none, so the others learn of that write only when they look again
+//! (executors and the timers watcher poll every `tick_sleep`).
+//!
 //! # Connections and TLS
 //!
 //! Every connection of a store (the pool's, the listener's) and of [`admin`] is opened by one
@@ -50,26 +55,22 @@
 //!
 //! # Schema
 //!
-//! Migrations are embedded and applied by [`PostgresStore::connect`] in one transaction that
-//! first takes `pg_advisory_xact_lock`, so two processes starting at once do not both migrate;
-//! the applied versions are kept in `t_schema_migration`, and a database whose schema is newer
-//! than the binary's ([`SCHEMA_VERSION`]) is refused with [`PostgresError::SchemaTooNew`].
-//! [`admin::migrate_to`] applies them up to a given version without opening a store.
-//! A tool that must not change what it connects to says so in its [`PostgresConfig`]:
-//! [`PostgresConfig::existing_only`] creates nothing (a database without Stele's tables is
-//! refused with [`PostgresError::NoSchema`], and not even `t_schema_migration` is created),
-//! [`PostgresConfig::without_migrations`] refuses an older schema with
-//! [`PostgresError::SchemaTooOld`] and leaves it at its version.
+//! [`PostgresStore::connect`] applies the embedded migrations in one transaction that first takes
+//! `pg_advisory_xact_lock` (two processes starting at once do not both migrate), keeps the
+//! applied versions in `t_schema_migration`, and refuses a schema newer than the binary's
+//! ([`SCHEMA_VERSION`]) with [`PostgresError::SchemaTooNew`]; [`admin::migrate_to`] applies
+//! them up to a given version without opening a store. A tool that must not change what it
+//! connects to says so: [`PostgresConfig::existing_only`] creates nothing (not even
+//! `t_schema_migration`; a database without Stele's tables is [`PostgresError::NoSchema`]),
+//! [`PostgresConfig::without_migrations`] refuses an older schema
+//! ([`PostgresError::SchemaTooOld`]) and leaves it at its version.
 //!
 //! # How it works
 //!
-//! Every write follows the protocol of [`concepts::kernel`], which owns every rule: this crate
-//! loads the rows a write names (under row locks, in one pipeline behind its `BEGIN`), lets
-//! the kernel plan it, and persists the plan with a few multi-row statements sent with the
-//! `COMMIT`; concurrent writes share transactions, planned together by the kernel's
-//! `GroupPlanner`; committed writes wake the waiters of every process through `NOTIFY`.
-//! `docs/ARCHITECTURE.md` (section `storage-postgres`) describes the tables, the pipelines,
-//! the group writer, the notifications and the error mapping.
+//! Every rule of a write is [`concepts::kernel`]'s: this crate loads the rows a write names
+//! under row locks, persists the kernel's plan with the `COMMIT` in one pipeline, and lets
+//! concurrent writes share a transaction, planned together by the kernel's `GroupPlanner`.
+//! `docs/ARCHITECTURE.md` (section `storage-postgres`) describes the design.
 
 pub mod admin;
 mod codec;
@@ -84,7 +85,6 @@ mod schema;
 #[cfg(test)]
 mod tests;
 mod tls;
-mod trips;
 mod writer;
 
 pub use config::{
@@ -205,13 +205,11 @@ impl PostgresStore {
             pool: pool.clone(),
             hub: Arc::clone(&hub),
             max_transaction_retries: config.max_transaction_retries,
-            trips: trips::Trips::default(),
+            trips: pipeline::Trips::default(),
             known: KnownRows::new(MAX_KNOWN_ROWS),
         });
-        let groups = writer::Groups::spawn(
-            Arc::clone(&writer),
-            writer::Writer::groups_in_flight(config.pool_size),
-        );
+        let slots = writer::Writer::groups_in_flight(config.pool_size);
+        let groups = writer::Groups::spawn(Arc::clone(&writer), slots);
         Ok(Self {
             inner: Arc::new(Inner {
                 pool,
@@ -257,10 +255,8 @@ impl PostgresStore {
     }
 
     /// How many round trips to the server this store's calls have waited for so far, for tests
-    /// and diagnostics: each pipeline of statements sent and awaited together counts one,
-    /// whatever its length (statements prepared on a connection for the first time are not
-    /// counted: that happens once per connection and statement). The listener's connection is
-    /// not counted.
+    /// and diagnostics: each pipeline sent and awaited together counts one, whatever its length;
+    /// neither the listener nor the first preparation of a statement on a connection counts.
     #[must_use]
     pub fn round_trips(&self) -> u64 {
         self.inner.writer.trips.count()
@@ -278,11 +274,6 @@ impl PostgresStore {
         let client = self.inner.pool.get().await.map_err(map_pool_error)?;
         self.inner.writer.trips.one();
         Ok(client)
-    }
-
-    async fn any_due(&self, at: DateTime<Utc>, ffqns: &[FunctionFqn]) -> Result<bool, DbError> {
-        let client = self.reader().await?;
-        reads::any_due(&client, at, ffqns).await
     }
 }
 
@@ -342,10 +333,12 @@ impl kernel::Backend for PostgresStore {
         ffqns: Arc<[FunctionFqn]>,
         max_wait: Duration,
     ) {
-        let is_due = self.any_due(pending_at_or_sooner, &ffqns);
-        self.inner
-            .hub
-            .wait_for_pending(pending_at_or_sooner, Arc::clone(&ffqns), max_wait, is_due)
+        let is_due = async {
+            let client = self.reader().await?;
+            reads::any_due(&client, pending_at_or_sooner, &ffqns).await
+        };
+        let hub = &self.inner.hub;
+        hub.wait_for_pending(pending_at_or_sooner, Arc::clone(&ffqns), max_wait, is_due)
             .await;
     }
     async fn subscribe_to_next_responses(
@@ -353,14 +346,12 @@ impl kernel::Backend for PostgresStore {
         execution_id: &ExecutionId,
         start_idx: usize,
     ) -> Result<Vec<JoinSetResponseEventOuter>, DbError> {
-        self.inner
-            .hub
-            .wait_for_responses(execution_id, || async {
-                let client = self.reader().await?;
-                let responses = reads::responses_from(&client, execution_id, start_idx).await?;
-                Ok((!responses.is_empty()).then_some(responses))
-            })
-            .await
+        let check = || async {
+            let client = self.reader().await?;
+            let responses = reads::responses_from(&client, execution_id, start_idx).await?;
+            Ok((!responses.is_empty()).then_some(responses))
+        };
+        self.inner.hub.wait_for_responses(execution_id, check).await
     }
     async fn get_expired_timers(&self, at: DateTime<Utc>) -> Result<Vec<ExpiredTimer>, DbError> {
         let client = self.reader().await?;
@@ -394,13 +385,12 @@ impl kernel::Backend for PostgresStore {
         execution_id: &ExecutionId,
         timeout: Option<Duration>,
     ) -> Result<FinishedExecutionResult, DbError> {
-        self.inner
-            .hub
-            .wait_for_finished(execution_id, timeout, || async {
-                let client = self.reader().await?;
-                reads::finished_result(&client, execution_id).await
-            })
-            .await
+        let check = || async {
+            let client = self.reader().await?;
+            reads::finished_result(&client, execution_id).await
+        };
+        let hub = &self.inner.hub;
+        hub.wait_for_finished(execution_id, timeout, check).await
     }
     async fn close(&self) {
         if !self.inner.hub.close() {

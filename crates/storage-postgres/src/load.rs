@@ -1,7 +1,6 @@
 //! The read half of a write: the rows its [`Keys`] name, loaded into a [`Snapshot`] under row
-//! locks. Every load a write needs goes out in one pipeline behind its `BEGIN`; a second one
-//! loads the follow-up keys of `cancel` and `prune`. `lock_pending` loads the rows of what it
-//! finds, never their logs: those are read after the `COMMIT`.
+//! locks, in one pipeline behind its `BEGIN` (a second one loads the follow-up keys of `cancel`
+//! and `prune`).
 
 use crate::{
     codec::{
@@ -9,8 +8,7 @@ use crate::{
         i64_to_count, micros, parse_execution_id, sub_micros,
     },
     error::{corrupt, map_pg_error},
-    pipeline::{self, Statement, unnest},
-    trips::Trips,
+    pipeline::{self, Statement, Trips, for_ids, statement, unnest},
 };
 use concepts::{
     DbError, DelayId, ExecutionId, JoinSetResponseEventOuter,
@@ -19,22 +17,27 @@ use concepts::{
     },
 };
 use deadpool_postgres::ClientWrapper;
-use tokio_postgres::Row;
+use tokio_postgres::{Error as PgError, Row};
 
-/// Due executions, oldest first; rows another transaction holds are skipped, so that two
-/// executors never wait for, nor lock, the same execution. Read per function in the order of
-/// the `(ffqn, pending_at, execution_id)` index, up to the limit (the schema's
-/// `f_due_executions`: with `ffqn = ANY($2)` that index yields no order, and a plan made from
-/// statistics taken when nothing was due read and sorted every due row for each batch). The
-/// column after the execution's is its due time.
+/// Due executions, oldest first, skipping rows another transaction holds (two executors never
+/// wait for, nor lock, the same execution): the schema's `f_due_executions` reads each function
+/// in the order of the `(ffqn, pending_at, execution_id)` index up to the limit, since with
+/// `ffqn = ANY($2)` a plan from stale statistics read and sorted every due row per batch.
 pub(crate) const SELECT_DUE: &str = "SELECT * FROM f_due_executions($1, $2, $3)";
 
-/// Begins a write transaction. Every statement of a write reaches its rows by a key or an
-/// index range; without this the planner, when a table's statistics are missing or stale
-/// (a fresh table, a burst of inserts), sometimes hashes or sorts the whole table instead,
-/// while the transaction holds its row locks.
-pub(crate) const BEGIN_WRITE: &str = "BEGIN; SET LOCAL enable_seqscan = off; \
+/// Begins a write transaction whose statements reach rows by key or index range only: with
+/// missing or stale statistics the planner otherwise sometimes scans a whole table while the
+/// transaction holds its row locks.
+const BEGIN_WRITE: &str = "BEGIN; SET LOCAL enable_seqscan = off; \
     SET LOCAL enable_bitmapscan = off";
+
+/// Sends [`BEGIN_WRITE`] when `begin` (a pipeline's first statement).
+pub(crate) async fn begin_write(client: &ClientWrapper, begin: bool) -> Result<(), PgError> {
+    if begin {
+        client.batch_execute(BEGIN_WRITE).await?;
+    }
+    Ok(())
+}
 
 /// The rows of the executions a write changes or creates, locked in id order: every write
 /// locks in this one order, so two writes never wait for each other in a circle.
@@ -65,18 +68,15 @@ const SELECT_CHILD_RESPONSES: &str = "SELECT k.ord \
     WHERE EXISTS (SELECT 1 FROM t_response r \
                   WHERE r.execution_id = k.id AND r.child_execution_id = k.child_id)";
 
-/// The `Created` event (version 0) of each execution `$1` that exists: one index lookup per
-/// id (a `create_batch` of 10,000 ids was planned as a scan of the whole log once the
-/// statistics knew how large it was).
+/// The `Created` event of each execution `$1` that exists, one index lookup per id (a plain
+/// join was planned as a scan of the whole log once the statistics knew its size).
 pub(crate) const SELECT_CREATED: &str = "SELECT k.id, e.event_json FROM UNNEST($1::text[]) AS k(id) \
     CROSS JOIN LATERAL (SELECT e.event_json FROM t_event e \
     WHERE e.execution_id = k.id AND e.version = 0 OFFSET 0) AS e";
 
-/// The descendants of each root `k` (ids in `[low, high)`), locked in id order within each
-/// root: after the rows of `LOCK_EXECUTIONS` (a root and its ancestors, whose ids sort before
-/// its descendants'). The ranges are the outer side of a `LATERAL` join, so the server scans
-/// one primary-key range per root whatever its statistics say (a plain join was sometimes
-/// planned as a scan of the whole table tested against every range).
+/// The descendants of each root `k` (ids in `[low, high)`), locked in id order after the rows
+/// of `LOCK_EXECUTIONS` (whose ids sort before them); the `LATERAL` join makes it one
+/// primary-key range per root whatever the statistics say.
 const LOCK_SUBTREES: &str = concat!(
     "SELECT ",
     execution_columns!(),
@@ -95,10 +95,9 @@ const SUBTREE_MEMBERS: &str = "SELECT t.execution_id, k.ord \
     CROSS JOIN LATERAL (SELECT execution_id FROM t_execution t \
     WHERE t.execution_id >= k.low AND t.execution_id < k.high) AS t";
 
-/// `prune`'s candidates: finished top-level executions, finished strictly before `($1, $2)`
-/// and after the cursor `($3, $4, $5)`, oldest first, from the partial index on
-/// `(finished_at, finished_at_ns, execution_id)`. A candidate another transaction holds is
-/// skipped: the next pass finds it.
+/// `prune`'s candidates: top-level executions finished before `($1, $2)` and after the cursor
+/// `($3, $4, $5)`, oldest first, from their partial index; one another transaction holds is
+/// skipped until the next pass.
 const SELECT_PRUNE: &str = concat!(
     "SELECT ",
     execution_columns!(),
@@ -121,11 +120,9 @@ const SELECT_OPEN_DELAYS: &str = "SELECT execution_id, delay_id FROM t_delay \
 /// The column of `LOCK_SUBTREES` that holds the ordinal of the root.
 const SUBTREE_ORD: usize = 10;
 
-/// Loads what `keys` name into `snapshot` in one pipeline, after a `BEGIN` when `begin`. A
-/// key that names nothing costs no statement. The statements that wait for row locks take
-/// them in id order: the executions, then the descendants (whose ids follow their roots').
-/// Without `begin` it loads a write's follow-up keys into its snapshot, one more pipeline in
-/// the same transaction.
+/// Loads what `keys` name into `snapshot` in one pipeline, after a `BEGIN` when `begin`
+/// (without, a write's follow-up keys in the same transaction); a key that names nothing costs
+/// no statement. Row locks are taken in id order: the executions, then the descendants.
 pub(crate) async fn load(
     client: &ClientWrapper,
     trips: &Trips,
@@ -139,38 +136,21 @@ pub(crate) async fn load(
         .collect();
     let subtrees = SubtreeParams::new(keys);
     let statements = [
-        keys.due.as_ref().map(|due| Statement {
-            sql: SELECT_DUE,
-            params: vec![
-                Box::new(micros(due.pending_at_or_sooner)),
-                Box::new(
-                    due.ffqns
-                        .iter()
-                        .map(ToString::to_string)
-                        .collect::<Vec<_>>(),
-                ),
-                Box::new(limit_param(due.limit)),
-            ],
+        keys.due.as_ref().map(|due| {
+            let ffqns: Vec<String> = due.ffqns.iter().map(ToString::to_string).collect();
+            let (at, limit) = (micros(due.pending_at_or_sooner), limit_param(due.limit));
+            statement(
+                SELECT_DUE,
+                vec![Box::new(at), Box::new(ffqns), Box::new(limit)],
+            )
         }),
-        (!locked.is_empty()).then(|| Statement {
-            sql: LOCK_EXECUTIONS,
-            params: vec![Box::new(locked)],
-        }),
-        (!keys.new_executions.is_empty()).then(|| Statement {
-            sql: SELECT_CREATED,
-            params: vec![Box::new(ids(&keys.new_executions))],
-        }),
+        (!locked.is_empty()).then(|| statement(LOCK_EXECUTIONS, vec![Box::new(locked)])),
+        for_ids(SELECT_CREATED, &keys.new_executions),
         subtrees.statement(LOCK_SUBTREES),
         subtrees.statement(SUBTREE_MEMBERS),
         keys.prune.as_ref().map(prune_statement),
-        (!keys.finished_results.is_empty()).then(|| Statement {
-            sql: SELECT_FINISHED,
-            params: vec![Box::new(ids(&keys.finished_results))],
-        }),
-        (!keys.open_delays.is_empty()).then(|| Statement {
-            sql: SELECT_OPEN_DELAYS,
-            params: vec![Box::new(ids(&keys.open_delays))],
-        }),
+        for_ids(SELECT_FINISHED, &keys.finished_results),
+        for_ids(SELECT_OPEN_DELAYS, &keys.open_delays),
         unnest!(SELECT_JOIN_SETS, &keys.join_sets, |key| {
             ids: &str = key.execution_id.as_str(),
             join_sets: String = key.join_set_id.to_string(),
@@ -203,9 +183,8 @@ pub(crate) async fn load(
     }
     for row in &created {
         let id = parse_execution_id(column(row, 0)?)?;
-        snapshot
-            .created
-            .insert(id, from_json(column(row, 1)?, "event")?);
+        let created = from_json(column(row, 1)?, "event")?;
+        snapshot.created.insert(id, created);
     }
     if !keys.subtrees.is_empty() {
         let rows = lock_subtrees(client, trips, &subtrees, (subtree_rows, subtree_check)).await?;
@@ -232,34 +211,29 @@ pub(crate) async fn load(
     for row in &join_sets {
         let key = &keys.join_sets[ordinal(row, 0, keys.join_sets.len())?];
         let responses: Vec<&str> = column(row, 3)?;
-        snapshot.join_sets.insert(
-            (key.execution_id.clone(), key.join_set_id.clone()),
-            JoinSetRow {
-                counters: JoinSetCounters {
-                    join_next_count: i64_to_count(column(row, 1)?, "join_next_count")?,
-                    response_count: i64_to_count(column(row, 2)?, "response_count")?,
-                },
-                next_response_times: responses
-                    .into_iter()
-                    .map(|json| {
-                        from_json::<JoinSetResponseEventOuter>(json, "response")
-                            .map(|r| r.created_at)
-                    })
-                    .collect::<Result<_, _>>()?,
-            },
-        );
+        let next_response_times = (responses.into_iter())
+            .map(|json| Ok(from_json::<JoinSetResponseEventOuter>(json, "response")?.created_at))
+            .collect::<Result<_, DbError>>()?;
+        let counters = JoinSetCounters {
+            join_next_count: i64_to_count(column(row, 1)?, "join_next_count")?,
+            response_count: i64_to_count(column(row, 2)?, "response_count")?,
+        };
+        let row = JoinSetRow {
+            counters,
+            next_response_times,
+        };
+        let id = (key.execution_id.clone(), key.join_set_id.clone());
+        snapshot.join_sets.insert(id, row);
     }
     for row in &delays {
         let (requested, answered) = (column(row, 1)?, column(row, 2)?);
         if requested || answered {
             let key = keys.delays[ordinal(row, 0, keys.delays.len())?].clone();
-            snapshot.delays.insert(
-                key,
-                DelayRow {
-                    requested,
-                    answered,
-                },
-            );
+            let delay = DelayRow {
+                requested,
+                answered,
+            };
+            snapshot.delays.insert(key, delay);
         }
     }
     for row in &children {
@@ -270,11 +244,6 @@ pub(crate) async fn load(
     let due = due.iter().map(execution_row).collect::<Result<_, _>>()?;
     snapshot.add_due_in_order(due);
     Ok(())
-}
-
-/// The ids as parameter.
-fn ids(ids: &[ExecutionId]) -> Vec<&str> {
-    ids.iter().map(ExecutionId::as_str).collect()
 }
 
 /// Runs the statements that are present in one pipeline (after a `BEGIN` when `begin`): the
@@ -293,13 +262,7 @@ async fn run_present<const N: usize>(
     trips.one();
     let (began, rows) = tokio::join!(
         biased;
-        async {
-            if begin {
-                client.batch_execute(BEGIN_WRITE).await
-            } else {
-                Ok(())
-            }
-        },
+        begin_write(client, begin),
         pipeline::run(client, &statements, &prepared),
     );
     began.map_err(map_pg_error)?;
@@ -310,12 +273,10 @@ async fn run_present<const N: usize>(
     Ok(results)
 }
 
-/// Locks the subtrees of `keys` until no member is missing, and returns the rows of the last
-/// locking statement. A descendant created by a transaction that committed while the first
-/// statement waited for a lock is not in that statement's snapshot; once every member found is
-/// locked (and the roots already were), no new member can appear below them, so a read that
-/// finds no more members than were locked proves the set complete. The first lock and check
-/// go out with the other loads; another pair only when the tree grew meanwhile.
+/// Locks the subtrees until no member is missing: a descendant committed while the locking
+/// statement waited is not in its snapshot, but once every member found is locked none can
+/// appear below them, so a read without locks that finds no more members proves the set
+/// complete. The first pair goes out with the other loads; another only when the tree grew.
 async fn lock_subtrees(
     client: &ClientWrapper,
     trips: &Trips,

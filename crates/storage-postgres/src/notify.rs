@@ -11,16 +11,14 @@ use tokio_postgres::AsyncMessage;
 /// The one channel every store of a database listens on; payloads are typed by their prefix.
 pub(crate) const CHANNEL: &str = "stele";
 
-/// The wake-ups of a transaction are packed into messages of at most this many bytes (below
-/// the server's limit of 8,000): one notification for the whole transaction, however many
-/// writes shared it, rather than one per wake-up.
+/// The wake-ups of a transaction, however many writes shared it, are packed into messages of
+/// at most this many bytes (below the server's limit of 8,000), not sent one per wake-up.
 const MAX_PACKED: usize = 7_000;
 
-/// Publishes the wake-ups of a committed write ([`kernel::wakeup_messages`]) to every listener of the database, in a transaction of its own that
-/// commits asynchronously (`synchronous_commit = off` for it alone): it is sent after the
-/// write committed, so it is never seen before the write, and it does not hold the server's
-/// notification lock across a WAL flush (see the crate docs). A failure is logged, not
-/// returned: the write itself has committed, and notifications are hints.
+/// Publishes the wake-ups of a committed write ([`kernel::wakeup_messages`]) to every listener,
+/// after its `COMMIT` (why, the crate docs say) in a transaction of its own that commits
+/// asynchronously. A failure is logged, not returned: the write has committed, and
+/// notifications are hints.
 pub(crate) async fn publish(client: &deadpool_postgres::ClientWrapper, wakeups: &[Wakeup]) {
     let payloads = kernel::wakeup_messages(wakeups, MAX_PACKED);
     if payloads.is_empty() {
@@ -54,10 +52,8 @@ pub struct ListenerState {
     pub notifications: u64,
 }
 
-/// Runs the listener until `shutdown` fires (or its sender is dropped): connects, `LISTEN`s,
-/// delivers notifications to `hub`, and reconnects with exponential backoff when the
-/// connection is lost, waking every waiter after each (re)connection. The backoff is cut short
-/// as soon as another connection of the store (a pooled one) reaches the server.
+/// Runs the listener until `shutdown` fires (or its sender is dropped), reconnecting with
+/// exponential backoff, cut short when a pooled connection of the store reaches the server.
 pub(crate) async fn run_listener(
     config: PostgresConfig,
     tls: Tls,

@@ -7,10 +7,9 @@ use crate::{
     codec::{
         count_to_i64, duration_to_nanos, kind_to_i16, micros, sub_micros, to_json, version_to_i64,
     },
-    error::map_pg_error,
+    error::{map_pg_error, sqlstate},
     load,
-    pipeline::{self, Statement, unnest},
-    trips::Trips,
+    pipeline::{self, Statement, Trips, for_ids, unnest},
 };
 use concepts::{
     DbError, ExecutionEventInner, ExecutionId, PendingState,
@@ -88,15 +87,7 @@ const STALE_REVISION: &str = "SR001";
 
 /// True when `err` is the refusal of [`CHECK_REVISIONS`].
 pub(crate) fn is_stale(err: &DbError) -> bool {
-    let DbError::Backend(backend) = err else {
-        return false;
-    };
-    backend
-        .source
-        .as_deref()
-        .and_then(|source| source.downcast_ref::<tokio_postgres::Error>())
-        .and_then(tokio_postgres::Error::as_db_error)
-        .is_some_and(|db| db.code().code() == STALE_REVISION)
+    sqlstate(err).is_some_and(|code| code.code() == STALE_REVISION)
 }
 
 /// How [`persist_and_commit`] ended when it did not commit.
@@ -120,16 +111,11 @@ pub(crate) struct Commit<'a> {
     pub(crate) plan: &'a WritePlan,
 }
 
-/// Writes the changes and deletions of `commit` inside the transaction (after its `BEGIN`
-/// when it is not open yet), commits it, publishes its notifications and then runs `after`,
-/// all in one pipeline, one round trip: the revision check, new executions in the order
-/// given (so that a duplicate found by the database is the first one), then updated rows,
-/// events, responses, join-set counters, delays requested and delays closed, the deleted
-/// executions, `COMMIT`, the notifications, and whatever statements `after` sends when first
-/// polled (outside the transaction: the reads `lock_pending` hands over). After a failed
-/// statement the server runs `COMMIT` as `ROLLBACK` (its transaction is aborted), so nothing of
-/// the write is stored; the notifications that follow are then hints about nothing, which
-/// waiters tolerate, and what `after` returned is dropped.
+/// Sends in one pipeline, one round trip: `BEGIN` when the transaction is not open yet, the
+/// statements of [`statements`], `COMMIT`, the notifications, and whatever `after` sends when
+/// first polled (outside the transaction: the reads `lock_pending` hands over). After a failed
+/// statement the server runs the `COMMIT` as a `ROLLBACK`, so nothing of the write is stored;
+/// the notifications are then hints about nothing, and what `after` returned is dropped.
 pub(crate) async fn persist_and_commit<T>(
     client: &ClientWrapper,
     trips: &Trips,
@@ -151,13 +137,7 @@ pub(crate) async fn persist_and_commit<T>(
     trips.one();
     let (began, persisted, committed, (), after) = tokio::join!(
         biased;
-        async {
-            if commit.begin {
-                client.batch_execute(load::BEGIN_WRITE).await
-            } else {
-                Ok(())
-            }
-        },
+        load::begin_write(client, commit.begin),
         pipeline::run(client, &statements, &prepared),
         client.batch_execute("COMMIT"),
         crate::notify::publish(client, &commit.plan.wakeups),
@@ -189,8 +169,6 @@ async fn rolled_back(client: &ClientWrapper, trips: &Trips, e: DbError) -> NotCo
     }
 }
 
-/// The statements that persist `plan` after checking the revisions `checked`, each only when
-/// it has rows, in the order [`persist_and_commit`] sends them.
 /// The `lock_expires_at` column: set only while `Locked` (a blocked run's lease is not a timer
 /// of the watcher's).
 fn locked_until(state: &PendingState) -> Option<i64> {
@@ -202,6 +180,10 @@ fn locked_until(state: &PendingState) -> Option<i64> {
     }
 }
 
+/// The statements that persist `plan` after checking the revisions `checked`, each only when it
+/// has rows: new executions in the order given (so that a duplicate the database finds is the
+/// first one), updated rows, events, responses, join-set counters, delays requested and closed,
+/// and the deleted executions.
 fn statements<'a>(
     checked: &'a [(ExecutionId, Revision)],
     plan: &'a WritePlan,
@@ -293,15 +275,7 @@ fn statements<'a>(
             ids: &str = id(change),
             delays: String = change.delays_closed[i].to_string(),
         }),
-        (!plan.deleted.is_empty()).then(|| Statement {
-            sql: DELETE_EXECUTIONS,
-            params: vec![Box::new(
-                plan.deleted
-                    .iter()
-                    .map(|id| id.as_str())
-                    .collect::<Vec<_>>(),
-            )],
-        }),
+        for_ids(DELETE_EXECUTIONS, &plan.deleted),
     ];
     Ok(statements.into_iter().flatten().collect())
 }

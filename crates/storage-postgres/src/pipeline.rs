@@ -3,9 +3,25 @@
 //! answered in order.
 
 use crate::error::map_pg_error;
-use concepts::DbError;
+use concepts::{DbError, ExecutionId};
 use deadpool_postgres::ClientWrapper;
+use std::sync::atomic::{AtomicU64, Ordering};
 use tokio_postgres::{Row, types::ToSql};
+
+/// The round trips a store waited for ([`crate::PostgresStore::round_trips`] says what counts),
+/// shared through the store's writer by every part of it that talks to the server.
+#[derive(Debug, Default)]
+pub(crate) struct Trips(AtomicU64);
+
+impl Trips {
+    pub(crate) fn one(&self) {
+        self.0.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn count(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
 
 /// A parameter of a statement.
 pub(crate) type Param<'a> = Box<dyn ToSql + Sync + Send + 'a>;
@@ -42,12 +58,8 @@ pub(crate) async fn prepare(
 ) -> Result<Vec<tokio_postgres::Statement>, DbError> {
     let mut prepared = Vec::with_capacity(statements.len());
     for statement in statements {
-        prepared.push(
-            client
-                .prepare_cached(statement.sql)
-                .await
-                .map_err(map_pg_error)?,
-        );
+        let next = client.prepare_cached(statement.sql).await;
+        prepared.push(next.map_err(map_pg_error)?);
     }
     Ok(prepared)
 }
@@ -102,4 +114,10 @@ pub(crate) async fn query_all(
 /// One statement's parameters.
 pub(crate) fn statement<'a>(sql: &'static str, params: Vec<Param<'a>>) -> Statement<'a> {
     Statement { sql, params }
+}
+
+/// `sql` over the ids `$1`, unless there are none.
+pub(crate) fn for_ids<'a>(sql: &'static str, ids: &'a [ExecutionId]) -> Option<Statement<'a>> {
+    let ids: Vec<&str> = ids.iter().map(ExecutionId::as_str).collect();
+    (!ids.is_empty()).then(|| statement(sql, vec![Box::new(ids)]))
 }

@@ -8,7 +8,7 @@ use crate::{
     },
     error::corrupt,
     load::ordinal,
-    pipeline::{self, Statement, statement, unnest},
+    pipeline::{self, Param, Statement, statement, unnest},
 };
 use chrono::{DateTime, Utc};
 use concepts::{
@@ -20,6 +20,45 @@ use concepts::{
 use deadpool_postgres::ClientWrapper;
 use tokio_postgres::Row;
 
+const SELECT_EXISTS: &str = "SELECT 1 FROM t_execution WHERE execution_id = $1";
+const SELECT_STATE: &str =
+    "SELECT next_version, state_json FROM t_execution WHERE execution_id = $1";
+const SELECT_EVENTS: &str =
+    "SELECT event_json FROM t_event WHERE execution_id = $1 ORDER BY version";
+const SELECT_RESPONSES: &str =
+    "SELECT response_json FROM t_response WHERE execution_id = $1 ORDER BY idx";
+const SELECT_RESPONSES_FROM: &str =
+    "SELECT response_json FROM t_response WHERE execution_id = $1 AND idx >= $2 ORDER BY idx";
+
+/// The event at version `$2` of execution `$1`; no row when the execution does not exist.
+const SELECT_EVENT: &str = "SELECT ev.event_json FROM t_execution e LEFT JOIN t_event ev \
+    ON ev.execution_id = e.execution_id AND ev.version = $2 WHERE e.execution_id = $1";
+
+/// The `Finished` event of execution `$1`, stored at its next version; no row when the
+/// execution does not exist.
+const SELECT_FINISHED_EVENT: &str = "SELECT ev.event_json FROM t_execution e \
+    LEFT JOIN t_event ev ON ev.execution_id = e.execution_id AND ev.version = e.next_version \
+    AND e.state_kind = 3 WHERE e.execution_id = $1";
+
+const SELECT_EXPIRED_LOCKS: &str = concat!(
+    "SELECT ",
+    execution_columns!(),
+    " FROM t_execution WHERE lock_expires_at IS NOT NULL AND lock_expires_at <= $1"
+);
+
+const SELECT_EXPIRED_DELAYS: &str = "SELECT execution_id, delay_id, join_set_id, expires_at, \
+    expires_at_ns FROM t_delay WHERE is_open AND expires_at <= $1";
+
+/// Filtered by function `$1`, state `$2` and top-level `$3`, newest first after the cursor
+/// `($4, $5, $6)`, at most `$7`.
+const LIST_EXECUTIONS: &str = "SELECT execution_id, ffqn, created_at, created_at_ns, \
+    scheduled_at, scheduled_at_ns, state_json, next_version FROM t_execution \
+    WHERE ($1::text IS NULL OR ffqn = $1) AND ($2::int2 IS NULL OR state_kind = $2) \
+    AND (NOT $3::bool OR is_top_level) \
+    AND ($4::int8 IS NULL \
+         OR (created_at, created_at_ns, execution_id) < ($4::int8, $5::int2, $6::text)) \
+    ORDER BY created_at DESC, created_at_ns DESC, execution_id DESC LIMIT $7";
+
 fn event_of(row: &Row, idx: usize) -> Result<ExecutionEvent, DbError> {
     from_json(column(row, idx)?, "event")
 }
@@ -29,10 +68,9 @@ fn response_of(row: &Row, idx: usize) -> Result<JoinSetResponseEventOuter, DbErr
 }
 
 /// The events below each locked version `$2` of execution `$1`, with the ordinal of their
-/// execution and their version. One index range scan per execution, whatever the statistics
-/// say: the `OFFSET 0` keeps the planner from turning the `LATERAL` subquery into a join, which
-/// on a table it had no statistics of (or with a plan cached while the table was small) it
-/// planned as a scan of the whole table.
+/// execution and their version: one index range per execution, since `OFFSET 0` keeps the
+/// planner from making the `LATERAL` subquery a join, which without statistics (or with a plan
+/// cached while the table was small) it planned as a scan of the whole table.
 pub(crate) const SELECT_LOCKED_EVENTS: &str = "SELECT k.ord, e.version, e.event_json \
     FROM UNNEST($1::text[], $2::int8[]) WITH ORDINALITY AS k(id, below, ord) \
     CROSS JOIN LATERAL (SELECT e.version, e.event_json FROM t_event e \
@@ -45,10 +83,8 @@ pub(crate) const SELECT_LOCKED_RESPONSES: &str = "SELECT k.ord, r.idx, r.respons
     CROSS JOIN LATERAL (SELECT r.idx, r.response_json FROM t_response r \
     WHERE r.execution_id = k.id OFFSET 0) AS r";
 
-/// The executions `lock_pending` locked, handed over with their histories (the events below
-/// the locked version and the responses), read after the `COMMIT` in one pipeline of two
-/// statements: the log below a lease is append-only, so this reads what the write saw, and
-/// the write's transaction (and its row locks) never waited for a long log.
+/// The executions `lock_pending` locked, with their histories, read after the `COMMIT` so that
+/// its row locks never wait for a long log (the log below a lease is append-only).
 pub(crate) async fn locked_executions(
     client: &ClientWrapper,
     grants: Vec<LockGrant>,
@@ -113,11 +149,7 @@ pub(crate) async fn any_due(
     ffqns: &[FunctionFqn],
 ) -> Result<bool, DbError> {
     let names: Vec<String> = ffqns.iter().map(ToString::to_string).collect();
-    let rows = one(
-        client,
-        statement(ANY_DUE, vec![Box::new(micros(at)), Box::new(names)]),
-    )
-    .await?;
+    let rows = one(client, ANY_DUE, vec![Box::new(micros(at)), Box::new(names)]).await?;
     rows.first().map_or(Ok(false), |row| column(row, 0))
 }
 
@@ -129,22 +161,11 @@ pub(crate) async fn responses_from(
 ) -> Result<Vec<JoinSetResponseEventOuter>, DbError> {
     let id = || Box::new(execution_id.as_str());
     let start = count_to_i64(u64::try_from(start_idx).unwrap_or(u64::MAX));
-    let [exists, responses] = all(
-        client,
-        false,
-        [
-            statement(
-                "SELECT 1 FROM t_execution WHERE execution_id = $1",
-                vec![id()],
-            ),
-            statement(
-                "SELECT response_json FROM t_response WHERE execution_id = $1 AND idx >= $2 \
-             ORDER BY idx",
-                vec![id(), Box::new(start)],
-            ),
-        ],
-    )
-    .await?;
+    let statements = [
+        statement(SELECT_EXISTS, vec![id()]),
+        statement(SELECT_RESPONSES_FROM, vec![id(), Box::new(start)]),
+    ];
+    let [exists, responses] = all(client, false, statements).await?;
     if exists.is_empty() {
         return Err(DbError::execution_not_found(execution_id));
     }
@@ -157,26 +178,11 @@ pub(crate) async fn expired_timers(
     client: &ClientWrapper,
     at: DateTime<Utc>,
 ) -> Result<Vec<ExpiredTimer>, DbError> {
-    let [locks, delays] = all(
-        client,
-        false,
-        [
-            statement(
-                concat!(
-                    "SELECT ",
-                    execution_columns!(),
-                    " FROM t_execution WHERE lock_expires_at IS NOT NULL AND lock_expires_at <= $1"
-                ),
-                vec![Box::new(micros(at))],
-            ),
-            statement(
-                "SELECT execution_id, delay_id, join_set_id, expires_at, expires_at_ns \
-             FROM t_delay WHERE is_open AND expires_at <= $1",
-                vec![Box::new(micros(at))],
-            ),
-        ],
-    )
-    .await?;
+    let statements = [
+        statement(SELECT_EXPIRED_LOCKS, vec![Box::new(micros(at))]),
+        statement(SELECT_EXPIRED_DELAYS, vec![Box::new(micros(at))]),
+    ];
+    let [locks, delays] = all(client, false, statements).await?;
     let mut timers = Vec::new();
     for row in &locks {
         if let Some(lock) = execution_row(row)?.expired_lock_at(at)? {
@@ -208,25 +214,12 @@ pub(crate) async fn get(
     execution_id: &ExecutionId,
 ) -> Result<ExecutionLog, DbError> {
     let id = || Box::new(execution_id.as_str());
-    let [state, events, responses] = all(
-        client,
-        true,
-        [
-            statement(
-                "SELECT next_version, state_json FROM t_execution WHERE execution_id = $1",
-                vec![id()],
-            ),
-            statement(
-                "SELECT event_json FROM t_event WHERE execution_id = $1 ORDER BY version",
-                vec![id()],
-            ),
-            statement(
-                "SELECT response_json FROM t_response WHERE execution_id = $1 ORDER BY idx",
-                vec![id()],
-            ),
-        ],
-    )
-    .await?;
+    let statements = [
+        statement(SELECT_STATE, vec![id()]),
+        statement(SELECT_EVENTS, vec![id()]),
+        statement(SELECT_RESPONSES, vec![id()]),
+    ];
+    let [state, events, responses] = all(client, true, statements).await?;
     let state = state
         .first()
         .ok_or_else(|| DbError::execution_not_found(execution_id))?;
@@ -245,19 +238,11 @@ pub(crate) async fn execution_event(
     execution_id: &ExecutionId,
     version: Version,
 ) -> Result<ExecutionEvent, DbError> {
-    let rows = one(
-        client,
-        statement(
-            "SELECT ev.event_json FROM t_execution e LEFT JOIN t_event ev \
-         ON ev.execution_id = e.execution_id AND ev.version = $2 \
-         WHERE e.execution_id = $1",
-            vec![
-                Box::new(execution_id.as_str()),
-                Box::new(version_to_i64(version)),
-            ],
-        ),
-    )
-    .await?;
+    let params: Vec<Param<'_>> = vec![
+        Box::new(execution_id.as_str()),
+        Box::new(version_to_i64(version)),
+    ];
+    let rows = one(client, SELECT_EVENT, params).await?;
     let row = rows
         .first()
         .ok_or_else(|| DbError::execution_not_found(execution_id))?;
@@ -282,30 +267,16 @@ pub(crate) async fn list_executions(
         Some((at, id)) => (Some(micros(*at)), Some(sub_micros(*at)), Some(id.as_str())),
         None => (None, None, None),
     };
-    let rows = one(
-        client,
-        statement(
-            "SELECT execution_id, ffqn, created_at, created_at_ns, scheduled_at, \
-         scheduled_at_ns, state_json, next_version FROM t_execution \
-         WHERE ($1::text IS NULL OR ffqn = $1) \
-         AND ($2::int2 IS NULL OR state_kind = $2) \
-         AND (NOT $3::bool OR is_top_level) \
-         AND ($4::int8 IS NULL \
-              OR (created_at, created_at_ns, execution_id) < ($4::int8, $5::int2, $6::text)) \
-         ORDER BY created_at DESC, created_at_ns DESC, execution_id DESC \
-         LIMIT $7",
-            vec![
-                Box::new(filter.ffqn.as_ref().map(ToString::to_string)),
-                Box::new(filter.state.map(kind_to_i16)),
-                Box::new(filter.top_level_only),
-                Box::new(cursor_at),
-                Box::new(cursor_ns),
-                Box::new(cursor_id),
-                Box::new(i64::try_from(pagination.length).unwrap_or(i64::MAX)),
-            ],
-        ),
-    )
-    .await?;
+    let params: Vec<Param<'_>> = vec![
+        Box::new(filter.ffqn.as_ref().map(ToString::to_string)),
+        Box::new(filter.state.map(kind_to_i16)),
+        Box::new(filter.top_level_only),
+        Box::new(cursor_at),
+        Box::new(cursor_ns),
+        Box::new(cursor_id),
+        Box::new(i64::try_from(pagination.length).unwrap_or(i64::MAX)),
+    ];
+    let rows = one(client, LIST_EXECUTIONS, params).await?;
     rows.iter()
         .map(|row| {
             let ffqn: &str = column(row, 1)?;
@@ -330,13 +301,8 @@ pub(crate) async fn finished_result(
 ) -> Result<Option<FinishedExecutionResult>, DbError> {
     let rows = one(
         client,
-        statement(
-            "SELECT ev.event_json FROM t_execution e LEFT JOIN t_event ev \
-         ON ev.execution_id = e.execution_id AND ev.version = e.next_version \
-         AND e.state_kind = 3 \
-         WHERE e.execution_id = $1",
-            vec![Box::new(execution_id.as_str())],
-        ),
+        SELECT_FINISHED_EVENT,
+        vec![Box::new(execution_id.as_str())],
     )
     .await?;
     let row = rows
@@ -348,8 +314,12 @@ pub(crate) async fn finished_result(
 }
 
 /// The rows of one statement.
-async fn one(client: &ClientWrapper, statement: Statement<'_>) -> Result<Vec<Row>, DbError> {
-    let [rows] = all(client, false, [statement]).await?;
+async fn one(
+    client: &ClientWrapper,
+    sql: &'static str,
+    params: Vec<Param<'_>>,
+) -> Result<Vec<Row>, DbError> {
+    let [rows] = all(client, false, [statement(sql, params)]).await?;
     Ok(rows)
 }
 

@@ -8,44 +8,32 @@ use crate::{
 /// The advisory lock key that serializes migrations of one database ("STELEMIG").
 const MIGRATION_LOCK_KEY: i64 = 0x5354_454C_454D_4947;
 
-/// One migration: its version (consecutive from 1), a description and its SQL.
-struct Migration {
-    version: i64,
-    description: &'static str,
-    sql: &'static str,
-}
-
-/// Every migration this binary knows, in order.
-const MIGRATIONS: &[Migration] = &[
-    Migration {
-        version: 1,
-        description: "executions, events, responses, join set counters, delays",
-        sql: SCHEMA_V1,
-    },
-    Migration {
-        version: 2,
-        description: "the finished time of executions, indexed for prune",
-        sql: SCHEMA_V2,
-    },
-    Migration {
-        version: 3,
-        description: "state rows vacuumed after a number of dead rows; the due executions read in index order",
-        sql: SCHEMA_V3,
-    },
-    Migration {
-        version: 4,
-        description: "the revision check of writes planned on rows a store knows",
-        sql: SCHEMA_V4,
-    },
+/// Every migration this binary knows, in order, as its description and its SQL:
+/// `MIGRATIONS[i]` moves a database from schema version `i` to `i + 1`.
+const MIGRATIONS: [(&str, &str); 4] = [
+    (
+        "executions, events, responses, join set counters, delays",
+        SCHEMA_V1,
+    ),
+    (
+        "the finished time of executions, indexed for prune",
+        SCHEMA_V2,
+    ),
+    (
+        "state rows vacuumed after a number of dead rows; the due executions read in index order",
+        SCHEMA_V3,
+    ),
+    (
+        "the revision check of writes planned on rows a store knows",
+        SCHEMA_V4,
+    ),
 ];
 
 /// The newest schema version this binary knows (the number of embedded migrations).
-pub const SCHEMA_VERSION: i64 = 4;
+#[expect(clippy::cast_possible_wrap, reason = "a few migrations fit in an i64")]
+pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
 
-/// Version 1. Timestamps are `BIGINT` microseconds since the Unix epoch (a `*_ns` column keeps
-/// the sub-microsecond remainder where the exact value is reported back); ids are `TEXT
-/// COLLATE "C"` so that they order byte-wise like `ExecutionId`'s `Ord`; events and responses
-/// are JSON text (not `JSONB`, which would reorder object keys).
+/// Version 1 (why these column types, `docs/ARCHITECTURE.md` says).
 const SCHEMA_V1: &str = r#"
 CREATE TABLE t_execution (
     execution_id          TEXT COLLATE "C" PRIMARY KEY,
@@ -168,23 +156,20 @@ CREATE INDEX t_execution_finished_top_level_idx
 /// Version 3: autovacuum of `t_execution` after 50,000 dead rows, whatever the table's size,
 /// and `f_due_executions`, the lock query's read of due executions.
 ///
-/// Every state change leaves the row's old version and its entries in the partial indexes that
-/// `lock_pending` and the expired leases are found by (`pending_at`, `lock_expires_at`), and
-/// those dead entries lie ahead of the live ones in the index order these queries read, until
-/// a vacuum removes them. With the default trigger (a fifth of the table) how many a lock query
-/// walks through grows with the history stored: up to 200,000 dead rows at 1,000,000 stored
-/// executions, 2,000,000 at 10,000,000; with a fixed one it does not.
+/// Every state change leaves dead entries in the partial indexes that due executions and expired
+/// leases are found by (`pending_at`, `lock_expires_at`), ahead of the live ones in the order
+/// these queries read, until a vacuum removes them. With the default trigger (a fifth of the
+/// table) a lock query walks through more the more history is stored (up to 200,000 dead rows
+/// at 1,000,000 stored executions, 2,000,000 at 10,000,000); with a fixed one it does not.
 ///
 /// `f_due_executions(at, ffqns, n)`: per function, the first `n` due rows of the partial index
 /// on `(ffqn, pending_at, execution_id)`, read in its order and locked as they are read
-/// (`FOR UPDATE SKIP LOCKED`), then the first `n` of them all, which are the first `n` overall.
-/// The statistics of the due rows are always stale (they come and go between two `ANALYZE`s),
-/// and with an estimate below `n` the planner read every due row by a bitmap scan and sorted
-/// them, for each batch; the function plans its statement without bitmap scans and with sorts
-/// priced out, so the only plan left reads the index in order and stops after `n` (and without
-/// JIT, which the priced-out sort of the `n` rows would otherwise buy at every call, for about
-/// 250 ms). Rows of one function beyond the first `n` overall stay locked, unchanged, until
-/// the commit.
+/// (`FOR UPDATE SKIP LOCKED`), then the first `n` of them all. The statistics of due rows are
+/// always stale (they come and go between two `ANALYZE`s), and with an estimate below `n` the
+/// planner read every due row by a bitmap scan and sorted them, for each batch; without bitmap
+/// scans and with sorts priced out, the only plan left reads the index in order and stops after
+/// `n`, and without JIT (which the priced-out sort would buy at every call, for about 250 ms).
+/// Rows of one function beyond the first `n` overall stay locked, unchanged, until the commit.
 const SCHEMA_V3: &str = r#"
 ALTER TABLE t_execution
     SET (autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 50000);
@@ -213,11 +198,8 @@ ORDER BY d.pending_at, d.execution_id LIMIT max_rows
 $$;
 "#;
 
-/// Version 4: `f_check_revisions(ids, versions, finished, response counts)` locks the rows of
-/// `ids` in id order and raises SQLSTATE `SR001` unless each still has that revision (next
-/// version, finished or not, response count: every write that changes a row changes one). A
-/// write planned on rows its store wrote itself calls it first, so that a changed row aborts
-/// the write before anything of it is stored.
+/// Version 4: `f_check_revisions(ids, versions, finished, response counts)`, which locks the
+/// rows of `ids` in id order and raises SQLSTATE `SR001` unless each still has that revision.
 const SCHEMA_V4: &str = r#"
 CREATE FUNCTION f_check_revisions(
     ids TEXT[], versions BIGINT[], finished BOOLEAN[], responses BIGINT[]
@@ -241,11 +223,8 @@ $$;
 "#;
 
 /// Applies every missing migration up to version `up_to` in one transaction under an advisory
-/// lock, so that two processes starting at once do not both migrate. Refuses a database whose
-/// schema is newer than this binary's; and, as `config` asks, a database without Stele's
-/// schema ([`PostgresConfig::create`] false: nothing is created, not even
-/// `t_schema_migration`) and one of an older version ([`PostgresConfig::migrate`] false: it
-/// stays at its version).
+/// lock (two processes starting at once do not both migrate), refusing a newer schema and, as
+/// `config` asks, a database without the schema or with an older one, changing nothing.
 pub(crate) async fn migrate(
     client: &mut tokio_postgres::Client,
     up_to: i64,
@@ -302,21 +281,15 @@ pub(crate) async fn migrate(
             current: SCHEMA_VERSION,
         });
     }
-    for migration in MIGRATIONS
-        .iter()
-        .filter(|m| m.version > current && m.version <= up_to)
-    {
-        tracing::info!(
-            version = migration.version,
-            description = migration.description,
-            "applying migration"
-        );
-        tx.batch_execute(migration.sql)
-            .await
-            .map_err(map_pg_error)?;
+    let missing = (1..)
+        .zip(MIGRATIONS)
+        .filter(|(v, _)| *v > current && *v <= up_to);
+    for (version, (description, sql)) in missing {
+        tracing::info!(version, description, "applying migration");
+        tx.batch_execute(sql).await.map_err(map_pg_error)?;
         tx.execute(
             "INSERT INTO t_schema_migration (version, description) VALUES ($1, $2)",
-            &[&migration.version, &migration.description],
+            &[&version, &description],
         )
         .await
         .map_err(map_pg_error)?;

@@ -6,8 +6,8 @@ use crate::{
     error::{is_transaction_retriable, map_pool_error},
     load,
     persist::{self, Commit, NotCommitted},
+    pipeline::Trips,
     reads,
-    trips::Trips,
 };
 use concepts::{
     DbError, DuplicateKind, ExecutionId, LockedExecution,
@@ -65,13 +65,8 @@ impl WriteTx {
             checked: begin.unwrap_or_default(),
             plan,
         };
-        let hand_over = async {
-            if granted.is_empty() {
-                Ok(Vec::new())
-            } else {
-                reads::locked_executions(&client, granted).await
-            }
-        };
+        // Sends nothing when nothing was granted.
+        let hand_over = reads::locked_executions(&client, granted);
         let result = persist::persist_and_commit(&client, trips, commit, hand_over).await;
         if matches!(result, Err(NotCommitted::Unknown(_))) {
             drop(Object::take(client));
@@ -122,11 +117,10 @@ impl Writer {
         }
     }
 
-    /// One write alone, answering the leases it granted with their histories. It is planned
-    /// without a load first when the kernel can assume what it would read
-    /// ([`KnownRows::assume`]), which the write checks before anything is stored; a refuted
-    /// assumption runs it again with the load, without counting a retry. A deadlock, a
-    /// serialization failure or a raced create runs it again from the load.
+    /// One write alone, answering the leases it granted with their histories: first planned
+    /// without a load when [`KnownRows::assume`] allows (a refuted assumption runs it again with
+    /// the load, without counting a retry); a deadlock, a serialization failure or a raced
+    /// create runs it again from the load.
     pub(crate) async fn transact(
         &self,
         write: &mut Box<dyn Queued>,
@@ -229,11 +223,7 @@ impl Writer {
         }
         match self.write_group(&mut jobs).await {
             Ok(()) => jobs.into_iter().for_each(Queued::answer),
-            Err(NotCommitted::Unknown(e)) => {
-                for job in jobs {
-                    job.fail(e.clone());
-                }
-            }
+            Err(NotCommitted::Unknown(e)) => jobs.into_iter().for_each(|job| job.fail(e.clone())),
             Err(NotCommitted::RolledBack(e)) => {
                 tracing::debug!(error = %e, writes = jobs.len(), "a group was refused; each write runs alone");
                 let alone: Vec<_> = jobs
@@ -261,7 +251,6 @@ fn raced(keys: &Keys, err: &DbError) -> bool {
 pub(crate) struct Groups {
     queue: mpsc::UnboundedSender<Box<dyn Queued>>,
     slots: Arc<Semaphore>,
-    /// How many slots there are.
     all_slots: usize,
 }
 

@@ -73,13 +73,10 @@ impl Checkpointer {
                     .spawn(move || run(&conn, &thread_path, &woken, &thread_done))
                     .map_err(|err| format!("cannot start the SQLite checkpointer: {err}"))
             });
-        let thread = match started {
-            Ok(thread) => thread,
-            Err(err) => {
-                tracing::warn!(path = %path.display(), "{err}; the writer checkpoints in its commits");
-                return None;
-            }
+        let warn = |err: &String| {
+            tracing::warn!(path = %path.display(), "{err}; the writer checkpoints in its commits");
         };
+        let thread = started.inspect_err(warn).ok()?;
         WAL_FRAMES.set(0);
         writer.wal_hook(Some(note_wal_frames));
         Some(Self {
@@ -92,8 +89,7 @@ impl Checkpointer {
     }
 
     /// After a commit and its replies: asks for a checkpoint once the log has grown by
-    /// [`CHECKPOINT_FRAMES`] since the last request (a log that restarted counts from its
-    /// beginning), or checkpoints it on `writer` itself once it holds
+    /// [`CHECKPOINT_FRAMES`] since the last request, or runs one itself at
     /// [`INLINE_CHECKPOINT_FRAMES`].
     pub(crate) fn after_commit(&mut self, writer: &Connection, path: &Path) {
         let frames = WAL_FRAMES.get();

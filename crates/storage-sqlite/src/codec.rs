@@ -81,10 +81,8 @@ pub(crate) fn nullable<T: Into<Value>>(value: Option<T>) -> ToSqlOutput<'static>
     ToSqlOutput::Owned(value.into())
 }
 
-/// The values of the columns of `t_execution_state` that a write changes, bound as `?1..?12` by
-/// both the insert and the update of a state row: `execution_id, next_version, state,
-/// pending_at, lock_expires_at, executor_id, run_id, join_set_id, result_kind, state_json,
-/// temporary_event_count, finished_at` (when it finished: the key of `prune`).
+/// The values of the columns of `t_execution_state` that a write changes, in their order, bound
+/// as `?1..?12` by both the insert and the update of a state row.
 pub(crate) fn state_columns(row: &ExecutionRow) -> Result<Vec<ToSqlOutput<'_>>> {
     let state = &row.state.pending_state;
     let (executor_id, run_id, join_set_id, result_kind) = match state {
@@ -125,11 +123,9 @@ pub(crate) const STATE_ROW_COLUMNS: &str = "execution_id, ffqn, next_version, st
      temporary_event_count, max_retries, retry_exp_backoff_us, parent_execution_id, \
      parent_join_set_id";
 
-/// Decodes a row of `t_execution_state` selected with [`STATE_ROW_COLUMNS`].
-///
-/// `response_count` is left at 0: it is not stored, because responses are numbered by the
-/// autoincrement id of `t_response` (arrival order), so nothing here uses
-/// [`PlannedResponse::idx`](concepts::kernel::PlannedResponse).
+/// Decodes a row of `t_execution_state` selected with [`STATE_ROW_COLUMNS`]. `response_count`
+/// is not stored (0): responses are numbered by the autoincrement id of `t_response`, so
+/// nothing here uses [`PlannedResponse::idx`](concepts::kernel::PlannedResponse).
 pub(crate) fn execution_row(row: &rusqlite::Row<'_>) -> Result<ExecutionRow> {
     let execution_id: String = row.get(0)?;
     let parent: (Option<String>, Option<String>) = (row.get(7)?, row.get(8)?);

@@ -94,7 +94,6 @@ mod checkpoint;
 mod codec;
 mod config;
 mod error;
-mod lifecycle;
 mod ops;
 mod pool;
 mod reads;

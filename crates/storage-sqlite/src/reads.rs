@@ -1,11 +1,5 @@
-//! Queries that only read. They run on a reader connection of the pool (inside one read
-//! transaction when they take several statements, so they see one snapshot) or on the writer's
-//! connection inside its transaction.
-//!
-//! The hand-over of `lock_pending` reads the granted histories after the commit, for
-//! [`kernel::hand_over`]: a short one on the writer's connection (no other writer waits on that
-//! read, and the caller is spared a round trip), a long one on a reader, so that it never holds
-//! up the writer thread.
+//! Queries that only read: on a reader connection (inside one read transaction when they take
+//! several statements, so they see one snapshot) or on the writer's, inside its transaction.
 
 use crate::{
     codec::{self, STATE_ROW_COLUMNS, from_micros, int_to_sql, micros, parse, version_from_sql},
@@ -257,7 +251,8 @@ pub(crate) fn list_executions(
 }
 
 /// At most this many rows (events and responses of every execution of one lock together) are
-/// read on the writer's connection after a lock's commit; longer histories are read on a reader.
+/// read on the writer's connection after a lock's commit, sparing the caller a round trip;
+/// longer histories are read on a reader, so that they never hold up the writer thread.
 pub(crate) const WRITER_HANDOVER_ROWS: usize = 32;
 
 /// Runs on the writer thread after the lock's commit: hands over the first grants whose

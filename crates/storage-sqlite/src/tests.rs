@@ -1442,14 +1442,14 @@ fn prune_and_subtree_queries_use_their_indexes() {
         details.join("; ")
     };
     for with_cursor in [false, true] {
-        let detail = plan(&crate::lifecycle::prune_candidates_sql(with_cursor));
+        let detail = plan(&crate::ops::prune_candidates_sql(with_cursor));
         assert!(detail.contains("USING INDEX ix_state_finished"), "{detail}");
         assert!(
             !detail.contains("TEMP B-TREE"),
             "sorted by the index: {detail}"
         );
     }
-    let detail = plan(&crate::lifecycle::subtree_sql());
+    let detail = plan(&crate::ops::subtree_sql());
     assert!(
         detail.contains("sqlite_autoindex_t_execution_state_1 (execution_id>? AND execution_id<?)"),
         "{detail}"

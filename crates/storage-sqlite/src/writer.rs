@@ -244,12 +244,10 @@ impl Writer<'_> {
     }
 
     /// Runs the first commands of `batch` in one transaction (normally all of them); returns
-    /// how many ran (they have their outcomes) and the wake-ups of what committed.
-    ///
-    /// If SQLite itself aborts the transaction (a full disk, an I/O error), the commands that
-    /// had succeeded in it are failed (their writes are gone) and the remaining commands run in
-    /// a new transaction. While other connections wait for the lock, the transaction commits
-    /// after [`MAX_CONTENDED_TRANSACTION`] and leaves the remaining commands for the next one.
+    /// how many ran (they have their outcomes) and the wake-ups of what committed. If SQLite
+    /// aborts the transaction (a full disk, an I/O error), the commands that had succeeded in it
+    /// fail too and the rest run in a new one; while contended, it commits after
+    /// [`MAX_CONTENDED_TRANSACTION`] and leaves the rest to the next one.
     fn run_group(&mut self, batch: &mut [Box<dyn Command>]) -> (usize, Vec<Wakeup>) {
         let path = self.path;
         // The wake-ups of the commands that succeeded in the current transaction.
