@@ -254,7 +254,8 @@ pub struct ExecutionSummary {
     pub next_version: Version,
 }
 
-/// Filters of `list_executions`; `None` matches everything.
+/// Filters of `list_executions`, all of which an execution must pass; `None` (and `false`)
+/// lets everything through.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ListExecutionsFilter {
     /// Only this function.
@@ -263,6 +264,64 @@ pub struct ListExecutionsFilter {
     pub state: Option<PendingStateKind>,
     /// Only top-level executions.
     pub top_level_only: bool,
+    /// Only the children of this execution (not their own children).
+    pub parent: Option<ExecutionId>,
+    /// Only executions created after this time (not at it).
+    pub created_after: Option<DateTime<Utc>>,
+    /// Only executions created before this time (not at it).
+    pub created_before: Option<DateTime<Utc>>,
+    /// Only executions whose id starts with this text.
+    pub id_prefix: Option<String>,
+}
+
+impl ListExecutionsFilter {
+    /// True when an execution with these properties passes every filter: the reference a
+    /// backend's query must agree with.
+    #[must_use]
+    pub fn matches(
+        &self,
+        execution_id: &ExecutionId,
+        ffqn: &FunctionFqn,
+        state: PendingStateKind,
+        created_at: DateTime<Utc>,
+    ) -> bool {
+        // Destructured: a filter added here must be applied here.
+        let Self {
+            ffqn: only_ffqn,
+            state: only_state,
+            top_level_only,
+            parent,
+            created_after,
+            created_before,
+            id_prefix,
+        } = self;
+        only_ffqn.as_ref().is_none_or(|f| f == ffqn)
+            && only_state.is_none_or(|s| s == state)
+            && (!top_level_only || execution_id.is_top_level())
+            && parent.as_ref().is_none_or(|parent| {
+                execution_id
+                    .split_to_parent()
+                    .is_some_and(|(of, _)| of == *parent)
+            })
+            && created_after.is_none_or(|after| created_at > after)
+            && created_before.is_none_or(|before| created_at < before)
+            && (id_prefix.as_deref()).is_none_or(|prefix| execution_id.as_str().starts_with(prefix))
+    }
+
+    /// The ids that [`ListExecutionsFilter::id_prefix`] lets through, as a half-open range in
+    /// byte order (`high` is `None` when no id can follow the prefix's range).
+    #[must_use]
+    pub fn id_range(&self) -> Option<(String, Option<String>)> {
+        let prefix = self.id_prefix.as_ref()?;
+        let mut high = prefix.clone().into_bytes();
+        while let Some(last) = high.pop() {
+            if last < u8::MAX {
+                high.push(last + 1);
+                return Some((prefix.clone(), String::from_utf8(high).ok()));
+            }
+        }
+        Some((prefix.clone(), None))
+    }
 }
 
 /// Pagination of `list_executions`: newest first (by creation time, then execution id,
@@ -417,7 +476,16 @@ pub trait DbClient: DbAwait {
         version: Version,
     ) -> Result<ExecutionEvent, DbError>;
 
-    /// Executions, newest first.
+    /// Up to `limit` events of the log from `from` on, in version order; `NotFound` for an
+    /// unknown execution.
+    async fn list_events(
+        &self,
+        execution_id: &ExecutionId,
+        from: Version,
+        limit: usize,
+    ) -> Result<Vec<ExecutionEvent>, DbError>;
+
+    /// Executions that pass `filter`, newest first (by creation time, then id).
     async fn list_executions(
         &self,
         filter: ListExecutionsFilter,

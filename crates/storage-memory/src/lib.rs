@@ -201,17 +201,16 @@ impl kernel::Backend for MemoryStore {
         })
     }
 
-    async fn get_execution_event(
+    async fn list_events(
         &self,
         execution_id: &ExecutionId,
-        version: Version,
-    ) -> Result<ExecutionEvent, DbError> {
-        let event = self.read(execution_id, |record| {
-            let idx = usize::try_from(version.0).ok()?;
-            record.events.get(idx).cloned()
-        })?;
-        event.ok_or_else(|| {
-            DbError::NotFound(format!("event at version {version} of {execution_id}"))
+        from: Version,
+        limit: usize,
+    ) -> Result<Vec<ExecutionEvent>, DbError> {
+        self.read(execution_id, |record| {
+            let from = usize::try_from(from.0).unwrap_or(usize::MAX);
+            let events = record.events.get(from..).unwrap_or_default();
+            events.iter().take(limit).cloned().collect()
         })
     }
 
@@ -221,37 +220,46 @@ impl kernel::Backend for MemoryStore {
         pagination: Pagination,
     ) -> Result<Vec<ExecutionSummary>, DbError> {
         let state = self.open_state()?;
-        let rows: Box<dyn Iterator<Item = _>> = match &pagination.cursor {
-            Some((at, id)) => {
-                let cursor = (At::new(*at, id), id.clone());
-                Box::new(state.by_created.range(..cursor).rev())
+        let cursor = (pagination.cursor.as_ref()).map(|(at, id)| (At::new(*at, id), id.clone()));
+        // The children of a parent from the index of children; everything else newest first
+        // from the creation index.
+        let keys: Box<dyn Iterator<Item = (At, ExecutionId)>> = match &filter.parent {
+            Some(parent) => {
+                let mut keys: Vec<_> = (state.descendants(parent))
+                    .filter(|id| id.split_to_parent().is_some_and(|(of, _)| of == *parent))
+                    .filter_map(|id| {
+                        Some((At::new(state.record(id).ok()?.created_at(), id), id.clone()))
+                    })
+                    .collect();
+                keys.sort_unstable();
+                Box::new(keys.into_iter().rev())
             }
-            None => Box::new(state.by_created.iter().rev()),
+            None => Box::new(state.by_created.iter().rev().cloned()),
         };
         let mut out = Vec::new();
-        for (created_at, execution_id) in rows {
+        let below_cursor = keys.skip_while(|key| cursor.as_ref().is_some_and(|c| key >= c));
+        for (created_at, execution_id) in below_cursor {
             if out.len() >= pagination.length {
                 break;
             }
-            let record = state.record(execution_id)?;
+            let record = state.record(&execution_id)?;
             let row = &record.row;
-            if filter.ffqn.as_ref().is_some_and(|ffqn| *ffqn != row.ffqn)
-                || (filter.state).is_some_and(|kind| kind != row.state.pending_state.kind())
-                || (filter.top_level_only && !execution_id.is_top_level())
-            {
+            let (ffqn, kind) = (&row.ffqn, row.state.pending_state.kind());
+            if !filter.matches(&execution_id, ffqn, kind, created_at.time()) {
                 continue;
             }
             out.push(ExecutionSummary {
-                execution_id: execution_id.clone(),
                 ffqn: row.ffqn.clone(),
                 created_at: created_at.time(),
                 scheduled_at: record.scheduled_at(),
                 pending_state: row.state.pending_state.clone(),
                 next_version: row.state.next_version,
+                execution_id,
             });
         }
         Ok(out)
     }
+
     async fn wait_for_finished_result(
         &self,
         execution_id: &ExecutionId,

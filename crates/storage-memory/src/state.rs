@@ -195,6 +195,20 @@ impl State {
         self.records.get(execution_id)?.waits.as_deref()
     }
 
+    /// The descendants of `root`, in id order: one range of the index of children (ids between
+    /// `<root>` and `<root>.`, siblings whose join set name extends the root's last step, are
+    /// in the range but not descendants: filtered out).
+    pub(crate) fn descendants<'s>(
+        &'s self,
+        root: &'s ExecutionId,
+    ) -> impl Iterator<Item = &'s ExecutionId> + 's {
+        let (low, high) = descendant_bounds(root);
+        (self.children)
+            .range((Bound::Excluded(root), Bound::Unbounded))
+            .take_while(move |id| id.as_str() < high.as_str())
+            .filter(move |id| id.as_str().starts_with(&low))
+    }
+
     /// True when an execution of `ffqns` is due at `at`.
     pub(crate) fn any_due(&self, ffqns: &[FunctionFqn], at: DateTime<Utc>) -> bool {
         ffqns.iter().any(|ffqn| {
@@ -283,15 +297,8 @@ impl State {
     /// open delays and prune candidates.
     fn load_lifecycle(&self, keys: &Keys, snapshot: &mut Snapshot) {
         for root in &keys.subtrees {
-            let (low, high) = descendant_bounds(root);
-            // Ids between `<root>` and `<root>.` (a sibling whose join set name extends the
-            // root's last step) are in the range but not descendants: filtered out.
-            let range = (self.children)
-                .range((Bound::Excluded(root), Bound::Unbounded))
-                .take_while(|id| id.as_str() < high.as_str())
-                .filter(|id| id.as_str().starts_with(&low));
             let mut found = Vec::new();
-            for record in range.filter_map(|id| self.records.get(id)) {
+            for record in self.descendants(root).filter_map(|id| self.records.get(id)) {
                 found.push(record.row.execution_id.clone());
                 snapshot.add_execution(record.row.clone());
             }

@@ -363,13 +363,14 @@ impl kernel::Backend for PostgresStore {
         reads::get(&client, execution_id).await
     }
 
-    async fn get_execution_event(
+    async fn list_events(
         &self,
         execution_id: &ExecutionId,
-        version: Version,
-    ) -> Result<ExecutionEvent, DbError> {
+        from: Version,
+        limit: usize,
+    ) -> Result<Vec<ExecutionEvent>, DbError> {
         let client = self.reader().await?;
-        reads::execution_event(&client, execution_id, version).await
+        reads::list_events(&client, execution_id, from, limit).await
     }
 
     async fn list_executions(

@@ -334,7 +334,7 @@ impl SubtreeParams {
     /// `sql` over these bounds, unless there are none.
     fn statement(&self, sql: &'static str) -> Option<Statement<'static>> {
         (!self.lows.is_empty()).then(|| Statement {
-            sql,
+            sql: sql.into(),
             params: vec![Box::new(self.lows.clone()), Box::new(self.highs.clone())],
         })
     }
@@ -348,7 +348,7 @@ fn prune_statement(prune: &PruneQuery) -> Statement<'_> {
     };
     let before = prune.finished_before;
     Statement {
-        sql: SELECT_PRUNE,
+        sql: SELECT_PRUNE.into(),
         params: vec![
             Box::new(micros(before)),
             Box::new(sub_micros(before)),

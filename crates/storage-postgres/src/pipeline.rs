@@ -28,7 +28,7 @@ pub(crate) type Param<'a> = Box<dyn ToSql + Sync + Send + 'a>;
 
 /// One statement of a pipeline.
 pub(crate) struct Statement<'a> {
-    pub(crate) sql: &'static str,
+    pub(crate) sql: std::borrow::Cow<'static, str>,
     pub(crate) params: Vec<Param<'a>>,
 }
 
@@ -44,7 +44,7 @@ macro_rules! unnest {
         }
         let rows = [$($column.len()),+][0];
         (rows > 0).then(|| crate::pipeline::Statement {
-            sql: $sql,
+            sql: $sql.into(),
             params: vec![$(Box::new($column) as crate::pipeline::Param<'_>),+],
         })
     }};
@@ -58,7 +58,7 @@ pub(crate) async fn prepare(
 ) -> Result<Vec<tokio_postgres::Statement>, DbError> {
     let mut prepared = Vec::with_capacity(statements.len());
     for statement in statements {
-        let next = client.prepare_cached(statement.sql).await;
+        let next = client.prepare_cached(&statement.sql).await;
         prepared.push(next.map_err(map_pg_error)?);
     }
     Ok(prepared)
@@ -112,8 +112,14 @@ pub(crate) async fn query_all(
 }
 
 /// One statement's parameters.
-pub(crate) fn statement<'a>(sql: &'static str, params: Vec<Param<'a>>) -> Statement<'a> {
-    Statement { sql, params }
+pub(crate) fn statement<'a>(
+    sql: impl Into<std::borrow::Cow<'static, str>>,
+    params: Vec<Param<'a>>,
+) -> Statement<'a> {
+    Statement {
+        sql: sql.into(),
+        params,
+    }
 }
 
 /// `sql` over the ids `$1`, unless there are none.

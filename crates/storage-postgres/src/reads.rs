@@ -30,10 +30,6 @@ const SELECT_RESPONSES: &str =
 const SELECT_RESPONSES_FROM: &str =
     "SELECT response_json FROM t_response WHERE execution_id = $1 AND idx >= $2 ORDER BY idx";
 
-/// The event at version `$2` of execution `$1`; no row when the execution does not exist.
-const SELECT_EVENT: &str = "SELECT ev.event_json FROM t_execution e LEFT JOIN t_event ev \
-    ON ev.execution_id = e.execution_id AND ev.version = $2 WHERE e.execution_id = $1";
-
 /// The `Finished` event of execution `$1`, stored at its next version; no row when the
 /// execution does not exist.
 const SELECT_FINISHED_EVENT: &str = "SELECT ev.event_json FROM t_execution e \
@@ -51,13 +47,16 @@ const SELECT_EXPIRED_DELAYS: &str = "SELECT execution_id, delay_id, join_set_id,
 
 /// Filtered by function `$1`, state `$2` and top-level `$3`, newest first after the cursor
 /// `($4, $5, $6)`, at most `$7`.
+/// The columns of a listing; its conditions follow, one per filter given
+/// ([`listing`]), then `ORDER BY created_at DESC, created_at_ns DESC, execution_id DESC`.
 const LIST_EXECUTIONS: &str = "SELECT execution_id, ffqn, created_at, created_at_ns, \
-    scheduled_at, scheduled_at_ns, state_json, next_version FROM t_execution \
-    WHERE ($1::text IS NULL OR ffqn = $1) AND ($2::int2 IS NULL OR state_kind = $2) \
-    AND (NOT $3::bool OR is_top_level) \
-    AND ($4::int8 IS NULL \
-         OR (created_at, created_at_ns, execution_id) < ($4::int8, $5::int2, $6::text)) \
-    ORDER BY created_at DESC, created_at_ns DESC, execution_id DESC LIMIT $7";
+    scheduled_at, scheduled_at_ns, state_json, next_version FROM t_execution WHERE true";
+
+/// Up to `$3` events of execution `$1` from version `$2` on; the first column says whether
+/// the execution exists (one row with `NULL` events when it has none from `$2`).
+pub(crate) const LIST_EVENTS: &str = "SELECT true, ev.event_json FROM t_execution e \
+    LEFT JOIN LATERAL (SELECT event_json FROM t_event WHERE execution_id = e.execution_id \
+    AND version >= $2 ORDER BY version LIMIT $3) AS ev ON true WHERE e.execution_id = $1";
 
 fn event_of(row: &Row, idx: usize) -> Result<ExecutionEvent, DbError> {
     from_json(column(row, idx)?, "event")
@@ -232,29 +231,30 @@ pub(crate) async fn get(
     })
 }
 
-/// One event; `NotFound` names the execution or the version that is missing.
-pub(crate) async fn execution_event(
+/// Up to `limit` events from version `from` on, in version order; `NotFound` for an unknown
+/// execution.
+pub(crate) async fn list_events(
     client: &ClientWrapper,
     execution_id: &ExecutionId,
-    version: Version,
-) -> Result<ExecutionEvent, DbError> {
+    from: Version,
+    limit: usize,
+) -> Result<Vec<ExecutionEvent>, DbError> {
     let params: Vec<Param<'_>> = vec![
         Box::new(execution_id.as_str()),
-        Box::new(version_to_i64(version)),
+        Box::new(version_to_i64(from)),
+        Box::new(limit_param(limit)),
     ];
-    let rows = one(client, SELECT_EVENT, params).await?;
-    let row = rows
-        .first()
-        .ok_or_else(|| DbError::execution_not_found(execution_id))?;
-    match column::<Option<&str>>(row, 0)? {
-        Some(json) => from_json(json, "event"),
-        None => Err(DbError::NotFound(format!(
-            "event at version {version} of {execution_id}"
-        ))),
+    let rows = one(client, LIST_EVENTS, params).await?;
+    if rows.is_empty() {
+        return Err(DbError::execution_not_found(execution_id));
     }
+    (rows.iter())
+        .filter_map(|row| column::<Option<&str>>(row, 1).transpose())
+        .map(|json| from_json(json?, "event"))
+        .collect()
 }
 
-/// Executions, newest first (by creation time, then id, descending), after the cursor.
+/// Executions newest first that pass `filter`, after the cursor.
 pub(crate) async fn list_executions(
     client: &ClientWrapper,
     filter: &ListExecutionsFilter,
@@ -263,20 +263,8 @@ pub(crate) async fn list_executions(
     if pagination.length == 0 {
         return Ok(Vec::new());
     }
-    let (cursor_at, cursor_ns, cursor_id) = match &pagination.cursor {
-        Some((at, id)) => (Some(micros(*at)), Some(sub_micros(*at)), Some(id.as_str())),
-        None => (None, None, None),
-    };
-    let params: Vec<Param<'_>> = vec![
-        Box::new(filter.ffqn.as_ref().map(ToString::to_string)),
-        Box::new(filter.state.map(kind_to_i16)),
-        Box::new(filter.top_level_only),
-        Box::new(cursor_at),
-        Box::new(cursor_ns),
-        Box::new(cursor_id),
-        Box::new(i64::try_from(pagination.length).unwrap_or(i64::MAX)),
-    ];
-    let rows = one(client, LIST_EXECUTIONS, params).await?;
+    let (sql, params) = listing(filter, pagination);
+    let rows = one(client, sql, params).await?;
     rows.iter()
         .map(|row| {
             let ffqn: &str = column(row, 1)?;
@@ -292,6 +280,79 @@ pub(crate) async fn list_executions(
             })
         })
         .collect()
+}
+
+/// The statement of a listing: only the filters given are in it, so that its plan reads the
+/// index they name (a state but `Finished` the partial index of unfinished executions, whose
+/// condition the statement repeats with the kind as a literal; a parent the index of children;
+/// anything else the creation index, newest first).
+pub(crate) fn listing<'a>(
+    filter: &'a ListExecutionsFilter,
+    pagination: &'a Pagination,
+) -> (String, Vec<Param<'a>>) {
+    let mut sql = String::from(LIST_EXECUTIONS);
+    let mut params: Vec<Param<'a>> = Vec::new();
+    let mut term = |clause: &str, bound: Vec<Param<'a>>| {
+        let mut clause = clause.to_owned();
+        for param in bound {
+            params.push(param);
+            clause = clause.replacen('?', &format!("${}", params.len()), 1);
+        }
+        sql.push_str(" AND ");
+        sql.push_str(&clause);
+    };
+    if let Some(ffqn) = &filter.ffqn {
+        term("ffqn = ?", vec![Box::new(ffqn.to_string())]);
+    }
+    if let Some(kind) = filter.state.map(kind_to_i16) {
+        term(&format!("state_kind = {kind}"), vec![]);
+        if kind != FINISHED {
+            term(&format!("state_kind <> {FINISHED}"), vec![]);
+        }
+    }
+    if filter.top_level_only {
+        term("is_top_level", vec![]);
+    }
+    if let Some(parent) = &filter.parent {
+        term("parent_execution_id = ?", vec![Box::new(parent.as_str())]);
+    }
+    let at = |at: DateTime<Utc>| -> Vec<Param<'a>> {
+        vec![Box::new(micros(at)), Box::new(sub_micros(at))]
+    };
+    if let Some(after) = filter.created_after {
+        term("(created_at, created_at_ns) > (?, ?)", at(after));
+    }
+    if let Some(before) = filter.created_before {
+        term("(created_at, created_at_ns) < (?, ?)", at(before));
+    }
+    if let Some((low, high)) = filter.id_range() {
+        term("execution_id >= ?", vec![Box::new(low)]);
+        if let Some(high) = high {
+            term("execution_id < ?", vec![Box::new(high)]);
+        }
+    }
+    if let Some((cursor_at, id)) = &pagination.cursor {
+        let mut bound = at(*cursor_at);
+        bound.push(Box::new(id.as_str()));
+        term(
+            "(created_at, created_at_ns, execution_id) < (?, ?, ?)",
+            bound,
+        );
+    }
+    params.push(Box::new(limit_param(pagination.length)));
+    sql.push_str(&format!(
+        " ORDER BY created_at DESC, created_at_ns DESC, execution_id DESC LIMIT ${}",
+        params.len()
+    ));
+    (sql, params)
+}
+
+/// The `state_kind` of finished executions.
+const FINISHED: i16 = 3;
+
+/// A `LIMIT` parameter.
+fn limit_param(limit: usize) -> i64 {
+    i64::try_from(limit).unwrap_or(i64::MAX)
 }
 
 /// The finished result, or `None` while the execution runs; `NotFound` for an unknown one.
@@ -316,7 +377,7 @@ pub(crate) async fn finished_result(
 /// The rows of one statement.
 async fn one(
     client: &ClientWrapper,
-    sql: &'static str,
+    sql: impl Into<std::borrow::Cow<'static, str>>,
     params: Vec<Param<'_>>,
 ) -> Result<Vec<Row>, DbError> {
     let [rows] = all(client, false, [statement(sql, params)]).await?;

@@ -10,7 +10,7 @@ const MIGRATION_LOCK_KEY: i64 = 0x5354_454C_454D_4947;
 
 /// Every migration this binary knows, in order, as its description and its SQL:
 /// `MIGRATIONS[i]` moves a database from schema version `i` to `i + 1`.
-const MIGRATIONS: [(&str, &str); 4] = [
+const MIGRATIONS: [(&str, &str); 5] = [
     (
         "executions, events, responses, join set counters, delays",
         SCHEMA_V1,
@@ -27,11 +27,27 @@ const MIGRATIONS: [(&str, &str); 4] = [
         "the revision check of writes planned on rows a store knows",
         SCHEMA_V4,
     ),
+    (
+        "the indexes of the listings by state and of a parent's children",
+        SCHEMA_V5,
+    ),
 ];
 
 /// The newest schema version this binary knows (the number of embedded migrations).
 #[expect(clippy::cast_possible_wrap, reason = "a few migrations fit in an i64")]
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
+
+/// Version 5: the listings by state and of a parent's children, newest first, read their own
+/// partial indexes; finished executions, the bulk of a database, stay out of the first (a
+/// listing of them finds its page in the creation index).
+const SCHEMA_V5: &str = r#"
+CREATE INDEX t_execution_unfinished_idx
+    ON t_execution (state_kind, created_at DESC, created_at_ns DESC, execution_id DESC)
+    WHERE state_kind <> 3;
+CREATE INDEX t_execution_parent_idx
+    ON t_execution (parent_execution_id, created_at DESC, created_at_ns DESC, execution_id DESC)
+    WHERE parent_execution_id IS NOT NULL;
+"#;
 
 /// Version 1 (why these column types, `docs/ARCHITECTURE.md` says).
 const SCHEMA_V1: &str = r#"

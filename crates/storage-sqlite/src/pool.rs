@@ -317,13 +317,14 @@ impl kernel::Backend for SqlitePool {
             .await
     }
 
-    async fn get_execution_event(
+    async fn list_events(
         &self,
         execution_id: &ExecutionId,
-        version: Version,
-    ) -> Result<ExecutionEvent, DbError> {
+        from: Version,
+        limit: usize,
+    ) -> Result<Vec<ExecutionEvent>, DbError> {
         let execution_id = execution_id.clone();
-        self.read(move |conn| reads::event_at(conn, &execution_id, version))
+        self.read(move |conn| reads::list_events(conn, &execution_id, from, limit))
             .await
     }
 

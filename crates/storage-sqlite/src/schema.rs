@@ -118,6 +118,15 @@ UPDATE t_execution_state SET finished_at = (
 CREATE INDEX ix_state_finished ON t_execution_state (finished_at, execution_id)
     WHERE state = 'Finished' AND is_top_level = 1;
 ",
+    // Version 5: the indexes of the listings by state and of a parent's children, newest first.
+    // Finished executions, the bulk of a store, stay out of the first: a listing of them finds
+    // its page in the creation index.
+    r"
+CREATE INDEX ix_state_unfinished ON t_execution_state (state, created_at, execution_id)
+    WHERE state <> 'Finished';
+CREATE INDEX ix_state_parent ON t_execution_state (parent_execution_id, created_at, execution_id)
+    WHERE parent_execution_id IS NOT NULL;
+",
 ];
 
 pub(crate) fn current_version() -> u32 {

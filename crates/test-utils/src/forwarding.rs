@@ -309,12 +309,13 @@ impl Backend for ForwardingDb {
         self.inner.get(execution_id).await
     }
 
-    async fn get_execution_event(
+    async fn list_events(
         &self,
         execution_id: &ExecutionId,
-        version: Version,
-    ) -> Result<ExecutionEvent, DbError> {
-        self.inner.get_execution_event(execution_id, version).await
+        from: Version,
+        limit: usize,
+    ) -> Result<Vec<ExecutionEvent>, DbError> {
+        self.inner.list_events(execution_id, from, limit).await
     }
 
     async fn list_executions(

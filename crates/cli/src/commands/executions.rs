@@ -115,6 +115,7 @@ async fn list(url: &DatabaseUrl, args: ListArgs) -> Result<(), CliError> {
         ffqn,
         state,
         top_level_only: args.top_level,
+        ..ListExecutionsFilter::default()
     };
     let pagination = Pagination {
         cursor: None,

@@ -75,12 +75,13 @@ pub trait Backend: Send + Sync + 'static {
         execution_id: &ExecutionId,
     ) -> impl Future<Output = Result<ExecutionLog, DbError>> + Send;
 
-    /// [`DbClient::get_execution_event`].
-    fn get_execution_event(
+    /// [`DbClient::list_events`] (and, with a limit of one, `get_execution_event`).
+    fn list_events(
         &self,
         execution_id: &ExecutionId,
-        version: Version,
-    ) -> impl Future<Output = Result<ExecutionEvent, DbError>> + Send;
+        from: Version,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<ExecutionEvent>, DbError>> + Send;
 
     /// [`DbClient::list_executions`].
     fn list_executions(
@@ -199,7 +200,19 @@ impl<B: Backend> DbClient for B {
         execution_id: &ExecutionId,
         version: Version,
     ) -> Result<ExecutionEvent, DbError> {
-        Backend::get_execution_event(self, execution_id, version).await
+        let event = Backend::list_events(self, execution_id, version, 1).await?;
+        event.into_iter().next().ok_or_else(|| {
+            DbError::NotFound(format!("event at version {version} of {execution_id}"))
+        })
+    }
+
+    async fn list_events(
+        &self,
+        execution_id: &ExecutionId,
+        from: Version,
+        limit: usize,
+    ) -> Result<Vec<ExecutionEvent>, DbError> {
+        Backend::list_events(self, execution_id, from, limit).await
     }
 
     async fn list_executions(

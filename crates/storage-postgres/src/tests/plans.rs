@@ -169,3 +169,80 @@ async fn reads_of_many_ids_and_due_executions_stay_bounded_with_statistics() {
         })
         .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listings_read_the_index_of_their_filter_up_to_their_page() {
+    let Some(database) = database("listings_read_the_index_of_their_filter_up_to_their_page").await
+    else {
+        return;
+    };
+    database
+        .with_client(async |client| {
+            // 20,000 finished executions and 200 pending ones, analyzed: the listings of an
+            // operator's page read their index, newest first, and stop at the page.
+            let fill = format!(
+                "{INSERT_LOGS} {} {} ANALYZE;",
+                insert_executions("E_F", 20_000, false),
+                insert_executions("E_P", 200, true)
+            );
+            client.batch_execute(&fill).await.unwrap();
+            let page = concepts::Pagination {
+                cursor: None,
+                length: 100,
+            };
+            let parent = concepts::ExecutionId::generate_at(chrono::DateTime::UNIX_EPOCH);
+            let parent_args = format!("'{parent}', 100");
+            let cases = [
+                (
+                    concepts::ListExecutionsFilter {
+                        state: Some(concepts::PendingStateKind::PendingAt),
+                        ..Default::default()
+                    },
+                    "100",
+                    "t_execution_unfinished_idx",
+                ),
+                (
+                    concepts::ListExecutionsFilter {
+                        parent: Some(parent.clone()),
+                        ..Default::default()
+                    },
+                    parent_args.as_str(),
+                    "t_execution_parent_idx",
+                ),
+                (
+                    concepts::ListExecutionsFilter::default(),
+                    "100",
+                    "t_execution_created_idx",
+                ),
+            ];
+            for (filter, args, index) in cases {
+                let (sql, _) = reads::listing(&filter, &page);
+                for mode in ["generic", "custom"] {
+                    let plan = plan(client, (&sql, args), mode).await;
+                    assert!(
+                        plan.contains(index),
+                        "{filter:?} ({mode}) reads no {index}: {plan}"
+                    );
+                    assert!(
+                        !plan.contains("Seq Scan"),
+                        "{filter:?} ({mode}) scans: {plan}"
+                    );
+                    assert!(
+                        !plan.contains("\"Sort\""),
+                        "{filter:?} ({mode}) sorts: {plan}"
+                    );
+                }
+            }
+            let events = plan(
+                client,
+                (reads::LIST_EVENTS, "'E_1', 0, 100"),
+                "generic",
+            )
+            .await;
+            assert!(
+                !events.contains("Seq Scan"),
+                "the events of one execution scan: {events}"
+            );
+        })
+        .await;
+}

@@ -425,7 +425,7 @@ fn io_errors_child() {
         let mut outcomes = before_the_fault(&store).await;
         let wal = sibling(&path, "-wal");
         // Room for a few more group commits; the shared-memory index (32 KB) never grows here.
-        let limit = file_len(&path).max(file_len(&wal)).max(32 * 1024) + 256 * 1024;
+        let limit = file_len(&path).max(file_len(&wal)).max(32 * 1024) + 512 * 1024;
         set_file_size_limit(&limit.to_string());
         let (errors, finished, message) =
             under_the_fault(&store, &path, "I/O error", &mut outcomes).await;

@@ -129,6 +129,15 @@ impl DbClient for FakeStore {
         Err(refused())
     }
 
+    async fn list_events(
+        &self,
+        _execution_id: &ExecutionId,
+        _from: Version,
+        _limit: usize,
+    ) -> Result<Vec<ExecutionEvent>, DbError> {
+        Err(refused())
+    }
+
     async fn list_executions(
         &self,
         _filter: ListExecutionsFilter,

@@ -1,0 +1,241 @@
+//! S22 and S23: listings filtered and paged (what an operator's pages and the HTTP API read),
+//! and the events of a log in pages.
+
+use super::{LEASE, ffqns_of, helpers::*};
+use crate::StoreFactory;
+use concepts::{
+    DbConnection, DbErrorKind, ExecutionId, ExecutionSummary, ListExecutionsFilter, Pagination,
+    PendingStateKind, Version,
+};
+use std::time::Duration;
+
+/// Every page of `filter`, `length` rows at a time, followed by its cursor.
+async fn all_pages(
+    db: &dyn DbConnection,
+    filter: &ListExecutionsFilter,
+    length: usize,
+) -> Vec<ExecutionSummary> {
+    let mut rows: Vec<ExecutionSummary> = Vec::new();
+    loop {
+        let cursor = rows.last().map(|r| (r.created_at, r.execution_id.clone()));
+        let page = db
+            .list_executions(filter.clone(), Pagination { cursor, length })
+            .await
+            .unwrap_or_else(|err| panic!("{filter:?}: {err}"));
+        assert!(page.len() <= length, "{filter:?}: a page longer than asked");
+        let full = page.len() == length;
+        rows.extend(page);
+        if !full {
+            return rows;
+        }
+    }
+}
+
+/// S22: `list_executions` passes exactly what its filters let through (function, state,
+/// top-level, the children of one parent, created after and before, an id prefix, and several
+/// at once), newest first by creation time then id, in pages that continue after their
+/// cursor and never repeat or skip a row; a store's answer is checked against the filter's own
+/// reference, `ListExecutionsFilter::matches`, over every execution it holds.
+pub async fn s22_listings_filter_and_page<F: StoreFactory>(factory: &F) {
+    let store = factory.fresh().await;
+    let db = store.db.as_ref();
+    let start = chrono::DateTime::UNIX_EPOCH + Duration::from_secs(1_000);
+    let at = |n: u64| plus(start, Duration::from_millis(n));
+    let (work, other) = (ffqn("work"), ffqn("other"));
+    // 30 top-level executions over 15 instants (two per instant), of two functions.
+    for n in 1..=30u128 {
+        let ffqn = if n % 3 == 0 { &other } else { &work };
+        let created = at(u64::try_from(n / 2).unwrap());
+        db.create(create_request(execution_id(n), ffqn.clone(), created))
+            .await
+            .unwrap();
+    }
+    // Some of `work` locked, and one parent with 12 children and a grandchild.
+    let now = at(100);
+    let locked = lock_pending_now(db, &ffqns_of(&work), 5, now, executor_id(1), LEASE).await;
+    assert_eq!(locked.len(), 5);
+    let parent = &locked[0].execution_id;
+    let js = join_set("n:kids");
+    let kids: Vec<ExecutionId> = (1..=12).map(|i| parent.next_level(&js, i)).collect();
+    let mut events = vec![join_set_create(&js)];
+    events.extend(kids.iter().map(|kid| child_execution_request(&js, kid)));
+    let children = (1..=12)
+        .map(|i| child_request(parent, &js, i, other.clone(), at(100 + i)))
+        .collect();
+    db.append_batch(batch_creating(parent, Version(2), now, events, children))
+        .await
+        .unwrap();
+    let grand_js = join_set("n:grand");
+    let grandchild = kids[0].next_level(&grand_js, 1);
+    let grand = child_request(&kids[0], &grand_js, 1, other.clone(), at(200));
+    let kid = &kids[0];
+    let (_, version) = lock(
+        db,
+        at(150),
+        kid,
+        run_id(9),
+        Version(1),
+        executor_id(2),
+        at(900),
+    )
+    .await
+    .unwrap();
+    let events = vec![
+        join_set_create(&grand_js),
+        child_execution_request(&grand_js, &grandchild),
+    ];
+    db.append_batch(batch_creating(kid, version, at(150), events, vec![grand]))
+        .await
+        .unwrap();
+
+    let finished = &locked[4].execution_id;
+    append(
+        db,
+        finished,
+        Version(2),
+        now,
+        finished_ok(serde_json::json!(7)),
+    )
+    .await
+    .unwrap();
+
+    // The reference: every execution the store holds, newest first.
+    let everything = all_pages(db, &ListExecutionsFilter::default(), 1_000).await;
+    assert_eq!(everything.len(), 30 + 12 + 1);
+    let mut expected_order = everything.clone();
+    expected_order
+        .sort_by(|a, b| (b.created_at, &b.execution_id).cmp(&(a.created_at, &a.execution_id)));
+    assert_eq!(everything, expected_order, "newest first, ties by id");
+
+    let kind = |s: &ExecutionSummary| s.pending_state.kind();
+    let filters = [
+        ListExecutionsFilter {
+            ffqn: Some(work.clone()),
+            ..ListExecutionsFilter::default()
+        },
+        ListExecutionsFilter {
+            state: Some(PendingStateKind::Locked),
+            ..ListExecutionsFilter::default()
+        },
+        ListExecutionsFilter {
+            state: Some(PendingStateKind::PendingAt),
+            top_level_only: true,
+            ..ListExecutionsFilter::default()
+        },
+        ListExecutionsFilter {
+            state: Some(PendingStateKind::BlockedByJoinSet),
+            ..ListExecutionsFilter::default()
+        },
+        ListExecutionsFilter {
+            state: Some(PendingStateKind::Finished),
+            ..ListExecutionsFilter::default()
+        },
+        ListExecutionsFilter {
+            top_level_only: true,
+            ..ListExecutionsFilter::default()
+        },
+        ListExecutionsFilter {
+            parent: Some(parent.clone()),
+            ..ListExecutionsFilter::default()
+        },
+        ListExecutionsFilter {
+            parent: Some(kids[0].clone()),
+            ..ListExecutionsFilter::default()
+        },
+        ListExecutionsFilter {
+            parent: Some(execution_id(29)),
+            ..ListExecutionsFilter::default()
+        },
+        ListExecutionsFilter {
+            created_after: Some(at(4)),
+            created_before: Some(at(11)),
+            ..ListExecutionsFilter::default()
+        },
+        ListExecutionsFilter {
+            id_prefix: Some(kids[1].as_str().to_owned()),
+            ..ListExecutionsFilter::default()
+        },
+        ListExecutionsFilter {
+            id_prefix: Some(parent.as_str().to_owned()),
+            state: Some(PendingStateKind::PendingAt),
+            ffqn: Some(other.clone()),
+            created_after: Some(at(104)),
+            ..ListExecutionsFilter::default()
+        },
+    ];
+    for filter in filters {
+        let expected: Vec<_> = (everything.iter())
+            .filter(|s| filter.matches(&s.execution_id, &s.ffqn, kind(s), s.created_at))
+            .cloned()
+            .collect();
+        for length in [1, 4, 100] {
+            assert_eq!(
+                all_pages(db, &filter, length).await,
+                expected,
+                "{filter:?}, pages of {length}"
+            );
+        }
+    }
+    // The filters the scenario relies on did let rows through.
+    let children = ListExecutionsFilter {
+        parent: Some(parent.clone()),
+        ..ListExecutionsFilter::default()
+    };
+    assert_eq!(
+        all_pages(db, &children, 5).await.len(),
+        12,
+        "only the children, not the grandchild"
+    );
+    let locked_now = ListExecutionsFilter {
+        state: Some(PendingStateKind::Locked),
+        ..ListExecutionsFilter::default()
+    };
+    assert_eq!(
+        all_pages(db, &locked_now, 2).await.len(),
+        4 + 1,
+        "four leases and the kid's"
+    );
+}
+
+/// S23: `list_events` reads a log in pages, from a version on and at most a limit at a time,
+/// in version order; past the end it answers nothing, and for an unknown execution
+/// `NotFound`.
+pub async fn s23_events_in_pages<F: StoreFactory>(factory: &F) {
+    let store = factory.fresh().await;
+    let db = store.db.as_ref();
+    let start = chrono::DateTime::UNIX_EPOCH + Duration::from_secs(1_000);
+    let id = execution_id(1);
+    db.create(create_request(id.clone(), ffqn("work"), start))
+        .await
+        .unwrap();
+    let (_, mut version) = lock(
+        db,
+        start,
+        &id,
+        run_id(1),
+        Version(1),
+        executor_id(1),
+        plus(start, LEASE),
+    )
+    .await
+    .unwrap();
+    for n in 0..6 {
+        version = append(db, &id, version, start, persist(n)).await.unwrap();
+    }
+    let log = db.get(&id).await.unwrap().events;
+    assert_eq!(log.len(), 8);
+    let mut paged = Vec::new();
+    while paged.len() < log.len() {
+        let from = Version(u32::try_from(paged.len()).unwrap());
+        let page = db.list_events(&id, from, 3).await.unwrap();
+        assert!(!page.is_empty() && page.len() <= 3, "{page:?}");
+        paged.extend(page);
+    }
+    assert_eq!(paged, log);
+    assert!(db.list_events(&id, Version(8), 3).await.unwrap().is_empty());
+    assert_eq!(db.list_events(&id, Version(2), 0).await.unwrap(), []);
+    expect_kind(
+        db.list_events(&execution_id(99), Version(0), 3).await,
+        DbErrorKind::NotFound,
+    );
+}
