@@ -38,7 +38,6 @@
 //! - [`report`]: the summary of a workload, computed from the event logs alone.
 //! - [`database`]: how a `--database` argument (a path, `sqlite://PATH` or `postgres://...`) is
 //!   understood and opened.
-//! - [`duration`]: durations as an operator types them (`30s`, `15m`, `12h`, `7d`).
 //!
 //! # Exit codes of `stele`
 //!
@@ -61,7 +60,6 @@
 //! Errors are printed as one line on stderr, starting with `error: `.
 
 pub mod database;
-pub mod duration;
 pub mod report;
 pub mod workers;
 pub mod workload;

@@ -5,9 +5,13 @@
 //! in well under a minute on two cores while showing each mechanism several times: retries
 //! with backoff, lease timeouts resolved by the watcher, fan-out to children, durable sleeps.
 
-use crate::workers::dice;
+use crate::workers::{
+    approval::ApprovalParams, dice, fanout::FanoutParams, flaky::FlakyParams,
+    sleeper::SleeperParams, slow::SlowParams,
+};
 use chrono::{DateTime, Utc};
 use concepts::{ComponentId, CreateRequest, ExecutionId, ExecutionMetadata, FunctionFqn, Json};
+use node::{Catalog, CatalogFunction, ExecutionDefaults};
 use std::{collections::BTreeMap, time::Duration};
 
 /// One function of the demo and how its executions are created and run.
@@ -131,6 +135,44 @@ impl DemoFunctions {
             .into_iter()
             .find(|function| function.ffqn == *ffqn)
     }
+}
+
+impl DemoFunction {
+    /// How a submitted execution of it is created.
+    #[must_use]
+    pub fn defaults(&self) -> ExecutionDefaults {
+        ExecutionDefaults {
+            component_id: self.component_id.clone(),
+            max_retries: self.max_retries,
+            retry_exp_backoff: self.retry_exp_backoff,
+        }
+    }
+}
+
+/// How `stele submit` creates an execution of a function that is not one of the demo's:
+/// component `cli:stele-submit`, with the typed client's retries (3, one second first).
+///
+/// # Panics
+/// Never: the component id is fixed and legal.
+#[must_use]
+pub fn other_function_defaults() -> ExecutionDefaults {
+    ExecutionDefaults::new(ComponentId::new("cli", "stele-submit").expect("a legal component id"))
+}
+
+/// The demo's functions as a `node::Catalog`: each with its component and retries, and a
+/// check that refuses parameters its worker could not decode. What `stele submit` submits
+/// through, and the catalog of `stele serve`'s node (and so of its HTTP API).
+#[must_use]
+pub fn catalog(functions: &DemoFunctions) -> Catalog {
+    let entry =
+        |function: &DemoFunction| CatalogFunction::new(function.ffqn.clone(), function.defaults());
+    Catalog::new()
+        .with(entry(&functions.flaky).params::<FlakyParams>())
+        .with(entry(&functions.slow).params::<SlowParams>())
+        .with(entry(&functions.fanout).params::<FanoutParams>())
+        .with(entry(&functions.sleeper).params::<SleeperParams>())
+        .with(entry(&functions.approval).params::<ApprovalParams>())
+        .unknown_functions(other_function_defaults())
 }
 
 impl Default for DemoFunctions {

@@ -1,8 +1,9 @@
 //! [`NodeBuilder`]: what a node runs, collected, checked and started in one call.
 
 use crate::{
+    catalog::{Catalog, CatalogFunction, ExecutionDefaults},
     error::NodeError,
-    node::{Background, ExecutorInfo, Node, RunningExecutor, ShutdownSignal},
+    node::{Background, BackgroundContext, ExecutorInfo, Node, RunningExecutor, ShutdownSignal},
     settings::{DEFAULT_WATCHER, ExecutorSettings, WorkerKind, pruner_config},
 };
 use concepts::{ClockFn, ComponentId, DbConnection, DbExecutor, FunctionFqn};
@@ -34,8 +35,23 @@ struct ChildSettings {
     retry_exp_backoff: Duration,
 }
 
-/// A background task given to [`NodeBuilder::background`], not started yet.
-type StartBackground = Box<dyn FnOnce(ShutdownSignal) -> BoxFuture<'static, ()> + Send>;
+/// A background task given to [`NodeBuilder::background`] or
+/// [`NodeBuilder::background_service`], not started yet.
+type StartBackground<C> = Box<dyn FnOnce(BackgroundContext<C>) -> BoxFuture<'static, ()> + Send>;
+
+/// What the node's catalog is built from, besides its workers.
+#[derive(Debug, Clone, Default)]
+struct CatalogParts {
+    /// The checks of the typed registrations, by function (their settings are filled in by
+    /// `start`, which knows each executor's component).
+    typed: HashMap<FunctionFqn, CatalogFunction>,
+    /// The retries of the node's functions' new executions, when not the default.
+    retries: Option<(u32, Duration)>,
+    /// Entries given whole, replacing the derived ones.
+    described: Vec<CatalogFunction>,
+    /// The settings of a function the node does not run.
+    unknown: Option<ExecutionDefaults>,
+}
 
 /// Collects what a node runs; [`NodeBuilder::start`] checks it all and starts it. Made by
 /// [`Node::builder`].
@@ -55,7 +71,8 @@ pub struct NodeBuilder<C: ClockFn> {
     concurrency: Option<usize>,
     watcher: Option<TimersWatcherConfig>,
     pruner: Option<PrunerConfig>,
-    background: Vec<(&'static str, StartBackground)>,
+    background: Vec<(&'static str, StartBackground<C>)>,
+    catalog: CatalogParts,
     /// The first mistake a method found; `start` returns it.
     error: Option<NodeError>,
 }
@@ -88,6 +105,7 @@ impl<C: ClockFn> NodeBuilder<C> {
             watcher: Some(DEFAULT_WATCHER),
             pruner: None,
             background: Vec::new(),
+            catalog: CatalogParts::default(),
             error: None,
         }
     }
@@ -117,7 +135,17 @@ impl<C: ClockFn> NodeBuilder<C> {
             Ok(worker) => self.activities = Some(worker),
             Err(err) => self.fail(err.into()),
         }
+        self.record_params(function);
         self
+    }
+
+    /// Keeps the check of `function`'s parameters for the catalog.
+    fn record_params<P: DeserializeOwned + 'static, R>(&mut self, function: &Function<P, R>) {
+        if let Ok(ffqn) = function.ffqn() {
+            let entry = CatalogFunction::new(ffqn.clone(), ExecutionDefaults::unknown_function())
+                .params::<P>();
+            self.catalog.typed.insert(ffqn, entry);
+        }
     }
 
     /// Registers a workflow, `async fn(WorkflowCtx, P) -> Result<R, WorkflowError<E>>`, on
@@ -141,6 +169,7 @@ impl<C: ClockFn> NodeBuilder<C> {
             Ok(worker) => self.workflows = Some(worker),
             Err(err) => self.fail(err.into()),
         }
+        self.record_params(function);
         self
     }
 
@@ -274,13 +303,54 @@ impl<C: ClockFn> NodeBuilder<C> {
     /// until its deadline and aborts it then. A server is such a task: it stops accepting when
     /// the signal fires and finishes the requests it holds.
     #[must_use]
-    pub fn background<F, Fut>(mut self, name: &'static str, task: F) -> Self
+    pub fn background<F, Fut>(self, name: &'static str, task: F) -> Self
     where
         F: FnOnce(ShutdownSignal) -> Fut + Send + 'static,
         Fut: Future<Output = ()> + Send + 'static,
     {
-        let start: StartBackground = Box::new(move |signal| Box::pin(task(signal)));
+        self.background_service(name, move |context: BackgroundContext<C>| {
+            task(context.signal)
+        })
+    }
+
+    /// As [`NodeBuilder::background`], for a task that serves the node's clients: it gets
+    /// the node's store, clock and [`Catalog`] with the signal ([`BackgroundContext`]). The
+    /// HTTP server of the `server` crate is one.
+    #[must_use]
+    pub fn background_service<F, Fut>(mut self, name: &'static str, task: F) -> Self
+    where
+        F: FnOnce(BackgroundContext<C>) -> Fut + Send + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        let start: StartBackground<C> = Box::new(move |context| Box::pin(task(context)));
         self.background.push((name, start));
+        self
+    }
+
+    /// The retries of the executions submitted through the node's catalog
+    /// ([`Node::catalog`]) of every function the node runs: 3, the first after one second,
+    /// until set. [`NodeBuilder::describe`] sets them per function.
+    #[must_use]
+    pub fn new_execution_retries(mut self, max_retries: u32, retry_exp_backoff: Duration) -> Self {
+        self.catalog.retries = Some((max_retries, retry_exp_backoff));
+        self
+    }
+
+    /// The catalog's entry of one function the node runs, replacing the one derived from its
+    /// registration (its component, retries and check of parameters): for a worker given to
+    /// [`NodeBuilder::worker`] whose parameter type the node cannot see. `start` refuses an
+    /// entry of a function the node does not run.
+    #[must_use]
+    pub fn describe(mut self, function: CatalogFunction) -> Self {
+        self.catalog.described.push(function);
+        self
+    }
+
+    /// How an execution of a function the node does not run is created when it is submitted
+    /// through the node's catalog ([`ExecutionDefaults::unknown_function`] until set).
+    #[must_use]
+    pub fn unknown_functions(mut self, defaults: ExecutionDefaults) -> Self {
+        self.catalog.unknown = Some(defaults);
         self
     }
 
@@ -311,6 +381,7 @@ impl<C: ClockFn> NodeBuilder<C> {
         if tokio::runtime::Handle::try_current().is_err() {
             return Err(NodeError::NoRuntime);
         }
+        let catalog = Arc::new(build_catalog(&entries, std::mem::take(&mut self.catalog))?);
         let shared = self
             .concurrency
             .map(|permits| Arc::new(Semaphore::new(permits.min(Semaphore::MAX_PERMITS))));
@@ -330,11 +401,18 @@ impl<C: ClockFn> NodeBuilder<C> {
             .background
             .into_iter()
             .map(|(name, start)| {
-                let task = start(ShutdownSignal::new(receiver.clone()));
+                let task = start(BackgroundContext {
+                    signal: ShutdownSignal::new(receiver.clone()),
+                    db: self.db.clone(),
+                    clock: self.clock.clone(),
+                    catalog: catalog.clone(),
+                });
                 Background::spawn(name, task)
             })
             .collect();
-        Ok(Node::new(executors, watcher, pruner, background, signal))
+        Ok(Node::new(
+            executors, watcher, pruner, background, signal, catalog,
+        ))
     }
 
     /// Every worker with its settings, the node's own first; the node's workflows get their
@@ -403,6 +481,43 @@ impl<C: ClockFn> NodeBuilder<C> {
             handle,
         }
     }
+}
+
+/// The node's catalog: every function of every worker with its executor's component, the
+/// typed registrations' checks, then the entries given whole.
+fn build_catalog(entries: &[WorkerEntry], mut parts: CatalogParts) -> Result<Catalog, NodeError> {
+    let mut catalog = Catalog::new();
+    if let Some(unknown) = parts.unknown {
+        catalog = catalog.unknown_functions(unknown);
+    }
+    for entry in entries {
+        let component_id = entry
+            .settings
+            .component_id
+            .clone()
+            .unwrap_or_else(|| entry.kind.default_component());
+        let mut defaults = ExecutionDefaults::new(component_id);
+        if let Some((max_retries, retry_exp_backoff)) = parts.retries {
+            defaults.max_retries = max_retries;
+            defaults.retry_exp_backoff = retry_exp_backoff;
+        }
+        for ffqn in entry.worker.exported_functions() {
+            let function = parts
+                .typed
+                .remove(ffqn)
+                .unwrap_or_else(|| CatalogFunction::new(ffqn.clone(), defaults.clone()));
+            catalog.insert(function.with_defaults(defaults.clone()));
+        }
+    }
+    for function in parts.described {
+        if catalog.get(function.ffqn()).is_none() {
+            return Err(NodeError::DescribedFunctionNotRun {
+                function: function.ffqn().to_string(),
+            });
+        }
+        catalog.insert(function);
+    }
+    Ok(catalog)
 }
 
 /// Every check of `start` that needs nothing started.

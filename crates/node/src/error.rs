@@ -89,6 +89,15 @@ pub enum NodeError {
          timers watcher, a retention task or a background task"
     )]
     NothingToRun,
+    /// [`crate::NodeBuilder::describe`] named a function no worker of the node runs.
+    #[error(
+        "the catalog describes {function}, which no worker of this node runs: register it, or \
+         leave its description out"
+    )]
+    DescribedFunctionNotRun {
+        /// The function.
+        function: String,
+    },
     /// `start` was called outside a tokio runtime.
     #[error(
         "a node runs its tasks on a tokio runtime: call `start` from within one (inside \

@@ -93,15 +93,23 @@
 //! the example, the benchmark and the crash tests all ask it.
 
 mod builder;
+mod catalog;
+mod duration;
 mod error;
 mod node;
 mod settings;
+mod submit;
 
 pub use builder::NodeBuilder;
+pub use catalog::{Catalog, CatalogFunction, ExecutionDefaults};
+pub use duration::{DurationError, HumanDuration};
 pub use error::NodeError;
-pub use node::{DrainReport, ExecutorInfo, Node, ShutdownSignal};
+pub use node::{BackgroundContext, DrainReport, ExecutorInfo, Node, ShutdownSignal};
 pub use settings::{
     DEFAULT_PRUNE_BATCH, DEFAULT_PRUNE_INTERVAL, DEFAULT_WATCHER, ExecutorSettings,
+};
+pub use submit::{
+    DEFAULT_WAIT_SLICE, Prepared, Submission, SubmitError, Submitted, submit, wait_for_result,
 };
 
 #[cfg(test)]

@@ -1,7 +1,7 @@
 //! [`Node`], the handle of a started node: what it runs, and its graceful shutdown
 //! ([`Node::shutdown`], which reports a [`DrainReport`]).
 
-use crate::builder::NodeBuilder;
+use crate::{builder::NodeBuilder, catalog::Catalog};
 use concepts::{ClockFn, ComponentId, DbConnection, ExecutorId, FunctionFqn};
 use executor::ExecutorTaskHandle;
 use futures_util::future::{BoxFuture, join_all};
@@ -22,6 +22,7 @@ pub struct Node {
     pruner: Option<Pruner>,
     background: Vec<Background>,
     signal: watch::Sender<bool>,
+    catalog: Arc<Catalog>,
 }
 
 /// One executor of a running node, as [`Node::executors`] lists it.
@@ -74,6 +75,7 @@ impl Node {
         pruner: Option<Pruner>,
         background: Vec<Background>,
         signal: watch::Sender<bool>,
+        catalog: Arc<Catalog>,
     ) -> Self {
         let infos = executors
             .iter()
@@ -86,6 +88,7 @@ impl Node {
             pruner,
             background,
             signal,
+            catalog,
         }
     }
 
@@ -103,6 +106,13 @@ impl Node {
             .iter()
             .flat_map(|info| info.functions.iter().cloned())
             .collect()
+    }
+
+    /// The functions the node runs and how a submitted execution of each is created: what
+    /// `node::submit` takes, built by `start` from the registrations (see [`Catalog`]).
+    #[must_use]
+    pub fn catalog(&self) -> &Arc<Catalog> {
+        &self.catalog
     }
 
     /// Whether the node runs a timers watcher.
@@ -188,6 +198,30 @@ impl ShutdownSignal {
     #[must_use]
     pub fn has_fired(&self) -> bool {
         *self.receiver.borrow()
+    }
+}
+
+/// What a background task of [`NodeBuilder::background_service`] gets when the node starts:
+/// the signal of its shutdown, and the node's store, clock and catalog, to serve the node's
+/// clients with.
+#[derive(Clone)]
+pub struct BackgroundContext<C: ClockFn> {
+    /// Fires when the node's shutdown begins.
+    pub signal: ShutdownSignal,
+    /// The node's store.
+    pub db: Arc<dyn DbConnection>,
+    /// The node's clock.
+    pub clock: C,
+    /// The functions the node runs ([`Node::catalog`]).
+    pub catalog: Arc<Catalog>,
+}
+
+impl<C: ClockFn> std::fmt::Debug for BackgroundContext<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BackgroundContext")
+            .field("signal", &self.signal)
+            .field("catalog", &self.catalog)
+            .finish_non_exhaustive()
     }
 }
 

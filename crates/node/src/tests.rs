@@ -349,3 +349,260 @@ async fn background_tasks_are_signalled_and_aborted_at_the_deadline() {
         Duration::from_secs(5)
     );
 }
+
+#[tokio::test]
+async fn the_catalog_lists_every_function_with_its_executors_component_and_typed_checks() {
+    let node = builder()
+        .await
+        .activity(&ECHO, echo)
+        .workflow(&FLOW, flow)
+        .activity_settings(ExecutorSettings {
+            component_id: Some(ComponentId::new("activity", "echoes").unwrap()),
+            ..ExecutorSettings::default()
+        })
+        .worker(
+            exporting(&["test:node/api.hand"]),
+            ExecutorSettings::default(),
+        )
+        .new_execution_retries(7, Duration::from_millis(250))
+        .start()
+        .expect("a valid node");
+    let catalog = node.catalog().clone();
+    let names: Vec<String> = catalog.functions().map(|f| f.ffqn().to_string()).collect();
+    assert_eq!(
+        names,
+        [
+            "test:node/api.echo",
+            "test:node/api.hand",
+            "test:node/flows.flow"
+        ]
+    );
+    let echo = catalog.get(&ECHO.ffqn().unwrap()).unwrap();
+    assert_eq!(echo.defaults().component_id.to_string(), "activity:echoes");
+    assert_eq!(echo.defaults().max_retries, 7);
+    assert_eq!(
+        echo.defaults().retry_exp_backoff,
+        Duration::from_millis(250)
+    );
+    assert!(echo.checks_params());
+    assert!(echo.check(&serde_json::json!(3)).is_ok());
+    assert!(echo.check(&serde_json::json!("three")).is_err());
+    let flow = catalog.get(&FLOW.ffqn().unwrap()).unwrap();
+    assert_eq!(flow.defaults().component_id.to_string(), "workflow:default");
+    assert!(flow.check(&serde_json::json!(-1)).is_err(), "a u64");
+    let hand = catalog.get(&"test:node/api.hand".parse().unwrap()).unwrap();
+    assert_eq!(hand.defaults().component_id.to_string(), "worker:default");
+    assert!(!hand.checks_params());
+    assert!(hand.check(&serde_json::json!({"any": "thing"})).is_ok());
+    assert_eq!(
+        catalog.unknown_defaults(),
+        &ExecutionDefaults::unknown_function()
+    );
+    node.shutdown(Duration::from_secs(5)).await;
+}
+
+#[tokio::test]
+async fn describe_replaces_an_entry_and_refuses_a_function_the_node_does_not_run() {
+    let hand: FunctionFqn = "test:node/api.hand".parse().unwrap();
+    let described = CatalogFunction::new(
+        hand.clone(),
+        ExecutionDefaults {
+            component_id: ComponentId::new("activity", "hand").unwrap(),
+            max_retries: 1,
+            retry_exp_backoff: Duration::from_millis(10),
+        },
+    )
+    .params::<u64>();
+    let unknown = ExecutionDefaults::new(ComponentId::new("elsewhere", "x").unwrap());
+    let node = builder()
+        .await
+        .worker(
+            exporting(&["test:node/api.hand"]),
+            ExecutorSettings::default(),
+        )
+        .describe(described)
+        .unknown_functions(unknown.clone())
+        .start()
+        .expect("a valid node");
+    let entry = node.catalog().get(&hand).unwrap();
+    assert_eq!(entry.defaults().component_id.to_string(), "activity:hand");
+    assert!(entry.check(&serde_json::json!("x")).is_err());
+    assert_eq!(node.catalog().unknown_defaults(), &unknown);
+    node.shutdown(Duration::from_secs(5)).await;
+
+    let stranger = CatalogFunction::new(
+        "test:node/api.nobody".parse().unwrap(),
+        ExecutionDefaults::unknown_function(),
+    );
+    let refused = refused(builder().await.activity(&ECHO, echo).describe(stranger));
+    assert_eq!(
+        refused,
+        NodeError::DescribedFunctionNotRun {
+            function: "test:node/api.nobody".into()
+        }
+    );
+}
+
+fn submission(ffqn: &str, params: serde_json::Value, id: Option<&str>) -> Submission {
+    Submission {
+        ffqn: ffqn.parse().unwrap(),
+        params,
+        execution_id: id.map(|id| id.parse().unwrap()),
+        metadata: concepts::ExecutionMetadata::default(),
+    }
+}
+
+#[tokio::test]
+async fn submit_creates_once_and_refuses_a_conflict_a_child_id_and_refused_params() {
+    let db = store().await;
+    let echo = CatalogFunction::new(
+        ECHO.ffqn().unwrap(),
+        ExecutionDefaults::new(ComponentId::new("activity", "echo").unwrap()),
+    )
+    .params::<u64>();
+    let catalog = Catalog::new().with(echo);
+    let id = "E_01KCZ8JPZ4NWNHBVH5M8T4D2QX";
+    let submit_echo = |params| {
+        submit(
+            db.as_ref(),
+            &catalog,
+            &Now,
+            submission(ECHO.name(), params, Some(id)),
+        )
+    };
+
+    let created = submit_echo(serde_json::json!(5)).await.expect("created");
+    assert_eq!(
+        created,
+        Submitted::Created {
+            execution_id: id.parse().unwrap()
+        }
+    );
+    let log = db.get(created.execution_id()).await.expect("stored");
+    match &log.events[0].event {
+        concepts::ExecutionEventInner::Created {
+            component_id,
+            max_retries,
+            ..
+        } => {
+            assert_eq!(component_id.to_string(), "activity:echo");
+            assert_eq!(*max_retries, 3);
+        }
+        other => panic!("{other:?}"),
+    }
+    let again = submit_echo(serde_json::json!(5)).await.expect("a repeat");
+    assert!(
+        matches!(again, Submitted::AlreadyExisted { .. }),
+        "{again:?}"
+    );
+    let conflict = submit_echo(serde_json::json!(6)).await.unwrap_err();
+    assert!(
+        matches!(&conflict, SubmitError::Conflict { differences, .. }
+            if differences == &[concepts::CreateConflict::Params]),
+        "{conflict:?}"
+    );
+    assert_eq!(
+        conflict.to_string(),
+        format!("{id} already exists with other parameters")
+    );
+
+    // Refused before anything is written.
+    let other_id = "E_01KCZ8JPZ4NWNHBVH5M8T4D2QY";
+    let refused = submit(
+        db.as_ref(),
+        &catalog,
+        &Now,
+        submission(ECHO.name(), serde_json::json!("five"), Some(other_id)),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(refused, SubmitError::ParamsRefused { .. }),
+        "{refused:?}"
+    );
+    assert!(matches!(
+        db.get(&other_id.parse().unwrap()).await,
+        Err(concepts::DbError::NotFound(_))
+    ));
+    let child = submit(
+        db.as_ref(),
+        &catalog,
+        &Now,
+        submission(
+            ECHO.name(),
+            serde_json::json!(1),
+            Some(&format!("{id}.n:x_1")),
+        ),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(child, SubmitError::NotTopLevel { .. }),
+        "{child:?}"
+    );
+
+    // A function the catalog does not know takes any parameters and the unknown settings.
+    let elsewhere = submit(
+        db.as_ref(),
+        &catalog,
+        &Now,
+        submission(
+            "test:node/api.elsewhere",
+            serde_json::json!({"a": [1]}),
+            None,
+        ),
+    )
+    .await
+    .expect("created");
+    let log = db.get(elsewhere.execution_id()).await.expect("stored");
+    match &log.events[0].event {
+        concepts::ExecutionEventInner::Created { component_id, .. } => {
+            assert_eq!(component_id.to_string(), "submit:default");
+        }
+        other => panic!("{other:?}"),
+    }
+    db.close().await;
+}
+
+#[tokio::test]
+async fn wait_for_result_answers_none_at_its_timeout_and_the_result_once_finished() {
+    let db = store().await;
+    let catalog = Catalog::new();
+    let promise = submit(
+        db.as_ref(),
+        &catalog,
+        &Now,
+        submission("stele:stub.answer", serde_json::json!(null), None),
+    )
+    .await
+    .expect("created");
+    let id = promise.execution_id().clone();
+    let slice = Duration::from_millis(5);
+    let none = wait_for_result(db.as_ref(), &id, Some(Duration::from_millis(20)), slice).await;
+    assert!(matches!(none, Ok(None)), "{none:?}");
+    db.complete(concepts::CompleteRequest {
+        execution_id: id.clone(),
+        now: concepts::ClockFn::now(&Now),
+        value: concepts::SupportedFunctionReturnValue::InfallibleOrResultOk(concepts::Json(
+            serde_json::json!(42),
+        )),
+    })
+    .await
+    .expect("completed");
+    let result = wait_for_result(db.as_ref(), &id, None, slice)
+        .await
+        .expect("finished");
+    assert!(result.is_some_and(|result| result.is_ok()));
+    let unknown = wait_for_result(
+        db.as_ref(),
+        &"E_01KCZ8JPZ4NWNHBVH5M8T4D2QZ".parse().unwrap(),
+        Some(slice),
+        slice,
+    )
+    .await;
+    assert!(
+        matches!(unknown, Err(concepts::DbError::NotFound(_))),
+        "{unknown:?}"
+    );
+    db.close().await;
+}

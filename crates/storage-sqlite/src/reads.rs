@@ -40,60 +40,48 @@ fn existing_row(conn: &Connection, execution_id: &ExecutionId) -> Result<Executi
     row.ok_or_else(|| DbError::execution_not_found(execution_id).into())
 }
 
-fn exists(conn: &Connection, execution_id: &ExecutionId) -> Result<bool> {
-    let mut stmt =
-        conn.prepare_cached("SELECT 1 FROM t_execution_state WHERE execution_id = ?1")?;
-    Ok(stmt.exists([execution_id.as_str()])?)
+/// What `read` finds, from one snapshot; `NotFound` when it finds nothing of an unknown
+/// execution.
+fn of_existing<T>(
+    conn: &mut Connection,
+    execution_id: &ExecutionId,
+    read: impl FnOnce(&Connection) -> Result<Vec<T>>,
+) -> Result<Vec<T>> {
+    let tx = conn.transaction()?;
+    let found = read(&tx)?;
+    let exists = "SELECT 1 FROM t_execution_state WHERE execution_id = ?1";
+    if found.is_empty() && !tx.prepare_cached(exists)?.exists([execution_id.as_str()])? {
+        return Err(DbError::execution_not_found(execution_id).into());
+    }
+    tx.finish()?;
+    Ok(found)
 }
 
-pub(crate) fn events_up_to(
+/// Up to `limit` events from version `from` on.
+pub(crate) fn events(
     conn: &Connection,
     execution_id: &ExecutionId,
-    max_length: usize,
+    from: Version,
+    limit: usize,
 ) -> Result<Vec<ExecutionEvent>> {
-    let sql = "SELECT event_json FROM t_event WHERE execution_id = ?1 ORDER BY version LIMIT ?2";
-    let limit = int_to_sql(max_length);
-    rows(conn, sql, params![execution_id.as_str(), limit], |row| {
+    let sql = "SELECT event_json FROM t_event WHERE execution_id = ?1 AND version >= ?2 \
+               ORDER BY version LIMIT ?3";
+    let params = params![execution_id.as_str(), i64::from(from.0), int_to_sql(limit)];
+    rows(conn, sql, params, |row| {
         Ok(serde_json::from_str(&row.get::<_, String>(0)?)?)
     })
 }
 
-pub(crate) fn event_at(
-    conn: &Connection,
-    execution_id: &ExecutionId,
-    version: Version,
-) -> Result<ExecutionEvent> {
-    let sql = "SELECT event_json FROM t_event WHERE execution_id = ?1 AND version = ?2";
-    let params = (execution_id.as_str(), i64::from(version.0));
-    match rows(conn, sql, params, |row| Ok(row.get::<_, String>(0)?))?.pop() {
-        Some(json) => Ok(serde_json::from_str(&json)?),
-        None if exists(conn, execution_id)? => {
-            Err(DbError::NotFound(format!("event at version {version} of {execution_id}")).into())
-        }
-        None => Err(DbError::execution_not_found(execution_id).into()),
-    }
-}
-
-/// Up to `limit` events from version `from` on, from one snapshot; `NotFound` for an unknown
-/// execution.
+/// [`events`] of a known execution, from one snapshot.
 pub(crate) fn list_events(
     conn: &mut Connection,
     execution_id: &ExecutionId,
     from: Version,
     limit: usize,
 ) -> Result<Vec<ExecutionEvent>> {
-    let tx = conn.transaction()?;
-    let sql = "SELECT event_json FROM t_event WHERE execution_id = ?1 AND version >= ?2 \
-               ORDER BY version LIMIT ?3";
-    let params = params![execution_id.as_str(), i64::from(from.0), int_to_sql(limit)];
-    let events = rows(&tx, sql, params, |row| {
-        Ok(serde_json::from_str(&row.get::<_, String>(0)?)?)
-    })?;
-    if events.is_empty() && !exists(&tx, execution_id)? {
-        return Err(DbError::execution_not_found(execution_id).into());
-    }
-    tx.finish()?;
-    Ok(events)
+    of_existing(conn, execution_id, |tx| {
+        events(tx, execution_id, from, limit)
+    })
 }
 
 /// Up to `max_length` responses from index `start_idx` on, in arrival order.
@@ -106,10 +94,12 @@ pub(crate) fn responses_up_to(
     let sql = "SELECT response_json FROM t_response WHERE execution_id = ?1 ORDER BY id \
                LIMIT ?3 OFFSET ?2";
     let (offset, limit) = (int_to_sql(start_idx), int_to_sql(max_length));
-    let params = params![execution_id.as_str(), offset, limit];
-    rows(conn, sql, params, |row| {
-        Ok(serde_json::from_str(&row.get::<_, String>(0)?)?)
-    })
+    rows(
+        conn,
+        sql,
+        params![execution_id.as_str(), offset, limit],
+        |row| Ok(serde_json::from_str(&row.get::<_, String>(0)?)?),
+    )
 }
 
 /// The responses from index `start_idx` on, `None` while there are none, from one snapshot.
@@ -118,12 +108,9 @@ pub(crate) fn next_responses(
     execution_id: &ExecutionId,
     start_idx: usize,
 ) -> Result<Option<Vec<JoinSetResponseEventOuter>>> {
-    let tx = conn.transaction()?;
-    let responses = responses_up_to(&tx, execution_id, start_idx, usize::MAX)?;
-    if responses.is_empty() && !exists(&tx, execution_id)? {
-        return Err(DbError::execution_not_found(execution_id).into());
-    }
-    tx.finish()?;
+    let responses = of_existing(conn, execution_id, |tx| {
+        responses_up_to(tx, execution_id, start_idx, usize::MAX)
+    })?;
     Ok((!responses.is_empty()).then_some(responses))
 }
 
@@ -135,7 +122,7 @@ pub(crate) fn execution_log(
     let row = existing_row(&tx, execution_id)?;
     let log = ExecutionLog {
         execution_id: execution_id.clone(),
-        events: events_up_to(&tx, execution_id, usize::MAX)?,
+        events: events(&tx, execution_id, Version(0), usize::MAX)?,
         responses: responses_up_to(&tx, execution_id, 0, usize::MAX)?,
         next_version: row.state.next_version,
         pending_state: row.state.pending_state,
@@ -165,13 +152,19 @@ pub(crate) fn result_if_finished(
     let PendingState::Finished { version, .. } = *pending_state else {
         return Ok(None);
     };
-    match event_at(conn, execution_id, version)?.event {
-        ExecutionEventInner::Finished { result } => Ok(Some(result)),
-        other => Err(SqliteError::Corrupt(format!(
-            "execution {execution_id} is finished at version {version}, which holds a {} event",
-            other.variant_name()
-        ))),
-    }
+    let sql = "SELECT event_json FROM t_event WHERE execution_id = ?1 AND version = ?2";
+    let params = (execution_id.as_str(), i64::from(version.0));
+    let json = rows(conn, sql, params, |row| Ok(row.get::<_, String>(0)?))?.pop();
+    let held = match json.map(|json| serde_json::from_str::<ExecutionEvent>(&json)) {
+        None => "no event".to_string(),
+        Some(event) => match event?.event {
+            ExecutionEventInner::Finished { result } => return Ok(Some(result)),
+            other => format!("a {} event", other.variant_name()),
+        },
+    };
+    Err(SqliteError::Corrupt(format!(
+        "execution {execution_id} is finished at version {version}, which holds {held}"
+    )))
 }
 
 /// The state rows of up to `limit` executions of `ffqns` whose `pending_at` is at or before
@@ -345,8 +338,8 @@ pub(crate) fn locked_executions(
     let mut ready = Vec::with_capacity(grants.len());
     for grant in grants {
         let execution_id = &grant.row.execution_id;
-        let events = grant.events_handed_over();
-        let Some(room) = rows_left.checked_sub(events) else {
+        let handed_over = grant.events_handed_over();
+        let Some(room) = rows_left.checked_sub(handed_over) else {
             break;
         };
         // One more than fits tells that they do not.
@@ -356,7 +349,7 @@ pub(crate) fn locked_executions(
         }
         rows_left = room - responses.len();
         let log = LogRows {
-            events: events_up_to(&tx, execution_id, events)?,
+            events: events(&tx, execution_id, Version(0), handed_over)?,
             responses,
         };
         ready.push(kernel::hand_over(grant.clone(), log)?);

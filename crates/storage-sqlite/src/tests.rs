@@ -1394,7 +1394,10 @@ async fn a_version_3_file_migrates_to_the_current_version_and_keeps_its_data() {
     assert_eq!(pragma_i64(&path, "user_version"), 3);
 
     let store = open(&path).await;
-    assert_eq!(store.effective_settings().schema_version, schema::current_version());
+    assert_eq!(
+        store.effective_settings().schema_version,
+        schema::current_version()
+    );
     for (execution_id, log) in finished.iter().chain(&unfinished).zip(&logs) {
         assert_eq!(&store.get(execution_id).await.expect("reads"), log);
     }

@@ -12,7 +12,7 @@ use cli::{
         sleeper::{SLEEPER, sleeper},
         slow::SlowWorker,
     },
-    workload::{DemoFunction, DemoFunctions},
+    workload::{self, DemoFunction, DemoFunctions},
 };
 use concepts::DbConnection;
 use executor::{Now, Worker};
@@ -91,7 +91,8 @@ fn demo_workers<'f>(
 
 /// The node of `stele demo` and `stele serve`, not started yet: one executor per demo
 /// function (with its lease and component), at most `concurrency` runs at once over all of
-/// them, and the timers watcher; `serve` adds its retention task.
+/// them, and the timers watcher; its catalog is the demo's (`workload::catalog`, what
+/// `stele submit` submits through); `serve` adds its retention task and its HTTP server.
 pub fn demo_node(
     db: &Arc<dyn DbConnection>,
     functions: &DemoFunctions,
@@ -101,9 +102,14 @@ pub fn demo_node(
         tick_sleep: WATCHER_TICK,
         leeway: WATCHER_LEEWAY,
     };
-    let builder = Node::builder(db.clone(), Now)
-        .concurrency(concurrency)
-        .timers_watcher(watcher);
+    let catalog = workload::catalog(functions);
+    let builder = catalog.functions().fold(
+        Node::builder(db.clone(), Now)
+            .concurrency(concurrency)
+            .timers_watcher(watcher)
+            .unknown_functions(catalog.unknown_defaults().clone()),
+        |builder, function| builder.describe(function.clone()),
+    );
     demo_workers(db, functions)
         .into_iter()
         .fold(builder, |builder, (function, worker)| {

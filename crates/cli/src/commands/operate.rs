@@ -6,23 +6,16 @@ use super::{
     CliError, Exit, bad_input, interrupted, parse_execution_id, print, print_json, render,
     with_store,
 };
+use ::node::HumanDuration;
 use chrono::{DateTime, Utc};
-use cli::{
-    database::{DatabaseUrl, OpenMode},
-    duration::HumanDuration,
-};
+use cli::database::{DatabaseUrl, OpenMode};
 use concepts::{
     CancelOutcome, CancelRequest, ClockFn as _, CompleteOutcome, CompleteRequest, DbConnection,
     DbError, ExecutionId, FinishedExecutionResult, Json, ResultKind, SupportedFunctionReturnValue,
 };
 use executor::Now;
 use serde::Serialize;
-use std::time::{Duration, Instant};
-
-/// How long one wait of `wait` lasts before it reads the state again. A SQLite file notifies
-/// only the process that wrote it, so a `wait` beside `stele serve` notices the end by
-/// reading again; PostgreSQL notifies every process and ends the wait sooner.
-const WAIT_SLICE: Duration = Duration::from_millis(200);
+use std::time::Duration;
 
 #[derive(Debug, clap::Args)]
 pub struct WaitArgs {
@@ -127,40 +120,27 @@ pub async fn wait(url: &DatabaseUrl, args: WaitArgs) -> Result<(), CliError> {
     print(&format!("{}\n", render::result(&result)))
 }
 
+/// `node::wait_for_result` in slices of `node::DEFAULT_WAIT_SLICE`: a SQLite file notifies
+/// only the process that wrote it, so a `wait` beside `stele serve` notices the end by
+/// reading again; PostgreSQL notifies every process and ends the wait sooner.
 async fn wait_until_finished(
     db: &dyn DbConnection,
     url: &DatabaseUrl,
     execution_id: &ExecutionId,
     timeout: Option<Duration>,
 ) -> Result<FinishedExecutionResult, CliError> {
-    let started = Instant::now();
-    loop {
-        let slice = timeout.map_or(WAIT_SLICE, |timeout| {
-            timeout
-                .saturating_sub(started.elapsed())
-                .clamp(Duration::from_millis(50), WAIT_SLICE)
-        });
-        match db.wait_for_finished_result(execution_id, Some(slice)).await {
-            Ok(result) => return Ok(result),
-            Err(DbError::Timeout) => {
-                if let Some(timeout) = timeout
-                    && started.elapsed() >= timeout
-                {
-                    return Err(CliError::new(
-                        Exit::Failure,
-                        format!(
-                            "{execution_id} did not finish within {} (it goes on; `stele \
-                             executions show {execution_id}` shows where it is)",
-                            HumanDuration(timeout)
-                        ),
-                    ));
-                }
-            }
-            Err(DbError::NotFound(_)) => return Err(CliError::no_execution(execution_id, url)),
-            Err(err) => {
-                return Err(CliError::db(format!("cannot wait for {execution_id}"), err));
-            }
-        }
+    match ::node::wait_for_result(db, execution_id, timeout, ::node::DEFAULT_WAIT_SLICE).await {
+        Ok(Some(result)) => Ok(result),
+        Ok(None) => Err(CliError::new(
+            Exit::Failure,
+            format!(
+                "{execution_id} did not finish within {} (it goes on; `stele executions show \
+                 {execution_id}` shows where it is)",
+                HumanDuration(timeout.unwrap_or_default())
+            ),
+        )),
+        Err(DbError::NotFound(_)) => Err(CliError::no_execution(execution_id, url)),
+        Err(err) => Err(CliError::db(format!("cannot wait for {execution_id}"), err)),
     }
 }
 

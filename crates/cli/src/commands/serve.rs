@@ -9,10 +9,9 @@ use super::{
     operate::parse_duration,
     with_store,
 };
-use ::node::DrainReport;
+use ::node::{DrainReport, HumanDuration};
 use cli::{
     database::{DatabaseUrl, OpenMode},
-    duration::HumanDuration,
     workload::DemoFunctions,
 };
 use timers_watcher::PrunerConfig;

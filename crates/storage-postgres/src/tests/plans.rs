@@ -233,12 +233,7 @@ async fn listings_read_the_index_of_their_filter_up_to_their_page() {
                     );
                 }
             }
-            let events = plan(
-                client,
-                (reads::LIST_EVENTS, "'E_1', 0, 100"),
-                "generic",
-            )
-            .await;
+            let events = plan(client, (reads::LIST_EVENTS, "'E_1', 0, 100"), "generic").await;
             assert!(
                 !events.contains("Seq Scan"),
                 "the events of one execution scan: {events}"

@@ -1,11 +1,22 @@
 //! Durations as an operator types them: `500ms`, `30s`, `15m`, `12h`, `7d`.
 //!
 //! One whole number and one unit, nothing else: no sign, no fraction, no spaces, no
-//! combinations (`1h30m`). What `--older-than`, `--timeout` and the pruner's options take.
+//! combinations (`1h30m`). What the `stele` command's `--older-than`, `--timeout` and the
+//! pruner's options take, and the HTTP API's `wait?timeout=30s`: one parser for both.
 
 use std::{fmt, str::FromStr, time::Duration};
 
 /// A duration parsed from `<number><unit>`, with `ms`, `s`, `m`, `h` or `d` as the unit.
+///
+/// ```
+/// use node::HumanDuration;
+/// use std::time::Duration;
+///
+/// let parsed: HumanDuration = "15m".parse().unwrap();
+/// assert_eq!(Duration::from(parsed), Duration::from_secs(900));
+/// assert_eq!(HumanDuration(Duration::from_secs(7 * 86_400)).to_string(), "7d");
+/// assert!("1h30m".parse::<HumanDuration>().is_err());
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub struct HumanDuration(pub Duration);
 
