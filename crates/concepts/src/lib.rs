@@ -70,6 +70,6 @@ pub use pending_state::{
 pub use storage::{
     AppendBatchRequest, CreateRequest, DbAwait, DbClient, DbClientExt, DbConnection, DbExecutor,
     DbTimers, DbWorkflow, ExecutionLog, ExecutionSummary, ExpiredDelay, ExpiredLock, ExpiredTimer,
-    ListExecutionsFilter, LockPendingRequest, LockedExecution, Pagination,
+    ListExecutionsFilter, ListTerm, LockPendingRequest, LockedExecution, Pagination,
 };
 pub use time::{ClockFn, add_saturating, sub_saturating, truncate_to_micros};

@@ -322,6 +322,70 @@ impl ListExecutionsFilter {
         }
         Some((prefix.clone(), None))
     }
+
+    /// The conditions of a listing's statement for this filter, after `cursor`: only the ones
+    /// given, so that a SQL backend's statement holds only them and its plan reads the index
+    /// they name.
+    #[must_use]
+    pub fn terms<'a>(
+        &'a self,
+        cursor: Option<&'a (DateTime<Utc>, ExecutionId)>,
+    ) -> Vec<ListTerm<'a>> {
+        // Destructured: a filter added here must be given a term.
+        let Self {
+            ffqn,
+            state,
+            top_level_only,
+            parent,
+            created_after,
+            created_before,
+            id_prefix: _,
+        } = self;
+        let mut terms: Vec<_> = ffqn.iter().map(ListTerm::Function).collect();
+        if let Some(kind) = *state {
+            terms.push(ListTerm::State(kind));
+            if kind != PendingStateKind::Finished {
+                terms.push(ListTerm::Unfinished);
+            }
+        }
+        terms.extend(top_level_only.then_some(ListTerm::TopLevel));
+        terms.extend(parent.iter().map(ListTerm::Parent));
+        terms.extend(created_after.map(ListTerm::CreatedAfter));
+        terms.extend(created_before.map(ListTerm::CreatedBefore));
+        if let Some((low, high)) = self.id_range() {
+            terms.push(ListTerm::IdFrom(low));
+            terms.extend(high.map(ListTerm::IdBelow));
+        }
+        terms.extend(cursor.map(|(at, id)| ListTerm::Before(*at, id)));
+        terms
+    }
+}
+
+/// One condition of a listing's statement ([`ListExecutionsFilter::terms`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ListTerm<'a> {
+    /// The function is this one.
+    Function(&'a FunctionFqn),
+    /// The state is of this kind.
+    State(PendingStateKind),
+    /// The state is not `Finished`: beside the `State` of another kind, it repeats the
+    /// condition of a partial index of unfinished executions, which a planner uses only for a
+    /// statement that names it.
+    Unfinished,
+    /// The execution is top-level.
+    TopLevel,
+    /// The execution is a child of this one.
+    Parent(&'a ExecutionId),
+    /// Created after this time.
+    CreatedAfter(DateTime<Utc>),
+    /// Created before this time.
+    CreatedBefore(DateTime<Utc>),
+    /// The id is this text or after it, in byte order.
+    IdFrom(String),
+    /// The id is before this text, in byte order.
+    IdBelow(String),
+    /// `(created_at, execution_id)` is before this pair: the page after a cursor.
+    Before(DateTime<Utc>, &'a ExecutionId),
 }
 
 /// Pagination of `list_executions`: newest first (by creation time, then execution id,

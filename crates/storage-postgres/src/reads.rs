@@ -14,7 +14,7 @@ use chrono::{DateTime, Utc};
 use concepts::{
     DbError, DelayId, ExecutionEvent, ExecutionId, ExecutionLog, ExecutionSummary, ExpiredDelay,
     ExpiredTimer, FinishedExecutionResult, FunctionFqn, JoinSetResponseEventOuter,
-    ListExecutionsFilter, LockedExecution, Pagination, Version,
+    ListExecutionsFilter, ListTerm, LockedExecution, Pagination, PendingStateKind, Version,
     kernel::{self, LockGrant, LogRows},
 };
 use deadpool_postgres::ClientWrapper;
@@ -45,8 +45,6 @@ const SELECT_EXPIRED_LOCKS: &str = concat!(
 const SELECT_EXPIRED_DELAYS: &str = "SELECT execution_id, delay_id, join_set_id, expires_at, \
     expires_at_ns FROM t_delay WHERE is_open AND expires_at <= $1";
 
-/// Filtered by function `$1`, state `$2` and top-level `$3`, newest first after the cursor
-/// `($4, $5, $6)`, at most `$7`.
 /// The columns of a listing; its conditions follow, one per filter given
 /// ([`listing`]), then `ORDER BY created_at DESC, created_at_ns DESC, execution_id DESC`.
 const LIST_EXECUTIONS: &str = "SELECT execution_id, ffqn, created_at, created_at_ns, \
@@ -301,43 +299,38 @@ pub(crate) fn listing<'a>(
         sql.push_str(" AND ");
         sql.push_str(&clause);
     };
-    if let Some(ffqn) = &filter.ffqn {
-        term("ffqn = ?", vec![Box::new(ffqn.to_string())]);
-    }
-    if let Some(kind) = filter.state.map(kind_to_i16) {
-        term(&format!("state_kind = {kind}"), vec![]);
-        if kind != FINISHED {
-            term(&format!("state_kind <> {FINISHED}"), vec![]);
-        }
-    }
-    if filter.top_level_only {
-        term("is_top_level", vec![]);
-    }
-    if let Some(parent) = &filter.parent {
-        term("parent_execution_id = ?", vec![Box::new(parent.as_str())]);
-    }
     let at = |at: DateTime<Utc>| -> Vec<Param<'a>> {
         vec![Box::new(micros(at)), Box::new(sub_micros(at))]
     };
-    if let Some(after) = filter.created_after {
-        term("(created_at, created_at_ns) > (?, ?)", at(after));
-    }
-    if let Some(before) = filter.created_before {
-        term("(created_at, created_at_ns) < (?, ?)", at(before));
-    }
-    if let Some((low, high)) = filter.id_range() {
-        term("execution_id >= ?", vec![Box::new(low)]);
-        if let Some(high) = high {
-            term("execution_id < ?", vec![Box::new(high)]);
+    for list_term in filter.terms(pagination.cursor.as_ref()) {
+        match list_term {
+            ListTerm::Function(ffqn) => term("ffqn = ?", vec![Box::new(ffqn.to_string())]),
+            ListTerm::State(kind) => term(&format!("state_kind = {}", kind_to_i16(kind)), vec![]),
+            ListTerm::Unfinished => {
+                let finished = kind_to_i16(PendingStateKind::Finished);
+                term(&format!("state_kind <> {finished}"), vec![]);
+            }
+            ListTerm::TopLevel => term("is_top_level", vec![]),
+            ListTerm::Parent(parent) => {
+                term("parent_execution_id = ?", vec![Box::new(parent.as_str())])
+            }
+            ListTerm::CreatedAfter(after) => {
+                term("(created_at, created_at_ns) > (?, ?)", at(after))
+            }
+            ListTerm::CreatedBefore(before) => {
+                term("(created_at, created_at_ns) < (?, ?)", at(before))
+            }
+            ListTerm::IdFrom(low) => term("execution_id >= ?", vec![Box::new(low)]),
+            ListTerm::IdBelow(high) => term("execution_id < ?", vec![Box::new(high)]),
+            ListTerm::Before(cursor_at, id) => {
+                let mut bound = at(cursor_at);
+                bound.push(Box::new(id.as_str()));
+                term(
+                    "(created_at, created_at_ns, execution_id) < (?, ?, ?)",
+                    bound,
+                );
+            }
         }
-    }
-    if let Some((cursor_at, id)) = &pagination.cursor {
-        let mut bound = at(*cursor_at);
-        bound.push(Box::new(id.as_str()));
-        term(
-            "(created_at, created_at_ns, execution_id) < (?, ?, ?)",
-            bound,
-        );
     }
     params.push(Box::new(limit_param(pagination.length)));
     sql.push_str(&format!(
@@ -346,9 +339,6 @@ pub(crate) fn listing<'a>(
     ));
     (sql, params)
 }
-
-/// The `state_kind` of finished executions.
-const FINISHED: i16 = 3;
 
 /// A `LIMIT` parameter.
 fn limit_param(limit: usize) -> i64 {

@@ -9,7 +9,7 @@ use chrono::{DateTime, Utc};
 use concepts::{
     DbError, ExecutionEvent, ExecutionEventInner, ExecutionId, ExecutionLog, ExecutionSummary,
     ExpiredDelay, ExpiredTimer, FinishedExecutionResult, FunctionFqn, JoinSetResponseEventOuter,
-    ListExecutionsFilter, LockedExecution, Pagination, PendingState, PendingStateKind, Version,
+    ListExecutionsFilter, ListTerm, LockedExecution, Pagination, PendingState, Version,
     kernel::{self, ExecutionRow, LockGrant, LogRows},
 };
 use rusqlite::{Connection, Params, Row, params, params_from_iter, types::Value};
@@ -243,45 +243,27 @@ pub(crate) fn list_executions(
          FROM t_execution_state WHERE 1",
     );
     let mut values: Vec<Value> = Vec::new();
-    let mut term = |clause: &str, bound: Vec<Value>| {
+    for term in filter.terms(pagination.cursor.as_ref()) {
+        let text = |text: &dyn ToString| Value::Text(text.to_string());
+        let (clause, bound) = match term {
+            ListTerm::Function(ffqn) => ("ffqn = ?".into(), vec![text(ffqn)]),
+            // One of four literals, inlined: the planner sees the condition.
+            ListTerm::State(kind) => (format!("state = '{kind}'"), vec![]),
+            ListTerm::Unfinished => ("state <> 'Finished'".into(), vec![]),
+            ListTerm::TopLevel => ("is_top_level = 1".into(), vec![]),
+            ListTerm::Parent(parent) => ("parent_execution_id = ?".into(), vec![text(parent)]),
+            ListTerm::CreatedAfter(at) => ("created_at > ?".into(), vec![micros(at).into()]),
+            ListTerm::CreatedBefore(at) => ("created_at < ?".into(), vec![micros(at).into()]),
+            ListTerm::IdFrom(low) => ("execution_id >= ?".into(), vec![Value::Text(low)]),
+            ListTerm::IdBelow(high) => ("execution_id < ?".into(), vec![Value::Text(high)]),
+            ListTerm::Before(at, id) => {
+                let bound = vec![micros(at).into(), text(id)];
+                ("(created_at, execution_id) < (?, ?)".into(), bound)
+            }
+        };
         sql.push_str(" AND ");
-        sql.push_str(clause);
+        sql.push_str(&clause);
         values.extend(bound);
-    };
-    if let Some(ffqn) = &filter.ffqn {
-        term("ffqn = ?", vec![Value::Text(ffqn.to_string())]);
-    }
-    if let Some(kind) = filter.state {
-        // The kind's name is one of four literals: inlined, the planner sees the condition.
-        term(&format!("state = '{kind}'"), vec![]);
-        if kind != PendingStateKind::Finished {
-            term("state <> 'Finished'", vec![]);
-        }
-    }
-    if filter.top_level_only {
-        term("is_top_level = 1", vec![]);
-    }
-    if let Some(parent) = &filter.parent {
-        term(
-            "parent_execution_id = ?",
-            vec![Value::Text(parent.to_string())],
-        );
-    }
-    if let Some(after) = filter.created_after {
-        term("created_at > ?", vec![Value::Integer(micros(after))]);
-    }
-    if let Some(before) = filter.created_before {
-        term("created_at < ?", vec![Value::Integer(micros(before))]);
-    }
-    if let Some((low, high)) = filter.id_range() {
-        term("execution_id >= ?", vec![Value::Text(low)]);
-        if let Some(high) = high {
-            term("execution_id < ?", vec![Value::Text(high)]);
-        }
-    }
-    if let Some((at, id)) = &pagination.cursor {
-        let bound = vec![Value::Integer(micros(*at)), Value::Text(id.to_string())];
-        term("(created_at, execution_id) < (?, ?)", bound);
     }
     sql.push_str(" ORDER BY created_at DESC, execution_id DESC LIMIT ?");
     values.push(Value::Integer(int_to_sql(pagination.length)));
