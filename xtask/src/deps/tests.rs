@@ -22,6 +22,7 @@ const MEMBERS: &[&str] = &[
     "simulation",
     "test-support",
     "node",
+    "server",
     "cli",
     "xtask",
 ];
@@ -61,7 +62,9 @@ const CLEAN_EDGES: &[FakeEdge] = &[
     ("node", "workflow", NORMAL),
     ("node", "test-support", DEV),
     ("node", "test-utils", DEV),
+    ("server", "test-support", DEV),
     ("cli", "node", NORMAL),
+    ("cli", "server", NORMAL),
     ("cli", "storage-sqlite", NORMAL),
     ("cli", "test-support", DEV),
     ("xtask", "serde", NORMAL),
@@ -313,6 +316,20 @@ fn the_node_names_no_backend_and_its_tests_reach_one_through_test_support_only()
     for backend in ["storage-memory", "rusqlite"] {
         let found = violations(&with(("node", backend, DEV)));
         assert_eq!(paths(&found), [format!("node -(dev)-> {backend}")]);
+        let report = found[0].to_string();
+        assert!(report.contains("(its own dev edges)"), "{report}");
+    }
+}
+
+#[test]
+fn the_server_names_no_backend_and_its_tests_reach_one_through_test_support_only() {
+    let found = violations(&with(("server", "storage-postgres", NORMAL)));
+    assert_eq!(paths(&found), ["server -> storage-postgres"]);
+    let found = violations(&with(("server", "tokio-postgres", NORMAL)));
+    assert_eq!(paths(&found), ["server -> tokio-postgres"]);
+    for backend in ["storage-memory", "rusqlite"] {
+        let found = violations(&with(("server", backend, DEV)));
+        assert_eq!(paths(&found), [format!("server -(dev)-> {backend}")]);
         let report = found[0].to_string();
         assert!(report.contains("(its own dev edges)"), "{report}");
     }

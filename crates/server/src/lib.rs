@@ -1,0 +1,187 @@
+//! Stele's HTTP API, `/api/v1`: an axum [`Router`] that any program can mount, and [`serve`],
+//! the background service a node runs it as.
+//!
+//! # What it serves
+//!
+//! | method and path | what it does | answers |
+//! |---|---|---|
+//! | `POST /api/v1/executions` | submits `{"function", "params", "id"?}` (`node::submit`, idempotent under `id`) | 201 created, 200 already existed (with where it stands), 409, 422 |
+//! | `GET /api/v1/executions` | lists, newest first: `state`, `function`, `top_level`, `parent`, `created_after`, `created_before`, `id_prefix`, `cursor`, `limit` | 200 a page and its `next_cursor` |
+//! | `GET /api/v1/executions/{id}` | the execution: state, params, result, parent, responses | 200, 404 |
+//! | `GET /api/v1/executions/{id}/events` | its log from `from` (0), `limit` events | 200 a page and its `next` |
+//! | `GET /api/v1/executions/{id}/children` | its children, paged as the list is | 200, 404 |
+//! | `POST /api/v1/executions/{id}/cancel` | cancels it and its unfinished descendants, `{"reason"?}` | 200 cancelled or already finished, 404 |
+//! | `POST /api/v1/executions/{id}/complete` | completes a promise, `{"value"}` | 200 completed or already completed, 404, 409 |
+//! | `GET /api/v1/executions/{id}/wait?timeout=30s` | waits for its result, at most [`ApiOptions::max_wait`] (60 s) | 200 finished, 202 still running, 404 |
+//! | `GET /api/v1/functions` | the functions the node runs (its [`node::Catalog`]) | 200 |
+//! | `GET /api/v1/healthz` | the process serves | 200 |
+//! | `GET /api/v1/readyz` | the store answers a read | 200, 503 |
+//!
+//! The documents are in [`types`]: times in RFC 3339 UTC, ids as the model writes them, the
+//! `wait` timeout as the `stele` command writes durations (`500ms`, `30s`, `1m`; one parser,
+//! `node::HumanDuration`). A page of `GET /executions` holds at most `limit` rows (100 by
+//! default, at most 1,000; more is a 400); its `next_cursor` is `<created_at>~<id>` of its
+//! last row (`2026-01-31T12:00:01.234567Z~E_01J...`), `null` on the last page; nothing counts
+//! the whole table.
+//!
+//! # Mounting it
+//!
+//! ```no_run
+//! # async fn example(db: std::sync::Arc<dyn concepts::DbConnection>) {
+//! use server::{ApiOptions, ApiState};
+//! use std::sync::Arc;
+//!
+//! let api = server::router(ApiState::new(db, executor::Now, Arc::new(node::Catalog::new()), ApiOptions::default()));
+//! // Beside the program's own routes: everything the API answers is under /api/v1.
+//! let app = axum::Router::new().merge(api);
+//! let listener = tokio::net::TcpListener::bind(server::DEFAULT_ADDRESS).await.unwrap();
+//! axum::serve(listener, app).await.unwrap();
+//! # }
+//! ```
+//!
+//! A node serves it with [`serve`] given to `NodeBuilder::background_service`: it stops
+//! accepting when the node's shutdown begins, answers the long polls in flight with "still
+//! running" (202) and finishes the other requests in flight (axum's graceful shutdown),
+//! within the node's drain deadline.
+//!
+//! # Errors
+//!
+//! Every refusal is `{"error": kind, "message": ...}` (a conflicting submit adds
+//! `differences`), axum's own rejections included, and nothing is written by a refused
+//! request:
+//!
+//! | status | `error` | when |
+//! |---|---|---|
+//! | 400 | `malformed_body` | a body that is not JSON, not the document's shape, or with an unknown field |
+//! | 400 | `malformed_query` | a query string that does not parse, an unknown parameter, a limit over 1,000, a bad cursor, time or duration |
+//! | 400 | `malformed_id` | an execution id that does not parse, or a child's id given to submit |
+//! | 401 | `unauthorized` | a token is set and the request's `Authorization: Bearer` is missing or wrong |
+//! | 404 | `not_found` | no such execution, or no such route |
+//! | 405 | `read_only` | a write (`POST`) to a server in read-only mode |
+//! | 405 | `method_not_allowed` | a method the route does not have |
+//! | 409 | `conflict` | a submit whose id exists with another function or parameters; a promise completed with another value |
+//! | 409 | `refused` | a request the model refuses for the execution's state (completing what is not a promise, or a cancelled one) |
+//! | 413 | `body_too_large` | a body over [`ApiOptions::body_limit`] (1 MiB) |
+//! | 415 | `unsupported_media_type` | a body without `Content-Type: application/json` |
+//! | 422 | `params_refused` | parameters the function cannot decode |
+//! | 503 | `unavailable` | the store is unreachable or closed (retry later) |
+//! | 500 | `internal` | any other failure of the store |
+//!
+//! A read-only server refuses writes with 405 (the method is not allowed on it) rather than
+//! 403 (the caller is who it says; no token would let it write).
+//!
+//! # Security
+//!
+//! [`DEFAULT_ADDRESS`] is loopback. With [`ApiOptions::token`] set, every request (the
+//! health checks too, so that nothing about the node is told to a stranger) needs
+//! `Authorization: Bearer <token>`, compared in constant time. Writes need a JSON body with
+//! its content type, which a browser cannot send to another origin without asking (a CORS
+//! preflight): no CORS headers are sent unless origins are named
+//! ([`ApiOptions::cors_origins`]), so a page elsewhere cannot submit or cancel.
+
+mod auth;
+mod error;
+mod extract;
+mod routes;
+mod serve;
+pub mod types;
+mod views;
+
+pub use error::ApiError;
+pub use serve::{serve, serve_until};
+
+use concepts::{ClockFn, DbConnection};
+use node::{Catalog, ShutdownSignal};
+use std::{sync::Arc, time::Duration};
+
+pub use axum::Router;
+
+/// Where `stele serve --http` listens unless told otherwise: loopback only.
+pub const DEFAULT_ADDRESS: &str = "127.0.0.1:8080";
+
+/// How the API is served: auth, read-only mode, CORS and its bounds.
+#[derive(Debug, Clone)]
+pub struct ApiOptions {
+    /// When set, every request needs `Authorization: Bearer <token>`.
+    pub token: Option<String>,
+    /// Serve reads only: every `POST` is refused with 405.
+    pub read_only: bool,
+    /// The origins a browser may call the API from (`https://ops.example.com`); none: no
+    /// CORS headers at all.
+    pub cors_origins: Vec<String>,
+    /// The longest `wait?timeout=` served; a longer one is cut to it (60 s).
+    pub max_wait: Duration,
+    /// The largest request body (1 MiB); a larger one is 413.
+    pub body_limit: usize,
+}
+
+impl Default for ApiOptions {
+    fn default() -> Self {
+        Self {
+            token: None,
+            read_only: false,
+            cors_origins: Vec::new(),
+            max_wait: Duration::from_secs(60),
+            body_limit: 1024 * 1024,
+        }
+    }
+}
+
+/// What the handlers serve from: the store, the clock of submissions and cancellations, the
+/// catalog submissions are checked against, and the options.
+pub struct ApiState<C: ClockFn> {
+    db: Arc<dyn DbConnection>,
+    clock: C,
+    catalog: Arc<Catalog>,
+    options: ApiOptions,
+    stopping: Option<ShutdownSignal>,
+}
+
+impl<C: ClockFn> ApiState<C> {
+    /// The state of an API over `db`.
+    #[must_use]
+    pub fn new(
+        db: Arc<dyn DbConnection>,
+        clock: C,
+        catalog: Arc<Catalog>,
+        options: ApiOptions,
+    ) -> Self {
+        Self {
+            db,
+            clock,
+            catalog,
+            options,
+            stopping: None,
+        }
+    }
+
+    /// Long polls end early, answering "still running", once `signal` fires.
+    #[must_use]
+    pub fn stopping_on(mut self, signal: ShutdownSignal) -> Self {
+        self.stopping = Some(signal);
+        self
+    }
+}
+
+impl<C: ClockFn> std::fmt::Debug for ApiState<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ApiState")
+            .field("catalog", &self.catalog)
+            .field("options", &self.options)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The API's routes under `/api/v1`, with auth, read-only mode, CORS and the body limit of
+/// `state`'s options; an unknown path under `/api/v1` is a JSON 404. Merge it into a
+/// program's own router, or serve it as it is.
+///
+/// # Panics
+/// Never for the options' defaults; a CORS origin that is not a valid header value is left
+/// out (with a warning).
+pub fn router<C: ClockFn>(state: ApiState<C>) -> Router {
+    routes::router(Arc::new(state))
+}
+
+#[cfg(test)]
+mod tests;

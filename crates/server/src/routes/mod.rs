@@ -1,0 +1,129 @@
+//! The router: every route of `/api/v1` with its handler, the guards, CORS and the body
+//! limit; the handlers of the node itself (`functions`, `healthz`, `readyz`) live here, those
+//! of executions in `executions.rs` (reads) and `operate.rs` (writes and the wait).
+
+mod executions;
+mod operate;
+
+use crate::{
+    ApiState,
+    auth::{Guard, guard},
+    error::ApiError,
+    types::{FunctionView, FunctionsAnswer, HealthAnswer},
+};
+use axum::{
+    Json, Router,
+    extract::{DefaultBodyLimit, State},
+    http::{HeaderValue, Method, Uri, header},
+    middleware,
+    routing::{get, post},
+};
+use concepts::{ClockFn, ListExecutionsFilter, Pagination};
+use std::{sync::Arc, time::Duration};
+use tower_http::cors::{AllowOrigin, CorsLayer};
+
+/// Shared state of the handlers.
+pub(crate) type Shared<C> = State<Arc<ApiState<C>>>;
+
+pub(crate) fn router<C: ClockFn>(state: Arc<ApiState<C>>) -> Router {
+    let options = &state.options;
+    let api = Router::new()
+        .route(
+            "/executions",
+            post(operate::submit::<C>).get(executions::list::<C>),
+        )
+        .route("/executions/{id}", get(executions::show::<C>))
+        .route("/executions/{id}/events", get(executions::events::<C>))
+        .route("/executions/{id}/children", get(executions::children::<C>))
+        .route("/executions/{id}/cancel", post(operate::cancel::<C>))
+        .route("/executions/{id}/complete", post(operate::complete::<C>))
+        .route("/executions/{id}/wait", get(operate::wait::<C>))
+        .route("/functions", get(functions::<C>))
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz::<C>))
+        .fallback(no_route)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(DefaultBodyLimit::max(options.body_limit))
+        .layer(middleware::from_fn_with_state(
+            Arc::new(Guard::new(options)),
+            guard,
+        ));
+    let api = match cors(&options.cors_origins) {
+        Some(cors) => api.layer(cors),
+        None => api,
+    };
+    Router::new().nest("/api/v1", api.with_state(state))
+}
+
+/// The CORS layer of the origins named; `None` when none is, so that no CORS header is sent.
+fn cors(origins: &[String]) -> Option<CorsLayer> {
+    let origins: Vec<HeaderValue> = origins
+        .iter()
+        .filter_map(|origin| match HeaderValue::from_str(origin) {
+            Ok(value) => Some(value),
+            Err(_) => {
+                tracing::warn!(origin, "not a valid CORS origin; left out");
+                None
+            }
+        })
+        .collect();
+    if origins.is_empty() {
+        return None;
+    }
+    Some(
+        CorsLayer::new()
+            .allow_origin(AllowOrigin::list(origins))
+            .allow_methods([Method::GET, Method::POST])
+            .allow_headers([header::AUTHORIZATION, header::CONTENT_TYPE])
+            .max_age(Duration::from_secs(600)),
+    )
+}
+
+/// An unknown path, as JSON.
+pub(crate) async fn no_route(uri: Uri) -> ApiError {
+    ApiError::no_route(uri.path())
+}
+
+async fn method_not_allowed() -> ApiError {
+    ApiError::method_not_allowed()
+}
+
+async fn functions<C: ClockFn>(State(state): Shared<C>) -> Json<FunctionsAnswer> {
+    let functions = state
+        .catalog
+        .functions()
+        .map(|function| FunctionView {
+            function: function.ffqn().to_string(),
+            component: function.defaults().component_id.to_string(),
+            max_retries: function.defaults().max_retries,
+            retry_exp_backoff_ms: u64::try_from(function.defaults().retry_exp_backoff.as_millis())
+                .unwrap_or(u64::MAX),
+            checks_params: function.checks_params(),
+        })
+        .collect();
+    Json(FunctionsAnswer { functions })
+}
+
+async fn healthz() -> Json<HealthAnswer> {
+    Json(HealthAnswer {
+        status: "ok".to_string(),
+    })
+}
+
+/// Ready when the store answers a read of one row.
+async fn readyz<C: ClockFn>(State(state): Shared<C>) -> Result<Json<HealthAnswer>, ApiError> {
+    let one = Pagination {
+        cursor: None,
+        length: 1,
+    };
+    match state
+        .db
+        .list_executions(ListExecutionsFilter::default(), one)
+        .await
+    {
+        Ok(_) => Ok(Json(HealthAnswer {
+            status: "ready".to_string(),
+        })),
+        Err(err) => Err(ApiError::unavailable("the store did not answer", &err)),
+    }
+}

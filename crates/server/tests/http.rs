@@ -1,0 +1,560 @@
+//! The API over real HTTP on loopback (reqwest against a node serving it on `127.0.0.1:0`),
+//! on every backend (memory, SQLite, PostgreSQL; test-support's factories): each endpoint's
+//! answers, each error status, the long poll woken by the finish, and a drain of a node with
+//! the server.
+
+use concepts::{ClockFn as _, DbConnection, FunctionFqn, PendingStateKind};
+use conformance::StoreFactory;
+use executor::Now;
+use node::{DrainReport, ExecutorSettings, Node, NodeBuilder};
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use server::ApiOptions;
+use std::{sync::Arc, time::Duration};
+use test_utils::SimClock;
+use tokio::sync::{Semaphore, mpsc};
+use workflow::{ActivityCtx, Function};
+
+/// The bound of every wait that should end much sooner; reaching it fails the test.
+const SAFETY: Duration = Duration::from_secs(60);
+
+const DOUBLE: Function<u64, u64> = Function::new("test:http/api.double");
+/// Waits for a permit of the test's gate, then returns its parameter.
+const GATED: Function<u64, u64> = Function::new("test:http/api.gated");
+/// Sleeps its parameter in milliseconds on the first attempt.
+const WORK: Function<u64, u64> = Function::new("test:http/api.work");
+
+/// A node serving the API, its address and its store; the guard keeps the store alive.
+struct Served {
+    base: String,
+    http: reqwest::Client,
+    node: Node,
+    db: Arc<dyn DbConnection>,
+    /// Opened wide at the end, so that no run of `GATED` outlives the test.
+    gate: Arc<Semaphore>,
+    _guard: conformance::TestStore,
+}
+
+impl Served {
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    async fn get(&self, path: &str) -> (StatusCode, Value) {
+        answer(self.http.get(self.url(path)).send().await).await
+    }
+
+    async fn post(&self, path: &str, body: &Value) -> (StatusCode, Value) {
+        answer(self.http.post(self.url(path)).json(body).send().await).await
+    }
+
+    async fn stop(self) {
+        self.gate.add_permits(Semaphore::MAX_PERMITS / 2);
+        assert_eq!(self.node.shutdown(SAFETY).await.background_aborted, 0);
+        self.db.close().await;
+    }
+}
+
+/// The status and the JSON body of `response` (every answer of the API is JSON).
+async fn answer(response: reqwest::Result<reqwest::Response>) -> (StatusCode, Value) {
+    let response = response.expect("an answer");
+    let status = response.status();
+    let text = response.text().await.expect("a body");
+    let body = serde_json::from_str(&text).unwrap_or_else(|err| panic!("not JSON ({err}): {text}"));
+    (status, body)
+}
+
+async fn serve<C: concepts::ClockFn>(
+    factory: &dyn StoreFactory,
+    builder: impl FnOnce(Arc<dyn DbConnection>, Arc<Semaphore>) -> NodeBuilder<C>,
+    options: ApiOptions,
+) -> Served {
+    let gate = Arc::new(Semaphore::new(0));
+    let store = factory.fresh().await;
+    let db = store.db.clone();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("a loopback port");
+    let base = format!("http://{}/api/v1", listener.local_addr().expect("bound"));
+    let node = builder(db.clone(), gate.clone())
+        .background_service("http", server::serve(listener, options))
+        .start()
+        .expect("a valid node");
+    Served {
+        base,
+        http: reqwest::Client::new(),
+        node,
+        db,
+        gate,
+        _guard: store,
+    }
+}
+
+/// A node of `DOUBLE` and `GATED` (whose runs wait for a permit of `gate`).
+fn doubling(db: Arc<dyn DbConnection>, gate: Arc<Semaphore>) -> NodeBuilder<Now> {
+    {
+        Node::builder(db, Now)
+            .activity(&DOUBLE, |_ctx: ActivityCtx, n: u64| async move {
+                Ok::<_, String>(n * 2)
+            })
+            .activity(&GATED, move |_ctx: ActivityCtx, n: u64| {
+                let gate = gate.clone();
+                async move {
+                    gate.acquire().await.expect("open").forget();
+                    Ok::<_, String>(n)
+                }
+            })
+    }
+}
+
+async fn each_endpoint_answers(factory: &dyn StoreFactory) {
+    let served = serve(factory, doubling, ApiOptions::default()).await;
+    let (status, body) = served.get("/healthz").await;
+    assert_eq!((status, &body["status"]), (StatusCode::OK, &json!("ok")));
+    let (status, body) = served.get("/readyz").await;
+    assert_eq!((status, &body["status"]), (StatusCode::OK, &json!("ready")));
+    let (status, body) = served.get("/functions").await;
+    assert_eq!(status, StatusCode::OK);
+    let names: Vec<&str> = body["functions"]
+        .as_array()
+        .expect("a list")
+        .iter()
+        .map(|function| function["function"].as_str().expect("a name"))
+        .collect();
+    assert_eq!(names, ["test:http/api.double", "test:http/api.gated"]);
+
+    // Submit: created, then the same again (already existed), then a conflict.
+    let id = concepts::ExecutionId::generate_at(Now.now()).to_string();
+    let submit = json!({"function": "test:http/api.double", "params": 21, "id": id});
+    let (status, body) = served.post("/executions", &submit).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    assert_eq!((&body["id"], &body["created"]), (&json!(id), &json!(true)));
+    let (status, body) = served
+        .get(&format!("/executions/{id}/wait?timeout=30s"))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["result"], json!({"kind": "ok", "value": 42}));
+    let (status, body) = served.post("/executions", &submit).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["created"], json!(false));
+    assert_eq!(body["state"]["kind"], json!("finished"));
+    let (status, body) = served
+        .post(
+            "/executions",
+            &json!({"function": "test:http/api.double", "params": 22, "id": id}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert_eq!(body["error"], json!("conflict"));
+    assert_eq!(body["differences"], json!(["parameters"]));
+
+    // Show and events.
+    let (status, body) = served.get(&format!("/executions/{id}")).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["params"], json!(21));
+    assert_eq!(body["result"]["value"], json!(42));
+    assert_eq!(body["parent"], Value::Null);
+    let (status, body) = served
+        .get(&format!("/executions/{id}/events?limit=2"))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let types: Vec<&Value> = body["events"]
+        .as_array()
+        .expect("events")
+        .iter()
+        .map(|e| &e["type"])
+        .collect();
+    assert_eq!(types, [&json!("created"), &json!("locked")]);
+    assert_eq!(body["next"], json!(2));
+    let (_, body) = served.get(&format!("/executions/{id}/events?from=2")).await;
+    assert_eq!(body["events"][0]["type"], json!("finished"));
+    assert_eq!(body["next"], Value::Null);
+    let (status, body) = served.get(&format!("/executions/{id}/children")).await;
+    assert_eq!((status, &body["executions"]), (StatusCode::OK, &json!([])));
+
+    // The list, its filters and its cursor.
+    for n in 0..3 {
+        let (status, _) = served
+            .post(
+                "/executions",
+                &json!({"function": "test:http/api.gated", "params": n}),
+            )
+            .await;
+        assert_eq!(status, StatusCode::CREATED);
+    }
+    let (status, body) = served
+        .get("/executions?limit=2&function=test:http/api.gated")
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let first = body["executions"].as_array().expect("rows").clone();
+    assert_eq!(first.len(), 2);
+    let cursor = body["next_cursor"]
+        .as_str()
+        .expect("a next page")
+        .to_string();
+    let (_, body) = served
+        .get(&format!(
+            "/executions?limit=2&function=test:http/api.gated&cursor={cursor}"
+        ))
+        .await;
+    assert_eq!(body["executions"].as_array().expect("rows").len(), 1);
+    assert_eq!(body["next_cursor"], Value::Null);
+    let (_, body) = served
+        .get("/executions?state=finished&top_level=true")
+        .await;
+    let rows = body["executions"].as_array().expect("rows");
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0]["id"], json!(id));
+    let prefix = &id[..6];
+    let (_, body) = served.get(&format!("/executions?id_prefix={id}")).await;
+    assert_eq!(
+        body["executions"].as_array().expect("rows").len(),
+        1,
+        "{prefix}"
+    );
+    let (_, body) = served
+        .get("/executions?created_before=2000-01-01T00:00:00Z")
+        .await;
+    assert_eq!(body["executions"], json!([]));
+
+    // Cancel a gated one; cancel again: already finished.
+    let gated = first[0]["id"].as_str().expect("an id").to_string();
+    let (status, body) = served
+        .post(
+            &format!("/executions/{gated}/cancel"),
+            &json!({"reason": "test"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(
+        body,
+        json!({"outcome": "cancelled", "id": gated, "executions": 1})
+    );
+    let (_, body) = served
+        .post(&format!("/executions/{gated}/cancel"), &json!({}))
+        .await;
+    assert_eq!(body["outcome"], json!("already_finished"));
+    assert_eq!(
+        body["result"],
+        json!({"kind": "cancelled", "reason": "test"})
+    );
+
+    // A promise: completed, the same again, another value.
+    let stub = FunctionFqn::stub("approval").expect("a stub").to_string();
+    let (_, body) = served
+        .post("/executions", &json!({"function": stub, "params": null}))
+        .await;
+    let promise = body["id"].as_str().expect("an id").to_string();
+    let complete = format!("/executions/{promise}/complete");
+    let (status, body) = served.post(&complete, &json!({"value": true})).await;
+    assert_eq!(
+        (status, &body["outcome"]),
+        (StatusCode::OK, &json!("completed"))
+    );
+    let (_, body) = served.post(&complete, &json!({"value": true})).await;
+    assert_eq!(body["outcome"], json!("already_completed"));
+    let (status, body) = served.post(&complete, &json!({"value": false})).await;
+    assert_eq!(
+        (status, &body["error"]),
+        (StatusCode::CONFLICT, &json!("conflict"))
+    );
+    let (status, body) = served
+        .post(&format!("/executions/{id}/complete"), &json!({"value": 1}))
+        .await;
+    assert_eq!(
+        (status, &body["error"]),
+        (StatusCode::CONFLICT, &json!("refused")),
+        "{body}"
+    );
+    served.stop().await;
+}
+
+async fn each_refusal_has_its_status(factory: &dyn StoreFactory) {
+    let served = serve(factory, doubling, ApiOptions::default()).await;
+    let refusals = [
+        (
+            "malformed JSON",
+            "{\"function\":",
+            StatusCode::BAD_REQUEST,
+            "malformed_body",
+        ),
+        (
+            "an unknown field",
+            r#"{"function":"test:http/api.double","params":1,"colour":"red"}"#,
+            StatusCode::BAD_REQUEST,
+            "malformed_body",
+        ),
+        (
+            "a malformed id",
+            r#"{"function":"test:http/api.double","params":1,"id":"nope"}"#,
+            StatusCode::BAD_REQUEST,
+            "malformed_id",
+        ),
+        (
+            "refused parameters",
+            r#"{"function":"test:http/api.double","params":"forty-two"}"#,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "params_refused",
+        ),
+    ];
+    for (what, body, status, kind) in refusals {
+        let response = served
+            .http
+            .post(served.url("/executions"))
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await;
+        let (got, answer) = answer(response).await;
+        assert_eq!(
+            (got, &answer["error"]),
+            (status, &json!(kind)),
+            "{what}: {answer}"
+        );
+        assert!(
+            answer["message"].as_str().is_some_and(|m| !m.is_empty()),
+            "{what}"
+        );
+    }
+    let big = json!({"function": "test:http/api.double", "params": "x".repeat(2 * 1024 * 1024)});
+    let (status, body) = served.post("/executions", &big).await;
+    assert_eq!(
+        (status, &body["error"]),
+        (StatusCode::PAYLOAD_TOO_LARGE, &json!("body_too_large"))
+    );
+    let unknown = concepts::ExecutionId::generate_at(Now.now());
+    for path in ["", "/events", "/children", "/wait?timeout=1s"] {
+        let (status, body) = served.get(&format!("/executions/{unknown}{path}")).await;
+        assert_eq!(
+            (status, &body["error"]),
+            (StatusCode::NOT_FOUND, &json!("not_found")),
+            "{path}"
+        );
+    }
+    let (status, body) = served.get("/executions/E_nope").await;
+    assert_eq!(
+        (status, &body["error"]),
+        (StatusCode::BAD_REQUEST, &json!("malformed_id"))
+    );
+    for query in [
+        "limit=1001",
+        "limit=0",
+        "cursor=nope",
+        "state=asleep",
+        "colour=red",
+        "created_after=yesterday",
+    ] {
+        let (status, body) = served.get(&format!("/executions?{query}")).await;
+        assert_eq!(
+            (status, &body["error"]),
+            (StatusCode::BAD_REQUEST, &json!("malformed_query")),
+            "{query}"
+        );
+    }
+    let (status, body) = served.get("/nothing-here").await;
+    assert_eq!(
+        (status, &body["error"]),
+        (StatusCode::NOT_FOUND, &json!("not_found"))
+    );
+    // Nothing refused was written.
+    let (_, body) = served.get("/executions").await;
+    assert_eq!(body["executions"], json!([]), "{body}");
+    served.stop().await;
+}
+
+async fn a_token_and_read_only_mode_guard_every_request(factory: &dyn StoreFactory) {
+    let options = ApiOptions {
+        token: Some("s3cret".to_string()),
+        read_only: true,
+        ..ApiOptions::default()
+    };
+    let served = serve(factory, doubling, options).await;
+    let (status, body) = served.get("/healthz").await;
+    assert_eq!(
+        (status, &body["error"]),
+        (StatusCode::UNAUTHORIZED, &json!("unauthorized"))
+    );
+    let wrong = served
+        .http
+        .get(served.url("/executions"))
+        .bearer_auth("guess")
+        .send()
+        .await;
+    assert_eq!(answer(wrong).await.0, StatusCode::UNAUTHORIZED);
+    let right = served
+        .http
+        .get(served.url("/executions"))
+        .bearer_auth("s3cret")
+        .send()
+        .await;
+    assert_eq!(answer(right).await.0, StatusCode::OK);
+    let write = served
+        .http
+        .post(served.url("/executions"))
+        .bearer_auth("s3cret")
+        .json(&json!({"function": "test:http/api.double", "params": 1}))
+        .send()
+        .await;
+    let (status, body) = answer(write).await;
+    assert_eq!(
+        (status, &body["error"]),
+        (StatusCode::METHOD_NOT_ALLOWED, &json!("read_only"))
+    );
+    let (_, body) = answer(
+        served
+            .http
+            .get(served.url("/executions"))
+            .bearer_auth("s3cret")
+            .send()
+            .await,
+    )
+    .await;
+    assert_eq!(body["executions"], json!([]));
+    served.stop().await;
+}
+
+async fn the_long_poll_wakes_when_the_execution_finishes(factory: &dyn StoreFactory) {
+    let served = serve(factory, doubling, ApiOptions::default()).await;
+    let (_, body) = served
+        .post(
+            "/executions",
+            &json!({"function": "test:http/api.gated", "params": 7}),
+        )
+        .await;
+    let id = body["id"].as_str().expect("an id").to_string();
+    // Still running: the timeout answers 202.
+    let (status, body) = served
+        .get(&format!("/executions/{id}/wait?timeout=50ms"))
+        .await;
+    assert_eq!(
+        (status, &body["finished"]),
+        (StatusCode::ACCEPTED, &json!(false))
+    );
+    let waiting = served
+        .http
+        .get(served.url(&format!("/executions/{id}/wait?timeout=1m")))
+        .send();
+    let waiting = tokio::spawn(waiting);
+    // Opened once the run holds its lease, while the wait is in flight.
+    tokio::time::timeout(SAFETY, async {
+        while served
+            .db
+            .get(&id.parse().expect("an id"))
+            .await
+            .expect("the log")
+            .pending_state
+            .kind()
+            != PendingStateKind::Locked
+        {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .expect("locked");
+    served.gate.add_permits(1);
+    let (status, body) = answer(
+        tokio::time::timeout(SAFETY, waiting)
+            .await
+            .expect("woken")
+            .expect("joined"),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["result"], json!({"kind": "ok", "value": 7}));
+    served.stop().await;
+}
+
+async fn a_drain_finishes_inside_its_deadline_and_stops_the_server(factory: &dyn StoreFactory) {
+    // The leases are judged on a clock that stands still: the run left stays locked.
+    let clock = SimClock::epoch();
+    let (started, mut runs) = mpsc::unbounded_channel();
+    let settings = ExecutorSettings {
+        lock_expiry: Duration::from_secs(60),
+        ..ExecutorSettings::default()
+    };
+    let served = serve(
+        factory,
+        move |db, _gate| {
+            Node::builder(db, clock)
+                .activity(&WORK, move |ctx: ActivityCtx, millis: u64| {
+                    let started = started.clone();
+                    async move {
+                        let _ = started.send(ctx.execution_id.clone());
+                        tokio::time::sleep(Duration::from_millis(millis)).await;
+                        Ok::<_, String>(millis)
+                    }
+                })
+                .activity_settings(settings)
+        },
+        ApiOptions::default(),
+    )
+    .await;
+    let mut ids = Vec::new();
+    for millis in [100, 3_600_000] {
+        let (status, body) = served
+            .post(
+                "/executions",
+                &json!({"function": "test:http/api.work", "params": millis}),
+            )
+            .await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+        ids.push(body["id"].as_str().expect("an id").to_string());
+    }
+    for _ in 0..2 {
+        runs.recv().await.expect("a run started");
+    }
+    let healthz = served.url("/healthz");
+    let report = served.node.shutdown(Duration::from_secs(2)).await;
+    assert_eq!(
+        report,
+        DrainReport {
+            finished: 1,
+            left: 1,
+            background_aborted: 0
+        }
+    );
+    // Nothing is accepted any more.
+    assert!(served.http.get(healthz).send().await.is_err());
+    let kind = |id: &str| {
+        let db = served.db.clone();
+        let id = id.parse().expect("an id");
+        async move { db.get(&id).await.expect("the log").pending_state.kind() }
+    };
+    assert_eq!(kind(&ids[0]).await, PendingStateKind::Finished);
+    assert_eq!(kind(&ids[1]).await, PendingStateKind::Locked);
+    served.db.close().await;
+}
+
+/// One test per scenario and backend; a backend that cannot run here (no PostgreSQL server)
+/// follows the skip rule of `test-utils`.
+macro_rules! on_every_backend {
+    ($($scenario:ident),* $(,)?) => {
+        on_every_backend!(@backend memory, test_support::factories::MemoryFactory; $($scenario),*);
+        on_every_backend!(@backend sqlite, test_support::factories::SqliteFactory; $($scenario),*);
+        on_every_backend!(@backend postgres, test_support::factories::PostgresFactory; $($scenario),*);
+    };
+    (@backend $backend:ident, $factory:expr; $($scenario:ident),*) => {
+        mod $backend {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $scenario() {
+                    test_utils::set_up();
+                    let factory = &$factory;
+                    if let Some(reason) = conformance::StoreFactory::unavailable(factory) {
+                        test_utils::skip(stringify!($scenario), &reason);
+                        return;
+                    }
+                    super::$scenario(factory).await;
+                }
+            )*
+        }
+    };
+}
+
+on_every_backend!(
+    each_endpoint_answers,
+    each_refusal_has_its_status,
+    a_token_and_read_only_mode_guard_every_request,
+    the_long_poll_wakes_when_the_execution_finishes,
+    a_drain_finishes_inside_its_deadline_and_stops_the_server,
+);
