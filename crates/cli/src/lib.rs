@@ -45,7 +45,7 @@
 //! |---|---|
 //! | 0 | success |
 //! | 1 | runtime failure: a database error, a workload that failed its exactly-once check, a `wait --timeout` that ran out |
-//! | 2 | usage or bad input: unknown flag, a number option (`N`) that is not a whole number in its range (negative, too large, a fraction, a word), malformed execution id, function name, JSON or duration, unknown `--state`, parameters a demo function cannot decode, a `submit --id` repeated with another function or other parameters, a `complete` with another value than the promise has, a `complete` of an execution that is not a stub |
+//! | 2 | usage or bad input: unknown flag, a number option (`N`) that is not a whole number in its range (negative, too large, a fraction, a word), malformed execution id, function name, JSON or duration, unknown `--state`, parameters a demo function cannot decode, a `submit --id` repeated with another function or other parameters, a `complete` with another value than the promise has, a `complete` of an execution that is not a stub, `serve --http` on an address other than loopback without `--http-token` |
 //! | 3 | not found: no database file at the path, no execution with that id |
 //! | 4 | the database cannot be opened: not a Stele database (an empty file or a PostgreSQL database without Stele's tables included), a path that cannot be written, a newer schema, an older schema for `list`, `show` and `wait`, an unreachable server |
 //! | 130 | interrupted (Ctrl-C or `SIGTERM`): the way `stele serve` stops, after its drain (its last line says how many runs in flight finished and how many were left to their leases); `stele demo` resumes the workload when run again |

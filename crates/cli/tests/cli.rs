@@ -705,6 +705,8 @@ fn submit(db: &str, ffqn: &str, params: &str) -> String {
 struct Server {
     child: Child,
     lines: std::sync::mpsc::Receiver<String>,
+    /// Its first line, which says what it serves.
+    first: String,
 }
 
 impl Server {
@@ -717,13 +719,15 @@ impl Server {
             .spawn()
             .expect("start stele serve");
         let lines = test_support::process::read_lines(child.stderr.take().unwrap());
-        let server = Self { child, lines };
-        let first = server
-            .lines
+        let first = lines
             .recv_timeout(SAFETY)
             .expect("serve reports that it serves");
         assert!(first.starts_with("serving "), "{first}");
-        server
+        Self {
+            child,
+            lines,
+            first,
+        }
     }
 
     /// Stops it with `SIGTERM` and returns its exit code and the rest of its stderr.
@@ -1619,7 +1623,11 @@ fn serve_waits_for_a_postgres_server_that_is_not_up_yet() {
         .spawn()
         .expect("start stele serve");
     let lines = test_support::process::read_lines(child.stderr.take().unwrap());
-    let server = Server { child, lines };
+    let server = Server {
+        child,
+        lines,
+        first: String::new(),
+    };
     let first = server
         .lines
         .recv_timeout(SAFETY)
@@ -1634,4 +1642,65 @@ fn serve_waits_for_a_postgres_server_that_is_not_up_yet() {
     let (code, _) = server.terminate();
     assert_eq!(code, 130);
     block_on(storage_postgres::admin::drop_database(&admin, &name)).unwrap();
+}
+
+#[test]
+fn serve_refuses_a_public_http_address_without_a_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let db_path = dir.path().join("stele.db");
+    let output = stele(&[
+        "--db",
+        path_str(&db_path),
+        "serve",
+        "--http",
+        "0.0.0.0:8080",
+    ])
+    .env_remove("STELE_HTTP_TOKEN")
+    .output()
+    .expect("run stele");
+    assert_eq!(output.status.code(), Some(2), "{output:?}");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("--http-token"), "{stderr}");
+    assert!(!db_path.exists(), "nothing was started or created");
+}
+
+#[test]
+fn serve_http_answers_a_request_with_its_token() {
+    use std::io::{Read as _, Write as _};
+    let dir = tempfile::tempdir().unwrap();
+    let db_path = empty_database(dir.path());
+    let server = Server::start(
+        path_str(&db_path),
+        &["--http", "127.0.0.1:0", "--http-token", "t0k"],
+    );
+    let request = |auth: &str| {
+        let address = server_address(&server.first);
+        let mut stream = std::net::TcpStream::connect(&address).expect("connect");
+        write!(
+            stream,
+            "GET /api/v1/executions HTTP/1.1\r\nHost: {address}\r\n{auth}Connection: close\r\n\r\n"
+        )
+        .unwrap();
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).expect("an answer");
+        answer
+    };
+    let answer = request("Authorization: Bearer t0k\r\n");
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(answer.contains("\"executions\":[]"), "{answer}");
+    let answer = request("");
+    assert!(answer.starts_with("HTTP/1.1 401"), "{answer}");
+    let (code, _) = server.terminate();
+    assert_eq!(code, 130);
+}
+
+/// `127.0.0.1:PORT` of serve's line `... the HTTP API on http://127.0.0.1:PORT/api/v1 ...`.
+fn server_address(first: &str) -> String {
+    let (_, rest) = first
+        .split_once("http://")
+        .unwrap_or_else(|| panic!("{first}"));
+    let (address, _) = rest
+        .split_once("/api/v1")
+        .unwrap_or_else(|| panic!("{first}"));
+    address.to_string()
 }

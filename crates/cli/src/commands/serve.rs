@@ -1,6 +1,8 @@
 //! `stele serve`: run the demo's functions on a database until Ctrl-C or `SIGTERM`, so that
 //! executions submitted by `stele submit` (or any other client) run; stopped, it drains: no new
-//! work is taken, and the runs in flight get `--drain-timeout` to finish.
+//! work is taken, and the runs in flight get `--drain-timeout` to finish. With `--http ADDR` it
+//! also serves the HTTP API of the `server` crate, which stops accepting when the drain
+//! begins.
 
 use super::{
     CliError, Exit, interrupted,
@@ -14,6 +16,8 @@ use cli::{
     database::{DatabaseUrl, OpenMode},
     workload::DemoFunctions,
 };
+use server::ApiOptions;
+use std::net::SocketAddr;
 use timers_watcher::PrunerConfig;
 
 #[derive(Debug, clap::Args)]
@@ -50,6 +54,58 @@ pub struct ServeArgs {
         allow_hyphen_values = true
     )]
     drain_timeout: String,
+    /// Serve the HTTP API (`/api/v1`: submit, list, show, events, wait, cancel, complete) on
+    /// this address, e.g. 127.0.0.1:8080. An address other than loopback needs --http-token.
+    #[arg(long, value_name = "ADDR")]
+    http: Option<String>,
+    /// Require `Authorization: Bearer TOKEN` on every HTTP request.
+    #[arg(
+        long,
+        value_name = "TOKEN",
+        env = "STELE_HTTP_TOKEN",
+        hide_env_values = true,
+        requires = "http"
+    )]
+    http_token: Option<String>,
+    /// Serve only the HTTP API's reads: every POST is refused (405).
+    #[arg(long, requires = "http")]
+    read_only: bool,
+    /// Let a browser page of this origin call the HTTP API (e.g. https://ops.example.com);
+    /// repeat for more. Without it no CORS header is sent.
+    #[arg(long, value_name = "ORIGIN", requires = "http")]
+    http_cors: Vec<String>,
+}
+
+/// The HTTP API's address and options, checked before anything starts.
+fn http_options(args: &ServeArgs) -> Result<Option<(SocketAddr, ApiOptions)>, CliError> {
+    let Some(address) = args.http.as_deref() else {
+        return Ok(None);
+    };
+    let address: SocketAddr = address.parse().map_err(|err| {
+        super::bad_input(
+            "--http address",
+            format!("`{address}`: {err} (e.g. 127.0.0.1:8080)"),
+        )
+    })?;
+    let token = args.http_token.clone().filter(|token| !token.is_empty());
+    if token.is_none() && !address.ip().is_loopback() {
+        return Err(CliError::new(
+            Exit::Usage,
+            format!(
+                "refusing to serve the HTTP API on {address} without a token: anyone who can                  reach it could submit and cancel executions; pass --http-token TOKEN (or set                  STELE_HTTP_TOKEN), or serve on a loopback address such as 127.0.0.1:{}",
+                address.port()
+            ),
+        ));
+    }
+    Ok(Some((
+        address,
+        ApiOptions {
+            token,
+            read_only: args.read_only,
+            cors_origins: args.http_cors.clone(),
+            ..ApiOptions::default()
+        },
+    )))
 }
 
 pub async fn run(url: &DatabaseUrl, args: ServeArgs) -> Result<(), CliError> {
@@ -70,6 +126,7 @@ pub async fn run(url: &DatabaseUrl, args: ServeArgs) -> Result<(), CliError> {
             .map_err(|err| super::bad_input("--prune-every", err))?;
     }
     let drain_timeout = parse_duration("--drain-timeout", &args.drain_timeout)?;
+    let http = http_options(&args)?;
     let concurrency = args
         .concurrency
         .map_or_else(default_concurrency, |n| n as usize);
@@ -80,6 +137,32 @@ pub async fn run(url: &DatabaseUrl, args: ServeArgs) -> Result<(), CliError> {
         let mut builder = demo_node(&db, &functions, concurrency);
         if let Some(config) = retention {
             builder = builder.pruner(config);
+        }
+        let mut serving_http = String::new();
+        if let Some((address, options)) = http {
+            let listener = tokio::net::TcpListener::bind(address)
+                .await
+                .map_err(|err| {
+                    CliError::new(
+                        Exit::Failure,
+                        format!("cannot serve the HTTP API on {address}: {err}"),
+                    )
+                })?;
+            let bound = listener.local_addr().unwrap_or(address);
+            serving_http = format!(
+                "; the HTTP API on http://{bound}/api/v1{}{}",
+                if options.token.is_some() {
+                    " (with a token)"
+                } else {
+                    ""
+                },
+                if options.read_only {
+                    " (read-only)"
+                } else {
+                    ""
+                },
+            );
+            builder = builder.background_service("http", server::serve(listener, options));
         }
         let node = start(builder)?;
         let pruning = match retention {
@@ -92,7 +175,7 @@ pub async fn run(url: &DatabaseUrl, args: ServeArgs) -> Result<(), CliError> {
         };
         note(&format!(
             "serving {url}: executors of {} (at most {concurrency} workers at once), the timers \
-             watcher, {pruning}; Ctrl-C or SIGTERM stops",
+             watcher, {pruning}{serving_http}; Ctrl-C or SIGTERM stops",
             names(&functions).join(", "),
         ));
         stop.await;
