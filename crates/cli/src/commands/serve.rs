@@ -70,7 +70,7 @@ pub struct ServeArgs {
     /// Serve only the HTTP API's reads: every POST is refused (405).
     #[arg(long, requires = "http")]
     read_only: bool,
-    /// Let a browser page of this origin call the HTTP API (e.g. https://ops.example.com);
+    /// Let a browser page of this origin call the HTTP API (scheme, host and port, as `https://ops.example.com`);
     /// repeat for more. Without it no CORS header is sent.
     #[arg(long, value_name = "ORIGIN", requires = "http")]
     http_cors: Vec<String>,

@@ -143,7 +143,7 @@ pub struct JoinSetRow {
     pub counters: JoinSetCounters,
     /// The `created_at` of the responses with join-set indexes `join_next_count`,
     /// `join_next_count + 1`, ...: the responses the next `JoinNext` events will consume, as
-    /// many as [`JoinSetKey::next_responses`] asked for and exist.
+    /// many as [`next_responses`](super::keys::JoinSetKey::next_responses) asked for and exist.
     pub next_response_times: Vec<DateTime<Utc>>,
 }
 
