@@ -1,6 +1,7 @@
 //! Stored history: the end-to-end rate (the no-op workload of the first table) on a store
 //! that already holds many finished executions, against the same store empty (after a warm-up
-//! run of 1,000); and, on the memory backend, the resident bytes each stored finished
+//! run of 1,000); the HTTP API's first page of finished executions on the full store
+//! ([`crate::http`]); and, on the memory backend, the resident bytes each stored finished
 //! execution costs.
 //!
 //! The store is filled through its own API, quickly: `create_batch` of 10,000, `lock_pending`
@@ -32,11 +33,15 @@ pub(crate) struct HistoryFigures {
     pub(crate) stored_rate: f64,
     /// Resident bytes per stored finished execution (memory backend only).
     pub(crate) bytes_per_execution: Option<f64>,
+    /// The median time of the HTTP API's first page of 100 finished executions, ms.
+    pub(crate) first_page_ms: f64,
 }
 
 const CHUNK: usize = 10_000;
 /// Executions of the warm-up run.
 const WARM_UP: usize = 1_000;
+/// Rows of the HTTP listing's page.
+const PAGE: usize = 100;
 
 /// Fills `db` with `count` finished executions through its API.
 async fn fill(db: &dyn DbConnection, count: usize) -> anyhow::Result<()> {
@@ -113,6 +118,9 @@ pub(crate) async fn measure(
     let after = resident_bytes();
     probe.upkeep().await?;
     let full = crate::run_noop(backend, db, executions, batch_size).await?;
+    let served = crate::http::Served::start(db.clone(), Arc::new(node::Catalog::new())).await?;
+    let first_page_ms = served.first_page_ms(PAGE).await;
+    served.stop().await?;
     let bytes_per_execution = match (backend, before, after) {
         ("memory", Some(before), Some(after)) => Some((after - before) / stored as f64),
         _ => None,
@@ -122,6 +130,7 @@ pub(crate) async fn measure(
         empty_rate: empty.per_second(empty.create + empty.run),
         stored_rate: full.per_second(full.create + full.run),
         bytes_per_execution,
+        first_page_ms: first_page_ms?,
     })
 }
 
@@ -145,6 +154,20 @@ pub(crate) fn rows(backend: &str, figures: &HistoryFigures) -> Vec<crate::target
         figures.empty_rate,
         goal,
     )];
+    rows.push(Row::alone(
+        format!(
+            "HTTP GET /executions?state=finished, first page of {PAGE} with {} stored, ms (median of {})",
+            figures.stored,
+            crate::http::PAGES
+        ),
+        figures.first_page_ms,
+        "ms",
+        if backend == "memory" {
+            Goal::Report
+        } else {
+            Goal::AtMost(50.0)
+        },
+    ));
     if let Some(bytes) = figures.bytes_per_execution {
         rows.push(Row::alone(
             "resident bytes per stored finished execution",

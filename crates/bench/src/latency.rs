@@ -1,6 +1,7 @@
 //! Latency of one execution at a time: submit (`create`) to its acknowledged `Finished`, on an
 //! idle executor that only notifications wake, p50 and p99 per backend, each beside the
-//! commit latency of the same machine measured in the same run.
+//! commit latency of the same machine measured in the same run; and submit to result over
+//! the HTTP API beside the same through the library ([`crate::http`]).
 //!
 //! One executor (the throughput rows' configuration) runs on a fresh store; the benchmark
 //! creates one no-op execution, waits until the executor's `Finished` append for it was
@@ -143,14 +144,27 @@ impl<'a> Commit<'a> {
     }
 }
 
+/// What one backend's latency run found.
+struct Measured {
+    /// Submit to the executor's acknowledged `Finished`.
+    finished: Latency,
+    /// The commits timed after each execution.
+    commits: Latency,
+    /// Submit to result over HTTP.
+    http: Latency,
+    /// Submit to result through the library, alternating with `http`.
+    library: Latency,
+}
+
 /// Runs `executions` no-op executions one at a time on `db` with one idle executor, timing
-/// one `commit` after each; returns the executions' latencies and the commits'.
+/// one `commit` after each; then as many submitted and awaited over HTTP and through the
+/// library, alternating.
 async fn measure(
     db: &Arc<dyn DbConnection>,
     commit: &Commit<'_>,
     executions: usize,
     batch_size: usize,
-) -> anyhow::Result<(Latency, Latency)> {
+) -> anyhow::Result<Measured> {
     anyhow::ensure!(executions > 0, "--latency-executions: 0 executions");
     let total = WARM_UP + executions;
     let counting = Arc::new(CountingDb::new(db.clone(), total, false));
@@ -176,10 +190,64 @@ async fn measure(
                 commits.push(commit);
             }
         }
-        anyhow::Ok((Latency::of(&mut samples), Latency::of(&mut commits)))
+        let (finished, commits) = (Latency::of(&mut samples), Latency::of(&mut commits));
+        let (http, library) = to_result(db, node.catalog(), executions).await?;
+        anyhow::Ok(Measured {
+            finished,
+            commits,
+            http,
+            library,
+        })
     }
     .await;
     node.shutdown(crate::multi::STOP).await;
+    timed
+}
+
+/// Submit to result, one execution at a time, over HTTP (`POST /executions`, `GET
+/// .../wait`) and through the library (`node::submit`, `node::wait_for_result`), alternating;
+/// the first [`WARM_UP`] of each untimed.
+async fn to_result(
+    db: &Arc<dyn DbConnection>,
+    catalog: &Arc<node::Catalog>,
+    executions: usize,
+) -> anyhow::Result<(Latency, Latency)> {
+    let served = crate::http::Served::start(db.clone(), catalog.clone()).await?;
+    let params = serde_json::json!([]);
+    let timed = async {
+        let (mut http, mut library) = (Vec::new(), Vec::new());
+        for n in 0..WARM_UP + executions {
+            let start = Instant::now();
+            served.submit_and_wait(crate::FFQN, &params).await?;
+            let over_http = start.elapsed();
+            let start = Instant::now();
+            let submission = node::Submission {
+                ffqn: crate::FFQN.parse()?,
+                params: params.clone(),
+                execution_id: None,
+                metadata: concepts::ExecutionMetadata::default(),
+            };
+            let submitted = node::submit(db.as_ref(), catalog, &executor::Now, submission).await?;
+            let result = node::wait_for_result(
+                db.as_ref(),
+                submitted.execution_id(),
+                Some(Duration::from_secs(10)),
+                node::DEFAULT_WAIT_SLICE,
+            )
+            .await?;
+            anyhow::ensure!(
+                result.is_some(),
+                "no result within 10 s through the library"
+            );
+            if n >= WARM_UP {
+                http.push(over_http);
+                library.push(start.elapsed());
+            }
+        }
+        anyhow::Ok((Latency::of(&mut http), Latency::of(&mut library)))
+    }
+    .await;
+    served.stop().await?;
     timed
 }
 
@@ -209,15 +277,16 @@ pub(crate) async fn rows(
             };
             let measured = measure(&store.db, &probe, args.latency_executions, batch_size).await;
             probe.close().await?;
-            let (latency, commits) = measured?;
+            let measured = measured?;
             anyhow::Ok((
-                latency,
-                limit.map(|(name, ratio)| (name, commits.p50_ms, ratio)),
+                measured.finished,
+                limit.map(|(name, ratio)| (name, measured.commits.p50_ms, ratio)),
+                (measured.http, measured.library),
             ))
         }
         .await;
         store.finish().await?;
-        let (latency, limit) = measured?;
+        let (latency, limit, (http, library)) = measured?;
         let p50 = "latency p50, submit to Finished";
         rows.push((
             backend.clone(),
@@ -242,6 +311,17 @@ pub(crate) async fn rows(
                 "p50",
                 latency.p50_ms,
                 Goal::RatioAtMost(2.0),
+            ),
+        ));
+        rows.push((
+            backend.clone(),
+            Row::against(
+                "latency p50, submit to result over HTTP",
+                http.p50_ms,
+                "ms",
+                "the same through the library (submit, wait_for_result), alternating",
+                library.p50_ms,
+                Goal::Report,
             ),
         ));
     }

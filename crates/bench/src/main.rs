@@ -45,6 +45,7 @@
 mod counting;
 mod expiry;
 mod history;
+mod http;
 mod instructions;
 mod latency;
 mod lifecycle;

@@ -119,3 +119,48 @@ async fn a_preflight_needs_no_token_and_everything_else_does() {
     assert_eq!(status, StatusCode::UNAUTHORIZED);
     assert_eq!(headers[header::WWW_AUTHENTICATE], "Bearer");
 }
+
+#[tokio::test]
+async fn a_long_poll_is_answered_still_running_when_the_node_stops() {
+    const FOREVER: workflow::Function<u64, u64> = workflow::Function::new("test:http/api.forever");
+    let db = memory_store();
+    let (signals, signal) = tokio::sync::oneshot::channel();
+    let node = node::Node::builder(db.clone(), Now)
+        .activity(&FOREVER, |_ctx: workflow::ActivityCtx, _n: u64| {
+            std::future::pending::<Result<u64, String>>()
+        })
+        .background("signal", move |signal| {
+            let _ = signals.send(signal);
+            async {}
+        })
+        .start()
+        .expect("a node");
+    let state = ApiState::new(db, Now, node.catalog().clone(), ApiOptions::default())
+        .stopping_on(signal.await.expect("the node's signal"));
+    let api = router(state);
+    let submit = Request::post("/api/v1/executions")
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from(
+            r#"{"function":"test:http/api.forever","params":1}"#,
+        ))
+        .expect("a request");
+    let (status, _, body) = send(api.clone(), submit).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let id = body["id"].as_str().expect("an id").to_string();
+    // Whether the poll is waiting already or not yet, a stopping node answers it at once,
+    // long before its minute.
+    let waiting = tokio::spawn(send(
+        api,
+        get(&format!("/api/v1/executions/{id}/wait?timeout=1m")),
+    ));
+    node.shutdown(std::time::Duration::ZERO).await;
+    let (status, _, body) = tokio::time::timeout(std::time::Duration::from_secs(30), waiting)
+        .await
+        .expect("answered when the node stopped")
+        .expect("joined");
+    assert_eq!(
+        (status, &body["finished"]),
+        (StatusCode::ACCEPTED, &serde_json::json!(false)),
+        "{body}"
+    );
+}
