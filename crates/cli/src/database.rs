@@ -123,8 +123,8 @@ pub enum OpenError {
 /// [`OpenError::Missing`] for a missing file unless [`OpenMode::CreateIfMissing`]; otherwise
 /// the backend's own error, which names the file or the database (an empty file or a
 /// PostgreSQL database without Stele's tables in a mode that does not create is
-/// `SqliteOpenError::NoSchema` or `PostgresError::NoSchema`, an older schema in
-/// [`OpenMode::Inspection`] `SchemaTooOld` of either).
+/// the `Schema` error of either with `SchemaRefusal::NoSchema`, an older schema in
+/// [`OpenMode::Inspection`] with `SchemaRefusal::TooOld`).
 pub async fn open(url: &DatabaseUrl, mode: OpenMode) -> Result<Arc<dyn DbConnection>, OpenError> {
     open_with_notes(url, mode, &|_| {}).await
 }

@@ -1110,7 +1110,7 @@ fn operator_commands_never_create_a_database_nor_touch_another_file() {
         run_failing(
             &[&["--db", path_str(&empty)][..], command].concat(),
             4,
-            "is not a Stele database: it holds no schema",
+            "is not a Stele database: it holds none of Stele's tables",
         );
     }
     assert_eq!(std::fs::read_to_string(&notes).unwrap(), text);

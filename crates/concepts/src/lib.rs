@@ -41,6 +41,7 @@ mod lifecycle;
 mod outcome;
 mod pending_state;
 pub mod retry;
+mod schema;
 mod storage;
 mod time;
 
@@ -67,6 +68,7 @@ pub use pending_state::{
     ExecutionState, PendingState, PendingStateKind, count_join_next, derive_pending_state,
     temporary_event_count,
 };
+pub use schema::{SchemaPolicy, SchemaRefusal};
 pub use storage::{
     AppendBatchRequest, CreateRequest, DbAwait, DbClient, DbClientExt, DbConnection, DbExecutor,
     DbTimers, DbWorkflow, ExecutionLog, ExecutionSummary, ExpiredDelay, ExpiredLock, ExpiredTimer,

@@ -60,11 +60,11 @@ pub struct PostgresConfig {
     /// The longest delay between two reconnection attempts of the listener.
     pub listener_max_backoff: Duration,
     /// Whether a database without Stele's schema gets it when connecting (default); when false
-    /// ([`existing_only`](Self::existing_only)) it is refused ([`PostgresError::NoSchema`]).
+    /// ([`existing_only`](Self::existing_only)) it is refused ([`SchemaRefusal::NoSchema`](concepts::SchemaRefusal::NoSchema)).
     pub create: bool,
     /// Whether an older schema is migrated when connecting (default); when false
     /// ([`without_migrations`](Self::without_migrations)) it is refused
-    /// ([`PostgresError::SchemaTooOld`]) and left at its version.
+    /// ([`SchemaRefusal::TooOld`](concepts::SchemaRefusal::TooOld)) and left at its version.
     pub migrate: bool,
     /// How every connection of the store uses TLS (`sslmode`; default `prefer`).
     pub ssl_mode: SslMode,

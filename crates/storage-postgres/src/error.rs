@@ -1,7 +1,7 @@
 //! Errors: the store's own (configuration, schema) and the ONE place where driver and pool
 //! errors become the portable [`DbError`] kinds.
 
-use concepts::{BackendError, DbError, DuplicateKind};
+use concepts::{BackendError, DbError, DuplicateKind, SchemaRefusal};
 use std::sync::Arc;
 use tokio_postgres::error::SqlState;
 
@@ -16,39 +16,17 @@ pub enum PostgresError {
         /// What is wrong with it.
         problem: String,
     },
-    /// The database was migrated by a newer binary; this one does not know its schema.
-    #[error(
-        "the database schema is at version {found}, but this binary knows versions up to \
-         {supported} only: upgrade this binary (or use another database)"
-    )]
-    SchemaTooNew {
-        /// The newest migration applied to the database.
-        found: i64,
-        /// The newest migration this binary knows.
-        supported: i64,
-    },
-    /// The database holds none of Stele's tables (no `t_schema_migration`, or no version in
-    /// it) and [`PostgresConfig::create`](crate::PostgresConfig::create) is false: nothing
-    /// was created.
-    #[error(
-        "{url} is not a Stele database: it holds none of Stele's tables, and creating them was not asked for"
-    )]
-    NoSchema {
+    /// The database's schema version is one this connection may not use ([`SchemaRefusal`]):
+    /// a newer one, none (no `t_schema_migration`, or no version in it, and
+    /// [`PostgresConfig::create`](crate::PostgresConfig::create) is false: nothing was
+    /// created), or an older one ([`PostgresConfig::migrate`](crate::PostgresConfig::migrate)
+    /// is false: it is left as is).
+    #[error("{url} {refusal}")]
+    Schema {
         /// The database's URL, password hidden.
         url: String,
-    },
-    /// The database has an older schema version and
-    /// [`PostgresConfig::migrate`](crate::PostgresConfig::migrate) is false: it is left as is.
-    #[error(
-        "{url} has schema version {found}, older than this build's {current}; it is migrated only when connected to with migrations"
-    )]
-    SchemaTooOld {
-        /// The database's URL, password hidden.
-        url: String,
-        /// The newest migration applied to the database.
-        found: i64,
-        /// The version this build uses.
-        current: i64,
+        /// Why.
+        refusal: SchemaRefusal,
     },
     /// The TLS negotiation or handshake with the server failed: the server offers no TLS
     /// (`sslmode=require` and stronger), its certificate does not chain to the roots

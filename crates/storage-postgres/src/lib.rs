@@ -58,12 +58,12 @@
 //! [`PostgresStore::connect`] applies the embedded migrations in one transaction that first takes
 //! `pg_advisory_xact_lock` (two processes starting at once do not both migrate), keeps the
 //! applied versions in `t_schema_migration`, and refuses a schema newer than the binary's
-//! ([`SCHEMA_VERSION`]) with [`PostgresError::SchemaTooNew`]; [`admin::migrate_to`] applies
+//! ([`SCHEMA_VERSION`]) with [`SchemaRefusal::TooNew`](concepts::SchemaRefusal::TooNew); [`admin::migrate_to`] applies
 //! them up to a given version without opening a store. A tool that must not change what it
 //! connects to says so: [`PostgresConfig::existing_only`] creates nothing (not even
-//! `t_schema_migration`; a database without Stele's tables is [`PostgresError::NoSchema`]),
+//! `t_schema_migration`; a database without Stele's tables is [`SchemaRefusal::NoSchema`](concepts::SchemaRefusal::NoSchema)),
 //! [`PostgresConfig::without_migrations`] refuses an older schema
-//! ([`PostgresError::SchemaTooOld`]) and leaves it at its version.
+//! ([`SchemaRefusal::TooOld`](concepts::SchemaRefusal::TooOld)) and leaves it at its version.
 //!
 //! # How it works
 //!

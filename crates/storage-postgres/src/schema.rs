@@ -4,6 +4,7 @@ use crate::{
     PostgresConfig,
     error::{PostgresError, map_pg_error},
 };
+use concepts::SchemaPolicy;
 
 /// The advisory lock key that serializes migrations of one database ("STELEMIG").
 const MIGRATION_LOCK_KEY: i64 = 0x5354_454C_454D_4947;
@@ -250,9 +251,6 @@ pub(crate) async fn migrate(
     tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK_KEY])
         .await
         .map_err(map_pg_error)?;
-    let no_schema = || PostgresError::NoSchema {
-        url: config.redacted_url().to_string(),
-    };
     if config.create {
         tx.batch_execute(
             "CREATE TABLE IF NOT EXISTS t_schema_migration (
@@ -262,40 +260,31 @@ pub(crate) async fn migrate(
         )
         .await
         .map_err(map_pg_error)?;
-    } else {
-        // Resolved through `search_path`, as the `CREATE TABLE` above would be.
-        let has_table: bool = tx
-            .query_one("SELECT to_regclass('t_schema_migration') IS NOT NULL", &[])
-            .await
-            .map_err(map_pg_error)?
-            .get(0);
-        if !has_table {
-            return Err(no_schema());
-        }
     }
-    let current: i64 = tx
-        .query_one(
-            "SELECT COALESCE(MAX(version), 0) FROM t_schema_migration",
-            &[],
-        )
+    // Resolved through `search_path`, as the `CREATE TABLE` above is; no table is version 0.
+    let version = "SELECT COALESCE(MAX(version), 0) FROM t_schema_migration";
+    let exists = "SELECT to_regclass('t_schema_migration') IS NOT NULL";
+    let current: i64 = if tx
+        .query_one(exists, &[])
         .await
         .map_err(map_pg_error)?
-        .get(0);
-    if current > SCHEMA_VERSION {
-        return Err(PostgresError::SchemaTooNew {
-            found: current,
-            supported: SCHEMA_VERSION,
-        });
-    }
-    if current == 0 && !config.create {
-        return Err(no_schema());
-    }
-    if current > 0 && current < up_to && !config.migrate {
-        return Err(PostgresError::SchemaTooOld {
-            url: config.redacted_url().to_string(),
-            found: current,
-            current: SCHEMA_VERSION,
-        });
+        .get(0)
+    {
+        tx.query_one(version, &[])
+            .await
+            .map_err(map_pg_error)?
+            .get(0)
+    } else {
+        0
+    };
+    let policy = SchemaPolicy {
+        create: config.create,
+        migrate: config.migrate,
+    };
+    let version = |v: i64| u32::try_from(v).unwrap_or(u32::MAX);
+    if let Err(refusal) = policy.check(version(current), version(up_to), version(SCHEMA_VERSION)) {
+        let url = config.redacted_url().to_string();
+        return Err(PostgresError::Schema { url, refusal });
     }
     let missing = (1..)
         .zip(MIGRATIONS)

@@ -12,8 +12,8 @@ use chrono::{DateTime, TimeZone, Utc};
 use concepts::{
     ComponentId, CreateOutcome, CreateRequest, DbAwait, DbClient, DbConnection, DbError,
     DbExecutor, DbTimers, DbWorkflow, DelayId, DuplicateKind, ExecutionId, ExecutionMetadata,
-    FunctionFqn, JoinSetId, JoinSetResponse, JoinSetResponseEvent, Json, derive_pending_state,
-    kernel::WaiterCounts,
+    FunctionFqn, JoinSetId, JoinSetResponse, JoinSetResponseEvent, Json, SchemaRefusal,
+    derive_pending_state, kernel::WaiterCounts,
 };
 use std::{sync::Arc, time::Duration};
 use storage_postgres::{PostgresError, PostgresStore, SCHEMA_VERSION, admin};
@@ -136,11 +136,14 @@ async fn a_schema_newer_than_the_binary_is_refused() {
         .await
         .unwrap_err();
     assert!(
-        matches!(err, PostgresError::SchemaTooNew { found, supported }
-            if found == SCHEMA_VERSION + 1 && supported == SCHEMA_VERSION),
+        matches!(err, PostgresError::Schema { refusal: SchemaRefusal::TooNew { found, supported }, .. }
+            if i64::from(found) == SCHEMA_VERSION + 1 && i64::from(supported) == SCHEMA_VERSION),
         "{err:?}"
     );
-    assert!(err.to_string().contains("upgrade"), "{err}");
+    assert!(
+        err.to_string().contains("open it with a newer build"),
+        "{err}"
+    );
 }
 
 /// The first column of what `sql` returns, on a plain connection to `database`.
@@ -210,7 +213,7 @@ async fn existing_only_refuses_a_database_without_the_schema_and_creates_nothing
     ] {
         let err = PostgresStore::connect(config).await.unwrap_err();
         assert!(
-            matches!(&err, PostgresError::NoSchema { url } if url.contains(database.name())),
+            matches!(&err, PostgresError::Schema { url, refusal: SchemaRefusal::NoSchema } if url.contains(database.name())),
             "{err:?}"
         );
         assert!(err.to_string().contains("is not a Stele database"), "{err}");
@@ -256,8 +259,8 @@ async fn without_migrations_refuses_an_older_schema_and_leaves_it_at_its_version
     ] {
         let err = PostgresStore::connect(config).await.unwrap_err();
         assert!(
-            matches!(&err, PostgresError::SchemaTooOld { url, found: 1, current }
-                if url.contains(database.name()) && *current == SCHEMA_VERSION),
+            matches!(&err, PostgresError::Schema { url, refusal: SchemaRefusal::TooOld { found: 1, current } }
+                if url.contains(database.name()) && i64::from(*current) == SCHEMA_VERSION),
             "{err:?}"
         );
         assert!(

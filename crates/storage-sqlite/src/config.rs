@@ -53,11 +53,11 @@ pub struct SqliteConfig {
     /// false.
     pub path: PathBuf,
     /// Whether a missing file is created and a file without any schema (new, empty) gets
-    /// Stele's; when false such a file is refused ([`SqliteOpenError::NoSchema`](crate::SqliteOpenError::NoSchema))
+    /// Stele's; when false such a file is refused ([`SchemaRefusal::NoSchema`](concepts::SchemaRefusal::NoSchema))
     /// and nothing is created. Default true.
     pub create: bool,
     /// Whether a Stele file of an older schema version is migrated; when false it is refused
-    /// ([`SqliteOpenError::SchemaTooOld`](crate::SqliteOpenError::SchemaTooOld)) and left as it
+    /// ([`SchemaRefusal::TooOld`](concepts::SchemaRefusal::TooOld)) and left as it
     /// is, for tools that only read. Default true.
     pub migrate: bool,
     /// The `synchronous` level; default [`Synchronous::Full`].

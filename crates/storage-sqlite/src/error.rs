@@ -1,7 +1,7 @@
 //! Errors: [`SqliteOpenError`] for opening a store, and the private [`SqliteError`] of every
 //! operation, mapped into the portable [`DbError`] kinds by [`SqliteError::into_db_error`].
 
-use concepts::{BackendError, DbError, DuplicateKind};
+use concepts::{BackendError, DbError, DuplicateKind, SchemaRefusal};
 use rusqlite::ErrorCode;
 use std::{
     path::{Path, PathBuf},
@@ -46,39 +46,16 @@ pub enum SqliteOpenError {
         /// What gave it away.
         detail: String,
     },
-    /// The file was written by a newer version of this backend.
-    #[error(
-        "{path} has schema version {found}, but this build knows versions up to {supported}; open it with a newer build"
-    )]
-    SchemaTooNew {
+    /// The file's schema version is one this opening may not use ([`SchemaRefusal`]): a
+    /// newer one, none ([`SqliteConfig::create`](crate::SqliteConfig::create) is false), or an
+    /// older one ([`SqliteConfig::migrate`](crate::SqliteConfig::migrate) is false); it is
+    /// left as it is.
+    #[error("{} {refusal}", path.display())]
+    Schema {
         /// The database file.
         path: PathBuf,
-        /// The file's `user_version`.
-        found: u32,
-        /// The newest version this build can use.
-        supported: u32,
-    },
-    /// The file has no schema at all (a new or empty SQLite file) and the configuration does
-    /// not create one ([`SqliteConfig::create`](crate::SqliteConfig::create) is false).
-    #[error(
-        "{path} is not a Stele database: it holds no schema (an empty file?), and creating one was not asked for"
-    )]
-    NoSchema {
-        /// The database file.
-        path: PathBuf,
-    },
-    /// The file has an older schema version and the configuration does not migrate
-    /// ([`SqliteConfig::migrate`](crate::SqliteConfig::migrate) is false); it is left as it is.
-    #[error(
-        "{path} has schema version {found}, older than this build's {current}; it is migrated only when opened with migrations"
-    )]
-    SchemaTooOld {
-        /// The database file.
-        path: PathBuf,
-        /// The file's `user_version`.
-        found: u32,
-        /// The version this build uses.
-        current: u32,
+        /// Why.
+        refusal: SchemaRefusal,
     },
     /// `journal_mode=WAL` did not take effect (the file system may not support the shared
     /// memory WAL needs). Running without WAL would make readers block the writer.
@@ -146,9 +123,7 @@ impl SqliteOpenError {
             | Self::Open { path, .. }
             | Self::NotADatabase { path, .. }
             | Self::ForeignDatabase { path, .. }
-            | Self::SchemaTooNew { path, .. }
-            | Self::NoSchema { path }
-            | Self::SchemaTooOld { path, .. }
+            | Self::Schema { path, .. }
             | Self::WalUnavailable { path, .. }
             | Self::SynchronousNotApplied { path, .. }
             | Self::Migration { path, .. }

@@ -2,6 +2,7 @@
 //! settings checked by reading them back.
 
 use crate::{EffectiveSettings, SqliteConfig, SqliteOpenError, Synchronous, error::is_busy};
+use concepts::{SchemaPolicy, SchemaRefusal};
 use rusqlite::{Connection, OpenFlags, Transaction, TransactionBehavior, types::FromSql};
 use std::{path::Path, time::Duration};
 
@@ -188,22 +189,12 @@ pub(crate) fn open_writer(
         let detail = format!("{schema_objects} schema objects but no Stele schema version");
         return Err(SqliteOpenError::ForeignDatabase { path, detail });
     }
-    if found > current {
-        return Err(SqliteOpenError::SchemaTooNew {
-            path,
-            found,
-            supported: current,
-        });
-    }
-    if !config.create && found == 0 && schema_objects == 0 {
-        return Err(SqliteOpenError::NoSchema { path });
-    }
-    if !config.migrate && found > 0 && found < current {
-        return Err(SqliteOpenError::SchemaTooOld {
-            path,
-            found,
-            current,
-        });
+    let policy = SchemaPolicy {
+        create: config.create,
+        migrate: config.migrate,
+    };
+    if let Err(refusal) = policy.check(found, current, current) {
+        return Err(SqliteOpenError::Schema { path, refusal });
     }
 
     let journal_mode: String = retry_while_busy(config.busy_timeout, || {
@@ -288,11 +279,12 @@ fn migrate_to(
     // read the version again under the lock and apply only what is still missing.
     let found_version: u32 = pragma(&tx, "user_version").map_err(driver)?;
     if found_version > target {
-        return Err(SqliteOpenError::SchemaTooNew {
-            path: path.to_path_buf(),
+        let refusal = SchemaRefusal::TooNew {
             found: found_version,
             supported: target,
-        });
+        };
+        let path = path.to_path_buf();
+        return Err(SqliteOpenError::Schema { path, refusal });
     }
     for (version, sql) in (1..=target)
         .zip(MIGRATIONS)

@@ -14,7 +14,7 @@ use concepts::{
     DbError, DbErrorKind, DbExecutor, DbTimers, DbWorkflow, DelayId, ExecutionEventInner,
     ExecutionId, ExecutionMetadata, ExecutorId, FunctionFqn, HistoryEvent, JoinSetId,
     JoinSetRequest, JoinSetResponse, JoinSetResponseEvent, Json, LockPendingRequest, PendingState,
-    SupportedFunctionReturnValue, Version,
+    SchemaRefusal, SupportedFunctionReturnValue, Version,
     kernel::{WaiterCounts, WaiterHub, Write},
 };
 use std::{path::Path, sync::Arc, time::Duration};
@@ -367,7 +367,7 @@ async fn a_newer_schema_is_refused_with_a_clear_error() {
         .await
         .expect_err("refused");
     assert!(
-        matches!(&err, SqliteOpenError::SchemaTooNew { found, supported, .. }
+        matches!(&err, SqliteOpenError::Schema { refusal: SchemaRefusal::TooNew { found, supported }, .. }
             if *found == schema::current_version() + 1 && *supported == schema::current_version()),
         "{err:?}"
     );
@@ -394,7 +394,16 @@ async fn a_tool_that_asks_for_neither_creation_nor_migration_changes_nothing() {
     let err = SqlitePool::open(SqliteConfig::new(&empty).existing_only())
         .await
         .expect_err("refused");
-    assert!(matches!(err, SqliteOpenError::NoSchema { .. }), "{err:?}");
+    assert!(
+        matches!(
+            err,
+            SqliteOpenError::Schema {
+                refusal: SchemaRefusal::NoSchema,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
     assert!(err.to_string().contains("is not a Stele database"), "{err}");
     assert_eq!(err.path(), empty);
     assert_eq!(pragma_i64(&empty, "user_version"), 0, "no schema created");
@@ -406,7 +415,7 @@ async fn a_tool_that_asks_for_neither_creation_nor_migration_changes_nothing() {
         .await
         .expect_err("refused");
     assert!(
-        matches!(&err, SqliteOpenError::SchemaTooOld { found: 3, current, .. }
+        matches!(&err, SqliteOpenError::Schema { refusal: SchemaRefusal::TooOld { found: 3, current }, .. }
             if *current == schema::current_version()),
         "{err:?}"
     );

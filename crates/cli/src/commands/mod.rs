@@ -176,6 +176,7 @@ impl CliError {
 
     /// A store that could not be opened.
     pub fn open(url: &DatabaseUrl, err: OpenError) -> Self {
+        use concepts::SchemaRefusal;
         use storage_postgres::PostgresError;
         use storage_sqlite::SqliteOpenError;
         let (exit, error) = match err {
@@ -183,15 +184,20 @@ impl CliError {
             OpenError::Postgres(PostgresError::InvalidConfig { .. }) => {
                 (Exit::Usage, anyhow::Error::new(err))
             }
-            OpenError::Postgres(PostgresError::NoSchema { .. }) => {
+            OpenError::Postgres(PostgresError::Schema { refusal, .. })
+            | OpenError::Sqlite(SqliteOpenError::Schema { refusal, .. })
+                if matches!(refusal, SchemaRefusal::TooOld { .. }) =>
+            {
+                (
+                    Exit::Database,
+                    anyhow::Error::msg(format!(
+                        "{err} (a command that writes, such as `stele serve`, migrates it)"
+                    )),
+                )
+            }
+            OpenError::Postgres(PostgresError::Schema { .. }) => {
                 (Exit::Database, anyhow::Error::new(err))
             }
-            OpenError::Postgres(PostgresError::SchemaTooOld { .. }) => (
-                Exit::Database,
-                anyhow::Error::msg(format!(
-                    "{err} (a command that writes, such as `stele serve`, migrates it)"
-                )),
-            ),
             OpenError::Postgres(_) => (
                 Exit::Database,
                 anyhow::Error::new(err)
@@ -201,12 +207,6 @@ impl CliError {
                 Exit::Database,
                 anyhow::Error::msg(format!(
                     "{err} (check that its directory exists and can be written)"
-                )),
-            ),
-            OpenError::Sqlite(SqliteOpenError::SchemaTooOld { .. }) => (
-                Exit::Database,
-                anyhow::Error::msg(format!(
-                    "{err} (a command that writes, such as `stele serve`, migrates it)"
                 )),
             ),
             OpenError::Sqlite(_) => (Exit::Database, anyhow::Error::new(err)),

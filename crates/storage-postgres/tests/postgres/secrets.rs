@@ -125,7 +125,16 @@ async fn no_error_path_of_opening_a_store_shows_the_password() {
     // No schema, for a connection that must not create one.
     let existing = PostgresConfig::from_url(&good).unwrap().existing_only();
     let err = PostgresStore::connect(existing).await.unwrap_err();
-    assert!(matches!(err, PostgresError::NoSchema { .. }), "{err:?}");
+    assert!(
+        matches!(
+            err,
+            PostgresError::Schema {
+                refusal: concepts::SchemaRefusal::NoSchema,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
     assert_error_hides_passwords("a database without the schema", &err);
 
     // An older schema, for a connection that must not migrate.
@@ -136,7 +145,16 @@ async fn no_error_path_of_opening_a_store_shows_the_password() {
         .unwrap()
         .without_migrations();
     let err = PostgresStore::connect(frozen).await.unwrap_err();
-    assert!(matches!(err, PostgresError::SchemaTooOld { .. }), "{err:?}");
+    assert!(
+        matches!(
+            err,
+            PostgresError::Schema {
+                refusal: concepts::SchemaRefusal::TooOld { .. },
+                ..
+            }
+        ),
+        "{err:?}"
+    );
     assert_error_hides_passwords("an older schema", &err);
 
     // A store that opens: its debug form and its config hide the password too.
