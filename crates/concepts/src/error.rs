@@ -233,6 +233,22 @@ pub enum DbErrorKind {
 }
 
 impl DbError {
+    /// A backend's own error ([`DbError::Backend`]): its message, whether retrying may help,
+    /// and the driver's error behind it, if any.
+    #[must_use]
+    pub fn backend(
+        message: impl Into<String>,
+        retriable: bool,
+        source: Option<Arc<dyn std::error::Error + Send + Sync>>,
+    ) -> Self {
+        let message = message.into();
+        Self::Backend(BackendError {
+            message,
+            retriable,
+            source,
+        })
+    }
+
     /// The kind.
     #[must_use]
     pub fn kind(&self) -> DbErrorKind {

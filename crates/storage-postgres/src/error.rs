@@ -1,7 +1,7 @@
 //! Errors: the store's own (configuration, schema) and the ONE place where driver and pool
 //! errors become the portable [`DbError`] kinds.
 
-use concepts::{BackendError, DbError, DuplicateKind, SchemaRefusal};
+use concepts::{DbError, DuplicateKind, SchemaRefusal};
 use std::sync::Arc;
 use tokio_postgres::error::SqlState;
 
@@ -97,11 +97,7 @@ pub(crate) fn map_pg_error(err: tokio_postgres::Error) -> DbError {
         }
         None => (describe(&err), false),
     };
-    DbError::Backend(BackendError {
-        message,
-        retriable,
-        source: Some(Arc::new(err)),
-    })
+    DbError::backend(message, retriable, Some(Arc::new(err)))
 }
 
 fn reruns_transaction(code: &SqlState) -> bool {
@@ -159,11 +155,7 @@ pub(crate) fn map_pool_error(err: deadpool_postgres::PoolError) -> DbError {
 
 /// A backend error for data that does not decode (a corrupt row or an unknown format).
 pub(crate) fn corrupt(what: impl std::fmt::Display) -> DbError {
-    DbError::Backend(BackendError {
-        message: format!("corrupt data in the database: {what}"),
-        retriable: false,
-        source: None,
-    })
+    DbError::backend(format!("corrupt data in the database: {what}"), false, None)
 }
 
 /// `url` is shown as it is: a redacted one.

@@ -1,7 +1,8 @@
 //! An online backup of a running store: SQLite's backup API copies one read snapshot of the
 //! database into a new file, while writers go on.
 
-use crate::error::{Result, SqliteError, backend_error};
+use crate::error::{Result, SqliteError};
+use concepts::DbError;
 use rusqlite::{
     Connection, ErrorCode, OpenFlags,
     backup::{Backup, StepResult},
@@ -20,7 +21,7 @@ pub(crate) fn backup_to(source: &Connection, source_path: &Path, dest: &Path) ->
         let message = format!(
             "refusing to back up SQLite database {source_name} to {dest_name}: the file exists (a backup goes to a new file)"
         );
-        return Err(backend_error(message, false).into());
+        return Err(DbError::backend(message, false, None).into());
     }
     let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
         | OpenFlags::SQLITE_OPEN_CREATE
@@ -32,11 +33,12 @@ pub(crate) fn backup_to(source: &Connection, source_path: &Path, dest: &Path) ->
         // full disk is most likely the new file's.
         Some(err) if is_source_error(&err) => SqliteError::from(err).into_db_error(source_path),
         Some(err) => dest_error(err),
-        None => backend_error(
+        None => DbError::backend(
             format!(
                 "backing up SQLite database {source_name} to {dest_name}: the source stayed locked"
             ),
             true,
+            None,
         ),
     });
     let outcome = copied.and(target.close().map_err(|(_, err)| dest_error(err)));

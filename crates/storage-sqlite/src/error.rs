@@ -1,7 +1,7 @@
 //! Errors: [`SqliteOpenError`] for opening a store, and the private [`SqliteError`] of every
 //! operation, mapped into the portable [`DbError`] kinds by [`SqliteError::into_db_error`].
 
-use concepts::{BackendError, DbError, DuplicateKind, SchemaRefusal};
+use concepts::{DbError, DuplicateKind, SchemaRefusal};
 use rusqlite::ErrorCode;
 use std::{
     path::{Path, PathBuf},
@@ -150,11 +150,7 @@ impl SqliteOpenError {
 
 impl From<SqliteOpenError> for DbError {
     fn from(err: SqliteOpenError) -> Self {
-        DbError::Backend(BackendError {
-            message: err.to_string(),
-            retriable: false,
-            source: Some(Arc::new(err)),
-        })
+        DbError::backend(err.to_string(), false, Some(Arc::new(err)))
     }
 }
 
@@ -197,13 +193,7 @@ impl SqliteError {
     /// rows disagree with the kernel, which validated the write.
     pub(crate) fn into_db_error(self, path: &Path) -> DbError {
         let display = path.display();
-        let backend = |message, retriable, source| {
-            DbError::Backend(BackendError {
-                message,
-                retriable,
-                source,
-            })
-        };
+        let backend = DbError::backend;
         match self {
             Self::Db(err) => err,
             Self::Sqlite(err) => {
@@ -263,15 +253,6 @@ impl SqliteError {
             ),
         }
     }
-}
-
-/// A backend error of this crate's own (no driver error behind it).
-pub(crate) fn backend_error(message: String, retriable: bool) -> DbError {
-    DbError::Backend(BackendError {
-        message,
-        retriable,
-        source: None,
-    })
 }
 
 /// True when another connection holds the lock (`SQLITE_BUSY`, `SQLITE_LOCKED` and their

@@ -3,7 +3,7 @@
 
 use crate::{
     EffectiveSettings, SqliteConfig, SqliteOpenError,
-    error::{SqliteError, backend_error},
+    error::SqliteError,
     ops::WriteCtx,
     reads, schema,
     writer::{self, Command, FnCommand, Message},
@@ -178,7 +178,11 @@ impl SqlitePool {
             DbError::Closed
         } else {
             let path = self.inner.path.display();
-            backend_error(format!("the SQLite writer of {path} has stopped"), false)
+            DbError::backend(
+                format!("the SQLite writer of {path} has stopped"),
+                false,
+                None,
+            )
         }
     }
 

@@ -4,7 +4,7 @@
 use crate::{
     SqliteConfig,
     checkpoint::Checkpointer,
-    error::{SqliteError, backend_error, is_busy},
+    error::{SqliteError, is_busy},
     ops::WriteCtx,
 };
 use concepts::{
@@ -88,7 +88,7 @@ where
             Some(Err(err)) => Err(err),
             None => {
                 let message = "the SQLite writer did not run the command";
-                Err(backend_error(message.to_string(), true))
+                Err(DbError::backend(message.to_string(), true, None))
             }
         };
         // The caller may have gone away (its future was dropped); the write stands.
@@ -287,7 +287,10 @@ impl Writer<'_> {
                          command batched with this one",
                         path.display()
                     );
-                    fail_all(&mut batch[start..idx], &backend_error(message, true));
+                    fail_all(
+                        &mut batch[start..idx],
+                        &DbError::backend(message, true, None),
+                    );
                     woken.clear();
                     open = None;
                 }
@@ -345,7 +348,7 @@ impl Writer<'_> {
         .unwrap_or_else(|_| {
             tracing::error!(path = %path.display(), "a SQLite write command panicked");
             let message = format!("SQLite database {}: the write panicked", path.display());
-            command.fail(&backend_error(message, false));
+            command.fail(&DbError::backend(message, false, None));
             false
         });
         if ok {

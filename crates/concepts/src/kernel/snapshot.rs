@@ -2,9 +2,9 @@
 //! the write's [`Keys`](super::Keys), and the [`Revision`] that tells whether a row changed.
 
 use crate::{
-    BackendError, CreateRequest, DbError, DelayId, ExecutionEvent, ExecutionId, ExecutionState,
-    ExpiredLock, ExpiredTimer, FinishedExecutionResult, FunctionFqn, JoinSetId,
-    JoinSetResponseEventOuter, PendingState, Version,
+    CreateRequest, DbError, DelayId, ExecutionEvent, ExecutionId, ExecutionState, ExpiredLock,
+    ExpiredTimer, FinishedExecutionResult, FunctionFqn, JoinSetId, JoinSetResponseEventOuter,
+    PendingState, Version,
 };
 use chrono::{DateTime, Utc};
 use std::{
@@ -120,11 +120,7 @@ pub struct Revision {
 /// The error of a snapshot that lacks what its keys named: a bug of the backend, never of the
 /// caller.
 pub(crate) fn inconsistent(what: String) -> DbError {
-    DbError::Backend(BackendError {
-        message: format!("storage is inconsistent: {what}"),
-        retriable: false,
-        source: None,
-    })
+    DbError::backend(format!("storage is inconsistent: {what}"), false, None)
 }
 
 /// The counters of one join set of one execution.
