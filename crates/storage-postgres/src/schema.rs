@@ -262,7 +262,7 @@ pub(crate) async fn migrate(
         .map_err(map_pg_error)?;
     }
     // Resolved through `search_path`, as the `CREATE TABLE` above is; no table is version 0.
-    let version = "SELECT COALESCE(MAX(version), 0) FROM t_schema_migration";
+    let newest = "SELECT COALESCE(MAX(version), 0) FROM t_schema_migration";
     let exists = "SELECT to_regclass('t_schema_migration') IS NOT NULL";
     let current: i64 = if tx
         .query_one(exists, &[])
@@ -270,7 +270,7 @@ pub(crate) async fn migrate(
         .map_err(map_pg_error)?
         .get(0)
     {
-        tx.query_one(version, &[])
+        tx.query_one(newest, &[])
             .await
             .map_err(map_pg_error)?
             .get(0)

@@ -2,7 +2,7 @@
 //! settings checked by reading them back.
 
 use crate::{EffectiveSettings, SqliteConfig, SqliteOpenError, Synchronous, error::is_busy};
-use concepts::{SchemaPolicy, SchemaRefusal};
+use concepts::SchemaPolicy;
 use rusqlite::{Connection, OpenFlags, Transaction, TransactionBehavior, types::FromSql};
 use std::{path::Path, time::Duration};
 
@@ -278,11 +278,12 @@ fn migrate_to(
     // Another process may have migrated between our first read and taking the write lock:
     // read the version again under the lock and apply only what is still missing.
     let found_version: u32 = pragma(&tx, "user_version").map_err(driver)?;
-    if found_version > target {
-        let refusal = SchemaRefusal::TooNew {
-            found: found_version,
-            supported: target,
-        };
+    // The opening checked the policy; only a newer schema can have appeared since.
+    let policy = SchemaPolicy {
+        create: true,
+        migrate: true,
+    };
+    if let Err(refusal) = policy.check(found_version, target, target) {
         let path = path.to_path_buf();
         return Err(SqliteOpenError::Schema { path, refusal });
     }
