@@ -16,6 +16,7 @@ use concepts::{
     kernel::{self, Forward, WaiterCounts, WaiterHub, Write},
 };
 use deadpool_sqlite::{Hook, HookError, Runtime};
+use rusqlite::config::DbConfig;
 use std::{path::Path, sync::Arc, time::Duration};
 use tokio::sync::{mpsc, oneshot, watch};
 
@@ -250,6 +251,7 @@ async fn open_readers(config: &SqliteConfig) -> Result<deadpool_sqlite::Pool, Sq
                 conn.interact(move |conn| {
                     conn.busy_timeout(busy_timeout)?;
                     conn.set_prepared_statement_cache_capacity(64);
+                    conn.set_db_config(DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG, true)?;
                     // Readers never write: a bug that tries fails instead of taking the lock.
                     conn.pragma_update(None, "query_only", true)
                 })

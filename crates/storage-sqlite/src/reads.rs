@@ -286,13 +286,17 @@ pub(crate) const WRITER_HANDOVER_ROWS: usize = 32;
 
 /// Runs on the writer thread after the lock's commit: hands over the first grants whose
 /// histories fit in [`WRITER_HANDOVER_ROWS`]; returns them and the grants left to a reader (all
-/// of them if a read fails), in the order the kernel granted them.
+/// of them if a read fails, or if their events alone exceed the budget: a large batch is read
+/// on a reader without the writer reading any of it), in the order the kernel granted them.
 pub(crate) fn handover_on_writer(
     conn: &Connection,
     path: &Path,
     mut unread: Vec<LockGrant>,
 ) -> (Vec<LockedExecution>, Vec<LockGrant>) {
-    if unread.is_empty() {
+    let events = unread.iter().try_fold(0_usize, |sum, grant| {
+        sum.checked_add(grant.events_handed_over())
+    });
+    if unread.is_empty() || events.is_none_or(|events| events > WRITER_HANDOVER_ROWS) {
         return (Vec::new(), unread);
     }
     match locked_executions(conn, &unread, WRITER_HANDOVER_ROWS) {
