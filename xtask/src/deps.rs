@@ -67,6 +67,8 @@ pub const RULES: &[Rule] = &[
     Rule { crates: "node", edges: Edges::DirectDev, forbidden: &["storage-*", "@driver"], allowed: &[], why: "the node's tests get their stores from test-support's factories, they name no backend themselves" },
     Rule { crates: "server", edges: Edges::Normal, forbidden: &["storage-*", "@driver"], allowed: &[], why: "the HTTP API serves any store through the storage traits and the node's operations, it names no backend" },
     Rule { crates: "server", edges: Edges::DirectDev, forbidden: &["storage-*", "@driver"], allowed: &[], why: "the server's tests get their stores from test-support's factories, they name no backend themselves" },
+    Rule { crates: "ui", edges: Edges::Normal, forbidden: &["storage-*", "@driver"], allowed: &[], why: "the web UI reads any store through the API's reads and the storage traits, it names no backend" },
+    Rule { crates: "ui", edges: Edges::DirectDev, forbidden: &["storage-*", "@driver"], allowed: &[], why: "the UI's tests get their stores from test-support's factories, they name no backend themselves" },
     Rule { crates: "storage-*", edges: Edges::Normal, forbidden: &["@workspace"], allowed: &["concepts"], why: "a backend implements the concepts traits and knows nothing built on top of them" },
     Rule { crates: "test-utils", edges: Edges::Normal, forbidden: &["@workspace"], allowed: &["concepts"], why: "every crate's tests use it, so it must sit below all of them but concepts" },
     Rule { crates: "conformance", edges: Edges::NormalAndDev, forbidden: &["storage-*"], allowed: &[], why: "the suite is run by every backend and names none of them" },

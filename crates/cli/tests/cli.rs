@@ -1694,10 +1694,10 @@ fn serve_http_answers_a_request_with_its_token() {
     assert_eq!(code, 130);
 }
 
-/// `127.0.0.1:PORT` of serve's line `... the HTTP API on http://127.0.0.1:PORT/api/v1 ...`.
+/// `127.0.0.1:PORT` of serve's line `... and the HTTP API on http://127.0.0.1:PORT/api/v1 ...`.
 fn server_address(first: &str) -> String {
     let (_, rest) = first
-        .split_once("http://")
+        .split_once("the HTTP API on http://")
         .unwrap_or_else(|| panic!("{first}"));
     let (address, _) = rest
         .split_once("/api/v1")

@@ -92,6 +92,7 @@
 //! one place that spawns executors, the watcher and the retention task; the `stele` binary,
 //! the example, the benchmark and the crash tests all ask it.
 
+mod answers;
 mod builder;
 mod catalog;
 mod duration;
@@ -100,6 +101,7 @@ mod node;
 mod settings;
 mod submit;
 
+pub use answers::{cancel_answer, complete_answer};
 pub use builder::NodeBuilder;
 pub use catalog::{Catalog, CatalogFunction, ExecutionDefaults};
 pub use duration::{DurationError, HumanDuration};

@@ -183,7 +183,10 @@ pub struct ShutdownSignal {
 }
 
 impl ShutdownSignal {
-    pub(crate) fn new(receiver: watch::Receiver<bool>) -> Self {
+    /// A signal that fires once `receiver` sees `true` (or its sender is dropped): for a
+    /// service run outside a node, a server's tests say.
+    #[must_use]
+    pub fn new(receiver: watch::Receiver<bool>) -> Self {
         Self { receiver }
     }
 

@@ -45,9 +45,7 @@ impl Guard {
                 .strip_prefix(b"Bearer ")
                 .or_else(|| given.strip_prefix(b"bearer "))
                 .unwrap_or_default();
-            // Constant time over the token's bytes; a length that differs is refused all the
-            // same, and reveals only the length.
-            if !bool::from(token.ct_eq(expected)) {
+            if !token_matches(expected, token) {
                 return Err(ApiError::unauthorized(
                     "the token is wrong: send `Authorization: Bearer <token>` with the server's \
                      token",
@@ -59,6 +57,14 @@ impl Guard {
         }
         Ok(())
     }
+}
+
+/// True when `given` is the `expected` token: compared in constant time over the token's
+/// bytes; a length that differs is refused all the same, and reveals only the length. The
+/// web UI checks its cookie with it too.
+#[must_use]
+pub fn token_matches(expected: &[u8], given: &[u8]) -> bool {
+    bool::from(given.ct_eq(expected))
 }
 
 /// The middleware: refuses what [`Guard::check`] refuses, passes the rest on.

@@ -52,11 +52,13 @@ impl ApiError {
         Self::new(StatusCode::BAD_REQUEST, "malformed_body", message)
     }
 
-    pub(crate) fn malformed_query(message: impl Into<String>) -> Self {
+    /// A query string the API refuses (400), with what to write instead.
+    pub fn malformed_query(message: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_REQUEST, "malformed_query", message)
     }
 
-    pub(crate) fn malformed_id(message: impl Into<String>) -> Self {
+    /// An execution id that does not parse (400).
+    pub fn malformed_id(message: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_REQUEST, "malformed_id", message)
     }
 
@@ -89,7 +91,7 @@ impl ApiError {
     }
 
     /// No execution `execution_id`.
-    pub(crate) fn no_execution(execution_id: &ExecutionId) -> Self {
+    pub fn no_execution(execution_id: &ExecutionId) -> Self {
         Self::new(
             StatusCode::NOT_FOUND,
             "not_found",
@@ -108,7 +110,7 @@ impl ApiError {
     /// A store error while working on `execution_id`: not found, a conflict, a refusal of
     /// the model, the store unreachable, or an internal error, each with `context`
     /// (`cannot cancel E_...`) as the CLI words it.
-    pub(crate) fn db(context: &str, execution_id: &ExecutionId, err: DbError) -> Self {
+    pub fn db(context: &str, execution_id: &ExecutionId, err: DbError) -> Self {
         match &err {
             DbError::NotFound(_) => Self::no_execution(execution_id),
             DbError::Duplicate(kind) => Self::new(
@@ -132,7 +134,7 @@ impl ApiError {
 
     /// A failure of the store itself: 503 when it is unreachable or closed (retrying later
     /// may succeed), 500 otherwise.
-    pub(crate) fn store(context: &str, err: &DbError) -> Self {
+    pub fn store(context: &str, err: &DbError) -> Self {
         if err.is_retriable() || matches!(err, DbError::Closed) {
             Self::unavailable(context, err)
         } else {

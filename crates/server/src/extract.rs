@@ -45,8 +45,11 @@ impl<S: Send + Sync> FromRequestParts<S> for Id {
     }
 }
 
-/// An execution id given by a client.
-pub(crate) fn parse_id(text: &str) -> Result<ExecutionId, ApiError> {
+/// An execution id given by a client; a malformed one is `malformed_id`.
+///
+/// # Errors
+/// The text is not an execution id.
+pub fn parse_id(text: &str) -> Result<ExecutionId, ApiError> {
     text.parse()
         .map_err(|err| ApiError::malformed_id(format!("`{text}` is not an execution id: {err}")))
 }

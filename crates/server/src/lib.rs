@@ -82,13 +82,16 @@
 mod auth;
 mod error;
 mod extract;
+pub mod listing;
 mod routes;
 mod serve;
 pub mod types;
-mod views;
+pub mod views;
 
+pub use auth::token_matches;
 pub use error::ApiError;
-pub use serve::{serve, serve_until};
+pub use extract::parse_id;
+pub use serve::{Mount, Service, serve, serve_until, serve_until_with, serve_with};
 
 use concepts::{ClockFn, DbConnection};
 use node::{Catalog, ShutdownSignal};

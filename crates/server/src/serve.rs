@@ -4,14 +4,34 @@
 
 use crate::{ApiOptions, ApiState, routes};
 use concepts::{ClockFn, DbConnection};
-use node::{BackgroundContext, Catalog};
-use std::{future::Future, sync::Arc};
+use node::{BackgroundContext, Catalog, ShutdownSignal};
+use std::{future::Future, pin::Pin, sync::Arc};
 use tokio::net::TcpListener;
 
 /// The router and, outside `/api/v1`, a JSON 404.
 fn app<C: ClockFn>(state: ApiState<C>) -> axum::Router {
     crate::router(state).fallback(routes::no_route)
 }
+
+/// What the routes served beside the API ([`serve_with`]) are built from: the node's store,
+/// clock, catalog and shutdown signal, and the API's options (the same token, the same
+/// read-only mode).
+pub struct Mount<C: ClockFn> {
+    /// The node's store.
+    pub db: Arc<dyn DbConnection>,
+    /// The node's clock.
+    pub clock: C,
+    /// The functions the node runs.
+    pub catalog: Arc<Catalog>,
+    /// The API's options.
+    pub options: ApiOptions,
+    /// Fires when the node's shutdown begins.
+    pub signal: ShutdownSignal,
+}
+
+/// The task [`serve`] and [`serve_with`] return for `NodeBuilder::background_service`.
+pub type Service<C> =
+    Box<dyn FnOnce(BackgroundContext<C>) -> Pin<Box<dyn Future<Output = ()> + Send>> + Send>;
 
 /// A task for `NodeBuilder::background_service` that serves the API on `listener` with the
 /// node's store, clock and catalog: bind the listener first (`TcpListener::bind`), so that an
@@ -28,26 +48,51 @@ fn app<C: ClockFn>(state: ApiState<C>) -> axum::Router {
 ///     .start()?;
 /// # Ok(()) }
 /// ```
-pub fn serve<C: ClockFn>(
+pub fn serve<C: ClockFn>(listener: TcpListener, options: ApiOptions) -> Service<C> {
+    service(listener, options, None::<fn(Mount<C>) -> axum::Router>)
+}
+
+/// [`serve`], with the routes `pages` builds from the node's [`Mount`] beside the API on the
+/// same address: the web UI (the `ui` crate) is served so. The pages' router is merged with
+/// the API's; its fallback answers every path outside `/api/v1`.
+pub fn serve_with<C: ClockFn>(
     listener: TcpListener,
     options: ApiOptions,
-) -> impl FnOnce(BackgroundContext<C>) -> std::pin::Pin<Box<dyn Future<Output = ()> + Send>>
-+ Send
-+ 'static {
-    move |context: BackgroundContext<C>| {
+    pages: impl FnOnce(Mount<C>) -> axum::Router + Send + 'static,
+) -> Service<C> {
+    service(listener, options, Some(pages))
+}
+
+fn service<C: ClockFn>(
+    listener: TcpListener,
+    options: ApiOptions,
+    pages: Option<impl FnOnce(Mount<C>) -> axum::Router + Send + 'static>,
+) -> Service<C> {
+    Box::new(move |context: BackgroundContext<C>| {
         let BackgroundContext {
             signal,
             db,
             clock,
             catalog,
         } = context;
-        let state = ApiState::new(db, clock, catalog, options).stopping_on(signal.clone());
+        let state = ApiState::new(db.clone(), clock.clone(), catalog.clone(), options.clone())
+            .stopping_on(signal.clone());
+        let app = match pages {
+            Some(pages) => crate::router(state).merge(pages(Mount {
+                db,
+                clock,
+                catalog,
+                options,
+                signal: signal.clone(),
+            })),
+            None => app(state),
+        };
         Box::pin(async move {
-            if let Err(err) = run(listener, state, signal.fired()).await {
-                tracing::error!("the HTTP API stopped: {err}");
+            if let Err(err) = run(listener, app, signal.fired()).await {
+                tracing::error!("the HTTP server stopped: {err}");
             }
         })
-    }
+    })
 }
 
 /// Serves the API over `db` on `listener` until `stop` completes, then finishes the requests
@@ -63,18 +108,51 @@ pub async fn serve_until<C: ClockFn>(
     options: ApiOptions,
     stop: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    run(listener, ApiState::new(db, clock, catalog, options), stop).await
+    let no_pages = |_: Mount<C>| axum::Router::new().fallback(routes::no_route);
+    serve_until_with(listener, db, clock, catalog, options, stop, no_pages).await
 }
 
-async fn run<C: ClockFn>(
+/// [`serve_until`], with the routes `pages` builds beside the API (as [`serve_with`]); the
+/// [`Mount`]'s signal fires when `stop` completes.
+///
+/// # Errors
+/// The listener failed.
+pub async fn serve_until_with<C: ClockFn>(
     listener: TcpListener,
-    state: ApiState<C>,
+    db: Arc<dyn DbConnection>,
+    clock: C,
+    catalog: Arc<Catalog>,
+    options: ApiOptions,
+    stop: impl Future<Output = ()> + Send + 'static,
+    pages: impl FnOnce(Mount<C>) -> axum::Router + Send + 'static,
+) -> std::io::Result<()> {
+    let (fire, fired) = tokio::sync::watch::channel(false);
+    let signal = ShutdownSignal::new(fired);
+    let state = ApiState::new(db.clone(), clock.clone(), catalog.clone(), options.clone())
+        .stopping_on(signal.clone());
+    let app = crate::router(state).merge(pages(Mount {
+        db,
+        clock,
+        catalog,
+        options,
+        signal,
+    }));
+    run(listener, app, async move {
+        stop.await;
+        let _ = fire.send(true);
+    })
+    .await
+}
+
+async fn run(
+    listener: TcpListener,
+    app: axum::Router,
     stop: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     if let Ok(address) = listener.local_addr() {
-        tracing::info!(%address, "serving the HTTP API under /api/v1");
+        tracing::info!(%address, "serving HTTP: the API under /api/v1");
     }
-    axum::serve(listener, app(state))
+    axum::serve(listener, app)
         .with_graceful_shutdown(stop)
         .await
 }

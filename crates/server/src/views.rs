@@ -1,5 +1,6 @@
-//! The model's types turned into the API's documents (`types.rs`): one function per shape,
-//! so that the JSON a client reads changes only when this file does.
+//! The model's types turned into the API's documents ([`crate::types`]): one function per
+//! shape, so that the JSON a client reads (and what the web UI shows) changes only when this
+//! file does.
 
 use crate::types::{
     EventData, EventView, ExecutionView, HistoryView, ParentView, ResponseData, ResponseView,
@@ -25,7 +26,7 @@ fn millis(duration: Duration) -> u64 {
 
 /// `ok`, `error`, `timeout`, `unhandled_child_error`, `failed`, `cancelled`: the `kind`s of
 /// [`ResultView`].
-pub(crate) fn result_kind(kind: ResultKind) -> &'static str {
+pub fn result_kind(kind: ResultKind) -> &'static str {
     match kind {
         ResultKind::Ok => "ok",
         ResultKind::FallibleError => "error",
@@ -36,7 +37,8 @@ pub(crate) fn result_kind(kind: ResultKind) -> &'static str {
     }
 }
 
-pub(crate) fn state(state: &PendingState) -> StateView {
+/// Where an execution stands, in words and as data.
+pub fn state(state: &PendingState) -> StateView {
     let (summary, data) = match state {
         PendingState::PendingAt { scheduled_at } => (
             format!("PendingAt {}", words(*scheduled_at)),
@@ -87,7 +89,8 @@ pub(crate) fn state(state: &PendingState) -> StateView {
     StateView { summary, data }
 }
 
-pub(crate) fn result(result: &FinishedExecutionResult) -> ResultView {
+/// A finished execution's result, by kind.
+pub fn result(result: &FinishedExecutionResult) -> ResultView {
     match result {
         Ok(SupportedFunctionReturnValue::None) => ResultView::Ok {
             value: serde_json::Value::Null,
@@ -135,7 +138,8 @@ fn parent(parent: Option<&(ExecutionId, JoinSetId)>) -> Option<ParentView> {
     })
 }
 
-pub(crate) fn summary(summary: &ExecutionSummary) -> SummaryView {
+/// One row of a listing.
+pub fn summary(summary: &ExecutionSummary) -> SummaryView {
     SummaryView {
         id: summary.execution_id.to_string(),
         function: summary.ffqn.to_string(),
@@ -148,7 +152,7 @@ pub(crate) fn summary(summary: &ExecutionSummary) -> SummaryView {
 
 /// The document of one execution; `None` for a log without its `Created` event, which no
 /// backend returns.
-pub(crate) fn execution(log: &ExecutionLog) -> Option<ExecutionView> {
+pub fn execution(log: &ExecutionLog) -> Option<ExecutionView> {
     let created = log.events.first()?;
     let ExecutionEventInner::Created {
         ffqn,
@@ -203,7 +207,8 @@ fn response(response: &JoinSetResponseEventOuter) -> ResponseView {
     }
 }
 
-pub(crate) fn event(version: u32, event: &ExecutionEvent) -> EventView {
+/// The event at `version` of a log.
+pub fn event(version: u32, event: &ExecutionEvent) -> EventView {
     let data = match &event.event {
         ExecutionEventInner::Created {
             ffqn,

@@ -23,6 +23,7 @@ const MEMBERS: &[&str] = &[
     "test-support",
     "node",
     "server",
+    "ui",
     "cli",
     "xtask",
 ];
@@ -63,6 +64,8 @@ const CLEAN_EDGES: &[FakeEdge] = &[
     ("node", "test-support", DEV),
     ("node", "test-utils", DEV),
     ("server", "test-support", DEV),
+    ("ui", "server", NORMAL),
+    ("ui", "test-support", DEV),
     ("cli", "node", NORMAL),
     ("cli", "server", NORMAL),
     ("cli", "storage-sqlite", NORMAL),
@@ -322,11 +325,29 @@ fn the_node_names_no_backend_and_its_tests_reach_one_through_test_support_only()
 }
 
 #[test]
+fn the_ui_names_no_backend_and_its_tests_reach_one_through_test_support_only() {
+    let found = violations(&with(("ui", "storage-sqlite", NORMAL)));
+    assert_eq!(paths(&found), ["ui -> storage-sqlite"]);
+    let found = violations(&with(("ui", "rusqlite", DEV)));
+    assert_eq!(paths(&found), ["ui -(dev)-> rusqlite"]);
+}
+
+#[test]
 fn the_server_names_no_backend_and_its_tests_reach_one_through_test_support_only() {
+    // The UI, built on the server, would name it too.
     let found = violations(&with(("server", "storage-postgres", NORMAL)));
-    assert_eq!(paths(&found), ["server -> storage-postgres"]);
+    assert_eq!(
+        paths(&found),
+        [
+            "server -> storage-postgres",
+            "ui -> server -> storage-postgres"
+        ]
+    );
     let found = violations(&with(("server", "tokio-postgres", NORMAL)));
-    assert_eq!(paths(&found), ["server -> tokio-postgres"]);
+    assert_eq!(
+        paths(&found),
+        ["server -> tokio-postgres", "ui -> server -> tokio-postgres"]
+    );
     for backend in ["storage-memory", "rusqlite"] {
         let found = violations(&with(("server", backend, DEV)));
         assert_eq!(paths(&found), [format!("server -(dev)-> {backend}")]);

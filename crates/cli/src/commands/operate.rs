@@ -10,8 +10,8 @@ use ::node::HumanDuration;
 use chrono::{DateTime, Utc};
 use cli::database::{DatabaseUrl, OpenMode};
 use concepts::{
-    CancelOutcome, CancelRequest, ClockFn as _, CompleteOutcome, CompleteRequest, DbConnection,
-    DbError, ExecutionId, FinishedExecutionResult, Json, ResultKind, SupportedFunctionReturnValue,
+    CancelOutcome, CancelRequest, ClockFn as _, CompleteRequest, DbConnection, DbError,
+    ExecutionId, FinishedExecutionResult, Json, ResultKind, SupportedFunctionReturnValue,
 };
 use executor::Now;
 use serde::Serialize;
@@ -158,19 +158,15 @@ pub async fn cancel(url: &DatabaseUrl, args: CancelArgs) -> Result<(), CliError>
         })
     })
     .await?;
-    let text = match outcome {
-        CancelOutcome::Cancelled { executions: 1 } => format!("cancelled {execution_id}\n"),
-        CancelOutcome::Cancelled { executions: 2 } => {
-            format!("cancelled {execution_id} and 1 unfinished descendant (2 executions)\n")
-        }
-        CancelOutcome::Cancelled { executions } => format!(
-            "cancelled {execution_id} and {} unfinished descendants ({executions} executions)\n",
-            executions - 1
-        ),
+    let text = match &outcome {
         CancelOutcome::AlreadyFinished { result } => format!(
-            "{execution_id} had already finished, nothing cancelled: {}\n",
-            render::result(&result)
+            "{}: {}\n",
+            ::node::cancel_answer(&execution_id, &outcome),
+            render::result(result)
         ),
+        CancelOutcome::Cancelled { .. } => {
+            format!("{}\n", ::node::cancel_answer(&execution_id, &outcome))
+        }
     };
     print(&text)
 }
@@ -191,16 +187,10 @@ pub async fn complete(url: &DatabaseUrl, args: CompleteArgs) -> Result<(), CliEr
         })
     })
     .await?;
-    let answered = execution_id
-        .split_to_parent()
-        .map(|(parent, _)| format!("; {parent} has its answer"))
-        .unwrap_or_default();
-    let text = match outcome {
-        CompleteOutcome::Completed => format!("completed {execution_id} with {value}{answered}\n"),
-        CompleteOutcome::AlreadyCompleted => {
-            format!("{execution_id} was already completed with {value}, nothing written\n")
-        }
-    };
+    let text = format!(
+        "{}\n",
+        ::node::complete_answer(&execution_id, &outcome, &value)
+    );
     print(&text)
 }
 

@@ -92,7 +92,9 @@ fn http_options(args: &ServeArgs) -> Result<Option<(SocketAddr, ApiOptions)>, Cl
         return Err(CliError::new(
             Exit::Usage,
             format!(
-                "refusing to serve the HTTP API on {address} without a token: anyone who can                  reach it could submit and cancel executions; pass --http-token TOKEN (or set                  STELE_HTTP_TOKEN), or serve on a loopback address such as 127.0.0.1:{}",
+                "refusing to serve the HTTP API on {address} without a token: anyone who can \
+                 reach it could submit and cancel executions; pass --http-token TOKEN (or set \
+                 STELE_HTTP_TOKEN), or serve on a loopback address such as 127.0.0.1:{}",
                 address.port()
             ),
         ));
@@ -150,7 +152,7 @@ pub async fn run(url: &DatabaseUrl, args: ServeArgs) -> Result<(), CliError> {
                 })?;
             let bound = listener.local_addr().unwrap_or(address);
             serving_http = format!(
-                "; the HTTP API on http://{bound}/api/v1{}{}",
+                "; the web UI on http://{bound}/ and the HTTP API on http://{bound}/api/v1{}{}",
                 if options.token.is_some() {
                     " (with a token)"
                 } else {
@@ -162,7 +164,7 @@ pub async fn run(url: &DatabaseUrl, args: ServeArgs) -> Result<(), CliError> {
                     ""
                 },
             );
-            builder = builder.background_service("http", server::serve(listener, options));
+            builder = builder.background_service("http", ui::serve(listener, options));
         }
         let node = start(builder)?;
         let pruning = match retention {

@@ -1,134 +1,23 @@
-//! The reads of executions: the list (with its filters and cursor), one execution, its log
-//! and its children, each a read of `DbClient` mapped to its document.
+//! The reads of executions: the list (through `listing.rs`), one execution, its log and its
+//! children, each a read of `DbClient` mapped to its document.
 
 use super::Shared;
 use crate::{
     error::ApiError,
-    extract::{Id, QueryOf, parse_id},
+    extract::{Id, QueryOf},
+    listing::{self, Listing},
     types::{EventsAnswer, EventsQuery, ExecutionView, ListAnswer, ListQuery, PageQuery},
     views,
 };
 use axum::{Json, extract::State};
-use chrono::{DateTime, Utc};
-use concepts::{
-    ClockFn, DbClient, ExecutionId, ExecutionSummary, ListExecutionsFilter, Pagination,
-    PendingStateKind, Version,
-};
-
-/// Rows or events of a page unless `limit` says otherwise.
-pub(crate) const DEFAULT_LIMIT: usize = 100;
-/// The most rows or events of a page.
-pub(crate) const MAX_LIMIT: usize = 1_000;
-
-/// `limit`, checked: 1 to [`MAX_LIMIT`].
-pub(crate) fn limit(limit: Option<usize>) -> Result<usize, ApiError> {
-    match limit.unwrap_or(DEFAULT_LIMIT) {
-        0 => Err(ApiError::malformed_query("`limit` must be at least 1")),
-        n if n > MAX_LIMIT => Err(ApiError::malformed_query(format!(
-            "`limit` is at most {MAX_LIMIT}; read further pages with `cursor`"
-        ))),
-        n => Ok(n),
-    }
-}
-
-/// A cursor, `<created_at>~<id>` of the last row of the previous page.
-fn cursor(text: &str) -> Result<(DateTime<Utc>, ExecutionId), ApiError> {
-    let malformed = || {
-        ApiError::malformed_query(format!(
-            "`{text}` is not a cursor: pass the `next_cursor` of the previous page as it is"
-        ))
-    };
-    let (at, id) = text.split_once('~').ok_or_else(malformed)?;
-    let at = DateTime::parse_from_rfc3339(at).map_err(|_| malformed())?;
-    let id = id.parse().map_err(|_| malformed())?;
-    Ok((at.with_timezone(&Utc), id))
-}
-
-fn cursor_of(row: &ExecutionSummary) -> String {
-    format!(
-        "{}~{}",
-        row.created_at
-            .to_rfc3339_opts(chrono::SecondsFormat::Micros, true),
-        row.execution_id
-    )
-}
-
-fn time(name: &str, text: &str) -> Result<DateTime<Utc>, ApiError> {
-    DateTime::parse_from_rfc3339(text)
-        .map(|at| at.with_timezone(&Utc))
-        .map_err(|err| {
-            ApiError::malformed_query(format!(
-                "`{name}={text}` is not a time: {err} (RFC 3339, e.g. 2026-01-31T12:00:00Z)"
-            ))
-        })
-}
-
-/// One page of `filter`, newest first, and the cursor of the next.
-async fn page(
-    db: &dyn DbClient,
-    filter: ListExecutionsFilter,
-    after: Option<&str>,
-    limit: usize,
-) -> Result<ListAnswer, ApiError> {
-    let pagination = Pagination {
-        cursor: after.map(cursor).transpose()?,
-        length: limit,
-    };
-    let rows = db
-        .list_executions(filter, pagination)
-        .await
-        .map_err(|err| ApiError::store("cannot list executions", &err))?;
-    let next_cursor = if rows.len() < limit {
-        None
-    } else {
-        rows.last().map(cursor_of)
-    };
-    Ok(ListAnswer {
-        executions: rows.iter().map(views::summary).collect(),
-        next_cursor,
-    })
-}
+use concepts::{ClockFn, DbClient, ExecutionId, Version};
 
 pub(crate) async fn list<C: ClockFn>(
     State(state): Shared<C>,
     QueryOf(query): QueryOf<ListQuery>,
 ) -> Result<Json<ListAnswer>, ApiError> {
-    let ListQuery {
-        state: only_state,
-        function,
-        top_level,
-        parent,
-        created_after,
-        created_before,
-        id_prefix,
-        cursor,
-        limit: rows,
-    } = query;
-    let filter = ListExecutionsFilter {
-        ffqn: function
-            .map(|text| {
-                text.parse().map_err(|err| {
-                    ApiError::malformed_query(format!("`function={text}` is not a function: {err}"))
-                })
-            })
-            .transpose()?,
-        state: only_state
-            .map(|text| text.parse::<PendingStateKind>())
-            .transpose()
-            .map_err(ApiError::malformed_query)?,
-        top_level_only: top_level.unwrap_or(false),
-        parent: parent.as_deref().map(parse_id).transpose()?,
-        created_after: created_after
-            .map(|text| time("created_after", &text))
-            .transpose()?,
-        created_before: created_before
-            .map(|text| time("created_before", &text))
-            .transpose()?,
-        id_prefix,
-    };
-    let limit = limit(rows)?;
     Ok(Json(
-        page(state.db.as_ref(), filter, cursor.as_deref(), limit).await?,
+        listing::page(state.db.as_ref(), Listing::try_from(query)?).await?,
     ))
 }
 
@@ -145,15 +34,9 @@ pub(crate) async fn children<C: ClockFn>(
     Id(execution_id): Id,
     QueryOf(query): QueryOf<PageQuery>,
 ) -> Result<Json<ListAnswer>, ApiError> {
-    let limit = limit(query.limit)?;
+    let listing = Listing::children(execution_id.clone(), query.cursor, query.limit)?;
     exists(state.db.as_ref(), &execution_id).await?;
-    let filter = ListExecutionsFilter {
-        parent: Some(execution_id),
-        ..ListExecutionsFilter::default()
-    };
-    Ok(Json(
-        page(state.db.as_ref(), filter, query.cursor.as_deref(), limit).await?,
-    ))
+    Ok(Json(listing::page(state.db.as_ref(), listing).await?))
 }
 
 pub(crate) async fn show<C: ClockFn>(
@@ -174,7 +57,7 @@ pub(crate) async fn events<C: ClockFn>(
     Id(execution_id): Id,
     QueryOf(query): QueryOf<EventsQuery>,
 ) -> Result<Json<EventsAnswer>, ApiError> {
-    let limit = limit(query.limit)?;
+    let limit = listing::limit(query.limit)?;
     let from = query.from.unwrap_or(0);
     let events = state
         .db

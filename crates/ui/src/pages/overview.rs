@@ -1,0 +1,197 @@
+//! `/`: the overview. Per function, its unfinished executions by state and the executions
+//! created in the last hour that finished, by how (in the last 5 minutes and the hour); the
+//! oldest due execution's age; the leases held and by which executors.
+//!
+//! Read through the listing the API serves, a bounded page per state ([`SAMPLE`] rows), so
+//! that the page costs the same on a store of any size; a count that reaches the bound is
+//! shown as at least that many.
+
+use crate::{Shared, layout};
+use axum::response::{IntoResponse, Response};
+use chrono::{DateTime, TimeDelta, Utc};
+use concepts::ClockFn;
+use maud::{Markup, html};
+use server::{
+    ApiError,
+    listing::{self, Listing},
+    types::{ListQuery, StateData, SummaryView},
+};
+use std::collections::BTreeMap;
+
+/// Rows read per state at most.
+const SAMPLE: usize = 1_000;
+
+/// Counts of one function.
+#[derive(Debug, Default)]
+struct Counts {
+    pending: usize,
+    locked: usize,
+    blocked: usize,
+    ok_5m: usize,
+    failed_5m: usize,
+    ok_1h: usize,
+    failed_1h: usize,
+}
+
+/// A count, `1000+` when it reached the bound of what was read.
+fn count(n: usize, capped: bool) -> String {
+    if capped && n > 0 {
+        format!("≥{n}")
+    } else {
+        n.to_string()
+    }
+}
+
+async fn rows(
+    db: &dyn concepts::DbClient,
+    state: &str,
+    created_after: Option<DateTime<Utc>>,
+) -> Result<(Vec<SummaryView>, bool), ApiError> {
+    let listing = Listing::try_from(ListQuery {
+        state: Some(state.to_string()),
+        created_after: created_after
+            .map(|at| at.to_rfc3339_opts(chrono::SecondsFormat::Micros, true)),
+        limit: Some(SAMPLE),
+        ..ListQuery::default()
+    })?;
+    let page = listing::page(db, listing).await?;
+    let capped = page.next_cursor.is_some();
+    Ok((page.executions, capped))
+}
+
+pub(crate) async fn page<C: ClockFn>(axum::extract::State(ui): Shared<C>) -> Response {
+    let now = ui.clock.now();
+    let hour_ago = now - TimeDelta::hours(1);
+    let read = async {
+        Ok::<_, ApiError>((
+            rows(ui.db.as_ref(), "pending", None).await?,
+            rows(ui.db.as_ref(), "locked", None).await?,
+            rows(ui.db.as_ref(), "blocked", None).await?,
+            rows(ui.db.as_ref(), "finished", Some(hour_ago)).await?,
+        ))
+    };
+    let (pending, locked, blocked, finished) = match read.await {
+        Ok(read) => read,
+        Err(err) => return layout::api_error(&err),
+    };
+    let mut counts: BTreeMap<String, Counts> = ui
+        .catalog
+        .functions()
+        .map(|function| (function.ffqn().to_string(), Counts::default()))
+        .collect();
+    let mut oldest_due: Option<&SummaryView> = None;
+    for row in &pending.0 {
+        counts.entry(row.function.clone()).or_default().pending += 1;
+        if let StateData::Pending { scheduled_at } = &row.state.data
+            && *scheduled_at <= now
+            && oldest_due.is_none_or(|oldest| match &oldest.state.data {
+                StateData::Pending { scheduled_at: old } => scheduled_at < old,
+                _ => true,
+            })
+        {
+            oldest_due = Some(row);
+        }
+    }
+    let mut leases: BTreeMap<&str, (usize, Option<DateTime<Utc>>)> = BTreeMap::new();
+    for row in &locked.0 {
+        counts.entry(row.function.clone()).or_default().locked += 1;
+        if let StateData::Locked {
+            executor_id,
+            lock_expires_at,
+            ..
+        } = &row.state.data
+        {
+            let held = leases.entry(executor_id).or_default();
+            held.0 += 1;
+            held.1 = Some(
+                held.1
+                    .map_or(*lock_expires_at, |at| at.min(*lock_expires_at)),
+            );
+        }
+    }
+    for row in &blocked.0 {
+        counts.entry(row.function.clone()).or_default().blocked += 1;
+    }
+    let five_ago = now - TimeDelta::minutes(5);
+    for row in &finished.0 {
+        if let StateData::Finished {
+            finished_at,
+            result_kind,
+            ..
+        } = &row.state.data
+        {
+            let entry = counts.entry(row.function.clone()).or_default();
+            let ok = result_kind == "ok";
+            if *finished_at >= hour_ago {
+                if ok {
+                    entry.ok_1h += 1
+                } else {
+                    entry.failed_1h += 1
+                }
+            }
+            if *finished_at >= five_ago {
+                if ok {
+                    entry.ok_5m += 1
+                } else {
+                    entry.failed_5m += 1
+                }
+            }
+        }
+    }
+    let body = html! {
+        h1 { "Overview" }
+        (summary(oldest_due, now, pending.1))
+        h2 { "Functions" }
+        table.overview {
+            thead {
+                tr { th rowspan="2" { "Function" } th colspan="3" { "Unfinished" } th colspan="2" { "Finished, last 5 min" } th colspan="2" { "Finished, last hour" } }
+                tr { th { "pending" } th { "locked" } th { "blocked" } th { "ok" } th { "not ok" } th { "ok" } th { "not ok" } }
+            }
+            tbody {
+                @for (function, c) in &counts {
+                    tr {
+                        td { a href={ "/executions?" (layout::query(&[("function", Some(function))])) } { code { (function) } } }
+                        td.num { a href={ "/executions?" (layout::query(&[("function", Some(function)), ("state", Some("pending"))])) } { (count(c.pending, pending.1)) } }
+                        td.num { a href={ "/executions?" (layout::query(&[("function", Some(function)), ("state", Some("locked"))])) } { (count(c.locked, locked.1)) } }
+                        td.num { a href={ "/executions?" (layout::query(&[("function", Some(function)), ("state", Some("blocked"))])) } { (count(c.blocked, blocked.1)) } }
+                        td.num { (count(c.ok_5m, finished.1)) } td.num.bad[c.failed_5m > 0] { (count(c.failed_5m, finished.1)) }
+                        td.num { (count(c.ok_1h, finished.1)) } td.num.bad[c.failed_1h > 0] { (count(c.failed_1h, finished.1)) }
+                    }
+                }
+            }
+        }
+        p.note { "Finished counts are of executions created in the last hour. Counts read at most " (SAMPLE) " executions per state; ≥ marks one that reached it." }
+        h2 { "Leases" }
+        @if leases.is_empty() { p { "No execution is locked." } } @else {
+            table.leases {
+                thead { tr { th { "Executor" } th { "Leases held" } th { "Next expiry" } } }
+                tbody {
+                    @for (executor, (held, next)) in &leases {
+                        tr { td { code { (executor) } } td.num { (count(*held, locked.1)) } td { @if let Some(next) = next { (layout::time(*next)) } } }
+                    }
+                }
+            }
+        }
+    };
+    layout::page("Overview", body).into_response()
+}
+
+fn summary(oldest_due: Option<&SummaryView>, now: DateTime<Utc>, capped: bool) -> Markup {
+    let oldest = oldest_due.and_then(|row| match &row.state.data {
+        StateData::Pending { scheduled_at } => Some((row, *scheduled_at)),
+        _ => None,
+    });
+    html! {
+        p.oldest #oldest-due {
+            @match oldest {
+                Some((row, scheduled_at)) => {
+                    "The oldest due execution" @if capped { " (of the newest " (SAMPLE) " pending)" } ", "
+                    (layout::execution_link(&row.id)) ", has waited "
+                    strong { (layout::duration(now.signed_duration_since(scheduled_at).num_milliseconds())) }
+                    " for an executor."
+                }
+                None => "No execution is due: every pending one waits for its time.",
+            }
+        }
+    }
+}
