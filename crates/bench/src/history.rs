@@ -1,8 +1,9 @@
 //! Stored history: the end-to-end rate (the no-op workload of the first table) on a store
 //! that already holds many finished executions, against the same store empty (after a warm-up
-//! run of 1,000); the HTTP API's first page of finished executions on the full store
-//! ([`crate::http`]); and, on the memory backend, the resident bytes each stored finished
-//! execution costs.
+//! run of 1,000); the HTTP API's first page of finished executions on the full store and the
+//! UI's list page of the same ([`crate::http`]), then the UI's pages of a long log and of a
+//! parent of many children written into it ([`crate::pages`]); and, on the memory backend,
+//! the resident bytes each stored finished execution costs.
 //!
 //! The store is filled through its own API, quickly: `create_batch` of 10,000, `lock_pending`
 //! of 10,000, and their `Finished` outcomes written 1,000 to a transaction with
@@ -35,12 +36,24 @@ pub(crate) struct HistoryFigures {
     pub(crate) bytes_per_execution: Option<f64>,
     /// The median time of the HTTP API's first page of 100 finished executions, ms.
     pub(crate) first_page_ms: f64,
+    /// The median time of the UI's list page of finished executions (its first 100), ms.
+    pub(crate) list_page_ms: f64,
+    /// The UI's execution pages.
+    pub(crate) pages: crate::pages::PageFigures,
+}
+
+/// The UI's execution pages the stored-history phase measures: the events of the long log
+/// and the children of the parent (0 skips each).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PageSizes {
+    pub(crate) events: usize,
+    pub(crate) children: usize,
 }
 
 const CHUNK: usize = 10_000;
 /// Executions of the warm-up run.
 const WARM_UP: usize = 1_000;
-/// Rows of the HTTP listing's page.
+/// Rows of the HTTP listing's page (the API's `limit`, the UI's default page).
 const PAGE: usize = 100;
 
 /// Fills `db` with `count` finished executions through its API.
@@ -95,13 +108,15 @@ fn resident_bytes() -> Option<f64> {
 }
 
 /// Measures `store` empty, then with `stored` finished executions; `executions` per run, each
-/// after the store's upkeep ([`crate::probe::Probe::upkeep`]).
+/// after the store's upkeep ([`crate::probe::Probe::upkeep`]); then the listing pages and the
+/// execution pages of `pages` on the full store.
 pub(crate) async fn measure(
     backend: &str,
     store: &crate::Store,
     stored: usize,
     executions: usize,
     batch_size: usize,
+    pages: PageSizes,
 ) -> anyhow::Result<HistoryFigures> {
     let (db, probe) = (&store.db, &store.probe);
     // A first, small run warms the store up (file growth, PostgreSQL's first statistics), so
@@ -119,8 +134,18 @@ pub(crate) async fn measure(
     probe.upkeep().await?;
     let full = crate::run_noop(backend, db, executions, batch_size).await?;
     let served = crate::http::Served::start(db.clone(), Arc::new(node::Catalog::new())).await?;
-    let first_page_ms = served.first_page_ms(PAGE).await;
+    let timed = async {
+        let first_page_ms = served.first_page_ms(PAGE).await?;
+        let list_page_ms = served.list_page_ms(PAGE).await?;
+        // Written after the listings, so that those list the fill's executions only.
+        let figures =
+            crate::pages::measure(backend, db.as_ref(), &served, pages.events, pages.children)
+                .await?;
+        anyhow::Ok((first_page_ms, list_page_ms, figures))
+    }
+    .await;
     served.stop().await?;
+    let (first_page_ms, list_page_ms, pages) = timed?;
     let bytes_per_execution = match (backend, before, after) {
         ("memory", Some(before), Some(after)) => Some((after - before) / stored as f64),
         _ => None,
@@ -130,12 +155,16 @@ pub(crate) async fn measure(
         empty_rate: empty.per_second(empty.create + empty.run),
         stored_rate: full.per_second(full.create + full.run),
         bytes_per_execution,
-        first_page_ms: first_page_ms?,
+        first_page_ms,
+        list_page_ms,
+        pages,
     })
 }
 
 /// The targets-table rows of `figures`: within 20% of the empty store on SQLite and
-/// PostgreSQL (reported on memory), and the memory backend's bytes per execution.
+/// PostgreSQL (reported on memory), the listing pages (the API's first page under 50 ms, the
+/// UI's under 200 ms, on SQLite and PostgreSQL), the execution pages (under 200 ms) and the
+/// memory backend's bytes per execution.
 pub(crate) fn rows(backend: &str, figures: &HistoryFigures) -> Vec<crate::targets::Row> {
     use crate::targets::{Goal, Row};
     let goal = if backend == "memory" {
@@ -168,6 +197,21 @@ pub(crate) fn rows(backend: &str, figures: &HistoryFigures) -> Vec<crate::target
             Goal::AtMost(50.0)
         },
     ));
+    rows.push(Row::alone(
+        format!(
+            "UI GET /executions?state=finished, first page of {PAGE} with {} stored, ms (median of {})",
+            figures.stored,
+            crate::http::PAGES
+        ),
+        figures.list_page_ms,
+        "ms",
+        if backend == "memory" {
+            Goal::Report
+        } else {
+            Goal::AtMost(200.0)
+        },
+    ));
+    rows.extend(crate::pages::rows(&figures.pages));
     if let Some(bytes) = figures.bytes_per_execution {
         rows.push(Row::alone(
             "resident bytes per stored finished execution",

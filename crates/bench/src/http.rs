@@ -1,10 +1,15 @@
-//! The HTTP API's rows: the API served on loopback over a bench store (`server::serve_until`,
-//! as `stele serve --http` serves it), and a client that keeps its connections (`reqwest`), so
-//! that a figure is the server's and the store's time, not a TCP handshake's.
+//! The HTTP rows: the API and the web UI served on loopback over a bench store
+//! (`server::serve_until_with` and `ui::router`, as `stele serve --http` serves them), and a client that keeps its
+//! connections (`reqwest`), so that a figure is the server's and the store's time, not a TCP
+//! handshake's.
 //!
-//! - the first page of `GET /api/v1/executions?state=finished&limit=100` on a store holding
-//!   the stored-history rows' million finished executions, the median of [`PAGES`] requests
+//! - the first page of `GET /api/v1/executions?state=finished&limit=100`, and the UI's list
+//!   page `GET /executions?state=finished` (its first page of 100), on a store holding the
+//!   stored-history rows' million finished executions, each the median of [`PAGES`] requests
 //!   after [`WARM_UP`] untimed ones (in [`crate::history`]);
+//! - the UI's page of one execution (`GET /executions/{id}`) on the same store, of an
+//!   execution with a 20,000-event log and of a parent of 10,000 finished children, each the
+//!   median of [`EXECUTION_PAGES`] requests after one untimed one (in [`crate::pages`]);
 //! - submit to result over HTTP (`POST /api/v1/executions`, then `GET .../wait`) beside the
 //!   same through the library (`node::submit`, then `node::wait_for_result`), one execution at
 //!   a time on an idle executor, the two alternating so that both see the same load (in
@@ -23,27 +28,30 @@ use tokio::{sync::oneshot, task::JoinHandle};
 
 /// Untimed requests before the timed ones.
 const WARM_UP: usize = 5;
-/// Timed requests of the listing row.
+/// Timed requests of the listing rows.
 pub(crate) const PAGES: usize = 51;
+/// Timed requests of an execution page's row (after one untimed one).
+pub(crate) const EXECUTION_PAGES: usize = 11;
 
-/// The API served on an ephemeral loopback port until [`Served::stop`].
+/// The API and the UI served on an ephemeral loopback port until [`Served::stop`].
 pub(crate) struct Served {
-    base: String,
+    /// `http://127.0.0.1:PORT`: the UI's pages, and the API under `/api/v1`.
+    root: String,
     http: reqwest::Client,
     stop: oneshot::Sender<()>,
     task: JoinHandle<std::io::Result<()>>,
 }
 
 impl Served {
-    /// Serves the API over `db` with `catalog` (what `POST /executions` accepts).
+    /// Serves the API and the UI over `db` with `catalog` (what `POST /executions` accepts).
     pub(crate) async fn start(
         db: Arc<dyn DbConnection>,
         catalog: Arc<Catalog>,
     ) -> anyhow::Result<Self> {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-        let base = format!("http://{}/api/v1", listener.local_addr()?);
+        let root = format!("http://{}", listener.local_addr()?);
         let (stop, stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(server::serve_until(
+        let task = tokio::spawn(server::serve_until_with(
             listener,
             db,
             Now,
@@ -52,9 +60,10 @@ impl Served {
             async {
                 let _ = stopped.await;
             },
+            |mount| ui::router(mount, ui::UiOptions::default()),
         ));
         Ok(Self {
-            base,
+            root,
             http: reqwest::Client::new(),
             stop,
             task,
@@ -68,7 +77,7 @@ impl Served {
     }
 
     async fn get(&self, path: &str) -> anyhow::Result<(u16, Value)> {
-        Self::answer(self.http.get(format!("{}{path}", self.base))).await
+        Self::answer(self.http.get(format!("{}/api/v1{path}", self.root))).await
     }
 
     /// Submits one execution of `function` with `params` and waits for its result over HTTP.
@@ -79,7 +88,7 @@ impl Served {
     ) -> anyhow::Result<()> {
         let submit = self
             .http
-            .post(format!("{}/executions", self.base))
+            .post(format!("{}/api/v1/executions", self.root))
             .json(&json!({"function": function, "params": params}));
         let (status, body) = Self::answer(submit).await?;
         ensure!(status == 201, "POST /executions answered {status}: {body}");
@@ -112,6 +121,74 @@ impl Served {
         }
         samples.sort_unstable();
         Ok(samples[samples.len() / 2].as_secs_f64() * 1e3)
+    }
+
+    /// A UI page (`path` from the root): its status and its HTML.
+    async fn html(&self, path: &str) -> anyhow::Result<(u16, String)> {
+        let response = self
+            .http
+            .get(format!("{}{path}", self.root))
+            .send()
+            .await
+            .context("an HTTP request")?;
+        let status = response.status().as_u16();
+        Ok((status, response.text().await.context("an HTML answer")?))
+    }
+
+    /// The median time of `samples` requests of the UI page `path` after `warm_up` untimed
+    /// ones; each must answer 200 with a page that `check` accepts (or the reason it does
+    /// not).
+    pub(crate) async fn html_ms(
+        &self,
+        path: &str,
+        warm_up: usize,
+        samples: usize,
+        check: impl Fn(&str) -> Result<(), String>,
+    ) -> anyhow::Result<f64> {
+        let mut timed = Vec::with_capacity(samples);
+        for n in 0..warm_up + samples {
+            let start = Instant::now();
+            let (status, body) = self.html(path).await?;
+            let elapsed = start.elapsed();
+            ensure!(status == 200, "GET {path} answered {status}");
+            if let Err(why) = check(&body) {
+                anyhow::bail!("GET {path}: {why}");
+            }
+            if n >= warm_up {
+                timed.push(elapsed);
+            }
+        }
+        timed.sort_unstable();
+        Ok(timed[timed.len() / 2].as_secs_f64() * 1e3)
+    }
+
+    /// The median time of the UI's list page of finished executions (its first page), which
+    /// must show `rows` executions.
+    pub(crate) async fn list_page_ms(&self, rows: usize) -> anyhow::Result<f64> {
+        self.html_ms("/executions?state=finished", WARM_UP, PAGES, |body| {
+            let shown = body.matches("<a class=\"id\" href=\"/executions/").count();
+            if shown == rows {
+                Ok(())
+            } else {
+                Err(format!("the page shows {shown} executions, not {rows}"))
+            }
+        })
+        .await
+    }
+
+    /// The median time of the UI's page of execution `id`, after one untimed request; the
+    /// page must name it and hold `needle`.
+    pub(crate) async fn execution_page_ms(&self, id: &str, needle: &str) -> anyhow::Result<f64> {
+        self.html_ms(&format!("/executions/{id}"), 1, EXECUTION_PAGES, |body| {
+            if !body.contains(id) {
+                Err(format!("the page does not name {id}"))
+            } else if !body.contains(needle) {
+                Err(format!("the page has no `{needle}`"))
+            } else {
+                Ok(())
+            }
+        })
+        .await
     }
 
     /// Stops serving and waits for the server to finish.

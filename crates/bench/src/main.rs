@@ -26,7 +26,8 @@
 //!
 //! Then the engine's other targets: mass lease expiry (`expiry`, `--expiry-leases`), the
 //! end-to-end rate on a store holding many finished executions (`history`,
-//! `--stored-executions`), and the lock's cost beside long histories (`lockcost`,
+//! `--stored-executions`, with the HTTP API's and the UI's pages on it, `pages`,
+//! `--page-events`, `--page-children`), and the lock's cost beside long histories (`lockcost`,
 //! `--lock-history`); 0 skips each.
 //!
 //! Then the latency rows (`latency`, skipped with `--no-latency`): submit to `Finished` of one
@@ -42,6 +43,7 @@
 
 #![expect(clippy::print_stdout, reason = "a benchmark prints its results")]
 
+mod ceiling;
 mod counting;
 mod expiry;
 mod history;
@@ -51,6 +53,7 @@ mod latency;
 mod lifecycle;
 mod lockcost;
 mod multi;
+mod pages;
 mod pg_limit;
 mod probe;
 mod soak;
@@ -159,6 +162,14 @@ struct Args {
     /// skips the rows).
     #[arg(long, default_value_t = 1_000_000)]
     stored_executions: usize,
+    /// Stored history: how many events the long log whose UI page is timed holds (0 skips
+    /// the row).
+    #[arg(long, default_value_t = 20_000)]
+    page_events: usize,
+    /// Stored history: how many finished children the parent whose UI page is timed has (0
+    /// skips the row).
+    #[arg(long, default_value_t = 10_000)]
+    page_children: usize,
     /// Lock cost: how many events the long logs hold (0 skips the row).
     #[arg(long, default_value_t = 2_000)]
     lock_history: usize,
@@ -482,43 +493,6 @@ fn synchronous(level: &str) -> anyhow::Result<Synchronous> {
     }
 }
 
-/// Raw SQLite: `rows_per_txn` small rows per transaction, repeated for about `budget`.
-/// Returns (transactions/s, rows/s).
-fn sqlite_ceiling(
-    dir: &Path,
-    synchronous: &str,
-    rows_per_txn: usize,
-    budget: Duration,
-) -> anyhow::Result<(f64, f64)> {
-    let path = dir.join(format!("ceiling-{synchronous}-{rows_per_txn}.db"));
-    let conn = rusqlite::Connection::open(&path)?;
-    let mode: String = conn.query_row("PRAGMA journal_mode=WAL", [], |row| row.get(0))?;
-    anyhow::ensure!(mode == "wal", "journal_mode is {mode}, expected wal");
-    conn.execute_batch(&format!(
-        "PRAGMA synchronous={synchronous}; CREATE TABLE t (id INTEGER PRIMARY KEY, execution_id TEXT NOT NULL, body TEXT NOT NULL);"
-    ))?;
-    let body = "x".repeat(200);
-    let start = Instant::now();
-    let mut transactions = 0usize;
-    while start.elapsed() < budget {
-        let tx = conn.unchecked_transaction()?;
-        {
-            let mut stmt =
-                tx.prepare_cached("INSERT INTO t (execution_id, body) VALUES (?1, ?2)")?;
-            for row in 0..rows_per_txn {
-                stmt.execute(rusqlite::params![format!("E_{transactions}_{row}"), body])?;
-            }
-        }
-        tx.commit()?;
-        transactions += 1;
-    }
-    let secs = start.elapsed().as_secs_f64();
-    Ok((
-        transactions as f64 / secs,
-        (transactions * rows_per_txn) as f64 / secs,
-    ))
-}
-
 fn machine() -> String {
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
@@ -694,7 +668,8 @@ async fn bench(args: Args) -> anyhow::Result<()> {
         )?;
         writeln!(report, "|---|---:|---:|---:|")?;
         for (level, rows) in [("FULL", 1), ("NORMAL", 1), ("FULL", 100)] {
-            let (tps, rps) = sqlite_ceiling(dir.path(), level, rows, Duration::from_secs(3))?;
+            let (tps, rps) =
+                ceiling::sqlite_ceiling(dir.path(), level, rows, Duration::from_secs(3))?;
             writeln!(report, "| {level} | {rows} | {tps:.0} | {rps:.0} |")?;
             if (level, rows) == ("FULL", 1)
                 && sync == Synchronous::Full
@@ -748,7 +723,12 @@ async fn bench(args: Args) -> anyhow::Result<()> {
             args.stored_executions
         );
         let (stored, executions) = (args.stored_executions, args.executions);
-        let measured = history::measure(backend, &store, stored, executions, args.batch_size).await;
+        let pages = history::PageSizes {
+            events: args.page_events,
+            children: args.page_children,
+        };
+        let measured =
+            history::measure(backend, &store, stored, executions, args.batch_size, pages).await;
         store.finish().await?;
         for row in history::rows(backend, &measured?) {
             targets.add(backend, row);
