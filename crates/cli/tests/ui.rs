@@ -264,6 +264,19 @@ impl Journey {
         }
     }
 
+    /// Waits until the page shown is `path` (a click's navigation has happened).
+    async fn until_path(&self, path: &str) {
+        let deadline = Instant::now() + SAFETY;
+        loop {
+            let url = self.client.current_url().await.expect("a URL");
+            if url.path() == path {
+                return;
+            }
+            assert!(Instant::now() < deadline, "never at {path}: {url}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     async fn script(&self, script: &str) -> Value {
         self.client
             .execute(script, vec![])
@@ -325,20 +338,40 @@ async fn journey(backend: &'static str, db: &str, test: &str) {
         .await
         .expect("select finished");
     journey.click("form.filters button[type=submit]").await;
-    let url = journey.client.current_url().await.expect("a URL");
-    assert!(
-        url.query()
-            .is_some_and(|query| query.contains("state=finished")),
-        "{url}"
-    );
-    let states = journey
-        .script(
-            "return [...document.querySelectorAll('#live-rows .badge')].map(b => b.dataset.state)",
-        )
-        .await;
-    let states = states.as_array().expect("an array");
-    assert!(states.len() >= 4, "the fanout and its children: {states:?}");
-    assert!(states.iter().all(|state| state == "finished"), "{states:?}");
+    // The form's GET navigates: wait for the filtered page, whose URL keeps the filter.
+    let deadline = Instant::now() + SAFETY;
+    loop {
+        let url = journey.client.current_url().await.expect("a URL");
+        if url
+            .query()
+            .is_some_and(|query| query.contains("state=finished"))
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the filter never reached the URL: {url}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Every row of the filtered page is finished (read until the new page is the one shown).
+    let deadline = Instant::now() + SAFETY;
+    loop {
+        let states = journey
+            .script(
+                "return [...document.querySelectorAll('#live-rows .badge')].map(b => b.dataset.state)",
+            )
+            .await;
+        let states = states.as_array().cloned().unwrap_or_default();
+        if states.len() >= 4 && states.iter().all(|state| state == "finished") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the fanout and its children, all finished: {states:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     journey.shot("list-finished").await;
 
     // The fanout's child tree: a child expands (to its own children: none), its page leads
@@ -369,11 +402,8 @@ async fn journey(backend: &'static str, db: &str, test: &str) {
     );
     journey.shot("child").await;
     journey.click("p.crumbs a.parent").await;
-    journey.until_text("h1", &fanout).await;
-    assert_eq!(
-        journey.client.current_url().await.expect("a URL").path(),
-        format!("/executions/{fanout}")
-    );
+    journey.until_path(&format!("/executions/{fanout}")).await;
+    journey.until_text("#children", "children_1").await;
 
     // The sleeper, cancelled with the button: the answer and the new state arrive in the
     // page, which is not reloaded (a mark set on the window survives).
