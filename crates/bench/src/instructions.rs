@@ -8,7 +8,8 @@
 //! them to their last acknowledged `Finished`. Store creation and teardown are outside the
 //! phase. One thread makes the count repeatable (a multi-thread runtime adds its workers'
 //! parking and stealing, which depend on timing); the figure is the phase's instructions
-//! divided by the executions. `--callgrind-out` keeps the profile for `callgrind_annotate`.
+//! divided by the executions. `--callgrind-out` keeps the profile for `callgrind_annotate`;
+//! `--with-recorder` counts with Prometheus' recorder installed (the cost of the metrics).
 
 use anyhow::{Context, bail};
 use std::{path::PathBuf, process::Command, sync::Arc};
@@ -26,6 +27,10 @@ pub(crate) struct InstructionArgs {
     /// With --instructions: keep callgrind's profile at this path (for `callgrind_annotate`).
     #[arg(long)]
     callgrind_out: Option<PathBuf>,
+    /// With --instructions: count with a metrics recorder installed (Prometheus', as `stele
+    /// serve` installs it), to measure what recording costs.
+    #[arg(long)]
+    pub(crate) with_recorder: bool,
     /// Run the counted phase itself (the benchmark starts itself this way under callgrind).
     #[arg(long, hide = true)]
     pub(crate) instructions_phase: bool,
@@ -58,6 +63,7 @@ pub(crate) fn count(
         .arg(executions.to_string())
         .arg("--batch-size")
         .arg(batch_size.to_string())
+        .args(args.with_recorder.then_some("--with-recorder"))
         .output()
         .context(
             "running valgrind: is it installed? (`apt-get install valgrind`; --instructions \
@@ -98,8 +104,18 @@ fn total_instructions(profile: &str) -> Option<u64> {
     })
 }
 
-/// The counted run, in the process callgrind started: a memory store, then the phase.
-pub(crate) fn run_phase(executions: usize, batch_size: usize) -> anyhow::Result<()> {
+/// The counted run, in the process callgrind started: a memory store (and the recorder, with
+/// `--with-recorder`), then the phase.
+pub(crate) fn run_phase(
+    executions: usize,
+    batch_size: usize,
+    with_recorder: bool,
+) -> anyhow::Result<()> {
+    if with_recorder {
+        let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+        metrics::set_global_recorder(recorder).context("installing the recorder")?;
+        concepts::metrics::describe();
+    }
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;

@@ -510,7 +510,8 @@ fn machine() -> String {
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     if cli.args.instructions.instructions_phase {
-        return instructions::run_phase(cli.args.executions, cli.args.batch_size);
+        let with_recorder = cli.args.instructions.with_recorder;
+        return instructions::run_phase(cli.args.executions, cli.args.batch_size, with_recorder);
     }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -1664,6 +1664,77 @@ fn serve_refuses_a_public_http_address_without_a_token() {
     assert!(!db_path.exists(), "nothing was started or created");
 }
 
+/// `/metrics` of a running `serve`, scraped over HTTP behind the token: Prometheus' text
+/// format, which parses line by line, and holds the counts of what the node ran.
+#[test]
+fn serve_http_serves_its_metrics_in_prometheus_text_behind_the_token() {
+    use std::io::{Read as _, Write as _};
+    let dir = tempfile::tempdir().unwrap();
+    let db_path = empty_database(dir.path());
+    let db = path_str(&db_path);
+    let server = Server::start(db, &["--http", "127.0.0.1:0", "--http-token", "t0k"]);
+    let request = |head: &str, body: &str| {
+        let address = server_address(&server.first);
+        let mut stream = std::net::TcpStream::connect(&address).expect("connect");
+        write!(
+            stream,
+            "{head}\r\nHost: {address}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        )
+        .unwrap();
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).expect("an answer");
+        answer
+    };
+    // Submitted through the node's own API, so that the node's process counts the creation.
+    let id = "E_01KBHTTPDEM000000000000003";
+    let submitted = request(
+        "POST /api/v1/executions HTTP/1.1\r\nAuthorization: Bearer t0k\r\nContent-Type: application/json",
+        &format!(
+            r#"{{"function":"{FLAKY}","params":{{"fail_probability":0,"work_ms":1}},"id":"{id}"}}"#
+        ),
+    );
+    assert!(submitted.starts_with("HTTP/1.1 201"), "{submitted}");
+    run_ok(&["--db", db, "executions", "wait", id, "--timeout", "60s"]);
+    let scrape = |auth: &str| request(&format!("GET /metrics HTTP/1.1{auth}"), "");
+    assert!(scrape("").starts_with("HTTP/1.1 401"));
+    let answer = scrape("\r\nAuthorization: Bearer t0k");
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    let (_, body) = answer.split_once("\r\n\r\n").expect("headers and a body");
+    // Every line is a comment or `name{labels} value`, with a number for the value.
+    let mut samples = std::collections::HashMap::new();
+    for line in body.lines().filter(|line| !line.is_empty()) {
+        if line.starts_with('#') {
+            continue;
+        }
+        let (series, value) = line.rsplit_once(' ').unwrap_or_else(|| panic!("{line}"));
+        let value: f64 = value
+            .parse()
+            .unwrap_or_else(|_| panic!("not a number: {line}"));
+        samples.insert(series.to_string(), value);
+    }
+    let flaky = r#"function="stele:demo/activities.flaky""#;
+    assert_eq!(
+        samples.get(&format!("stele_executions_created_total{{{flaky}}}")),
+        Some(&1.0),
+        "{body}"
+    );
+    assert_eq!(
+        samples.get(&format!(
+            r#"stele_executions_finished_total{{{flaky},outcome="ok"}}"#
+        )),
+        Some(&1.0),
+        "{body}"
+    );
+    assert!(
+        body.contains("# TYPE stele_attempt_duration_seconds summary")
+            || body.contains("# TYPE stele_attempt_duration_seconds histogram"),
+        "{body}"
+    );
+    let (code, _) = server.terminate();
+    assert_eq!(code, 130);
+}
+
 #[test]
 fn serve_http_answers_a_request_with_its_token() {
     use std::io::{Read as _, Write as _};

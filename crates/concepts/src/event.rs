@@ -155,6 +155,20 @@ pub enum ResultKind {
 }
 
 impl ResultKind {
+    /// Its name where it is read by other programs (the HTTP API's documents, the metrics'
+    /// labels): `ok`, `error`, `timeout`, `unhandled_child_error`, `failed`, `cancelled`.
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Ok => "ok",
+            Self::FallibleError => "error",
+            Self::Timeout => "timeout",
+            Self::UnhandledChildExecutionError => "unhandled_child_error",
+            Self::PermanentFailure => "failed",
+            Self::Cancelled => "cancelled",
+        }
+    }
+
     /// The kind of a finished result.
     #[must_use]
     pub fn of(result: &FinishedExecutionResult) -> Self {

@@ -38,6 +38,7 @@ mod event;
 mod ids;
 pub mod kernel;
 mod lifecycle;
+pub mod metrics;
 mod outcome;
 mod pending_state;
 pub mod retry;

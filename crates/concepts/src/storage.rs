@@ -159,6 +159,9 @@ pub struct LockedExecution {
     pub parent: Option<(ExecutionId, JoinSetId)>,
     /// `TemporarilyFailed` + `TemporarilyTimedOut` events so far.
     pub temporary_event_count: u32,
+    /// When it was due, before this lock: its schedule, the end of a backoff or a sleep, or
+    /// the arrival of a response.
+    pub due_at: DateTime<Utc>,
 }
 
 /// A lease that expired, with what the watcher needs to decide.

@@ -84,6 +84,8 @@ pub struct ExecTask<C: ClockFn> {
     db: Arc<dyn DbExecutor>,
     executor_id: ExecutorId,
     ffqns: Arc<[FunctionFqn]>,
+    /// The handles of its metrics, registered when it is made.
+    meters: Arc<crate::metrics::Meters>,
     ticks: Arc<AtomicU64>,
     cancellation: Cancellation,
     /// The loop's runs, for [`ExecutorTaskHandle::drain`].
@@ -105,7 +107,8 @@ impl<C: ClockFn> ExecTask<C> {
         db: Arc<dyn DbExecutor>,
     ) -> Self {
         let executor_id = ExecutorId::generate_at(clock.now());
-        let ffqns = worker.exported_functions().into();
+        let ffqns: Arc<[FunctionFqn]> = worker.exported_functions().into();
+        let meters = Arc::new(crate::metrics::Meters::new(&config.component_id, &ffqns));
         let (limiter, lock_at) = match &config.task_limiter {
             Some(limiter) => (limiter.clone(), 1),
             None => {
@@ -123,6 +126,7 @@ impl<C: ClockFn> ExecTask<C> {
             db,
             executor_id,
             ffqns,
+            meters,
             ticks: Arc::default(),
             runs: RunTasks::default(),
         }
@@ -209,6 +213,7 @@ impl<C: ClockFn> ExecTask<C> {
             if let Err(err) = &locked {
                 warn!("cannot lock pending executions: {err}");
             }
+            self.meters.slots(self.limiter.available_permits());
             tokio::select! {
                 _ = closing.wait_for(|closing| *closing) => break,
                 () = self.wait_after_tick(locked.is_ok()) => {}
@@ -313,10 +318,11 @@ impl<C: ClockFn> ExecTask<C> {
         let runs = locked
             .into_iter()
             .map(|locked| {
+                let meters = self.meters.locked(&locked, executed_at);
                 let permit = permits.pop();
                 Run {
                     execution_id: locked.execution_id.clone(),
-                    future: self.run(locked, permit),
+                    future: self.run(locked, permit, meters),
                 }
             })
             .collect();
@@ -330,9 +336,12 @@ impl<C: ClockFn> ExecTask<C> {
         locked: LockedExecution,
         // `None` only when the store locked more executions than it was asked for.
         permit: Option<OwnedSemaphorePermit>,
+        meters: Arc<crate::metrics::FunctionMeters>,
     ) -> BoxFuture<'static, ()> {
         let run = RunInfo::from(&locked);
         let span = self.worker_span(&locked);
+        let scheduled_at = locked.scheduled_at;
+        let executor_meters = self.meters.clone();
         let ctx = WorkerContext {
             can_be_retried: retry::can_be_retried(locked.temporary_event_count, locked.max_retries),
             temporary_event_count: locked.temporary_event_count,
@@ -353,10 +362,23 @@ impl<C: ClockFn> ExecTask<C> {
         let db = self.db.clone();
         let clock = self.clock.clone();
         let task = async move {
+            executor_meters.in_flight(1.0);
+            let started = std::time::Instant::now();
             let result = run_catching_panics(worker.as_ref(), ctx).await;
-            if let Some(write) = map_worker_result(result, &run, clock.now()) {
-                write_outcome(db.as_ref(), write).await;
+            let by_worker = matches!(result, WorkerResult::DbUpdatedByWorker);
+            let ran = started.elapsed();
+            let now = clock.now();
+            match map_worker_result(result, &run, now) {
+                Some(write) => {
+                    let outcome = crate::metrics::Outcome::of(&write.event);
+                    if write_outcome(db.as_ref(), write).await {
+                        meters.attempt(ran, outcome, scheduled_at, now);
+                    }
+                }
+                None if by_worker => meters.attempt_by_worker(ran),
+                None => {}
             }
+            executor_meters.in_flight(-1.0);
             drop(permit);
         };
         Box::pin(task.instrument(span))
@@ -624,21 +646,26 @@ const OUTCOME_RETRY_BACKOFF: Duration = Duration::from_millis(20);
 /// future returned holds the write once, in the copy kept for a retry, and that boxed: the
 /// run's task, whose future holds this one, is allocated once per execution, and allocators
 /// serve small blocks much faster than large ones.
-fn write_outcome(db: &dyn DbExecutor, write: OutcomeWrite) -> impl Future<Output = ()> + Send + '_ {
+fn write_outcome(
+    db: &dyn DbExecutor,
+    write: OutcomeWrite,
+) -> impl Future<Output = bool> + Send + '_ {
     let copy = Box::new(write.clone());
     let first = db.append_outcome(write);
     async move {
         if let Err(err) = first.await {
             // Out of line and boxed: the retries (and their timers) cost the task's future
             // nothing on the common path.
-            Box::pin(after_failed_write(db, *copy, err)).await;
+            Box::pin(after_failed_write(db, *copy, err)).await
         } else {
             debug!("wrote {}", copy.event.variant_name());
+            true
         }
     }
 }
 
-async fn after_failed_write(db: &dyn DbExecutor, write: OutcomeWrite, mut err: DbError) {
+/// True when a retry wrote it (or an earlier attempt whose reply was lost had).
+async fn after_failed_write(db: &dyn DbExecutor, write: OutcomeWrite, mut err: DbError) -> bool {
     let event = write.event.variant_name();
     let mut backoff = OUTCOME_RETRY_BACKOFF;
     let mut attempt = 1;
@@ -646,14 +673,14 @@ async fn after_failed_write(db: &dyn DbExecutor, write: OutcomeWrite, mut err: D
         if is_lost_race(&err) {
             if attempt > 1 && written_earlier(db, &write).await {
                 debug!("{event} was written by an earlier attempt whose reply was lost");
-            } else {
-                log_lost_race(&format!("the {event} write"), &err);
+                return true;
             }
-            return;
+            log_lost_race(&format!("the {event} write"), &err);
+            return false;
         }
         if !err.is_retriable() || attempt >= OUTCOME_WRITE_ATTEMPTS {
             warn!("cannot write {event}, the lease expiry recovers: {err}");
-            return;
+            return false;
         }
         debug!("cannot write {event} (attempt {attempt}), retrying in {backoff:?}: {err}");
         tokio::time::sleep(backoff).await;
@@ -662,7 +689,7 @@ async fn after_failed_write(db: &dyn DbExecutor, write: OutcomeWrite, mut err: D
         match db.append_outcome(write.clone()).await {
             Ok(_) => {
                 debug!("wrote {event} at attempt {attempt}");
-                return;
+                return true;
             }
             Err(next) => err = next,
         }

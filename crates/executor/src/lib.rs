@@ -125,6 +125,7 @@
 mod cancel;
 mod exec_task;
 mod mapping;
+mod metrics;
 mod worker;
 
 pub use cancel::Cancellation;

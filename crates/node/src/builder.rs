@@ -298,6 +298,16 @@ impl<C: ClockFn> NodeBuilder<C> {
         self
     }
 
+    /// Samples the gauges of due executions every `every` (`sampler`): per function it runs,
+    /// how many executions are due and not locked, and how long the oldest has waited, for
+    /// the metrics recorder the program installed.
+    #[must_use]
+    pub fn sample_metrics(self, every: Duration) -> Self {
+        self.background_service("metrics sampler", move |context| {
+            crate::sampler::run(context, every)
+        })
+    }
+
     /// Runs `task` beside the executors: `start` spawns `task(signal)`, and
     /// [`Node::shutdown`] fires the signal when it stops the executors, waits for the task
     /// until its deadline and aborts it then. A server is such a task: it stops accepting when

@@ -98,6 +98,8 @@ mod catalog;
 mod duration;
 mod error;
 mod node;
+pub mod recent;
+pub mod sampler;
 mod settings;
 mod submit;
 

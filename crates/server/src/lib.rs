@@ -16,6 +16,7 @@
 //! | `GET /api/v1/functions` | the functions the node runs (its [`node::Catalog`]) | 200 |
 //! | `GET /api/v1/healthz` | the process serves | 200 |
 //! | `GET /api/v1/readyz` | the store answers a read | 200, 503 |
+//! | `GET /metrics` | the program's metrics, when [`ApiOptions::metrics`] is set (Prometheus' text format for `stele serve`; the names are in `docs/METRICS.md`) | 200 |
 //!
 //! The documents are in [`types`]: times in RFC 3339 UTC, ids as the model writes them, the
 //! `wait` timeout as the `stele` command writes durations (`500ms`, `30s`, `1m`; one parser,
@@ -116,6 +117,20 @@ pub struct ApiOptions {
     pub max_wait: Duration,
     /// The largest request body (1 MiB); a larger one is 413.
     pub body_limit: usize,
+    /// The metrics served on `/metrics` (behind the same token): the text of the recorder
+    /// the program installed, Prometheus' say. None: no `/metrics` route.
+    pub metrics: Option<MetricsText>,
+}
+
+/// What `/metrics` answers: a function that renders the program's metrics as text (in
+/// Prometheus' exposition format, for `metrics-exporter-prometheus`'s handle).
+#[derive(Clone)]
+pub struct MetricsText(pub Arc<dyn Fn() -> String + Send + Sync>);
+
+impl std::fmt::Debug for MetricsText {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("MetricsText")
+    }
 }
 
 impl Default for ApiOptions {
@@ -126,6 +141,7 @@ impl Default for ApiOptions {
             cors_origins: Vec::new(),
             max_wait: Duration::from_secs(60),
             body_limit: 1024 * 1024,
+            metrics: None,
         }
     }
 }

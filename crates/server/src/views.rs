@@ -25,16 +25,9 @@ fn millis(duration: Duration) -> u64 {
 }
 
 /// `ok`, `error`, `timeout`, `unhandled_child_error`, `failed`, `cancelled`: the `kind`s of
-/// [`ResultView`].
+/// [`ResultView`] ([`ResultKind::name`]).
 pub fn result_kind(kind: ResultKind) -> &'static str {
-    match kind {
-        ResultKind::Ok => "ok",
-        ResultKind::FallibleError => "error",
-        ResultKind::Timeout => "timeout",
-        ResultKind::UnhandledChildExecutionError => "unhandled_child_error",
-        ResultKind::PermanentFailure => "failed",
-        ResultKind::Cancelled => "cancelled",
-    }
+    kind.name()
 }
 
 /// Where an execution stands, in words and as data.

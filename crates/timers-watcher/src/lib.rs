@@ -116,7 +116,10 @@ where
             ExpiredTimer::Delay(delay) => {
                 let response = delay_response(&delay);
                 match db.append_response(now, &delay.execution_id, response).await {
-                    Ok(()) => progress.expired_async_timers += 1,
+                    Ok(()) => {
+                        progress.expired_async_timers += 1;
+                        metrics::counter!(concepts::metrics::SLEEPS_FIRED).increment(1);
+                    }
                     Err(DbError::Duplicate(err)) => debug!("delay already delivered: {err}"),
                     Err(err) => warn!(
                         execution_id = %delay.execution_id,
@@ -136,6 +139,8 @@ where
     let mut writes = futures_util::stream::iter(writes).buffered(WRITES_IN_FLIGHT);
     while let Some(resolved) = writes.next().await {
         progress.expired_locks += resolved;
+        metrics::counter!(concepts::metrics::LEASES_EXPIRED)
+            .increment(u64::try_from(resolved).unwrap_or(u64::MAX));
     }
     Ok(progress)
 }

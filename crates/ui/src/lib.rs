@@ -60,12 +60,17 @@ use tokio::net::TcpListener;
 pub struct UiOptions {
     /// How often a live topic's task reads the store while a page is open on it (500 ms).
     pub live_interval: Duration,
+    /// What the node's metrics counted lately (`node::recent::RecentRecorder`), which the
+    /// overview shows; without it, the overview reads finishes from the store and shows no
+    /// retries.
+    pub recent: Option<Arc<node::recent::Recent>>,
 }
 
 impl Default for UiOptions {
     fn default() -> Self {
         Self {
             live_interval: Duration::from_millis(500),
+            recent: None,
         }
     }
 }
@@ -81,6 +86,7 @@ pub(crate) struct Ui<C: ClockFn> {
     /// The token every action's form carries: drawn at random when the router is built.
     pub(crate) form_token: String,
     pub(crate) live: live::Hub,
+    pub(crate) recent: Option<Arc<node::recent::Recent>>,
 }
 
 /// Shared state of the handlers.
@@ -94,14 +100,19 @@ pub(crate) type Shared<C> = axum::extract::State<Arc<Ui<C>>>;
 /// # async fn example(db: std::sync::Arc<dyn concepts::DbConnection>) -> anyhow::Result<()> {
 /// let listener = tokio::net::TcpListener::bind(server::DEFAULT_ADDRESS).await?;
 /// let node = node::Node::builder(db, executor::Now)
-///     .background_service("http", ui::serve(listener, server::ApiOptions::default()))
+///     .background_service(
+///         "http",
+///         ui::serve(listener, server::ApiOptions::default(), ui::UiOptions::default()),
+///     )
 ///     .start()?;
 /// # Ok(()) }
 /// ```
-pub fn serve<C: ClockFn>(listener: TcpListener, options: ApiOptions) -> server::Service<C> {
-    server::serve_with(listener, options, |mount| {
-        router(mount, UiOptions::default())
-    })
+pub fn serve<C: ClockFn>(
+    listener: TcpListener,
+    options: ApiOptions,
+    ui: UiOptions,
+) -> server::Service<C> {
+    server::serve_with(listener, options, |mount| router(mount, ui))
 }
 
 /// The UI's routes, for [`server::serve_with`], [`server::serve_until_with`] (a program that
@@ -117,6 +128,7 @@ pub fn router<C: ClockFn>(mount: Mount<C>, options: UiOptions) -> Router {
     } = mount;
     let ui = Arc::new(Ui {
         live: live::Hub::new(options.live_interval, signal),
+        recent: options.recent,
         db,
         clock,
         catalog,

@@ -16,6 +16,7 @@ use cli::{
     database::{DatabaseUrl, OpenMode},
     workload::DemoFunctions,
 };
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use server::ApiOptions;
 use std::net::SocketAddr;
 use timers_watcher::PrunerConfig;
@@ -74,6 +75,88 @@ pub struct ServeArgs {
     /// repeat for more. Without it no CORS header is sent.
     #[arg(long, value_name = "ORIGIN", requires = "http")]
     http_cors: Vec<String>,
+}
+
+/// The buckets of every histogram in seconds: a millisecond to five minutes.
+const SECONDS: &[f64] = &[
+    0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+    60.0, 300.0,
+];
+/// The buckets of the events a workflow's run replays.
+const EVENTS: &[f64] = &[
+    0.0, 1.0, 5.0, 10.0, 50.0, 100.0, 500.0, 1_000.0, 5_000.0, 20_000.0,
+];
+
+/// The process's recorder, once installed: Prometheus' handle and what the overview reads.
+static METRICS: std::sync::OnceLock<Option<Installed>> = std::sync::OnceLock::new();
+
+#[derive(Clone)]
+struct Installed {
+    handle: PrometheusHandle,
+    recent: std::sync::Arc<::node::recent::Recent>,
+}
+
+/// How often the node samples its gauges and the recorder folds its histograms.
+const SAMPLE_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Installs the process's recorder once: Prometheus' (histograms with buckets, aggregatable
+/// across nodes, not summaries), inside `node::recent::RecentRecorder`, which keeps the last
+/// hour of finishes and retries for the overview; the names are described to it. `None` when
+/// another recorder was installed first.
+fn installed() -> Option<Installed> {
+    METRICS
+        .get_or_init(|| {
+            let built = PrometheusBuilder::new()
+                .set_buckets_for_metric(Matcher::Suffix("_seconds".to_string()), SECONDS)
+                .and_then(|builder| {
+                    builder.set_buckets_for_metric(
+                        Matcher::Full(concepts::metrics::EVENTS_REPLAYED.to_string()),
+                        EVENTS,
+                    )
+                });
+            let recorder = match built {
+                Ok(builder) => builder.build_recorder(),
+                Err(err) => {
+                    tracing::warn!("no metrics on /metrics: {err}");
+                    return None;
+                }
+            };
+            let handle = recorder.handle();
+            let recorder = ::node::recent::RecentRecorder::new(recorder);
+            let recent = recorder.recent();
+            if let Err(err) = metrics::set_global_recorder(recorder) {
+                tracing::warn!("no metrics on /metrics: {err}");
+                return None;
+            }
+            concepts::metrics::describe();
+            Some(Installed { handle, recent })
+        })
+        .clone()
+}
+
+/// The text of `/metrics`.
+fn metrics_text(installed: Option<&Installed>) -> server::MetricsText {
+    let handle = installed.map(|installed| installed.handle.clone());
+    server::MetricsText(std::sync::Arc::new(move || {
+        handle
+            .as_ref()
+            .map(PrometheusHandle::render)
+            .unwrap_or_default()
+    }))
+}
+
+/// Folds the recorder's histograms every [`SAMPLE_EVERY`] until the node stops (rendering
+/// does too; this keeps their memory bounded between scrapes).
+async fn upkeep(signal: ::node::ShutdownSignal) {
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep(SAMPLE_EVERY) => {}
+            () = signal.clone().fired() => return,
+        }
+        if let Some(Some(installed)) = METRICS.get() {
+            installed.handle.run_upkeep();
+        }
+    }
 }
 
 /// The HTTP API's address and options, checked before anything starts.
@@ -141,7 +224,7 @@ pub async fn run(url: &DatabaseUrl, args: ServeArgs) -> Result<(), CliError> {
             builder = builder.pruner(config);
         }
         let mut serving_http = String::new();
-        if let Some((address, options)) = http {
+        if let Some((address, mut options)) = http {
             let listener = tokio::net::TcpListener::bind(address)
                 .await
                 .map_err(|err| {
@@ -164,7 +247,16 @@ pub async fn run(url: &DatabaseUrl, args: ServeArgs) -> Result<(), CliError> {
                     ""
                 },
             );
-            builder = builder.background_service("http", ui::serve(listener, options));
+            let installed = installed();
+            options.metrics = Some(metrics_text(installed.as_ref()));
+            let ui_options = ui::UiOptions {
+                recent: installed.map(|installed| installed.recent),
+                ..ui::UiOptions::default()
+            };
+            builder = builder
+                .sample_metrics(SAMPLE_EVERY)
+                .background_service("metrics upkeep", |context| upkeep(context.signal))
+                .background_service("http", ui::serve(listener, options, ui_options));
         }
         let node = start(builder)?;
         let pruning = match retention {

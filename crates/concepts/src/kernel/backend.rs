@@ -6,6 +6,7 @@ use super::{
     write::Forward,
     writes::{AppendOutcomes, AppendResponse, CreateBatch},
 };
+use crate::metrics as m;
 use crate::{
     AppendBatchRequest, CancelOutcome, CancelRequest, CompleteOutcome, CompleteRequest,
     CreateOutcome, CreateRequest, DbAwait, DbClient, DbConnection, DbError, DbExecutor, DbTimers,
@@ -14,9 +15,137 @@ use crate::{
     ListExecutionsFilter, LockPendingRequest, LockedExecution, OutcomeWrite, Pagination,
     PruneOutcome, PruneRequest, Version,
 };
+use ::metrics::{Counter, Histogram, counter, histogram};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use std::{future::Future, sync::Arc, time::Duration};
+use std::{
+    collections::HashMap,
+    future::Future,
+    sync::{Arc, Mutex, PoisonError},
+    time::Duration,
+};
+
+/// The installed recorder's address: the handles below are registered again when it changes
+/// (a recorder installed after the first write), and only then.
+fn recorder() -> usize {
+    ::metrics::with_recorder(|recorder| std::ptr::from_ref(recorder).cast::<()>().addr())
+}
+
+/// The handles of one operation's metrics.
+struct OperationMeters {
+    duration: Histogram,
+    fenced: Counter,
+    /// Not retriable, retriable.
+    errors: [Counter; 2],
+}
+
+/// One operation's handles, registered once per recorder.
+struct Operation {
+    name: &'static str,
+    meters: Mutex<Option<(usize, Arc<OperationMeters>)>>,
+}
+
+impl Operation {
+    const fn new(name: &'static str) -> Self {
+        Self {
+            name,
+            meters: Mutex::new(None),
+        }
+    }
+
+    fn meters(&self) -> Arc<OperationMeters> {
+        let recorder = recorder();
+        let mut meters = self.meters.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some((registered, meters)) = meters.as_ref()
+            && *registered == recorder
+        {
+            return meters.clone();
+        }
+        let name = self.name;
+        let fresh = Arc::new(OperationMeters {
+            duration: histogram!(m::STORE_WRITE_DURATION, m::OPERATION => name),
+            fenced: counter!(m::FENCED_WRITES, m::OPERATION => name),
+            errors: ["false", "true"].map(|retriable| {
+                counter!(m::STORE_ERRORS, m::OPERATION => name, m::RETRIABLE => retriable)
+            }),
+        });
+        *meters = Some((recorder, fresh.clone()));
+        fresh
+    }
+}
+
+static CREATE: Operation = Operation::new("create");
+static CREATE_BATCH: Operation = Operation::new("create_batch");
+static LOCK_PENDING: Operation = Operation::new("lock_pending");
+static APPEND_OUTCOME: Operation = Operation::new("append_outcome");
+static APPEND_BATCH: Operation = Operation::new("append_batch");
+static APPEND_OUTCOMES: Operation = Operation::new("append_outcomes");
+static APPEND_RESPONSE: Operation = Operation::new("append_response");
+static CANCEL: Operation = Operation::new("cancel");
+static COMPLETE: Operation = Operation::new("complete");
+static PRUNE: Operation = Operation::new("prune");
+
+/// Records one write of `operation`: its duration, and its failure when the store failed it
+/// or it came too late (the version check, or the execution's end, fenced it); a refusal of
+/// the model is an answer, not counted. Measured with the monotonic clock, which decides
+/// nothing: the model's time is the request's.
+async fn metered<T>(
+    operation: &Operation,
+    write: impl Future<Output = Result<T, DbError>>,
+) -> Result<T, DbError> {
+    let started = std::time::Instant::now();
+    let result = write.await;
+    let meters = operation.meters();
+    meters.duration.record(started.elapsed());
+    if let Err(err) = &result {
+        failed(&meters, err);
+    }
+    result
+}
+
+/// Counts `err` of a write, if it is the store's or a fence.
+fn failed(meters: &OperationMeters, err: &DbError) {
+    match err {
+        // A late writer: the log moved on past its version, or the execution finished.
+        _ if crate::is_lost_race(err) => meters.fenced.increment(1),
+        DbError::Closed | DbError::Timeout | DbError::Connection(_) | DbError::Backend(_) => {
+            meters.errors[usize::from(err.is_retriable())].increment(1);
+        }
+        DbError::NotFound(_)
+        | DbError::VersionMismatch { .. }
+        | DbError::Validation(_)
+        | DbError::Duplicate(_) => {}
+    }
+}
+
+/// The counters of executions created, per function, registered once per recorder.
+static CREATED: Mutex<Option<(usize, HashMap<FunctionFqn, Counter>)>> = Mutex::new(None);
+
+/// Counts executions created, one per function named.
+fn created_functions(functions: &[FunctionFqn]) {
+    if functions.is_empty() {
+        return;
+    }
+    let recorder = recorder();
+    let mut created = CREATED.lock().unwrap_or_else(PoisonError::into_inner);
+    if created
+        .as_ref()
+        .is_none_or(|(registered, _)| *registered != recorder)
+    {
+        *created = Some((recorder, HashMap::new()));
+    }
+    let Some((_, counters)) = created.as_mut() else {
+        return;
+    };
+    // A batch is mostly runs of one function: one increment per run.
+    for run in functions.chunk_by(|a, b| a == b) {
+        let function = &run[0];
+        counters
+            .entry(function.clone())
+            .or_insert_with(|| counter!(m::EXECUTIONS_CREATED, m::FUNCTION => function.to_string()))
+            .increment(u64::try_from(run.len()).unwrap_or(u64::MAX));
+    }
+}
 
 /// A storage backend: how it runs a write, its reads, its waits, and closing. Implement it
 /// and the store is a [`DbConnection`]: the public traits' write methods are
@@ -108,11 +237,11 @@ impl<B: Backend> DbAwait for B {
 #[async_trait]
 impl<B: Backend> DbExecutor for B {
     async fn lock_pending(&self, req: LockPendingRequest) -> Result<Vec<LockedExecution>, DbError> {
-        Backend::lock_pending(self, req).await
+        metered(&LOCK_PENDING, Backend::lock_pending(self, req)).await
     }
 
     async fn append_outcome(&self, write: OutcomeWrite) -> Result<Version, DbError> {
-        self.write(write).await
+        metered(&APPEND_OUTCOME, self.write(write)).await
     }
 
     async fn wait_for_pending(
@@ -128,7 +257,15 @@ impl<B: Backend> DbExecutor for B {
 #[async_trait]
 impl<B: Backend> DbWorkflow for B {
     async fn append_batch(&self, req: AppendBatchRequest) -> Result<Version, DbError> {
-        self.write(req).await
+        // Their functions, not the requests (params and all), are kept to count them after.
+        let functions = req
+            .children
+            .iter()
+            .map(|child| child.ffqn.clone())
+            .collect::<Vec<_>>();
+        let version = metered(&APPEND_BATCH, self.write(req)).await?;
+        created_functions(&functions);
+        Ok(version)
     }
 
     async fn subscribe_to_next_responses(
@@ -150,7 +287,12 @@ impl<B: Backend> DbTimers for B {
         &self,
         writes: Vec<OutcomeWrite>,
     ) -> Result<Vec<Result<Version, DbError>>, DbError> {
-        self.write(AppendOutcomes(writes)).await
+        let replies = metered(&APPEND_OUTCOMES, self.write(AppendOutcomes(writes))).await?;
+        let meters = APPEND_OUTCOMES.meters();
+        for err in replies.iter().filter_map(|reply| reply.as_ref().err()) {
+            failed(&meters, err);
+        }
+        Ok(replies)
     }
 
     async fn append_response(
@@ -160,35 +302,47 @@ impl<B: Backend> DbTimers for B {
         response: JoinSetResponseEvent,
     ) -> Result<(), DbError> {
         let execution_id = execution_id.clone();
-        (self.write(AppendResponse {
+        let write = self.write(AppendResponse {
             now,
             execution_id,
             response,
-        }))
-        .await
+        });
+        metered(&APPEND_RESPONSE, write).await
     }
 }
 
 #[async_trait]
 impl<B: Backend> DbClient for B {
     async fn create(&self, req: CreateRequest) -> Result<CreateOutcome, DbError> {
-        self.write(req).await
+        let function = [req.ffqn.clone()];
+        let outcome = metered(&CREATE, self.write(req)).await?;
+        if matches!(outcome, CreateOutcome::Created) {
+            created_functions(&function);
+        }
+        Ok(outcome)
     }
 
     async fn create_batch(&self, reqs: Vec<CreateRequest>) -> Result<(), DbError> {
-        self.write(CreateBatch(reqs)).await
+        let functions = reqs.iter().map(|req| req.ffqn.clone()).collect::<Vec<_>>();
+        metered(&CREATE_BATCH, self.write(CreateBatch(reqs))).await?;
+        created_functions(&functions);
+        Ok(())
     }
 
     async fn cancel(&self, req: CancelRequest) -> Result<CancelOutcome, DbError> {
-        self.write(req).await
+        let outcome = metered(&CANCEL, self.write(req)).await?;
+        if let CancelOutcome::Cancelled { executions } = &outcome {
+            counter!(m::EXECUTIONS_CANCELLED).increment(u64::try_from(*executions).unwrap_or(0));
+        }
+        Ok(outcome)
     }
 
     async fn complete(&self, req: CompleteRequest) -> Result<CompleteOutcome, DbError> {
-        self.write(req).await
+        metered(&COMPLETE, self.write(req)).await
     }
 
     async fn prune(&self, req: PruneRequest) -> Result<PruneOutcome, DbError> {
-        self.write(req).await
+        metered(&PRUNE, self.write(req)).await
     }
 
     async fn get(&self, execution_id: &ExecutionId) -> Result<ExecutionLog, DbError> {

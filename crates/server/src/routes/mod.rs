@@ -6,7 +6,7 @@ mod executions;
 mod operate;
 
 use crate::{
-    ApiState,
+    ApiState, MetricsText,
     auth::{Guard, guard},
     error::ApiError,
     types::{FunctionView, FunctionsAnswer, HealthAnswer},
@@ -52,7 +52,26 @@ pub(crate) fn router<C: ClockFn>(state: Arc<ApiState<C>>) -> Router {
         Some(cors) => api.layer(cors),
         None => api,
     };
-    Router::new().nest("/api/v1", api.with_state(state))
+    let root = Router::new().nest("/api/v1", api.with_state(state.clone()));
+    match options.metrics.clone() {
+        Some(MetricsText(render)) => root.route(
+            "/metrics",
+            get(move || async move {
+                (
+                    [(
+                        header::CONTENT_TYPE,
+                        "text/plain; version=0.0.4; charset=utf-8",
+                    )],
+                    render(),
+                )
+            })
+            .layer(middleware::from_fn_with_state(
+                Arc::new(Guard::new(options)),
+                guard,
+            )),
+        ),
+        None => root,
+    }
 }
 
 /// The CORS layer of the origins named; `None` when none is, so that no CORS header is sent.

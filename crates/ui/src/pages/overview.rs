@@ -1,6 +1,8 @@
-//! `/`: the overview. Per function, its unfinished executions by state and the executions
-//! created in the last hour that finished, by how (in the last 5 minutes and the hour); the
-//! oldest due execution's age; the leases held and by which executors.
+//! `/`: the overview. Per function, its unfinished executions by state, and what finished
+//! (ok or not) and was retried in the last 5 minutes and the hour: the figures of the node's
+//! metrics ([`node::recent::Recent`]) when the UI is given them, else the executions created
+//! in the last hour that finished, read from the store; the oldest due execution's age; the
+//! leases held and by which executors.
 //!
 //! Read through the listing the API serves, a bounded page per state ([`SAMPLE`] rows), so
 //! that the page costs the same on a store of any size; a count that reaches the bound is
@@ -16,7 +18,7 @@ use server::{
     listing::{self, Listing},
     types::{ListQuery, StateData, SummaryView},
 };
-use std::collections::BTreeMap;
+use std::{collections::BTreeMap, time::Duration};
 
 /// Rows read per state at most.
 const SAMPLE: usize = 1_000;
@@ -31,6 +33,8 @@ struct Counts {
     failed_5m: usize,
     ok_1h: usize,
     failed_1h: usize,
+    retried_5m: Option<u64>,
+    retried_1h: Option<u64>,
 }
 
 /// A count, `1000+` when it reached the bound of what was read.
@@ -82,8 +86,10 @@ pub(crate) async fn page<C: ClockFn>(axum::extract::State(ui): Shared<C>) -> Res
     let mut oldest_due: Option<&SummaryView> = None;
     for row in &pending.0 {
         counts.entry(row.function.clone()).or_default().pending += 1;
+        // A promise waits for an answer from outside, never for an executor.
         if let StateData::Pending { scheduled_at } = &row.state.data
             && *scheduled_at <= now
+            && !crate::actions::is_promise(&row.function)
             && oldest_due.is_none_or(|oldest| match &oldest.state.data {
                 StateData::Pending { scheduled_at: old } => scheduled_at < old,
                 _ => true,
@@ -138,14 +144,44 @@ pub(crate) async fn page<C: ClockFn>(axum::extract::State(ui): Shared<C>) -> Res
             }
         }
     }
+    // What this node counted itself (its metrics): exact, and with the retries.
+    let counted_by_node = ui.recent.as_ref().map(|recent| {
+        // Counted by the node: what it did not count is none, whatever the store says.
+        for entry in counts.values_mut() {
+            (entry.ok_5m, entry.failed_5m, entry.retried_5m) = (0, 0, Some(0));
+            (entry.ok_1h, entry.failed_1h, entry.retried_1h) = (0, 0, Some(0));
+        }
+        for (window, minutes) in [
+            (Duration::from_secs(300), 5),
+            (Duration::from_secs(3600), 60),
+        ] {
+            for (function, seen) in recent.within(window) {
+                let entry = counts.entry(function).or_default();
+                let (ok, failed) = (
+                    usize::try_from(seen.ok).unwrap_or(usize::MAX),
+                    usize::try_from(seen.failed).unwrap_or(usize::MAX),
+                );
+                if minutes == 5 {
+                    (entry.ok_5m, entry.failed_5m, entry.retried_5m) =
+                        (ok, failed, Some(seen.retried));
+                } else {
+                    (entry.ok_1h, entry.failed_1h, entry.retried_1h) =
+                        (ok, failed, Some(seen.retried));
+                }
+            }
+        }
+        recent.counted_for()
+    });
+    let capped_finished = finished.1 && counted_by_node.is_none();
+    let retried = |value: Option<u64>| value.map_or_else(|| "—".to_string(), |n| n.to_string());
     let body = html! {
         h1 { "Overview" }
         (summary(oldest_due, now, pending.1))
         h2 { "Functions" }
         table.overview {
             thead {
-                tr { th rowspan="2" { "Function" } th colspan="3" { "Unfinished" } th colspan="2" { "Finished, last 5 min" } th colspan="2" { "Finished, last hour" } }
-                tr { th { "pending" } th { "locked" } th { "blocked" } th { "ok" } th { "not ok" } th { "ok" } th { "not ok" } }
+                tr { th rowspan="2" { "Function" } th colspan="3" { "Unfinished" } th colspan="3" { "Last 5 min" } th colspan="3" { "Last hour" } }
+                tr { th.num { "pending" } th.num { "locked" } th.num { "blocked" } th.num { "finished ok" } th.num { "not ok" } th.num { "retried" } th.num { "finished ok" } th.num { "not ok" } th.num { "retried" } }
             }
             tbody {
                 @for (function, c) in &counts {
@@ -154,13 +190,19 @@ pub(crate) async fn page<C: ClockFn>(axum::extract::State(ui): Shared<C>) -> Res
                         td.num { a href={ "/executions?" (layout::query(&[("function", Some(function)), ("state", Some("pending"))])) } { (count(c.pending, pending.1)) } }
                         td.num { a href={ "/executions?" (layout::query(&[("function", Some(function)), ("state", Some("locked"))])) } { (count(c.locked, locked.1)) } }
                         td.num { a href={ "/executions?" (layout::query(&[("function", Some(function)), ("state", Some("blocked"))])) } { (count(c.blocked, blocked.1)) } }
-                        td.num { (count(c.ok_5m, finished.1)) } td.num.bad[c.failed_5m > 0] { (count(c.failed_5m, finished.1)) }
-                        td.num { (count(c.ok_1h, finished.1)) } td.num.bad[c.failed_1h > 0] { (count(c.failed_1h, finished.1)) }
+                        td.num { (count(c.ok_5m, capped_finished)) } td.num.bad[c.failed_5m > 0] { (count(c.failed_5m, capped_finished)) } td.num { (retried(c.retried_5m)) }
+                        td.num { (count(c.ok_1h, capped_finished)) } td.num.bad[c.failed_1h > 0] { (count(c.failed_1h, capped_finished)) } td.num { (retried(c.retried_1h)) }
                     }
                 }
             }
         }
-        p.note { "Finished counts are of executions created in the last hour. Counts read at most " (SAMPLE) " executions per state; ≥ marks one that reached it." }
+        p.note {
+            @match counted_by_node {
+                Some(counted) => { "The last 5 minutes and hour are what this node's executors finished and retried (its metrics, counted for " (layout::duration(i64::try_from(counted.as_millis()).unwrap_or(i64::MAX))) " so far). " }
+                None => { "The last 5 minutes and hour are read from the store: executions created in the last hour that finished since; retries are counted by a node's metrics, which this server was not given. " }
+            }
+            "Unfinished counts read at most " (SAMPLE) " executions per state; ≥ marks one that reached it."
+        }
         h2 { "Leases" }
         @if leases.is_empty() { p { "No execution is locked." } } @else {
             table.leases {

@@ -63,14 +63,11 @@ impl Write for LockPendingRequest {
                 .get(execution_id)
                 .ok_or_else(|| inconsistent(format!("due execution {execution_id} has no row")))?;
             // An index may round a due time down (to microseconds, say): not due yet after all.
-            if row
-                .state
-                .pending_state
-                .pending_at()
-                .is_none_or(|at| at > req.pending_at_or_sooner)
-            {
+            let Some(due_at) =
+                (row.state.pending_state.pending_at()).filter(|at| *at <= req.pending_at_or_sooner)
+            else {
                 continue;
-            }
+            };
             let locked_event = Locked {
                 component_id: req.component_id.clone(),
                 executor_id: req.executor_id,
@@ -90,6 +87,7 @@ impl Write for LockPendingRequest {
                 row: planner.changes[idx].row.clone(),
                 locked_at: version,
                 locked_event,
+                due_at,
             });
         }
         Ok(locked)
@@ -123,6 +121,8 @@ pub struct LockGrant {
     pub locked_at: Version,
     /// The lease.
     pub locked_event: Locked,
+    /// When the execution was due, before the lock.
+    pub due_at: DateTime<Utc>,
 }
 
 impl LockGrant {
@@ -231,5 +231,6 @@ fn assemble(
         max_retries: row.max_retries,
         parent: row.parent,
         temporary_event_count: row.temporary_event_count,
+        due_at: grant.due_at,
     }
 }

@@ -153,6 +153,7 @@ fn locked(millis: u64) -> LockedExecution {
         max_retries: 0,
         parent: None,
         temporary_event_count: 0,
+        due_at: at,
     }
 }
 

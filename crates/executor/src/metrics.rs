@@ -1,0 +1,185 @@
+//! What the executor records (names in `concepts::metrics`, the table in `docs/METRICS.md`):
+//! per lock, how long each execution waited after it was due; per attempt, its worker's run
+//! and what its outcome was, once the outcome is written; per executor, its runs in flight
+//! and free slots.
+//!
+//! The handles are registered once, when the executor is made ([`Meters::new`]), for each
+//! function it runs and each label value: a run records through them without building a key
+//! or a label, so recording costs an increment (and nothing with no recorder). A program
+//! installs its recorder before it makes its executors.
+
+use ::metrics::{Counter, Gauge, Histogram, counter, gauge, histogram};
+use chrono::{DateTime, Utc};
+use concepts::{
+    ComponentId, ExecutionEventInner, FunctionFqn, LockedExecution, ResultKind,
+    metrics::{self as m},
+};
+use std::{sync::Arc, time::Duration};
+
+/// Seconds from `from` to `to`, never negative.
+fn seconds(from: DateTime<Utc>, to: DateTime<Utc>) -> f64 {
+    to.signed_duration_since(from)
+        .to_std()
+        .unwrap_or_default()
+        .as_secs_f64()
+}
+
+/// What an attempt's outcome write was.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    Finished(ResultKind),
+    TemporarilyFailed,
+    TimedOut,
+    Unlocked,
+}
+
+impl Outcome {
+    pub(crate) fn of(event: &ExecutionEventInner) -> Self {
+        match event {
+            ExecutionEventInner::Finished { result } => Self::Finished(ResultKind::of(result)),
+            ExecutionEventInner::TemporarilyFailed { .. } => Self::TemporarilyFailed,
+            ExecutionEventInner::TemporarilyTimedOut { .. } => Self::TimedOut,
+            _ => Self::Unlocked,
+        }
+    }
+}
+
+/// Every result label of `stele_attempts_total`, in the order of [`FunctionMeters::attempts`].
+const RESULTS: [&str; 5] = [
+    "finished",
+    "temporarily_failed",
+    "timed_out",
+    "unlocked",
+    "by_worker",
+];
+
+/// Every outcome kind, in the order of [`FunctionMeters::finished`].
+const KINDS: [ResultKind; 6] = [
+    ResultKind::Ok,
+    ResultKind::FallibleError,
+    ResultKind::Timeout,
+    ResultKind::UnhandledChildExecutionError,
+    ResultKind::PermanentFailure,
+    ResultKind::Cancelled,
+];
+
+/// The handles of one function.
+#[derive(Debug)]
+pub(crate) struct FunctionMeters {
+    schedule_to_start: Histogram,
+    attempt_duration: Histogram,
+    created_to_finished: Histogram,
+    retries: Counter,
+    attempts: [Counter; 5],
+    finished: [Counter; 6],
+}
+
+impl FunctionMeters {
+    fn new(function: &FunctionFqn) -> Self {
+        let name = function.to_string();
+        Self {
+            schedule_to_start: histogram!(m::SCHEDULE_TO_START, m::FUNCTION => name.clone()),
+            attempt_duration: histogram!(m::ATTEMPT_DURATION, m::FUNCTION => name.clone()),
+            created_to_finished: histogram!(m::CREATED_TO_FINISHED, m::FUNCTION => name.clone()),
+            retries: counter!(m::RETRIES, m::FUNCTION => name.clone()),
+            attempts: RESULTS.map(
+                |result| counter!(m::ATTEMPTS, m::FUNCTION => name.clone(), m::RESULT => result),
+            ),
+            finished: KINDS.map(|kind| {
+                counter!(
+                    m::EXECUTIONS_FINISHED,
+                    m::FUNCTION => name.clone(),
+                    m::OUTCOME => kind.name()
+                )
+            }),
+        }
+    }
+
+    /// An attempt whose worker ran `ran` and whose outcome was written at `now`.
+    pub(crate) fn attempt(
+        &self,
+        ran: Duration,
+        outcome: Outcome,
+        scheduled_at: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) {
+        self.attempt_duration.record(ran);
+        let result = match outcome {
+            Outcome::Finished(kind) => {
+                let index = KINDS.iter().position(|k| *k == kind).unwrap_or(0);
+                self.finished[index].increment(1);
+                self.created_to_finished.record(seconds(scheduled_at, now));
+                0
+            }
+            Outcome::TemporarilyFailed => {
+                self.retries.increment(1);
+                1
+            }
+            Outcome::TimedOut => {
+                self.retries.increment(1);
+                2
+            }
+            Outcome::Unlocked => 3,
+        };
+        self.attempts[result].increment(1);
+    }
+
+    /// An attempt whose worker wrote its own outcome (a workflow's run).
+    pub(crate) fn attempt_by_worker(&self, ran: Duration) {
+        self.attempt_duration.record(ran);
+        self.attempts[4].increment(1);
+    }
+}
+
+/// The handles of one executor: one set per function, its runs in flight and free slots.
+#[derive(Debug)]
+pub(crate) struct Meters {
+    /// Few (an executor runs a handful of functions): a scan finds one fastest.
+    functions: Vec<(FunctionFqn, Arc<FunctionMeters>)>,
+    in_flight: Gauge,
+    free_slots: Gauge,
+}
+
+impl Meters {
+    pub(crate) fn new(component: &ComponentId, functions: &[FunctionFqn]) -> Self {
+        let component = component.to_string();
+        Self {
+            functions: functions
+                .iter()
+                .map(|function| (function.clone(), Arc::new(FunctionMeters::new(function))))
+                .collect(),
+            in_flight: gauge!(m::RUNS_IN_FLIGHT, m::COMPONENT => component.clone()),
+            free_slots: gauge!(m::FREE_SLOTS, m::COMPONENT => component),
+        }
+    }
+
+    /// The handles of `locked`'s function (registered now if the store handed over a
+    /// function the executor did not name), after recording how long it had been due.
+    pub(crate) fn locked(
+        &self,
+        locked: &LockedExecution,
+        now: DateTime<Utc>,
+    ) -> Arc<FunctionMeters> {
+        let meters = self
+            .functions
+            .iter()
+            .find(|(function, _)| *function == locked.ffqn)
+            .map_or_else(
+                || Arc::new(FunctionMeters::new(&locked.ffqn)),
+                |(_, meters)| meters.clone(),
+            );
+        meters.schedule_to_start.record(seconds(locked.due_at, now));
+        meters
+    }
+
+    /// After a tick: the free slots.
+    pub(crate) fn slots(&self, free: usize) {
+        #[expect(clippy::cast_precision_loss, reason = "a count of slots")]
+        self.free_slots.set(free as f64);
+    }
+
+    /// A run started (`+1`) or ended (`-1`).
+    pub(crate) fn in_flight(&self, change: f64) {
+        self.in_flight.increment(change);
+    }
+}
