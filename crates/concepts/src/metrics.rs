@@ -2,7 +2,7 @@
 //! does the work they count (the storage kernel here, the executor, the timers watcher, the
 //! workflow layer, the node), and exported by whatever recorder the program installs (`stele
 //! serve` installs Prometheus' and serves it on `/metrics`). No library crate depends on an
-//! exporter; without a recorder, recording does nothing.
+//! exporter; until a program installs a recorder and calls [`describe`], nothing is recorded.
 //!
 //! Every name, its kind, unit and labels are in `docs/METRICS.md`, and only there; a test
 //! checks that the table and [`ALL`] agree. Labels are bounded: a function, a component, an
@@ -85,9 +85,22 @@ pub const COMPONENT: &str = "component";
 /// The label saying whether a store error may pass when retried (`true`, `false`).
 pub const RETRIABLE: &str = "retriable";
 
-/// Tells the installed recorder each metric's unit and meaning (Prometheus' `# HELP`); a
-/// program calls it once after installing its recorder.
+/// Whether [`describe`] was called: until a program says it installed a recorder, nothing is
+/// recorded at all, not even the durations' clock reads, so a program without metrics pays
+/// one atomic load per recording point.
+static ENABLED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// True once [`describe`] was called: the recording points check it first.
+#[must_use]
+pub fn enabled() -> bool {
+    ENABLED.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Tells the installed recorder each metric's unit and meaning (Prometheus' `# HELP`), and
+/// turns recording on ([`enabled`]); a program calls it once, after installing its recorder
+/// and before it starts its executors.
 pub fn describe() {
+    ENABLED.store(true, std::sync::atomic::Ordering::Relaxed);
     use ::metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
     describe_counter!(EXECUTIONS_CREATED, "executions created, by function");
     describe_counter!(

@@ -363,10 +363,10 @@ impl<C: ClockFn> ExecTask<C> {
         let clock = self.clock.clone();
         let task = async move {
             executor_meters.in_flight(1.0);
-            let started = std::time::Instant::now();
+            let started = concepts::metrics::enabled().then(std::time::Instant::now);
             let result = run_catching_panics(worker.as_ref(), ctx).await;
             let by_worker = matches!(result, WorkerResult::DbUpdatedByWorker);
-            let ran = started.elapsed();
+            let ran = started.map(|started| started.elapsed()).unwrap_or_default();
             let now = clock.now();
             match map_worker_result(result, &run, now) {
                 Some(write) => {

@@ -103,6 +103,9 @@ impl FunctionMeters {
         scheduled_at: DateTime<Utc>,
         now: DateTime<Utc>,
     ) {
+        if !m::enabled() {
+            return;
+        }
         self.attempt_duration.record(ran);
         let result = match outcome {
             Outcome::Finished(kind) => {
@@ -126,6 +129,9 @@ impl FunctionMeters {
 
     /// An attempt whose worker wrote its own outcome (a workflow's run).
     pub(crate) fn attempt_by_worker(&self, ran: Duration) {
+        if !m::enabled() {
+            return;
+        }
         self.attempt_duration.record(ran);
         self.attempts[4].increment(1);
     }
@@ -168,18 +174,26 @@ impl Meters {
                 || Arc::new(FunctionMeters::new(&locked.ffqn)),
                 |(_, meters)| meters.clone(),
             );
-        meters.schedule_to_start.record(seconds(locked.due_at, now));
+        if m::enabled() {
+            meters.schedule_to_start.record(seconds(locked.due_at, now));
+        }
         meters
     }
 
     /// After a tick: the free slots.
     pub(crate) fn slots(&self, free: usize) {
+        if !m::enabled() {
+            return;
+        }
         #[expect(clippy::cast_precision_loss, reason = "a count of slots")]
         self.free_slots.set(free as f64);
     }
 
     /// A run started (`+1`) or ended (`-1`).
     pub(crate) fn in_flight(&self, change: f64) {
+        if !m::enabled() {
+            return;
+        }
         self.in_flight.increment(change);
     }
 }

@@ -110,6 +110,8 @@ async fn a_known_workload_is_counted_exactly(factory: &dyn StoreFactory) {
     recorder
         .install()
         .expect("the only recorder of this process");
+    // Recording is on once a program says it installed its recorder.
+    concepts::metrics::describe();
     let store = factory.fresh().await;
     let db: Arc<dyn DbConnection> = store.db.clone();
     let clock = SimClock::epoch();

@@ -118,7 +118,9 @@ where
                 match db.append_response(now, &delay.execution_id, response).await {
                     Ok(()) => {
                         progress.expired_async_timers += 1;
-                        metrics::counter!(concepts::metrics::SLEEPS_FIRED).increment(1);
+                        if concepts::metrics::enabled() {
+                            metrics::counter!(concepts::metrics::SLEEPS_FIRED).increment(1);
+                        }
                     }
                     Err(DbError::Duplicate(err)) => debug!("delay already delivered: {err}"),
                     Err(err) => warn!(
@@ -139,8 +141,10 @@ where
     let mut writes = futures_util::stream::iter(writes).buffered(WRITES_IN_FLIGHT);
     while let Some(resolved) = writes.next().await {
         progress.expired_locks += resolved;
-        metrics::counter!(concepts::metrics::LEASES_EXPIRED)
-            .increment(u64::try_from(resolved).unwrap_or(u64::MAX));
+        if concepts::metrics::enabled() && resolved > 0 {
+            metrics::counter!(concepts::metrics::LEASES_EXPIRED)
+                .increment(u64::try_from(resolved).unwrap_or(u64::MAX));
+        }
     }
     Ok(progress)
 }

@@ -197,10 +197,13 @@ impl<C: ClockFn> Worker for WorkflowWorker<C> {
                 version: ctx.version,
             });
         };
-        #[expect(clippy::cast_precision_loss, reason = "a count of events")]
-        let replayed = ctx.event_history.len() as f64;
-        metrics::histogram!(concepts::metrics::EVENTS_REPLAYED, concepts::metrics::FUNCTION => ctx.ffqn.to_string())
-            .record(replayed);
+        if concepts::metrics::enabled() {
+            #[expect(clippy::cast_precision_loss, reason = "a count of events")]
+            let replayed = ctx.event_history.len() as f64;
+            let function = ctx.ffqn.to_string();
+            metrics::histogram!(concepts::metrics::EVENTS_REPLAYED, concepts::metrics::FUNCTION => function)
+                .record(replayed);
+        }
         let clock = self.clock.clone();
         let clock: Clock = Arc::new(move || clock.now());
         let limits = self.limits(&ctx, clock());

@@ -93,6 +93,9 @@ async fn metered<T>(
     operation: &Operation,
     write: impl Future<Output = Result<T, DbError>>,
 ) -> Result<T, DbError> {
+    if !m::enabled() {
+        return write.await;
+    }
     let started = std::time::Instant::now();
     let result = write.await;
     let meters = operation.meters();
@@ -123,7 +126,7 @@ static CREATED: Mutex<Option<(usize, HashMap<FunctionFqn, Counter>)>> = Mutex::n
 
 /// Counts executions created, one per function named.
 fn created_functions(functions: &[FunctionFqn]) {
-    if functions.is_empty() {
+    if functions.is_empty() || !m::enabled() {
         return;
     }
     let recorder = recorder();
@@ -288,9 +291,11 @@ impl<B: Backend> DbTimers for B {
         writes: Vec<OutcomeWrite>,
     ) -> Result<Vec<Result<Version, DbError>>, DbError> {
         let replies = metered(&APPEND_OUTCOMES, self.write(AppendOutcomes(writes))).await?;
-        let meters = APPEND_OUTCOMES.meters();
-        for err in replies.iter().filter_map(|reply| reply.as_ref().err()) {
-            failed(&meters, err);
+        if m::enabled() {
+            let meters = APPEND_OUTCOMES.meters();
+            for err in replies.iter().filter_map(|reply| reply.as_ref().err()) {
+                failed(&meters, err);
+            }
         }
         Ok(replies)
     }
@@ -323,7 +328,11 @@ impl<B: Backend> DbClient for B {
     }
 
     async fn create_batch(&self, reqs: Vec<CreateRequest>) -> Result<(), DbError> {
-        let functions = reqs.iter().map(|req| req.ffqn.clone()).collect::<Vec<_>>();
+        let functions = if m::enabled() {
+            reqs.iter().map(|req| req.ffqn.clone()).collect()
+        } else {
+            Vec::new()
+        };
         metered(&CREATE_BATCH, self.write(CreateBatch(reqs))).await?;
         created_functions(&functions);
         Ok(())
@@ -331,7 +340,9 @@ impl<B: Backend> DbClient for B {
 
     async fn cancel(&self, req: CancelRequest) -> Result<CancelOutcome, DbError> {
         let outcome = metered(&CANCEL, self.write(req)).await?;
-        if let CancelOutcome::Cancelled { executions } = &outcome {
+        if let CancelOutcome::Cancelled { executions } = &outcome
+            && m::enabled()
+        {
             counter!(m::EXECUTIONS_CANCELLED).increment(u64::try_from(*executions).unwrap_or(0));
         }
         Ok(outcome)
