@@ -11,6 +11,10 @@ use std::{
 /// so that the suite does not run twice.
 const NOT_CONFORMANCE: &str = "not (package(storage-*) & kind(test) & binary(conformance))";
 
+/// The program's optional OpenTelemetry, built and tested with everything else (one build);
+/// `cargo xtask deps` checks that the default build has none of it.
+const OTEL: &str = "cli/otel";
+
 /// What a step does.
 enum Action {
     /// `cargo <args>` with extra environment variables.
@@ -47,6 +51,8 @@ const STEPS: &[Step] = &[
                 "clippy",
                 "--workspace",
                 "--all-targets",
+                "--features",
+                OTEL,
                 "--",
                 "-D",
                 "warnings",
@@ -57,21 +63,29 @@ const STEPS: &[Step] = &[
     Step {
         name: "tests",
         action: Action::Cargo {
-            args: &["nextest", "run", "--workspace", "-E", NOT_CONFORMANCE],
+            args: &[
+                "nextest",
+                "run",
+                "--workspace",
+                "--features",
+                OTEL,
+                "-E",
+                NOT_CONFORMANCE,
+            ],
             env: &[],
         },
     },
     Step {
         name: "doc tests",
         action: Action::Cargo {
-            args: &["test", "--doc", "--workspace"],
+            args: &["test", "--doc", "--workspace", "--features", OTEL],
             env: &[],
         },
     },
     Step {
         name: "docs",
         action: Action::Cargo {
-            args: &["doc", "--no-deps", "--workspace"],
+            args: &["doc", "--no-deps", "--workspace", "--features", OTEL],
             env: &[("RUSTDOCFLAGS", "-D warnings")],
         },
     },

@@ -74,6 +74,11 @@ pub const RULES: &[Rule] = &[
     Rule { crates: "conformance", edges: Edges::NormalAndDev, forbidden: &["storage-*"], allowed: &[], why: "the suite is run by every backend and names none of them" },
     Rule { crates: "simulation", edges: Edges::NormalAndDev, forbidden: &["storage-*", "@driver"], allowed: &["storage-memory"], why: "the simulation runs on the memory backend alone: no driver, no I/O, nothing that is not deterministic" },
     Rule { crates: "*", edges: Edges::Normal, forbidden: &["test-support"], allowed: &[], why: "test-support (backends, a driver) is for tests: reach it through [dev-dependencies] only" },
+    Rule { crates: "executor", edges: Edges::Normal, forbidden: &["otel", "opentelemetry*", "tracing-opentelemetry"], allowed: &[], why: "runs join their traces through concepts::trace, which knows no tracing system; OpenTelemetry is the program's choice" },
+    Rule { crates: "workflow", edges: Edges::Normal, forbidden: &["otel", "opentelemetry*", "tracing-opentelemetry"], allowed: &[], why: "children take their run's trace through concepts::trace, which knows no tracing system; OpenTelemetry is the program's choice" },
+    Rule { crates: "node", edges: Edges::Normal, forbidden: &["otel", "opentelemetry*", "tracing-opentelemetry"], allowed: &[], why: "a submit reads the current trace through concepts::trace; OpenTelemetry is the program's choice" },
+    Rule { crates: "server", edges: Edges::Normal, forbidden: &["otel", "opentelemetry*", "tracing-opentelemetry"], allowed: &[], why: "the API stores the caller's traceparent header as text; OpenTelemetry is the program's choice" },
+    Rule { crates: "cli", edges: Edges::Normal, forbidden: &["otel", "opentelemetry*", "tracing-opentelemetry"], allowed: &[], why: "without its `otel` feature `stele` compiles nothing of OpenTelemetry" },
     Rule { crates: "xtask", edges: Edges::Normal, forbidden: &["@workspace"], allowed: &[], why: "automation drives the workspace through cargo, it links none of it" },
     Rule { crates: "*", edges: Edges::NormalAndDev, forbidden: &["xtask"], allowed: &[], why: "xtask is a tool, not a library" },
 ];

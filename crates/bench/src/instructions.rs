@@ -27,8 +27,9 @@ pub(crate) struct InstructionArgs {
     /// With --instructions: keep callgrind's profile at this path (for `callgrind_annotate`).
     #[arg(long)]
     callgrind_out: Option<PathBuf>,
-    /// With --instructions: count with a metrics recorder installed (Prometheus', as `stele
-    /// serve` installs it), to measure what recording costs.
+    /// Run with a metrics recorder installed (Prometheus', as `stele serve` installs it, its
+    /// histograms folded every 5 s), to measure what recording costs: the instruction count
+    /// with --instructions, every other row without.
     #[arg(long)]
     pub(crate) with_recorder: bool,
     /// Run the counted phase itself (the benchmark starts itself this way under callgrind).
@@ -112,9 +113,7 @@ pub(crate) fn run_phase(
     with_recorder: bool,
 ) -> anyhow::Result<()> {
     if with_recorder {
-        let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
-        metrics::set_global_recorder(recorder).context("installing the recorder")?;
-        concepts::metrics::describe();
+        install_recorder()?;
     }
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -123,6 +122,15 @@ pub(crate) fn run_phase(
     measure_phase(&runtime, &db, executions, batch_size)?;
     runtime.block_on(db.close());
     Ok(())
+}
+
+/// Installs Prometheus' recorder and turns recording on; its handle folds the histograms.
+pub(crate) fn install_recorder() -> anyhow::Result<metrics_exporter_prometheus::PrometheusHandle> {
+    let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+    let handle = recorder.handle();
+    metrics::set_global_recorder(recorder).context("installing the recorder")?;
+    concepts::metrics::describe();
+    Ok(handle)
 }
 
 /// What callgrind counts: the end-to-end workload on `db`, from building the requests to the

@@ -516,6 +516,15 @@ fn main() -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
+    if cli.args.instructions.with_recorder && cli.command.is_none() {
+        let handle = instructions::install_recorder()?;
+        runtime.spawn(async move {
+            loop {
+                tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+                handle.run_upkeep();
+            }
+        });
+    }
     match cli.command {
         Some(Internal::WorkerProcess(worker)) => runtime.block_on(multi::worker_process(worker)),
         None => runtime.block_on(bench(cli.args)),

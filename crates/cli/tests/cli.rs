@@ -25,13 +25,7 @@ struct Output {
 }
 
 fn stele(args: &[&str]) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_stele"));
-    command
-        .args(args)
-        .env_remove("STELE_DATABASE")
-        .env_remove("RUST_LOG")
-        .stdin(Stdio::null());
-    command
+    test_support::process::clean_command(env!("CARGO_BIN_EXE_stele"), args)
 }
 
 /// Waits for `child`, killing it (and failing) if it outlives `SAFETY`.
@@ -712,16 +706,8 @@ struct Server {
 impl Server {
     /// Starts `stele --db DB serve ARGS` and returns once it says that it serves.
     fn start(db: &str, args: &[&str]) -> Self {
-        let mut command = stele(&[&["--db", db, "serve"][..], args].concat());
-        let mut child = command
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start stele serve");
-        let lines = test_support::process::read_lines(child.stderr.take().unwrap());
-        let first = lines
-            .recv_timeout(SAFETY)
-            .expect("serve reports that it serves");
+        let command = stele(&[&["--db", db, "serve"][..], args].concat());
+        let (child, lines, first) = test_support::process::start_reading_stderr(command, SAFETY);
         assert!(first.starts_with("serving "), "{first}");
         Self {
             child,

@@ -27,13 +27,7 @@ const HOSTILE: &str =
     "<script>window.__pwned = 1</script>\"><img src=x onerror=\"window.__pwned = 2\">";
 
 fn stele(args: &[&str]) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_stele"));
-    command
-        .args(args)
-        .env_remove("STELE_DATABASE")
-        .env_remove("RUST_LOG")
-        .stdin(Stdio::null());
-    command
+    test_support::process::clean_command(env!("CARGO_BIN_EXE_stele"), args)
 }
 
 /// `stele --db DB submit FUNCTION PARAMS`: the new execution's id.

@@ -68,6 +68,34 @@ impl ExecutionMetadata {
     pub fn traceparent(&self) -> Option<&str> {
         self.0.get(Self::TRACEPARENT).map(String::as_str)
     }
+
+    /// The stored `traceparent`, if it is one in the W3C format.
+    #[must_use]
+    pub fn trace_parent(&self) -> Option<crate::trace::TraceParent> {
+        self.traceparent()
+            .and_then(crate::trace::TraceParent::parse)
+    }
+
+    /// Stores `parent` as the trace context, in place of any other.
+    #[must_use]
+    pub fn with_trace(mut self, parent: crate::trace::TraceParent) -> Self {
+        self.0
+            .insert(Self::TRACEPARENT.to_owned(), parent.as_str().to_owned());
+        self
+    }
+
+    /// A submit's metadata: the context given stays; without one, the current span's
+    /// ([`crate::trace::current`]) is stored.
+    #[must_use]
+    pub fn with_current_trace(self) -> Self {
+        if self.trace_parent().is_some() {
+            return self;
+        }
+        match crate::trace::current() {
+            Some(parent) => self.with_trace(parent),
+            None => self,
+        }
+    }
 }
 
 /// What a successfully finished function returned.

@@ -45,6 +45,7 @@ pub mod retry;
 mod schema;
 mod storage;
 mod time;
+pub mod trace;
 
 pub use error::{
     AppendRefused, BackendError, CreateConflict, DbError, DbErrorKind, DuplicateKind,

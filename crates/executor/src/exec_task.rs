@@ -385,9 +385,9 @@ impl<C: ClockFn> ExecTask<C> {
     }
 
     /// The span of one run. Tracing span names are static, so the function's name is the
-    /// `otel.name` field, which OpenTelemetry exporters use as the span name. The submitter's
-    /// `traceparent` is recorded as a field; linking the span to that remote parent is left to
-    /// the embedding application's OpenTelemetry layer (out of scope here).
+    /// `otel.name` field, which OpenTelemetry exporters use as the span name. The stored
+    /// `traceparent` is recorded as a field and becomes the span's parent through the
+    /// program's installed propagation ([`concepts::trace`]), in whichever process runs it.
     fn worker_span(&self, locked: &LockedExecution) -> tracing::Span {
         let span = info_span!(
             parent: None,
@@ -400,8 +400,9 @@ impl<C: ClockFn> ExecTask<C> {
             component_id = %self.config.component_id,
             traceparent = tracing::field::Empty,
         );
-        if let Some(traceparent) = locked.metadata.traceparent() {
-            span.record("traceparent", traceparent);
+        if let Some(parent) = locked.metadata.trace_parent() {
+            span.record("traceparent", parent.as_str());
+            concepts::trace::adopt(&span, &parent);
         }
         span
     }

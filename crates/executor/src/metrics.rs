@@ -16,15 +16,28 @@ use concepts::{
 };
 use std::{sync::Arc, time::Duration};
 
-/// Seconds from `from` to `to`, never negative.
+/// Seconds from `from` to `to`, never negative. Most such pairs fall on one day, whose
+/// seconds since midnight and nanoseconds are fields: a tenth of the instructions of a chrono
+/// `Duration` or of two Unix timestamps.
 fn seconds(from: DateTime<Utc>, to: DateTime<Utc>) -> f64 {
-    to.signed_duration_since(from)
-        .to_std()
-        .unwrap_or_default()
-        .as_secs_f64()
+    use chrono::Timelike as _;
+    let (from, to) = (from.naive_utc(), to.naive_utc());
+    let days = if from.date() == to.date() {
+        0
+    } else {
+        to.date().signed_duration_since(from.date()).num_days()
+    };
+    let seconds = days * 86_400 + i64::from(to.num_seconds_from_midnight())
+        - i64::from(from.num_seconds_from_midnight());
+    let nanos = i64::from(to.nanosecond()) - i64::from(from.nanosecond());
+    #[expect(
+        clippy::cast_precision_loss,
+        reason = "a duration in seconds and nanoseconds"
+    )]
+    let seconds = seconds as f64 + nanos as f64 / 1e9;
+    seconds.max(0.0)
 }
 
-/// What an attempt's outcome write was.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Outcome {
     Finished(ResultKind),
@@ -195,5 +208,32 @@ impl Meters {
             return;
         }
         self.in_flight.increment(change);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::seconds;
+    use chrono::{DateTime, Utc};
+
+    fn at(text: &str) -> DateTime<Utc> {
+        text.parse().expect("an RFC 3339 time")
+    }
+
+    #[test]
+    fn seconds_agree_with_chrono_on_one_day_across_days_and_backwards() {
+        for (from, to) in [
+            ("2026-12-03T10:00:00.250Z", "2026-12-03T10:00:01.125Z"),
+            ("2026-12-03T23:59:59.900Z", "2026-12-04T00:00:00.100Z"),
+            ("2024-02-28T12:00:00Z", "2024-03-01T12:00:00.000001Z"),
+        ] {
+            let expected = (at(to) - at(from)).as_seconds_f64();
+            assert!(
+                (seconds(at(from), at(to)) - expected).abs() < 1e-9,
+                "{from} {to}"
+            );
+        }
+        let (earlier, later) = (at("2026-12-03T10:00:00Z"), at("2026-12-03T10:00:05Z"));
+        assert_eq!(seconds(later, earlier), 0.0, "never negative");
     }
 }

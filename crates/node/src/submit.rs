@@ -21,7 +21,8 @@ pub struct Submission {
     /// The id, `E_<ULID>`: the idempotency key of a submit that may be repeated; a fresh one
     /// when `None`.
     pub execution_id: Option<ExecutionId>,
-    /// Strings stored with the execution (who submitted it, say).
+    /// Strings stored with the execution (who submitted it, say). Without a `traceparent`,
+    /// the current span's is added ([`ExecutionMetadata::with_current_trace`]).
     pub metadata: ExecutionMetadata,
 }
 
@@ -164,7 +165,7 @@ impl Prepared {
                 retry_exp_backoff: defaults.retry_exp_backoff,
                 max_retries: defaults.max_retries,
                 component_id: defaults.component_id,
-                metadata,
+                metadata: metadata.with_current_trace(),
                 scheduled_by: None,
             },
         })

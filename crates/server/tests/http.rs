@@ -266,6 +266,26 @@ async fn each_endpoint_answers(factory: &dyn StoreFactory) {
         (StatusCode::CONFLICT, &json!("refused")),
         "{body}"
     );
+    // The caller's W3C `traceparent` is stored with the execution; one that is not in the
+    // format is no context at all.
+    let traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    for (header, stored) in [(traceparent, Some(traceparent)), ("00-4bf9-00f0-01", None)] {
+        let response = served
+            .http
+            .post(served.url("/executions"))
+            .header("traceparent", header)
+            .json(&json!({"function": "test:http/api.double", "params": 1}))
+            .send()
+            .await;
+        let (status, body) = answer(response).await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+        let traced: concepts::ExecutionId = body["id"].as_str().unwrap().parse().unwrap();
+        let log = served.db.get(&traced).await.unwrap();
+        let concepts::ExecutionEventInner::Created { metadata, .. } = &log.events[0].event else {
+            panic!("a log starts with its creation");
+        };
+        assert_eq!(metadata.traceparent(), stored, "{header}");
+    }
     served.stop().await;
 }
 

@@ -100,7 +100,7 @@ impl<C: ClockFn> Client<C> {
             retry_exp_backoff: self.retry_exp_backoff,
             max_retries: self.max_retries,
             component_id: self.component_id.clone(),
-            metadata: ExecutionMetadata::default(),
+            metadata: ExecutionMetadata::default().with_current_trace(),
             scheduled_by: None,
         };
         let outcome = store::create(self.db.as_ref(), request)

@@ -324,7 +324,12 @@ impl RunState {
                     retry_exp_backoff: state.child_defaults.retry_exp_backoff,
                     max_retries: state.child_defaults.max_retries,
                     component_id: state.child_defaults.component_id.clone(),
-                    metadata: state.metadata.clone(),
+                    // The run's span is the child's parent when the program traces;
+                    // otherwise the child carries its parent's context on.
+                    metadata: match concepts::trace::current() {
+                        Some(run) => state.metadata.clone().with_trace(run),
+                        None => state.metadata.clone(),
+                    },
                     scheduled_by: None,
                 });
                 HistoryEvent::JoinSetRequest {

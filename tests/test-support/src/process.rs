@@ -15,6 +15,45 @@ use std::{
     time::Duration,
 };
 
+/// A command of `program` with `args`, its standard input closed and the environment a user's
+/// shell may set for Stele removed (the database, the log filter, an OTLP collector), so that
+/// a test runs what it names and nothing else.
+#[must_use]
+pub fn clean_command(program: &str, args: &[&str]) -> Command {
+    let mut command = Command::new(program);
+    command.args(args).stdin(Stdio::null());
+    for variable in [
+        "STELE_DATABASE",
+        "RUST_LOG",
+        "OTEL_EXPORTER_OTLP_ENDPOINT",
+        "OTEL_SERVICE_NAME",
+    ] {
+        command.env_remove(variable);
+    }
+    command
+}
+
+/// Starts `command` (its standard output discarded), reads its standard error line by line,
+/// and returns the child, the rest of those lines and the first, read within `timeout`.
+///
+/// # Panics
+/// When it does not start or prints no line in time.
+pub fn start_reading_stderr(
+    mut command: Command,
+    timeout: Duration,
+) -> (Child, mpsc::Receiver<String>, String) {
+    let mut child = command
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|err| panic!("cannot start {command:?}: {err}"));
+    let lines = read_lines(child.stderr.take().expect("a piped stderr"));
+    let first = lines
+        .recv_timeout(timeout)
+        .unwrap_or_else(|err| panic!("{command:?} printed no line: {err}"));
+    (child, lines, first)
+}
+
 /// How many of its last lines of standard error a failure shows per child.
 const STDERR_TAIL: usize = 60;
 

@@ -25,12 +25,12 @@ fn described_commands_can_be_pasted_into_a_shell() {
     let docs = STEPS.iter().find(|step| step.name == "docs").unwrap();
     assert_eq!(
         describe(&docs.action),
-        "RUSTDOCFLAGS='-D warnings' cargo doc --no-deps --workspace"
+        "RUSTDOCFLAGS='-D warnings' cargo doc --no-deps --workspace --features cli/otel"
     );
     let tests = STEPS.iter().find(|step| step.name == "tests").unwrap();
     assert_eq!(
         describe(&tests.action),
-        "cargo nextest run --workspace -E \
+        "cargo nextest run --workspace --features cli/otel -E \
          'not (package(storage-*) & kind(test) & binary(conformance))'"
     );
 }

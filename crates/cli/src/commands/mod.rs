@@ -36,6 +36,16 @@ pub struct Cli {
     command: Command,
 }
 
+impl Cli {
+    /// Where `stele serve` exports its traces, if it was given a collector.
+    pub fn otlp_endpoint(&self) -> Option<&str> {
+        match &self.command {
+            Command::Serve(args) => args.otlp_endpoint(),
+            _ => None,
+        }
+    }
+}
+
 #[derive(Debug, clap::Subcommand)]
 enum Command {
     /// Run the demo workload: submit it, run it to the end with live progress, print a

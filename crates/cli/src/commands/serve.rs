@@ -75,6 +75,18 @@ pub struct ServeArgs {
     /// repeat for more. Without it no CORS header is sent.
     #[arg(long, value_name = "ORIGIN", requires = "http")]
     http_cors: Vec<String>,
+    /// Export the runs' spans as OTLP over HTTP to this collector (its base URL, e.g.
+    /// http://127.0.0.1:4318; `/v1/traces` is added): each run is a span of the trace its
+    /// submit was made in. Needs a `stele` built with the `otel` feature.
+    #[arg(long, value_name = "URL", env = "OTEL_EXPORTER_OTLP_ENDPOINT")]
+    otlp_endpoint: Option<String>,
+}
+
+impl ServeArgs {
+    /// The collector given, if any (an empty value is none).
+    pub fn otlp_endpoint(&self) -> Option<&str> {
+        self.otlp_endpoint.as_deref().filter(|url| !url.is_empty())
+    }
 }
 
 /// The buckets of every histogram in seconds: a millisecond to five minutes.

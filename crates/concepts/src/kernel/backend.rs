@@ -21,7 +21,7 @@ use chrono::{DateTime, Utc};
 use std::{
     collections::HashMap,
     future::Future,
-    sync::{Arc, Mutex, PoisonError},
+    sync::{Arc, Mutex, OnceLock, PoisonError},
     time::Duration,
 };
 
@@ -39,38 +39,53 @@ struct OperationMeters {
     errors: [Counter; 2],
 }
 
-/// One operation's handles, registered once per recorder.
+/// One operation's handles, registered once per recorder: the first recorder's without a
+/// lock (a program installs one before it writes), any later one's (a test's) under a mutex.
 struct Operation {
     name: &'static str,
-    meters: Mutex<Option<(usize, Arc<OperationMeters>)>>,
+    first: OnceLock<(usize, OperationMeters)>,
+    later: Mutex<Option<(usize, Arc<OperationMeters>)>>,
 }
 
 impl Operation {
     const fn new(name: &'static str) -> Self {
         Self {
             name,
-            meters: Mutex::new(None),
+            first: OnceLock::new(),
+            later: Mutex::new(None),
         }
     }
 
-    fn meters(&self) -> Arc<OperationMeters> {
-        let recorder = recorder();
-        let mut meters = self.meters.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some((registered, meters)) = meters.as_ref()
-            && *registered == recorder
-        {
-            return meters.clone();
-        }
+    fn register(&self) -> OperationMeters {
         let name = self.name;
-        let fresh = Arc::new(OperationMeters {
+        OperationMeters {
             duration: histogram!(m::STORE_WRITE_DURATION, m::OPERATION => name),
             fenced: counter!(m::FENCED_WRITES, m::OPERATION => name),
             errors: ["false", "true"].map(|retriable| {
                 counter!(m::STORE_ERRORS, m::OPERATION => name, m::RETRIABLE => retriable)
             }),
-        });
-        *meters = Some((recorder, fresh.clone()));
-        fresh
+        }
+    }
+
+    /// Records through the installed recorder's handles.
+    fn with_meters(&self, record: impl FnOnce(&OperationMeters)) {
+        let recorder = recorder();
+        let (registered, meters) = self.first.get_or_init(|| (recorder, self.register()));
+        if *registered == recorder {
+            return record(meters);
+        }
+        let meters = {
+            let mut later = self.later.lock().unwrap_or_else(PoisonError::into_inner);
+            match later.as_ref() {
+                Some((registered, meters)) if *registered == recorder => meters.clone(),
+                _ => {
+                    let fresh = Arc::new(self.register());
+                    *later = Some((recorder, fresh.clone()));
+                    fresh
+                }
+            }
+        };
+        record(&meters);
     }
 }
 
@@ -98,11 +113,12 @@ async fn metered<T>(
     }
     let started = std::time::Instant::now();
     let result = write.await;
-    let meters = operation.meters();
-    meters.duration.record(started.elapsed());
-    if let Err(err) = &result {
-        failed(&meters, err);
-    }
+    operation.with_meters(|meters| {
+        meters.duration.record(started.elapsed());
+        if let Err(err) = &result {
+            failed(meters, err);
+        }
+    });
     result
 }
 
@@ -292,10 +308,11 @@ impl<B: Backend> DbTimers for B {
     ) -> Result<Vec<Result<Version, DbError>>, DbError> {
         let replies = metered(&APPEND_OUTCOMES, self.write(AppendOutcomes(writes))).await?;
         if m::enabled() {
-            let meters = APPEND_OUTCOMES.meters();
-            for err in replies.iter().filter_map(|reply| reply.as_ref().err()) {
-                failed(&meters, err);
-            }
+            APPEND_OUTCOMES.with_meters(|meters| {
+                for err in replies.iter().filter_map(|reply| reply.as_ref().err()) {
+                    failed(meters, err);
+                }
+            });
         }
         Ok(replies)
     }

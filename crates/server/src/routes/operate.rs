@@ -25,8 +25,12 @@ const DEFAULT_WAIT: Duration = Duration::from_secs(30);
 /// What a cancel without a reason records.
 const DEFAULT_REASON: &str = "cancelled through the HTTP API";
 
+/// A submit stores the caller's W3C `traceparent` header with the execution, so that its runs
+/// join the caller's trace; a header that is not in the W3C format is ignored, as the
+/// recommendation says.
 pub(crate) async fn submit<C: ClockFn>(
     State(state): Shared<C>,
+    headers: axum::http::HeaderMap,
     Body(body): Body<SubmitBody>,
 ) -> Result<(StatusCode, Json<SubmitAnswer>), ApiError> {
     let ffqn = body.function.parse().map_err(|err| {
@@ -40,10 +44,20 @@ pub(crate) async fn submit<C: ClockFn>(
         ffqn,
         params: body.params,
         execution_id,
-        metadata: ExecutionMetadata(BTreeMap::from([(
-            "submitted_by".to_string(),
-            "http".to_string(),
-        )])),
+        metadata: {
+            let metadata = ExecutionMetadata(BTreeMap::from([(
+                "submitted_by".to_string(),
+                "http".to_string(),
+            )]));
+            match headers
+                .get(ExecutionMetadata::TRACEPARENT)
+                .and_then(|value| value.to_str().ok())
+                .and_then(concepts::trace::TraceParent::parse)
+            {
+                Some(parent) => metadata.with_trace(parent),
+                None => metadata,
+            }
+        },
     };
     let now = state.clock.now();
     let submitted = node::Prepared::new(&state.catalog, submission, now)?
