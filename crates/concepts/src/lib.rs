@@ -42,6 +42,7 @@ pub mod metrics;
 mod outcome;
 mod pending_state;
 pub mod retry;
+pub mod schedule;
 mod schema;
 mod storage;
 mod time;
