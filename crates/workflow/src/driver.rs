@@ -403,7 +403,9 @@ impl Driver<'_> {
                     Some(version) => format!("version {version}"),
                     None => format!("history event {history_index}"),
                 };
-                format!("nondeterminism at {at}: the log holds {log_holds}, the code {code_asked}")
+                format!(
+                    "the replay diverged at {at}: the log holds {log_holds}, the code {code_asked}"
+                )
             }
         };
         tracing::warn!(execution_id = %self.shared.lock().execution_id(), "{reason}");

@@ -104,7 +104,8 @@
 //! function and parameters, read back from the children's `Created` events once per run
 //! before the replay). A delay's duration is not compared: its expiry was computed from the
 //! time of the first run. A mismatch is reported as
-//! `nondeterminism at version V: the log holds X, the code Y`, and the worker's
+//! `the replay diverged at version V: the log holds X, the code Y` (the finished error reads
+//! `nondeterminism detected: the replay diverged at ...`), and the worker's
 //! [`NondeterminismPolicy`] decides: unlock and retry later, or fail permanently.
 //!
 //! The workflow's future is polled by this crate alone, with a waker nobody wakes: the only

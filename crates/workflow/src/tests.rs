@@ -339,8 +339,8 @@ async fn changed_code_is_nondeterminism_at_the_first_diverging_version() {
     assert_eq!(
         reason,
         format!(
-            "nondeterminism at version 2: the log holds the opening of join set o:1-a, the code \
-             opened join set o:1-b"
+            "the replay diverged at version 2: the log holds the opening of join set o:1-a, the \
+             code opened join set o:1-b"
         )
     );
     assert_eq!(version, h.log.next_version(), "nothing was written");
@@ -355,7 +355,8 @@ async fn changed_code_is_nondeterminism_at_the_first_diverging_version() {
     };
     assert!(
         reason.starts_with(
-            "nondeterminism at version 5: the log holds the opening of join set o:2, the code returned"
+            "the replay diverged at version 5: the log holds the opening of join set o:2, the code \
+             returned"
         ),
         "{reason}"
     );
@@ -541,7 +542,7 @@ async fn a_replayed_child_request_must_name_the_same_function_and_parameters() {
     assert_eq!(
         reason,
         format!(
-            "nondeterminism at version 3: the log holds a request for child {child} of \
+            "the replay diverged at version 3: the log holds a request for child {child} of \
              test:wf/api.a with parameters 7, the code called test:wf/api.b with parameters 7"
         )
     );

@@ -497,8 +497,8 @@ async fn replayed_by_changed_code<F: StoreFactory>(
     (f, handle)
 }
 
-const DIVERGENCE: &str = "nondeterminism at version 2: the log holds the opening of join set \
-                          o:1, the code opened join set o:1-double";
+const DIVERGENCE: &str = "the replay diverged at version 2: the log holds the opening of join \
+                          set o:1, the code opened join set o:1-double";
 
 /// W10: changed code replaying a recorded history, under the `Fail` policy, finishes the
 /// execution with `NondeterminismDetected`, naming the version and both sides.
