@@ -317,8 +317,8 @@ fn scenario_of(test: &str) -> &str {
     test.rsplit("::").next().unwrap_or(test)
 }
 
-/// Storage scenarios first, then executor, differential, persistence, workflow and lifecycle
-/// ones, each group by number (`s2` before `s10`); names outside those groups come last,
+/// Storage scenarios first, then executor, differential, persistence, workflow, lifecycle and
+/// schedule ones, each group by number (`s2` before `s10`); names outside those groups come last,
 /// alphabetically.
 pub fn scenario_order(a: &str, b: &str) -> Ordering {
     scenario_key(a).cmp(&scenario_key(b)).then_with(|| a.cmp(b))
@@ -333,7 +333,8 @@ fn scenario_key(name: &str) -> (u8, u64) {
         Some('p') => 3,
         Some('w') => 4,
         Some('l') => 5,
-        _ => return (6, 0),
+        Some('c') => 6,
+        _ => return (7, 0),
     };
     let rest = chars.as_str();
     let digits_end = rest
@@ -341,7 +342,7 @@ fn scenario_key(name: &str) -> (u8, u64) {
         .unwrap_or(rest.len());
     match rest[..digits_end].parse::<u64>() {
         Ok(number) => (group, number),
-        Err(_) => (6, 0),
+        Err(_) => (7, 0),
     }
 }
 

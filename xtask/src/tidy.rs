@@ -298,10 +298,13 @@ mod tests {
     }
 
     /// The backends' files that load a write's keys: the only ones that read them.
-    const LOADERS: [&str; 3] = [
+    const LOADERS: [&str; 6] = [
         "crates/storage-memory/src/state.rs",
         "crates/storage-sqlite/src/ops.rs",
         "crates/storage-postgres/src/load.rs",
+        "crates/storage-memory/src/schedules.rs",
+        "crates/storage-sqlite/src/schedules.rs",
+        "crates/storage-postgres/src/schedules.rs",
     ];
 
     #[test]
@@ -317,6 +320,8 @@ mod tests {
             "delays",
             "child_responses",
             "due",
+            "schedules",
+            "due_schedules",
         ];
         let offending: Vec<String> = backend_sources()
             .into_iter()

@@ -6,6 +6,7 @@
 use crate::{
     event::Version,
     ids::{DelayId, ExecutionId, JoinSetId},
+    schedule::ScheduleName,
 };
 use chrono::{DateTime, Utc};
 use std::sync::Arc;
@@ -94,12 +95,28 @@ pub enum DuplicateKind {
         /// The result it has, as text.
         existing: String,
     },
+    /// A schedule with this name exists (the database found it; run again, the write is
+    /// answered on what is stored).
+    #[error("schedule {0} already exists")]
+    Schedule(ScheduleName),
+    /// A schedule with this name exists with another definition: a `create_schedule` that
+    /// repeats a name must repeat the schedule exactly (or update it).
+    #[error(
+        "schedule {name} already exists with another {}: update it, or delete it and create it again",
+        Differences(differences)
+    )]
+    ScheduleConflict {
+        /// The schedule.
+        name: ScheduleName,
+        /// What differs, in the order of `Definition::differences`.
+        differences: Vec<&'static str>,
+    },
 }
 
-/// How a [`DuplicateKind::ExecutionConflict`] lists what differs.
-struct Differences<'a>(&'a [CreateConflict]);
+/// How a conflict lists what differs.
+struct Differences<'a, T>(&'a [T]);
 
-impl std::fmt::Display for Differences<'_> {
+impl<T: std::fmt::Display> std::fmt::Display for Differences<'_, T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         for (i, d) in self.0.iter().enumerate() {
             if i > 0 {

@@ -22,6 +22,8 @@ pub const RETRIES: &str = "stele_retries_total";
 pub const LEASES_EXPIRED: &str = "stele_lease_expirations_total";
 /// Counter: durable sleeps the timers watcher fired.
 pub const SLEEPS_FIRED: &str = "stele_sleeps_fired_total";
+/// Counter: executions the scheduler fired for the ticks of schedules.
+pub const SCHEDULE_FIRES: &str = "stele_schedule_fires_total";
 /// Counter `{operation}`: writes refused because another writer appended first (the version
 /// check fenced them).
 pub const FENCED_WRITES: &str = "stele_fenced_writes_total";
@@ -50,7 +52,7 @@ pub const DUE_EXECUTIONS: &str = "stele_due_executions";
 pub const OLDEST_DUE_AGE: &str = "stele_oldest_due_age_seconds";
 
 /// Every name above.
-pub const ALL: [&str; 18] = [
+pub const ALL: [&str; 19] = [
     EXECUTIONS_CREATED,
     EXECUTIONS_FINISHED,
     EXECUTIONS_CANCELLED,
@@ -58,6 +60,7 @@ pub const ALL: [&str; 18] = [
     RETRIES,
     LEASES_EXPIRED,
     SLEEPS_FIRED,
+    SCHEDULE_FIRES,
     FENCED_WRITES,
     STORE_ERRORS,
     SCHEDULE_TO_START,
@@ -118,6 +121,10 @@ pub fn describe() {
     );
     describe_counter!(LEASES_EXPIRED, "leases the timers watcher expired");
     describe_counter!(SLEEPS_FIRED, "durable sleeps the timers watcher fired");
+    describe_counter!(
+        SCHEDULE_FIRES,
+        "executions fired for the ticks of schedules"
+    );
     describe_counter!(
         FENCED_WRITES,
         "writes fenced by the version check, by operation"

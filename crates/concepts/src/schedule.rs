@@ -26,8 +26,16 @@
 //! ```
 
 mod definition;
+mod requests;
+mod stored;
 
 pub use definition::{BadScheduleName, Definition, ScheduleName};
+pub use requests::{
+    ChangeScheduleRequest, CreateScheduleRequest, FireOutcome, FireSchedulesRequest,
+    ScheduleChange, ScheduleChanged, ScheduleCreated, TriggerScheduleRequest, TriggerTicks,
+    Triggered,
+};
+pub use stored::{FiredBy, Pause, RunSettings, ScheduleRow, SkipReason, Tick, TickOutcome};
 
 use crate::{ExecutionId, ExecutionIdTopLevel};
 use chrono::{DateTime, NaiveDateTime, TimeZone as _, Timelike as _, Utc};

@@ -19,6 +19,11 @@ use crate::{
     },
     outcome::OutcomeWrite,
     pending_state::{PendingState, PendingStateKind},
+    schedule::{
+        ChangeScheduleRequest, CreateScheduleRequest, FireOutcome, FireSchedulesRequest,
+        ScheduleChanged, ScheduleCreated, ScheduleName, ScheduleRow, Tick, TriggerScheduleRequest,
+        Triggered,
+    },
 };
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -596,12 +601,55 @@ pub trait DbClientExt: DbClient {
 
 impl<T: DbClient + ?Sized> DbClientExt for T {}
 
+/// Schedules: their writes (each atomic with the executions it creates) and their reads
+/// (`docs/SEMANTICS.md` §19).
+#[async_trait]
+pub trait DbSchedules: Send + Sync {
+    /// Stores a new schedule, or answers `AlreadyExisted` for the same one again; another
+    /// definition under the name is a
+    /// [`DuplicateKind::ScheduleConflict`](crate::DuplicateKind::ScheduleConflict) naming what
+    /// differs. Its first tick is the first one after `now`.
+    async fn create_schedule(&self, req: CreateScheduleRequest)
+    -> Result<ScheduleCreated, DbError>;
+
+    /// Updates, pauses, resumes or deletes a schedule; `NotFound` for a name not stored.
+    async fn change_schedule(&self, req: ChangeScheduleRequest)
+    -> Result<ScheduleChanged, DbError>;
+
+    /// One pass over the schedules due at `now`: each due tick fired as its execution (the id
+    /// derived from the schedule and the tick), skipped, buffered or left for a cancellation
+    /// as the overlap policy says, ticks before the catch-up window recorded as skipped. Two
+    /// passes never fire one tick twice, whichever process runs them.
+    async fn fire_schedules(&self, req: FireSchedulesRequest) -> Result<FireOutcome, DbError>;
+
+    /// Fires a schedule now, or every tick of a past range (a backfill); `NotFound` for a name
+    /// not stored.
+    async fn trigger_schedule(&self, req: TriggerScheduleRequest) -> Result<Triggered, DbError>;
+
+    /// The schedule `name`; `NotFound` when it is not stored.
+    async fn get_schedule(&self, name: &ScheduleName) -> Result<ScheduleRow, DbError>;
+
+    /// The schedules after `after` in name order, at most `limit`.
+    async fn list_schedules(
+        &self,
+        after: Option<&ScheduleName>,
+        limit: usize,
+    ) -> Result<Vec<ScheduleRow>, DbError>;
+
+    /// The last `limit` recorded ticks of `name` (the last [`TICKS_KEPT`] are kept), newest
+    /// first.
+    ///
+    /// [`TICKS_KEPT`]: crate::kernel::TICKS_KEPT
+    async fn schedule_ticks(&self, name: &ScheduleName, limit: usize)
+    -> Result<Vec<Tick>, DbError>;
+}
+
 /// A whole storage backend: every trait above plus `close`.
 ///
 /// Object-safe: a backend is shared as `Arc<dyn DbConnection>`, and can be upcast to any of
 /// the narrow traits.
 #[async_trait]
-pub trait DbConnection: DbExecutor + DbWorkflow + DbTimers + DbClient {
+pub trait DbConnection: DbExecutor + DbWorkflow + DbTimers + DbClient + DbSchedules {
     /// Stops the store. Idempotent; every call afterwards returns [`DbError::Closed`].
     async fn close(&self);
 }

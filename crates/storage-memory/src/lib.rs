@@ -37,6 +37,7 @@
 //! # });
 //! ```
 
+mod schedules;
 mod state;
 #[cfg(test)]
 mod tests;
@@ -47,6 +48,7 @@ use concepts::{
     ExpiredTimer, FinishedExecutionResult, FunctionFqn, JoinSetResponseEventOuter,
     ListExecutionsFilter, LockPendingRequest, LockedExecution, Pagination, Version,
     kernel::{self, Forward, WaiterCounts, WaiterHub, Write},
+    schedule::{ScheduleName, ScheduleRow, Tick},
 };
 use state::{At, Record, State, TimerKind};
 use std::{
@@ -114,6 +116,7 @@ impl MemoryStore {
         let (mut plan, reply) = planned?;
         state.apply(std::mem::take(&mut plan.changes));
         state.delete(&plan.deleted);
+        state.schedules.apply(std::mem::take(&mut plan.schedules));
         drop(state);
         self.hub.deliver(&plan.wakeups);
         Ok(reply)
@@ -270,6 +273,27 @@ impl kernel::Backend for MemoryStore {
             .wait_for_finished(execution_id, timeout, check)
             .await
     }
+    async fn list_schedules(
+        &self,
+        after: Option<&ScheduleName>,
+        limit: usize,
+        exact: bool,
+    ) -> Result<Vec<ScheduleRow>, DbError> {
+        let state = self.open_state()?;
+        Ok(match (after, exact) {
+            (Some(name), true) => state.schedules.get(name).into_iter().collect(),
+            _ => state.schedules.list(after, limit),
+        })
+    }
+
+    async fn schedule_ticks(
+        &self,
+        name: &ScheduleName,
+        limit: usize,
+    ) -> Result<Vec<Tick>, DbError> {
+        Ok(self.open_state()?.schedules.ticks(name, limit))
+    }
+
     async fn close(&self) {
         self.lock_state().closed = true;
         self.hub.close();

@@ -179,6 +179,7 @@ pub(crate) struct State {
     pub(crate) children: BTreeSet<ExecutionId>,
     /// `(finished_at, execution_id)` of every finished top-level execution, for `prune`.
     pub(crate) finished: BTreeSet<TimeKey>,
+    pub(crate) schedules: crate::schedules::Schedules,
 }
 
 impl State {
@@ -238,6 +239,7 @@ impl State {
             }
         }
         self.load_lifecycle(keys, snapshot);
+        self.schedules.load(keys, snapshot);
         for key in &keys.join_sets {
             let waits = self.waits(&key.execution_id);
             let Some(join_set) = waits.and_then(|w| w.join_sets.get(&key.join_set_id)) else {

@@ -204,6 +204,7 @@ pub(crate) fn duplicate_kind(constraint: &str, detail: &str) -> Option<Duplicate
                 child_execution_id: child_execution_id.parse().ok()?,
             })
         }
+        ("t_schedule_pkey", [name]) => Some(DuplicateKind::Schedule(name.parse().ok()?)),
         _ => None,
     }
 }

@@ -81,6 +81,7 @@ mod notify;
 mod persist;
 mod pipeline;
 mod reads;
+mod schedules;
 mod schema;
 #[cfg(test)]
 mod tests;
@@ -101,6 +102,7 @@ use concepts::{
     FinishedExecutionResult, FunctionFqn, JoinSetResponseEventOuter, ListExecutionsFilter,
     LockPendingRequest, LockedExecution, Pagination, Version,
     kernel::{self, Forward, KnownRows, WaiterCounts, WaiterHub, Write},
+    schedule::{ScheduleName, ScheduleRow, Tick},
 };
 use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod, Runtime};
 use error::map_pool_error;
@@ -393,6 +395,26 @@ impl kernel::Backend for PostgresStore {
         let hub = &self.inner.hub;
         hub.wait_for_finished(execution_id, timeout, check).await
     }
+    async fn list_schedules(
+        &self,
+        after: Option<&ScheduleName>,
+        limit: usize,
+        exact: bool,
+    ) -> Result<Vec<ScheduleRow>, DbError> {
+        let client = self.reader().await?;
+        let after = after.map_or("", ScheduleName::as_str);
+        schedules::list(&client, after, limit, exact).await
+    }
+
+    async fn schedule_ticks(
+        &self,
+        name: &ScheduleName,
+        limit: usize,
+    ) -> Result<Vec<Tick>, DbError> {
+        let client = self.reader().await?;
+        schedules::ticks(&client, name, limit).await
+    }
+
     async fn close(&self) {
         if !self.inner.hub.close() {
             return;

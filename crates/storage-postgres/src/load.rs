@@ -9,6 +9,7 @@ use crate::{
     },
     error::{corrupt, map_pg_error},
     pipeline::{self, Statement, Trips, for_ids, statement, unnest},
+    schedules,
 };
 use concepts::{
     DbError, DelayId, ExecutionId, JoinSetResponseEventOuter,
@@ -135,6 +136,7 @@ pub(crate) async fn load(
         .map(ExecutionId::as_str)
         .collect();
     let subtrees = SubtreeParams::new(keys);
+    let [schedules_named, due_schedules] = schedules::load_statements(keys);
     let statements = [
         keys.due.as_ref().map(|due| {
             let ffqns: Vec<String> = due.ffqns.iter().map(ToString::to_string).collect();
@@ -164,6 +166,8 @@ pub(crate) async fn load(
             ids: &str = id.as_str(),
             children: &str = child.as_str(),
         }),
+        schedules_named,
+        due_schedules,
     ];
     let [
         due,
@@ -177,7 +181,10 @@ pub(crate) async fn load(
         join_sets,
         delays,
         children,
+        schedules_named,
+        due_schedules,
     ] = run_present(client, trips, begin, statements).await?;
+    schedules::add_rows(&schedules_named, &due_schedules, snapshot)?;
     for row in &executions {
         snapshot.add_execution(execution_row(row)?);
     }

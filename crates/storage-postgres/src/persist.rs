@@ -277,5 +277,7 @@ fn statements<'a>(
         }),
         for_ids(DELETE_EXECUTIONS, &plan.deleted),
     ];
-    Ok(statements.into_iter().flatten().collect())
+    let mut statements: Vec<_> = statements.into_iter().flatten().collect();
+    statements.extend(crate::schedules::statements(plan)?);
+    Ok(statements)
 }

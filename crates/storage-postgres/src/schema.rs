@@ -11,7 +11,7 @@ const MIGRATION_LOCK_KEY: i64 = 0x5354_454C_454D_4947;
 
 /// Every migration this binary knows, in order, as its description and its SQL:
 /// `MIGRATIONS[i]` moves a database from schema version `i` to `i + 1`.
-const MIGRATIONS: [(&str, &str); 5] = [
+const MIGRATIONS: [(&str, &str); 6] = [
     (
         "executions, events, responses, join set counters, delays",
         SCHEMA_V1,
@@ -32,11 +32,29 @@ const MIGRATIONS: [(&str, &str); 5] = [
         "the indexes of the listings by state and of a parent's children",
         SCHEMA_V5,
     ),
+    ("schedules and their ticks", SCHEMA_V6),
 ];
 
 /// The newest schema version this binary knows (the number of embedded migrations).
 #[expect(clippy::cast_possible_wrap, reason = "a few migrations fit in an i64")]
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
+
+/// Version 6: schedules (the row as JSON, beside its name and the due time a pass seeks) and
+/// their recorded ticks.
+const SCHEMA_V6: &str = r#"
+CREATE TABLE t_schedule (
+    name        text PRIMARY KEY,
+    next_due_at int8,
+    row_json    text NOT NULL
+);
+CREATE INDEX t_schedule_due_idx ON t_schedule (next_due_at, name) WHERE next_due_at IS NOT NULL;
+CREATE TABLE t_schedule_tick (
+    name      text NOT NULL,
+    seq       int8 NOT NULL,
+    tick_json text NOT NULL,
+    PRIMARY KEY (name, seq)
+);
+"#;
 
 /// Version 5: the listings by state and of a parent's children, newest first, read their own
 /// partial indexes; finished executions, the bulk of a database, stay out of the first (a

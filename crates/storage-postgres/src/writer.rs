@@ -10,7 +10,7 @@ use crate::{
     reads,
 };
 use concepts::{
-    DbError, DuplicateKind, ExecutionId, LockedExecution,
+    DbError, ExecutionId, LockedExecution,
     kernel::{
         self, GroupPlanner, Keys, KnownRows, LockGrant, Queued, Revision, Snapshot, WaiterHub,
         WritePlan,
@@ -241,10 +241,10 @@ impl Writer {
     }
 }
 
-/// True when the database found an execution that `keys` create, which the load found
-/// absent: another transaction created it since, and the kernel answers it when run again.
+/// True when the database found a row that `keys` create, which the load found absent
+/// ([`Keys::raced_by`]).
 fn raced(keys: &Keys, err: &DbError) -> bool {
-    matches!(err, DbError::Duplicate(DuplicateKind::Execution(id)) if keys.creates(id))
+    keys.raced_by(err)
 }
 
 /// The group writer's side of a store: its queue and its slots.

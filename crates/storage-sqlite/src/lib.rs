@@ -97,6 +97,7 @@ mod error;
 mod ops;
 mod pool;
 mod reads;
+mod schedules;
 mod schema;
 mod writer;
 

@@ -106,6 +106,7 @@ impl<'c> WriteCtx<'c> {
         }
         self.load_existing_creations(&keys.new_executions, snapshot)?;
         self.load_lifecycle(keys, snapshot)?;
+        self.load_schedules(keys, snapshot)?;
         for key in &keys.join_sets {
             let row = self.join_set(key)?;
             let id = (key.execution_id.clone(), key.join_set_id.clone());
@@ -278,6 +279,7 @@ impl<'c> WriteCtx<'c> {
             }
             self.persist_responses_and_delays(change)?;
         }
+        self.persist_schedules(&plan.schedules)?;
         self.delete_executions(&plan.deleted)
     }
 

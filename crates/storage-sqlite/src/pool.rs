@@ -5,7 +5,7 @@ use crate::{
     EffectiveSettings, SqliteConfig, SqliteOpenError,
     error::SqliteError,
     ops::WriteCtx,
-    reads, schema,
+    reads, schedules, schema,
     writer::{self, Command, FnCommand, Message},
 };
 use chrono::{DateTime, Utc};
@@ -14,6 +14,7 @@ use concepts::{
     FinishedExecutionResult, FunctionFqn, JoinSetResponseEventOuter, ListExecutionsFilter,
     LockPendingRequest, LockedExecution, Pagination, Version,
     kernel::{self, Forward, WaiterCounts, WaiterHub, Write},
+    schedule::{ScheduleName, ScheduleRow, Tick},
 };
 use deadpool_sqlite::{Hook, HookError, Runtime};
 use rusqlite::config::DbConfig;
@@ -354,6 +355,30 @@ impl kernel::Backend for SqlitePool {
         let hub = &self.inner.hub;
         hub.wait_for_finished(execution_id, timeout, check).await
     }
+    async fn list_schedules(
+        &self,
+        after: Option<&ScheduleName>,
+        limit: usize,
+        exact: bool,
+    ) -> Result<Vec<ScheduleRow>, DbError> {
+        let after = after.cloned();
+        self.read(move |conn| match (&after, exact) {
+            (Some(name), true) => Ok(schedules::schedule(conn, name)?.into_iter().collect()),
+            _ => schedules::list(conn, after.as_ref(), limit),
+        })
+        .await
+    }
+
+    async fn schedule_ticks(
+        &self,
+        name: &ScheduleName,
+        limit: usize,
+    ) -> Result<Vec<Tick>, DbError> {
+        let name = name.clone();
+        self.read(move |conn| schedules::ticks(conn, &name, limit))
+            .await
+    }
+
     async fn close(&self) {
         if self.inner.hub.close() {
             // The writer finishes what is queued before this, then stops.

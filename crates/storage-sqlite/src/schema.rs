@@ -130,6 +130,22 @@ CREATE INDEX ix_state_unfinished ON t_execution_state (state, created_at, execut
 CREATE INDEX ix_state_parent ON t_execution_state (parent_execution_id, created_at, execution_id)
     WHERE parent_execution_id IS NOT NULL;
 ",
+    // Version 6: schedules (the row as JSON, beside its name and the due time a pass seeks)
+    // and their recorded ticks.
+    r"
+CREATE TABLE t_schedule (
+    name        TEXT NOT NULL PRIMARY KEY,
+    next_due_at INTEGER,
+    row_json    TEXT NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX ix_schedule_due ON t_schedule (next_due_at, name) WHERE next_due_at IS NOT NULL;
+CREATE TABLE t_schedule_tick (
+    name      TEXT    NOT NULL,
+    seq       INTEGER NOT NULL,
+    tick_json TEXT    NOT NULL,
+    PRIMARY KEY (name, seq)
+) WITHOUT ROWID;
+",
 ];
 
 pub(crate) fn current_version() -> u32 {

@@ -136,6 +136,8 @@ fn delay_finished(join_set_id: &JoinSetId, delay_id: DelayId) -> JoinSetResponse
 /// have left it: the rows are the same, less what later migrations added.
 fn downgrade(path: &Path, to: u32) {
     let conn = rusqlite::Connection::open(path).expect("opens");
+    conn.execute_batch("DROP TABLE t_schedule; DROP TABLE t_schedule_tick;")
+        .expect("drops version 6");
     conn.execute_batch("DROP INDEX ix_state_unfinished; DROP INDEX ix_state_parent;")
         .expect("drops version 5");
     conn.execute_batch(

@@ -29,6 +29,7 @@ use concepts::{
     ListExecutionsFilter, LockPendingRequest, LockedExecution, OutcomeWrite, Pagination,
     PruneRequest, Version,
     kernel::{AppendOutcomes, AppendResponse, Backend, CreateBatch, Forward},
+    schedule::{ScheduleName, ScheduleRow, Tick},
 };
 use std::{any::Any, future::Future, pin::Pin, sync::Arc, time::Duration};
 
@@ -324,6 +325,30 @@ impl Backend for ForwardingDb {
         pagination: Pagination,
     ) -> Result<Vec<ExecutionSummary>, DbError> {
         self.inner.list_executions(filter, pagination).await
+    }
+
+    async fn list_schedules(
+        &self,
+        after: Option<&ScheduleName>,
+        limit: usize,
+        exact: bool,
+    ) -> Result<Vec<ScheduleRow>, DbError> {
+        match (after, exact) {
+            (Some(name), true) => match self.inner.get_schedule(name).await {
+                Ok(row) => Ok(vec![row]),
+                Err(DbError::NotFound(_)) => Ok(Vec::new()),
+                Err(err) => Err(err),
+            },
+            _ => self.inner.list_schedules(after, limit).await,
+        }
+    }
+
+    async fn schedule_ticks(
+        &self,
+        name: &ScheduleName,
+        limit: usize,
+    ) -> Result<Vec<Tick>, DbError> {
+        self.inner.schedule_ticks(name, limit).await
     }
 
     async fn close(&self) {

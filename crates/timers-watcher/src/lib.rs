@@ -14,6 +14,13 @@
 //!   parent's response, at the version it read. If the version moved on, the worker won the
 //!   race; that is not an error and is not counted.
 //!
+//! and then one pass of the scheduler ([`fire_schedules`]): the due ticks of every schedule
+//! fired as their executions, [`SCHEDULES_PER_WRITE`] schedules to a transaction until none is
+//! left due, and the previous runs that `cancel-other` schedules replace cancelled before
+//! their ticks fire. Which ticks are due, what the overlap policy does and how two processes
+//! passing at once fire each tick once are the storage kernel's rules (`docs/SEMANTICS.md`
+//! §19); a watcher on every node is safe.
+//!
 //! ```
 //! use concepts::DbConnection;
 //! use std::{sync::Arc, time::Duration};
@@ -58,14 +65,16 @@
 //! finishes a child and notifies its parent is [`concepts::OutcomeWrite`], shared with it.
 
 mod pruner;
+mod scheduler;
 
 pub use pruner::{PruneTotals, Pruner, PrunerConfig, PrunerConfigError, prune_finished};
+pub use scheduler::{SCHEDULES_PER_WRITE, SchedulePass, fire_schedules};
 
 use chrono::{DateTime, Utc};
 use concepts::{
-    ClockFn, DbError, DbExecutor, DbTimers, ExecutionEventInner, ExpiredDelay, ExpiredLock,
-    ExpiredTimer, FinishedExecutionError, JoinSetResponse, JoinSetResponseEvent, OutcomeWrite,
-    add_saturating, is_lost_race, retry, sub_saturating,
+    ClockFn, DbClient, DbError, DbExecutor, DbSchedules, DbTimers, ExecutionEventInner,
+    ExpiredDelay, ExpiredLock, ExpiredTimer, FinishedExecutionError, JoinSetResponse,
+    JoinSetResponseEvent, OutcomeWrite, add_saturating, is_lost_race, retry, sub_saturating,
 };
 use futures_util::StreamExt as _;
 use std::{future::Future, sync::Arc, time::Duration};
@@ -222,13 +231,15 @@ fn delay_response(delay: &ExpiredDelay) -> JoinSetResponseEvent {
     }
 }
 
-/// Spawns the watcher loop on the current tokio runtime: a [`tick`] every `tick_sleep`.
+/// Spawns the watcher loop on the current tokio runtime: a [`tick`] and a pass over the due
+/// schedules ([`fire_schedules`]) every `tick_sleep`.
 ///
-/// `db` is any store that serves timers and appends, such as `Arc<dyn DbConnection>`.
+/// `db` is any store that serves timers, appends and schedules, such as
+/// `Arc<dyn DbConnection>`.
 #[must_use]
 pub fn spawn_new<D, C>(db: Arc<D>, config: TimersWatcherConfig, clock: C) -> TimersWatcherHandle
 where
-    D: DbTimers + DbExecutor + ?Sized + 'static,
+    D: DbTimers + DbExecutor + DbSchedules + DbClient + ?Sized + 'static,
     C: ClockFn,
 {
     let task = Task::spawn(
@@ -240,6 +251,11 @@ where
                     Ok(progress) if progress != TickProgress::default() => debug!(?progress),
                     Ok(_) => {}
                     Err(err) => warn!("cannot read expired timers: {err}"),
+                }
+                match fire_schedules(db.as_ref(), clock.now()).await {
+                    Ok(pass) if pass != SchedulePass::default() => debug!(?pass),
+                    Ok(_) => {}
+                    Err(err) => warn!("cannot fire the due schedules: {err}"),
                 }
                 tokio::select! {
                     _ = closing.wait_for(|closing| *closing) => break,

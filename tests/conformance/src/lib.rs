@@ -18,6 +18,8 @@
 //!   (§14-§18).
 //! - L1..L22, [`lifecycle_scenarios`]: idempotent submit, cancellation, durable promises,
 //!   retention, and ambiguous commits (§10-§13, §4.11).
+//! - C1..C8, [`schedule_scenarios`]: schedules stored and changed, the overlap policies,
+//!   catch-up, triggers and backfills, daylight saving, racing passes (§19).
 //!
 //! A backend runs the whole list with one macro line in its `tests/conformance.rs`:
 //!
@@ -36,6 +38,7 @@ pub mod differential;
 pub mod executor_scenarios;
 pub mod lifecycle_scenarios;
 pub mod persistence_scenarios;
+pub mod schedule_scenarios;
 pub mod storage_scenarios;
 pub mod workflow_scenarios;
 
@@ -116,6 +119,7 @@ macro_rules! conformance_tests {
         $crate::persistence_scenario_tests!($factory);
         $crate::workflow_scenario_tests!($factory);
         $crate::lifecycle_scenario_tests!($factory);
+        $crate::schedule_scenario_tests!($factory);
     };
 }
 

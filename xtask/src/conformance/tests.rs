@@ -76,6 +76,8 @@ fn scenarios_sort_by_group_then_number() {
         "l10_watcher",
         "S3_upper",
         "l2_conflict",
+        "c10_later",
+        "c2_policy",
     ];
     names.sort_by(|a, b| scenario_order(a, b));
     assert_eq!(
@@ -94,6 +96,8 @@ fn scenarios_sort_by_group_then_number() {
             "w10_nondeterminism",
             "l2_conflict",
             "l10_watcher",
+            "c2_policy",
+            "c10_later",
             "setup_smoke",
             "zz_other",
         ]

@@ -9,11 +9,16 @@ use super::{
 use crate::metrics as m;
 use crate::{
     AppendBatchRequest, CancelOutcome, CancelRequest, CompleteOutcome, CompleteRequest,
-    CreateOutcome, CreateRequest, DbAwait, DbClient, DbConnection, DbError, DbExecutor, DbTimers,
-    DbWorkflow, ExecutionEvent, ExecutionId, ExecutionLog, ExecutionSummary, ExpiredTimer,
-    FinishedExecutionResult, FunctionFqn, JoinSetResponseEvent, JoinSetResponseEventOuter,
-    ListExecutionsFilter, LockPendingRequest, LockedExecution, OutcomeWrite, Pagination,
-    PruneOutcome, PruneRequest, Version,
+    CreateOutcome, CreateRequest, DbAwait, DbClient, DbConnection, DbError, DbExecutor,
+    DbSchedules, DbTimers, DbWorkflow, ExecutionEvent, ExecutionId, ExecutionLog, ExecutionSummary,
+    ExpiredTimer, FinishedExecutionResult, FunctionFqn, JoinSetResponseEvent,
+    JoinSetResponseEventOuter, ListExecutionsFilter, LockPendingRequest, LockedExecution,
+    OutcomeWrite, Pagination, PruneOutcome, PruneRequest, Version,
+    schedule::{
+        ChangeScheduleRequest, CreateScheduleRequest, FireOutcome, FireSchedulesRequest,
+        ScheduleChanged, ScheduleCreated, ScheduleName, ScheduleRow, Tick, TriggerScheduleRequest,
+        Triggered,
+    },
 };
 use ::metrics::{Counter, Histogram, counter, histogram};
 use async_trait::async_trait;
@@ -99,6 +104,8 @@ static APPEND_RESPONSE: Operation = Operation::new("append_response");
 static CANCEL: Operation = Operation::new("cancel");
 static COMPLETE: Operation = Operation::new("complete");
 static PRUNE: Operation = Operation::new("prune");
+static SCHEDULE: Operation = Operation::new("schedule");
+static FIRE_SCHEDULES: Operation = Operation::new("fire_schedules");
 
 /// Records one write of `operation`: its duration, and its failure when the store failed it
 /// or it came too late (the version check, or the execution's end, fenced it); a refusal of
@@ -237,6 +244,21 @@ pub trait Backend: Send + Sync + 'static {
         filter: ListExecutionsFilter,
         pagination: Pagination,
     ) -> impl Future<Output = Result<Vec<ExecutionSummary>, DbError>> + Send;
+
+    /// [`DbSchedules::list_schedules`] (`exact`: the schedule `after` alone, if stored).
+    fn list_schedules(
+        &self,
+        after: Option<&ScheduleName>,
+        limit: usize,
+        exact: bool,
+    ) -> impl Future<Output = Result<Vec<ScheduleRow>, DbError>> + Send;
+
+    /// [`DbSchedules::schedule_ticks`].
+    fn schedule_ticks(
+        &self,
+        name: &ScheduleName,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<Tick>, DbError>> + Send;
 
     /// [`DbConnection::close`].
     fn close(&self) -> impl Future<Output = ()> + Send;
@@ -403,6 +425,52 @@ impl<B: Backend> DbClient for B {
         pagination: Pagination,
     ) -> Result<Vec<ExecutionSummary>, DbError> {
         Backend::list_executions(self, filter, pagination).await
+    }
+}
+
+#[async_trait]
+impl<B: Backend> DbSchedules for B {
+    async fn create_schedule(
+        &self,
+        req: CreateScheduleRequest,
+    ) -> Result<ScheduleCreated, DbError> {
+        metered(&SCHEDULE, self.write(req)).await
+    }
+
+    async fn change_schedule(
+        &self,
+        req: ChangeScheduleRequest,
+    ) -> Result<ScheduleChanged, DbError> {
+        metered(&SCHEDULE, self.write(req)).await
+    }
+
+    async fn fire_schedules(&self, req: FireSchedulesRequest) -> Result<FireOutcome, DbError> {
+        metered(&FIRE_SCHEDULES, self.write(req)).await
+    }
+
+    async fn trigger_schedule(&self, req: TriggerScheduleRequest) -> Result<Triggered, DbError> {
+        metered(&SCHEDULE, self.write(req)).await
+    }
+
+    async fn get_schedule(&self, name: &ScheduleName) -> Result<ScheduleRow, DbError> {
+        let found = Backend::list_schedules(self, Some(name), 1, true).await?;
+        (found.into_iter().next()).ok_or_else(|| DbError::NotFound(format!("schedule {name}")))
+    }
+
+    async fn list_schedules(
+        &self,
+        after: Option<&ScheduleName>,
+        limit: usize,
+    ) -> Result<Vec<ScheduleRow>, DbError> {
+        Backend::list_schedules(self, after, limit, false).await
+    }
+
+    async fn schedule_ticks(
+        &self,
+        name: &ScheduleName,
+        limit: usize,
+    ) -> Result<Vec<Tick>, DbError> {
+        Backend::schedule_ticks(self, name, limit).await
     }
 }
 

@@ -6,7 +6,7 @@
 //! a backend that lets concurrent writes share a transaction plans them as one group.
 
 use super::{
-    plan::{ExecutionChange, Planner, Wakeups, WritePlan, wakeups_of},
+    plan::{ExecutionChange, Planner, ScheduleWrite, Wakeups, WritePlan, wakeups_of},
     snapshot::{FastHash, Snapshot},
     write::Write,
 };
@@ -42,6 +42,9 @@ pub struct GroupPlanner<'s> {
     last: Vec<ExecutionChange>,
     /// What the accepted writes delete.
     deleted: Vec<ExecutionId>,
+    /// What the accepted writes change about schedules (a write that names a schedule is
+    /// planned alone: `Keys::shares_a_transaction`).
+    schedules: Vec<ScheduleWrite>,
 }
 
 impl<'s> GroupPlanner<'s> {
@@ -65,6 +68,7 @@ impl<'s> GroupPlanner<'s> {
             position: HashMap::default(),
             last: Vec::new(),
             deleted: Vec::new(),
+            schedules: Vec::new(),
         }
     }
 
@@ -76,6 +80,7 @@ impl<'s> GroupPlanner<'s> {
         let mut planner = Planner::new(&self.view);
         let reply = write.plan(&mut planner)?;
         self.last = std::mem::take(&mut planner.changes);
+        self.schedules.append(&mut planner.schedules);
         let deleted = std::mem::take(&mut planner.deleted);
         if !deleted.is_empty() {
             let view = self.view.to_mut();
@@ -104,6 +109,7 @@ impl<'s> GroupPlanner<'s> {
     #[must_use]
     pub fn finish(mut self) -> WritePlan {
         let deleted = std::mem::take(&mut self.deleted);
+        let schedules = std::mem::take(&mut self.schedules);
         let changes = self.into_changes();
         let mut wakeups = Wakeups::new();
         for change in &changes {
@@ -113,6 +119,7 @@ impl<'s> GroupPlanner<'s> {
             changes,
             wakeups,
             deleted,
+            schedules,
         }
     }
 
@@ -149,6 +156,9 @@ fn absorb(view: &mut Snapshot, change: &ExecutionChange) {
         subtrees: _,
         prune_candidates: _,
         due: _,
+        // Read by writes of schedules, which are planned alone.
+        schedules: _,
+        due_schedules: _,
     } = view;
     let ExecutionChange {
         row,

@@ -4,8 +4,8 @@
 
 use super::snapshot::FastHash;
 use crate::{
-    DelayId, ExecutionEventInner, ExecutionId, FunctionFqn, HistoryEvent, JoinSetId,
-    JoinSetRequest, JoinSetResponse, JoinSetResponseEvent,
+    DbError, DelayId, DuplicateKind, ExecutionEventInner, ExecutionId, FunctionFqn, HistoryEvent,
+    JoinSetId, JoinSetRequest, JoinSetResponse, JoinSetResponseEvent, schedule::ScheduleName,
 };
 use chrono::{DateTime, Utc};
 use smallvec::SmallVec;
@@ -46,6 +46,15 @@ pub struct PruneQuery {
     /// ...and after this `(finished_at, execution_id)`, when given...
     pub after: Option<(DateTime<Utc>, ExecutionId)>,
     /// ...at most this many, in `(finished_at, execution_id)` order.
+    pub limit: usize,
+}
+
+/// Which schedules `fire_schedules` finds due.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScheduleDueQuery {
+    /// Due at or before this time.
+    pub at: DateTime<Utc>,
+    /// At most this many, the soonest `next_due_at` first, ties by name.
     pub limit: usize,
 }
 
@@ -92,6 +101,12 @@ pub struct Keys {
     pub child_responses: Vec<(ExecutionId, ExecutionId)>,
     /// Due executions to find and lock; their rows go into the snapshot too.
     pub due: Option<DueQuery>,
+    /// Schedules whose rows the write reads or changes (or creates, when absent): into
+    /// `Snapshot::schedules`, locked.
+    pub schedules: Vec<ScheduleName>,
+    /// Due schedules to find and lock: their rows into `Snapshot::schedules`, their names in
+    /// order into `Snapshot::due_schedules`.
+    pub due_schedules: Option<ScheduleDueQuery>,
 }
 
 impl Keys {
@@ -114,8 +129,16 @@ impl Keys {
             subtrees,
             prune,
             due,
+            schedules,
+            due_schedules,
         } = self;
-        subtrees.is_empty() && prune.is_none() && due.is_none()
+        // A schedule's writes are rare (an operator's) or batches already (a pass): they run
+        // alone.
+        subtrees.is_empty()
+            && prune.is_none()
+            && due.is_none()
+            && schedules.is_empty()
+            && due_schedules.is_none()
     }
 
     /// True when the keys name nothing but execution rows, to change or to create: a write
@@ -136,8 +159,12 @@ impl Keys {
             delays,
             child_responses,
             due,
+            schedules,
+            due_schedules,
         } = self;
         subtrees.is_empty()
+            && schedules.is_empty()
+            && due_schedules.is_none()
             && finished_results.is_empty()
             && open_delays.is_empty()
             && prune.is_none()
@@ -167,6 +194,8 @@ impl Keys {
                 delays,
                 child_responses,
                 due,
+                schedules,
+                due_schedules,
             } = keys;
             seen.executions
                 .extend_new(&mut union.executions, executions);
@@ -177,6 +206,7 @@ impl Keys {
                 .extend_new(&mut union.open_delays, open_delays);
             seen.delays.extend_new(&mut union.delays, delays);
             (seen.child_responses).extend_new(&mut union.child_responses, child_responses);
+            seen.schedules.extend_new(&mut union.schedules, schedules);
             for key in join_sets {
                 let id = (key.execution_id.clone(), key.join_set_id.clone());
                 match seen.join_sets.get(&id) {
@@ -193,6 +223,9 @@ impl Keys {
             if union.due.is_none() {
                 union.due.clone_from(due);
             }
+            if union.due_schedules.is_none() {
+                union.due_schedules.clone_from(due_schedules);
+            }
         }
         union
     }
@@ -201,6 +234,18 @@ impl Keys {
     #[must_use]
     pub fn creates(&self, execution_id: &ExecutionId) -> bool {
         self.new_executions.contains(execution_id)
+    }
+
+    /// True when `err`, the database's refusal of the write, found a row the write creates
+    /// (an execution, a schedule) that its load found absent: another transaction created it
+    /// since, and the write run again is answered by the kernel on what is stored now.
+    #[must_use]
+    pub fn raced_by(&self, err: &DbError) -> bool {
+        match err {
+            DbError::Duplicate(DuplicateKind::Execution(id)) => self.creates(id),
+            DbError::Duplicate(DuplicateKind::Schedule(name)) => self.schedules.contains(name),
+            _ => false,
+        }
     }
 
     /// Names the join sets and delays that `events` of `execution_id` touch.
@@ -265,6 +310,7 @@ struct Seen {
     open_delays: Known<ExecutionId>,
     delays: Known<(ExecutionId, DelayId)>,
     child_responses: Known<(ExecutionId, ExecutionId)>,
+    schedules: Known<ScheduleName>,
     join_sets: HashMap<(ExecutionId, JoinSetId), usize, FastHash>,
 }
 

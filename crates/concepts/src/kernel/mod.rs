@@ -67,10 +67,13 @@ mod writes;
 pub use assume::{Assumption, KnownRows};
 pub use backend::Backend;
 pub use group::{GroupPlanner, plan};
-pub use keys::{DueQuery, ExecutionIds, JoinSetKey, Keys, PruneQuery, descendant_bounds};
+pub use keys::{
+    DueQuery, ExecutionIds, JoinSetKey, Keys, PruneQuery, ScheduleDueQuery, descendant_bounds,
+};
 pub use messages::{WAKE_EVERYONE, parse_wakeup_message, wakeup_messages};
 pub use plan::{
-    ExecutionChange, PlannedDelay, PlannedResponse, Planner, Wakeup, Wakeups, WritePlan,
+    ExecutionChange, PlannedDelay, PlannedResponse, Planner, ScheduleWrite, Wakeup, Wakeups,
+    WritePlan,
 };
 pub use queued::{Answer, Queued, queue};
 pub use snapshot::{
@@ -80,8 +83,9 @@ pub use snapshot::{
 pub use waiters::{WaiterCounts, WaiterHub};
 pub use write::{Forward, Forwarded, Write};
 pub use writes::{
-    AppendOutcomes, AppendResponse, CreateBatch, LockGrant, hand_over, hand_over_cloned,
-    validate_append_batch, validate_create, validate_lock_pending,
+    AppendOutcomes, AppendResponse, BUFFER_RECHECK, CreateBatch, LockGrant, MAX_BACKFILL_TICKS,
+    TICKS_KEPT, TICKS_PER_PASS, hand_over, hand_over_cloned, validate_append_batch,
+    validate_create, validate_lock_pending,
 };
 
 #[cfg(test)]

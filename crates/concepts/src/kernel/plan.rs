@@ -9,6 +9,7 @@ use crate::{
     CreateRequest, DbError, DelayId, DuplicateKind, ExecutionEvent, ExecutionEventInner,
     ExecutionId, FunctionFqn, HistoryEvent, JoinSetId, JoinSetRequest, JoinSetResponse,
     JoinSetResponseEvent, JoinSetResponseEventOuter, PendingState, ValidationError, Version,
+    schedule::{ScheduleName, ScheduleRow, Tick},
 };
 use chrono::{DateTime, Utc};
 use smallvec::SmallVec;
@@ -96,6 +97,34 @@ impl ExecutionChange {
     }
 }
 
+/// Everything a write changes about one schedule.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScheduleWrite {
+    /// The schedule.
+    pub name: ScheduleName,
+    /// Its row after the write; `None` when the write deletes it, with its ticks.
+    pub row: Option<ScheduleRow>,
+    /// True when the write creates it (the load found no row).
+    pub is_new: bool,
+    /// Ticks recorded, in order.
+    pub ticks: Vec<Tick>,
+    /// The ticks recorded before this sequence number are deleted.
+    pub forget_ticks_before: Option<u64>,
+}
+
+impl ScheduleWrite {
+    /// A write that leaves `row` as it is, so far.
+    pub(crate) fn new(row: ScheduleRow, is_new: bool) -> Self {
+        Self {
+            name: row.name().clone(),
+            row: Some(row),
+            is_new,
+            ticks: Vec::new(),
+            forget_ticks_before: None,
+        }
+    }
+}
+
 /// What a write persists, atomically, and what it causes once committed.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct WritePlan {
@@ -106,6 +135,8 @@ pub struct WritePlan {
     /// Executions to delete with everything stored about them (`prune`): events, responses,
     /// join-set counters, delays and the row.
     pub deleted: Vec<ExecutionId>,
+    /// What the write changes about schedules, one entry per schedule.
+    pub schedules: Vec<ScheduleWrite>,
 }
 
 /// Which waiters a change concerns: new responses; a new `Finished`; a new `PendingAt`.
@@ -166,6 +197,8 @@ pub struct Planner<'s> {
     pub(crate) changes: Vec<ExecutionChange>,
     /// Executions the write deletes (`prune`).
     pub(crate) deleted: Vec<ExecutionId>,
+    /// What the write changes about schedules.
+    pub(crate) schedules: Vec<ScheduleWrite>,
     /// The index of each change by execution, built only once a write touches more than
     /// [`LINEAR_LOOKUP`] executions: most writes touch one or two, and a scan is cheaper.
     position: HashMap<ExecutionId, usize, FastHash>,
@@ -180,6 +213,7 @@ impl<'s> Planner<'s> {
             snapshot,
             changes: Vec::new(),
             deleted: Vec::new(),
+            schedules: Vec::new(),
             position: HashMap::default(),
             join_sets: HashMap::default(),
             delays: HashMap::default(),

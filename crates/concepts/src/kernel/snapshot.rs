@@ -5,6 +5,7 @@ use crate::{
     CreateRequest, DbError, DelayId, ExecutionEvent, ExecutionId, ExecutionState, ExpiredLock,
     ExpiredTimer, FinishedExecutionResult, FunctionFqn, JoinSetId, JoinSetResponseEventOuter,
     PendingState, Version,
+    schedule::{ScheduleName, ScheduleRow},
 };
 use chrono::{DateTime, Utc};
 use std::{
@@ -192,12 +193,28 @@ pub struct Snapshot {
     /// `executions`; their histories are read after the commit, see
     /// [`hand_over`](super::hand_over)).
     pub due: Vec<ExecutionId>,
+    /// The schedules found, among `Keys::schedules` and the due ones.
+    pub schedules: HashMap<ScheduleName, ScheduleRow, FastHash>,
+    /// The schedules `Keys::due_schedules` found, in the order found (their rows are in
+    /// `schedules`).
+    pub due_schedules: Vec<ScheduleName>,
 }
 
 impl Snapshot {
     /// Adds an execution's row.
     pub fn add_execution(&mut self, row: ExecutionRow) {
         self.executions.insert(row.execution_id.clone(), row);
+    }
+
+    /// Adds a schedule's row.
+    pub fn add_schedule(&mut self, row: ScheduleRow) {
+        self.schedules.insert(row.name().clone(), row);
+    }
+
+    /// Adds a due schedule's row, in the order found.
+    pub fn add_due_schedule(&mut self, row: ScheduleRow) {
+        self.due_schedules.push(row.name().clone());
+        self.add_schedule(row);
     }
 
     /// Adds a due execution's row, in the order found.
@@ -234,7 +251,11 @@ impl Snapshot {
             delays,
             child_responses,
             due,
+            schedules,
+            due_schedules,
         } = self;
+        schedules.clear();
+        due_schedules.clear();
         executions.clear();
         created.clear();
         subtrees.clear();

@@ -9,9 +9,11 @@ mod lock;
 mod outcome;
 mod prune;
 mod response;
+mod schedule;
 
 pub use append_batch::validate_append_batch;
 pub use create::{CreateBatch, validate_create};
 pub use lock::{LockGrant, hand_over, hand_over_cloned, validate_lock_pending};
 pub use outcome::AppendOutcomes;
 pub use response::AppendResponse;
+pub use schedule::{BUFFER_RECHECK, MAX_BACKFILL_TICKS, TICKS_KEPT, TICKS_PER_PASS};

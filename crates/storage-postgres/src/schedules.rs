@@ -1,0 +1,143 @@
+//! Schedules in `t_schedule` (the row as JSON, beside its name and the due time its index
+//! orders) and their ticks in `t_schedule_tick`: the statements that load them for a write
+//! (locked: two nodes never fire one schedule at once; a due schedule another transaction
+//! holds is skipped until the next pass), that persist a plan's changes, and the reads.
+
+use crate::{
+    codec::{column, count_to_i64, from_json, micros, to_json},
+    error::map_pg_error,
+    pipeline::{Statement, statement, unnest},
+};
+use concepts::{
+    DbError,
+    kernel::{Keys, Snapshot, WritePlan},
+    schedule::{ScheduleName, ScheduleRow, Tick},
+};
+use deadpool_postgres::ClientWrapper;
+use tokio_postgres::Row;
+
+const LOCK_SCHEDULES: &str =
+    "SELECT row_json FROM t_schedule WHERE name = ANY($1) ORDER BY name FOR UPDATE";
+
+const LOCK_DUE_SCHEDULES: &str = "SELECT row_json FROM t_schedule WHERE next_due_at <= $1 \
+    ORDER BY next_due_at, name LIMIT $2 FOR UPDATE SKIP LOCKED";
+
+const INSERT_SCHEDULES: &str = "INSERT INTO t_schedule (name, next_due_at, row_json) \
+    SELECT * FROM UNNEST($1::text[], $2::int8[], $3::text[])";
+
+const UPDATE_SCHEDULES: &str = "UPDATE t_schedule AS t SET next_due_at = u.due, row_json = u.json \
+    FROM UNNEST($1::text[], $2::int8[], $3::text[]) AS u(name, due, json) WHERE t.name = u.name";
+
+const DELETE_SCHEDULES: &str = "WITH ticks AS (DELETE FROM t_schedule_tick WHERE name = ANY($1)) \
+    DELETE FROM t_schedule WHERE name = ANY($1)";
+
+const INSERT_TICKS: &str = "INSERT INTO t_schedule_tick (name, seq, tick_json) \
+    SELECT * FROM UNNEST($1::text[], $2::int8[], $3::text[])";
+
+const FORGET_TICKS: &str = "DELETE FROM t_schedule_tick AS t \
+    USING UNNEST($1::text[], $2::int8[]) AS u(name, before) \
+    WHERE t.name = u.name AND t.seq < u.before";
+
+/// The statements that load the schedules `keys` name and the due ones.
+pub(crate) fn load_statements(keys: &Keys) -> [Option<Statement<'_>>; 2] {
+    let names: Vec<&str> = keys.schedules.iter().map(ScheduleName::as_str).collect();
+    [
+        (!names.is_empty()).then(|| statement(LOCK_SCHEDULES, vec![Box::new(names)])),
+        keys.due_schedules.as_ref().map(|due| {
+            let limit = i64::try_from(due.limit).unwrap_or(i64::MAX);
+            statement(
+                LOCK_DUE_SCHEDULES,
+                vec![Box::new(micros(due.at)), Box::new(limit)],
+            )
+        }),
+    ]
+}
+
+/// Adds the rows the statements of [`load_statements`] returned.
+pub(crate) fn add_rows(named: &[Row], due: &[Row], snapshot: &mut Snapshot) -> Result<(), DbError> {
+    for row in named {
+        snapshot.add_schedule(from_json(column(row, 0)?, "schedule")?);
+    }
+    for row in due {
+        snapshot.add_due_schedule(from_json(column(row, 0)?, "schedule")?);
+    }
+    Ok(())
+}
+
+/// The statements that persist what `plan` changes about schedules.
+pub(crate) fn statements(plan: &WritePlan) -> Result<Vec<Statement<'_>>, DbError> {
+    let kept = |new: bool| {
+        (plan.schedules.iter()).filter_map(move |w| w.row.as_ref().filter(|_| w.is_new == new))
+    };
+    let deleted: Vec<&str> = (plan.schedules.iter())
+        .filter(|w| w.row.is_none())
+        .map(|w| w.name.as_str())
+        .collect();
+    let ticks = plan
+        .schedules
+        .iter()
+        .flat_map(|w| w.ticks.iter().map(move |t| (w, t)));
+    let forget = plan
+        .schedules
+        .iter()
+        .filter_map(|w| Some((w, w.forget_ticks_before?)));
+    let statements = [
+        unnest!(INSERT_SCHEDULES, kept(true), |row| {
+            names: &str = row.name().as_str(),
+            due: Option<i64> = row.next_due_at.map(micros),
+            rows: String = to_json(row)?,
+        }),
+        unnest!(UPDATE_SCHEDULES, kept(false), |row| {
+            names: &str = row.name().as_str(),
+            due: Option<i64> = row.next_due_at.map(micros),
+            rows: String = to_json(row)?,
+        }),
+        (!deleted.is_empty()).then(|| statement(DELETE_SCHEDULES, vec![Box::new(deleted)])),
+        unnest!(INSERT_TICKS, ticks, |(write, tick)| {
+            names: &str = write.name.as_str(),
+            seqs: i64 = count_to_i64(tick.seq),
+            jsons: String = to_json(tick)?,
+        }),
+        unnest!(FORGET_TICKS, forget, |(write, seq)| {
+            names: &str = write.name.as_str(),
+            befores: i64 = count_to_i64(seq),
+        }),
+    ];
+    Ok(statements.into_iter().flatten().collect())
+}
+
+/// The schedules after `after` in name order, at most `limit` (`name` alone with `exact`).
+pub(crate) async fn list(
+    client: &ClientWrapper,
+    after: &str,
+    limit: usize,
+    exact: bool,
+) -> Result<Vec<ScheduleRow>, DbError> {
+    let sql = if exact {
+        "SELECT row_json FROM t_schedule WHERE name = $1 AND $2::int8 > 0"
+    } else {
+        "SELECT row_json FROM t_schedule WHERE name > $1 ORDER BY name LIMIT $2"
+    };
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let rows = client
+        .query(sql, &[&after, &limit])
+        .await
+        .map_err(map_pg_error)?;
+    rows.iter()
+        .map(|row| from_json(column(row, 0)?, "schedule"))
+        .collect()
+}
+
+/// The last `limit` ticks of `name`, newest first.
+pub(crate) async fn ticks(
+    client: &ClientWrapper,
+    name: &ScheduleName,
+    limit: usize,
+) -> Result<Vec<Tick>, DbError> {
+    let sql = "SELECT tick_json FROM t_schedule_tick WHERE name = $1 ORDER BY seq DESC LIMIT $2";
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let rows = (client.query(sql, &[&name.as_str(), &limit]).await).map_err(map_pg_error)?;
+    rows.iter()
+        .map(|row| from_json(column(row, 0)?, "tick"))
+        .collect()
+}

@@ -1,0 +1,94 @@
+//! Schedules in `t_schedule` (the row as JSON, beside its name and the due time its index
+//! orders) and their ticks in `t_schedule_tick`: loaded for a write, persisted from its plan,
+//! and read.
+
+use crate::{
+    codec::{int_to_sql, micros},
+    error::Result,
+    ops::WriteCtx,
+    reads::rows,
+};
+use concepts::{
+    kernel::{Keys, ScheduleWrite, Snapshot},
+    schedule::{ScheduleName, ScheduleRow, Tick},
+};
+use rusqlite::{Connection, params};
+
+fn row_of(row: &rusqlite::Row<'_>) -> Result<ScheduleRow> {
+    Ok(serde_json::from_str(&row.get::<_, String>(0)?)?)
+}
+
+impl WriteCtx<'_> {
+    /// Adds the schedules `keys` name, and the due ones, to `snapshot`.
+    pub(crate) fn load_schedules(&self, keys: &Keys, snapshot: &mut Snapshot) -> Result<()> {
+        for name in &keys.schedules {
+            if let Some(row) = schedule(self.conn, name)? {
+                snapshot.add_schedule(row);
+            }
+        }
+        if let Some(query) = &keys.due_schedules {
+            let sql = "SELECT row_json FROM t_schedule WHERE next_due_at <= ?1 \
+                       ORDER BY next_due_at, name LIMIT ?2";
+            let params = (micros(query.at), int_to_sql(query.limit));
+            for row in rows(self.conn, sql, params, row_of)? {
+                snapshot.add_due_schedule(row);
+            }
+        }
+        Ok(())
+    }
+
+    /// Stores what a plan changes about schedules.
+    pub(crate) fn persist_schedules(&self, writes: &[ScheduleWrite]) -> Result<()> {
+        for write in writes {
+            let name = write.name.as_str();
+            let Some(row) = &write.row else {
+                self.execute("DELETE FROM t_schedule WHERE name = ?1", [name])?;
+                self.execute("DELETE FROM t_schedule_tick WHERE name = ?1", [name])?;
+                continue;
+            };
+            let sql = "INSERT INTO t_schedule (name, next_due_at, row_json) VALUES (?1, ?2, ?3) \
+                 ON CONFLICT DO UPDATE SET next_due_at = excluded.next_due_at, \
+                 row_json = excluded.row_json";
+            let due = row.next_due_at.map(micros);
+            self.execute(sql, params![name, due, serde_json::to_string(row)?])?;
+            for tick in &write.ticks {
+                let sql = "INSERT INTO t_schedule_tick (name, seq, tick_json) VALUES (?1, ?2, ?3)";
+                let json = serde_json::to_string(tick)?;
+                self.execute(sql, params![name, int_to_sql(tick.seq), json])?;
+            }
+            if let Some(before) = write.forget_ticks_before {
+                let sql = "DELETE FROM t_schedule_tick WHERE name = ?1 AND seq < ?2";
+                self.execute(sql, params![name, int_to_sql(before)])?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The schedule `name`, if stored.
+pub(crate) fn schedule(conn: &Connection, name: &ScheduleName) -> Result<Option<ScheduleRow>> {
+    let sql = "SELECT row_json FROM t_schedule WHERE name = ?1";
+    Ok(rows(conn, sql, [name.as_str()], row_of)?.pop())
+}
+
+/// The schedules after `after` in name order, at most `limit`.
+pub(crate) fn list(
+    conn: &Connection,
+    after: Option<&ScheduleName>,
+    limit: usize,
+) -> Result<Vec<ScheduleRow>> {
+    let sql = "SELECT row_json FROM t_schedule WHERE name > ?1 ORDER BY name LIMIT ?2";
+    let after = after.map_or("", ScheduleName::as_str);
+    rows(conn, sql, params![after, int_to_sql(limit)], row_of)
+}
+
+/// The last `limit` ticks of `name`, newest first.
+pub(crate) fn ticks(conn: &Connection, name: &ScheduleName, limit: usize) -> Result<Vec<Tick>> {
+    let sql = "SELECT tick_json FROM t_schedule_tick WHERE name = ?1 ORDER BY seq DESC LIMIT ?2";
+    rows(
+        conn,
+        sql,
+        params![name.as_str(), int_to_sql(limit)],
+        |row| Ok(serde_json::from_str(&row.get::<_, String>(0)?)?),
+    )
+}
