@@ -1075,12 +1075,25 @@ fn operator_commands_never_create_a_database_nor_touch_another_file() {
     std::fs::write(&notes, &text).unwrap();
     let empty = dir.path().join("empty-file.db");
     std::fs::write(&empty, "").unwrap();
-    let commands: [&[&str]; 5] = [
+    let commands: [&[&str]; 9] = [
         &["submit", FLAKY, "--params", FLAKY_PARAMS],
         &["executions", "wait", ID],
         &["executions", "cancel", ID],
         &["executions", "complete", ID, "--json", "1"],
         &["executions", "prune", "--older-than", "1d"],
+        &[
+            "schedules",
+            "create",
+            "tick",
+            FLAKY,
+            "--params",
+            FLAKY_PARAMS,
+            "--every",
+            "1s",
+        ],
+        &["schedules", "pause", "tick"],
+        &["schedules", "trigger", "tick"],
+        &["schedules", "list"],
     ];
     for command in commands {
         run_failing(
@@ -1760,4 +1773,201 @@ fn server_address(first: &str) -> String {
         .split_once("/api/v1")
         .unwrap_or_else(|| panic!("{first}"));
     address.to_string()
+}
+
+/// `stele schedules`: a schedule created (again: nothing written; with another spec: refused,
+/// naming it), each kind of bad input refused in one line before anything is written, its
+/// ticks fired by `stele serve` as executions that run, and each operator's command doing
+/// what it prints.
+#[test]
+fn schedules_fire_under_serve_and_each_command_does_what_it_prints() {
+    let dir = tempfile::tempdir().unwrap();
+    let db_path = empty_database(dir.path());
+    let db = path_str(&db_path);
+    let create = |extra: &[&str]| -> Vec<String> {
+        let base = [
+            "--db",
+            db,
+            "schedules",
+            "create",
+            "tick",
+            FLAKY,
+            "--params",
+            FLAKY_PARAMS,
+        ];
+        base.iter().chain(extra).map(|s| (*s).to_owned()).collect()
+    };
+    let args = create(&["--every", "1s", "--overlap", "allow-all"]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let created = run_ok(&args);
+    assert!(
+        created.starts_with("schedule tick created; next tick "),
+        "{created}"
+    );
+    let again = run_ok(&args);
+    assert!(
+        again.starts_with("schedule tick already existed with this definition, nothing written"),
+        "{again}"
+    );
+    let other = create(&["--every", "2s", "--overlap", "allow-all"]);
+    let other: Vec<&str> = other.iter().map(String::as_str).collect();
+    run_failing(
+        &other,
+        2,
+        "cannot create schedule tick: schedule tick already exists with another spec",
+    );
+    for (extra, message) in [
+        (&["--cron", "61 * * * *"][..], "--cron: "),
+        (
+            &["--cron", "0 3 * * *", "--timezone", "Mars/Olympus"],
+            "--timezone: ",
+        ),
+        (&["--every", "0s"], "--every: "),
+        (
+            &["--every", "1s", "--overlap", "sometimes"],
+            "--overlap: `sometimes` is not an overlap policy",
+        ),
+    ] {
+        let args = create(extra);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        run_failing(&args, 2, message);
+    }
+    run_failing(
+        &[
+            "--db",
+            db,
+            "schedules",
+            "create",
+            "nobody",
+            "stele:demo/activities.nobody",
+            "--every",
+            "1m",
+        ],
+        2,
+        "function: schedule nobody: stele:demo/activities.nobody is not a function this node runs",
+    );
+    let listed = run_json(&["--db", db, "schedules", "list", "--json"]);
+    assert_eq!(
+        listed.as_array().map(Vec::len),
+        Some(1),
+        "nothing refused was written: {listed}"
+    );
+
+    // `serve` fires a tick a second; its executions run to the end.
+    let server = Server::start(db, &[]);
+    let deadline = std::time::Instant::now() + SAFETY;
+    let shown = loop {
+        let shown = run_json(&[
+            "--db",
+            db,
+            "schedules",
+            "show",
+            "tick",
+            "--json",
+            "--ticks",
+            "50",
+        ]);
+        let finished = (shown["ticks"].as_array().unwrap().iter())
+            .filter(|tick| tick["outcome"]["kind"] == "fired" && tick["state"] == "Finished")
+            .count();
+        if finished >= 3 {
+            break shown;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "three ticks run: {shown}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let (code, _) = server.terminate();
+    assert_eq!(code, 130);
+    let ticks = shown["ticks"].as_array().unwrap();
+    let ids: std::collections::HashSet<_> = ticks
+        .iter()
+        .filter_map(|tick| tick["outcome"]["execution_id"].as_str())
+        .collect();
+    let fired = ticks
+        .iter()
+        .filter(|t| t["outcome"]["kind"] == "fired")
+        .count();
+    assert_eq!(ids.len(), fired, "an execution each");
+    let text = run_ok(&["--db", db, "schedules", "show", "tick"]);
+    assert!(text.starts_with("schedule tick: active\n"), "{text}");
+    assert!(text.contains("every 1s (UTC)"), "{text}");
+
+    let paused = run_ok(&[
+        "--db",
+        db,
+        "schedules",
+        "pause",
+        "tick",
+        "--note",
+        "maintenance",
+    ]);
+    assert_eq!(paused, "schedule tick changed\n");
+    let text = run_ok(&["--db", db, "schedules", "show", "tick"]);
+    assert!(text.starts_with("schedule tick: paused\n"), "{text}");
+    assert!(text.contains(": maintenance"), "{text}");
+    let again = run_ok(&["--db", db, "schedules", "pause", "tick"]);
+    assert_eq!(again, "schedule tick was already so, nothing written\n");
+    assert_eq!(
+        run_ok(&["--db", db, "schedules", "resume", "tick"]),
+        "schedule tick changed\n"
+    );
+    let triggered = run_ok(&["--db", db, "schedules", "trigger", "tick"]);
+    assert!(
+        triggered.starts_with("E_") && triggered.ends_with(" fired\n"),
+        "{triggered}"
+    );
+
+    // A backfill over ticks `serve` fired fires none of them again.
+    let fired_at: Vec<&str> = (ticks.iter())
+        .filter(|tick| tick["outcome"]["kind"] == "fired" && tick["outcome"]["by"] == "tick")
+        .filter_map(|tick| tick["at"].as_str())
+        .collect();
+    let (first, last) = (fired_at.last().unwrap(), fired_at.first().unwrap());
+    let backfilled = run_ok(&[
+        "--db",
+        db,
+        "schedules",
+        "backfill",
+        "tick",
+        "--from",
+        first,
+        "--to",
+        last,
+    ]);
+    assert!(
+        backfilled
+            .lines()
+            .all(|line| line.ends_with(" had fired already, nothing written")),
+        "{backfilled}"
+    );
+    run_failing(
+        &[
+            "--db",
+            db,
+            "schedules",
+            "backfill",
+            "tick",
+            "--from",
+            "yesterday",
+            "--to",
+            last,
+        ],
+        2,
+        "--from: `yesterday` is not an RFC 3339 time",
+    );
+    let deleted = run_ok(&["--db", db, "schedules", "delete", "tick"]);
+    assert!(deleted.starts_with("schedule tick deleted"), "{deleted}");
+    run_failing(
+        &["--db", db, "schedules", "show", "tick"],
+        3,
+        "schedule tick",
+    );
+    run_failing(
+        &["--db", db, "schedules", "resume", "tick"],
+        3,
+        "schedule tick",
+    );
 }

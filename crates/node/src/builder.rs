@@ -6,7 +6,7 @@ use crate::{
     node::{Background, BackgroundContext, ExecutorInfo, Node, RunningExecutor, ShutdownSignal},
     settings::{DEFAULT_WATCHER, ExecutorSettings, WorkerKind, pruner_config},
 };
-use concepts::{ClockFn, ComponentId, DbConnection, DbExecutor, FunctionFqn};
+use concepts::{ClockFn, ComponentId, DbConnection, DbExecutor, FunctionFqn, schedule::Definition};
 use executor::{ExecConfig, ExecTask, Worker};
 use futures_util::future::BoxFuture;
 use serde::{Serialize, de::DeserializeOwned};
@@ -73,6 +73,8 @@ pub struct NodeBuilder<C: ClockFn> {
     pruner: Option<PrunerConfig>,
     background: Vec<(&'static str, StartBackground<C>)>,
     catalog: CatalogParts,
+    /// Schedules the node keeps stored ([`NodeBuilder::schedule`]).
+    schedules: Vec<Definition>,
     /// The first mistake a method found; `start` returns it.
     error: Option<NodeError>,
 }
@@ -106,6 +108,7 @@ impl<C: ClockFn> NodeBuilder<C> {
             pruner: None,
             background: Vec::new(),
             catalog: CatalogParts::default(),
+            schedules: Vec::new(),
             error: None,
         }
     }
@@ -364,6 +367,16 @@ impl<C: ClockFn> NodeBuilder<C> {
         self
     }
 
+    /// Keeps the schedule `definition` stored: once the node started, it is created if
+    /// missing and updated to `definition` if it differs (the code that declares it is its
+    /// source). Its function must be one the node runs, with parameters it takes: `start`
+    /// refuses it otherwise. Its ticks fire on whichever node's timers watcher sees them first.
+    #[must_use]
+    pub fn schedule(mut self, definition: Definition) -> Self {
+        self.schedules.push(definition);
+        self
+    }
+
     /// Checks the configuration and starts the node on the current tokio runtime: one executor
     /// per worker (the node's activities and workflows each count as one), the timers watcher
     /// unless left out, the retention task when one is set, the background tasks.
@@ -392,6 +405,24 @@ impl<C: ClockFn> NodeBuilder<C> {
             return Err(NodeError::NoRuntime);
         }
         let catalog = Arc::new(build_catalog(&entries, std::mem::take(&mut self.catalog))?);
+        let schedules = std::mem::take(&mut self.schedules)
+            .into_iter()
+            .map(|definition| {
+                let settings =
+                    crate::schedules::run_settings(&catalog, &definition).map_err(|source| {
+                        NodeError::Schedule {
+                            name: definition.name.clone(),
+                            source,
+                        }
+                    })?;
+                Ok((definition, settings))
+            })
+            .collect::<Result<Vec<_>, NodeError>>()?;
+        if !schedules.is_empty() {
+            self = self.background_service("schedules", move |context| {
+                crate::schedules::keep(context.db, context.clock, schedules)
+            });
+        }
         let shared = self
             .concurrency
             .map(|permits| Arc::new(Semaphore::new(permits.min(Semaphore::MAX_PERMITS))));

@@ -89,6 +89,14 @@ pub enum NodeError {
          timers watcher, a retention task or a background task"
     )]
     NothingToRun,
+    /// A schedule given to [`crate::NodeBuilder::schedule`] that the node's catalog refuses.
+    #[error("cannot keep schedule {name}: {source}")]
+    Schedule {
+        /// The schedule.
+        name: concepts::schedule::ScheduleName,
+        /// Why.
+        source: crate::schedules::ScheduleRefused,
+    },
     /// [`crate::NodeBuilder::describe`] named a function no worker of the node runs.
     #[error(
         "the catalog describes {function}, which no worker of this node runs: register it, or \

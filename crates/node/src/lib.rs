@@ -69,12 +69,14 @@
 //! | the runs in flight over all executors | [`NodeBuilder::concurrency`] | each executor two batches of its own |
 //! | the timers watcher | [`NodeBuilder::timers_watcher`], [`NodeBuilder::without_timers_watcher`] | every 250 ms, 100 ms leeway ([`DEFAULT_WATCHER`]) |
 //! | the retention task | [`NodeBuilder::retention`], [`NodeBuilder::pruner`] | none: nothing is deleted |
+//! | schedules declared in code, kept stored as declared | [`NodeBuilder::schedule`] | none |
 //!
 //! `start` checks everything before it starts anything and refuses what cannot work with a
 //! [`NodeError`] that says what to change: a function registered twice (on one worker or on
 //! two: each function runs on one worker), a worker without functions, a zero concurrency,
-//! lease, batch, poll or watcher tick, a retention task that cannot work, a node with nothing
-//! to run, a call outside a tokio runtime.
+//! lease, batch, poll or watcher tick, a retention task that cannot work, a schedule of a
+//! function the node does not run or with parameters it cannot take, a node with nothing to
+//! run, a call outside a tokio runtime.
 //!
 //! # Shutdown
 //!
@@ -100,6 +102,7 @@ mod error;
 mod node;
 pub mod recent;
 pub mod sampler;
+pub mod schedules;
 mod settings;
 mod submit;
 

@@ -606,3 +606,75 @@ async fn wait_for_result_answers_none_at_its_timeout_and_the_result_once_finishe
     );
     db.close().await;
 }
+
+/// A schedule of `ECHO(n)` every second.
+fn echo_schedule(n: u64) -> concepts::schedule::Definition {
+    concepts::schedule::Definition::new(
+        "echo-every-second".parse().unwrap(),
+        ECHO.ffqn().unwrap(),
+        concepts::Json(serde_json::json!(n)),
+        "every 1s".parse().unwrap(),
+    )
+}
+
+/// Polls `check` until it is true, failing after ten seconds.
+async fn eventually<F: std::future::Future<Output = bool>>(what: &str, check: impl Fn() -> F) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !check().await {
+        assert!(std::time::Instant::now() < deadline, "{what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_declared_schedule_is_kept_stored_fires_and_a_refused_one_stops_the_start() {
+    let db = store().await;
+    let name: concepts::schedule::ScheduleName = "echo-every-second".parse().unwrap();
+    let node = Node::builder(db.clone(), Now)
+        .activity(&ECHO, echo)
+        .schedule(echo_schedule(1))
+        .start()
+        .expect("a valid node");
+    let fired = || async {
+        let ticks = db.schedule_ticks(&name, 10).await.unwrap();
+        match ticks
+            .iter()
+            .find_map(concepts::schedule::Tick::execution_id)
+        {
+            Some(id) => db.get(id).await.unwrap().pending_state.is_finished(),
+            None => false,
+        }
+    };
+    eventually("the schedule is created and a tick runs", fired).await;
+    let row = db.get_schedule(&name).await.unwrap();
+    assert_eq!(row.settings.component_id.to_string(), "activity:default");
+    node.shutdown(Duration::from_secs(1)).await;
+
+    // Started again with another declaration, the node updates the stored schedule.
+    let node = Node::builder(db.clone(), Now)
+        .activity(&ECHO, echo)
+        .schedule(echo_schedule(2))
+        .start()
+        .expect("a valid node");
+    let updated = || async {
+        let row = db.get_schedule(&name).await.unwrap();
+        row.definition.params.0 == serde_json::json!(2)
+    };
+    eventually("the schedule is updated to its declaration", updated).await;
+    node.shutdown(Duration::from_secs(1)).await;
+
+    let mut unknown = echo_schedule(1);
+    unknown.ffqn = OTHER.ffqn().unwrap();
+    let err = refused(builder().await.activity(&ECHO, echo).schedule(unknown));
+    assert!(
+        matches!(err, NodeError::Schedule { .. }) && err.to_string().contains("is not a function"),
+        "{err}"
+    );
+    let mut bad_params = echo_schedule(1);
+    bad_params.params = concepts::Json(serde_json::json!("not a number"));
+    let err = refused(builder().await.activity(&ECHO, echo).schedule(bad_params));
+    assert!(
+        err.to_string().contains("cannot take these parameters"),
+        "{err}"
+    );
+}

@@ -5,6 +5,7 @@ mod executions;
 mod node;
 mod operate;
 mod render;
+mod schedules;
 mod serve;
 mod submit;
 
@@ -71,6 +72,10 @@ enum Command {
     /// prune finished ones.
     #[command(subcommand)]
     Executions(executions::ExecutionsCommand),
+    /// Create and operate schedules: recurring executions of a function that `stele serve`
+    /// fires at each tick of a cron expression or an interval, once across every process.
+    #[command(subcommand)]
+    Schedules(schedules::SchedulesCommand),
 }
 
 /// Runs the parsed command.
@@ -84,6 +89,7 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
         Command::Serve(args) => serve::run(&url, args).await,
         Command::Submit(args) => submit::run(&url, args).await,
         Command::Executions(command) => executions::run(&url, command).await,
+        Command::Schedules(command) => schedules::run(&url, command).await,
     }
 }
 

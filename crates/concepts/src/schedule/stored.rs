@@ -130,6 +130,20 @@ pub enum SkipReason {
     Missed,
 }
 
+impl SkipReason {
+    /// Its name: `overlap`, `buffer-full`, `superseded`, `paused` or `missed`.
+    #[must_use]
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Overlap { .. } => "overlap",
+            Self::BufferFull { .. } => "buffer-full",
+            Self::Superseded => "superseded",
+            Self::Paused => "paused",
+            Self::Missed => "missed",
+        }
+    }
+}
+
 /// How an execution came to be fired.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -142,6 +156,19 @@ pub enum FiredBy {
     Trigger,
     /// A backfill of a past range.
     Backfill,
+}
+
+impl FiredBy {
+    /// Its name: `tick`, `buffer`, `trigger` or `backfill`.
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Tick => "tick",
+            Self::Buffer => "buffer",
+            Self::Trigger => "trigger",
+            Self::Backfill => "backfill",
+        }
+    }
 }
 
 /// What became of a tick.

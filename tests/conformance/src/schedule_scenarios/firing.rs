@@ -45,19 +45,19 @@ pub async fn c3_each_overlap_policy<F: StoreFactory>(factory: &F) {
     assert_eq!(second.skipped, 1);
     assert_eq!(
         f.history(&skip).await,
-        ["fired by Tick at 60", "skipped Overlap 120..120 x1"]
+        ["fired by tick at 60", "skipped overlap 120..120 x1"]
     );
     assert_eq!(
         f.history(&buffer).await,
-        ["fired by Tick at 60", "buffered at 120"]
+        ["fired by tick at 60", "buffered at 120"]
     );
     assert_eq!(
         f.history(&allow).await,
-        ["fired by Tick at 60", "fired by Tick at 120"]
+        ["fired by tick at 60", "fired by tick at 120"]
     );
     assert_eq!(
         f.history(&cancel).await,
-        ["fired by Tick at 60"],
+        ["fired by tick at 60"],
         "the tick waits"
     );
     let again = f.pass().await;
@@ -79,7 +79,7 @@ pub async fn c3_each_overlap_policy<F: StoreFactory>(factory: &F) {
     );
     assert_eq!(
         f.history(&cancel).await,
-        ["fired by Tick at 60", "fired by Tick at 120"]
+        ["fired by tick at 60", "fired by tick at 120"]
     );
     let cancelled =
         f.db.wait_for_finished_result(&cancel_first, None)
@@ -92,9 +92,9 @@ pub async fn c3_each_overlap_policy<F: StoreFactory>(factory: &F) {
     assert_eq!(
         f.history(&buffer).await,
         [
-            "fired by Tick at 60",
+            "fired by tick at 60",
             "buffered at 120",
-            "fired by Buffer at 120"
+            "fired by buffer at 120"
         ]
     );
 
@@ -104,7 +104,7 @@ pub async fn c3_each_overlap_policy<F: StoreFactory>(factory: &F) {
     f.pass().await;
     assert_eq!(
         f.history(&buffer).await[3..],
-        ["buffered at 180", "skipped BufferFull 240..240 x1"]
+        ["buffered at 180", "skipped buffer-full 240..240 x1"]
     );
 }
 
@@ -138,23 +138,23 @@ pub async fn c4_catch_up_inside_and_outside_the_window<F: StoreFactory>(factory:
     assert_eq!(
         f.history(all.name()).await,
         [
-            "skipped Missed 60..900 x15",
-            "fired by Tick at 960",
-            "fired by Tick at 1020",
-            "fired by Tick at 1080",
-            "fired by Tick at 1140",
-            "fired by Tick at 1200",
+            "skipped missed 60..900 x15",
+            "fired by tick at 960",
+            "fired by tick at 1020",
+            "fired by tick at 1080",
+            "fired by tick at 1140",
+            "fired by tick at 1200",
         ]
     );
     assert_eq!(
         f.history(skip.name()).await,
         [
-            "skipped Missed 60..900 x15",
-            "fired by Tick at 960",
-            "skipped Overlap 1020..1020 x1",
-            "skipped Overlap 1080..1080 x1",
-            "skipped Overlap 1140..1140 x1",
-            "skipped Overlap 1200..1200 x1",
+            "skipped missed 60..900 x15",
+            "fired by tick at 960",
+            "skipped overlap 1020..1020 x1",
+            "skipped overlap 1080..1080 x1",
+            "skipped overlap 1140..1140 x1",
+            "skipped overlap 1200..1200 x1",
         ]
     );
     let log = f.db.get(&expected_ids[0]).await.unwrap();
@@ -454,11 +454,11 @@ pub async fn c8_run_limit_and_end<F: StoreFactory>(factory: &F) {
     }
     assert_eq!(
         f.history(limited.name()).await,
-        ["fired by Tick at 60", "fired by Tick at 120"]
+        ["fired by tick at 60", "fired by tick at 120"]
     );
     assert_eq!(
         f.history(ending.name()).await,
-        ["fired by Tick at 60", "fired by Tick at 120"]
+        ["fired by tick at 60", "fired by tick at 120"]
     );
     for name in [limited.name(), ending.name()] {
         let row = f.row(name).await;

@@ -122,7 +122,7 @@ impl Fixture {
             .map(|tick| {
                 let at = secs(tick.at);
                 match tick.outcome {
-                    TickOutcome::Fired { by, .. } => format!("fired by {by:?} at {at}"),
+                    TickOutcome::Fired { by, .. } => format!("fired by {} at {at}", by.name()),
                     TickOutcome::AlreadyFired { .. } => format!("already fired at {at}"),
                     TickOutcome::Buffered { .. } => format!("buffered at {at}"),
                     TickOutcome::Skipped {
@@ -131,17 +131,9 @@ impl Fixture {
                         count,
                         exact,
                     } => {
-                        let reason = format!("{reason:?}");
-                        let reason = reason
-                            .split([' ', '{'])
-                            .next()
-                            .unwrap_or_default()
-                            .to_owned();
-                        format!(
-                            "skipped {reason} {at}..{} x{count}{}",
-                            secs(last),
-                            if exact { "" } else { "+" }
-                        )
+                        let more = if exact { "" } else { "+" };
+                        let (name, last) = (reason.name(), secs(last));
+                        format!("skipped {name} {at}..{last} x{count}{more}")
                     }
                 }
             })

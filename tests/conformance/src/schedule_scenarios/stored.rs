@@ -128,7 +128,7 @@ pub async fn c2_pause_resume_update_delete<F: StoreFactory>(factory: &F) {
             .await
             .unwrap();
     assert_eq!(resumed, ScheduleChanged::Changed);
-    assert_eq!(f.history(&name).await, ["skipped Paused 60..300 x5"]);
+    assert_eq!(f.history(&name).await, ["skipped paused 60..300 x5"]);
     let row = f.row(&name).await;
     assert_eq!((row.status(), row.next_due_at), ("active", Some(f.at(360))));
     assert!(f.pass().await.fired.is_empty(), "nothing is due before 6m");
