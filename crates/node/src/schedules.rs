@@ -1,15 +1,17 @@
-//! A schedule as a node's catalog checks it before it is stored: its function must be one the
+//! A schedule written as text ([`ScheduleDraft`]: the CLI's options, the HTTP API's body),
+//! and as a node's catalog checks it before it is stored: its function must be one the
 //! catalog runs (a schedule of a function nobody runs would pile up executions), its
 //! parameters must be what that function takes, and its executions are created with the
 //! function's settings. The CLI's `stele schedules create` and `update` use it, and so does
 //! [`crate::NodeBuilder::schedule`], whose schedules the node keeps stored as declared.
 
-use crate::Catalog;
+use crate::{Catalog, HumanDuration};
 use chrono::{DateTime, Utc};
 use concepts::{
-    ClockFn, DbConnection, DbError, DuplicateKind, FunctionFqn,
+    ClockFn, DbConnection, DbError, DuplicateKind, FunctionFqn, Json,
     schedule::{
         ChangeScheduleRequest, CreateScheduleRequest, Definition, RunSettings, ScheduleChange,
+        ScheduleName, Spec,
     },
 };
 use std::{sync::Arc, time::Duration};
@@ -172,5 +174,130 @@ async fn store<C: ClockFn>(
             Ok("schedule updated to its declaration")
         }
         Err(err) => Err(err),
+    }
+}
+
+/// A schedule as text, the way a person or a program writes it (the CLI's options, the HTTP
+/// API's body): every field checked by [`ScheduleDraft::definition`], which names the field
+/// it refuses.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScheduleDraft {
+    /// The name.
+    pub name: String,
+    /// The function, `<namespace>:<package>/<interface>.<function>`.
+    pub function: String,
+    /// The parameters of every tick's execution (`null` when absent).
+    #[serde(default)]
+    pub params: serde_json::Value,
+    /// A cron expression (five fields, or six with seconds first); or else `every`.
+    pub cron: Option<String>,
+    /// An interval (`15m`); or else `cron`.
+    pub every: Option<String>,
+    /// With `every`: the offset of each tick from the multiples of the interval.
+    pub offset: Option<String>,
+    /// The IANA time zone of a cron expression (`UTC` when absent).
+    pub timezone: Option<String>,
+    /// `skip` (when absent), `buffer-one`, `allow-all` or `cancel-other`.
+    pub overlap: Option<String>,
+    /// How old a missed tick may be and still fire (5 minutes when absent).
+    pub catchup_window: Option<String>,
+    /// Each tick's execution is due up to this much after the tick (none when absent).
+    pub jitter: Option<String>,
+    /// At most this many executions.
+    pub max_runs: Option<u64>,
+    /// No tick after this time (RFC 3339) fires.
+    pub end: Option<String>,
+}
+
+/// A field of a [`ScheduleDraft`] that is refused, and why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {reason}")]
+pub struct DraftError {
+    /// The field, as the draft names it (`cron`, `catchup_window`, ...).
+    pub field: &'static str,
+    /// Why.
+    pub reason: String,
+}
+
+fn refused(field: &'static str, reason: impl std::fmt::Display) -> DraftError {
+    DraftError {
+        field,
+        reason: reason.to_string(),
+    }
+}
+
+fn duration(field: &'static str, text: Option<&str>) -> Result<Option<Duration>, DraftError> {
+    text.map(|text| {
+        text.parse::<HumanDuration>()
+            .map(Duration::from)
+            .map_err(|err| refused(field, err))
+    })
+    .transpose()
+}
+
+impl ScheduleDraft {
+    /// The definition the draft describes.
+    ///
+    /// # Errors
+    /// The first field refused, in the order of the fields.
+    pub fn definition(&self) -> Result<Definition, DraftError> {
+        let name: ScheduleName = self.name.parse().map_err(|err| refused("name", err))?;
+        let ffqn: FunctionFqn = (self.function.parse()).map_err(|err| refused("function", err))?;
+        let spec: Spec = match (&self.cron, &self.every) {
+            (Some(_), Some(_)) => {
+                return Err(refused(
+                    "cron",
+                    "give a cron expression or an interval, not both",
+                ));
+            }
+            (Some(cron), None) => cron.parse().map_err(|err| refused("cron", err))?,
+            (None, Some(every)) => {
+                duration("every", Some(every))?;
+                duration("offset", self.offset.as_deref())?;
+                let text = match &self.offset {
+                    Some(offset) => format!("every {every} offset {offset}"),
+                    None => format!("every {every}"),
+                };
+                text.parse().map_err(|err| refused("every", err))?
+            }
+            (None, None) => {
+                return Err(refused(
+                    "cron",
+                    "a schedule needs a cron expression or an interval (every)",
+                ));
+            }
+        };
+        if self.offset.is_some() && self.every.is_none() {
+            return Err(refused("offset", "an offset goes with an interval (every)"));
+        }
+        let mut definition = Definition::new(name, ffqn, Json(self.params.clone()), spec);
+        if let Some(zone) = &self.timezone {
+            definition.zone = zone.parse().map_err(|err| refused("timezone", err))?;
+        }
+        if let Some(overlap) = &self.overlap {
+            definition.overlap = overlap.parse().map_err(|err| refused("overlap", err))?;
+        }
+        if let Some(window) = duration("catchup_window", self.catchup_window.as_deref())? {
+            definition.catchup_window = window;
+        }
+        if let Some(jitter) = duration("jitter", self.jitter.as_deref())? {
+            definition.jitter = jitter;
+        }
+        if self.max_runs == Some(0) {
+            return Err(refused(
+                "max_runs",
+                "a schedule that may run 0 times never fires",
+            ));
+        }
+        definition.max_runs = self.max_runs;
+        definition.end = (self.end.as_deref())
+            .map(|end| {
+                end.parse::<DateTime<Utc>>().map_err(|err| {
+                    refused("end", format!("`{end}` is not an RFC 3339 time ({err})"))
+                })
+            })
+            .transpose()?;
+        Ok(definition)
     }
 }

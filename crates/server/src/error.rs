@@ -113,6 +113,24 @@ impl ApiError {
     pub fn db(context: &str, execution_id: &ExecutionId, err: DbError) -> Self {
         match &err {
             DbError::NotFound(_) => Self::no_execution(execution_id),
+            _ => Self::refusal(context, err),
+        }
+    }
+
+    /// Nothing at what the request names (404).
+    pub(crate) fn not_found(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::NOT_FOUND, "not_found", message)
+    }
+
+    /// Parameters the function cannot take (422).
+    pub(crate) fn params_refused(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::UNPROCESSABLE_ENTITY, "params_refused", message)
+    }
+
+    /// A store error of a write with `context`: a conflict, a refusal of the model, the store
+    /// unreachable, or an internal error.
+    pub(crate) fn refusal(context: &str, err: DbError) -> Self {
+        match &err {
             DbError::Duplicate(kind) => Self::new(
                 StatusCode::CONFLICT,
                 "conflict",
@@ -151,11 +169,7 @@ impl From<SubmitError> for ApiError {
     fn from(err: SubmitError) -> Self {
         match &err {
             SubmitError::NotTopLevel { .. } => Self::malformed_id(err.to_string()),
-            SubmitError::ParamsRefused { .. } => Self::new(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "params_refused",
-                err.to_string(),
-            ),
+            SubmitError::ParamsRefused { .. } => Self::params_refused(err.to_string()),
             SubmitError::Conflict { differences, .. } => {
                 let mut conflict = Self::new(StatusCode::CONFLICT, "conflict", err.to_string());
                 conflict.differences = Some(differences.iter().map(ToString::to_string).collect());

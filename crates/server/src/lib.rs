@@ -13,6 +13,15 @@
 //! | `POST /api/v1/executions/{id}/cancel` | cancels it and its unfinished descendants, `{"reason"?}` | 200 cancelled or already finished, 404 |
 //! | `POST /api/v1/executions/{id}/complete` | completes a promise, `{"value"}` | 200 completed or already completed, 404, 409 |
 //! | `GET /api/v1/executions/{id}/wait?timeout=30s` | waits for its result, at most [`ApiOptions::max_wait`] (60 s) | 200 finished, 202 still running, 404 |
+//! | `POST /api/v1/schedules` | creates a schedule, `{"name", "function", "params"?, "cron" or "every", "offset"?, "timezone"?, "overlap"?, "catchup_window"?, "jitter"?, "max_runs"?, "end"?}` (`node::schedules::ScheduleDraft`, checked against the catalog) | 201 created, 200 already existed, 400, 409 another definition, 422 |
+//! | `GET /api/v1/schedules` | lists them by name: `after`, `limit` | 200 a page and its `next_after` |
+//! | `GET /api/v1/schedules/{name}` | the schedule, its `next` fire times (5) and its last `ticks` (20) | 200, 404 |
+//! | `PUT /api/v1/schedules/{name}` | replaces its definition (the body as for `POST`, the same name) | 200, 400, 404, 422 |
+//! | `DELETE /api/v1/schedules/{name}` | deletes it and its ticks (its executions stay) | 200 with its unfinished last run, 404 |
+//! | `POST /api/v1/schedules/{name}/pause` | pauses it, `{"note"?}` | 200 `changed` or not, 404 |
+//! | `POST /api/v1/schedules/{name}/resume` | resumes it, `{}` | 200 `changed` or not, 404 |
+//! | `POST /api/v1/schedules/{name}/trigger` | fires it now, `{}` | 200 the execution, 404 |
+//! | `POST /api/v1/schedules/{name}/backfill` | fires the ticks of `{"from", "to"}` not fired yet (at most 1,000) | 200 fired and fired already, 404, 409 a longer range |
 //! | `GET /api/v1/functions` | the functions the node runs (its [`node::Catalog`]) | 200 |
 //! | `GET /api/v1/healthz` | the process serves | 200 |
 //! | `GET /api/v1/readyz` | the store answers a read | 200, 503 |
@@ -53,14 +62,14 @@
 //!
 //! | status | `error` | when |
 //! |---|---|---|
-//! | 400 | `malformed_body` | a body that is not JSON, not the document's shape, or with an unknown field |
+//! | 400 | `malformed_body` | a body that is not JSON, not the document's shape, with an unknown field, or a schedule field refused (naming it: a cron expression, a zone, an interval, a function the node does not run) |
 //! | 400 | `malformed_query` | a query string that does not parse, an unknown parameter, a limit over 1,000, a bad cursor, time or duration |
-//! | 400 | `malformed_id` | an execution id that does not parse, or a child's id given to submit |
+//! | 400 | `malformed_id` | an execution id or a schedule name that does not parse, or a child's id given to submit |
 //! | 401 | `unauthorized` | a token is set and the request's `Authorization: Bearer` is missing or wrong |
-//! | 404 | `not_found` | no such execution, or no such route |
-//! | 405 | `read_only` | a write (`POST`) to a server in read-only mode |
+//! | 404 | `not_found` | no such execution or schedule, or no such route |
+//! | 405 | `read_only` | a write (`POST`, `PUT`, `DELETE`) to a server in read-only mode |
 //! | 405 | `method_not_allowed` | a method the route does not have |
-//! | 409 | `conflict` | a submit whose id exists with another function or parameters; a promise completed with another value |
+//! | 409 | `conflict` | a submit whose id exists with another function or parameters; a promise completed with another value; a schedule created under a name that exists with another definition |
 //! | 409 | `refused` | a request the model refuses for the execution's state (completing what is not a promise, or a cancelled one) |
 //! | 413 | `body_too_large` | a body over [`ApiOptions::body_limit`] (1 MiB) |
 //! | 415 | `unsupported_media_type` | a body without `Content-Type: application/json` |

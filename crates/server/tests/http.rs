@@ -554,6 +554,175 @@ async fn a_drain_finishes_inside_its_deadline_and_stops_the_server(factory: &dyn
     served.db.close().await;
 }
 
+/// The schedules' routes: create (again: 200, nothing written; another spec: 409 naming it),
+/// each kind of bad body refused with its status before anything is written, list and show,
+/// trigger and backfill, pause and resume, delete; the node's watcher fires the schedule's
+/// ticks, which the show lists with their executions.
+async fn schedules_are_operated_through_the_api(factory: &dyn StoreFactory) {
+    let served = serve(factory, doubling, ApiOptions::default()).await;
+    let schedule = json!({"name": "doubler", "function": "test:http/api.double", "params": 4,
+                          "every": "1s", "overlap": "allow-all"});
+    let (status, body) = served.post("/schedules", &schedule).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    assert_eq!(body["written"], json!(true));
+    assert_eq!(body["schedule"]["definition"]["spec"], json!("every 1s"));
+    let (status, body) = served.post("/schedules", &schedule).await;
+    assert_eq!((status, &body["written"]), (StatusCode::OK, &json!(false)));
+    let mut other = schedule.clone();
+    other["every"] = json!("2s");
+    let (status, body) = served.post("/schedules", &other).await;
+    assert_eq!(
+        (status, &body["error"]),
+        (StatusCode::CONFLICT, &json!("conflict")),
+        "{body}"
+    );
+    assert!(
+        body["message"].as_str().unwrap().contains("another spec"),
+        "{body}"
+    );
+    for (change, error, status) in [
+        (
+            json!({"cron": "61 * * * *", "every": null}),
+            "malformed_body",
+            StatusCode::BAD_REQUEST,
+        ),
+        (
+            json!({"timezone": "Mars/Olympus"}),
+            "malformed_body",
+            StatusCode::BAD_REQUEST,
+        ),
+        (
+            json!({"every": "0s"}),
+            "malformed_body",
+            StatusCode::BAD_REQUEST,
+        ),
+        (
+            json!({"function": "test:http/api.nobody"}),
+            "malformed_body",
+            StatusCode::BAD_REQUEST,
+        ),
+        (
+            json!({"params": "four"}),
+            "params_refused",
+            StatusCode::UNPROCESSABLE_ENTITY,
+        ),
+        (
+            json!({"hourly": true}),
+            "malformed_body",
+            StatusCode::BAD_REQUEST,
+        ),
+    ] {
+        let mut refused = schedule.clone();
+        refused["name"] = json!("refused");
+        for (key, value) in change.as_object().unwrap() {
+            refused[key] = value.clone();
+        }
+        let (got, body) = served.post("/schedules", &refused).await;
+        assert_eq!(
+            (got, &body["error"]),
+            (status, &json!(error)),
+            "{refused}: {body}"
+        );
+    }
+    let (status, body) = served.get("/schedules").await;
+    assert_eq!(status, StatusCode::OK);
+    let names: Vec<&Value> = body["schedules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| &s["definition"]["name"])
+        .collect();
+    assert_eq!(names, [&json!("doubler")], "nothing refused was written");
+
+    // The node's watcher fires a tick a second; the show lists them, newest first.
+    let deadline = std::time::Instant::now() + SAFETY;
+    let fired = loop {
+        let (status, body) = served.get("/schedules/doubler?ticks=10&next=3").await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        assert_eq!(body["next_fire_times"].as_array().unwrap().len(), 3);
+        let ticks = body["ticks"].as_array().unwrap().clone();
+        if let Some(tick) = ticks.iter().find(|t| t["outcome"]["kind"] == "fired") {
+            break tick["outcome"]["execution_id"].as_str().unwrap().to_owned();
+        }
+        assert!(std::time::Instant::now() < deadline, "a tick fires: {body}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let (status, body) = served
+        .get(&format!("/executions/{fired}/wait?timeout=30s"))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(
+        body["result"]["value"],
+        json!(8),
+        "the tick ran double(4): {body}"
+    );
+
+    let (status, body) = served.post("/schedules/doubler/trigger", &json!({})).await;
+    assert_eq!(
+        (status, body["fired"].as_array().map(Vec::len)),
+        (StatusCode::OK, Some(1)),
+        "{body}"
+    );
+    let (status, body) = served
+        .post("/schedules/doubler/pause", &json!({"note": "deploy"}))
+        .await;
+    assert_eq!(
+        (status, &body["changed"]),
+        (StatusCode::OK, &json!(true)),
+        "{body}"
+    );
+    let (_, body) = served.get("/schedules/doubler").await;
+    assert_eq!(body["schedule"]["paused"]["note"], json!("deploy"));
+    let (_, body) = served.post("/schedules/doubler/pause", &json!({})).await;
+    assert_eq!(body["changed"], json!(false), "paused already");
+    let (_, body) = served.post("/schedules/doubler/resume", &json!({})).await;
+    assert_eq!(body["changed"], json!(true));
+    let (status, body) = served
+        .post(
+            "/schedules/doubler/backfill",
+            &json!({"from": "2000-01-01T00:00:00Z", "to": "2000-01-01T00:00:02Z"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(
+        body["fired"].as_array().map(Vec::len),
+        Some(3),
+        "three seconds' ticks: {body}"
+    );
+    let (status, body) = served
+        .post(
+            "/schedules/doubler/backfill",
+            &json!({"from": "2000-01-01T00:00:00Z", "to": "2001-01-01T00:00:00Z"}),
+        )
+        .await;
+    assert_eq!(
+        (status, &body["error"]),
+        (StatusCode::CONFLICT, &json!("refused")),
+        "{body}"
+    );
+
+    let deleted = served
+        .http
+        .delete(served.url("/schedules/doubler"))
+        .send()
+        .await;
+    let (status, body) = answer(deleted).await;
+    assert_eq!(
+        (status, &body["changed"]),
+        (StatusCode::OK, &json!(true)),
+        "{body}"
+    );
+    let (status, body) = served.get("/schedules/doubler").await;
+    assert_eq!(
+        (status, &body["error"]),
+        (StatusCode::NOT_FOUND, &json!("not_found")),
+        "{body}"
+    );
+    let (status, _) = served.post("/schedules/doubler/resume", &json!({})).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    served.stop().await;
+}
+
 /// One test per scenario and backend; a backend that cannot run here (no PostgreSQL server)
 /// follows the skip rule of `test-utils`.
 macro_rules! on_every_backend {
@@ -586,4 +755,5 @@ on_every_backend!(
     a_token_and_read_only_mode_guard_every_request,
     the_long_poll_wakes_when_the_execution_finishes,
     a_drain_finishes_inside_its_deadline_and_stops_the_server,
+    schedules_are_operated_through_the_api,
 );

@@ -3,19 +3,18 @@
 //! A schedule's function must be one of `stele serve`'s; everything is checked before the
 //! database is opened, and a refused command writes nothing.
 
-use super::{CliError, bad_input, operate::parse_duration, print, print_json, render, with_store};
-use ::node::schedules::{self as node_schedules, ScheduleRefused};
+use super::{CliError, bad_input, print, print_json, render, with_store};
+use ::node::schedules::{self as node_schedules, ScheduleDraft, ScheduleRefused};
 use chrono::{DateTime, Utc};
 use cli::{
     database::{DatabaseUrl, OpenMode},
     workload::{self, DemoFunctions},
 };
 use concepts::{
-    ClockFn as _, DbConnection, ExecutionId, Json, PendingState, PendingStateKind,
+    ClockFn as _, DbConnection, ExecutionId, PendingState, PendingStateKind,
     schedule::{
-        ChangeScheduleRequest, Definition, Overlap, ScheduleChange, ScheduleChanged,
-        ScheduleCreated, ScheduleName, ScheduleRow, Spec, Tick, TickOutcome,
-        TriggerScheduleRequest, TriggerTicks, Zone,
+        ChangeScheduleRequest, Definition, ScheduleChange, ScheduleChanged, ScheduleCreated,
+        ScheduleName, ScheduleRow, Tick, TickOutcome, TriggerScheduleRequest, TriggerTicks,
     },
 };
 use executor::Now;
@@ -189,54 +188,32 @@ fn parse_time(option: &str, text: &str) -> Result<DateTime<Utc>, CliError> {
         .map_err(|err| bad_input(option, format!("`{text}` is not an RFC 3339 time ({err})")))
 }
 
-/// The definition the options describe, every field checked.
+/// The definition the options describe, every field checked (`node::schedules::ScheduleDraft`),
+/// a refused one named by its option.
 fn definition(args: &DefinitionArgs) -> Result<Definition, CliError> {
-    let spec_text = match (&args.cron, &args.every) {
-        (Some(cron), _) => cron.clone(),
-        (None, Some(every)) => {
-            // Checked as durations first, so that a malformed one is named by its option.
-            parse_duration("--every", every)?;
-            match &args.offset {
-                Some(offset) => {
-                    parse_duration("--offset", offset)?;
-                    format!("every {every} offset {offset}")
-                }
-                None => format!("every {every}"),
-            }
-        }
-        (None, None) => return Err(bad_input("--cron", "a schedule needs --cron or --every")),
-    };
-    let option = if args.cron.is_some() {
-        "--cron"
-    } else {
-        "--every"
-    };
-    let spec: Spec = spec_text.parse().map_err(|err| bad_input(option, err))?;
-    let zone: Zone = args
-        .timezone
-        .parse()
-        .map_err(|err| bad_input("--timezone", err))?;
     let params: serde_json::Value =
         serde_json::from_str(&args.params).map_err(|err| bad_input("--params", err))?;
-    let ffqn = args
-        .function
-        .parse()
-        .map_err(|err| bad_input("function", err))?;
-    let mut definition = Definition::new(parse_name(&args.name)?, ffqn, Json(params), spec);
-    definition.zone = zone;
-    definition.overlap = args
-        .overlap
-        .parse::<Overlap>()
-        .map_err(|err| bad_input("--overlap", err))?;
-    definition.catchup_window = parse_duration("--catchup-window", &args.catchup_window)?;
-    definition.jitter = parse_duration("--jitter", &args.jitter)?;
-    definition.max_runs = args.max_runs.map(u64::from);
-    definition.end = args
-        .end
-        .as_deref()
-        .map(|end| parse_time("--end", end))
-        .transpose()?;
-    Ok(definition)
+    let draft = ScheduleDraft {
+        name: args.name.clone(),
+        function: args.function.clone(),
+        params,
+        cron: args.cron.clone(),
+        every: args.every.clone(),
+        offset: args.offset.clone(),
+        timezone: Some(args.timezone.clone()),
+        overlap: Some(args.overlap.clone()),
+        catchup_window: Some(args.catchup_window.clone()),
+        jitter: Some(args.jitter.clone()),
+        max_runs: args.max_runs.map(u64::from),
+        end: args.end.clone(),
+    };
+    draft.definition().map_err(|err| {
+        let option = match err.field {
+            "name" | "function" => err.field.to_owned(),
+            field => format!("--{}", field.replace('_', "-")),
+        };
+        bad_input(&option, err.reason)
+    })
 }
 
 /// The error of a schedule the demo's catalog refuses (exit 2).

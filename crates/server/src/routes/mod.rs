@@ -1,9 +1,11 @@
 //! The router: every route of `/api/v1` with its handler, the guards, CORS and the body
 //! limit; the handlers of the node itself (`functions`, `healthz`, `readyz`) live here, those
-//! of executions in `executions.rs` (reads) and `operate.rs` (writes and the wait).
+//! of executions in `executions.rs` (reads) and `operate.rs` (writes and the wait), those of
+//! schedules in `schedules.rs`.
 
 mod executions;
 mod operate;
+mod schedules;
 
 use crate::{
     ApiState, MetricsText,
@@ -38,6 +40,20 @@ pub(crate) fn router<C: ClockFn>(state: Arc<ApiState<C>>) -> Router {
         .route("/executions/{id}/cancel", post(operate::cancel::<C>))
         .route("/executions/{id}/complete", post(operate::complete::<C>))
         .route("/executions/{id}/wait", get(operate::wait::<C>))
+        .route(
+            "/schedules",
+            get(schedules::list::<C>).post(schedules::create::<C>),
+        )
+        .route(
+            "/schedules/{name}",
+            get(schedules::show::<C>)
+                .put(schedules::update::<C>)
+                .delete(schedules::delete::<C>),
+        )
+        .route("/schedules/{name}/pause", post(schedules::pause::<C>))
+        .route("/schedules/{name}/resume", post(schedules::resume::<C>))
+        .route("/schedules/{name}/trigger", post(schedules::trigger::<C>))
+        .route("/schedules/{name}/backfill", post(schedules::backfill::<C>))
         .route("/functions", get(functions::<C>))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz::<C>))
@@ -92,7 +108,7 @@ fn cors(origins: &[String]) -> Option<CorsLayer> {
     Some(
         CorsLayer::new()
             .allow_origin(AllowOrigin::list(origins))
-            .allow_methods([Method::GET, Method::POST])
+            .allow_methods([Method::GET, Method::POST, Method::PUT, Method::DELETE])
             .allow_headers([header::AUTHORIZATION, header::CONTENT_TYPE])
             .max_age(Duration::from_secs(600)),
     )
