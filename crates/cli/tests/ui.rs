@@ -457,6 +457,62 @@ async fn journey(backend: &'static str, db: &str, test: &str) {
     );
     journey.shot("approval-answered").await;
 
+    // A schedule: listed, its ticks fired by the node and shown with their executions' states,
+    // paused through its form (answered in place), its page then saying so.
+    let created = stele(&[
+        "--db",
+        db,
+        "schedules",
+        "create",
+        "ui-heartbeat",
+        "stele:demo/activities.flaky",
+        "--every",
+        "1s",
+        "--params",
+        r#"{"fail_probability":0,"work_ms":10}"#,
+    ])
+    .output()
+    .expect("run stele schedules create");
+    assert!(
+        created.status.success(),
+        "{}",
+        String::from_utf8_lossy(&created.stderr)
+    );
+    journey.open("/schedules").await;
+    journey.until_text("table.list", "every 1s (UTC)").await;
+    journey
+        .click("table.list a[href='/schedules/ui-heartbeat']")
+        .await;
+    journey.until_path("/schedules/ui-heartbeat").await;
+    let deadline = Instant::now() + SAFETY;
+    loop {
+        let finished = journey
+            .script("return document.querySelectorAll('table.ticks .badge[data-state=finished]').length")
+            .await;
+        if finished.as_u64().is_some_and(|n| n >= 2) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "two ticks ran and show as finished"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        journey.open("/schedules/ui-heartbeat").await;
+    }
+    journey.shot("schedule").await;
+    journey
+        .click("section.actions details.action:first-of-type > summary")
+        .await;
+    journey
+        .click("section.actions details.action:first-of-type button.confirm")
+        .await;
+    journey
+        .until_text("#action-answer", "schedule ui-heartbeat changed")
+        .await;
+    journey.open("/schedules/ui-heartbeat").await;
+    journey.until_text("h1", "paused").await;
+    journey.shot("schedule-paused").await;
+
     journey.client.close().await.expect("close the session");
     drop(served);
 }

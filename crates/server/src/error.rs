@@ -117,8 +117,17 @@ impl ApiError {
         }
     }
 
+    /// A store error of a write of schedule `name` with `context`: not found, a conflict, a
+    /// refusal of the model, or the store's.
+    pub fn schedule(context: &str, name: &concepts::schedule::ScheduleName, err: DbError) -> Self {
+        match err {
+            DbError::NotFound(_) => Self::not_found(format!("no schedule {name}")),
+            err => Self::refusal(context, err),
+        }
+    }
+
     /// Nothing at what the request names (404).
-    pub(crate) fn not_found(message: impl Into<String>) -> Self {
+    pub fn not_found(message: impl Into<String>) -> Self {
         Self::new(StatusCode::NOT_FOUND, "not_found", message)
     }
 
@@ -129,7 +138,7 @@ impl ApiError {
 
     /// A store error of a write with `context`: a conflict, a refusal of the model, the store
     /// unreachable, or an internal error.
-    pub(crate) fn refusal(context: &str, err: DbError) -> Self {
+    pub fn refusal(context: &str, err: DbError) -> Self {
         match &err {
             DbError::Duplicate(kind) => Self::new(
                 StatusCode::CONFLICT,

@@ -27,7 +27,7 @@ use server::{
 const DEFAULT_REASON: &str = "cancelled from the web UI";
 
 /// The header the script sets to be answered with the sentence alone.
-const IN_PLACE: &str = "x-stele-in-place";
+pub(crate) const IN_PLACE: &str = "x-stele-in-place";
 
 /// True for a durable promise: a child of a stub function, completed from outside.
 pub(crate) fn is_promise(function: &str) -> bool {
@@ -104,13 +104,17 @@ pub(crate) struct CompleteForm {
 
 /// The refusal of what a page of this server did not send (a wrong form token, a browser's
 /// cross-site request) and of any action on a read-only node; `None` lets it through.
-fn refusal<C: ClockFn>(ui: &Ui<C>, headers: &HeaderMap, form_token: &str) -> Option<Response> {
+pub(crate) fn refusal<C: ClockFn>(
+    ui: &Ui<C>,
+    headers: &HeaderMap,
+    form_token: &str,
+) -> Option<Response> {
     if ui.read_only {
         return Some(layout::error_page(
             StatusCode::METHOD_NOT_ALLOWED,
             "Read-only",
-            "this node is read-only (started with --read-only): nothing can be cancelled or \
-             completed here",
+            "this node is read-only (started with --read-only): nothing can be cancelled, \
+             completed, paused, resumed or triggered here",
         ));
     }
     let text = |name| headers.get(name).and_then(|value| value.to_str().ok());

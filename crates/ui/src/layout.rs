@@ -57,6 +57,7 @@ pub(crate) fn page(title: &str, body: Markup) -> Html<String> {
                         nav {
                             a href="/" { "Overview" }
                             a href="/executions" { "Executions" }
+                            a href="/schedules" { "Schedules" }
                         }
                         button #live-toggle type="button" hidden aria-pressed="false" { "Pause live updates" }
                     }

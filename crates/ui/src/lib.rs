@@ -10,6 +10,9 @@
 //! | `/executions/{id}` | one execution: its state and pending state in words, parameters and result, the timeline of its attempts, backoffs, sleeps and children, its join sets and their responses in arrival order, its child tree, its events |
 //! | `/executions/{id}/tree` | a page of its children as a tree fragment (the tree's expansion and its "more") |
 //! | `POST /executions/{id}/cancel`, `POST /executions/{id}/complete` | the actions, each behind a confirmation, answered with what happened |
+//! | `/schedules` | the schedules: status, spec and zone, function, runs, next tick |
+//! | `/schedules/{name}` | one schedule: its definition, its next ticks, its last ticks with their executions' states |
+//! | `POST /schedules/{name}/pause`, `/resume`, `/trigger` | its actions, as the executions' are |
 //! | `/live?execution=ID`, `/live?list=QUERY` | server-sent events: the live parts of a page |
 //! | `/login` | the token form of a node that has one |
 //!
@@ -32,7 +35,7 @@
 //! [`json::NODE_LIMIT`] nodes. Every response carries a content security policy that runs
 //! only this server's script (no inline script, no other origin). An action is a `POST`
 //! that carries the page's form token and, when the browser sends one, an `Origin` of this
-//! server: a page elsewhere cannot cancel or complete. With a token, a browser signs in
+//! server: a page elsewhere cannot cancel, complete, pause, resume or trigger. With a token, a browser signs in
 //! once (`/login`), and an `HttpOnly`, `SameSite=Strict` cookie carries it; a read-only
 //! node shows no buttons and refuses the actions (405).
 
@@ -147,6 +150,20 @@ pub fn router<C: ClockFn>(mount: Mount<C>, options: UiOptions) -> Router {
         .route("/executions/{id}/tree", get(pages::execution::tree::<C>))
         .route("/executions/{id}/cancel", post(actions::cancel::<C>))
         .route("/executions/{id}/complete", post(actions::complete::<C>))
+        .route("/schedules", get(pages::schedules::list::<C>))
+        .route("/schedules/{name}", get(pages::schedules::page::<C>))
+        .route(
+            "/schedules/{name}/pause",
+            post(pages::schedules::pause::<C>),
+        )
+        .route(
+            "/schedules/{name}/resume",
+            post(pages::schedules::resume::<C>),
+        )
+        .route(
+            "/schedules/{name}/trigger",
+            post(pages::schedules::trigger::<C>),
+        )
         .route("/live", get(live::stream::<C>))
         .fallback(pages::not_found)
         .layer(middleware::from_fn_with_state(ui.clone(), auth::guard::<C>));

@@ -14,7 +14,7 @@ use concepts::{
     ClockFn as _, DbConnection, ExecutionId, PendingState, PendingStateKind,
     schedule::{
         ChangeScheduleRequest, Definition, ScheduleChange, ScheduleChanged, ScheduleCreated,
-        ScheduleName, ScheduleRow, Tick, TickOutcome, TriggerScheduleRequest, TriggerTicks,
+        ScheduleName, ScheduleRow, Tick, TriggerScheduleRequest, TriggerTicks,
     },
 };
 use executor::Now;
@@ -505,37 +505,21 @@ fn show_text(row: &ScheduleRow, next: &[DateTime<Utc>], ticks: &[ShownTick]) -> 
     }
     let mut table = render::table(["TICK", "OUTCOME", "EXECUTION", "STATE"]);
     for (tick, state) in ticks {
-        let (outcome, execution) = match &tick.outcome {
-            TickOutcome::Fired { execution_id, by } => {
-                (format!("fired ({})", by.name()), execution_id.to_string())
-            }
-            TickOutcome::AlreadyFired { execution_id } => {
-                ("fired already".to_owned(), execution_id.to_string())
-            }
-            TickOutcome::Buffered { running } => {
-                (format!("buffered behind {running}"), String::new())
-            }
-            TickOutcome::Skipped {
-                reason,
-                last,
-                count,
-                exact,
-            } => {
-                let range = if *count > 1 {
-                    let more = if *exact { "" } else { "+" };
-                    format!(", {count}{more} ticks to {}", render::datetime(*last))
-                } else {
-                    String::new()
-                };
-                (format!("skipped ({}{range})", reason.name()), String::new())
-            }
-        };
+        let execution = tick
+            .execution_id()
+            .map(ToString::to_string)
+            .unwrap_or_default();
         let state = match (state, tick.execution_id()) {
             (Some(state), _) => render::state(state),
             (None, Some(_)) => "pruned".to_owned(),
             (None, None) => String::new(),
         };
-        table.add_row([render::datetime(tick.at), outcome, execution, state]);
+        table.add_row([
+            render::datetime(tick.at),
+            tick.outcome.to_string(),
+            execution,
+            state,
+        ]);
     }
     text.push_str(&render::finish(&table));
     text

@@ -206,6 +206,32 @@ pub enum TickOutcome {
     },
 }
 
+/// `fired (tick)`, `fired already`, `buffered behind E_...`, `skipped (overlap)`, `skipped
+/// (missed), 15 ticks to 2026-01-31T12:00:00Z`.
+impl std::fmt::Display for TickOutcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Fired { by, .. } => write!(f, "fired ({})", by.name()),
+            Self::AlreadyFired { .. } => f.write_str("fired already"),
+            Self::Buffered { running } => write!(f, "buffered behind {running}"),
+            Self::Skipped {
+                reason,
+                last,
+                count,
+                exact,
+            } => {
+                write!(f, "skipped ({})", reason.name())?;
+                if *count > 1 {
+                    let more = if *exact { "" } else { "+" };
+                    let last = last.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true);
+                    write!(f, ", {count}{more} ticks to {last}")?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
 /// One recorded tick of a schedule.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Tick {

@@ -10,7 +10,7 @@ use crate::{
 use axum::{Json, extract::Path, http::StatusCode};
 use chrono::{DateTime, Utc};
 use concepts::{
-    ClockFn, DbError,
+    ClockFn,
     schedule::{
         ChangeScheduleRequest, ScheduleChange, ScheduleChanged, ScheduleCreated, ScheduleName,
         ScheduleRow, Tick, TriggerScheduleRequest, TriggerTicks, Triggered,
@@ -107,14 +107,6 @@ fn parse_name(text: &str) -> Result<ScheduleName, ApiError> {
         .map_err(|err| ApiError::malformed_id(format!("{err}")))
 }
 
-/// A store error about schedule `name`.
-fn failed(context: &str, name: &ScheduleName, err: DbError) -> ApiError {
-    match err {
-        DbError::NotFound(_) => ApiError::not_found(format!("no schedule {name}")),
-        err => ApiError::refusal(context, err),
-    }
-}
-
 fn refused(err: ScheduleRefused) -> ApiError {
     match err {
         ScheduleRefused::UnknownFunction { .. } => ApiError::malformed_body(err.to_string()),
@@ -163,10 +155,10 @@ pub(crate) async fn show<C: ClockFn>(
         )));
     }
     let context = format!("cannot show schedule {name}");
-    let schedule =
-        (state.db.get_schedule(&name).await).map_err(|err| failed(&context, &name, err))?;
+    let schedule = (state.db.get_schedule(&name).await)
+        .map_err(|err| ApiError::schedule(&context, &name, err))?;
     let ticks = (state.db.schedule_ticks(&name, ticks).await)
-        .map_err(|err| failed(&context, &name, err))?;
+        .map_err(|err| ApiError::schedule(&context, &name, err))?;
     Ok(Json(ShowAnswer {
         next_fire_times: schedule.next_fire_times(state.clock.now(), next),
         schedule,
@@ -183,10 +175,10 @@ pub(crate) async fn create<C: ClockFn>(
     let req = node::schedules::create_request(&state.catalog, definition, state.clock.now())
         .map_err(refused)?;
     let context = format!("cannot create schedule {name}");
-    let created =
-        (state.db.create_schedule(req).await).map_err(|err| failed(&context, &name, err))?;
-    let schedule =
-        (state.db.get_schedule(&name).await).map_err(|err| failed(&context, &name, err))?;
+    let created = (state.db.create_schedule(req).await)
+        .map_err(|err| ApiError::schedule(&context, &name, err))?;
+    let schedule = (state.db.get_schedule(&name).await)
+        .map_err(|err| ApiError::schedule(&context, &name, err))?;
     let (status, written) = match created {
         ScheduleCreated::Created => (StatusCode::CREATED, true),
         ScheduleCreated::AlreadyExisted => (StatusCode::OK, false),
@@ -210,10 +202,10 @@ pub(crate) async fn update<C: ClockFn>(
     let req = node::schedules::update_request(&state.catalog, definition, state.clock.now())
         .map_err(refused)?;
     let context = format!("cannot update schedule {name}");
-    let changed =
-        (state.db.change_schedule(req).await).map_err(|err| failed(&context, &name, err))?;
-    let schedule =
-        (state.db.get_schedule(&name).await).map_err(|err| failed(&context, &name, err))?;
+    let changed = (state.db.change_schedule(req).await)
+        .map_err(|err| ApiError::schedule(&context, &name, err))?;
+    let schedule = (state.db.get_schedule(&name).await)
+        .map_err(|err| ApiError::schedule(&context, &name, err))?;
     Ok(Json(WrittenAnswer {
         written: changed == ScheduleChanged::Changed,
         schedule,
@@ -233,8 +225,8 @@ async fn change<C: ClockFn>(
         now: state.clock.now(),
     };
     let context = format!("cannot change schedule {name}");
-    let changed =
-        (state.db.change_schedule(req).await).map_err(|err| failed(&context, &name, err))?;
+    let changed = (state.db.change_schedule(req).await)
+        .map_err(|err| ApiError::schedule(&context, &name, err))?;
     Ok(Json(match changed {
         ScheduleChanged::Changed => ChangedAnswer {
             changed: true,
@@ -290,7 +282,8 @@ async fn fire<C: ClockFn>(
     let Triggered {
         fired,
         already_fired,
-    } = (state.db.trigger_schedule(req).await).map_err(|err| failed(&context, &name, err))?;
+    } = (state.db.trigger_schedule(req).await)
+        .map_err(|err| ApiError::schedule(&context, &name, err))?;
     Ok(Json(TriggeredAnswer {
         fired,
         already_fired,

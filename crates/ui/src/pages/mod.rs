@@ -1,9 +1,10 @@
-//! The pages: the overview (`overview.rs`), the list (`list.rs`) and one execution
-//! (`execution.rs`), each read from the store through the API's own reads and documents.
+//! The pages: the overview (`overview.rs`), the list (`list.rs`), one execution
+//! (`execution.rs`) and the schedules (`schedules.rs`), each read from the store through the API's own reads and documents.
 
 pub(crate) mod execution;
 pub(crate) mod list;
 pub(crate) mod overview;
+pub(crate) mod schedules;
 
 use crate::layout;
 use axum::{http::StatusCode, response::Response};
