@@ -46,6 +46,7 @@
 mod ceiling;
 mod counting;
 mod expiry;
+mod fires;
 mod history;
 mod http;
 mod instructions;
@@ -158,6 +159,10 @@ struct Args {
     /// Mass lease expiry: how many leases expire at once (0 skips the rows).
     #[arg(long, default_value_t = 10_000)]
     expiry_leases: usize,
+    /// Mass schedule fires: how many schedules are due in the same minute (0 skips the
+    /// rows).
+    #[arg(long, default_value_t = 10_000)]
+    schedule_fires: usize,
     /// Stored history: how many finished executions the store holds for the second run (0
     /// skips the rows).
     #[arg(long, default_value_t = 1_000_000)]
@@ -704,16 +709,21 @@ async fn bench(args: Args) -> anyhow::Result<()> {
         report.push_str(&rows);
     }
     for backend in args.backends.iter().filter(|_| args.expiry_leases > 0) {
-        let Some(store) =
-            Store::open(backend, dir.path(), sync, postgres_url.as_deref(), "expiry").await?
-        else {
-            continue;
-        };
-        eprintln!("measuring mass lease expiry on {backend} ...");
-        let measured = expiry::measure(store.db.clone(), args.expiry_leases).await;
-        store.finish().await?;
-        for row in expiry::rows(backend, &measured?) {
-            targets.add(backend, row);
+        let url = postgres_url.as_deref();
+        if let Some(store) = Store::open(backend, dir.path(), sync, url, "expiry").await? {
+            eprintln!("measuring mass lease expiry on {backend} ...");
+            let measured = expiry::measure(store.db.clone(), args.expiry_leases).await;
+            store.finish().await?;
+            targets.add_all(backend, expiry::rows(backend, &measured?));
+        }
+    }
+    for backend in args.backends.iter().filter(|_| args.schedule_fires > 0) {
+        let url = postgres_url.as_deref();
+        if let Some(store) = Store::open(backend, dir.path(), sync, url, "fires").await? {
+            eprintln!("measuring mass schedule fires on {backend} ...");
+            let measured = fires::measure(store.db.clone(), args.schedule_fires).await;
+            store.finish().await?;
+            targets.add_all(backend, fires::rows(backend, &measured?));
         }
     }
     for backend in args.backends.iter().filter(|_| args.stored_executions > 0) {

@@ -145,6 +145,13 @@ impl Targets {
             .push(row);
     }
 
+    /// Adds each of `rows` to the table of `backend`.
+    pub(crate) fn add_all(&mut self, backend: &str, rows: impl IntoIterator<Item = Row>) {
+        for row in rows {
+            self.add(backend, row);
+        }
+    }
+
     /// True when no row was added.
     pub(crate) fn is_empty(&self) -> bool {
         self.tables.is_empty()

@@ -25,6 +25,9 @@ pub enum Invariant {
     ChildDeliveredOnce,
     /// Every acknowledged write is in the log.
     AcknowledgedWrite,
+    /// The world's schedule fires each tick once and accounts for every tick it handled
+    /// (fired, or inside one skipped range), each fired execution stored.
+    ScheduleOnce,
     /// Once faults stop, everything finishes within a bounded simulated time.
     Liveness,
     /// The harness itself could not read the store.
@@ -42,6 +45,7 @@ impl Invariant {
             Self::PendingState => "stored pending state = derive_pending_state",
             Self::ChildDeliveredOnce => "every child's result delivered to its parent exactly once",
             Self::AcknowledgedWrite => "no acknowledged write lost",
+            Self::ScheduleOnce => "a schedule fires each tick once and accounts for every tick",
             Self::Liveness => "liveness: everything finishes once faults stop",
             Self::Harness => "the harness could read the store",
         }

@@ -15,7 +15,9 @@
 //! After every step, [`invariants::check`] reads every log from the memory store and checks
 //! the [`Invariant`]s: at most one `Finished` and nothing after it, dense versions, the stored
 //! pending state equal to `derive_pending_state`, each child's result delivered to its parent
-//! exactly once, and every write whose caller got a successful reply still in the log.
+//! exactly once, and every write whose caller got a successful reply still in the log; and
+//! the world's schedule, which a scheduler loop on each node fires, accounts for each of its
+//! ticks exactly once (`Invariant::ScheduleOnce`).
 //!
 //! A failing run prints its seed, the invariant and the step; `STELE_SEED=<seed> cargo xtask
 //! simulate` replays it exactly, and [`shrink`] looks for a shorter run (fewer faulty steps,
@@ -30,6 +32,7 @@
 pub mod faults;
 pub mod invariants;
 mod rng;
+mod schedules;
 mod shrink;
 mod workers;
 mod world;

@@ -73,6 +73,7 @@ struct Figures {
     steps: u64,
     injected: [u64; FaultKind::ALL.len()],
     executions: u64,
+    schedule_fires: u64,
     violations: u64,
 }
 
@@ -84,6 +85,7 @@ impl Figures {
             *total += count;
         }
         self.executions += outcome.executions;
+        self.schedule_fires += outcome.schedule_fires;
         self.violations += u64::from(outcome.violation.is_some());
     }
 
@@ -97,6 +99,10 @@ impl Figures {
             println!("    {:<18} {count}", kind.name());
         }
         println!("  executions       {} (children included)", self.executions);
+        println!(
+            "  schedule fires   {} (each tick once)",
+            self.schedule_fires
+        );
         println!("  violations       {}", self.violations);
     }
 }

@@ -13,6 +13,7 @@ use crate::{
     faults::{Chaos, FaultKind, FaultSet, SimHook},
     invariants::{self, Broken, Invariant},
     rng::Rng,
+    schedules,
     workers::{self, Behaviours, DOUBLE, FAN, NEST},
 };
 use concepts::{
@@ -112,6 +113,8 @@ pub struct Outcome {
     pub injected: [u64; FaultKind::ALL.len()],
     /// Executions in the store at the end, children included.
     pub executions: u64,
+    /// Executions the world's schedule fired.
+    pub schedule_fires: u64,
     /// The first broken invariant, if any.
     pub violation: Option<Violation>,
     /// Each step, when the run was asked to record them.
@@ -207,6 +210,8 @@ impl World {
     }
 
     async fn run(mut self) -> Outcome {
+        let created = schedules::create(self.memory.as_ref(), self.clock.now()).await;
+        created.expect("the memory store creates the world's schedule");
         for node in 0..NODES {
             self.start_node(node);
         }
@@ -223,10 +228,14 @@ impl World {
             .await
             .unwrap_or_default();
         fingerprint_logs(&mut self.hasher, &logs);
+        let schedule_fires = schedules::fires(self.memory.as_ref())
+            .await
+            .unwrap_or_default();
         Outcome {
             steps: self.step,
             injected: self.chaos.injected(),
             executions: logs.len() as u64,
+            schedule_fires,
             violation,
             schedule: self.schedule,
             fingerprint: self.hasher.finish(),
@@ -348,7 +357,11 @@ impl World {
             Ok(logs) => logs,
             Err(err) => return Err(self.violation(err.into())),
         };
-        match invariants::check(&logs, &self.chaos.acks()) {
+        let checked = match invariants::check(&logs, &self.chaos.acks()) {
+            Ok(()) => schedules::check(self.memory.as_ref(), &logs).await,
+            Err(broken) => Err(broken),
+        };
+        match checked {
             Ok(()) => Ok(logs),
             Err(broken) => {
                 self.note(|| format!("BROKEN: {}: {}", broken.invariant, broken.detail));
@@ -454,6 +467,12 @@ impl World {
                 executor,
             );
         }
+        let scheduler = scheduler(self.db.clone(), self.clock.clone());
+        self.push(
+            Owner::Node(node),
+            format!("node {node} scheduler"),
+            scheduler,
+        );
     }
 
     /// A client submits the next top-level execution (and retries it until it is accepted).
@@ -591,6 +610,14 @@ impl Future for YieldOnce {
 async fn watcher(db: Arc<dyn DbConnection>, clock: SimClock) {
     loop {
         let _ = timers_watcher::tick(db.as_ref(), clock.now(), WATCHER_LEEWAY).await;
+        tokio::time::sleep(WATCHER_TICK).await;
+    }
+}
+
+/// A node's scheduler loop: a pass over the due schedules, then a sleep (the nodes race).
+async fn scheduler(db: Arc<dyn DbConnection>, clock: SimClock) {
+    loop {
+        let _ = timers_watcher::fire_schedules(db.as_ref(), clock.now()).await;
         tokio::time::sleep(WATCHER_TICK).await;
     }
 }

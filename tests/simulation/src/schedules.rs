@@ -1,0 +1,149 @@
+//! The world's schedule: `DOUBLE(1)` every second for the first 40 simulated seconds,
+//! `allow-all`, with a catch-up window of 3 s (shorter than a clock jump can be), fired by a scheduler loop on each node (killed and restarted with it, racing
+//! the other), and its invariant: every tick from the schedule's creation to the last one
+//! handled is accounted for exactly once (fired as the execution derived from it, or inside
+//! one recorded skipped range), no execution is fired twice, each fired one is in the store,
+//! and the schedule's run count is the number fired.
+
+use crate::invariants::{Broken, Invariant};
+use chrono::{DateTime, Utc};
+use concepts::{
+    ComponentId, DbConnection, DbError, ExecutionId, ExecutionLog, Json,
+    schedule::{
+        CreateScheduleRequest, Definition, Overlap, RunSettings, ScheduleName, Tick, TickOutcome,
+        tick_execution_id,
+    },
+};
+use std::{
+    collections::{BTreeMap, HashSet},
+    time::Duration,
+};
+
+/// The schedule's name.
+const NAME: &str = "sim-every-second";
+
+/// How long the schedule fires after the world starts.
+const FIRES_FOR: Duration = Duration::from_secs(40);
+
+fn name() -> ScheduleName {
+    NAME.parse().expect("a legal name")
+}
+
+/// Creates the world's schedule at `now` (on the store itself: the world starts with it).
+///
+/// # Errors
+/// What the store returned.
+pub async fn create(db: &dyn DbConnection, now: DateTime<Utc>) -> Result<(), DbError> {
+    let mut definition = Definition::new(
+        name(),
+        crate::workers::DOUBLE.ffqn().expect("a legal function"),
+        Json(serde_json::json!(1)),
+        "every 1s".parse().expect("a legal spec"),
+    );
+    definition.overlap = Overlap::AllowAll;
+    // Shorter than the clock's longest jump and a killed node's absence: ticks are missed
+    // too, and must be recorded as such.
+    definition.catchup_window = Duration::from_secs(3);
+    definition.end = Some(now + chrono::Duration::from_std(FIRES_FOR).unwrap_or_default());
+    let req = CreateScheduleRequest {
+        definition,
+        settings: RunSettings {
+            component_id: ComponentId::new("activity", "sim").expect("a legal component"),
+            max_retries: 3,
+            retry_exp_backoff: Duration::from_millis(100),
+        },
+        now,
+    };
+    db.create_schedule(req).await.map(|_| ())
+}
+
+fn broken(detail: String) -> Broken {
+    Broken {
+        invariant: Invariant::ScheduleOnce,
+        detail,
+    }
+}
+
+/// The ticks a record accounts for, given the spec's ticks `spec_ticks` in order.
+fn covers(tick: &Tick, at: DateTime<Utc>) -> bool {
+    match &tick.outcome {
+        TickOutcome::Skipped { last, .. } => tick.at <= at && at <= *last,
+        _ => tick.at == at,
+    }
+}
+
+/// Checks the schedule's invariant on the store `db` and the `logs` read at the same step.
+///
+/// # Errors
+/// The invariant broken, or the store unreadable.
+pub async fn check(
+    db: &dyn DbConnection,
+    logs: &BTreeMap<ExecutionId, ExecutionLog>,
+) -> Result<(), Broken> {
+    let row = db.get_schedule(&name()).await?;
+    let mut ticks = db.schedule_ticks(&name(), 1_000).await?;
+    ticks.reverse();
+    let mut fired = HashSet::new();
+    for tick in &ticks {
+        let Some(id) = tick.execution_id() else {
+            continue;
+        };
+        let expected = tick_execution_id(NAME, row.created_at, tick.at);
+        if *id != expected {
+            return Err(broken(format!(
+                "the tick at {} fired {id}, not {expected}",
+                tick.at
+            )));
+        }
+        if !fired.insert(id.clone()) {
+            return Err(broken(format!("{id} was fired twice: {ticks:?}")));
+        }
+        if !logs.contains_key(id) {
+            return Err(broken(format!(
+                "the tick at {} fired {id}, which is not stored",
+                tick.at
+            )));
+        }
+    }
+    let runs = ticks
+        .iter()
+        .filter(|tick| matches!(tick.outcome, TickOutcome::Fired { .. }))
+        .count() as u64;
+    if runs != row.runs {
+        return Err(broken(format!(
+            "{runs} ticks fired, the schedule counts {}",
+            row.runs
+        )));
+    }
+    let definition = &row.definition;
+    let mut at = row.created_at;
+    while let Some(next) = definition.spec.next_after(definition.zone, at) {
+        if next > row.handled_through {
+            break;
+        }
+        let records = ticks.iter().filter(|tick| covers(tick, next)).count();
+        if records != 1 {
+            return Err(broken(format!(
+                "the tick at {next} (handled through {}) is accounted for by {records} records: \
+                 {ticks:?}",
+                row.handled_through
+            )));
+        }
+        at = next;
+    }
+    if let Some(after) = ticks.iter().find(|tick| tick.at > row.handled_through) {
+        return Err(broken(format!(
+            "a tick recorded after the last one handled ({}): {after:?}",
+            row.handled_through
+        )));
+    }
+    Ok(())
+}
+
+/// How many executions the schedule fired.
+///
+/// # Errors
+/// The store unreadable.
+pub async fn fires(db: &dyn DbConnection) -> Result<u64, DbError> {
+    Ok(db.get_schedule(&name()).await?.runs)
+}
