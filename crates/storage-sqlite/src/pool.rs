@@ -278,6 +278,9 @@ async fn open_readers(config: &SqliteConfig) -> Result<deadpool_sqlite::Pool, Sq
 }
 
 impl kernel::Backend for SqlitePool {
+    // Every process on the file shares one write lock.
+    const REPEATS_ANSWERED_FROM_READS: bool = true;
+
     async fn write<W: Forward>(&self, write: W) -> Result<W::Reply, DbError> {
         self.run(write, |_, _, reply| reply).await
     }

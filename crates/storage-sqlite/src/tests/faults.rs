@@ -60,6 +60,55 @@ async fn a_write_waits_for_another_connections_lock_past_the_busy_timeout() {
     store.close().await;
 }
 
+/// A repeated submit, identical or conflicting, is answered while another connection holds
+/// the file's write lock: it reads, and never waits for the lock (a new one still does).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repeated_submit_is_answered_while_another_connection_holds_the_write_lock() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("db.sqlite");
+    let store = open_with_busy_timeout(&path, SHORT_BUSY).await;
+    store
+        .create(create_request(id(1), t0()))
+        .await
+        .expect("creates");
+    let other = rusqlite::Connection::open(&path).expect("opens");
+    other
+        .execute_batch("BEGIN IMMEDIATE")
+        .expect("takes the lock");
+    // Bounded only so that a failure does not hang the suite: the lock is held throughout.
+    let within = Duration::from_secs(30);
+    let repeated = tokio::time::timeout(within, store.create(create_request(id(1), t0())))
+        .await
+        .expect("answered while the lock is held elsewhere")
+        .expect("an identical repeat is accepted");
+    assert!(
+        matches!(repeated, concepts::CreateOutcome::AlreadyExisted { ref pending_state }
+            if matches!(pending_state, PendingState::PendingAt { .. })),
+        "{repeated:?}"
+    );
+    let mut differing = create_request(id(1), t0());
+    differing.params = Json(serde_json::json!(["other"]));
+    let err = tokio::time::timeout(within, store.create(differing))
+        .await
+        .expect("answered while the lock is held elsewhere")
+        .expect_err("a differing repeat conflicts");
+    assert!(err.to_string().contains("parameters"), "{err}");
+    let writer = store.clone();
+    let new = tokio::spawn(async move { writer.create(create_request(id(2), t0())).await });
+    tokio::time::sleep(SHORT_BUSY * 10).await;
+    assert!(
+        !new.is_finished(),
+        "a new execution waits for the write lock"
+    );
+    other.execute_batch("COMMIT").expect("releases the lock");
+    let created = new
+        .await
+        .expect("joins")
+        .expect("creates once the lock is free");
+    assert_eq!(created, concepts::CreateOutcome::Created);
+    store.close().await;
+}
+
 /// Closing a store whose writer waits for another connection's lock fails the queued writes
 /// as `Closed` (they did not run) one busy timeout later, instead of waiting forever.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -6,7 +6,8 @@
 
 use crate::{
     CreateConflict, CreateOutcome, CreateRequest, DbConnection, DbError, DuplicateKind,
-    ExecutionEvent, ExecutionEventInner, ExecutionId, PendingState, ValidationError, Version,
+    ExecutionEvent, ExecutionEventInner, ExecutionId, ExecutionLog, PendingState, ValidationError,
+    Version,
     kernel::{
         ExecutionChange, ExecutionRow, Forward, Forwarded, Keys, Planner, Write,
         snapshot::inconsistent, write::sealed::Sealed,
@@ -131,6 +132,24 @@ impl Planner<'_> {
         })?;
         Ok(Some((created.clone(), row.state.pending_state.clone())))
     }
+}
+
+/// The answer to `req` found on a read of its execution, if one is stored: a repeated submit
+/// answered without the write path (for a backend whose writes take a lock as wide as its
+/// file, [`Backend::REPEATS_ANSWERED_FROM_READS`](crate::kernel::Backend)). The answer is the
+/// one the write would give: the `Created` event never changes, and the state is the one the
+/// read saw.
+pub(crate) fn repeat_from_read(
+    req: &CreateRequest,
+    log: Result<ExecutionLog, DbError>,
+) -> Option<Result<CreateOutcome, DbError>> {
+    let log = match log {
+        Ok(log) => log,
+        Err(DbError::NotFound(_)) => return None,
+        Err(err) => return Some(Err(err)),
+    };
+    let created = log.events.into_iter().next()?;
+    Some(repeated_create(req, (created, log.pending_state)))
 }
 
 /// A `create` of an id that exists: identical (function, parameters, parent) is answered

@@ -12,6 +12,7 @@ mod response;
 mod schedule;
 
 pub use append_batch::validate_append_batch;
+pub(crate) use create::repeat_from_read;
 pub use create::{CreateBatch, validate_create};
 pub use lock::{LockGrant, hand_over, hand_over_cloned, validate_lock_pending};
 pub use outcome::AppendOutcomes;
