@@ -141,8 +141,8 @@ impl<C: ClockFn> Client<C> {
     /// ([`CompleteOutcome::AlreadyCompleted`]).
     ///
     /// # Errors
-    /// [`ClientError::NotFound`]; [`ClientError::NotAPromise`] for an execution that runs;
-    /// [`ClientError::AlreadyCompleted`] when it has another value (or was cancelled);
+    /// [`ClientError::NoSuchPromise`]; [`ClientError::NotAPromise`] for an execution that
+    /// runs; [`ClientError::DifferentResult`] when it has another value (or was cancelled);
     /// [`ClientError::EncodeValue`]; or the store failed.
     pub async fn complete<T: Serialize>(
         &self,
@@ -167,6 +167,7 @@ impl<C: ClockFn> Client<C> {
                         reason,
                     }
                 }
+                DbError::NotFound(_) => ClientError::NoSuchPromise(promise_id.clone()),
                 other => refused(other),
             })
     }
@@ -195,7 +196,7 @@ fn refused(err: DbError) -> ClientError {
         DbError::Duplicate(DuplicateKind::Completion {
             execution_id,
             existing,
-        }) => ClientError::AlreadyCompleted {
+        }) => ClientError::DifferentResult {
             execution_id,
             existing,
         },

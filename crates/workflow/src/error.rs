@@ -189,11 +189,16 @@ pub enum ClientError {
         differences: Vec<CreateConflict>,
     },
     /// No execution has this id.
-    #[error(
-        "no execution {0} in this store: check the id (the promise `name` of workflow `W` is \
-         `W.n:name_1`)"
-    )]
+    #[error("no execution {0} in this store: check the id")]
     NotFound(ExecutionId),
+    /// `complete` of an id that names no execution: the promise was never requested, or its
+    /// id is misspelt.
+    #[error(
+        "no promise {0} in this store: a promise exists once its workflow requested it, and \
+         its id is the workflow's id, the join set and the name (the promise `name` of \
+         workflow `W` is `W.n:name_1`)"
+    )]
+    NoSuchPromise(ExecutionId),
     /// The execution is not a promise (not a stub), so it cannot be completed from outside.
     #[error("cannot complete {execution_id}: {reason}")]
     NotAPromise {
@@ -202,13 +207,13 @@ pub enum ClientError {
         /// Why, as the store says it.
         reason: String,
     },
-    /// The promise already has another result: it takes one value (repeating the same value
-    /// is accepted).
+    /// The promise already has another result: it takes one value, and repeating the same
+    /// value is accepted ([`concepts::CompleteOutcome::AlreadyCompleted`], not an error).
     #[error(
         "promise {execution_id} already has another result, {existing}: a promise is \
          completed once (completing it again with the same value is accepted)"
     )]
-    AlreadyCompleted {
+    DifferentResult {
         /// The promise.
         execution_id: ExecutionId,
         /// The result it has, as text.

@@ -101,7 +101,10 @@ pub async fn l21_workflow_gets_a_cancelled_childs_result<F: StoreFactory>(factor
 
 /// L22: a workflow awaits a promise; a typed client completes it (by the id `promise_id`
 /// derives) and the workflow finishes with the value; completing again with the same value is
-/// accepted (`AlreadyCompleted`), with another value refused (`ClientError::AlreadyCompleted`).
+/// accepted (`CompleteOutcome::AlreadyCompleted`), with another value refused
+/// (`ClientError::DifferentResult`). Each refusal's message says what happened: an unknown
+/// promise explains how a promise's id is made; an unknown ordinary execution, cancelled,
+/// says nothing of promises.
 pub async fn l22_workflow_promise_completed_by_a_client<F: StoreFactory>(factory: &F) {
     let mut f = Fixture::new(factory).await;
     let worker = f
@@ -140,10 +143,37 @@ pub async fn l22_workflow_promise_completed_by_a_client<F: StoreFactory>(factory
         CompleteOutcome::AlreadyCompleted
     );
     match client.complete(&promise, &7u64).await {
-        Err(ClientError::AlreadyCompleted { execution_id, .. }) => {
-            assert_eq!(execution_id, promise);
+        Err(err @ ClientError::DifferentResult { .. }) => {
+            assert_eq!(
+                err.to_string(),
+                format!(
+                    "promise {promise} already has another result, the value 41: a promise is \
+                     completed once (completing it again with the same value is accepted)"
+                )
+            );
         }
-        other => panic!("expected `AlreadyCompleted`, got {other:?}"),
+        other => panic!("expected `DifferentResult`, got {other:?}"),
+    }
+
+    let unknown_promise = promise_id(handle.execution_id(), "never-asked").expect("legal name");
+    match client.complete(&unknown_promise, &1u64).await {
+        Err(err @ ClientError::NoSuchPromise(_)) => {
+            let text = err.to_string();
+            assert!(
+                text.starts_with(&format!("no promise {unknown_promise} in this store: ")),
+                "{text}"
+            );
+            assert!(text.contains("`W.n:name_1`"), "{text}");
+        }
+        other => panic!("expected `NoSuchPromise`, got {other:?}"),
+    }
+    let unknown: ExecutionId = "E_01KB0000000000000000000000".parse().expect("an id");
+    match client.cancel(&unknown, "not needed").await {
+        Err(err @ ClientError::NotFound(_)) => assert_eq!(
+            err.to_string(),
+            format!("no execution {unknown} in this store: check the id")
+        ),
+        other => panic!("expected `NotFound`, got {other:?}"),
     }
     f.close().await;
 }

@@ -212,8 +212,8 @@ pub async fn w17_promise_given_up_at_its_deadline_is_cancelled_and_pruned<F: Sto
         other => panic!("the promise was cancelled: {other:?}"),
     }
     match client.complete(&late, &5u64).await {
-        Err(ClientError::AlreadyCompleted { execution_id, .. }) => assert_eq!(execution_id, late),
-        other => panic!("expected `AlreadyCompleted`, got {other:?}"),
+        Err(ClientError::DifferentResult { execution_id, .. }) => assert_eq!(execution_id, late),
+        other => panic!("expected `DifferentResult`, got {other:?}"),
     }
 
     f.clock.move_time_forward(Duration::from_secs(2)).await;
