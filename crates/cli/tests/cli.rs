@@ -1172,7 +1172,8 @@ const STOPPING: &str = "stopping: no new work is taken; the runs in flight get u
                         finish (Ctrl-C again stops at once)";
 /// The end of its last line when nothing was running.
 const NOTHING_RUNNING: &str = "runs in flight: 0 finished, 0 left (the next `stele serve` takes \
-                               up what was left once its lease expires)";
+                               up what was left once its lease expires, or at once under the \
+                               same --identity)";
 
 /// Stopped by `SIGTERM`, `serve` drains: a run in flight finishes within `--drain-timeout`;
 /// without time to drain, the run is left to its lease, still locked, and the next `serve`
@@ -1202,7 +1203,8 @@ fn serve_drains_the_runs_in_flight_when_stopped() {
             STOPPING.to_string(),
             format!(
                 "error: interrupted: stopped serving {db}; runs in flight: 1 finished, 0 left \
-                 (the next `stele serve` takes up what was left once its lease expires)"
+                 (the next `stele serve` takes up what was left once its lease expires, or at \
+                 once under the same --identity)"
             )
         ]
     );

@@ -394,6 +394,58 @@ pub fn derive_pending_state(
     None
 }
 
+/// A run that keeps its execution to itself by waiting warm (§8 of the semantics): the
+/// execution's state comes from the run's last `JoinNext`, which holds it until the run's
+/// deadline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WarmRun {
+    /// The executor whose run wrote the `JoinNext`.
+    pub executor_id: ExecutorId,
+    /// The `JoinNext`'s `run_expires_at`: until then nobody else locks the execution.
+    pub run_expires_at: DateTime<Utc>,
+}
+
+/// The warm run that keeps the execution with log `events` and state `state` waiting at `now`:
+/// the state is `BlockedByJoinSet`, or `PendingAt` the deadline of the run's last `JoinNext`,
+/// and that deadline is after `now`. `None` when the execution is due, locked, finished or
+/// waiting for something else (a backoff, its schedule, a response that arrives after the
+/// deadline).
+#[must_use]
+pub fn warm_run(
+    events: &[ExecutionEvent],
+    state: &PendingState,
+    now: DateTime<Utc>,
+) -> Option<WarmRun> {
+    let mut newest_first = events.iter().rev().map(|event| &event.event);
+    let run_expires_at = newest_first.find_map(|event| match event {
+        ExecutionEventInner::HistoryEvent {
+            event: HistoryEvent::JoinNext { run_expires_at, .. },
+        } => Some(Some(*run_expires_at)),
+        ExecutionEventInner::HistoryEvent { .. } => None,
+        _ => Some(None),
+    })??;
+    let held = match *state {
+        PendingState::BlockedByJoinSet {
+            lock_expires_at, ..
+        } => lock_expires_at == run_expires_at,
+        PendingState::PendingAt { scheduled_at } => scheduled_at == run_expires_at,
+        PendingState::Locked { .. } | PendingState::Finished { .. } => false,
+    };
+    if !held || run_expires_at <= now {
+        return None;
+    }
+    // The run that wrote the `JoinNext` locked the execution last.
+    let executor_id = newest_first.find_map(|event| match event {
+        ExecutionEventInner::Locked(locked) => Some(Some(locked.executor_id)),
+        ExecutionEventInner::HistoryEvent { .. } => None,
+        _ => Some(None),
+    })??;
+    Some(WarmRun {
+        executor_id,
+        run_expires_at,
+    })
+}
+
 /// The number of `JoinNext` events for `join_set_id` in `events`.
 #[must_use]
 pub fn count_join_next(events: &[ExecutionEvent], join_set_id: &JoinSetId) -> usize {

@@ -174,6 +174,8 @@ pub struct LockedExecution {
 pub struct ExpiredLock {
     /// The execution.
     pub execution_id: ExecutionId,
+    /// The executor that held the lease.
+    pub executor_id: ExecutorId,
     /// The version the watcher appends at.
     pub next_version: Version,
     /// `TemporarilyFailed` + `TemporarilyTimedOut` events so far.
@@ -574,8 +576,18 @@ pub trait DbClientExt: DbClient {
         &self,
         filter: ListExecutionsFilter,
     ) -> Result<Vec<ExecutionSummary>, DbError> {
+        self.list_executions_kept(filter, &mut |_| true).await
+    }
+
+    /// Every execution that matches `filter` and that `keep` keeps, newest first, read page
+    /// by page (1,000 rows a page): only the kept rows are held in memory.
+    async fn list_executions_kept(
+        &self,
+        filter: ListExecutionsFilter,
+        keep: &mut (dyn for<'row> FnMut(&'row ExecutionSummary) -> bool + Send),
+    ) -> Result<Vec<ExecutionSummary>, DbError> {
         const PAGE: usize = 1_000;
-        let mut all = Vec::new();
+        let mut kept = Vec::new();
         let mut cursor = None;
         loop {
             let page = self
@@ -591,9 +603,13 @@ pub trait DbClientExt: DbClient {
             cursor = page
                 .last()
                 .map(|last| (last.created_at, last.execution_id.clone()));
-            all.extend(page);
+            for row in page {
+                if keep(&row) {
+                    kept.push(row);
+                }
+            }
             if !full {
-                return Ok(all);
+                return Ok(kept);
             }
         }
     }

@@ -132,6 +132,15 @@ impl<C: ClockFn> ExecTask<C> {
         }
     }
 
+    /// The same executor under `executor_id` instead of a fresh one: a node restarted under
+    /// the same identity gives each executor the id it had, so that it finds the leases its
+    /// previous process left (`timers_watcher::take_back_leases`).
+    #[must_use]
+    pub fn with_executor_id(mut self, executor_id: ExecutorId) -> Self {
+        self.executor_id = executor_id;
+        self
+    }
+
     /// Creates an executor and spawns its loop on the current tokio runtime.
     #[must_use]
     pub fn spawn_new(

@@ -6,7 +6,9 @@ use crate::{
     node::{Background, BackgroundContext, ExecutorInfo, Node, RunningExecutor, ShutdownSignal},
     settings::{DEFAULT_WATCHER, ExecutorSettings, WorkerKind, pruner_config},
 };
-use concepts::{ClockFn, ComponentId, DbConnection, DbExecutor, FunctionFqn, schedule::Definition};
+use concepts::{
+    ClockFn, ComponentId, DbConnection, DbExecutor, ExecutorId, FunctionFqn, schedule::Definition,
+};
 use executor::{ExecConfig, ExecTask, Worker};
 use futures_util::future::BoxFuture;
 use serde::{Serialize, de::DeserializeOwned};
@@ -25,6 +27,16 @@ struct WorkerEntry {
     worker: Arc<dyn Worker>,
     settings: ExecutorSettings,
     store: Option<Arc<dyn DbExecutor>>,
+}
+
+impl WorkerEntry {
+    /// The component its executor writes into its `Locked` events.
+    fn component_id(&self) -> ComponentId {
+        self.settings
+            .component_id
+            .clone()
+            .unwrap_or_else(|| self.kind.default_component())
+    }
 }
 
 /// How the children of the node's own workflows are created.
@@ -75,6 +87,8 @@ pub struct NodeBuilder<C: ClockFn> {
     catalog: CatalogParts,
     /// Schedules the node keeps stored ([`NodeBuilder::schedule`]).
     schedules: Vec<Definition>,
+    /// The node's name across restarts ([`NodeBuilder::identity`]).
+    identity: Option<String>,
     /// The first mistake a method found; `start` returns it.
     error: Option<NodeError>,
 }
@@ -109,6 +123,7 @@ impl<C: ClockFn> NodeBuilder<C> {
             background: Vec::new(),
             catalog: CatalogParts::default(),
             schedules: Vec::new(),
+            identity: None,
             error: None,
         }
     }
@@ -377,6 +392,26 @@ impl<C: ClockFn> NodeBuilder<C> {
         self
     }
 
+    /// Names the node, `name` (a host name, `worker-1`), the same across its restarts: each
+    /// executor's id derives from the name and its component, and at start the node takes
+    /// back the leases its previous process left under that name (`kill -9`, a crash, a
+    /// shutdown whose deadline passed): their executions are due at once, each counting a
+    /// retry as a lease's expiry does, instead of waiting for the lease to run out. Without a
+    /// name each start has fresh executor ids and a dead process's leases are waited out.
+    ///
+    /// Two processes running at once under one name take each other's leases at their starts:
+    /// nothing is run twice at once (the version check fences every write), but the runs
+    /// whose leases were taken are wasted and their retries used. Give each process its own.
+    #[must_use]
+    pub fn identity(mut self, name: impl Into<String>) -> Self {
+        let name = name.into();
+        if name.trim().is_empty() {
+            self.fail(NodeError::EmptyIdentity);
+        }
+        self.identity = Some(name);
+        self
+    }
+
     /// Checks the configuration and starts the node on the current tokio runtime: one executor
     /// per worker (the node's activities and workflows each count as one), the timers watcher
     /// unless left out, the retention task when one is set, the background tasks.
@@ -426,9 +461,26 @@ impl<C: ClockFn> NodeBuilder<C> {
         let shared = self
             .concurrency
             .map(|permits| Arc::new(Semaphore::new(permits.min(Semaphore::MAX_PERMITS))));
+        // Read before any executor locks: every lease of theirs is younger.
+        let started_at = self.clock.now();
+        let mut ordinals: HashMap<ComponentId, u64> = HashMap::new();
+        let mut takebacks = Vec::new();
         let executors = entries
             .into_iter()
-            .map(|entry| self.spawn_executor(entry, shared.as_ref()))
+            .map(|entry| {
+                let component_id = entry.component_id();
+                let executor_id = self.identity.as_deref().map(|identity| {
+                    let ordinal = ordinals.entry(component_id.clone()).or_default();
+                    let id = crate::identity::executor_id(identity, &component_id, *ordinal);
+                    *ordinal += 1;
+                    takebacks.push(crate::identity::Takeback {
+                        executor_id: id,
+                        lock_expiry: entry.settings.lock_expiry,
+                    });
+                    id
+                });
+                self.spawn_executor(entry, component_id, executor_id, shared.as_ref())
+            })
             .collect();
         let watcher = self
             .watcher
@@ -450,6 +502,24 @@ impl<C: ClockFn> NodeBuilder<C> {
                 });
                 Background::spawn(name, task)
             })
+            .chain((!takebacks.is_empty()).then(|| {
+                let signal = ShutdownSignal::new(receiver.clone());
+                let take_back = crate::identity::take_back(
+                    self.db.clone(),
+                    self.clock.clone(),
+                    started_at,
+                    takebacks,
+                );
+                Background::spawn(
+                    "take back",
+                    Box::pin(async move {
+                        tokio::select! {
+                            () = take_back => {}
+                            () = signal.fired() => {}
+                        }
+                    }),
+                )
+            }))
             .collect();
         Ok(Node::new(
             executors, watcher, pruner, background, signal, catalog,
@@ -493,12 +563,11 @@ impl<C: ClockFn> NodeBuilder<C> {
     fn spawn_executor(
         &self,
         entry: WorkerEntry,
+        component_id: ComponentId,
+        executor_id: Option<ExecutorId>,
         shared: Option<&Arc<Semaphore>>,
     ) -> RunningExecutor {
         let settings = entry.settings;
-        let component_id = settings
-            .component_id
-            .unwrap_or_else(|| entry.kind.default_component());
         let task_limiter = match settings.concurrency {
             Some(own) => Some(Arc::new(Semaphore::new(own.min(Semaphore::MAX_PERMITS)))),
             None => shared.cloned(),
@@ -512,7 +581,11 @@ impl<C: ClockFn> NodeBuilder<C> {
             task_limiter,
         };
         let store = entry.store.unwrap_or_else(|| self.db.clone());
-        let handle = ExecTask::spawn_new(entry.worker, config, self.clock.clone(), store);
+        let mut task = ExecTask::new(entry.worker, config, self.clock.clone(), store);
+        if let Some(executor_id) = executor_id {
+            task = task.with_executor_id(executor_id);
+        }
+        let handle = task.spawn();
         RunningExecutor {
             info: ExecutorInfo {
                 executor_id: handle.executor_id(),
@@ -532,11 +605,7 @@ fn build_catalog(entries: &[WorkerEntry], mut parts: CatalogParts) -> Result<Cat
         catalog = catalog.unknown_functions(unknown);
     }
     for entry in entries {
-        let component_id = entry
-            .settings
-            .component_id
-            .clone()
-            .unwrap_or_else(|| entry.kind.default_component());
+        let component_id = entry.component_id();
         let mut defaults = ExecutionDefaults::new(component_id);
         if let Some((max_retries, retry_exp_backoff)) = parts.retries {
             defaults.max_retries = max_retries;
@@ -574,10 +643,7 @@ fn validate(
     let mut seen: HashMap<&FunctionFqn, WorkerKind> = HashMap::new();
     for entry in entries {
         let settings = &entry.settings;
-        let component_id = settings
-            .component_id
-            .clone()
-            .unwrap_or_else(|| entry.kind.default_component());
+        let component_id = entry.component_id();
         let worker = || entry.kind.describe(&component_id);
         if settings.lock_expiry.is_zero() {
             return Err(NodeError::ZeroLockExpiry { worker: worker() });

@@ -106,6 +106,12 @@ pub enum NodeError {
         /// The function.
         function: String,
     },
+    /// [`crate::NodeBuilder::identity`] was given an empty name.
+    #[error(
+        "the node's identity is empty: give it a name that stays the same across its restarts \
+         (the host's name, `worker-1`), or leave it out"
+    )]
+    EmptyIdentity,
     /// `start` was called outside a tokio runtime.
     #[error(
         "a node runs its tasks on a tokio runtime: call `start` from within one (inside \

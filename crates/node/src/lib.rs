@@ -99,6 +99,7 @@ mod builder;
 mod catalog;
 mod duration;
 mod error;
+mod identity;
 mod node;
 pub mod recent;
 pub mod sampler;

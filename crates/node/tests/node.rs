@@ -1,10 +1,11 @@
 //! A node on every backend (memory, SQLite, PostgreSQL; the stores of test-support's
 //! factories): an activity and a workflow that sleeps durably both finish, the retention task
 //! removes what its retention says, and a drain finishes a run inside its deadline and leaves
-//! one past it to its lease, which a second node takes up once the lease expired.
+//! one past it to its lease, which a second node takes up once the lease expired, or at once
+//! when it restarts under the same identity.
 
 use concepts::{
-    ComponentId, DbConnection, DbError, ExecutionEventInner, ExecutionId, JoinSetResponse,
+    ClockFn, ComponentId, DbConnection, DbError, ExecutionEventInner, ExecutionId, JoinSetResponse,
     PendingStateKind,
 };
 use conformance::StoreFactory;
@@ -206,6 +207,72 @@ async fn a_drain_finishes_what_it_can_and_leaves_the_rest_to_a_later_node(
     db.close().await;
 }
 
+async fn a_node_restarted_under_its_identity_takes_back_its_leases_at_once(
+    factory: &dyn StoreFactory,
+) {
+    let (db, _guard) = fresh(factory).await;
+    // The clock moves one second between the two processes and no further: the first
+    // node's lease never expires, so only the second node's taking back can let the run
+    // left behind go on.
+    let clock = SimClock::epoch();
+    let settings = ExecutorSettings {
+        lock_expiry: Duration::from_secs(60),
+        ..ExecutorSettings::default()
+    };
+    let (started, mut runs) = mpsc::unbounded_channel();
+    let node = |started| {
+        Node::builder(db.clone(), clock.clone())
+            .identity("worker-1")
+            .activity(&WORK, work(started))
+            .activity_settings(settings.clone())
+            .start()
+            .expect("a valid node")
+    };
+    let first = node(started.clone());
+    let first_executor = first.executors()[0].executor_id;
+    let client = Client::new(db.clone(), clock.clone(), component()).retries(1, Duration::ZERO);
+    let endless = client.submit(&WORK, &3_600_000).await.expect("submit");
+    runs.recv().await.expect("a run started");
+    assert_eq!(first.shutdown(Duration::ZERO).await.left, 1);
+    clock.move_time_forward_sync(Duration::from_secs(1));
+
+    let second = node(started);
+    assert_eq!(second.executors()[0].executor_id, first_executor);
+    assert_eq!(
+        endless.result_within(SAFETY).await.expect("result"),
+        3_600_000
+    );
+    let log = db.get(endless.execution_id()).await.expect("the log");
+    let timed_out: Vec<_> = log
+        .events
+        .iter()
+        .filter_map(|event| match event.event {
+            ExecutionEventInner::TemporarilyTimedOut { backoff_expires_at } => {
+                Some(backoff_expires_at)
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        timed_out,
+        vec![clock.now()],
+        "due at the restart: {:?}",
+        log.events
+    );
+    assert_eq!(second.shutdown(SAFETY).await.left, 0);
+
+    let other = Node::builder(db.clone(), clock.clone())
+        .identity("worker-2")
+        .activity(&WORK, |_ctx: ActivityCtx, n: u64| async move {
+            Ok::<_, String>(n)
+        })
+        .start()
+        .expect("a valid node");
+    assert_ne!(other.executors()[0].executor_id, first_executor);
+    other.shutdown(SAFETY).await;
+    db.close().await;
+}
+
 /// One test per scenario and backend; a backend that cannot run here (no PostgreSQL server)
 /// follows the skip rule of `test-utils`.
 macro_rules! on_every_backend {
@@ -236,4 +303,5 @@ on_every_backend!(
     an_activity_and_a_sleeping_workflow_finish,
     the_retention_task_removes_what_finished_before_its_retention,
     a_drain_finishes_what_it_can_and_leaves_the_rest_to_a_later_node,
+    a_node_restarted_under_its_identity_takes_back_its_leases_at_once,
 );

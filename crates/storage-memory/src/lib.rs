@@ -176,20 +176,23 @@ impl kernel::Backend for MemoryStore {
         let state = self.open_state()?;
         let expired = state.timers.iter().take_while(|(t, ..)| t.at_or_before(at));
         expired
-            .map(|(expires_at, execution_id, kind)| {
+            .filter_map(|(expires_at, execution_id, kind)| {
                 let expires_at = expires_at.time();
-                Ok(match kind {
-                    TimerKind::Lock => {
-                        let row = &state.record(execution_id)?.row;
-                        ExpiredTimer::Lock(row.expired_lock(expires_at))
+                match kind {
+                    TimerKind::Lock => state
+                        .record(execution_id)
+                        .and_then(|record| record.row.expired_lock_at(at))
+                        .map(|lock| lock.map(ExpiredTimer::Lock))
+                        .transpose(),
+                    TimerKind::Delay(delay_id, join_set_id) => {
+                        Some(Ok(ExpiredTimer::Delay(ExpiredDelay {
+                            execution_id: execution_id.clone(),
+                            join_set_id: join_set_id.clone(),
+                            delay_id: *delay_id,
+                            expires_at,
+                        })))
                     }
-                    TimerKind::Delay(delay_id, join_set_id) => ExpiredTimer::Delay(ExpiredDelay {
-                        execution_id: execution_id.clone(),
-                        join_set_id: join_set_id.clone(),
-                        delay_id: *delay_id,
-                        expires_at,
-                    }),
-                })
+                }
             })
             .collect()
     }

@@ -14,7 +14,14 @@
 //!   parent's response, at the version it read. If the version moved on, the worker won the
 //!   race; that is not an error and is not counted.
 //!
-//! and then one pass of the scheduler ([`fire_schedules`]): the due ticks of every schedule
+//! A node restarted under the same identity calls [`take_back_leases`] for each of its
+//! executors: the leases its previous process left are timed out at once, each retry due at
+//! the restart, instead of when the lease would expire; and [`take_back_warm_runs`]: the
+//! executions that the previous process's runs kept waiting warm are handed back (`Unlocked`,
+//! due at once) as soon as their responses have arrived, instead of at the dead run's
+//! deadline.
+//!
+//! After each tick, one pass of the scheduler ([`fire_schedules`]): the due ticks of every schedule
 //! fired as their executions, [`SCHEDULES_PER_WRITE`] schedules to a transaction until none is
 //! left due, and the previous runs that `cancel-other` schedules replace cancelled before
 //! their ticks fire. Which ticks are due, what the overlap policy does and how two processes
@@ -66,9 +73,11 @@
 
 mod pruner;
 mod scheduler;
+mod take_back;
 
 pub use pruner::{PruneTotals, Pruner, PrunerConfig, PrunerConfigError, prune_finished};
 pub use scheduler::{SCHEDULES_PER_WRITE, SchedulePass, fire_schedules};
+pub use take_back::{TAKEN_BACK, WARM_RUNS_POLL, take_back_leases, take_back_warm_runs};
 
 use chrono::{DateTime, Utc};
 use concepts::{
@@ -145,7 +154,7 @@ where
     // them on as many connections (each locks its rows in id order, so they never deadlock).
     let writes: Vec<_> = locks
         .chunks(LEASES_PER_WRITE)
-        .map(|chunk| time_out(db, chunk, now))
+        .map(|chunk| time_out(db, chunk, now, expired_lock_write))
         .collect();
     let mut writes = futures_util::stream::iter(writes).buffered(WRITES_IN_FLIGHT);
     while let Some(resolved) = writes.next().await {
@@ -161,14 +170,16 @@ where
 /// Times out `locks` in one write; returns how many were resolved. When the write as a whole
 /// fails, each lease is written on its own, so that one lease the store cannot write does not
 /// keep the others waiting.
-async fn time_out<D>(db: &D, locks: &[ExpiredLock], now: DateTime<Utc>) -> usize
+async fn time_out<D>(
+    db: &D,
+    locks: &[ExpiredLock],
+    now: DateTime<Utc>,
+    write: fn(&ExpiredLock, DateTime<Utc>) -> OutcomeWrite,
+) -> usize
 where
     D: DbTimers + DbExecutor + ?Sized,
 {
-    let writes = locks
-        .iter()
-        .map(|lock| expired_lock_write(lock, now))
-        .collect();
+    let writes = locks.iter().map(|lock| write(lock, now)).collect();
     let results = match db.append_outcomes(writes).await {
         Ok(results) => results,
         Err(err) => {
@@ -178,7 +189,7 @@ where
             );
             let mut results = Vec::with_capacity(locks.len());
             for lock in locks {
-                results.push(db.append_outcome(expired_lock_write(lock, now)).await);
+                results.push(db.append_outcome(write(lock, now)).await);
             }
             results
         }
@@ -201,13 +212,30 @@ where
 /// permanent timeout that also notifies the parent.
 #[must_use]
 pub fn expired_lock_write(lock: &ExpiredLock, now: DateTime<Utc>) -> OutcomeWrite {
+    timeout_write(lock, now, |backoff| add_saturating(now, backoff))
+}
+
+/// The write that takes back a lease of a restarted node's previous process at `now`
+/// ([`take_back_leases`]): the timeout of [`expired_lock_write`], a retry used or a permanent
+/// timeout when none is left, but with the retry due at once: the restart was the pause.
+#[must_use]
+pub fn taken_back_lock_write(lock: &ExpiredLock, now: DateTime<Utc>) -> OutcomeWrite {
+    timeout_write(lock, now, |_| now)
+}
+
+/// A lease's timeout at `now`: the retry due at `retry_at(backoff)` while one is left.
+fn timeout_write(
+    lock: &ExpiredLock,
+    now: DateTime<Utc>,
+    retry_at: impl FnOnce(Duration) -> DateTime<Utc>,
+) -> OutcomeWrite {
     let event = match retry::retry_backoff(
         lock.temporary_event_count,
         lock.max_retries,
         lock.retry_exp_backoff,
     ) {
         Some(backoff) => ExecutionEventInner::TemporarilyTimedOut {
-            backoff_expires_at: add_saturating(now, backoff),
+            backoff_expires_at: retry_at(backoff),
         },
         None => ExecutionEventInner::Finished {
             result: Err(FinishedExecutionError::PermanentTimeout),

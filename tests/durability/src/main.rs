@@ -19,6 +19,9 @@
 //! `--tick-ms`), and `--trace-waits` reports each lock and each `wait_for_pending` of the
 //! executor (see the `traced` module).
 //!
+//! `--identity NAME` names the node across restarts: restarted under the same name, it takes
+//! back at once the leases its killed predecessor left (`NodeBuilder::identity`).
+//!
 //! `--busy-timeout-ms` gives a SQLite store a shorter `busy_timeout`, so that a test provokes
 //! contention between processes quickly.
 //!
@@ -171,6 +174,10 @@ struct RunArgs {
     /// Gives up (exit code 1) when not everything finished after this many seconds.
     #[arg(long, default_value_t = 300)]
     timeout_s: u64,
+    /// The node's identity (`NodeBuilder::identity`): a node restarted under the same one
+    /// takes back at once the leases the killed one left. Without it, they are waited out.
+    #[arg(long)]
+    identity: Option<String>,
     /// SQLite only: the store's `busy_timeout` in milliseconds (default the store's own); a
     /// small one provokes contention between processes quickly.
     #[arg(long)]
@@ -362,6 +369,9 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         concurrency: Some(args.concurrency.max(1)),
     };
     let mut builder = Node::builder(db.clone(), Now);
+    if let Some(identity) = &args.identity {
+        builder = builder.identity(identity.clone());
+    }
     if runs_executors {
         let executor_tick = args.executor_tick_ms.map_or(tick, Duration::from_millis);
         builder = builder.worker_through(worker.clone(), settings(executor_tick), traced.clone());

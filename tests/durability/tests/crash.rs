@@ -32,7 +32,7 @@
 mod common;
 
 use common::{all_ids, assert_finished_once, assert_integrity, runtime, sibling};
-use concepts::DbClientExt as _;
+use concepts::{ClockFn as _, DbClientExt as _};
 use concepts::{
     DbConnection, ExecutionEventInner, ExecutionId, Json, PendingStateKind,
     SupportedFunctionReturnValue, Version, derive_pending_state,
@@ -182,6 +182,8 @@ struct Printed {
     submitting_at: Option<Instant>,
     /// When the test read the `submitted` line.
     submitted_at: Option<Instant>,
+    /// When the test read the `executor` line, printed once the node started.
+    started_at: Option<chrono::DateTime<chrono::Utc>>,
 }
 
 impl Printed {
@@ -195,6 +197,7 @@ impl Printed {
                 match line {
                     Line::Submitting(_) => self.submitting_at = Some(Instant::now()),
                     Line::Submitted(_) => self.submitted_at = Some(Instant::now()),
+                    Line::Executor(_) => self.started_at = Some(executor::Now.now()),
                     _ => {}
                 }
                 self.submission.push(line);
@@ -632,25 +635,7 @@ async fn check_workflows(store: &Store) {
     let (mut replayed, mut runs_total) = (0, 0);
     for id in all.iter().filter(|id| id.is_top_level()) {
         let log = db.get(id).await.unwrap_or_else(|e| panic!("get {id}: {e}"));
-        let Some(ExecutionEventInner::Created { params, .. }) =
-            log.events.first().map(|e| &e.event)
-        else {
-            panic!("{id}: the first event is not Created");
-        };
-        let index = params.0[0].as_u64().expect("the index");
-        let finished = log
-            .events
-            .iter()
-            .filter(|e| matches!(e.event, ExecutionEventInner::Finished { .. }))
-            .count();
-        assert_eq!(finished, 1, "{id}: Finished events");
-        assert_eq!(
-            log.finished_result(),
-            Some(&Ok(SupportedFunctionReturnValue::InfallibleOrResultOk(
-                Json(flows::expected_result(index).into())
-            ))),
-            "{id}: not the result of an uninterrupted run"
-        );
+        assert_finished_once_as_uninterrupted(id, &log);
         let shape: Vec<String> = log
             .events
             .iter()
@@ -727,4 +712,119 @@ fn postgres_workflows_killed_and_restarted_finish_as_uninterrupted() {
         database: Box::new(database),
     };
     workflows_kill_and_restart(&store);
+}
+
+/// Workflows of the identity test, 16 at a time: the kill finds most of them running.
+const IDENTITY_WORKFLOWS: usize = 48;
+/// The identity test's lease: long enough that a run resumed before it expired can only have
+/// been taken back.
+const IDENTITY_LEASE_MS: &str = "30000";
+
+/// A node SIGKILLed while its workflows wait warm for their children, restarted under the
+/// same `--identity`, takes back at once the children's leases (timed out, `take_back_leases`)
+/// and the workflows their dead runs kept waiting (handed back once the children answered,
+/// `take_back_warm_runs`): each workflow running at the kill is locked again within a second
+/// of the restarted node's start, not after its 30 s lease, and every workflow finishes as an
+/// uninterrupted run would. Without the identity (or before the fix) they wait out the dead
+/// runs' deadlines, and the second bound fails.
+#[test]
+fn sqlite_a_node_restarted_under_its_identity_resumes_its_workflows_at_once() {
+    let store = Store::sqlite();
+    let args = [
+        &workflow_args()[..],
+        &[
+            "--identity",
+            "node-a",
+            "--lock-expiry-ms",
+            IDENTITY_LEASE_MS,
+        ],
+    ]
+    .concat();
+    let killed = Node::start_with(&store, "identity-node-0", IDENTITY_WORKFLOWS, &args)
+        .kill_when(|p| p.progress >= IDENTITY_WORKFLOWS / 6);
+    let killed_at = executor::Now.now();
+    assert!(
+        killed.progress < IDENTITY_WORKFLOWS,
+        "finished before the kill"
+    );
+    let last = Node::start_with(&store, "identity-node-1", IDENTITY_WORKFLOWS, &args).finish();
+    let restarted_at = last
+        .started_at
+        .expect("the restarted node printed its executor");
+
+    let delays = runtime().block_on(async {
+        let db = store.open(None).await;
+        let mut delays = Vec::new();
+        for id in all_ids(db.as_ref(), None).await {
+            let log = db.get(&id).await.expect("get");
+            let taken_back = log.events.iter().position(|event| {
+                event.created_at >= killed_at
+                    && matches!(
+                        event.event,
+                        ExecutionEventInner::TemporarilyTimedOut { .. }
+                            | ExecutionEventInner::Unlocked { .. }
+                    )
+            });
+            let relocked = taken_back.and_then(|at| {
+                log.events[at..].iter().find_map(|event| match event.event {
+                    ExecutionEventInner::Locked(_) => Some(event.created_at),
+                    _ => None,
+                })
+            });
+            if let (true, Some(relocked)) = (id.is_top_level(), relocked) {
+                delays.push((relocked - restarted_at).to_std().unwrap_or_default());
+            }
+        }
+        db.close().await;
+        delays
+    });
+    let slowest = delays.iter().max().copied().unwrap_or_default();
+    eprintln!(
+        "identity: {} workflows taken back and locked again, the slowest {slowest:?} after the \
+         restarted node started; the whole restart {} ms",
+        delays.len(),
+        last.summary.as_ref().expect("checked by finish")["elapsed_ms"]
+    );
+    assert!(!delays.is_empty(), "no workflow was running at the kill");
+    assert!(
+        slowest < Duration::from_secs(1),
+        "a workflow resumed {slowest:?} after the restart"
+    );
+    runtime().block_on(check_identity_workflows(&store));
+}
+
+/// Every workflow of the identity test finished once, with the result of an uninterrupted
+/// run.
+async fn check_identity_workflows(store: &Store) {
+    let db = store.open(None).await;
+    let top_level = all_ids(db.as_ref(), None).await;
+    let top_level: Vec<_> = top_level.iter().filter(|id| id.is_top_level()).collect();
+    assert_eq!(top_level.len(), IDENTITY_WORKFLOWS);
+    for id in top_level {
+        let log = db.get(id).await.expect("get");
+        assert_finished_once_as_uninterrupted(id, &log);
+    }
+    db.close().await;
+}
+
+/// The workflow `id` (its log `log`) finished once, with the result of an uninterrupted run.
+fn assert_finished_once_as_uninterrupted(id: &ExecutionId, log: &concepts::ExecutionLog) {
+    let Some(ExecutionEventInner::Created { params, .. }) = log.events.first().map(|e| &e.event)
+    else {
+        panic!("{id}: the first event is not Created");
+    };
+    let index = params.0[0].as_u64().expect("the index");
+    let finished = log
+        .events
+        .iter()
+        .filter(|e| matches!(e.event, ExecutionEventInner::Finished { .. }))
+        .count();
+    assert_eq!(finished, 1, "{id}: Finished events");
+    assert_eq!(
+        log.finished_result(),
+        Some(&Ok(SupportedFunctionReturnValue::InfallibleOrResultOk(
+            Json(flows::expected_result(index).into())
+        ))),
+        "{id}: not the result of an uninterrupted run"
+    );
 }

@@ -60,7 +60,8 @@ enum Command {
     ///
     /// This is what runs the executions `stele submit` creates. Stopped, it takes no new work,
     /// gives the runs in flight --drain-timeout to finish and exits with 130; runs still going
-    /// then are picked up by the next `stele serve` once their leases expire.
+    /// then are picked up by the next `stele serve` once their leases expire, or at once by
+    /// one started again under the same --identity.
     Serve(serve::ServeArgs),
     /// Submit a top-level execution of a function, due now.
     ///

@@ -80,6 +80,12 @@ pub struct ServeArgs {
     /// submit was made in. Needs a `stele` built with the `otel` feature.
     #[arg(long, value_name = "URL", env = "OTEL_EXPORTER_OTLP_ENDPOINT")]
     otlp_endpoint: Option<String>,
+    /// This node's name, kept across its restarts (e.g. the host's name): a `stele serve`
+    /// started again under the same name takes back at once the executions its previous
+    /// process was running (killed, or stopped past --drain-timeout) instead of waiting for
+    /// their leases to expire. Give every process serving one database its own name.
+    #[arg(long, value_name = "NAME")]
+    identity: Option<String>,
 }
 
 impl ServeArgs {
@@ -235,6 +241,9 @@ pub async fn run(url: &DatabaseUrl, args: ServeArgs) -> Result<(), CliError> {
         if let Some(config) = retention {
             builder = builder.pruner(config);
         }
+        if let Some(identity) = &args.identity {
+            builder = builder.identity(identity.clone());
+        }
         let mut serving_http = String::new();
         if let Some((address, mut options)) = http {
             let listener = tokio::net::TcpListener::bind(address)
@@ -279,9 +288,13 @@ pub async fn run(url: &DatabaseUrl, args: ServeArgs) -> Result<(), CliError> {
             ),
             None => "no retention task (--prune-older-than starts one)".to_string(),
         };
+        let identity = match &args.identity {
+            Some(identity) => format!(" as {identity}"),
+            None => String::new(),
+        };
         note(&format!(
-            "serving {url}: executors of {} (at most {concurrency} workers at once), the timers \
-             watcher, {pruning}{serving_http}; Ctrl-C or SIGTERM stops",
+            "serving {url}{identity}: executors of {} (at most {concurrency} workers at once), \
+             the timers watcher, {pruning}{serving_http}; Ctrl-C or SIGTERM stops",
             names(&functions).join(", "),
         ));
         stop.await;
@@ -296,7 +309,7 @@ pub async fn run(url: &DatabaseUrl, args: ServeArgs) -> Result<(), CliError> {
             () = again => format!(
                 "interrupted: stopped serving {url} at once on a second signal; executions that \
                  were running are taken up again by the next `stele serve` once their leases \
-                 expire"
+                 expire, or at once under the same --identity"
             ),
         };
         Err(CliError::new(Exit::Interrupted, message))
@@ -308,7 +321,8 @@ pub async fn run(url: &DatabaseUrl, args: ServeArgs) -> Result<(), CliError> {
 fn drained(url: &DatabaseUrl, report: DrainReport) -> String {
     format!(
         "interrupted: stopped serving {url}; runs in flight: {} finished, {} left (the next \
-         `stele serve` takes up what was left once its lease expires)",
+         `stele serve` takes up what was left once its lease expires, or at once under the \
+         same --identity)",
         report.finished, report.left
     )
 }

@@ -2,9 +2,9 @@
 //! the write's [`Keys`](super::Keys), and the [`Revision`] that tells whether a row changed.
 
 use crate::{
-    CreateRequest, DbError, DelayId, ExecutionEvent, ExecutionId, ExecutionState, ExpiredLock,
-    ExpiredTimer, FinishedExecutionResult, FunctionFqn, JoinSetId, JoinSetResponseEventOuter,
-    PendingState, Version,
+    CreateRequest, DbError, DelayId, ExecutionEvent, ExecutionId, ExecutionState, ExecutorId,
+    ExpiredLock, ExpiredTimer, FinishedExecutionResult, FunctionFqn, JoinSetId,
+    JoinSetResponseEventOuter, PendingState, Version,
     schedule::{ScheduleName, ScheduleRow},
 };
 use chrono::{DateTime, Utc};
@@ -64,8 +64,12 @@ impl ExecutionRow {
     pub fn expired_lock_at(&self, at: DateTime<Utc>) -> Result<Option<ExpiredLock>, DbError> {
         match self.state.pending_state {
             PendingState::Locked {
-                lock_expires_at, ..
-            } => Ok((lock_expires_at <= at).then(|| self.expired_lock(lock_expires_at))),
+                executor_id,
+                lock_expires_at,
+                ..
+            } => Ok(
+                (lock_expires_at <= at).then(|| self.expired_lock(executor_id, lock_expires_at))
+            ),
             ref other => Err(inconsistent(format!(
                 "execution {} is indexed as locked, its state is {other:?}",
                 self.execution_id
@@ -73,12 +77,12 @@ impl ExecutionRow {
         }
     }
 
-    /// What the timers watcher needs about this execution's lease that expired at
-    /// `lock_expires_at`.
-    #[must_use]
-    pub fn expired_lock(&self, lock_expires_at: DateTime<Utc>) -> ExpiredLock {
+    /// What the timers watcher needs about this execution's lease, held by `executor_id`,
+    /// that expired at `lock_expires_at`.
+    fn expired_lock(&self, executor_id: ExecutorId, lock_expires_at: DateTime<Utc>) -> ExpiredLock {
         ExpiredLock {
             execution_id: self.execution_id.clone(),
+            executor_id,
             next_version: self.state.next_version,
             temporary_event_count: self.temporary_event_count,
             max_retries: self.max_retries,

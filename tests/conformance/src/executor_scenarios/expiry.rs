@@ -1,6 +1,8 @@
 //! E22, E23 and E24: a dead process's many leases expiring at once: the watcher times them out
 //! a batch to a transaction (`append_outcomes`), each accepted or refused on its own, and a
-//! durable sleep due in the same pass is delivered before them.
+//! durable sleep due in the same pass is delivered before them. E25 and E26: a restarted node
+//! takes its previous process's leases back before they expire, and hands back the executions
+//! that process's runs kept waiting warm.
 
 use super::{BACKOFF, Fixture};
 use crate::{
@@ -330,4 +332,241 @@ pub async fn e24_stale_entry_among_expired_leases<F: StoreFactory>(factory: &F) 
         expect_validation(empty),
         ValidationError::EmptyBatch("append_outcomes")
     );
+}
+
+/// E25: a restarted node takes back the leases of its previous process
+/// (`timers_watcher::take_back_leases`): of the leases its executor id holds, those expiring
+/// before the bound are timed out at once with the retry due at the restart; a lease of
+/// another executor, and one of its own expiring at or after the bound (taken since the
+/// restart), are left alone; the old run's outcome is refused by the version check, and the
+/// taken-back execution can be locked at once. With no retry left it is a permanent timeout.
+pub async fn e25_restarted_node_takes_back_its_leases<F: StoreFactory>(factory: &F) {
+    let f = Fixture::new(factory).await;
+    let ffqns: Arc<[concepts::FunctionFqn]> = Arc::from([ffqn("work")]);
+    let (mine, other_executor) = (executor_id(1), executor_id(2));
+    let lock = |executor, expected: usize| {
+        let ffqns = ffqns.clone();
+        let (db, now) = (f.db.clone(), f.clock.now());
+        async move {
+            let locked = lock_pending_now(db.as_ref(), &ffqns, 1, now, executor, LEASE).await;
+            assert_eq!(locked.len(), expected);
+            locked
+        }
+    };
+    let old = f.create_work(1, 1).await;
+    let old_run = lock(mine, 1).await.remove(0);
+    let others = f.create_work(2, 1).await;
+    lock(other_executor, 1).await;
+    let exhausted = CreateRequest {
+        max_retries: 0,
+        ..create_request(execution_id(3), ffqn("work"), f.clock.now())
+    };
+    f.db.create(exhausted.clone()).await.expect("create");
+    lock(mine, 1).await;
+    // The restart: the bound is its time plus the lease; a lease taken after it is kept.
+    f.clock.move_time_forward(LEASE / 2).await;
+    let restart = f.clock.now();
+    let bound = plus(restart, LEASE);
+    let new = f.create_work(4, 1).await;
+    lock(mine, 1).await;
+
+    let taken = timers_watcher::take_back_leases(f.db.as_ref(), mine, bound, restart)
+        .await
+        .expect("take back");
+    assert_eq!(taken, 2);
+    assert_eq!(
+        f.last_event(&old[0]).await,
+        ExecutionEventInner::TemporarilyTimedOut {
+            backoff_expires_at: restart
+        }
+    );
+    assert_eq!(
+        f.last_event(&exhausted.execution_id).await,
+        ExecutionEventInner::Finished {
+            result: Err(FinishedExecutionError::PermanentTimeout)
+        }
+    );
+    for kept in [&others[0], &new[0]] {
+        assert!(matches!(
+            checked_log(f.db.as_ref(), kept).await.pending_state,
+            PendingState::Locked { .. }
+        ));
+    }
+    let late = OutcomeWrite::new(
+        old[0].clone(),
+        old_run.next_version,
+        restart,
+        finished_ok(serde_json::json!("late")),
+        None,
+    );
+    let refused = f.db.append_outcome(late).await.expect_err("fenced");
+    assert!(is_lost_race(&refused), "{refused}");
+    let relocked = lock(mine, 1).await;
+    assert_eq!(relocked[0].execution_id, old[0]);
+    let again = timers_watcher::take_back_leases(f.db.as_ref(), mine, bound, restart)
+        .await
+        .expect("take back");
+    assert_eq!(again, 0, "the lease taken since the restart is kept");
+}
+
+impl Fixture {
+    /// A top-level execution `n` of `parent`, locked by `executor` now, that submitted one
+    /// child of `work` and waits warm for it until its lease's end.
+    async fn warm_parent(&self, n: u128, executor: concepts::ExecutorId) -> ExecutionId {
+        let now = self.clock.now();
+        let parent = execution_id(n);
+        self.db
+            .create(create_request(parent.clone(), ffqn("parent"), now))
+            .await
+            .expect("create the parent");
+        let ffqns = Arc::from([ffqn("parent")]);
+        let mut locked = lock_pending_now(self.db.as_ref(), &ffqns, 2, now, executor, LEASE).await;
+        assert_eq!(locked.len(), 1);
+        let locked = locked.remove(0);
+        let j = join_set("n:kid");
+        let child = CreateRequest {
+            max_retries: 0,
+            ..child_request(&parent, &j, 1, ffqn("work"), now)
+        };
+        let events = vec![
+            join_set_create(&j),
+            child_execution_request(&j, &child.execution_id),
+            join_next(&j, locked.locked_event.lock_expires_at),
+        ];
+        self.db
+            .append_batch(batch_creating(
+                &parent,
+                locked.next_version,
+                now,
+                events,
+                vec![child],
+            ))
+            .await
+            .expect("the parent submits its child and waits warm");
+        parent
+    }
+
+    /// Locks the children of `work` due now, as a live executor does: each ends by
+    /// [`Fixture::finish_child`].
+    async fn lock_children(&self, expected: usize) -> Vec<concepts::LockedExecution> {
+        let now = self.clock.now();
+        let ffqns = Arc::from([ffqn("work")]);
+        let locked = lock_pending_now(
+            self.db.as_ref(),
+            &ffqns,
+            expected + 1,
+            now,
+            executor_id(9),
+            LEASE,
+        )
+        .await;
+        assert_eq!(locked.len(), expected);
+        locked
+    }
+
+    /// Finishes the locked child `child` of `parent` now: its response arrives at the parent.
+    async fn finish_child(&self, parent: &ExecutionId, children: &[concepts::LockedExecution]) {
+        let child = children
+            .iter()
+            .find(|child| child.parent.as_ref().is_some_and(|(p, _)| p == parent))
+            .expect("the parent's child");
+        let write = OutcomeWrite::new(
+            child.execution_id.clone(),
+            child.next_version,
+            self.clock.now(),
+            finished_ok(serde_json::json!("done")),
+            child.parent.as_ref(),
+        );
+        self.db
+            .append_outcome(write)
+            .await
+            .expect("the child finishes");
+    }
+}
+
+/// E26: a restarted node hands back the executions its previous process's runs kept waiting
+/// warm (`timers_watcher::take_back_warm_runs`): one whose response arrived before the restart
+/// is `Unlocked` at once, due at the restart with no retry used; one still blocked is handed
+/// back once its response arrives; a warm wait of another executor is left to its deadline.
+/// The dead run's next write is refused by the version check, and the handed-back execution
+/// can be locked at once.
+pub async fn e26_restarted_node_hands_back_its_warm_waits<F: StoreFactory>(factory: &F) {
+    let f = Fixture::new(factory).await;
+    let (mine, other_executor) = (executor_id(1), executor_id(2));
+    let answered = f.warm_parent(1, mine).await;
+    let blocked = f.warm_parent(2, mine).await;
+    let others = f.warm_parent(3, other_executor).await;
+    let deadline = plus(f.clock.now(), LEASE);
+    let children = f.lock_children(3).await;
+    f.clock.move_time_forward(LEASE / 4).await;
+    for parent in [&answered, &others] {
+        f.finish_child(parent, &children).await;
+        assert_eq!(
+            f.state(parent).await,
+            PendingState::PendingAt {
+                scheduled_at: deadline
+            },
+            "due only at the dead run's deadline"
+        );
+    }
+    let dead_run_version = f.log(&answered).await.next_version;
+    f.clock.move_time_forward(LEASE / 4).await;
+    let restart = f.clock.now();
+    let bound = plus(restart, LEASE);
+
+    let taking_back = {
+        let (db, clock) = (f.db.clone(), f.clock.clone());
+        tokio::spawn(async move {
+            timers_watcher::take_back_warm_runs(db.as_ref(), mine, bound, &clock).await
+        })
+    };
+    f.finish_child(&blocked, &children).await;
+    let handed_back = taking_back
+        .await
+        .expect("the task")
+        .expect("take back warm runs");
+    assert_eq!(handed_back, 2);
+    for parent in [&answered, &blocked] {
+        assert_eq!(
+            f.last_event(parent).await,
+            ExecutionEventInner::Unlocked {
+                backoff_expires_at: restart,
+                reason: timers_watcher::TAKEN_BACK.to_string(),
+            }
+        );
+        assert_eq!(
+            f.log(parent)
+                .await
+                .events
+                .iter()
+                .filter(|e| e.event.is_temporary_event())
+                .count(),
+            0
+        );
+    }
+    assert_eq!(
+        f.state(&others).await,
+        PendingState::PendingAt {
+            scheduled_at: deadline
+        },
+        "another executor's warm wait is left alone"
+    );
+    let late = OutcomeWrite::new(
+        answered.clone(),
+        dead_run_version,
+        restart,
+        finished_ok(serde_json::json!("late")),
+        None,
+    );
+    let refused = f.db.append_outcome(late).await.expect_err("fenced");
+    assert!(is_lost_race(&refused), "{refused}");
+    let ffqns = Arc::from([ffqn("parent")]);
+    let relocked = lock_pending_now(f.db.as_ref(), &ffqns, 4, restart, mine, LEASE).await;
+    let mut relocked: Vec<_> = relocked.into_iter().map(|l| l.execution_id).collect();
+    relocked.sort();
+    assert_eq!(relocked, vec![answered, blocked]);
+    let again = timers_watcher::take_back_warm_runs(f.db.as_ref(), mine, bound, &f.clock)
+        .await
+        .expect("take back warm runs");
+    assert_eq!(again, 0, "the runs locked since the restart are kept");
 }

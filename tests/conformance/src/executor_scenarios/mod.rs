@@ -33,7 +33,8 @@ pub use children::{
 };
 pub use expiry::{
     e22_many_leases_time_out_in_one_pass, e23_sleep_fires_before_ten_thousand_expiries,
-    e24_stale_entry_among_expired_leases,
+    e24_stale_entry_among_expired_leases, e25_restarted_node_takes_back_its_leases,
+    e26_restarted_node_hands_back_its_warm_waits,
 };
 pub use faults::e20_retriable_outcome_write_is_retried;
 pub use outcomes::{
@@ -288,6 +289,8 @@ macro_rules! executor_scenario_tests {
             e22_many_leases_time_out_in_one_pass,
             e23_sleep_fires_before_ten_thousand_expiries,
             e24_stale_entry_among_expired_leases,
+            e25_restarted_node_takes_back_its_leases,
+            e26_restarted_node_hands_back_its_warm_waits,
         );
     };
 }
