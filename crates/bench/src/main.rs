@@ -28,7 +28,8 @@
 //! end-to-end rate on a store holding many finished executions (`history`,
 //! `--stored-executions`, with the HTTP API's and the UI's pages on it, `pages`,
 //! `--page-events`, `--page-children`), and the lock's cost beside long histories (`lockcost`,
-//! `--lock-history`); 0 skips each.
+//! `--lock-history`), and on SQLite the wake-up of a waiter by a commit of another store on
+//! the same file, as another process's would be (`wakeups`, `--wakeups`); 0 skips each.
 //!
 //! Then the latency rows (`latency`, skipped with `--no-latency`): submit to `Finished` of one
 //! execution at a time on an idle executor, p50 and p99 per backend, beside the p50 of one
@@ -59,6 +60,7 @@ mod pg_limit;
 mod probe;
 mod soak;
 mod targets;
+mod wakeups;
 mod workflows;
 
 use anyhow::{Context, bail};
@@ -163,6 +165,9 @@ struct Args {
     /// rows).
     #[arg(long, default_value_t = 10_000)]
     schedule_fires: usize,
+    /// Cross-process wake-ups on SQLite: how many are timed (0 skips the rows).
+    #[arg(long, default_value_t = 200)]
+    wakeups: usize,
     /// Stored history: how many finished executions the store holds for the second run (0
     /// skips the rows).
     #[arg(long, default_value_t = 1_000_000)]
@@ -498,20 +503,6 @@ fn synchronous(level: &str) -> anyhow::Result<Synchronous> {
     }
 }
 
-fn machine() -> String {
-    let cpu = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|info| {
-            info.lines()
-                .find(|line| line.starts_with("model name"))
-                .and_then(|line| line.split(':').nth(1))
-                .map(|name| name.trim().to_string())
-        })
-        .unwrap_or_else(|| "unknown CPU".to_string());
-    let cores = std::thread::available_parallelism().map_or(0, usize::from);
-    format!("{cores} cores, {cpu}")
-}
-
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     if cli.args.instructions.instructions_phase {
@@ -561,7 +552,7 @@ async fn bench(args: Args) -> anyhow::Result<()> {
     }
     let mut end_to_end = Vec::new();
     let mut notes = Vec::new();
-    writeln!(report, "Machine: {}", machine())?;
+    writeln!(report, "Machine: {}", targets::machine())?;
     writeln!(
         report,
         "Workload: {} no-op executions created with one create_batch, one executor (batch size {}), timed to the last acknowledged Finished.\n",
@@ -725,6 +716,11 @@ async fn bench(args: Args) -> anyhow::Result<()> {
             store.finish().await?;
             targets.add_all(backend, fires::rows(backend, &measured?));
         }
+    }
+    if args.wakeups > 0 && args.backends.iter().any(|backend| backend == "sqlite") {
+        eprintln!("measuring wake-ups across two stores on one SQLite file ...");
+        let measured = wakeups::measure(dir.path(), sync, args.wakeups).await?;
+        targets.add_all("sqlite", wakeups::rows(&measured));
     }
     for backend in args.backends.iter().filter(|_| args.stored_executions > 0) {
         let Some(store) = Store::open(

@@ -282,7 +282,7 @@ pub(crate) async fn run_all(
         config.rate > 0,
         "--soak-rate: 0 executions per second submit nothing"
     );
-    println!("Machine: {}", crate::machine());
+    println!("Machine: {}", crate::targets::machine());
     println!(
         "Soak: {} no-op executions/s submitted for {} s (one create_batch every {} ms), one \
          executor (batch size {}), the timers watcher, and the Pruner (every {} ms, retention \

@@ -193,6 +193,21 @@ impl Targets {
     }
 }
 
+/// The machine the figures were measured on: its cores and CPU model.
+pub(crate) fn machine() -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|info| {
+            info.lines()
+                .find(|line| line.starts_with("model name"))
+                .and_then(|line| line.split(':').nth(1))
+                .map(|name| name.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown CPU".to_string());
+    let cores = std::thread::available_parallelism().map_or(0, usize::from);
+    format!("{cores} cores, {cpu}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -88,12 +88,16 @@
 //!
 //! # Notifications and closing
 //!
-//! The waits are in-process, on the store's [`concepts::kernel::WaiterHub`], which the writer
-//! thread wakes only after a commit and its replies. `close` is idempotent: it refuses new
+//! The waits are on the store's [`concepts::kernel::WaiterHub`], which the writer thread wakes
+//! after a commit and its replies, and when another connection (another process, say)
+//! committed to the file: the writer asks `PRAGMA data_version` every 10 ms and reads only
+//! what was added since (`changes.rs`), so a promise completed, an execution cancelled or a
+//! child finished by another process reaches its waiters within about 10 ms. `close` is idempotent: it refuses new
 //! calls ([`concepts::DbError::Closed`]), releases every waiter, lets the writer finish the
 //! queued commands and checkpoint the WAL, and returns once the writer thread has stopped.
 
 mod backup;
+mod changes;
 mod checkpoint;
 mod codec;
 mod config;

@@ -19,6 +19,7 @@ use concepts::{
 };
 use std::{path::Path, sync::Arc, time::Duration};
 
+mod changes;
 mod checkpoint;
 mod faults;
 mod handover;

@@ -3,6 +3,7 @@
 
 use crate::{
     SqliteConfig,
+    changes::Changes,
     checkpoint::Checkpointer,
     error::{SqliteError, is_busy},
     ops::WriteCtx,
@@ -150,10 +151,29 @@ pub(crate) fn run(
         ended_at: None,
     };
     let mut checkpointer = Checkpointer::start(&conn, path, busy_timeout);
+    let mut changes = start_changes(&conn, path);
+    // Only to wait for the next command with a timeout, between two looks at the file.
+    let timer = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build();
     let mut batch: Vec<Box<dyn Command>> = Vec::new();
     loop {
+        if let Some(changes) = &mut changes {
+            changes.check(&conn, path, hub);
+        }
         if batch.is_empty() {
-            let Some(message) = rx.blocking_recv() else {
+            let received = match (&changes, &timer) {
+                (Some(changes), Ok(timer)) => {
+                    let wait = changes.due_in();
+                    // The timeout is made inside `block_on`, where the timer runs.
+                    match timer.block_on(async { tokio::time::timeout(wait, rx.recv()).await }) {
+                        Ok(received) => received,
+                        Err(_elapsed) => continue,
+                    }
+                }
+                _ => rx.blocking_recv(),
+            };
+            let Some(message) = received else {
                 break;
             };
             take(message, &mut batch, &mut rx);
@@ -188,6 +208,20 @@ pub(crate) fn run(
         tracing::warn!(path = %path.display(), "closing the SQLite writer connection: {err}");
     }
     tracing::debug!(path = %path.display(), "SQLite writer stopped");
+}
+
+/// The detector of other connections' commits; `None` (logged) when the file cannot be
+/// read: the waiters then hear only this store's own writes and their own timeouts.
+fn start_changes(conn: &Connection, path: &Path) -> Option<Changes> {
+    Changes::start(conn)
+        .inspect_err(|err| {
+            tracing::warn!(
+                path = %path.display(),
+                "cannot watch the SQLite file for other connections' commits; waiters hear \
+                 them only at their own timeouts: {err}"
+            );
+        })
+        .ok()
 }
 
 /// Queues a received command, or stops receiving new ones at a shutdown.

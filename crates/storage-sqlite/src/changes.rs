@@ -1,0 +1,173 @@
+//! Commits of other connections to the store's file: other processes, or another store opened
+//! on the same file. The waiter hub hears only this store's own writes, so the writer also
+//! asks SQLite, every [`CHANGES_POLL`] while it is idle and between its transactions while it
+//! is busy, whether anyone else committed: `PRAGMA data_version` on the writer's connection
+//! changes exactly when another connection did (the writer's own commits leave it as it is),
+//! and costs a read of the WAL index in shared memory, no I/O. Only when it changed are the
+//! events and responses added since the last look read (by their row ids, both growing) and
+//! turned into the wake-ups the hub delivers: a response or an event of an execution that is
+//! now due wakes `wait_for_pending` callers of its function, a response its
+//! `subscribe_to_next_responses` callers, a `Finished` its `wait_for_finished_result` callers.
+//!
+//! A prune can delete the newest events, after which SQLite reuses their row ids: seen as a
+//! newest row id lower than the last one looked at, that wakes every waiter once (each looks
+//! again) and the detector starts over from there; so does a look that would read more than
+//! [`MOST_ROWS_READ`] rows.
+
+use crate::{
+    codec::{from_micros, parse},
+    error::Result,
+};
+use concepts::{
+    ExecutionId, FunctionFqn,
+    kernel::{WaiterHub, Wakeup},
+};
+use rusqlite::{Connection, OptionalExtension as _};
+use std::{
+    path::Path,
+    time::{Duration, Instant},
+};
+
+/// How often the writer asks whether another connection committed.
+pub(crate) const CHANGES_POLL: Duration = Duration::from_millis(10);
+/// More rows than this added since the last look (this store's own among them) are not read
+/// one by one: every waiter is woken once instead.
+const MOST_ROWS_READ: i64 = 10_000;
+
+/// What the writer last saw of the file.
+pub(crate) struct Changes {
+    data_version: i64,
+    /// The newest `t_event` row id looked at.
+    event_rowid: i64,
+    /// The newest `t_response` id looked at.
+    response_id: i64,
+    checked_at: Instant,
+}
+
+impl Changes {
+    /// Starts from the file as it is now on `conn`, the writer's connection.
+    pub(crate) fn start(conn: &Connection) -> Result<Self> {
+        Ok(Self {
+            data_version: data_version(conn)?,
+            event_rowid: newest(conn, "SELECT max(rowid) FROM t_event")?,
+            response_id: newest(conn, "SELECT max(id) FROM t_response")?,
+            checked_at: Instant::now(),
+        })
+    }
+
+    /// How long until the next look; zero when it is due.
+    pub(crate) fn due_in(&self) -> Duration {
+        CHANGES_POLL.saturating_sub(self.checked_at.elapsed())
+    }
+
+    /// Looks, if one is due: when another connection committed since the last look, wakes the
+    /// waiters its events and responses concern. A failed read is logged; the next look tries
+    /// again from the same place.
+    pub(crate) fn check(&mut self, conn: &Connection, path: &Path, hub: &WaiterHub) {
+        if !self.due_in().is_zero() {
+            return;
+        }
+        self.checked_at = Instant::now();
+        if let Err(err) = self.look(conn, hub) {
+            tracing::warn!(
+                path = %path.display(),
+                "cannot read what other connections committed to the SQLite file; their \
+                 wake-ups wait for the waiters' own timeouts: {err}"
+            );
+        }
+    }
+
+    fn look(&mut self, conn: &Connection, hub: &WaiterHub) -> Result<()> {
+        let version = data_version(conn)?;
+        if version == self.data_version {
+            return Ok(());
+        }
+        let newest_event = newest(conn, "SELECT max(rowid) FROM t_event")?;
+        let newest_response = newest(conn, "SELECT max(id) FROM t_response")?;
+        let added = (newest_event - self.event_rowid) + (newest_response - self.response_id);
+        if newest_event < self.event_rowid || added > MOST_ROWS_READ {
+            // Row ids reused after a prune (which rows are new cannot be told), or too many
+            // rows to read in the writer's time.
+            hub.wake_everyone();
+        } else {
+            let mut wakeups = Vec::new();
+            new_events(conn, self.event_rowid, newest_event, &mut wakeups)?;
+            new_responses(conn, self.response_id, newest_response, &mut wakeups)?;
+            hub.deliver(&wakeups);
+        }
+        self.data_version = version;
+        self.event_rowid = newest_event;
+        self.response_id = newest_response.max(self.response_id);
+        Ok(())
+    }
+}
+
+fn data_version(conn: &Connection) -> Result<i64> {
+    Ok(conn.query_row("PRAGMA data_version", [], |row| row.get(0))?)
+}
+
+fn newest(conn: &Connection, sql: &str) -> Result<i64> {
+    let newest: Option<Option<i64>> = conn.query_row(sql, [], |row| row.get(0)).optional()?;
+    Ok(newest.flatten().unwrap_or(0))
+}
+
+/// The wake-ups of the events with row ids in `(after, upto]`.
+fn new_events(conn: &Connection, after: i64, upto: i64, wakeups: &mut Vec<Wakeup>) -> Result<()> {
+    if upto <= after {
+        return Ok(());
+    }
+    let mut statement = conn.prepare_cached(
+        "SELECT e.execution_id, e.kind, s.ffqn, s.pending_at \
+         FROM t_event e LEFT JOIN t_execution_state s ON s.execution_id = e.execution_id \
+         AND s.state = 'PendingAt' WHERE e.rowid > ?1 AND e.rowid <= ?2",
+    )?;
+    let mut rows = statement.query([after, upto])?;
+    while let Some(row) = rows.next()? {
+        let execution_id: ExecutionId = parse(&row.get::<_, String>(0)?, "execution id")?;
+        if row.get::<_, String>(1)? == "Finished" {
+            wakeups.push(Wakeup::Finished(execution_id.clone()));
+        }
+        push_pending(row.get(2)?, row.get(3)?, wakeups)?;
+    }
+    Ok(())
+}
+
+/// The wake-ups of the responses with ids in `(after, upto]`.
+fn new_responses(
+    conn: &Connection,
+    after: i64,
+    upto: i64,
+    wakeups: &mut Vec<Wakeup>,
+) -> Result<()> {
+    if upto <= after {
+        return Ok(());
+    }
+    let mut statement = conn.prepare_cached(
+        "SELECT r.execution_id, s.ffqn, s.pending_at \
+         FROM t_response r LEFT JOIN t_execution_state s ON s.execution_id = r.execution_id \
+         AND s.state = 'PendingAt' WHERE r.id > ?1 AND r.id <= ?2",
+    )?;
+    let mut rows = statement.query([after, upto])?;
+    while let Some(row) = rows.next()? {
+        let execution_id: ExecutionId = parse(&row.get::<_, String>(0)?, "execution id")?;
+        wakeups.push(Wakeup::Responses(execution_id));
+        push_pending(row.get(1)?, row.get(2)?, wakeups)?;
+    }
+    Ok(())
+}
+
+/// The wake-up of an execution now due at `pending_at`, if it is pending.
+fn push_pending(
+    ffqn: Option<String>,
+    pending_at: Option<i64>,
+    wakeups: &mut Vec<Wakeup>,
+) -> Result<()> {
+    if let (Some(ffqn), Some(at)) = (ffqn, pending_at) {
+        let ffqn: FunctionFqn = parse(&ffqn, "function name")?;
+        wakeups.push(Wakeup::Pending {
+            ffqn,
+            at: from_micros(at)?,
+        });
+    }
+    Ok(())
+}
