@@ -350,6 +350,7 @@ impl<C: ClockFn> ExecTask<C> {
         let run = RunInfo::from(&locked);
         let span = self.worker_span(&locked);
         let scheduled_at = locked.scheduled_at;
+        let lock_expires_at = locked.locked_event.lock_expires_at;
         let executor_meters = self.meters.clone();
         let ctx = WorkerContext {
             can_be_retried: retry::can_be_retried(locked.temporary_event_count, locked.max_retries),
@@ -380,7 +381,8 @@ impl<C: ClockFn> ExecTask<C> {
             match map_worker_result(result, &run, now) {
                 Some(write) => {
                     let outcome = crate::metrics::Outcome::of(&write.event);
-                    if write_outcome(db.as_ref(), write).await {
+                    let lease_left = (lock_expires_at - now).to_std().unwrap_or_default();
+                    if write_outcome(db.as_ref(), write, lease_left).await {
                         meters.attempt(ran, outcome, scheduled_at, now);
                     }
                 }
@@ -539,7 +541,7 @@ pub struct ExecutorTaskHandle {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct DrainOutcome {
     /// Runs that ended before the deadline: the worker returned and its outcome was written
-    /// (or the write given up, see [`OUTCOME_WRITE_ATTEMPTS`]).
+    /// (or the write given up, see [`outcome_retry_pauses`]).
     pub finished: usize,
     /// Runs still going at the deadline, aborted at their next await point: each execution
     /// stays locked until its lease expires, and then the timers watcher (of this process or
@@ -641,16 +643,44 @@ impl ExecutorTaskHandle {
     }
 }
 
-/// How many times a run's outcome is written when the store answers with a retriable error
-/// (busy, connection lost) before it is left to the lease expiry.
+/// The fewest times a run's outcome is written when the store answers with a retriable error
+/// (busy, connection lost), however little of its lease is left.
 pub const OUTCOME_WRITE_ATTEMPTS: u32 = 4;
 /// The pause before the first retry of an outcome write; it doubles with each retry.
 const OUTCOME_RETRY_BACKOFF: Duration = Duration::from_millis(20);
+/// The longest pause between two attempts of an outcome write.
+const OUTCOME_RETRY_CAP: Duration = Duration::from_secs(1);
 
-/// Writes a run's outcome, retrying a retriable failure a few times with backoff: a transient
-/// error must not cost the whole lease. A retry that finds the log moved on
-/// (`is_lost_race`) is done either way: the watcher resolved the lease, or an earlier attempt
-/// committed although its reply was lost.
+/// The pauses before the retries of an outcome write whose run has `lease_left` of its lease:
+/// 20 ms, doubling up to 1 s, as long as their sum stays within the lease, and at least
+/// [`OUTCOME_WRITE_ATTEMPTS`] attempts in all. A store that comes back before the lease ends
+/// (a PostgreSQL server restarted, say) gets the outcome; after it the watcher times the
+/// lease out, and a late retry is fenced by the version check like any other write.
+pub fn outcome_retry_pauses(lease_left: Duration) -> impl Iterator<Item = Duration> {
+    let pauses = std::iter::successors(Some(OUTCOME_RETRY_BACKOFF), |pause| {
+        Some(pause.saturating_mul(2).min(OUTCOME_RETRY_CAP))
+    });
+    let mut waited = Duration::ZERO;
+    pauses.enumerate().map_while(move |(retry, pause)| {
+        waited = waited.saturating_add(pause);
+        let within_minimum = retry + 1 < OUTCOME_WRITE_ATTEMPTS as usize;
+        (within_minimum || waited <= lease_left).then_some(pause)
+    })
+}
+
+/// How many times an outcome write is attempted when every attempt meets a retriable error,
+/// with `lease_left` of its run's lease ([`outcome_retry_pauses`]).
+#[must_use]
+pub fn outcome_write_attempts(lease_left: Duration) -> u32 {
+    let retries = outcome_retry_pauses(lease_left).count();
+    u32::try_from(retries).unwrap_or(u32::MAX).saturating_add(1)
+}
+
+/// Writes a run's outcome, retrying a retriable failure with backoff until the run's lease
+/// (`lease_left` of it) is over ([`outcome_retry_pauses`]): a transient error must not cost
+/// the whole lease. A retry that finds the log moved on (`is_lost_race`) is done either way:
+/// the watcher resolved the lease, or an earlier attempt committed although its reply was
+/// lost.
 ///
 /// Not an `async fn`: the first attempt's (boxed) future is made when this is called, so the
 /// future returned holds the write once, in the copy kept for a retry, and that boxed: the
@@ -659,6 +689,7 @@ const OUTCOME_RETRY_BACKOFF: Duration = Duration::from_millis(20);
 fn write_outcome(
     db: &dyn DbExecutor,
     write: OutcomeWrite,
+    lease_left: Duration,
 ) -> impl Future<Output = bool> + Send + '_ {
     let copy = Box::new(write.clone());
     let first = db.append_outcome(write);
@@ -666,7 +697,7 @@ fn write_outcome(
         if let Err(err) = first.await {
             // Out of line and boxed: the retries (and their timers) cost the task's future
             // nothing on the common path.
-            Box::pin(after_failed_write(db, *copy, err)).await
+            Box::pin(after_failed_write(db, *copy, err, lease_left)).await
         } else {
             debug!("wrote {}", copy.event.variant_name());
             true
@@ -675,9 +706,14 @@ fn write_outcome(
 }
 
 /// True when a retry wrote it (or an earlier attempt whose reply was lost had).
-async fn after_failed_write(db: &dyn DbExecutor, write: OutcomeWrite, mut err: DbError) -> bool {
+async fn after_failed_write(
+    db: &dyn DbExecutor,
+    write: OutcomeWrite,
+    mut err: DbError,
+    lease_left: Duration,
+) -> bool {
     let event = write.event.variant_name();
-    let mut backoff = OUTCOME_RETRY_BACKOFF;
+    let mut pauses = outcome_retry_pauses(lease_left);
     let mut attempt = 1;
     loop {
         if is_lost_race(&err) {
@@ -688,13 +724,18 @@ async fn after_failed_write(db: &dyn DbExecutor, write: OutcomeWrite, mut err: D
             log_lost_race(&format!("the {event} write"), &err);
             return false;
         }
-        if !err.is_retriable() || attempt >= OUTCOME_WRITE_ATTEMPTS {
-            warn!("cannot write {event}, the lease expiry recovers: {err}");
-            return false;
-        }
-        debug!("cannot write {event} (attempt {attempt}), retrying in {backoff:?}: {err}");
-        tokio::time::sleep(backoff).await;
-        backoff = backoff.saturating_mul(2);
+        let pause = match pauses.next() {
+            Some(pause) if err.is_retriable() => pause,
+            _ => {
+                warn!(
+                    "cannot write {event} after {attempt} attempts, the lease expiry recovers: \
+                     {err}"
+                );
+                return false;
+            }
+        };
+        debug!("cannot write {event} (attempt {attempt}), retrying in {pause:?}: {err}");
+        tokio::time::sleep(pause).await;
         attempt += 1;
         match db.append_outcome(write.clone()).await {
             Ok(_) => {

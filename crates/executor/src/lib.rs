@@ -67,8 +67,8 @@
 //! A spawned executor repeats: take up to `batch_size` permits of the task limiter (waiting for
 //! a batch of its own limiter, or one of a given limiter, or `tick_sleep`, never spinning), lock at most that many due executions with a
 //! lease of `lock_expiry`, run each worker in its own task with the lease expiry as its
-//! deadline, write its outcome (again with backoff, up to [`OUTCOME_WRITE_ATTEMPTS`] attempts,
-//! when the store fails it with a retriable error), and wait for the next due execution
+//! deadline, write its outcome (again with backoff until the lease is over,
+//! [`outcome_retry_pauses`], when the store fails it with a retriable error), and wait for the next due execution
 //! (`wait_for_pending`, woken by the store's notifications, at most `tick_sleep`). Leases that
 //! expire because a worker hung or its process died are resolved by the timers watcher, never
 //! by the executor.
@@ -131,7 +131,7 @@ mod worker;
 pub use cancel::Cancellation;
 pub use exec_task::{
     DrainOutcome, ExecConfig, ExecTask, ExecutionProgress, ExecutorTaskHandle,
-    OUTCOME_WRITE_ATTEMPTS, Run,
+    OUTCOME_WRITE_ATTEMPTS, Run, outcome_retry_pauses, outcome_write_attempts,
 };
 pub use mapping::{RunInfo, map_worker_result};
 pub use worker::{FatalError, Worker, WorkerContext, WorkerError, WorkerResult};

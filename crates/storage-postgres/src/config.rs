@@ -13,6 +13,14 @@ pub const DEFAULT_POOL_SIZE: usize = 16;
 pub const DEFAULT_STATEMENT_TIMEOUT: Duration = Duration::from_secs(30);
 /// The default time allowed to open one connection.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// A connection idle this long is probed (`keepalives_idle`).
+const KEEPALIVES_IDLE: Duration = Duration::from_secs(15);
+/// Between two unanswered probes (`keepalives_interval`).
+const KEEPALIVES_INTERVAL: Duration = Duration::from_secs(5);
+/// Unanswered probes before the connection is dropped (`keepalives_retries`).
+const KEEPALIVES_RETRIES: u32 = 3;
+/// Sent data unacknowledged this long drops the connection (`tcp_user_timeout`).
+const TCP_USER_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// How to reach the database and how to use it.
 ///
@@ -27,6 +35,12 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// | `sslmode` | `disable`, `prefer`, `require`, `verify-ca` or `verify-full`, as libpq (see [`SslMode`]) | `prefer` |
 /// | `sslrootcert` | a PEM file of the roots `verify-ca` and `verify-full` trust | Mozilla's roots, compiled in |
 /// | `wait_for_server_s` | how long [`crate::PostgresStore::connect`] retries a server it cannot reach | 0 |
+///
+/// Every connection (pooled, the listener, admin) opens within `connect_timeout` (10 s unless
+/// given) and has TCP keepalives probed after 15 s idle, every 5 s, dropped after 3 unanswered,
+/// and a `tcp_user_timeout` of 30 s, so that a half-open connection is noticed within about
+/// 30 s rather than when the operating system gives up; the driver's parameters of those
+/// names override each.
 ///
 /// ```
 /// use storage_postgres::PostgresConfig;
@@ -122,8 +136,27 @@ impl PostgresConfig {
         } else {
             format!("{base}?{}", driver_params.join("&"))
         };
-        let pg = tokio_postgres::Config::from_str(&driver_url)
+        let mut pg = tokio_postgres::Config::from_str(&driver_url)
             .map_err(|e| invalid(crate::error::describe(&e)))?;
+        let given = |key: &str| {
+            driver_params
+                .iter()
+                .any(|pair| pair.split('=').next() == Some(key))
+        };
+        // A half-open connection (a server that vanished without a FIN) is noticed within
+        // about 30 s, idle or with a statement unanswered, on the pool and the listener alike.
+        if !given("keepalives_idle") {
+            pg.keepalives_idle(KEEPALIVES_IDLE);
+        }
+        if !given("keepalives_interval") {
+            pg.keepalives_interval(KEEPALIVES_INTERVAL);
+        }
+        if !given("keepalives_retries") {
+            pg.keepalives_retries(KEEPALIVES_RETRIES);
+        }
+        if !given("tcp_user_timeout") {
+            pg.tcp_user_timeout(TCP_USER_TIMEOUT);
+        }
         if pg.get_hosts().is_empty() {
             return Err(invalid("the URL names no host".to_string()));
         }
@@ -212,13 +245,10 @@ impl PostgresConfig {
         pg
     }
 
-    /// The driver configuration of the listener connection: keepalives so that a half-open
-    /// connection is noticed.
+    /// The driver configuration of the listener connection (and of admin connections).
     pub(crate) fn listener_pg_config(&self) -> tokio_postgres::Config {
         let mut pg = self.pg.clone();
         self.apply_common(&mut pg);
-        pg.keepalives(true);
-        pg.keepalives_idle(Duration::from_secs(15));
         pg
     }
 

@@ -212,3 +212,29 @@ fn sslmode_and_sslrootcert_parse_into_the_config() {
         assert!(err.to_string().contains(needle), "{url}: {err}");
     }
 }
+
+/// Every connection of the store (pooled, listener) notices a half-open connection: TCP
+/// keepalives probed after 15 s idle, every 5 s, 3 tries, and a `tcp_user_timeout` of 30 s;
+/// and opens within `connect_timeout`. The URL's own values win.
+#[test]
+fn every_connection_has_keepalives_a_user_timeout_and_a_connect_timeout() {
+    let config = PostgresConfig::from_url("postgres://u@h/db").unwrap();
+    for pg in [config.pool_pg_config(), config.listener_pg_config()] {
+        assert!(pg.get_keepalives());
+        assert_eq!(pg.get_keepalives_idle(), Duration::from_secs(15));
+        assert_eq!(pg.get_keepalives_interval(), Some(Duration::from_secs(5)));
+        assert_eq!(pg.get_keepalives_retries(), Some(3));
+        assert_eq!(pg.get_connect_timeout(), Some(&Duration::from_secs(10)));
+        let shown = format!("{pg:?}");
+        assert!(shown.contains("tcp_user_timeout: Some(30s)"), "{shown}");
+    }
+    let given = PostgresConfig::from_url(
+        "postgres://u@h/db?keepalives_idle=60&keepalives_retries=9&tcp_user_timeout=5&connect_timeout=2",
+    )
+    .unwrap();
+    let pg = given.pool_pg_config();
+    assert_eq!(pg.get_keepalives_idle(), Duration::from_secs(60));
+    assert_eq!(pg.get_keepalives_retries(), Some(9));
+    assert_eq!(pg.get_connect_timeout(), Some(&Duration::from_secs(2)));
+    assert!(format!("{pg:?}").contains("tcp_user_timeout: Some(5s)"));
+}

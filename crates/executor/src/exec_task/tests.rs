@@ -173,9 +173,29 @@ async fn a_write_refused_because_someone_else_finished_the_execution_is_not_retr
             attempts: std::sync::Mutex::new(0),
             finished: None,
         };
-        write_outcome(&db, write.clone()).await;
+        write_outcome(&db, write.clone(), Duration::ZERO).await;
         assert_eq!(*db.attempts.lock().unwrap(), expected, "{error}");
     }
+    // With a lease left, retried until the pauses fill it (20 ms doubling, capped at 1 s).
+    let lease_left = Duration::from_secs(3);
+    let pauses: Vec<_> = crate::outcome_retry_pauses(lease_left).collect();
+    assert_eq!(
+        pauses,
+        [20, 40, 80, 160, 320, 640, 1000].map(Duration::from_millis),
+        "the pauses sum to 2.26 s; one more second would pass the lease"
+    );
+    let db = Refusing {
+        error: DbError::Connection("reset".to_string()),
+        attempts: std::sync::Mutex::new(0),
+        finished: None,
+    };
+    write_outcome(&db, write.clone(), lease_left).await;
+    assert_eq!(
+        *db.attempts.lock().unwrap(),
+        8,
+        "the first attempt and seven retries"
+    );
+    assert_eq!(crate::outcome_write_attempts(lease_left), 8);
 }
 
 /// A run's task future is allocated once per execution: the futures it awaits hold their
@@ -198,7 +218,7 @@ fn the_futures_a_run_awaits_hold_their_arguments_once() {
         result: Ok(SupportedFunctionReturnValue::None),
     };
     let write = OutcomeWrite::new(ExecutionId::generate_at(at), Version(2), at, finished, None);
-    let writing = write_outcome(&db, write);
+    let writing = write_outcome(&db, write, Duration::ZERO);
     let size = std::mem::size_of_val(&writing);
     assert!(size < std::mem::size_of::<OutcomeWrite>(), "{size} bytes");
 }

@@ -5,7 +5,7 @@
 use super::{Fixture, config, ffqn, finished, json_value, ok, tick};
 use crate::StoreFactory;
 use concepts::{ClockFn, DbError, PendingState};
-use executor::OUTCOME_WRITE_ATTEMPTS;
+use executor::outcome_write_attempts;
 use serde_json::json;
 use std::sync::{
     Arc,
@@ -43,8 +43,9 @@ fn failing_outcomes(
 }
 
 /// E20: two retriable failures of a `Finished` are written through on the third attempt; a
-/// retriable failure that lasts is given up after `OUTCOME_WRITE_ATTEMPTS` attempts and a
-/// non-retriable one after one, both leaving the lease to the watcher.
+/// retriable failure that lasts is retried until the run's lease is over
+/// (`executor::outcome_retry_pauses`) and a non-retriable one given up after one attempt, both
+/// leaving the lease to the watcher.
 pub async fn e20_retriable_outcome_write_is_retried<F: StoreFactory>(factory: &F) {
     let f = Fixture::new(factory).await;
     let value = json_value(json!({"done": true}));
@@ -72,7 +73,11 @@ pub async fn e20_retriable_outcome_write_is_retried<F: StoreFactory>(factory: &F
     let lasting = f.create(f.request(ffqn("e20"), 3)).await;
     let (attempts, exec) = run(u32::MAX, transient());
     assert_eq!(tick(&exec, f.clock.now()).await, vec![lasting.clone()]);
-    assert_eq!(attempts.load(Ordering::SeqCst), OUTCOME_WRITE_ATTEMPTS);
+    // Retried until the pauses fill the lease (the clock stands still: all of it is left).
+    assert_eq!(
+        attempts.load(Ordering::SeqCst),
+        outcome_write_attempts(super::LOCK_EXPIRY)
+    );
     assert!(
         matches!(f.state(&lasting).await, PendingState::Locked { .. }),
         "a write that never went through leaves the lease to the watcher"
