@@ -126,6 +126,9 @@ pub struct ApiOptions {
     pub max_wait: Duration,
     /// The largest request body (1 MiB); a larger one is 413.
     pub body_limit: usize,
+    /// How long a client may take to send a request's whole header (10 s); a slower one has
+    /// its connection closed, so that stalled clients cannot hold connections open.
+    pub header_read_timeout: Duration,
     /// The metrics served on `/metrics` (behind the same token): the text of the recorder
     /// the program installed, Prometheus' say. None: no `/metrics` route.
     pub metrics: Option<MetricsText>,
@@ -150,6 +153,7 @@ impl Default for ApiOptions {
             cors_origins: Vec::new(),
             max_wait: Duration::from_secs(60),
             body_limit: 1024 * 1024,
+            header_read_timeout: Duration::from_secs(10),
             metrics: None,
         }
     }

@@ -1,12 +1,20 @@
 //! Serving the API: [`serve`], the background service a node runs it as, and
 //! [`serve_until`], for a program that serves it on its own; both stop accepting on their
-//! signal and finish the requests in flight (axum's graceful shutdown).
+//! signal and finish the requests in flight; a client too slow to send its request's header
+//! is cut off ([`ApiOptions::header_read_timeout`]).
 
 use crate::{ApiOptions, ApiState, routes};
+use axum::http::Request;
 use concepts::{ClockFn, DbConnection};
+use hyper::body::Incoming;
+use hyper_util::{
+    rt::{TokioIo, TokioTimer},
+    server::graceful::GracefulShutdown,
+};
 use node::{BackgroundContext, Catalog, ShutdownSignal};
-use std::{future::Future, pin::Pin, sync::Arc};
+use std::{future::Future, pin::Pin, sync::Arc, time::Duration};
 use tokio::net::TcpListener;
+use tower::ServiceExt as _;
 
 /// The router and, outside `/api/v1`, a JSON 404.
 fn app<C: ClockFn>(state: ApiState<C>) -> axum::Router {
@@ -75,6 +83,7 @@ fn service<C: ClockFn>(
             clock,
             catalog,
         } = context;
+        let header_read_timeout = options.header_read_timeout;
         let state = ApiState::new(db.clone(), clock.clone(), catalog.clone(), options.clone())
             .stopping_on(signal.clone());
         let app = match pages {
@@ -88,7 +97,7 @@ fn service<C: ClockFn>(
             None => app(state),
         };
         Box::pin(async move {
-            if let Err(err) = run(listener, app, signal.fired()).await {
+            if let Err(err) = run(listener, app, header_read_timeout, signal.fired()).await {
                 tracing::error!("the HTTP server stopped: {err}");
             }
         })
@@ -128,6 +137,7 @@ pub async fn serve_until_with<C: ClockFn>(
 ) -> std::io::Result<()> {
     let (fire, fired) = tokio::sync::watch::channel(false);
     let signal = ShutdownSignal::new(fired);
+    let header_read_timeout = options.header_read_timeout;
     let state = ApiState::new(db.clone(), clock.clone(), catalog.clone(), options.clone())
         .stopping_on(signal.clone());
     let app = crate::router(state).merge(pages(Mount {
@@ -137,22 +147,60 @@ pub async fn serve_until_with<C: ClockFn>(
         options,
         signal,
     }));
-    run(listener, app, async move {
+    let stop = async move {
         stop.await;
         let _ = fire.send(true);
-    })
-    .await
+    };
+    run(listener, app, header_read_timeout, stop).await
 }
 
+/// Accepts connections on `listener` and serves `app` on each (HTTP/1.1) until `stop`
+/// completes, then stops accepting and returns once every connection has finished what it was
+/// answering. A client that has not sent a request's whole header within
+/// `header_read_timeout` (a slow or stalled client) has its connection closed.
 async fn run(
     listener: TcpListener,
     app: axum::Router,
+    header_read_timeout: Duration,
     stop: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     if let Ok(address) = listener.local_addr() {
         tracing::info!(%address, "serving HTTP: the API under /api/v1");
     }
-    axum::serve(listener, app)
-        .with_graceful_shutdown(stop)
-        .await
+    let connections = GracefulShutdown::new();
+    let mut stop = std::pin::pin!(stop);
+    loop {
+        let stream = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _peer)) => stream,
+                Err(err) => {
+                    // Out of file descriptors, say: wait rather than spin.
+                    tracing::warn!("cannot accept an HTTP connection: {err}");
+                    tokio::time::sleep(ACCEPT_BACKOFF).await;
+                    continue;
+                }
+            },
+            () = &mut stop => break,
+        };
+        let app = app.clone();
+        let service = hyper::service::service_fn(move |request: Request<Incoming>| {
+            app.clone().oneshot(request.map(axum::body::Body::new))
+        });
+        let connection = hyper::server::conn::http1::Builder::new()
+            .timer(TokioTimer::new())
+            .header_read_timeout(header_read_timeout)
+            .serve_connection(TokioIo::new(stream), service);
+        let connection = connections.watch(connection);
+        tokio::spawn(async move {
+            if let Err(err) = connection.await {
+                tracing::debug!("an HTTP connection ended with an error: {err}");
+            }
+        });
+    }
+    drop(listener);
+    connections.shutdown().await;
+    Ok(())
 }
+
+/// How long accepting pauses after an error.
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);

@@ -757,3 +757,47 @@ on_every_backend!(
     a_drain_finishes_inside_its_deadline_and_stops_the_server,
     schedules_are_operated_through_the_api,
 );
+
+/// A client that sends part of a request's header and stalls (a slow-loris client) has its
+/// connection closed once `header_read_timeout` passes, while a prompt client on another
+/// connection is answered; before the server set a header timeout the stalled connection
+/// stayed open until the client left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_too_slow_to_send_its_header_is_cut_off() {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    test_utils::set_up();
+    let options = ApiOptions {
+        header_read_timeout: Duration::from_millis(300),
+        ..ApiOptions::default()
+    };
+    let served = serve(&test_support::factories::MemoryFactory, doubling, options).await;
+    let address = served
+        .base
+        .trim_start_matches("http://")
+        .trim_end_matches("/api/v1")
+        .to_string();
+    let mut stalled = tokio::net::TcpStream::connect(&address)
+        .await
+        .expect("connects");
+    stalled
+        .write_all(b"GET /api/v1/healthz HTTP/1.1\r\nHost: stele\r\n")
+        .await
+        .expect("writes half a header");
+    let (status, _) = served.get("/healthz").await;
+    assert_eq!(
+        status,
+        StatusCode::OK,
+        "a prompt client is answered meanwhile"
+    );
+    let mut answer = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(10), stalled.read_to_end(&mut answer))
+        .await
+        .expect("the server closes the stalled connection well before 10 s");
+    // Closed, after at most a 408 (hyper's answer to a header that timed out).
+    let text = String::from_utf8_lossy(&answer);
+    assert!(
+        read.is_err() || text.is_empty() || text.starts_with("HTTP/1.1 408"),
+        "{read:?}: {text}"
+    );
+    served.stop().await;
+}
