@@ -19,7 +19,6 @@ use concepts::{
 };
 use std::{path::Path, sync::Arc, time::Duration};
 
-mod changes;
 mod checkpoint;
 mod faults;
 mod handover;

@@ -5,7 +5,7 @@
 //! Scenarios are named by their ids, which `docs/SEMANTICS.md` cites where a rule is tested; the
 //! documentation of each scenario function says what it checks, and each module lists its ids:
 //!
-//! - S1..S23, [`storage_scenarios`]: the storage traits, their rules, their waits and their
+//! - S1..S24, [`storage_scenarios`]: the storage traits, their rules, their waits and their
 //!   portable error kinds (§1-§5 of the contract).
 //! - E1..E24, [`executor_scenarios`]: the executor's table, retries and backoff, the timers
 //!   watcher, children answering their parents, the task limiter, the executor loop (§5-§8).
@@ -80,6 +80,13 @@ pub trait StoreFactory: Send + Sync + 'static {
     /// every generated test then calls [`skip`] with the reason and passes without running its
     /// scenario. The default, `None`, runs everything.
     fn unavailable(&self) -> Option<String> {
+        None
+    }
+
+    /// A second handle on `store`'s data, opened as another process would (its own
+    /// connections, its own waiters); `None` when the backend lives in one process.
+    async fn another_process(&self, store: &TestStore) -> Option<Arc<dyn DbConnection>> {
+        let _ = store;
         None
     }
 

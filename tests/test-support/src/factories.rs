@@ -3,6 +3,7 @@
 //! for the cross-backend differential test.
 
 use async_trait::async_trait;
+use concepts::DbConnection;
 use conformance::{Capabilities, StoreFactory, TestStore};
 use std::sync::Arc;
 
@@ -70,6 +71,11 @@ impl StoreFactory for SqliteFactory {
         }
     }
 
+    async fn another_process(&self, store: &TestStore) -> Option<Arc<dyn DbConnection>> {
+        let guard = store.guard.as_ref()?.downcast_ref::<SqliteGuard>()?;
+        Some(open_sqlite(&guard.path).await)
+    }
+
     async fn reopen(&self, store: TestStore) -> Option<TestStore> {
         let TestStore { db, guard } = store;
         db.close().await;
@@ -114,6 +120,17 @@ impl StoreFactory for PostgresFactory {
             db: Arc::new(store),
             guard: Some(Box::new(database)),
         }
+    }
+
+    async fn another_process(&self, store: &TestStore) -> Option<Arc<dyn DbConnection>> {
+        let database = store
+            .guard
+            .as_ref()?
+            .downcast_ref::<crate::postgres::TestDatabase>()?;
+        let other = storage_postgres::PostgresStore::connect(database.config.clone())
+            .await
+            .unwrap_or_else(|e| panic!("cannot open test database {}: {e}", database.name()));
+        Some(Arc::new(other))
     }
 
     async fn reopen(&self, store: TestStore) -> Option<TestStore> {

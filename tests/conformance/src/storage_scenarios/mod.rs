@@ -1,10 +1,10 @@
-//! The storage contract scenarios S1..S23 (`docs/SEMANTICS.md` §1-§5 and §9): every backend runs
+//! The storage contract scenarios S1..S24 (`docs/SEMANTICS.md` §1-§5 and §9): every backend runs
 //! them through the same code and must agree on results and on error kinds. Each scenario's
 //! documentation says what it checks.
 //!
 //! One module per operation: `lifecycle` (S1, S18), `timers` (S2, S3), `lock` (S4, S5, S6,
 //! S13), `append` (S7, S8, S21), `responses` (S9, S10, S11), `create` (S12, S19), `listing` (S22, S23), `waits`
-//! (S14, S15, S16, S20) and `close` (S17); the scenarios are re-exported here, where the
+//! (S14, S15, S16, S20, S24) and `close` (S17); the scenarios are re-exported here, where the
 //! [`storage_scenario_tests!`](crate::storage_scenario_tests) macro finds them.
 //!
 //! Every scenario checks, after each step that changes an execution, that the stored pending
@@ -43,7 +43,7 @@ pub use responses::{
 pub use timers::{s2_expired_lease_reported, s3_expired_delay_reported_once};
 pub use waits::{
     s14_wait_for_pending, s15_subscribe_to_next_responses, s16_wait_for_finished_result,
-    s20_wait_for_pending_horizon_moves_on,
+    s20_wait_for_pending_horizon_moves_on, s24_waits_hear_another_process,
 };
 
 use concepts::FunctionFqn;
@@ -81,6 +81,7 @@ macro_rules! storage_scenario_tests {
             s21_unexplained_creations_and_repeated_delays_refused,
             s22_listings_filter_and_page,
             s23_events_in_pages,
+            s24_waits_hear_another_process,
         );
     };
 }

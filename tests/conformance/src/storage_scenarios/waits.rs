@@ -276,3 +276,95 @@ pub async fn s20_wait_for_pending_horizon_moves_on<F: StoreFactory>(factory: &F)
          was 50 ms earlier than the writer's"
     );
 }
+
+/// S24: the waits of one handle hear the commits of a second handle on the same data, opened
+/// as another process would (`StoreFactory::another_process`; a backend that lives in one
+/// process has none and passes): work submitted elsewhere wakes `wait_for_pending`, a finish
+/// elsewhere (a cancel, a completed promise) `wait_for_finished_result`, and a response stored
+/// elsewhere (a child's result, a delay) `subscribe_to_next_responses`, each long before its
+/// own timeout.
+pub async fn s24_waits_hear_another_process<F: StoreFactory>(factory: &F) {
+    let store = factory.fresh().await;
+    let Some(other) = factory.another_process(&store).await else {
+        return;
+    };
+    let db = store.db.clone();
+    let now = SimClock::epoch().now();
+    let work = ffqn("work");
+    let own_timeout = SAFETY * 6;
+
+    let mut idle = {
+        let (db, ffqns) = (db.clone(), ffqns_of(&work));
+        tokio::spawn(async move { db.wait_for_pending(now, ffqns, own_timeout).await })
+    };
+    assert_still_waiting(&mut idle, "wait_for_pending").await;
+    let id = execution_id(1);
+    other
+        .create(create_request(id.clone(), work.clone(), now))
+        .await
+        .expect("created by the other process");
+    join_within_safety(
+        idle,
+        "wait_for_pending, woken by the other process's submit",
+    )
+    .await;
+
+    let mut finished = {
+        let (db, id) = (db.clone(), id.clone());
+        tokio::spawn(async move { db.wait_for_finished_result(&id, Some(own_timeout)).await })
+    };
+    assert_still_waiting(&mut finished, "wait_for_finished_result").await;
+    let locked = lock_pending_now(
+        other.as_ref(),
+        &ffqns_of(&work),
+        1,
+        now,
+        executor_id(1),
+        LEASE,
+    )
+    .await;
+    assert_eq!(locked.len(), 1);
+    let value = serde_json::json!(7);
+    let finish = concepts::OutcomeWrite::new(
+        id.clone(),
+        locked[0].next_version,
+        now,
+        finished_ok(value.clone()),
+        None,
+    );
+    other
+        .append_outcome(finish)
+        .await
+        .expect("finished by the other process");
+    let result = join_within_safety(finished, "wait_for_finished_result").await;
+    assert_eq!(
+        result.expect("the result"),
+        Ok(concepts::SupportedFunctionReturnValue::InfallibleOrResultOk(concepts::Json(value)))
+    );
+
+    let parent = execution_id(2);
+    other
+        .create(create_request(parent.clone(), ffqn("parent"), now))
+        .await
+        .expect("created");
+    let j = join_set("o:1");
+    let delay_id = concepts::DelayId::generate_at(now);
+    let events = vec![join_set_create(&j), delay_request(&j, delay_id, now)];
+    other
+        .append_batch(batch(&parent, Version(1), now, events))
+        .await
+        .expect("appended");
+    let mut responses = {
+        let (db, parent) = (db.clone(), parent.clone());
+        tokio::spawn(async move { db.subscribe_to_next_responses(&parent, 0).await })
+    };
+    assert_still_waiting(&mut responses, "subscribe_to_next_responses").await;
+    other
+        .append_response(now, &parent, delay_finished(&j, delay_id))
+        .await
+        .expect("stored by the other process");
+    let responses = join_within_safety(responses, "subscribe_to_next_responses").await;
+    assert_eq!(responses.expect("the responses").len(), 1);
+    other.close().await;
+    db.close().await;
+}
