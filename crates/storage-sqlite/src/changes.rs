@@ -111,25 +111,21 @@ fn newest(conn: &Connection, sql: &str) -> Result<i64> {
     Ok(newest.flatten().unwrap_or(0))
 }
 
+/// Events with row ids in `(?1, ?2]`: each execution, whether it finished, and its function and
+/// due time if it is pending.
+const NEW_EVENTS: &str = "SELECT e.execution_id, e.kind = 'Finished', s.ffqn, s.pending_at \
+     FROM t_event e LEFT JOIN t_execution_state s ON s.execution_id = e.execution_id \
+     AND s.state = 'PendingAt' WHERE e.rowid > ?1 AND e.rowid <= ?2";
+/// Responses with ids in `(?1, ?2]`, in the columns of [`NEW_EVENTS`].
+const NEW_RESPONSES: &str = "SELECT r.execution_id, 0, s.ffqn, s.pending_at \
+     FROM t_response r LEFT JOIN t_execution_state s ON s.execution_id = r.execution_id \
+     AND s.state = 'PendingAt' WHERE r.id > ?1 AND r.id <= ?2";
+
 /// The wake-ups of the events with row ids in `(after, upto]`.
 fn new_events(conn: &Connection, after: i64, upto: i64, wakeups: &mut Vec<Wakeup>) -> Result<()> {
-    if upto <= after {
-        return Ok(());
-    }
-    let mut statement = conn.prepare_cached(
-        "SELECT e.execution_id, e.kind, s.ffqn, s.pending_at \
-         FROM t_event e LEFT JOIN t_execution_state s ON s.execution_id = e.execution_id \
-         AND s.state = 'PendingAt' WHERE e.rowid > ?1 AND e.rowid <= ?2",
-    )?;
-    let mut rows = statement.query([after, upto])?;
-    while let Some(row) = rows.next()? {
-        let execution_id: ExecutionId = parse(&row.get::<_, String>(0)?, "execution id")?;
-        if row.get::<_, String>(1)? == "Finished" {
-            wakeups.push(Wakeup::Finished(execution_id.clone()));
-        }
-        push_pending(row.get(2)?, row.get(3)?, wakeups)?;
-    }
-    Ok(())
+    new_rows(conn, NEW_EVENTS, (after, upto), wakeups, |id, finished| {
+        finished.then_some(Wakeup::Finished(id))
+    })
 }
 
 /// The wake-ups of the responses with ids in `(after, upto]`.
@@ -139,19 +135,29 @@ fn new_responses(
     upto: i64,
     wakeups: &mut Vec<Wakeup>,
 ) -> Result<()> {
+    new_rows(conn, NEW_RESPONSES, (after, upto), wakeups, |id, _| {
+        Some(Wakeup::Responses(id))
+    })
+}
+
+/// Runs `sql` over the ids in `(after, upto]`: each row's own wake-up (`own` of its execution
+/// and its second column) and, for an execution now pending, that of its function.
+fn new_rows(
+    conn: &Connection,
+    sql: &str,
+    (after, upto): (i64, i64),
+    wakeups: &mut Vec<Wakeup>,
+    own: impl Fn(ExecutionId, bool) -> Option<Wakeup>,
+) -> Result<()> {
     if upto <= after {
         return Ok(());
     }
-    let mut statement = conn.prepare_cached(
-        "SELECT r.execution_id, s.ffqn, s.pending_at \
-         FROM t_response r LEFT JOIN t_execution_state s ON s.execution_id = r.execution_id \
-         AND s.state = 'PendingAt' WHERE r.id > ?1 AND r.id <= ?2",
-    )?;
+    let mut statement = conn.prepare_cached(sql)?;
     let mut rows = statement.query([after, upto])?;
     while let Some(row) = rows.next()? {
         let execution_id: ExecutionId = parse(&row.get::<_, String>(0)?, "execution id")?;
-        wakeups.push(Wakeup::Responses(execution_id));
-        push_pending(row.get(1)?, row.get(2)?, wakeups)?;
+        wakeups.extend(own(execution_id, row.get(1)?));
+        push_pending(row.get(2)?, row.get(3)?, wakeups)?;
     }
     Ok(())
 }
