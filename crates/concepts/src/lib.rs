@@ -68,8 +68,8 @@ pub use lifecycle::{
 };
 pub use outcome::{OutcomeWrite, is_lost_race};
 pub use pending_state::{
-    ExecutionState, PendingState, PendingStateKind, WarmRun, count_join_next, derive_pending_state,
-    temporary_event_count, warm_run,
+    ExecutionState, PARKED_EXPLAINED, PARKED_UNTIL, PendingState, PendingStateKind, WarmRun,
+    count_join_next, derive_pending_state, temporary_event_count, warm_run,
 };
 pub use schema::{SchemaPolicy, SchemaRefusal};
 pub use storage::{

@@ -49,6 +49,24 @@ pub enum PendingState {
     },
 }
 
+/// The `backoff_expires_at` of an `Unlocked` event that parks an execution: a time no clock
+/// reaches, so that no executor locks it by itself. A worker parks an execution when running it
+/// again cannot get further until something changes (a workflow whose replay diverges from
+/// its log: only other code, or other responses, can change that); a probe that finds it can
+/// go on now unlocks it again, due at once ([`crate::ExecutionLog::unlock_now`]). Parking
+/// writes one event, however long it lasts.
+/// It is 9999-12-31T00:00:00Z, which every backend stores.
+pub const PARKED_UNTIL: DateTime<Utc> = match DateTime::from_timestamp(253_402_214_400, 0) {
+    Some(at) => at,
+    None => panic!("9999-12-31 is a representable time"),
+};
+
+/// What a parked execution waits for, and what an operator can do: the one sentence that
+/// `show`, the HTTP API and the web UI print beside the reason it was parked.
+pub const PARKED_EXPLAINED: &str = "no executor locks it until a probe finds that the code \
+    replays its log without diverging (each node probes at its start, then with pauses growing \
+    to five minutes); deploy code that agrees with its log, or cancel it";
+
 /// The variant of a [`PendingState`], for filters and tables.
 #[derive(
     Debug,
@@ -114,6 +132,12 @@ impl PendingState {
             Self::PendingAt { scheduled_at } => Some(*scheduled_at),
             _ => None,
         }
+    }
+
+    /// True when parked: pending at [`PARKED_UNTIL`], due only once unlocked again.
+    #[must_use]
+    pub fn is_parked(&self) -> bool {
+        self.pending_at() == Some(PARKED_UNTIL)
     }
 
     /// `Some(lock_expires_at)` while locked or blocked by a join set (when the run that waits

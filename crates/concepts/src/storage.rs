@@ -245,6 +245,47 @@ impl ExecutionLog {
             _ => None,
         }
     }
+
+    /// Why and since when the execution is parked ([`crate::PARKED_UNTIL`]): the reason of
+    /// the `Unlocked` event that parked it, and when it was written. `None` when it is not
+    /// parked.
+    #[must_use]
+    pub fn parked(&self) -> Option<(&str, DateTime<Utc>)> {
+        if !self.pending_state.is_parked() {
+            return None;
+        }
+        self.events
+            .iter()
+            .rev()
+            .find_map(|event| match &event.event {
+                ExecutionEventInner::Unlocked { reason, .. } => {
+                    Some((reason.as_str(), event.created_at))
+                }
+                _ => None,
+            })
+    }
+
+    /// The write that makes the execution due at `now` again without using up a retry: an
+    /// `Unlocked` event with `reason` at the version read, so that it is refused if anything
+    /// was written since (a stale reader's write is harmless). How a restarted node hands back
+    /// a warm wait of its previous process, and how a probe unparks an execution.
+    #[must_use]
+    pub fn unlock_now(&self, now: DateTime<Utc>, reason: String) -> crate::OutcomeWrite {
+        let parent = match self.events.first().map(|event| &event.event) {
+            Some(ExecutionEventInner::Created { parent, .. }) => parent.as_ref(),
+            _ => None,
+        };
+        crate::OutcomeWrite::new(
+            self.execution_id.clone(),
+            self.next_version,
+            now,
+            ExecutionEventInner::Unlocked {
+                backoff_expires_at: now,
+                reason,
+            },
+            parent,
+        )
+    }
 }
 
 /// One row of `list_executions`.
@@ -282,6 +323,9 @@ pub struct ListExecutionsFilter {
     pub created_before: Option<DateTime<Utc>>,
     /// Only executions whose id starts with this text.
     pub id_prefix: Option<String>,
+    /// Only executions pending at this time or later (`PendingAt`, due then or after; to the
+    /// microsecond): the parked ones are those pending from [`crate::PARKED_UNTIL`].
+    pub pending_from: Option<DateTime<Utc>>,
 }
 
 impl ListExecutionsFilter {
@@ -292,7 +336,7 @@ impl ListExecutionsFilter {
         &self,
         execution_id: &ExecutionId,
         ffqn: &FunctionFqn,
-        state: PendingStateKind,
+        state: &PendingState,
         created_at: DateTime<Utc>,
     ) -> bool {
         // Destructured: a filter added here must be applied here.
@@ -304,9 +348,11 @@ impl ListExecutionsFilter {
             created_after,
             created_before,
             id_prefix,
+            pending_from,
         } = self;
         only_ffqn.as_ref().is_none_or(|f| f == ffqn)
-            && only_state.is_none_or(|s| s == state)
+            && only_state.is_none_or(|s| s == state.kind())
+            && pending_from.is_none_or(|from| state.pending_at().is_some_and(|at| at >= from))
             && (!top_level_only || execution_id.is_top_level())
             && parent.as_ref().is_none_or(|parent| {
                 execution_id
@@ -350,14 +396,19 @@ impl ListExecutionsFilter {
             created_after,
             created_before,
             id_prefix: _,
+            pending_from,
         } = self;
         let mut terms: Vec<_> = ffqn.iter().map(ListTerm::Function).collect();
-        if let Some(kind) = *state {
+        // A time a pending execution is due from names its state too, for the partial index
+        // of pending executions.
+        let state = state.or(pending_from.map(|_| PendingStateKind::PendingAt));
+        if let Some(kind) = state {
             terms.push(ListTerm::State(kind));
             if kind != PendingStateKind::Finished {
                 terms.push(ListTerm::Unfinished);
             }
         }
+        terms.extend(pending_from.map(ListTerm::PendingFrom));
         terms.extend(top_level_only.then_some(ListTerm::TopLevel));
         terms.extend(parent.iter().map(ListTerm::Parent));
         terms.extend(created_after.map(ListTerm::CreatedAfter));
@@ -390,6 +441,8 @@ pub enum ListTerm<'a> {
     CreatedAfter(DateTime<Utc>),
     /// Created before this time.
     CreatedBefore(DateTime<Utc>),
+    /// Pending at this time or later (to the microsecond).
+    PendingFrom(DateTime<Utc>),
     /// The id is this text or after it, in byte order.
     IdFrom(String),
     /// The id is before this text, in byte order.

@@ -126,6 +126,7 @@ mod cancel;
 mod exec_task;
 mod mapping;
 mod metrics;
+mod parked;
 mod worker;
 
 pub use cancel::Cancellation;
@@ -134,7 +135,8 @@ pub use exec_task::{
     OUTCOME_WRITE_ATTEMPTS, Run, outcome_retry_pauses, outcome_write_attempts,
 };
 pub use mapping::{RunInfo, map_worker_result};
-pub use worker::{FatalError, Worker, WorkerContext, WorkerError, WorkerResult};
+pub use parked::{PROBE_PAUSE_CAP, PROBE_PAUSE_FIRST, UNPARKED, Unparked, probe_pauses, unpark};
+pub use worker::{FatalError, Probe, Worker, WorkerContext, WorkerError, WorkerResult};
 
 use chrono::{DateTime, Utc};
 use concepts::ClockFn;

@@ -5,8 +5,8 @@ use crate::worker::{WorkerError, WorkerResult};
 use chrono::{DateTime, Utc};
 use concepts::{
     DbError, ExecutionEventInner, ExecutionId, FinishedExecutionError, JoinSetId, LockedExecution,
-    OutcomeWrite, PermanentFailureKind, SupportedFunctionReturnValue, ValidationError, Version,
-    add_saturating, is_lost_race, retry,
+    OutcomeWrite, PARKED_UNTIL, PermanentFailureKind, SupportedFunctionReturnValue,
+    ValidationError, Version, add_saturating, is_lost_race, retry,
 };
 use std::time::Duration;
 
@@ -54,6 +54,7 @@ impl From<&LockedExecution> for RunInfo {
 /// | `ActivityReturnedError` | yes / no | `TemporarilyFailed` / `Finished(Ok(FallibleResultErr(value)))` |
 /// | `TemporaryWorkflowTrap` | yes / no | `TemporarilyFailed` / `Finished(Err(PermanentFailure(WorkflowTrap)))` at `v` |
 /// | `LimitReached` | - | `Unlocked` at `v`, using up no retry |
+/// | `Parked` | - | `Unlocked` at `v` until [`concepts::PARKED_UNTIL`], using up no retry |
 /// | `FatalError(f, v)` | - | `Finished(Err(f))` at `v` |
 /// | `DbError` | - | nothing (logged; a lost race, as below) |
 ///
@@ -153,6 +154,13 @@ pub fn map_worker_result(
                 },
             )
         }
+        WorkerError::Parked { reason, version } => (
+            version,
+            ExecutionEventInner::Unlocked {
+                backoff_expires_at: PARKED_UNTIL,
+                reason,
+            },
+        ),
         WorkerError::FatalError(fatal, version) => (version, finished_err(fatal.into())),
     };
     Some(write(run, version, now, event))

@@ -5,9 +5,9 @@ use crate::cancel::Cancellation;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use concepts::{
-    DbError, ExecutionId, ExecutionMetadata, FinishedExecutionError, FinishedExecutionResult,
-    FunctionFqn, HistoryEvent, JoinSetResponseEventOuter, Json, Params, PermanentFailureKind,
-    RunId, SupportedFunctionReturnValue, Version,
+    DbError, ExecutionId, ExecutionLog, ExecutionMetadata, FinishedExecutionError,
+    FinishedExecutionResult, FunctionFqn, HistoryEvent, JoinSetResponseEventOuter, Json, Params,
+    PermanentFailureKind, RunId, SupportedFunctionReturnValue, Version,
 };
 
 /// Runs the functions it exports, one execution at a time per call.
@@ -22,6 +22,26 @@ pub trait Worker: Send + Sync + 'static {
 
     /// The functions this worker runs; the executor locks executions of these only.
     fn exported_functions(&self) -> &[FunctionFqn];
+
+    /// Whether an execution this worker parked ([`WorkerError::Parked`]) would get further if
+    /// it ran now, judged from its `log` without a lease and without writing: [`Probe::Proceeds`]
+    /// makes the prober ([`crate::unpark`]) unlock it, due at once. The default proceeds every
+    /// time, so that a worker that parks without overriding this is simply run again at each
+    /// probe; the workflow worker replays the log through its code and proceeds only once the
+    /// replay no longer diverges.
+    async fn probe(&self, log: &ExecutionLog) -> Probe {
+        let _ = log;
+        Probe::Proceeds
+    }
+}
+
+/// What [`Worker::probe`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Probe {
+    /// A run would get further now: unlock it.
+    Proceeds,
+    /// It would stop again, for this reason: leave it parked, write nothing.
+    Stays(String),
 }
 
 /// Everything a worker is given for one run of one execution.
@@ -144,6 +164,18 @@ pub enum WorkerError {
     #[error("limit reached: {reason}")]
     LimitReached {
         /// Which limit.
+        reason: String,
+        /// The version the worker's appends reached.
+        version: Version,
+    },
+    /// Running the execution again cannot get further until something changes (a workflow
+    /// whose replay diverges from its log): it is parked, `Unlocked` until
+    /// [`concepts::PARKED_UNTIL`] with the reason, one event however long it waits, using up
+    /// no retry; the prober ([`crate::unpark`]) asks [`Worker::probe`] with a growing pause
+    /// and unlocks it once it would proceed.
+    #[error("parked: {reason}")]
+    Parked {
+        /// Why it cannot go on: written as the `Unlocked` event's reason, shown by `show`.
         reason: String,
         /// The version the worker's appends reached.
         version: Version,

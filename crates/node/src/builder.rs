@@ -465,6 +465,8 @@ impl<C: ClockFn> NodeBuilder<C> {
         let started_at = self.clock.now();
         let mut ordinals: HashMap<ComponentId, u64> = HashMap::new();
         let mut takebacks = Vec::new();
+        let probed: Vec<Arc<dyn Worker>> =
+            entries.iter().map(|entry| entry.worker.clone()).collect();
         let executors = entries
             .into_iter()
             .map(|entry| {
@@ -502,6 +504,20 @@ impl<C: ClockFn> NodeBuilder<C> {
                 });
                 Background::spawn(name, task)
             })
+            .chain((!probed.is_empty()).then(|| {
+                let signal = ShutdownSignal::new(receiver.clone());
+                let probing =
+                    crate::parked::keep_probing(self.db.clone(), self.clock.clone(), probed);
+                Background::spawn(
+                    "unpark",
+                    Box::pin(async move {
+                        tokio::select! {
+                            () = probing => {}
+                            () = signal.fired() => {}
+                        }
+                    }),
+                )
+            }))
             .chain((!takebacks.is_empty()).then(|| {
                 let signal = ShutdownSignal::new(receiver.clone());
                 let take_back = crate::identity::take_back(

@@ -101,6 +101,7 @@ mod duration;
 mod error;
 mod identity;
 mod node;
+mod parked;
 pub mod recent;
 pub mod sampler;
 pub mod schedules;

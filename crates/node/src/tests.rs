@@ -678,3 +678,28 @@ async fn a_declared_schedule_is_kept_stored_fires_and_a_refused_one_stops_the_st
         "{err}"
     );
 }
+
+#[tokio::test]
+async fn a_node_takes_up_at_its_start_what_older_code_parked() {
+    let db = store().await;
+    let now = concepts::ClockFn::now(&Now);
+    let ffqn = FLOW.ffqn().unwrap();
+    let id = test_utils::parked_execution(db.as_ref(), &ffqn, now, "the replay diverged").await;
+    assert!(db.get(&id).await.unwrap().pending_state.is_parked());
+    // Code that agrees with its (empty) history: the node's first probe unparks it.
+    let node = Node::builder(db.clone(), Now)
+        .workflow(&FLOW, flow)
+        .start()
+        .expect("start");
+    let result = wait_for_result(
+        db.as_ref(),
+        &id,
+        Some(Duration::from_secs(20)),
+        Duration::from_millis(10),
+    )
+    .await
+    .expect("read");
+    assert!(result.is_some_and(|result| result.is_ok()), "finished");
+    node.shutdown(Duration::from_secs(5)).await;
+    db.close().await;
+}

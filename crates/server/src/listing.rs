@@ -11,7 +11,8 @@ use crate::{
 };
 use chrono::{DateTime, Utc};
 use concepts::{
-    DbClient, ExecutionId, ExecutionSummary, ListExecutionsFilter, Pagination, PendingStateKind,
+    DbClient, ExecutionId, ExecutionSummary, ListExecutionsFilter, PARKED_UNTIL, Pagination,
+    PendingStateKind,
 };
 
 /// Rows or events of a page unless `limit` says otherwise.
@@ -108,6 +109,7 @@ impl TryFrom<ListQuery> for Listing {
             created_after,
             created_before,
             id_prefix,
+            parked,
             cursor,
             limit: rows,
         } = query;
@@ -134,6 +136,7 @@ impl TryFrom<ListQuery> for Listing {
                 .map(|text| time("created_before", &text))
                 .transpose()?,
             id_prefix,
+            pending_from: parked.unwrap_or(false).then_some(PARKED_UNTIL),
         };
         Ok(Self {
             filter,

@@ -164,3 +164,55 @@ async fn a_long_poll_is_answered_still_running_when_the_node_stops() {
         "{body}"
     );
 }
+
+#[tokio::test]
+async fn a_parked_execution_says_why_it_waits_and_is_listed_as_parked() {
+    let db = memory_store();
+    let app = router(ApiState::new(
+        db.clone(),
+        Now,
+        Arc::new(Catalog::new()),
+        ApiOptions::default(),
+    ));
+    let now = concepts::ClockFn::now(&Now);
+    let ffqn: concepts::FunctionFqn = "test:api/flows.flow".parse().unwrap();
+    let parked =
+        test_utils::parked_execution(db.as_ref(), &ffqn, now, "the replay diverged at version 3")
+            .await;
+    let (status, _, body) = send(app.clone(), get(&format!("/api/v1/executions/{parked}"))).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let state = &body["state"];
+    assert_eq!(state["kind"], "parked", "{body}");
+    assert_eq!(state["reason"], "the replay diverged at version 3");
+    assert!(state["since"].is_string());
+    let summary = state["summary"].as_str().unwrap();
+    assert!(summary.contains(concepts::PARKED_EXPLAINED), "{summary}");
+    // One more execution, due: only the parked one is listed as parked.
+    db.create(concepts::CreateRequest {
+        created_at: now,
+        execution_id: concepts::ExecutionId::generate_at(now),
+        ffqn: ffqn.clone(),
+        params: concepts::Json(serde_json::json!(1)),
+        parent: None,
+        scheduled_at: now,
+        retry_exp_backoff: std::time::Duration::from_secs(1),
+        max_retries: 0,
+        component_id: concepts::ComponentId::new("test", "api").unwrap(),
+        metadata: concepts::ExecutionMetadata::default(),
+        scheduled_by: None,
+    })
+    .await
+    .unwrap();
+    let (_, _, pending) = send(app.clone(), get("/api/v1/executions?state=pending")).await;
+    assert_eq!(
+        pending["executions"].as_array().unwrap().len(),
+        2,
+        "{pending}"
+    );
+    let (status, _, listed) = send(app, get("/api/v1/executions?parked=true")).await;
+    assert_eq!(status, StatusCode::OK, "{listed}");
+    let rows = listed["executions"].as_array().unwrap();
+    assert_eq!(rows.len(), 1, "{listed}");
+    assert_eq!(rows[0]["id"], parked.to_string());
+    assert_eq!(rows[0]["state"]["kind"], "parked");
+}

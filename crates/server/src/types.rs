@@ -64,6 +64,14 @@ pub enum StateData {
         /// When the lease expires.
         lock_expires_at: DateTime<Utc>,
     },
+    /// Parked: its replay diverged from its log, and it waits for code that agrees with it
+    /// (the reason and since when are known on an execution's own page, not in a listing).
+    Parked {
+        /// Why it was parked: where the replay diverged.
+        reason: Option<String>,
+        /// When it was parked.
+        since: Option<DateTime<Utc>>,
+    },
     /// A workflow waiting for the next response of a join set.
     Blocked {
         /// The join set.
@@ -482,6 +490,9 @@ pub struct ListQuery {
     pub created_before: Option<String>,
     /// Only ids that start with this text.
     pub id_prefix: Option<String>,
+    /// `true`: only parked executions (their replay diverged from their log; they wait for
+    /// code that agrees with it).
+    pub parked: Option<bool>,
     /// The `next_cursor` of the previous page.
     pub cursor: Option<String>,
     /// Rows per page, 1 to 1,000 (100).

@@ -10,7 +10,7 @@ use chrono::{DateTime, Utc};
 use concepts::{
     ExecutionEvent, ExecutionEventInner, ExecutionId, ExecutionLog, ExecutionSummary,
     FinishedExecutionError, FinishedExecutionResult, HistoryEvent, JoinSetId, JoinSetRequest,
-    JoinSetResponse, JoinSetResponseEventOuter, PendingState, ResultKind,
+    JoinSetResponse, JoinSetResponseEventOuter, PARKED_EXPLAINED, PendingState, ResultKind,
     SupportedFunctionReturnValue,
 };
 use std::time::Duration;
@@ -33,6 +33,13 @@ pub fn result_kind(kind: ResultKind) -> &'static str {
 /// Where an execution stands, in words and as data.
 pub fn state(state: &PendingState) -> StateView {
     let (summary, data) = match state {
+        _ if state.is_parked() => (
+            format!("Parked: {PARKED_EXPLAINED}"),
+            StateData::Parked {
+                reason: None,
+                since: None,
+            },
+        ),
         PendingState::PendingAt { scheduled_at } => (
             format!("PendingAt {}", words(*scheduled_at)),
             StateData::Pending {
@@ -171,7 +178,19 @@ pub fn execution(log: &ExecutionLog) -> Option<ExecutionView> {
         parent: parent(parent_of.as_ref()),
         created_at: created.created_at,
         scheduled_at: *scheduled_at,
-        state: state(&log.pending_state),
+        state: log.parked().map_or_else(
+            || state(&log.pending_state),
+            |(reason, since)| StateView {
+                summary: format!(
+                    "Parked since {}: {reason}; {PARKED_EXPLAINED}",
+                    words(since)
+                ),
+                data: StateData::Parked {
+                    reason: Some(reason.to_string()),
+                    since: Some(since),
+                },
+            },
+        ),
         result: log.finished_result().map(result),
         next_version: log.next_version.0,
         metadata: metadata.0.clone(),

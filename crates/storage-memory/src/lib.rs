@@ -250,8 +250,12 @@ impl kernel::Backend for MemoryStore {
             }
             let record = state.record(&execution_id)?;
             let row = &record.row;
-            let (ffqn, kind) = (&row.ffqn, row.state.pending_state.kind());
-            if !filter.matches(&execution_id, ffqn, kind, created_at.time()) {
+            if !filter.matches(
+                &execution_id,
+                &row.ffqn,
+                &row.state.pending_state,
+                created_at.time(),
+            ) {
                 continue;
             }
             out.push(ExecutionSummary {

@@ -320,6 +320,7 @@ pub(crate) fn listing<'a>(
             ListTerm::CreatedBefore(before) => {
                 term("(created_at, created_at_ns) < (?, ?)", at(before))
             }
+            ListTerm::PendingFrom(from) => term("pending_at >= ?", vec![Box::new(micros(from))]),
             ListTerm::IdFrom(low) => term("execution_id >= ?", vec![Box::new(low)]),
             ListTerm::IdBelow(high) => term("execution_id < ?", vec![Box::new(high)]),
             ListTerm::Before(cursor_at, id) => {

@@ -254,6 +254,7 @@ pub(crate) fn list_executions(
             ListTerm::Parent(parent) => ("parent_execution_id = ?".into(), vec![text(parent)]),
             ListTerm::CreatedAfter(at) => ("created_at > ?".into(), vec![micros(at).into()]),
             ListTerm::CreatedBefore(at) => ("created_at < ?".into(), vec![micros(at).into()]),
+            ListTerm::PendingFrom(at) => ("pending_at >= ?".into(), vec![micros(at).into()]),
             ListTerm::IdFrom(low) => ("execution_id >= ?".into(), vec![Value::Text(low)]),
             ListTerm::IdBelow(high) => ("execution_id < ?".into(), vec![Value::Text(high)]),
             ListTerm::Before(at, id) => {

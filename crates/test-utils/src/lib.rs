@@ -175,3 +175,62 @@ pub fn skip(test: &str, reason: &str) {
     println!("SKIPPED: {reason}");
     tracing::warn!("{test} skipped: {reason}");
 }
+
+/// Creates an execution of `ffqn` (parameters `7`) and parks it at `now` with `reason`, as a
+/// workflow worker parks one whose replay diverges: locked, then `Unlocked` until
+/// [`concepts::PARKED_UNTIL`]. Returns its id.
+///
+/// # Panics
+/// When the store refuses a write: a test helper.
+pub async fn parked_execution(
+    db: &dyn concepts::DbConnection,
+    ffqn: &concepts::FunctionFqn,
+    now: DateTime<Utc>,
+    reason: &str,
+) -> concepts::ExecutionId {
+    let execution_id = concepts::ExecutionId::generate_at(now);
+    let component_id = concepts::ComponentId::new("test", "parked").expect("a legal id");
+    db.create(concepts::CreateRequest {
+        created_at: now,
+        execution_id: execution_id.clone(),
+        ffqn: ffqn.clone(),
+        params: concepts::Json(serde_json::json!(7)),
+        parent: None,
+        scheduled_at: now,
+        retry_exp_backoff: Duration::from_secs(1),
+        max_retries: 0,
+        component_id: component_id.clone(),
+        metadata: concepts::ExecutionMetadata::default(),
+        scheduled_by: None,
+    })
+    .await
+    .expect("created");
+    let locked = db
+        .lock_pending(concepts::LockPendingRequest {
+            batch_size: 1,
+            pending_at_or_sooner: now,
+            ffqns: Arc::from(vec![ffqn.clone()]),
+            now,
+            component_id,
+            executor_id: concepts::ExecutorId::generate_at(now),
+            lock_expires_at: now + Duration::from_secs(60),
+        })
+        .await
+        .expect("locked");
+    let locked = locked
+        .into_iter()
+        .find(|locked| locked.execution_id == execution_id)
+        .expect("the new execution is due");
+    let park = concepts::OutcomeWrite::new(
+        execution_id.clone(),
+        locked.next_version,
+        now,
+        concepts::ExecutionEventInner::Unlocked {
+            backoff_expires_at: concepts::PARKED_UNTIL,
+            reason: reason.to_string(),
+        },
+        None,
+    );
+    db.append_outcome(park).await.expect("parked");
+    execution_id
+}

@@ -3,9 +3,9 @@
 use crate::{LEASES_PER_WRITE, WRITES_IN_FLIGHT, taken_back_lock_write, time_out};
 use chrono::{DateTime, Utc};
 use concepts::{
-    ClockFn, DbClient, DbClientExt as _, DbError, DbExecutor, DbTimers, ExecutionEventInner,
-    ExecutionLog, ExecutionSummary, ExecutorId, ExpiredTimer, ListExecutionsFilter, OutcomeWrite,
-    PendingState, PendingStateKind, is_lost_race,
+    ClockFn, DbClient, DbClientExt as _, DbError, DbExecutor, DbTimers, ExecutionLog,
+    ExecutionSummary, ExecutorId, ExpiredTimer, ListExecutionsFilter, PendingState,
+    PendingStateKind, is_lost_race,
 };
 use futures_util::StreamExt as _;
 use std::time::Duration;
@@ -142,20 +142,7 @@ where
 
 /// Writes `Unlocked`, due at `now`, at the version of `log`; true when it was accepted.
 async fn hand_back<D: DbExecutor + ?Sized>(db: &D, log: &ExecutionLog, now: DateTime<Utc>) -> bool {
-    let parent = match log.events.first().map(|event| &event.event) {
-        Some(ExecutionEventInner::Created { parent, .. }) => parent.clone(),
-        _ => None,
-    };
-    let write = OutcomeWrite::new(
-        log.execution_id.clone(),
-        log.next_version,
-        now,
-        ExecutionEventInner::Unlocked {
-            backoff_expires_at: now,
-            reason: TAKEN_BACK.to_string(),
-        },
-        parent.as_ref(),
-    );
+    let write = log.unlock_now(now, TAKEN_BACK.to_string());
     match db.append_outcome(write).await {
         Ok(_) => true,
         Err(err) if is_lost_race(&err) => false,

@@ -102,6 +102,7 @@ pub(crate) fn api_error(err: &server::ApiError) -> Response {
 pub(crate) fn state_class(state: &StateData) -> (&'static str, String) {
     match state {
         StateData::Pending { .. } => ("pending", "pending".to_string()),
+        StateData::Parked { .. } => ("parked", "parked".to_string()),
         StateData::Locked { .. } => ("locked", "locked".to_string()),
         StateData::Blocked { .. } => ("blocked", "blocked".to_string()),
         StateData::Finished { result_kind, .. } => ("finished", result_kind.clone()),
@@ -113,7 +114,7 @@ pub(crate) fn badge(state: &StateView) -> Markup {
     let (kind, label) = state_class(&state.data);
     let tone = match (&state.data, label.as_str()) {
         (StateData::Finished { .. }, "ok") => "ok",
-        (StateData::Finished { .. }, _) => "bad",
+        (StateData::Finished { .. }, _) | (StateData::Parked { .. }, _) => "bad",
         _ => kind,
     };
     let label = match &state.data {

@@ -31,6 +31,12 @@ use std::{
     time::Duration,
 };
 
+/// Why a poll that returned `Pending` without a wait is a determinism violation.
+const FOREIGN_AWAIT: &str = "the workflow awaited something that is not a workflow operation (a \
+                             tokio sleep, a channel, I/O?); inside a workflow only `WorkflowCtx` \
+                             and `JoinSet` operations may be awaited: use `ctx.sleep`, \
+                             `ctx.call` or `ctx.step`";
+
 /// What a workflow's future ends with (its join sets already closed).
 pub(crate) enum Outcome {
     /// Its value.
@@ -49,12 +55,16 @@ pub(crate) enum Outcome {
 /// What to do when a replay diverges from the log, or a workflow breaks determinism.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum NondeterminismPolicy {
-    /// Keep the execution alive: unlock it (`Unlocked`, which uses up no retry, with the reason)
-    /// and try again after the execution's backoff, so that a fixed deployment can continue it.
-    /// Until then every attempt appends a `Locked` and an `Unlocked` to its log, one per
-    /// backoff (the execution's first retry backoff, which does not grow).
+    /// Keep the execution alive and park it: one `Unlocked` event with the reason, pending
+    /// until [`concepts::PARKED_UNTIL`] and using up no retry, so that no executor locks it
+    /// again while the code diverges. A prober (`executor::unpark`, which a node runs for each
+    /// of its workers from its start, with pauses growing from a second to five minutes)
+    /// replays its log through the worker's code without a lease and without writing
+    /// ([`executor::Worker::probe`]), and unlocks it, due at once, only once the replay agrees
+    /// with the log: a deployment with fixed code continues it within its first pass, and
+    /// until then its log does not grow.
     #[default]
-    RetryLater,
+    Park,
     /// Finish the execution with `PermanentFailure { kind: NondeterminismDetected }`.
     Fail,
 }
@@ -193,12 +203,7 @@ impl Driver<'_> {
             Poll::Ready(outcome) => Step::Done(outcome),
             Poll::Pending => match state.wait.take() {
                 Some(wait) => Step::Blocked(wait),
-                None => Step::Faulted(Fault::Determinism(
-                    "the workflow awaited something that is not a workflow operation (a tokio \
-                     sleep, a channel, I/O?); inside a workflow only `WorkflowCtx` and `JoinSet` \
-                     operations may be awaited: use `ctx.sleep`, `ctx.call` or `ctx.step`"
-                        .to_string(),
-                )),
+                None => Step::Faulted(Fault::Determinism(FOREIGN_AWAIT.to_string())),
             },
         }
     }
@@ -385,6 +390,15 @@ impl Driver<'_> {
     }
 
     async fn report(&mut self, fault: Fault) -> WorkerResult {
+        let at = match &fault {
+            Fault::Nondeterminism { history_index, .. } => {
+                match self.io.history_event_version(*history_index).await {
+                    Some(version) => format!("version {version}"),
+                    None => format!("history event {history_index}"),
+                }
+            }
+            Fault::Determinism(_) | Fault::Trap(_) => String::new(),
+        };
         let reason = match fault {
             Fault::Trap(reason) => {
                 return WorkerResult::Err(WorkerError::TemporaryWorkflowTrap {
@@ -393,24 +407,11 @@ impl Driver<'_> {
                     version: self.version,
                 });
             }
-            Fault::Determinism(reason) => format!("determinism violation: {reason}"),
-            Fault::Nondeterminism {
-                history_index,
-                log_holds,
-                code_asked,
-            } => {
-                let at = match self.io.history_event_version(history_index).await {
-                    Some(version) => format!("version {version}"),
-                    None => format!("history event {history_index}"),
-                };
-                format!(
-                    "the replay diverged at {at}: the log holds {log_holds}, the code {code_asked}"
-                )
-            }
+            fault => fault.reason(&at),
         };
         tracing::warn!(execution_id = %self.shared.lock().execution_id(), "{reason}");
         match self.limits.policy {
-            NondeterminismPolicy::RetryLater => WorkerResult::Err(WorkerError::LimitReached {
+            NondeterminismPolicy::Park => WorkerResult::Err(WorkerError::Parked {
                 reason,
                 version: self.version,
             }),
@@ -419,5 +420,42 @@ impl Driver<'_> {
                 self.version,
             )),
         }
+    }
+}
+
+/// How far a probe's replay got ([`probe`]).
+pub(crate) enum Probed {
+    /// The code agrees with every recorded event it reached.
+    Agrees,
+    /// The code diverges from the log, or breaks determinism.
+    Diverges(Fault),
+}
+
+/// Replays `future` against the recorded history of `shared`'s state (made with
+/// `RunState::probing`), polling it once: every response known is in the state, so the replay
+/// runs until it ends, waits for a response that has not arrived, would record something new
+/// (which a probe never does: no step's closure runs), or diverges. A trap or a panic is not a
+/// divergence: a run handles it as it does any trap.
+pub(crate) fn probe(shared: &Shared, future: &mut BoxFuture<'static, Outcome>) -> Probed {
+    let mut cx = Context::from_waker(Waker::noop());
+    let polled = std::panic::catch_unwind(AssertUnwindSafe(|| future.as_mut().poll(&mut cx)));
+    let mut state = shared.lock();
+    match state.fault.take() {
+        Some(Fault::Trap(_)) => return Probed::Agrees,
+        Some(fault) => return Probed::Diverges(fault),
+        None => {}
+    }
+    match polled {
+        Err(_panic) => Probed::Agrees,
+        Ok(Poll::Ready(_)) => match state.unreplayed() {
+            Some((history_index, event)) => Probed::Diverges(Fault::Nondeterminism {
+                history_index,
+                log_holds: crate::state::describe(event),
+                code_asked: "returned".to_string(),
+            }),
+            None => Probed::Agrees,
+        },
+        Ok(Poll::Pending) if state.wait.is_some() || state.probe_reached_end => Probed::Agrees,
+        Ok(Poll::Pending) => Probed::Diverges(Fault::Determinism(FOREIGN_AWAIT.to_string())),
     }
 }

@@ -106,7 +106,9 @@
 //! time of the first run. A mismatch is reported as
 //! `the replay diverged at version V: the log holds X, the code Y` (the finished error reads
 //! `nondeterminism detected: the replay diverged at ...`), and the worker's
-//! [`NondeterminismPolicy`] decides: unlock and retry later, or fail permanently.
+//! [`NondeterminismPolicy`] decides: park the execution (the default: one `Unlocked` event,
+//! no executor locks it until a probe finds that the code running now replays its log without
+//! diverging; see [`NondeterminismPolicy::Park`]), or fail it permanently.
 //!
 //! The workflow's future is polled by this crate alone, with a waker nobody wakes: the only
 //! things that complete inside a workflow are its operations. Awaiting anything else (a tokio

@@ -42,6 +42,24 @@ pub(crate) enum Fault {
     Trap(String),
 }
 
+impl Fault {
+    /// The reason written for a divergence or a determinism violation; `at` names where the
+    /// divergence is (`version V`). A trap's reason is its own.
+    pub(crate) fn reason(self, at: &str) -> String {
+        match self {
+            Self::Nondeterminism {
+                log_holds,
+                code_asked,
+                ..
+            } => format!(
+                "the replay diverged at {at}: the log holds {log_holds}, the code {code_asked}"
+            ),
+            Self::Determinism(reason) => format!("determinism violation: {reason}"),
+            Self::Trap(reason) => reason,
+        }
+    }
+}
+
 /// What the workflow is blocked on: the `index`-th (from 0) response of a join set.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Wait {
@@ -97,6 +115,11 @@ pub(crate) struct RunState {
     pub wait: Option<Wait>,
     /// Set when the run cannot go on; operations then never complete.
     pub fault: Option<Fault>,
+    /// A probe ([`crate::WorkflowWorker`]'s `probe`): the code is replayed against the log
+    /// and stopped where it would record something new, without running a step's closure.
+    probing: bool,
+    /// Set by a probe's operation that found the recorded history exhausted.
+    pub probe_reached_end: bool,
 }
 
 impl RunState {
@@ -129,9 +152,17 @@ impl RunState {
             recorded_children: HashMap::new(),
             wait: None,
             fault: None,
+            probing: false,
+            probe_reached_end: false,
         };
         state.add_responses(responses);
         state
+    }
+
+    /// The same state for a probe: operations past the recorded history never complete.
+    pub(crate) fn probing(mut self) -> Self {
+        self.probing = true;
+        self
     }
 
     pub(crate) fn execution_id(&self) -> &ExecutionId {
@@ -175,8 +206,13 @@ impl RunState {
         }
     }
 
-    /// Starts an operation; false when the run cannot go on.
-    pub(crate) fn begin(&self) -> bool {
+    /// Starts an operation; false when the run cannot go on, or when a probe has replayed the
+    /// whole history (what comes next is new, and a probe records nothing).
+    pub(crate) fn begin(&mut self) -> bool {
+        if self.probing && !self.replaying() {
+            self.probe_reached_end = true;
+            return false;
+        }
         self.fault.is_none()
     }
 

@@ -58,28 +58,14 @@ impl RunIo for RunStore {
 
     async fn history_event_version(&self, index: usize) -> Option<Version> {
         let log = self.db.get(&self.execution_id).await.ok()?;
-        let position = log
-            .events
-            .iter()
-            .enumerate()
-            .filter(|(_, event)| matches!(event.event, ExecutionEventInner::HistoryEvent { .. }))
-            .nth(index)?
-            .0;
-        u32::try_from(position).ok().map(Version)
+        crate::worker::history_version(&log, index)
     }
 
     async fn children_created(
         &self,
         children: Vec<ExecutionId>,
     ) -> Result<HashMap<ExecutionId, (FunctionFqn, Json)>, DbError> {
-        let mut created = HashMap::with_capacity(children.len());
-        for child in children {
-            let event = self.db.get_execution_event(&child, Version(0)).await?;
-            if let ExecutionEventInner::Created { ffqn, params, .. } = event.event {
-                created.insert(child, (ffqn, params));
-            }
-        }
-        Ok(created)
+        children_created(self.db.as_ref(), children).await
     }
 
     fn cancelled(&self) -> BoxFuture<'static, FinishedExecutionResult> {
@@ -102,6 +88,21 @@ impl RunIo for RunStore {
         }
         Ok(())
     }
+}
+
+/// The function and parameters of each of `children`, from their `Created` events.
+pub(crate) async fn children_created(
+    db: &dyn DbClient,
+    children: Vec<ExecutionId>,
+) -> Result<HashMap<ExecutionId, (FunctionFqn, Json)>, DbError> {
+    let mut created = HashMap::with_capacity(children.len());
+    for child in children {
+        let event = db.get_execution_event(&child, Version(0)).await?;
+        if let ExecutionEventInner::Created { ffqn, params, .. } = event.event {
+            created.insert(child, (ffqn, params));
+        }
+    }
+    Ok(created)
 }
 
 /// Creates one execution, or finds it already created by the same request.

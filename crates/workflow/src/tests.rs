@@ -3,7 +3,7 @@
 
 use crate::{
     ctx::{Clock, Shared, WorkflowCtx},
-    driver::{NondeterminismPolicy, RunIo, RunLimits, drive},
+    driver::{NondeterminismPolicy, Probed, RunIo, RunLimits, drive, probe},
     error::WorkflowError,
     function::Function,
     state::{ChildDefaults, RunState},
@@ -147,7 +147,7 @@ impl Harness {
             log: FakeLog::default(),
             responses: Vec::new(),
             clock: SimClock::epoch(),
-            policy: NondeterminismPolicy::RetryLater,
+            policy: NondeterminismPolicy::Park,
             warm: None,
         }
     }
@@ -193,6 +193,38 @@ impl Harness {
         )
         .await
         .expect("a run never hangs")
+    }
+
+    /// A probe of `workflow` over the log so far: its replay, stopped where it would record.
+    async fn probe<F, Fut>(&self, workflow: F) -> Probed
+    where
+        F: Fn(WorkflowCtx, u64) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<u64, WorkflowError<String>>> + Send + 'static,
+    {
+        let clock = self.clock.clone();
+        let clock: Clock = Arc::new(move || clock.now());
+        let mut state = RunState::new(
+            parent(),
+            RunId::generate_at(clock()),
+            ExecutionMetadata::default(),
+            ChildDefaults {
+                component_id: ComponentId::new("activity", "test").unwrap(),
+                max_retries: 0,
+                retry_exp_backoff: Duration::from_secs(1),
+            },
+            self.log.history(),
+            self.responses.clone(),
+        )
+        .probing();
+        let requested = state.recorded_child_requests();
+        state.recorded_children = self.log.children_created(requested).await.unwrap();
+        let shared = Arc::new(Shared {
+            state: Mutex::new(state),
+            clock,
+        });
+        let mut future = workflow_start(workflow)(WorkflowCtx::new(shared.clone()), Json(json!(7)))
+            .expect("params decode");
+        probe(&shared, &mut future)
     }
 
     fn child_finished(&mut self, child: &ExecutionId, result: concepts::FinishedExecutionResult) {
@@ -331,10 +363,9 @@ async fn the_same_code_replays_its_own_history_to_the_same_value_without_writing
 #[tokio::test]
 async fn changed_code_is_nondeterminism_at_the_first_diverging_version() {
     let (mut h, _) = recorded_version_one().await;
-    let WorkerResult::Err(WorkerError::LimitReached { reason, version }) =
-        h.run(calls_b_first).await
+    let WorkerResult::Err(WorkerError::Parked { reason, version }) = h.run(calls_b_first).await
     else {
-        panic!("retry later is the default policy");
+        panic!("parking is the default policy");
     };
     assert_eq!(
         reason,
@@ -391,7 +422,7 @@ async fn two_operations_awaited_at_once_are_a_determinism_violation() {
             Ok(a? + b?)
         })
         .await;
-    let WorkerResult::Err(WorkerError::LimitReached { reason, .. }) = result else {
+    let WorkerResult::Err(WorkerError::Parked { reason, .. }) = result else {
         panic!("reported: {result:?}");
     };
     assert!(reason.contains("awaited at once"), "{reason}");
@@ -533,7 +564,7 @@ async fn a_replayed_child_request_must_name_the_same_function_and_parameters() {
         "{first:?}"
     );
     // Same join set, same child id: only the child's `Created` event tells them apart.
-    let WorkerResult::Err(WorkerError::LimitReached { reason, .. }) =
+    let WorkerResult::Err(WorkerError::Parked { reason, .. }) =
         h.run(|ctx, n| submits(ctx, &B, n)).await
     else {
         panic!("another function is nondeterminism");
@@ -546,7 +577,7 @@ async fn a_replayed_child_request_must_name_the_same_function_and_parameters() {
              test:wf/api.a with parameters 7, the code called test:wf/api.b with parameters 7"
         )
     );
-    let WorkerResult::Err(WorkerError::LimitReached { reason, .. }) =
+    let WorkerResult::Err(WorkerError::Parked { reason, .. }) =
         h.run(|ctx, n| submits(ctx, &A, n + 1)).await
     else {
         panic!("other parameters are nondeterminism");
@@ -660,3 +691,77 @@ async fn a_panic_after_a_write_is_a_workflow_trap_at_the_version_reached() {
 }
 
 mod lifecycle;
+
+/// The reason of a probe that diverged.
+fn diverged(probed: Probed) -> String {
+    match probed {
+        Probed::Diverges(fault) => fault.reason("version ?"),
+        Probed::Agrees => panic!("the probe agreed"),
+    }
+}
+
+#[tokio::test]
+async fn a_probe_agrees_with_the_code_that_recorded_the_log_and_runs_no_step() {
+    let mut h = Harness::new();
+    assert!(matches!(
+        h.run(version_one).await,
+        WorkerResult::DbUpdatedByWorker
+    ));
+    let child = h.child_ids()[0].clone();
+    h.child_ok(&child, 14);
+    // The log ends with the call's `JoinNext`: the code replays to it and would go on.
+    assert!(matches!(h.probe(version_one).await, Probed::Agrees));
+    // Code that differs only after the recorded history agrees too; a probe records nothing
+    // and runs no step's closure there.
+    let stepped = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = stepped.clone();
+    let probed = h
+        .probe(move |ctx, n| {
+            let counter = counter.clone();
+            async move {
+                let doubled = ctx.call(&A, &n).await?;
+                ctx.step("new", || {
+                    counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+                })
+                .await;
+                Ok(doubled)
+            }
+        })
+        .await;
+    assert!(
+        matches!(probed, Probed::Agrees),
+        "the change comes after the log"
+    );
+    assert_eq!(stepped.load(std::sync::atomic::Ordering::SeqCst), 0);
+    let appends = *h.log.appends.lock().unwrap();
+    let (h, _) = recorded_version_one().await;
+    assert!(
+        matches!(h.probe(version_one).await, Probed::Agrees),
+        "a finished replay agrees"
+    );
+    assert_eq!(*h.log.appends.lock().unwrap(), 3, "a probe writes nothing");
+    assert!(appends > 0);
+}
+
+#[tokio::test]
+async fn a_probe_of_changed_code_names_where_it_diverges() {
+    let (h, _) = recorded_version_one().await;
+    assert_eq!(
+        diverged(h.probe(calls_b_first).await),
+        "the replay diverged at version ?: the log holds the opening of join set o:1-a, the \
+         code opened join set o:1-b"
+    );
+    assert!(
+        diverged(h.probe(stops_after_the_call).await).ends_with("the code returned"),
+        "a shorter code returns where the log holds more"
+    );
+    let reason = diverged(
+        h.probe(|ctx, n| async move {
+            let doubled = ctx.call(&A, &n).await?;
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            Ok(doubled)
+        })
+        .await,
+    );
+    assert!(reason.contains("not a workflow operation"), "{reason}");
+}

@@ -3,19 +3,20 @@
 
 use crate::{
     ctx::{Clock, Shared, WorkflowCtx},
-    driver::{NondeterminismPolicy, Outcome, RunLimits, drive},
+    driver::{NondeterminismPolicy, Outcome, Probed, RunLimits, drive},
     error::{RegistrationError, WorkflowError},
     function::Function,
-    state::{ChildDefaults, RunState},
+    state::{ChildDefaults, Fault, RunState},
     store::RunStore,
 };
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use concepts::{
-    ClockFn, ComponentId, DbConnection, ExecutionId, ExecutionMetadata, FinishedExecutionResult,
-    FunctionFqn, Json, SupportedFunctionReturnValue,
+    ClockFn, ComponentId, DbConnection, ExecutionEventInner, ExecutionId, ExecutionLog,
+    ExecutionMetadata, FinishedExecutionResult, FunctionFqn, HistoryEvent, Json, RunId,
+    SupportedFunctionReturnValue,
 };
-use executor::{Cancellation, FatalError, Worker, WorkerContext, WorkerError, WorkerResult};
+use executor::{Cancellation, FatalError, Probe, Worker, WorkerContext, WorkerError, WorkerResult};
 use futures_util::future::BoxFuture;
 use serde::{Serialize, de::DeserializeOwned};
 use std::{collections::HashMap, future::Future, sync::Arc, sync::Mutex, time::Duration};
@@ -239,6 +240,80 @@ impl<C: ClockFn> Worker for WorkflowWorker<C> {
     fn exported_functions(&self) -> &[FunctionFqn] {
         &self.ffqns
     }
+
+    /// Replays the parked execution's log through the code registered now, without a lease
+    /// and without writing: it proceeds once the replay agrees with every recorded event it
+    /// reaches (see [`NondeterminismPolicy::Park`]).
+    async fn probe(&self, log: &ExecutionLog) -> Probe {
+        let Some(ExecutionEventInner::Created {
+            ffqn,
+            params,
+            metadata,
+            ..
+        }) = log.events.first().map(|event| &event.event)
+        else {
+            return Probe::Stays("the log has no `Created` event".to_string());
+        };
+        let Some(start) = self.workflows.get(ffqn).cloned() else {
+            return Probe::Stays(format!("no workflow {ffqn} is registered on this worker"));
+        };
+        let history: Vec<HistoryEvent> = (log.events.iter())
+            .filter_map(|event| match &event.event {
+                ExecutionEventInner::HistoryEvent { event } => Some(event.clone()),
+                _ => None,
+            })
+            .collect();
+        let clock = self.clock.clone();
+        let clock: Clock = Arc::new(move || clock.now());
+        let mut state = RunState::new(
+            log.execution_id.clone(),
+            RunId::generate_at(clock()),
+            metadata.clone(),
+            self.children.clone(),
+            history,
+            log.responses.clone(),
+        )
+        .probing();
+        let requested = state.recorded_child_requests();
+        if !requested.is_empty() {
+            match crate::store::children_created(self.db.as_ref(), requested).await {
+                Ok(children) => state.recorded_children = children,
+                Err(err) => return Probe::Stays(format!("its children cannot be read: {err}")),
+            }
+        }
+        let shared = Arc::new(Shared {
+            state: Mutex::new(state),
+            clock,
+        });
+        let Ok(mut future) = start(WorkflowCtx::new(shared.clone()), params.clone()) else {
+            // Parameters this code cannot decode: a run finishes it with that error.
+            return Probe::Proceeds;
+        };
+        match crate::driver::probe(&shared, &mut future) {
+            Probed::Agrees => Probe::Proceeds,
+            Probed::Diverges(fault) => {
+                let at = match &fault {
+                    Fault::Nondeterminism { history_index, .. } => {
+                        history_version(log, *history_index).map_or_else(
+                            || format!("history event {history_index}"),
+                            |v| format!("version {v}"),
+                        )
+                    }
+                    Fault::Determinism(_) | Fault::Trap(_) => String::new(),
+                };
+                Probe::Stays(fault.reason(&at))
+            }
+        }
+    }
+}
+
+/// The version of the `index`-th history event of `log`.
+pub(crate) fn history_version(log: &ExecutionLog, index: usize) -> Option<concepts::Version> {
+    let position = (log.events.iter().enumerate())
+        .filter(|(_, event)| matches!(event.event, ExecutionEventInner::HistoryEvent { .. }))
+        .nth(index)?
+        .0;
+    u32::try_from(position).ok().map(concepts::Version)
 }
 
 /// What an activity is told about its run.

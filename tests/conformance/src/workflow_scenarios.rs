@@ -21,9 +21,7 @@ use concepts::{
     ClockFn, ExecutionEventInner, FinishedExecutionError, HistoryEvent, JoinSetRequest,
     PermanentFailureKind, PersistKind,
 };
-use fixture::{
-    DOUBLE, Fixture, GATED, LEASE, REFUSE, SAFETY, history, is_blocked, is_finished, runs, shape,
-};
+use fixture::{DOUBLE, Fixture, GATED, LEASE, REFUSE, SAFETY, history, is_blocked, runs, shape};
 use serde_json::json;
 use std::{
     sync::{
@@ -509,32 +507,80 @@ pub async fn w10_nondeterminism_fails_under_the_fail_policy<F: StoreFactory>(fac
     f.close().await;
 }
 
-/// W11: under `RetryLater` the execution is unlocked with the reason and nothing is lost: the
-/// fixed deployment continues it to its result.
-pub async fn w11_nondeterminism_retries_later_under_the_default_policy<F: StoreFactory>(
-    factory: &F,
-) {
-    let (mut f, handle) = replayed_by_changed_code(factory, NondeterminismPolicy::RetryLater).await;
-    let unlocked = |log: &concepts::ExecutionLog| {
-        log.events.iter().any(|event| {
-            matches!(&event.event, ExecutionEventInner::Unlocked { reason, .. } if reason == DIVERGENCE)
-        })
-    };
+/// W11: under `Park` (the default) changed code that diverges parks the execution: one
+/// `Unlocked` with the reason, pending until `PARKED_UNTIL`, no retry used. No executor locks it
+/// however late it gets, and probes of the diverging code write nothing however often they
+/// run; a probe of code that agrees with the log unparks it (due at once, still no retry
+/// used), and the fixed deployment finishes it.
+pub async fn w11_nondeterminism_parks_under_the_default_policy<F: StoreFactory>(factory: &F) {
+    let (mut f, handle) = replayed_by_changed_code(factory, NondeterminismPolicy::Park).await;
+    let id = handle.execution_id().clone();
     let log = f
-        .until(
-            "the changed code is refused",
-            handle.execution_id(),
-            unlocked,
-        )
+        .until("the changed code parks it", &id, |log| {
+            log.pending_state.is_parked()
+        })
         .await;
-    assert!(!is_finished(&log), "kept alive");
+    assert_eq!(log.parked().map(|(reason, _)| reason), Some(DIVERGENCE));
+    assert_eq!(
+        concepts::temporary_event_count(&log.events),
+        0,
+        "no retry used"
+    );
+    let parked_events = log.events.len();
+    let changed: Arc<dyn executor::Worker> = Arc::new(
+        f.workflows()
+            .register(&EVOLVES, evolves_v2)
+            .expect("register"),
+    );
+    for _ in 0..3 {
+        f.clock
+            .move_time_forward(Duration::from_secs(24 * 3600))
+            .await;
+        f.fire_timers().await;
+        let pass = executor::unpark(f.db.as_ref(), changed.as_ref(), &f.clock)
+            .await
+            .expect("probe");
+        assert_eq!(
+            pass,
+            executor::Unparked {
+                probed: 1,
+                unlocked: 0
+            }
+        );
+        let tick = f.executor(changed.clone()).tick(f.clock.now()).await;
+        assert!(tick.expect("tick").executions.is_empty(), "nobody locks it");
+    }
+    let log = f.log(&id).await;
+    assert_eq!(log.events.len(), parked_events, "its log does not grow");
+    assert!(log.pending_state.is_parked());
     f.stop_last().await;
-    f.spawn(Arc::new(
+    let fixed: Arc<dyn executor::Worker> = Arc::new(
         f.workflows()
             .register(&EVOLVES, evolves_v1)
             .expect("register"),
-    ));
-    f.clock.move_time_forward(Duration::from_secs(1)).await; // the unlock's backoff
+    );
+    let pass = executor::unpark(f.db.as_ref(), fixed.as_ref(), &f.clock)
+        .await
+        .expect("probe");
+    assert_eq!(
+        pass,
+        executor::Unparked {
+            probed: 1,
+            unlocked: 1
+        }
+    );
+    let log = f.log(&id).await;
+    assert_eq!(
+        log.pending_state.pending_at(),
+        Some(f.clock.now()),
+        "due at once"
+    );
+    assert_eq!(
+        concepts::temporary_event_count(&log.events),
+        0,
+        "no retry used"
+    );
+    f.spawn(fixed);
     assert_eq!(
         handle
             .result_within(SAFETY)
@@ -631,7 +677,7 @@ macro_rules! workflow_scenario_tests {
             w8_persist_is_stable_across_replay,
             w9_fan_out_runs_once_and_never_replays_its_last_step,
             w10_nondeterminism_fails_under_the_fail_policy,
-            w11_nondeterminism_retries_later_under_the_default_policy,
+            w11_nondeterminism_parks_under_the_default_policy,
             w12_awaiting_a_tokio_sleep_is_reported,
             w13_client_ids_and_timeouts,
             w14_promise_completed_before_it_is_awaited,

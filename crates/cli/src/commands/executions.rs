@@ -340,11 +340,23 @@ fn timeline(log: &ExecutionLog) -> String {
         );
     }
     let _ = writeln!(text, "Created    {}", render::datetime(origin));
-    let _ = writeln!(
-        text,
-        "State      {}",
-        render::state_detail(&log.pending_state)
-    );
+    match log.parked() {
+        Some((reason, since)) => {
+            let _ = writeln!(
+                text,
+                "State      Parked since {}: {reason}",
+                render::datetime(since)
+            );
+            let _ = writeln!(text, "           It waits: {}", concepts::PARKED_EXPLAINED);
+        }
+        None => {
+            let _ = writeln!(
+                text,
+                "State      {}",
+                render::state_detail(&log.pending_state)
+            );
+        }
+    }
     if let Some(result) = log.finished_result() {
         let _ = writeln!(text, "Result     {}", render::result(result));
     }

@@ -74,6 +74,7 @@ pub fn millis(ms: f64) -> String {
 /// `BlockedByJoinSet n:children`.
 pub fn state(state: &PendingState) -> String {
     match state {
+        _ if state.is_parked() => "Parked".to_string(),
         PendingState::PendingAt { scheduled_at } => {
             format!("PendingAt {}", datetime(*scheduled_at))
         }

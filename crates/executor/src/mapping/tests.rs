@@ -284,6 +284,23 @@ fn limit_reached_unlocks_without_using_up_a_retry() {
 }
 
 #[test]
+fn parked_unlocks_until_the_parked_time_without_using_up_a_retry() {
+    for max_retries in [0, 2] {
+        let run = child_run(2, max_retries);
+        let result = err(WorkerError::Parked {
+            reason: "diverged".into(),
+            version: Version(4),
+        });
+        let event = ExecutionEventInner::Unlocked {
+            backoff_expires_at: concepts::PARKED_UNTIL,
+            reason: "diverged".into(),
+        };
+        let write = assert_write(map(result, &run), &run, Version(4), &event);
+        assert_eq!(write.parent_response(), None);
+    }
+}
+
+#[test]
 fn fatal_errors_finish_at_the_workers_version_and_notify_the_parent() {
     let run = child_run(0, 5);
     let grandchild = run.execution_id.next_level(&"o:x".parse().unwrap(), 1);

@@ -59,6 +59,16 @@ fn in_words(state: &StateData, created_at: DateTime<Utc>, now: DateTime<Utc>) ->
     let ago =
         |at: DateTime<Utc>| layout::duration(now.signed_duration_since(at).num_milliseconds());
     match state {
+        StateData::Parked { reason, since } => format!(
+            "Parked{}: {}. It waits because {}.",
+            since
+                .map(|since| format!(" {} ago", ago(since)))
+                .unwrap_or_default(),
+            reason
+                .as_deref()
+                .unwrap_or("its replay diverged from its log"),
+            concepts::PARKED_EXPLAINED
+        ),
         StateData::Pending { scheduled_at } if *scheduled_at <= now => format!(
             "Due since {} ago, waiting for an executor to lock it.",
             ago(*scheduled_at)

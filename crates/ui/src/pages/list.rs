@@ -27,6 +27,7 @@ pub(crate) struct ListParams {
     pub(crate) created_after: Option<String>,
     pub(crate) created_before: Option<String>,
     pub(crate) id_prefix: Option<String>,
+    pub(crate) parked: Option<String>,
     pub(crate) cursor: Option<String>,
     pub(crate) limit: Option<String>,
 }
@@ -51,6 +52,7 @@ impl ListParams {
             state: set(self.state.as_ref()),
             function: set(self.function.as_ref()),
             top_level: set(self.top_level.as_ref()).map(|flag| flag != "false"),
+            parked: set(self.parked.as_ref()).map(|flag| flag != "false"),
             parent: set(self.parent.as_ref()),
             created_after: set(self.created_after.as_ref()),
             created_before: set(self.created_before.as_ref()),
@@ -71,6 +73,7 @@ impl ListParams {
             ("created_after", self.created_after.as_deref()),
             ("created_before", self.created_before.as_deref()),
             ("id_prefix", self.id_prefix.as_deref()),
+            ("parked", self.parked.as_deref()),
             ("limit", self.limit.as_deref()),
         ])
     }
@@ -159,6 +162,7 @@ fn filters<C: ClockFn>(ui: &crate::Ui<C>, params: &ListParams) -> Markup {
             label { "Created after " input name="created_after" value=(value(&params.created_after)) placeholder="2026-01-31T12:00:00Z"; }
             label { "before " input name="created_before" value=(value(&params.created_before)) placeholder="RFC 3339"; }
             label { "Id starts with " input name="id_prefix" value=(value(&params.id_prefix)) placeholder="E_01…"; }
+            label title="Executions whose replay diverged from their log: they wait for code that agrees with it" { input type="checkbox" name="parked" value="true" checked[params.parked.as_deref().is_some_and(|flag| !flag.is_empty() && flag != "false")]; " parked only" }
             button type="submit" { "Filter" }
             a href="/executions" { "Clear" }
         }

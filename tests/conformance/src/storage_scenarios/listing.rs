@@ -32,8 +32,8 @@ async fn all_pages(
 }
 
 /// S22: `list_executions` passes exactly what its filters let through (function, state,
-/// top-level, the children of one parent, created after and before, an id prefix, and several
-/// at once), newest first by creation time then id, in pages that continue after their
+/// top-level, the children of one parent, created after and before, an id prefix, pending from
+/// a time on, and several at once), newest first by creation time then id, in pages that continue after their
 /// cursor and never repeat or skip a row; a store's answer is checked against the filter's own
 /// reference, `ListExecutionsFilter::matches`, over every execution it holds.
 pub async fn s22_listings_filter_and_page<F: StoreFactory>(factory: &F) {
@@ -107,7 +107,11 @@ pub async fn s22_listings_filter_and_page<F: StoreFactory>(factory: &F) {
         .sort_by(|a, b| (b.created_at, &b.execution_id).cmp(&(a.created_at, &a.execution_id)));
     assert_eq!(everything, expected_order, "newest first, ties by id");
 
-    let kind = |s: &ExecutionSummary| s.pending_state.kind();
+    // Due from a time on: the children due after the sixth one's time, and the grandchild.
+    let pending_later = ListExecutionsFilter {
+        pending_from: Some(at(106)),
+        ..ListExecutionsFilter::default()
+    };
     let filters = [
         ListExecutionsFilter {
             ffqn: Some(work.clone()),
@@ -155,6 +159,11 @@ pub async fn s22_listings_filter_and_page<F: StoreFactory>(factory: &F) {
             id_prefix: Some(kids[1].as_str().to_owned()),
             ..ListExecutionsFilter::default()
         },
+        pending_later.clone(),
+        ListExecutionsFilter {
+            ffqn: Some(work.clone()),
+            ..pending_later.clone()
+        },
         ListExecutionsFilter {
             id_prefix: Some(parent.as_str().to_owned()),
             state: Some(PendingStateKind::PendingAt),
@@ -165,7 +174,7 @@ pub async fn s22_listings_filter_and_page<F: StoreFactory>(factory: &F) {
     ];
     for filter in filters {
         let expected: Vec<_> = (everything.iter())
-            .filter(|s| filter.matches(&s.execution_id, &s.ffqn, kind(s), s.created_at))
+            .filter(|s| filter.matches(&s.execution_id, &s.ffqn, &s.pending_state, s.created_at))
             .cloned()
             .collect();
         for length in [1, 4, 100] {
@@ -194,6 +203,17 @@ pub async fn s22_listings_filter_and_page<F: StoreFactory>(factory: &F) {
         all_pages(db, &locked_now, 2).await.len(),
         4 + 1,
         "four leases and the kid's"
+    );
+    let due_later = all_pages(db, &pending_later, 3).await;
+    let pending = ListExecutionsFilter {
+        state: Some(PendingStateKind::PendingAt),
+        ..ListExecutionsFilter::default()
+    };
+    let pending = all_pages(db, &pending, 1_000).await.len();
+    assert!(
+        !due_later.is_empty() && due_later.len() < pending,
+        "due from a time on: {} of {pending} pending",
+        due_later.len()
     );
 }
 

@@ -228,12 +228,6 @@ pub fn shape(log: &ExecutionLog) -> String {
         .join(" ")
 }
 
-/// True when the execution is finished.
-#[must_use]
-pub fn is_finished(log: &ExecutionLog) -> bool {
-    log.finished_result().is_some()
-}
-
 /// True when the execution waits for a join set response.
 #[must_use]
 pub fn is_blocked(log: &ExecutionLog) -> bool {
