@@ -1825,6 +1825,12 @@ fn schedules_fire_under_serve_and_each_command_does_what_it_prints() {
             "--timezone: ",
         ),
         (&["--every", "0s"], "--every: "),
+        (&["--every", "-5m"], "--every: "),
+        (&["--every", "5m", "--offset", "-1m"], "--offset: "),
+        (
+            &["--every", "5m", "--catchup-window", "-1m"],
+            "--catchup-window: ",
+        ),
         (
             &["--every", "1s", "--overlap", "sometimes"],
             "--overlap: `sometimes` is not an overlap policy",

@@ -4,6 +4,7 @@
 use concepts::{
     CreateConflict, DbError, DuplicateKind, ExecutionId, FinishedExecutionError,
     FinishedExecutionResult, IdParseError, Json, SupportedFunctionReturnValue,
+    schedule::{BadScheduleName, ScheduleName},
 };
 use serde::de::DeserializeOwned;
 use std::fmt;
@@ -227,6 +228,24 @@ pub enum ClientError {
         /// Why.
         reason: String,
     },
+    /// A schedule's name is not legal.
+    #[error("{0}")]
+    InvalidScheduleName(BadScheduleName),
+    /// The schedule's name is stored with another definition or other settings: create it
+    /// under another name, update it, or repeat the original definition.
+    #[error(
+        "{}: create it under another name, update it, or repeat its definition",
+        DuplicateKind::ScheduleConflict { name: name.clone(), differences: differences.clone() }
+    )]
+    ScheduleConflict {
+        /// The schedule.
+        name: ScheduleName,
+        /// What differs from the stored one, in the order of `Definition::differences`.
+        differences: Vec<&'static str>,
+    },
+    /// No schedule has this name.
+    #[error("no schedule {0} in this store: check the name")]
+    NoSuchSchedule(ScheduleName),
     /// The store refused or failed (a closed store, a lost connection).
     #[error("storage: {0}")]
     Db(#[from] DbError),

@@ -141,6 +141,7 @@ mod ctx;
 mod driver;
 mod error;
 mod function;
+mod schedules;
 mod state;
 mod store;
 mod worker;
@@ -150,6 +151,7 @@ pub use ctx::{ChildResponse, JoinSet, Promise, Response, WorkflowCtx, promise_id
 pub use driver::NondeterminismPolicy;
 pub use error::{ChildError, ClientError, FunctionFailure, RegistrationError, WorkflowError};
 pub use function::Function;
+pub use schedules::Schedules;
 pub use worker::{ActivityCtx, ActivityWorker, WorkflowWorker};
 
 #[cfg(test)]

@@ -13,7 +13,7 @@ mod lifecycle;
 pub use lifecycle::{
     w14_promise_completed_before_it_is_awaited, w15_workflow_cancelled_while_waiting,
     w16_activity_stops_early_when_cancelled,
-    w17_promise_given_up_at_its_deadline_is_cancelled_and_pruned,
+    w17_promise_given_up_at_its_deadline_is_cancelled_and_pruned, w18_typed_schedules_client,
 };
 
 use crate::StoreFactory;
@@ -684,6 +684,7 @@ macro_rules! workflow_scenario_tests {
             w15_workflow_cancelled_while_waiting,
             w16_activity_stops_early_when_cancelled,
             w17_promise_given_up_at_its_deadline_is_cancelled_and_pruned,
+            w18_typed_schedules_client,
         );
     };
 }

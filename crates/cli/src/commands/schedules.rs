@@ -66,10 +66,15 @@ pub struct DefinitionArgs {
     )]
     cron: Option<String>,
     /// An interval, e.g. 15m, counted from the Unix epoch (plus --offset).
-    #[arg(long, value_name = "DURATION")]
+    #[arg(long, value_name = "DURATION", allow_hyphen_values = true)]
     every: Option<String>,
     /// With --every: how long after each multiple of the interval the tick falls.
-    #[arg(long, value_name = "DURATION", requires = "every")]
+    #[arg(
+        long,
+        value_name = "DURATION",
+        requires = "every",
+        allow_hyphen_values = true
+    )]
     offset: Option<String>,
     /// The IANA time zone whose wall clock a cron expression reads, e.g. Europe/Prague.
     #[arg(long, value_name = "TZ", default_value = "UTC")]
@@ -87,10 +92,20 @@ pub struct DefinitionArgs {
     #[arg(long, value_name = "POLICY", default_value = "skip")]
     overlap: String,
     /// How old a missed tick may be and still fire after a downtime.
-    #[arg(long, value_name = "DURATION", default_value = "5m")]
+    #[arg(
+        long,
+        value_name = "DURATION",
+        default_value = "5m",
+        allow_hyphen_values = true
+    )]
     catchup_window: String,
     /// Each tick's execution is due up to this much after the tick.
-    #[arg(long, value_name = "DURATION", default_value = "0s")]
+    #[arg(
+        long,
+        value_name = "DURATION",
+        default_value = "0s",
+        allow_hyphen_values = true
+    )]
     jitter: String,
     /// At most this many executions, if given.
     #[arg(long, value_name = "N", allow_negative_numbers = true,

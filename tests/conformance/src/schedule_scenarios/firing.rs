@@ -466,3 +466,115 @@ pub async fn c8_run_limit_and_end<F: StoreFactory>(factory: &F) {
         assert!(row.next_fire_times(f.now(), 3).is_empty(), "{name}");
     }
 }
+
+/// C9: catching up under `buffer-one` fires the window's first tick and buffers the second,
+/// the rest skipped as the buffer is full; under `cancel-other` only the window's newest tick
+/// fires, the older ones skipped as superseded. The scheduler's own pass
+/// (`timers_watcher::fire_schedules`) cancels a `cancel-other` schedule's previous run with a
+/// reason naming the schedule and fires the tick in the same pass. A jittered schedule's
+/// executions are due after their ticks and before the jitter is over, at the time every node
+/// derives for the tick.
+pub async fn c9_catch_up_by_policy_the_scheduler_cancels_and_jitter<F: StoreFactory>(factory: &F) {
+    let f = Fixture::new(factory).await;
+    let mut buffer = definition("buffer", "every 1m");
+    buffer.overlap = Overlap::BufferOne;
+    let buffer = f.create(buffer).await;
+    let mut cancel = definition("cancel", "every 1m");
+    cancel.overlap = Overlap::CancelOther;
+    let cancel = f.create(cancel).await;
+    // Down from 0 to 20m30s; the window is the default five minutes: the ticks from 16m on.
+    f.move_to(20 * 60 + 30);
+    f.pass().await;
+    let history = f.history(buffer.name()).await;
+    assert_eq!(
+        history[..3],
+        [
+            "skipped missed 60..900 x15",
+            "fired by tick at 960",
+            "buffered at 1020",
+        ]
+    );
+    let full: Vec<_> = history[3..].iter().map(String::as_str).collect();
+    assert_eq!(
+        full.iter()
+            .filter(|line| line.starts_with("skipped buffer-full"))
+            .count(),
+        full.len(),
+        "the window's other ticks, as the buffer is full: {history:?}"
+    );
+    assert!(
+        full.join(" ").contains("1200"),
+        "up to the last tick: {history:?}"
+    );
+    let history = f.history(cancel.name()).await;
+    assert_eq!(
+        history.first().map(String::as_str),
+        Some("skipped missed 60..900 x15")
+    );
+    assert_eq!(
+        history.last().map(String::as_str),
+        Some("fired by tick at 1200"),
+        "{history:?}"
+    );
+    assert!(
+        history[1..history.len() - 1]
+            .iter()
+            .all(|line| line.starts_with("skipped superseded")),
+        "the window's older ticks: {history:?}"
+    );
+    assert_eq!(f.row(cancel.name()).await.runs, 1, "only the newest fired");
+
+    // The scheduler's pass: the next tick cancels the run and fires in the same pass.
+    let previous = f.row(cancel.name()).await.last_run.expect("a run");
+    f.move_to(21 * 60);
+    let pass = timers_watcher::fire_schedules(f.db.as_ref(), f.now())
+        .await
+        .expect("a pass");
+    assert_eq!(pass.cancelled, 1, "{pass:?}");
+    let result =
+        f.db.wait_for_finished_result(&previous, None)
+            .await
+            .unwrap();
+    let Err(FinishedExecutionError::Cancelled { reason }) = result else {
+        panic!("cancelled: {result:?}");
+    };
+    assert!(
+        reason.contains("schedule cancel fired its next tick"),
+        "{reason}"
+    );
+    assert_eq!(
+        f.history(cancel.name()).await.last().map(String::as_str),
+        Some("fired by tick at 1260")
+    );
+    let next = f.row(cancel.name()).await.last_run.expect("a run");
+    assert!(f.is_running(&next).await);
+
+    // Jitter: each tick's execution due within the jitter after it, where every node puts it.
+    let mut jittered = definition("jittered", "every 1m");
+    jittered.jitter = Duration::from_secs(30);
+    jittered.overlap = Overlap::AllowAll;
+    let row = f.create(jittered.clone()).await;
+    let mut offsets = Vec::new();
+    for minute in 22..=25 {
+        f.move_to(minute * 60);
+        f.pass().await;
+        let tick = f.at(minute * 60);
+        let id = tick_execution_id("jittered", row.created_at, tick);
+        let due = f.db.get(&id).await.unwrap().pending_state.pending_at();
+        let due = due.expect("pending at its due time");
+        assert_eq!(
+            due,
+            jittered.due_at(row.created_at, tick),
+            "where every node puts it"
+        );
+        assert!(
+            tick <= due && due < tick + chrono::Duration::seconds(30),
+            "{due} for {tick}"
+        );
+        offsets.push(due - tick);
+    }
+    assert!(
+        offsets.iter().any(|offset| !offset.is_zero()),
+        "{offsets:?}"
+    );
+}

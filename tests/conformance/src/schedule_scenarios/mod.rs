@@ -1,10 +1,10 @@
-//! The schedule scenarios C1..C8: every rule of `docs/SEMANTICS.md` §19 on every backend
+//! The schedule scenarios C1..C9: every rule of `docs/SEMANTICS.md` §19 on every backend
 //! through the same code: a schedule stored, changed and deleted, each overlap policy,
 //! catching up inside and outside the window, triggers and backfills, the daylight-saving
 //! transitions of Europe/Prague and America/New_York, passes racing each other, the run limit
-//! and the end. Each scenario's documentation says what it checks.
+//! and the end, catching up under each policy, the scheduler's cancellations, jitter. Each scenario's documentation says what it checks.
 //!
-//! One module per topic: `stored` (C1, C2: the writes of a schedule's row) and `firing` (C3..C8:
+//! One module per topic: `stored` (C1, C2: the writes of a schedule's row) and `firing` (C3..C9:
 //! what a pass does). The fixture they share is here, and the scenarios are re-exported here,
 //! where the [`schedule_scenario_tests!`](crate::schedule_scenario_tests) macro finds them.
 //!
@@ -18,6 +18,7 @@ pub use firing::{
     c3_each_overlap_policy, c4_catch_up_inside_and_outside_the_window,
     c5_trigger_and_backfill_fire_each_tick_once, c6_daylight_saving_transitions,
     c7_racing_passes_fire_each_tick_once, c8_run_limit_and_end,
+    c9_catch_up_by_policy_the_scheduler_cancels_and_jitter,
 };
 pub use stored::{c1_create_is_idempotent_and_names_a_conflict, c2_pause_resume_update_delete};
 
@@ -190,6 +191,7 @@ macro_rules! schedule_scenario_tests {
             c6_daylight_saving_transitions,
             c7_racing_passes_fire_each_tick_once,
             c8_run_limit_and_end,
+            c9_catch_up_by_policy_the_scheduler_cancels_and_jitter,
         );
     };
 }

@@ -1,10 +1,10 @@
 //! W14..W17: the life of a workflow after submission (`docs/SEMANTICS.md` §11-§13) through the
 //! `workflow` crate: a promise completed while the workflow does not run, a workflow cancelled
 //! while it waits, an activity that stops early when cancelled, and a promise given up at its
-//! deadline, whose tree the `Pruner` then removes. (A promise completed while the workflow
+//! deadline, whose tree the `Pruner` then removes; W18, the typed schedules client. (A promise completed while the workflow
 //! waits, and a cancelled child, are L22 and L21.)
 
-use super::fixture::{Fixture, GATED, SAFETY, is_blocked, runs, shape};
+use super::fixture::{DOUBLE, Fixture, GATED, SAFETY, is_blocked, runs, shape};
 use crate::StoreFactory;
 use concepts::{
     CancelOutcome, ClockFn, CompleteOutcome, DbError, ExecutionId, ExecutionLog,
@@ -244,4 +244,111 @@ async fn gone(f: &Fixture, execution_id: &ExecutionId) {
     })
     .await;
     waited.unwrap_or_else(|_| panic!("{execution_id} was not pruned"));
+}
+
+/// W18: the typed schedules client (`workflow::Schedules`) over every backend: a schedule of a
+/// typed function stored once (the same again answered as existing, another spec a typed
+/// conflict naming it), read back with its next fire times, paused and resumed, triggered (its
+/// execution created in the client's component and run to its typed result), backfilled, its
+/// ticks read, deleted; an unknown name and an illegal one are typed refusals.
+pub async fn w18_typed_schedules_client<F: StoreFactory>(factory: &F) {
+    use concepts::schedule::{ScheduleChanged, ScheduleCreated, TickOutcome};
+    let f = Fixture::new(factory).await;
+    let schedules =
+        workflow::Schedules::new(f.db.clone(), f.clock.clone(), super::fixture::component())
+            .retries(0, Duration::from_secs(1));
+    let hourly = DOUBLE
+        .schedule("double-hourly", &21, "every 1h".parse().unwrap())
+        .expect("a schedule");
+    let name = hourly.name.clone();
+    assert_eq!(
+        schedules.create(hourly.clone()).await.unwrap(),
+        ScheduleCreated::Created
+    );
+    assert_eq!(
+        schedules.create(hourly.clone()).await.unwrap(),
+        ScheduleCreated::AlreadyExisted
+    );
+    let mut other = hourly.clone();
+    other.spec = "every 2h".parse().unwrap();
+    match schedules.create(other).await {
+        Err(ClientError::ScheduleConflict {
+            name: conflict,
+            differences,
+        }) => {
+            assert_eq!((conflict, differences), (name.clone(), vec!["spec"]));
+        }
+        other => panic!("a conflict: {other:?}"),
+    }
+    let row = schedules.get(&name).await.unwrap();
+    let start = f.clock.now();
+    let next = row.next_fire_times(start, 2);
+    assert_eq!(next.len(), 2);
+    assert!(
+        next[0] > start && next[1] - next[0] == chrono::Duration::hours(1),
+        "{next:?}"
+    );
+
+    let paused = schedules.pause(&name, "maintenance").await.unwrap();
+    assert_eq!(paused, ScheduleChanged::Changed);
+    assert!(schedules.get(&name).await.unwrap().paused.is_some());
+    assert_eq!(
+        schedules.resume(&name).await.unwrap(),
+        ScheduleChanged::Changed
+    );
+
+    let triggered = schedules.trigger(&name).await.unwrap();
+    let [fired] = triggered.fired.as_slice() else {
+        panic!("one execution: {triggered:?}");
+    };
+    let log = f.log(fired).await;
+    let Some(concepts::ExecutionEventInner::Created {
+        component_id,
+        max_retries,
+        ..
+    }) = log.events.first().map(|event| &event.event)
+    else {
+        panic!("created");
+    };
+    assert_eq!(
+        (component_id, *max_retries),
+        (&super::fixture::component(), 0)
+    );
+    let result = f
+        .client()
+        .handle::<u64>(fired.clone())
+        .result_within(SAFETY)
+        .await;
+    assert_eq!(result.expect("run by the activity executor"), 42);
+
+    f.clock
+        .move_time_forward(Duration::from_secs(3 * 3600))
+        .await;
+    let backfilled = schedules
+        .backfill(&name, start, f.clock.now())
+        .await
+        .expect("backfill");
+    assert_eq!(backfilled.fired.len(), 3, "{backfilled:?}");
+    let ticks = schedules.ticks(&name, 10).await.unwrap();
+    let fired_by_backfill = ticks
+        .iter()
+        .filter(|tick| matches!(tick.outcome, TickOutcome::Fired { .. }))
+        .count();
+    assert_eq!(
+        fired_by_backfill, 4,
+        "the trigger and three backfilled: {ticks:?}"
+    );
+
+    match schedules.delete(&name).await.unwrap() {
+        ScheduleChanged::Deleted { .. } => {}
+        other => panic!("deleted: {other:?}"),
+    }
+    assert!(
+        matches!(schedules.get(&name).await, Err(ClientError::NoSuchSchedule(gone)) if gone == name)
+    );
+    assert!(matches!(
+        DOUBLE.schedule("not a name", &1, "every 1h".parse().unwrap()),
+        Err(ClientError::InvalidScheduleName(_))
+    ));
+    f.close().await;
 }
