@@ -344,6 +344,12 @@ pub enum PersistKind {
     },
     /// A value recorded by the worker under its own name.
     Custom(String),
+    /// A patch marker: the code that recorded the log took the new branch of the change named
+    /// here (`WorkflowCtx::patched`); its value is `true`.
+    Patch(String),
+    /// The workflow's status, as it set it last (`WorkflowCtx::set_status`): any JSON value
+    /// that `show`, the HTTP API and the web UI show.
+    Status,
 }
 
 /// How a join set is closed when its workflow finishes.

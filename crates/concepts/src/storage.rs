@@ -246,6 +246,24 @@ impl ExecutionLog {
         }
     }
 
+    /// The status the workflow set last (`WorkflowCtx::set_status`), if it set one.
+    #[must_use]
+    pub fn status(&self) -> Option<&crate::Json> {
+        self.events
+            .iter()
+            .rev()
+            .find_map(|event| match &event.event {
+                ExecutionEventInner::HistoryEvent {
+                    event:
+                        crate::HistoryEvent::Persist {
+                            value,
+                            kind: crate::PersistKind::Status,
+                        },
+                } => Some(value),
+                _ => None,
+            })
+    }
+
     /// Why and since when the execution is parked ([`crate::PARKED_UNTIL`]): the reason of
     /// the `Unlocked` event that parked it, and when it was written. `None` when it is not
     /// parked.

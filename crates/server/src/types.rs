@@ -200,6 +200,8 @@ pub struct ExecutionView {
     pub next_version: u32,
     /// The strings stored with it (`submitted_by`, a trace context).
     pub metadata: BTreeMap<String, String>,
+    /// The status a workflow set last (`WorkflowCtx::set_status`), if it set one.
+    pub status: Option<serde_json::Value>,
     /// The responses its join sets received, in arrival order.
     pub responses: Vec<ResponseView>,
 }

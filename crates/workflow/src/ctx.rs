@@ -5,20 +5,20 @@
 use crate::{
     error::{ChildError, decode_finished},
     function::Function,
+    join_set::{ChildOptions, JoinSet, Promise, TypedJoinSet},
     state::{Fault, RunState},
 };
 use chrono::{DateTime, Utc};
 use concepts::{
-    DelayId, ExecutionId, FinishedExecutionResult, FunctionFqn, IdParseError, JoinSetId,
-    JoinSetKind, Json, PersistKind,
+    DelayId, ExecutionId, FinishedExecutionResult, JoinSetId, JoinSetKind, Json, PersistKind,
 };
 use serde::{Serialize, de::DeserializeOwned};
 use std::{
-    future::{Future, poll_fn},
+    future::Future,
     marker::PhantomData,
     ops::RangeInclusive,
+    panic::Location,
     sync::{Arc, Mutex, MutexGuard, PoisonError},
-    task::Poll,
     time::Duration,
 };
 
@@ -93,7 +93,7 @@ pub struct WorkflowCtx {
 }
 
 /// Never completes: the run cannot go on and the driver reports why.
-async fn stuck<T>() -> T {
+pub(crate) async fn stuck<T>() -> T {
     std::future::pending().await
 }
 
@@ -102,12 +102,18 @@ impl WorkflowCtx {
         Self { shared }
     }
 
-    fn with<T>(&self, f: impl FnOnce(&mut RunState) -> T) -> T {
+    pub(crate) fn with<T>(&self, f: impl FnOnce(&mut RunState) -> T) -> T {
         f(&mut self.shared.lock())
     }
 
-    fn now_unrecorded(&self) -> DateTime<Utc> {
+    pub(crate) fn now_unrecorded(&self) -> DateTime<Utc> {
         (self.shared.clock)()
+    }
+
+    /// Notes where in the workflow's source the operation being made was called, so that a
+    /// divergence names it.
+    pub(crate) fn locate(&self, at: &'static Location<'static>) {
+        self.with(|state| state.caller = Some(at));
     }
 
     /// This execution's id.
@@ -122,15 +128,49 @@ impl WorkflowCtx {
     /// # Errors
     /// The child's failure; propagated with `?` it makes this workflow fail with
     /// `UnhandledChildExecutionError`.
-    pub async fn call<P: Serialize, R: DeserializeOwned>(
+    #[track_caller]
+    pub fn call<P: Serialize, R: DeserializeOwned>(
         &self,
         function: &Function<P, R>,
         params: &P,
+    ) -> impl Future<Output = Result<R, ChildError>> {
+        let at = Location::caller();
+        async move {
+            self.locate(at);
+            self.call_with_retries(function, params, None).await
+        }
+    }
+
+    /// Runs `function` as a child with `options` instead of the worker's child settings, and
+    /// awaits its result, as [`WorkflowCtx::call`] does.
+    ///
+    /// # Errors
+    /// As [`WorkflowCtx::call`].
+    #[track_caller]
+    pub fn call_with<P: Serialize, R: DeserializeOwned>(
+        &self,
+        function: &Function<P, R>,
+        params: &P,
+        options: ChildOptions,
+    ) -> impl Future<Output = Result<R, ChildError>> {
+        let at = Location::caller();
+        async move {
+            self.locate(at);
+            self.call_with_retries(function, params, options.retry_settings())
+                .await
+        }
+    }
+
+    async fn call_with_retries<P: Serialize, R: DeserializeOwned>(
+        &self,
+        function: &Function<P, R>,
+        params: &P,
+        retries: Option<(u32, Duration)>,
     ) -> Result<R, ChildError> {
         let label = join_set_label(function.name());
         let join_set = self.open(JoinSetKind::OneOff, None, Some(&label));
-        join_set.submit(function, params);
-        match join_set.next().await {
+        join_set.submit_child(function, params, retries);
+        match join_set.await_next(false).await {
             Some(Response::Child(child)) => child.into_result(),
             _ => {
                 self.with(|state| {
@@ -146,10 +186,19 @@ impl WorkflowCtx {
 
     /// Sleeps durably for `duration`: a one-off join set with one delay request and its
     /// `JoinNext`. The sleep survives restarts; a long one gives up the run (a cold wait).
-    pub async fn sleep(&self, duration: Duration) {
+    #[track_caller]
+    pub fn sleep(&self, duration: Duration) -> impl Future<Output = ()> {
+        let at = Location::caller();
+        async move {
+            self.locate(at);
+            self.sleep_unlocated(duration).await;
+        }
+    }
+
+    async fn sleep_unlocated(&self, duration: Duration) {
         let join_set = self.open(JoinSetKind::OneOff, None, None);
-        join_set.submit_delay(duration);
-        match join_set.next().await {
+        join_set.delay(duration);
+        match join_set.await_next(false).await {
             Some(Response::DelayFinished(_)) => {}
             _ => {
                 self.with(|state| {
@@ -178,9 +227,11 @@ impl WorkflowCtx {
     /// promise the workflow never awaits does not hold it open: when the workflow finishes,
     /// every promise of the run still unanswered is cancelled.
     #[must_use]
+    #[track_caller]
     pub fn promise<T: DeserializeOwned>(&self, name: &str) -> Promise<T> {
+        self.locate(Location::caller());
         let join_set = self.open(JoinSetKind::Named, Some(name), None);
-        let id = join_set.submit_promise(name);
+        let id = join_set.stub(name);
         Promise {
             join_set,
             id,
@@ -190,14 +241,33 @@ impl WorkflowCtx {
 
     /// Opens a join set with a generated id (`g:<n>`).
     #[must_use]
+    #[track_caller]
     pub fn join_set(&self) -> JoinSet {
+        self.locate(Location::caller());
         self.open(JoinSetKind::Generated, None, None)
+    }
+
+    /// Opens a join set (`g:<n>`) of children of `function` alone, whose
+    /// [`TypedJoinSet::next`] answers that function's result type.
+    #[must_use]
+    #[track_caller]
+    pub fn join_set_of<P: Serialize, R: DeserializeOwned>(
+        &self,
+        function: Function<P, R>,
+    ) -> TypedJoinSet<P, R> {
+        self.locate(Location::caller());
+        TypedJoinSet {
+            join_set: self.open(JoinSetKind::Generated, None, None),
+            function,
+        }
     }
 
     /// Opens a join set named by the author (`n:<name>`): letters, digits, `_ - /`, once per
     /// execution.
     #[must_use]
+    #[track_caller]
     pub fn join_set_named(&self, name: &str) -> JoinSet {
+        self.locate(Location::caller());
         self.open(JoinSetKind::Named, Some(name), None)
     }
 
@@ -241,26 +311,45 @@ impl WorkflowCtx {
     }
 
     /// The current time, recorded: a replay returns the time of the first run.
-    pub async fn now(&self) -> DateTime<Utc> {
-        let now = self.now_unrecorded();
-        self.persisted(PersistKind::Custom("stele:now".to_string()), |_| Ok(now))
-            .await
+    #[track_caller]
+    pub fn now(&self) -> impl Future<Output = DateTime<Utc>> {
+        let at = Location::caller();
+        async move {
+            self.locate(at);
+            let now = self.now_unrecorded();
+            self.persisted(PersistKind::Custom("stele:now".to_string()), |_| Ok(now))
+                .await
+        }
     }
 
     /// A random integer in `range`, recorded.
-    pub async fn random_u64(&self, range: RangeInclusive<u64>) -> u64 {
-        let (min, max_inclusive) = (*range.start(), *range.end().max(range.start()));
-        let kind = PersistKind::RandomU64 { min, max_inclusive };
-        self.persisted(kind, |state| {
-            let span = u128::from(max_inclusive - min) + 1;
-            let offset = state.random_u128() % span;
-            Ok(min + u64::try_from(offset).unwrap_or(0))
-        })
-        .await
+    #[track_caller]
+    pub fn random_u64(&self, range: RangeInclusive<u64>) -> impl Future<Output = u64> {
+        let at = Location::caller();
+        async move {
+            self.locate(at);
+            let (min, max_inclusive) = (*range.start(), *range.end().max(range.start()));
+            let kind = PersistKind::RandomU64 { min, max_inclusive };
+            self.persisted(kind, |state| {
+                let span = u128::from(max_inclusive - min) + 1;
+                let offset = state.random_u128() % span;
+                Ok(min + u64::try_from(offset).unwrap_or(0))
+            })
+            .await
+        }
     }
 
     /// A random alphanumeric string whose length is in `length` (end exclusive), recorded.
-    pub async fn random_string(&self, length: std::ops::Range<u64>) -> String {
+    #[track_caller]
+    pub fn random_string(&self, length: std::ops::Range<u64>) -> impl Future<Output = String> {
+        let at = Location::caller();
+        async move {
+            self.locate(at);
+            self.random_string_unlocated(length).await
+        }
+    }
+
+    async fn random_string_unlocated(&self, length: std::ops::Range<u64>) -> String {
         const ALPHABET: &[u8] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
         let end = length.end.max(length.start.saturating_add(1));
         let kind = PersistKind::RandomString {
@@ -281,7 +370,16 @@ impl WorkflowCtx {
     }
 
     /// A random (version 4) UUID in its text form, recorded.
-    pub async fn uuid(&self) -> String {
+    #[track_caller]
+    pub fn uuid(&self) -> impl Future<Output = String> {
+        let at = Location::caller();
+        async move {
+            self.locate(at);
+            self.uuid_unlocated().await
+        }
+    }
+
+    async fn uuid_unlocated(&self) -> String {
         self.persisted(PersistKind::Custom("stele:uuid".to_string()), |state| {
             let bits =
                 (state.random_u128() & !(0xf << 76) & !(0x3 << 62)) | (0x4 << 76) | (0x2 << 62);
@@ -298,11 +396,86 @@ impl WorkflowCtx {
         .await
     }
 
+    /// Whether this execution takes the new branch of the change named `patch`: how the code
+    /// of a workflow changes while executions of the old code are in flight.
+    ///
+    /// A run that reaches this point past its recorded history (every new execution, and an
+    /// old one whose log ends before it) records the patch's marker and gets `true`; a replay
+    /// of a log that holds the marker here gets `true` again; a replay of a log recorded
+    /// before the patch existed, which holds something else here, gets `false` and records
+    /// nothing, so that the old branch replays the old log.
+    ///
+    /// The life of one change:
+    /// 1. Version 1 calls `ctx.call(&CHARGE, &order)`.
+    /// 2. Version 2 must charge with tax. It writes
+    ///    `if ctx.patched("charge-with-tax").await { ctx.call(&CHARGE_WITH_TAX, &order) }
+    ///    else { ctx.call(&CHARGE, &order) }`: executions recorded by version 1 replay the old
+    ///    branch, new ones record the marker and take the new branch.
+    /// 3. Once no execution that started before version 2 is unfinished (`stele executions
+    ///    list` shows them), version 3 retires the patch: it keeps only the new branch and
+    ///    writes `ctx.deprecate_patch("charge-with-tax").await` where the patch was, so that
+    ///    the logs that hold the marker still replay.
+    /// 4. Once none of those is unfinished either, version 4 drops that line too.
+    ///
+    /// Removing a patch whose marker is in the log of an unfinished execution (skipping step
+    /// 3) is nondeterminism, handled by the worker's [`crate::NondeterminismPolicy`]. A patch
+    /// name is used once per run.
+    #[track_caller]
+    pub fn patched(&self, patch: &str) -> impl Future<Output = bool> {
+        let at = Location::caller();
+        async move {
+            self.locate(at);
+            match self.with(|state| state.patched(patch)) {
+                Some(new) => new,
+                None => stuck().await,
+            }
+        }
+    }
+
+    /// A retired patch ([`WorkflowCtx::patched`], step 3): the marker of `patch`, when the log
+    /// holds it here, is replayed; nothing is recorded.
+    #[track_caller]
+    pub fn deprecate_patch(&self, patch: &str) -> impl Future<Output = ()> {
+        let at = Location::caller();
+        async move {
+            self.locate(at);
+            self.with(|state| state.deprecate_patch(patch));
+        }
+    }
+
+    /// Sets the workflow's status: any serializable value that `stele executions show`, the
+    /// HTTP API and the web UI show until the next one (what step it is at, say). Recorded
+    /// like any operation, and replayed.
+    #[track_caller]
+    pub fn set_status<S: Serialize>(&self, status: &S) -> impl Future<Output = ()> {
+        let at = Location::caller();
+        async move {
+            self.locate(at);
+            let value = serde_json::to_value(status)
+                .map(Json)
+                .map_err(|err| format!("cannot record a status: {err}"));
+            let _: Json = self.persisted(PersistKind::Status, |_| value).await;
+        }
+    }
+
     /// Runs a local side effect once and keeps its output: the first run calls `f` and
     /// records what it returned (`Persist { kind: Custom(name) }`); a replay returns the
     /// recorded output without calling `f`. `f` must not await anything; a name starting with
     /// `stele:` is reserved.
-    pub async fn step<T, F>(&self, name: &str, f: F) -> T
+    #[track_caller]
+    pub fn step<T, F>(&self, name: &str, f: F) -> impl Future<Output = T>
+    where
+        T: Serialize + DeserializeOwned,
+        F: FnOnce() -> T,
+    {
+        let at = Location::caller();
+        async move {
+            self.locate(at);
+            self.step_unlocated(name, f).await
+        }
+    }
+
+    async fn step_unlocated<T, F>(&self, name: &str, f: F) -> T
     where
         T: Serialize + DeserializeOwned,
         F: FnOnce() -> T,
@@ -368,169 +541,4 @@ fn join_set_label(ffqn: &str) -> String {
         })
         .take(40)
         .collect()
-}
-
-/// A set of children and delays whose responses come back in arrival order.
-///
-/// Submitting records a request (and creates the child in the same transaction as the
-/// request's event); [`JoinSet::next`] awaits the next response. A timeout is a join set
-/// with a child and a delay: whichever answers first is the first response.
-///
-/// When the workflow returns, every child it submitted and did not consume is awaited; a
-/// failed one makes the workflow fail with `UnhandledChildExecutionError`.
-pub struct JoinSet {
-    ctx: WorkflowCtx,
-    id: JoinSetId,
-}
-
-impl JoinSet {
-    /// The join set's id.
-    #[must_use]
-    pub fn id(&self) -> &JoinSetId {
-        &self.id
-    }
-
-    /// Submits `function` as a child, `<parent>.<join set>_<k>`, and returns its id.
-    pub fn submit<P: Serialize, R>(&self, function: &Function<P, R>, params: &P) -> ExecutionId {
-        let encoded = function
-            .ffqn()
-            .map_err(|err| err.to_string())
-            .and_then(|ffqn| {
-                function
-                    .encode_params(params)
-                    .map(|params| (ffqn, params))
-                    .map_err(|err| format!("cannot encode the parameters of {function}: {err}"))
-            });
-        self.submit_encoded(encoded)
-    }
-
-    /// Submits a durable promise named `name` into this join set and returns its id,
-    /// `<parent>.<join set>_<k>`: a child of the stub function `stele:stub.<name>`, which no
-    /// executor runs and `Client::complete` finishes (see [`WorkflowCtx::promise`]). Its
-    /// response is a [`Response::Child`] like any child's, so a promise with a deadline is a
-    /// join set of a promise and a delay.
-    pub fn submit_promise(&self, name: &str) -> ExecutionId {
-        let stub = FunctionFqn::stub(name)
-            .map(|ffqn| (ffqn, Json(serde_json::Value::Null)))
-            .map_err(|err| format!("cannot create a promise named {name:?}: {err}"));
-        self.submit_encoded(stub)
-    }
-
-    fn submit_encoded(&self, encoded: Result<(FunctionFqn, Json), String>) -> ExecutionId {
-        let now = self.ctx.now_unrecorded();
-        let child = self.ctx.with(|state| match encoded {
-            Ok((ffqn, params)) => state.submit_child(&self.id, ffqn, params, now),
-            Err(reason) => {
-                state.fail(Fault::Trap(reason));
-                None
-            }
-        });
-        child.unwrap_or_else(|| self.ctx.execution_id())
-    }
-
-    /// Submits a durable delay of `duration` and returns its id.
-    pub fn submit_delay(&self, duration: Duration) -> DelayId {
-        let now = self.ctx.now_unrecorded();
-        self.ctx
-            .with(|state| state.submit_delay(&self.id, duration, now))
-            .unwrap_or_else(|| DelayId::from_parts(0, 0))
-    }
-
-    /// The next response, in arrival order; `None` once every request has been awaited.
-    pub async fn next(&self) -> Option<Response> {
-        self.await_next(false).await
-    }
-
-    fn await_next(&self, closing: bool) -> impl Future<Output = Option<Response>> + '_ {
-        let index = self.ctx.with(|state| {
-            if !state.begin() {
-                return Err(());
-            }
-            if state.all_awaited(&self.id) {
-                return Ok(None);
-            }
-            state.join_next(&self.id, closing).map(Some).ok_or(())
-        });
-        async move {
-            let index = match index {
-                Ok(Some(index)) => index,
-                Ok(None) => return None,
-                Err(()) => return stuck().await,
-            };
-            poll_fn(|_| {
-                self.ctx
-                    .with(|state| match state.take_response(&self.id, index) {
-                        Some(response) => Poll::Ready(Some(response)),
-                        None => Poll::Pending,
-                    })
-            })
-            .await
-        }
-    }
-}
-
-/// A durable promise of a value `T` ([`WorkflowCtx::promise`]): its id can be handed to the
-/// outside world, which completes it once (`Client::complete`); the workflow awaits it like a
-/// child.
-pub struct Promise<T> {
-    join_set: JoinSet,
-    id: ExecutionId,
-    value: PhantomData<fn() -> T>,
-}
-
-impl<T: DeserializeOwned> Promise<T> {
-    /// The promise's id, `<this execution>.n:<name>_1`: what a completer needs.
-    #[must_use]
-    pub fn id(&self) -> &ExecutionId {
-        &self.id
-    }
-
-    /// Awaits the value: one `JoinNext`, answered when the promise is completed.
-    ///
-    /// # Errors
-    /// The promise was cancelled ([`crate::FunctionFailure::Cancelled`]), or completed with a
-    /// value that is not a `T`.
-    pub async fn wait(self) -> Result<T, ChildError> {
-        match self.join_set.next().await {
-            Some(Response::Child(child)) => child.into_result(),
-            _ => self.answered_by_something_else().await,
-        }
-    }
-
-    /// Awaits the value for at most `timeout`: a delay in the promise's join set, then one
-    /// `JoinNext`, answered by whichever comes first. `None` when the delay came first; the
-    /// promise is then cancelled when the workflow finishes.
-    ///
-    /// # Errors
-    /// As [`Promise::wait`].
-    pub async fn wait_within(self, timeout: Duration) -> Result<Option<T>, ChildError> {
-        self.join_set.submit_delay(timeout);
-        match self.join_set.next().await {
-            Some(Response::Child(child)) => child.into_result().map(Some),
-            Some(Response::DelayFinished(_)) => Ok(None),
-            None => self.answered_by_something_else().await,
-        }
-    }
-
-    async fn answered_by_something_else<V>(&self) -> V {
-        self.join_set.ctx.with(|state| {
-            state.fail(Fault::Determinism(format!(
-                "join set {} of promise {} was answered by something other than its promise",
-                self.join_set.id, self.id
-            )));
-        });
-        stuck().await
-    }
-}
-
-/// The id of the promise `name` of the workflow execution `workflow`
-/// ([`WorkflowCtx::promise`]): `<workflow>.n:<name>_1`. What a completer computes when the
-/// workflow's id is all it knows.
-///
-/// # Errors
-/// `name` is not a legal promise name (ASCII letters, digits, `_ - /`, not empty).
-pub fn promise_id(workflow: &ExecutionId, name: &str) -> Result<ExecutionId, IdParseError> {
-    FunctionFqn::stub(name)?;
-    let join_set_id = JoinSetId::new(JoinSetKind::Named, name)?;
-    Ok(workflow.next_level(&join_set_id, 1))
 }

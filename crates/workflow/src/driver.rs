@@ -333,6 +333,7 @@ impl Driver<'_> {
                 history_index,
                 log_holds,
                 code_asked: "returned".to_string(),
+                code_at: None,
             };
             return self.report(fault).await;
         }
@@ -452,6 +453,7 @@ pub(crate) fn probe(shared: &Shared, future: &mut BoxFuture<'static, Outcome>) -
                 history_index,
                 log_holds: crate::state::describe(event),
                 code_asked: "returned".to_string(),
+                code_at: None,
             }),
             None => Probed::Agrees,
         },

@@ -141,16 +141,18 @@ mod ctx;
 mod driver;
 mod error;
 mod function;
+mod join_set;
 mod schedules;
 mod state;
 mod store;
 mod worker;
 
 pub use client::{Client, ExecutionHandle, Submitted};
-pub use ctx::{ChildResponse, JoinSet, Promise, Response, WorkflowCtx, promise_id};
+pub use ctx::{ChildResponse, Response, WorkflowCtx};
 pub use driver::NondeterminismPolicy;
 pub use error::{ChildError, ClientError, FunctionFailure, RegistrationError, WorkflowError};
 pub use function::Function;
+pub use join_set::{ChildOptions, JoinSet, Promise, TypedJoinSet, promise_id};
 pub use schedules::Schedules;
 pub use worker::{ActivityCtx, ActivityWorker, WorkflowWorker};
 

@@ -15,6 +15,7 @@ use concepts::{
 use std::{
     collections::{HashMap, HashSet},
     hash::{DefaultHasher, Hash, Hasher},
+    panic::Location,
     time::Duration,
 };
 
@@ -35,6 +36,8 @@ pub(crate) enum Fault {
         history_index: usize,
         log_holds: String,
         code_asked: String,
+        /// Where in the workflow's source the operation was made, when it was one.
+        code_at: Option<&'static Location<'static>>,
     },
     /// The workflow broke a rule of determinism (awaited a non-workflow future, say).
     Determinism(String),
@@ -50,10 +53,15 @@ impl Fault {
             Self::Nondeterminism {
                 log_holds,
                 code_asked,
+                code_at,
                 ..
-            } => format!(
-                "the replay diverged at {at}: the log holds {log_holds}, the code {code_asked}"
-            ),
+            } => {
+                let source = code_at.map(|at| format!(" (at {at})")).unwrap_or_default();
+                format!(
+                    "the replay diverged at {at}: the log holds {log_holds}, the code \
+                     {code_asked}{source}"
+                )
+            }
             Self::Determinism(reason) => format!("determinism violation: {reason}"),
             Self::Trap(reason) => reason,
         }
@@ -120,6 +128,8 @@ pub(crate) struct RunState {
     probing: bool,
     /// Set by a probe's operation that found the recorded history exhausted.
     pub probe_reached_end: bool,
+    /// Where the operation being made was called in the workflow's source (`#[track_caller]`).
+    pub caller: Option<&'static Location<'static>>,
 }
 
 impl RunState {
@@ -154,6 +164,7 @@ impl RunState {
             fault: None,
             probing: false,
             probe_reached_end: false,
+            caller: None,
         };
         state.add_responses(responses);
         state
@@ -242,6 +253,7 @@ impl RunState {
                 history_index: self.cursor,
                 log_holds: describe(recorded),
                 code_asked: asked(),
+                code_at: self.caller,
             };
             self.fail(fault);
             return None;
@@ -311,13 +323,15 @@ impl RunState {
         self.join_sets.get_mut(index)
     }
 
-    /// Submits a child into a join set; returns its id, `<parent>.<join set>_<k>`.
+    /// Submits a child into a join set; returns its id, `<parent>.<join set>_<k>`. `retries`
+    /// overrides the worker's child settings for this child.
     pub(crate) fn submit_child(
         &mut self,
         join_set_id: &JoinSetId,
         ffqn: FunctionFqn,
         params: Json,
         now: DateTime<Utc>,
+        retries: Option<(u32, Duration)>,
     ) -> Option<ExecutionId> {
         let ordinal = self.join_set_mut(join_set_id)?.requests.len() + 1;
         let child_id = self
@@ -334,6 +348,7 @@ impl RunState {
                      {recorded_params}"
                 ),
                 code_asked: format!("called {ffqn} with parameters {params}"),
+                code_at: self.caller,
             };
             self.fail(fault);
             return None;
@@ -350,6 +365,10 @@ impl RunState {
                 } if *join_set_id == wanted_set && *child_execution_id == wanted)
             },
             |state| {
+                let (max_retries, retry_exp_backoff) = retries.unwrap_or((
+                    state.child_defaults.max_retries,
+                    state.child_defaults.retry_exp_backoff,
+                ));
                 state.children.push(CreateRequest {
                     created_at: now,
                     execution_id: child_id.clone(),
@@ -357,8 +376,8 @@ impl RunState {
                     params,
                     parent: Some((state.execution_id.clone(), join_set_id.clone())),
                     scheduled_at: now,
-                    retry_exp_backoff: state.child_defaults.retry_exp_backoff,
-                    max_retries: state.child_defaults.max_retries,
+                    retry_exp_backoff,
+                    max_retries,
                     component_id: state.child_defaults.component_id.clone(),
                     // The run's span is the child's parent when the program traces;
                     // otherwise the child carries its parent's context on.
@@ -543,6 +562,7 @@ impl RunState {
                         "awaited response {} of join set {join_set_id}, which has not arrived",
                         index + 1
                     ),
+                    code_at: self.caller,
                 };
                 self.fail(fault);
             } else if self.wait.is_some() {
@@ -648,6 +668,48 @@ impl RunState {
         }
     }
 
+    /// A patch point ([`crate::WorkflowCtx::patched`]): `true` when the log records the
+    /// patch's marker here (consumed) or ends here (the marker is recorded now), `false` when
+    /// it holds something else here, recorded before the patch existed. `None` when the run
+    /// cannot go on.
+    pub(crate) fn patched(&mut self, patch: &str) -> Option<bool> {
+        if !self.begin() {
+            return None;
+        }
+        let is_marker = |event: &HistoryEvent| matches!(event, HistoryEvent::Persist { kind: PersistKind::Patch(id), .. } if id == patch);
+        match self.history.get(self.cursor) {
+            Some(recorded) if is_marker(recorded) => {
+                self.cursor += 1;
+                Some(true)
+            }
+            Some(_) => Some(false),
+            None => {
+                self.buffered_requests += 1;
+                self.buffer.push(HistoryEvent::Persist {
+                    value: Json(serde_json::Value::Bool(true)),
+                    kind: PersistKind::Patch(patch.to_owned()),
+                });
+                Some(true)
+            }
+        }
+    }
+
+    /// A retired patch point ([`crate::WorkflowCtx::deprecate_patch`]): the patch's marker is
+    /// consumed when the log holds it here; nothing is recorded.
+    pub(crate) fn deprecate_patch(&mut self, patch: &str) {
+        if !self.begin() {
+            return;
+        }
+        if let Some(HistoryEvent::Persist {
+            kind: PersistKind::Patch(id),
+            ..
+        }) = self.history.get(self.cursor)
+            && id == patch
+        {
+            self.cursor += 1;
+        }
+    }
+
     /// Fresh randomness: a hash of this run's id and a counter. Only recorded values are ever
     /// used, so a replay never needs the same bits again.
     pub(crate) fn random_u128(&mut self) -> u128 {
@@ -664,6 +726,14 @@ impl RunState {
 /// One history event, for people.
 pub(crate) fn describe(event: &HistoryEvent) -> String {
     match event {
+        HistoryEvent::Persist {
+            kind: PersistKind::Patch(patch),
+            ..
+        } => format!("the marker of patch {patch:?}"),
+        HistoryEvent::Persist {
+            kind: PersistKind::Status,
+            ..
+        } => "a status".to_string(),
         HistoryEvent::Persist { kind, .. } => format!("a persisted value of kind {kind:?}"),
         HistoryEvent::JoinSetCreate { join_set_id, .. } => {
             format!("the opening of join set {join_set_id}")

@@ -286,6 +286,9 @@ async fn version_one(ctx: WorkflowCtx, n: u64) -> Result<u64, WorkflowError<Stri
     Ok(doubled * 1_000_000_000 + random * 10 + stepped)
 }
 
+/// The line of `calls_b_first`'s call, which a divergence names.
+const CALLS_B_AT: u32 = line!() + 4;
+
 /// Like `version_one`, but its first call is to another function.
 async fn calls_b_first(ctx: WorkflowCtx, n: u64) -> Result<u64, WorkflowError<String>> {
     let doubled = ctx.call(&B, &n).await?;
@@ -371,7 +374,8 @@ async fn changed_code_is_nondeterminism_at_the_first_diverging_version() {
         reason,
         format!(
             "the replay diverged at version 2: the log holds the opening of join set o:1-a, the \
-             code opened join set o:1-b"
+             code opened join set o:1-b (at {}:{CALLS_B_AT}:23)",
+            file!()
         )
     );
     assert_eq!(version, h.log.next_version(), "nothing was written");
@@ -541,6 +545,9 @@ async fn a_sleep_longer_than_the_lease_gives_up_the_run_at_once() {
     );
 }
 
+/// The line of `submits`' submit, which a divergence names.
+const SUBMITS_AT: u32 = line!() + 9;
+
 /// Submits `function(n)` into the join set `n:work` and awaits it.
 async fn submits(
     ctx: WorkflowCtx,
@@ -574,7 +581,9 @@ async fn a_replayed_child_request_must_name_the_same_function_and_parameters() {
         reason,
         format!(
             "the replay diverged at version 3: the log holds a request for child {child} of \
-             test:wf/api.a with parameters 7, the code called test:wf/api.b with parameters 7"
+             test:wf/api.a with parameters 7, the code called test:wf/api.b with parameters 7 \
+             (at {}:{SUBMITS_AT}:8)",
+            file!()
         )
     );
     let WorkerResult::Err(WorkerError::Parked { reason, .. }) =
@@ -583,7 +592,7 @@ async fn a_replayed_child_request_must_name_the_same_function_and_parameters() {
         panic!("other parameters are nondeterminism");
     };
     assert!(
-        reason.ends_with("the code called test:wf/api.a with parameters 8"),
+        reason.contains("the code called test:wf/api.a with parameters 8 (at "),
         "{reason}"
     );
     // The same code replays the request.
@@ -748,8 +757,11 @@ async fn a_probe_of_changed_code_names_where_it_diverges() {
     let (h, _) = recorded_version_one().await;
     assert_eq!(
         diverged(h.probe(calls_b_first).await),
-        "the replay diverged at version ?: the log holds the opening of join set o:1-a, the \
-         code opened join set o:1-b"
+        format!(
+            "the replay diverged at version ?: the log holds the opening of join set o:1-a, the \
+             code opened join set o:1-b (at {}:{CALLS_B_AT}:23)",
+            file!()
+        )
     );
     assert!(
         diverged(h.probe(stops_after_the_call).await).ends_with("the code returned"),

@@ -9,11 +9,16 @@
 
 pub mod fixture;
 mod lifecycle;
+mod versioning;
 
 pub use lifecycle::{
     w14_promise_completed_before_it_is_awaited, w15_workflow_cancelled_while_waiting,
     w16_activity_stops_early_when_cancelled,
     w17_promise_given_up_at_its_deadline_is_cancelled_and_pruned, w18_typed_schedules_client,
+};
+pub use versioning::{
+    w19_a_patch_changes_the_code_with_executions_in_flight,
+    w20_typed_joins_per_call_options_and_status,
 };
 
 use crate::StoreFactory;
@@ -121,6 +126,9 @@ async fn evolves_v1(ctx: WorkflowCtx, n: u64) -> Result<u64> {
     ctx.sleep(Duration::from_secs(3600)).await;
     Ok(ctx.call(&DOUBLE, &n).await?)
 }
+
+/// The line of `evolves_v2`'s call, which its divergence names.
+const EVOLVES_V2_CALL_AT: u32 = line!() + 4;
 
 /// A changed version: calls DOUBLE first.
 async fn evolves_v2(ctx: WorkflowCtx, n: u64) -> Result<u64> {
@@ -495,15 +503,21 @@ async fn replayed_by_changed_code<F: StoreFactory>(
     (f, handle)
 }
 
-const DIVERGENCE: &str = "the replay diverged at version 2: the log holds the opening of join \
-                          set o:1, the code opened join set o:1-double";
+/// How `evolves_v2` diverges from a log of `evolves_v1`, and where in its source.
+fn divergence() -> String {
+    format!(
+        "the replay diverged at version 2: the log holds the opening of join set o:1, the code \
+         opened join set o:1-double (at {}:{EVOLVES_V2_CALL_AT}:23)",
+        file!()
+    )
+}
 
 /// W10: changed code replaying a recorded history, under the `Fail` policy, finishes the
 /// execution with `NondeterminismDetected`, naming the version and both sides.
 pub async fn w10_nondeterminism_fails_under_the_fail_policy<F: StoreFactory>(factory: &F) {
     let (f, handle) = replayed_by_changed_code(factory, NondeterminismPolicy::Fail).await;
     let reason = nondeterminism(handle.result_within(SAFETY).await);
-    assert_eq!(reason, DIVERGENCE);
+    assert_eq!(reason, divergence());
     f.close().await;
 }
 
@@ -520,7 +534,10 @@ pub async fn w11_nondeterminism_parks_under_the_default_policy<F: StoreFactory>(
             log.pending_state.is_parked()
         })
         .await;
-    assert_eq!(log.parked().map(|(reason, _)| reason), Some(DIVERGENCE));
+    assert_eq!(
+        log.parked().map(|(reason, _)| reason.to_owned()),
+        Some(divergence())
+    );
     assert_eq!(
         concepts::temporary_event_count(&log.events),
         0,
@@ -685,6 +702,8 @@ macro_rules! workflow_scenario_tests {
             w16_activity_stops_early_when_cancelled,
             w17_promise_given_up_at_its_deadline_is_cancelled_and_pruned,
             w18_typed_schedules_client,
+            w19_a_patch_changes_the_code_with_executions_in_flight,
+            w20_typed_joins_per_call_options_and_status,
         );
     };
 }

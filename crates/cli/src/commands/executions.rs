@@ -357,6 +357,9 @@ fn timeline(log: &ExecutionLog) -> String {
             );
         }
     }
+    if let Some(status) = log.status() {
+        let _ = writeln!(text, "Status     {status}");
+    }
     if let Some(result) = log.finished_result() {
         let _ = writeln!(text, "Result     {}", render::result(result));
     }

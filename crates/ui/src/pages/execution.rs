@@ -165,6 +165,9 @@ pub(crate) fn live(read: &Read, now: DateTime<Utc>) -> Markup {
             dl.facts {
                 dt { "State" } dd #state { (layout::badge(&view.state)) }
                 dt { "In words" } dd #pending { (in_words(&view.state.data, view.created_at, now)) }
+                @if let Some(status) = &view.status {
+                    dt { "Status" } dd #status { (crate::json::render(status)) }
+                }
                 dt { "Result" } dd #result {
                     @match &view.result { Some(found) => (result(found)), None => span.none { "not finished" } }
                 }

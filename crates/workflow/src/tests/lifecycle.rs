@@ -2,7 +2,7 @@
 //! the promises a finished workflow cancels, and a warm wait that a cancellation ends.
 
 use super::*;
-use crate::{ChildError, FunctionFailure, ctx::promise_id};
+use crate::{ChildError, FunctionFailure, join_set::promise_id};
 
 fn approval() -> ExecutionId {
     promise_id(&parent(), "approval").expect("a legal name")
