@@ -4,7 +4,10 @@
 //! Run it with `cargo run --example order`. It opens a fresh SQLite database (the embedded,
 //! durable default), starts a node (one executor for the workflow, one for the activities and
 //! the timers watcher), submits three orders, and prints what happened to each, then the log
-//! of the last.
+//! of the last. `cargo run --example order -- FILE` also writes the last order's history to
+//! FILE, as `stele executions export` prints it: `order.history.json` beside this file is one,
+//! which the tests at the end replay through the code to check that a change of it still
+//! agrees with executions in flight.
 
 #![expect(clippy::print_stdout, reason = "an example prints what happened")]
 
@@ -14,7 +17,9 @@ use node::Node;
 use serde::{Deserialize, Serialize};
 use std::{sync::Arc, time::Duration};
 use storage_sqlite::{SqliteConfig, SqlitePool};
-use workflow::{ActivityCtx, Client, Function, Response, WorkflowCtx, WorkflowError};
+use workflow::{
+    ActivityCtx, Client, Function, RecordedHistory, Response, WorkflowCtx, WorkflowError,
+};
 
 // The functions, as typed handles: a name plus parameter and result types.
 const CHARGE: Function<Charge, Payment> = Function::new("shop:payments/api.charge");
@@ -177,6 +182,11 @@ async fn main() -> anyhow::Result<()> {
     }
     if let Some(id) = last {
         print_log(db.as_ref(), &id).await?;
+        if let Some(file) = std::env::args().nth(1) {
+            let history = RecordedHistory::read(db.as_ref(), &id).await?;
+            std::fs::write(&file, serde_json::to_string_pretty(&history)? + "\n")?;
+            println!("its history: {file}");
+        }
     }
 
     node.shutdown(Duration::from_secs(5)).await;
@@ -219,4 +229,60 @@ async fn print_log(db: &dyn DbConnection, id: &ExecutionId) -> anyhow::Result<()
         );
     }
     Ok(())
+}
+
+/// Replay checks: the recorded history of an order (`order.history.json`, written by this
+/// example) replayed through the code, without a store; run by `cargo test --example order`.
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use workflow::{ReplayError, Replayer};
+
+    fn recorded() -> RecordedHistory {
+        serde_json::from_str(include_str!("order.history.json")).expect("a recorded history")
+    }
+
+    #[test]
+    fn the_recorded_order_replays_through_the_code() {
+        let replayer = Replayer::new().register(&ORDER, order).unwrap();
+        replayer
+            .replay(&recorded())
+            .expect("the code agrees with its log");
+    }
+
+    /// A change that ships the items in another order: executions in flight would diverge.
+    async fn ships_in_reverse(
+        ctx: WorkflowCtx,
+        mut order: Order,
+    ) -> Result<Receipt, WorkflowError<String>> {
+        order.items.reverse();
+        super::order(ctx, order).await
+    }
+
+    #[test]
+    fn a_change_of_the_shipping_is_named_with_its_event_and_call_site() {
+        let replayer = Replayer::new().register(&ORDER, ships_in_reverse).unwrap();
+        let Err(ReplayError::Nondeterminism {
+            version,
+            reason,
+            at,
+            ..
+        }) = replayer.replay(&recorded())
+        else {
+            panic!("reordered shipping diverges");
+        };
+        let source = include_str!("order.rs");
+        let line = (source
+            .lines()
+            .position(|line| line.contains("shipping.submit(&SHIP, item)")))
+        .expect("the submit of a shipment")
+            + 1;
+        let at = at.expect("a call site");
+        assert!(at.starts_with(&format!("{}:{line}:", file!())), "{at}");
+        assert_eq!(version, Some(concepts::Version(6)), "{reason}");
+        assert!(
+            reason.contains("of shop:shipping/api.ship with parameters \"lamp\", the code called shop:shipping/api.ship with parameters \"piano\""),
+            "{reason}"
+        );
+    }
 }

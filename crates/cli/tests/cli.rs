@@ -254,6 +254,30 @@ fn demo_summary_adds_up_and_inspection_shows_what_the_log_holds() {
     let children = u64_at(&events[0], "/event/Created/params/children");
     assert_eq!(doc["responses"].as_array().unwrap().len() as u64, children);
 
+    // `export` prints the history that a replayer checks code against, without a store.
+    let exported = run(&["--db", db, "executions", "export", id]);
+    assert_eq!(exported.code, 0, "{}", exported.stderr);
+    let history: workflow::RecordedHistory = serde_json::from_str(&exported.stdout).unwrap();
+    assert_eq!(history.events.len(), events.len());
+    assert_eq!(history.children.len() as u64, children);
+    let replayer = workflow::Replayer::new()
+        .register(&cli::workers::fanout::FANOUT, cli::workers::fanout::fanout)
+        .unwrap();
+    replayer
+        .replay(&history)
+        .expect("the demo's own code agrees");
+    run_failing(
+        &[
+            "--db",
+            db,
+            "executions",
+            "export",
+            "E_01KCZ8JPZ4NWNHBVH5M8T4D2QZ",
+        ],
+        3,
+        "E_01KCZ8JPZ4NWNHBVH5M8T4D2QZ",
+    );
+
     let text = run(&["--db", db, "executions", "show", id]);
     assert_eq!(text.code, 0, "{}", text.stderr);
     assert!(

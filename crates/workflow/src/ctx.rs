@@ -218,7 +218,7 @@ impl WorkflowCtx {
     /// Records `JoinSetCreate(n:<name>)` and a `JoinSetRequest` for the child
     /// `<this execution>.n:<name>_1` of the stub function `stele:stub.<name>`, created in the
     /// same transaction; no executor runs it. Whoever knows its id ([`Promise::id`], or
-    /// [`promise_id`] from this execution's id and the name) completes it with
+    /// [`promise_id`](crate::promise_id) from this execution's id and the name) completes it with
     /// `Client::complete`, which answers this workflow in the same transaction; awaiting it
     /// ([`Promise::wait`], [`Promise::wait_within`]) records the `JoinNext`.
     ///
@@ -405,21 +405,12 @@ impl WorkflowCtx {
     /// before the patch existed, which holds something else here, gets `false` and records
     /// nothing, so that the old branch replays the old log.
     ///
-    /// The life of one change:
-    /// 1. Version 1 calls `ctx.call(&CHARGE, &order)`.
-    /// 2. Version 2 must charge with tax. It writes
-    ///    `if ctx.patched("charge-with-tax").await { ctx.call(&CHARGE_WITH_TAX, &order) }
-    ///    else { ctx.call(&CHARGE, &order) }`: executions recorded by version 1 replay the old
-    ///    branch, new ones record the marker and take the new branch.
-    /// 3. Once no execution that started before version 2 is unfinished (`stele executions
-    ///    list` shows them), version 3 retires the patch: it keeps only the new branch and
-    ///    writes `ctx.deprecate_patch("charge-with-tax").await` where the patch was, so that
-    ///    the logs that hold the marker still replay.
-    /// 4. Once none of those is unfinished either, version 4 drops that line too.
+    /// The life of one change, step by step, is in the crate's documentation ("Changing a
+    /// workflow's code").
     ///
-    /// Removing a patch whose marker is in the log of an unfinished execution (skipping step
-    /// 3) is nondeterminism, handled by the worker's [`crate::NondeterminismPolicy`]. A patch
-    /// name is used once per run.
+    /// Removing a patch whose marker is in the log of an unfinished execution is
+    /// nondeterminism, handled by the worker's [`crate::NondeterminismPolicy`]. A patch name is
+    /// used once per run.
     #[track_caller]
     pub fn patched(&self, patch: &str) -> impl Future<Output = bool> {
         let at = Location::caller();
@@ -432,7 +423,8 @@ impl WorkflowCtx {
         }
     }
 
-    /// A retired patch ([`WorkflowCtx::patched`], step 3): the marker of `patch`, when the log
+    /// A retired patch ([`WorkflowCtx::patched`]; step 4 of the crate's "Changing a workflow's
+    /// code"): the marker of `patch`, when the log
     /// holds it here, is replayed; nothing is recorded.
     #[track_caller]
     pub fn deprecate_patch(&self, patch: &str) -> impl Future<Output = ()> {

@@ -104,7 +104,8 @@
 //! function and parameters, read back from the children's `Created` events once per run
 //! before the replay). A delay's duration is not compared: its expiry was computed from the
 //! time of the first run. A mismatch is reported as
-//! `the replay diverged at version V: the log holds X, the code Y` (the finished error reads
+//! `the replay diverged at version V: the log holds X, the code Y (at file:line:column)`, the
+//! source location of the operation the code made (the finished error reads
 //! `nondeterminism detected: the replay diverged at ...`), and the worker's
 //! [`NondeterminismPolicy`] decides: park the execution (the default: one `Unlocked` event,
 //! no executor locks it until a probe finds that the code running now replays its log without
@@ -114,6 +115,35 @@
 //! things that complete inside a workflow are its operations. Awaiting anything else (a tokio
 //! sleep, a channel, I/O), or two operations at once (`join!`, `select!`), is a determinism
 //! violation, reported under the same policy; concurrency goes through join sets.
+//!
+//! # Changing a workflow's code
+//!
+//! Executions in flight replay their logs through the code that runs now, so a change of a
+//! workflow's code must keep agreeing with the logs recorded by the code before it. A change
+//! goes behind a patch ([`WorkflowCtx::patched`]); its life, step by step, for a workflow that
+//! charges an order and must now charge it with tax:
+//!
+//! 1. Version 1 calls `ctx.call(&CHARGE, &order).await?`.
+//! 2. Version 2 writes
+//!    `if ctx.patched("charge-with-tax").await { ctx.call(&CHARGE_WITH_TAX, &order).await? }
+//!    else { ctx.call(&CHARGE, &order).await? }`. A new execution, or one whose log ends
+//!    before this point, records the patch's marker and takes the new branch; an execution
+//!    whose log (recorded by version 1) holds something else here gets `false` and replays
+//!    the old branch.
+//! 3. Before deploying it, check it against recorded histories in a test: `stele executions
+//!    export ID` prints one as JSON, and a [`Replayer`] replays it through the code without a
+//!    store, naming the first event that differs, what the code did instead and where
+//!    ([`ReplayError::Nondeterminism`]). The `order` example of the `cli` crate does this with
+//!    its `order.history.json`.
+//! 4. Once no execution that started before version 2 is unfinished
+//!    (`stele executions list --ffqn ... --state ...` shows them), version 3 retires the patch:
+//!    it keeps only the new branch and writes `ctx.deprecate_patch("charge-with-tax").await`
+//!    where the patch was, so that the logs that hold the marker still replay.
+//! 5. Once none of those is unfinished either, version 4 drops that line too.
+//!
+//! Removing a patch whose marker is in the log of an unfinished execution (skipping step 4) is
+//! nondeterminism, handled by the worker's [`NondeterminismPolicy`]; under the default policy
+//! the execution is parked, and deploying code that agrees with its log takes it up again.
 //!
 //! # Waiting
 //!
@@ -142,6 +172,7 @@ mod driver;
 mod error;
 mod function;
 mod join_set;
+mod replay;
 mod schedules;
 mod state;
 mod store;
@@ -153,6 +184,7 @@ pub use driver::NondeterminismPolicy;
 pub use error::{ChildError, ClientError, FunctionFailure, RegistrationError, WorkflowError};
 pub use function::Function;
 pub use join_set::{ChildOptions, JoinSet, Promise, TypedJoinSet, promise_id};
+pub use replay::{RecordedChild, RecordedHistory, ReplayError, Replayer};
 pub use schedules::Schedules;
 pub use worker::{ActivityCtx, ActivityWorker, WorkflowWorker};
 

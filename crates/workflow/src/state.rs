@@ -454,16 +454,7 @@ impl RunState {
 
     /// The children the recorded history requested, in order.
     pub(crate) fn recorded_child_requests(&self) -> Vec<ExecutionId> {
-        self.history
-            .iter()
-            .filter_map(|event| match event {
-                HistoryEvent::JoinSetRequest {
-                    request: JoinSetRequest::ChildExecutionRequest { child_execution_id },
-                    ..
-                } => Some(child_execution_id.clone()),
-                _ => None,
-            })
-            .collect()
+        child_requests(&self.history)
     }
 
     /// True when the buffer holds `JoinNext`s only (and so creates no child).
@@ -756,4 +747,18 @@ pub(crate) fn describe(event: &HistoryEvent) -> String {
         ),
         HistoryEvent::Schedule { execution_id, .. } => format!("the scheduling of {execution_id}"),
     }
+}
+
+/// The children `history` requests, in order.
+pub(crate) fn child_requests(history: &[HistoryEvent]) -> Vec<ExecutionId> {
+    history
+        .iter()
+        .filter_map(|event| match event {
+            HistoryEvent::JoinSetRequest {
+                request: JoinSetRequest::ChildExecutionRequest { child_execution_id },
+                ..
+            } => Some(child_execution_id.clone()),
+            _ => None,
+        })
+        .collect()
 }

@@ -777,3 +777,149 @@ async fn a_probe_of_changed_code_names_where_it_diverges() {
     );
     assert!(reason.contains("not a workflow operation"), "{reason}");
 }
+
+const FLOW: Function<u64, u64> = Function::new("test:wf/flows.flow");
+
+impl Harness {
+    /// The log so far as an export holds it: `Created` (of `FLOW`, parameters 7), a `Locked`,
+    /// the history, the responses and the children's functions and parameters.
+    fn recorded(&self) -> crate::RecordedHistory {
+        let at = self.clock.now();
+        let event = |event| concepts::ExecutionEvent {
+            created_at: at,
+            event,
+        };
+        let created = CreateRequest {
+            created_at: at,
+            execution_id: parent(),
+            ffqn: FLOW.ffqn().unwrap(),
+            params: Json(json!(7)),
+            parent: None,
+            scheduled_at: at,
+            retry_exp_backoff: Duration::from_secs(1),
+            max_retries: 0,
+            component_id: ComponentId::new("test", "flows").unwrap(),
+            metadata: ExecutionMetadata::default(),
+            scheduled_by: None,
+        };
+        let locked = concepts::ExecutionEventInner::Locked(concepts::Locked {
+            component_id: ComponentId::new("test", "flows").unwrap(),
+            executor_id: concepts::ExecutorId::generate_at(at),
+            run_id: RunId::generate_at(at),
+            lock_expires_at: at,
+        });
+        let mut events = vec![created.to_created_event(), event(locked)];
+        events.extend(
+            self.log.history().into_iter().map(|history| {
+                event(concepts::ExecutionEventInner::HistoryEvent { event: history })
+            }),
+        );
+        let children = (self.log.children.lock().unwrap().iter())
+            .map(|child| crate::RecordedChild {
+                execution_id: child.execution_id.clone(),
+                function: child.ffqn.clone(),
+                params: child.params.clone(),
+            })
+            .collect();
+        crate::RecordedHistory {
+            execution_id: parent(),
+            events,
+            responses: self.responses.clone(),
+            children,
+        }
+    }
+}
+
+fn replayer<F, Fut>(workflow: F) -> crate::Replayer
+where
+    F: Fn(WorkflowCtx, u64) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<u64, WorkflowError<String>>> + Send + 'static,
+{
+    crate::Replayer::new().register(&FLOW, workflow).unwrap()
+}
+
+#[tokio::test]
+async fn a_recorded_history_replays_through_its_own_code_and_through_json() {
+    let (h, _) = recorded_version_one().await;
+    let history = h.recorded();
+    replayer(version_one)
+        .replay(&history)
+        .expect("the same code agrees");
+    let text = serde_json::to_string(&history).unwrap();
+    let read: crate::RecordedHistory = serde_json::from_str(&text).unwrap();
+    assert_eq!(read, history);
+    replayer(version_one)
+        .replay(&read)
+        .expect("and after a JSON round trip");
+    // Half a history (a run that waits) replays too.
+    let mut half = Harness::new();
+    assert!(matches!(
+        half.run(version_one).await,
+        WorkerResult::DbUpdatedByWorker
+    ));
+    let child = half.child_ids()[0].clone();
+    half.child_ok(&child, 14);
+    replayer(version_one)
+        .replay(&half.recorded())
+        .expect("agrees up to its end");
+}
+
+#[tokio::test]
+async fn a_replay_of_changed_code_names_the_event_the_operation_and_the_call_site() {
+    let (h, _) = recorded_version_one().await;
+    let history = h.recorded();
+    let Err(crate::ReplayError::Nondeterminism {
+        version,
+        reason,
+        at,
+        ..
+    }) = replayer(calls_b_first).replay(&history)
+    else {
+        panic!("another function diverges");
+    };
+    let site = format!("{}:{CALLS_B_AT}:23", file!());
+    assert_eq!(version, Some(Version(2)));
+    assert_eq!(at.as_deref(), Some(site.as_str()));
+    assert_eq!(
+        reason,
+        format!(
+            "the replay diverged at version 2: the log holds the opening of join set o:1-a, the \
+             code opened join set o:1-b (at {site})"
+        )
+    );
+    // The same function with other parameters: the child's `Created` event tells them apart.
+    let submitted = Harness::new();
+    assert!(matches!(
+        submitted.run(|ctx, n| submits(ctx, &A, n)).await,
+        WorkerResult::DbUpdatedByWorker
+    ));
+    let Err(crate::ReplayError::Nondeterminism {
+        version,
+        reason,
+        at,
+        ..
+    }) = replayer(|ctx, n| submits(ctx, &A, n + 1)).replay(&submitted.recorded())
+    else {
+        panic!("other parameters diverge");
+    };
+    assert_eq!(version, Some(Version(3)));
+    assert_eq!(at, Some(format!("{}:{SUBMITS_AT}:8", file!())));
+    assert!(
+        reason.contains("the log holds a request for child")
+            && reason
+                .contains("with parameters 7, the code called test:wf/api.a with parameters 8"),
+        "{reason}"
+    );
+    // A history of a workflow the replayer does not know.
+    let unknown = crate::Replayer::new()
+        .register(
+            &Function::<u64, u64>::new("test:wf/flows.other"),
+            version_one,
+        )
+        .unwrap()
+        .replay(&history);
+    assert!(
+        matches!(unknown, Err(crate::ReplayError::NotRegistered { .. })),
+        "{unknown:?}"
+    );
+}

@@ -6,25 +6,24 @@ use crate::{
     driver::{NondeterminismPolicy, Outcome, Probed, RunLimits, drive},
     error::{RegistrationError, WorkflowError},
     function::Function,
-    state::{ChildDefaults, Fault, RunState},
+    state::{ChildDefaults, RunState},
     store::RunStore,
 };
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use concepts::{
     ClockFn, ComponentId, DbConnection, ExecutionEventInner, ExecutionId, ExecutionLog,
-    ExecutionMetadata, FinishedExecutionResult, FunctionFqn, HistoryEvent, Json, RunId,
-    SupportedFunctionReturnValue,
+    ExecutionMetadata, FinishedExecutionResult, FunctionFqn, Json, SupportedFunctionReturnValue,
 };
 use executor::{Cancellation, FatalError, Probe, Worker, WorkerContext, WorkerError, WorkerResult};
 use futures_util::future::BoxFuture;
 use serde::{Serialize, de::DeserializeOwned};
 use std::{collections::HashMap, future::Future, sync::Arc, sync::Mutex, time::Duration};
 
-type StartWorkflow =
+pub(crate) type StartWorkflow =
     dyn Fn(WorkflowCtx, Json) -> Result<BoxFuture<'static, Outcome>, String> + Send + Sync;
 
-fn register_name<P, R>(
+pub(crate) fn register_name<P, R>(
     ffqns: &[FunctionFqn],
     function: &Function<P, R>,
 ) -> Result<FunctionFqn, RegistrationError> {
@@ -245,64 +244,35 @@ impl<C: ClockFn> Worker for WorkflowWorker<C> {
     /// and without writing: it proceeds once the replay agrees with every recorded event it
     /// reaches (see [`NondeterminismPolicy::Park`]).
     async fn probe(&self, log: &ExecutionLog) -> Probe {
-        let Some(ExecutionEventInner::Created {
-            ffqn,
-            params,
-            metadata,
-            ..
-        }) = log.events.first().map(|event| &event.event)
+        let Some(ExecutionEventInner::Created { ffqn, params, .. }) =
+            log.events.first().map(|event| &event.event)
         else {
             return Probe::Stays("the log has no `Created` event".to_string());
         };
         let Some(start) = self.workflows.get(ffqn).cloned() else {
             return Probe::Stays(format!("no workflow {ffqn} is registered on this worker"));
         };
-        let history: Vec<HistoryEvent> = (log.events.iter())
-            .filter_map(|event| match &event.event {
-                ExecutionEventInner::HistoryEvent { event } => Some(event.clone()),
-                _ => None,
-            })
-            .collect();
-        let clock = self.clock.clone();
-        let clock: Clock = Arc::new(move || clock.now());
-        let mut state = RunState::new(
-            log.execution_id.clone(),
-            RunId::generate_at(clock()),
-            metadata.clone(),
-            self.children.clone(),
-            history,
-            log.responses.clone(),
-        )
-        .probing();
-        let requested = state.recorded_child_requests();
-        if !requested.is_empty() {
-            match crate::store::children_created(self.db.as_ref(), requested).await {
-                Ok(children) => state.recorded_children = children,
-                Err(err) => return Probe::Stays(format!("its children cannot be read: {err}")),
-            }
-        }
-        let shared = Arc::new(Shared {
-            state: Mutex::new(state),
-            clock,
-        });
-        let Ok(mut future) = start(WorkflowCtx::new(shared.clone()), params.clone()) else {
-            // Parameters this code cannot decode: a run finishes it with that error.
-            return Probe::Proceeds;
+        let history = crate::replay::history_of(&log.events);
+        let requested = crate::state::child_requests(&history);
+        let children = match crate::store::children_created(self.db.as_ref(), requested).await {
+            Ok(children) => children,
+            Err(err) => return Probe::Stays(format!("its children cannot be read: {err}")),
         };
-        match crate::driver::probe(&shared, &mut future) {
-            Probed::Agrees => Probe::Proceeds,
-            Probed::Diverges(fault) => {
-                let at = match &fault {
-                    Fault::Nondeterminism { history_index, .. } => {
-                        history_version(log, *history_index).map_or_else(
-                            || format!("history event {history_index}"),
-                            |v| format!("version {v}"),
-                        )
-                    }
-                    Fault::Determinism(_) | Fault::Trap(_) => String::new(),
-                };
-                Probe::Stays(fault.reason(&at))
-            }
+        let probed = crate::replay::probe_log(
+            start.as_ref(),
+            log,
+            history,
+            params.clone(),
+            children,
+            self.children.clone(),
+        );
+        match probed {
+            // Parameters this code cannot decode: a run finishes it with that error.
+            Err(_) | Ok(Probed::Agrees) => Probe::Proceeds,
+            Ok(Probed::Diverges(fault)) => match crate::replay::nondeterminism(log, fault) {
+                crate::ReplayError::Nondeterminism { reason, .. } => Probe::Stays(reason),
+                other => Probe::Stays(other.to_string()),
+            },
         }
     }
 }

@@ -19,6 +19,10 @@ pub enum ExecutionsCommand {
     List(ListArgs),
     /// Show one execution: its event log as a timeline, its join set responses and its state.
     Show(ShowArgs),
+    /// Print one execution's history as JSON (its log, its responses and its children's
+    /// functions and parameters): what `workflow::Replayer` replays in a test, without a store,
+    /// to check that changed workflow code still agrees with it.
+    Export(ExportArgs),
     /// Wait until an execution finishes and print its result (read-only).
     ///
     /// The result is printed whatever it is (exit 0); `--json` gives its kind and value to
@@ -74,10 +78,17 @@ pub struct ShowArgs {
     json: bool,
 }
 
+#[derive(Debug, clap::Args)]
+pub struct ExportArgs {
+    /// The execution id.
+    id: String,
+}
+
 pub async fn run(url: &DatabaseUrl, command: ExecutionsCommand) -> Result<(), CliError> {
     match command {
         ExecutionsCommand::List(args) => list(url, args).await,
         ExecutionsCommand::Show(args) => show(url, args).await,
+        ExecutionsCommand::Export(args) => export(url, args).await,
         ExecutionsCommand::Wait(args) => operate::wait(url, args).await,
         ExecutionsCommand::Cancel(args) => operate::cancel(url, args).await,
         ExecutionsCommand::Complete(args) => operate::complete(url, args).await,
@@ -185,6 +196,20 @@ struct ShowDocument<'a> {
     next_version: Version,
     events: Vec<VersionedEvent<'a>>,
     responses: &'a [JoinSetResponseEventOuter],
+}
+
+async fn export(url: &DatabaseUrl, args: ExportArgs) -> Result<(), CliError> {
+    let execution_id = parse_execution_id(&args.id)?;
+    let history = with_store(url, OpenMode::Inspection, async |db| {
+        workflow::RecordedHistory::read(db.as_ref(), &execution_id)
+            .await
+            .map_err(|err| match err {
+                concepts::DbError::NotFound(_) => CliError::no_execution(&execution_id, url),
+                other => CliError::db(format!("cannot read execution {execution_id}"), other),
+            })
+    })
+    .await?;
+    print_json(&history)
 }
 
 async fn show(url: &DatabaseUrl, args: ShowArgs) -> Result<(), CliError> {
