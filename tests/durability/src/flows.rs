@@ -75,3 +75,37 @@ pub async fn flow(ctx: WorkflowCtx, params: [u64; 1]) -> Result<u64, WorkflowErr
     let echoed = ctx.call(&NOOP, &[sum + salt]).await?;
     Ok(echoed - salt)
 }
+
+/// The patch of [`flow_v2`].
+pub const PATCH: &str = "plus-one";
+
+/// The result of the workflow of index `idx` under version 2's new branch.
+#[must_use]
+pub fn expected_result_v2(idx: u64) -> u64 {
+    expected_result(idx) + 1
+}
+
+/// Version 2 of [`flow`] (`--workflow-version 2`): after the fan-out, behind the patch
+/// [`PATCH`], its last call asks for one more. An execution whose log (recorded by version 1)
+/// goes on past the fan-out keeps version 1's branch and result; one that reaches the patch
+/// past its recorded history takes the new branch ([`expected_result_v2`]). Its history is
+/// [`EXPECTED_SHAPE`] with the patch's marker (`Persist`) after the fan-out.
+///
+/// # Errors
+/// An unhandled child failure.
+pub async fn flow_v2(ctx: WorkflowCtx, params: [u64; 1]) -> Result<u64, WorkflowError<String>> {
+    let idx = params[0];
+    let salt = ctx.random_u64(0..=1_000).await;
+    let children = ctx.join_set_named("children");
+    for k in 1..=3 {
+        children.submit(&NOOP, &[idx * 10 + k]);
+    }
+    let mut sum = 0;
+    while let Some(Response::Child(child)) = children.next().await {
+        sum += child.into_result::<u64>()?;
+    }
+    let more = u64::from(ctx.patched(PATCH).await);
+    ctx.sleep(SLEEP).await;
+    let echoed = ctx.call(&NOOP, &[sum + more + salt]).await?;
+    Ok(echoed - salt)
+}

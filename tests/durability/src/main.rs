@@ -136,6 +136,10 @@ struct RunArgs {
     /// children come on top).
     #[arg(long, value_enum, default_value_t = WorkloadKind::Noop)]
     workload: WorkloadKind,
+    /// With `--workload workflow`: the version of the workflow's code this node runs
+    /// (`durability::flows::flow`, or `flow_v2`, which changes it behind a patch).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=2))]
+    workflow_version: u8,
     /// The lease of each run, in milliseconds.
     #[arg(long, default_value_t = 1_500)]
     lock_expiry_ms: u64,
@@ -376,8 +380,12 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         let executor_tick = args.executor_tick_ms.map_or(tick, Duration::from_millis);
         builder = builder.worker_through(worker.clone(), settings(executor_tick), traced.clone());
         if args.workload == WorkloadKind::Workflow {
+            builder = if args.workflow_version == 2 {
+                builder.workflow(&flows::FLOW, flows::flow_v2)
+            } else {
+                builder.workflow(&flows::FLOW, flows::flow)
+            };
             builder = builder
-                .workflow(&flows::FLOW, flows::flow)
                 .child_settings(
                     workload.component_id.clone(),
                     args.max_retries,

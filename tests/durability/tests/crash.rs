@@ -714,6 +714,95 @@ fn postgres_workflows_killed_and_restarted_finish_as_uninterrupted() {
     workflows_kill_and_restart(&store);
 }
 
+/// Workflows of version 1 in flight when their node is SIGKILLed, restarted with version 2
+/// (`--workflow-version 2`, which changes the last call behind a patch): every workflow
+/// finishes once, with the result its version defines: version 1's when its log went past
+/// the patch's place before the restart (the replay answers `false`), version 2's, marker in
+/// its log, when it reached that place under version 2. Both kinds occur, and some of version 1
+/// finished under version 2 (more without the marker than had finished before the kill); no
+/// execution is parked or failed.
+#[test]
+fn sqlite_workflows_of_version_1_killed_and_restarted_with_version_2_finish_as_their_version_defines()
+ {
+    let store = Store::sqlite();
+    let version = |v: &'static str| [&workflow_args()[..], &["--workflow-version", v]].concat();
+    let killed = Node::start_with(&store, "version-1", WORKFLOWS, &version("1"))
+        .kill_when(|p| p.progress >= WORKFLOWS / 2);
+    assert!(
+        killed.progress < WORKFLOWS,
+        "version 1 finished everything before its kill"
+    );
+    let finished_by_version_1 = killed.progress;
+    let last = Node::start_with(&store, "version-2", WORKFLOWS, &version("2")).finish();
+    eprintln!("version-2: {}", last.summary.expect("checked by finish"));
+    runtime().block_on(async {
+        let db = store.open(None).await;
+        let top_level = concepts::ListExecutionsFilter {
+            top_level_only: true,
+            ..concepts::ListExecutionsFilter::default()
+        };
+        let all = db.list_all_executions(top_level).await.expect("list");
+        assert_eq!(all.len(), WORKFLOWS);
+        let (mut first, mut second) = (0, 0);
+        for summary in &all {
+            let id = &summary.execution_id;
+            let log = db.get(id).await.unwrap_or_else(|e| panic!("get {id}: {e}"));
+            let Some(ExecutionEventInner::Created { params, .. }) =
+                log.events.first().map(|e| &e.event)
+            else {
+                panic!("{id}: the first event is not Created");
+            };
+            let index = params.0[0].as_u64().expect("the index");
+            let shape: Vec<String> = log
+                .events
+                .iter()
+                .filter_map(|e| match &e.event {
+                    ExecutionEventInner::HistoryEvent { event } => Some(flows::shape_of(event)),
+                    _ => None,
+                })
+                .collect();
+            let marked = shape.get(8).map(String::as_str) == Some("Persist");
+            let (expected_shape, expected_result) = if marked {
+                second += 1;
+                let mut shape = flows::EXPECTED_SHAPE.to_vec();
+                shape.insert(8, "Persist");
+                (shape, flows::expected_result_v2(index))
+            } else {
+                first += 1;
+                (
+                    flows::EXPECTED_SHAPE.to_vec(),
+                    flows::expected_result(index),
+                )
+            };
+            assert_eq!(
+                shape, expected_shape,
+                "{id}: a step recorded twice or left out"
+            );
+            let finished = (log.events.iter())
+                .filter(|e| matches!(e.event, ExecutionEventInner::Finished { .. }))
+                .count();
+            assert_eq!(finished, 1, "{id}: Finished events");
+            assert_eq!(
+                log.finished_result(),
+                Some(&Ok(SupportedFunctionReturnValue::InfallibleOrResultOk(
+                    Json(expected_result.into())
+                ))),
+                "{id}: not the result of its version (marker: {marked})"
+            );
+        }
+        eprintln!(
+            "versions: {first} finished with version 1's result ({finished_by_version_1} before \
+             the kill), {second} with version 2's"
+        );
+        assert!(second > 0, "no workflow took version 2's branch");
+        assert!(
+            first > finished_by_version_1,
+            "no workflow recorded by version 1 finished under version 2 with its result"
+        );
+        db.close().await;
+    });
+}
+
 /// Workflows of the identity test, 16 at a time: the kill finds most of them running.
 const IDENTITY_WORKFLOWS: usize = 48;
 /// The identity test's lease: long enough that a run resumed before it expired can only have
