@@ -197,7 +197,7 @@ async fn hostile_and_huge_reasons_render_inert_and_bounded() {
             .await
             .expect("locked");
         assert_eq!(locked.len(), 1);
-        locked[0].next_version.clone()
+        locked[0].next_version
     };
     for event in [
         ExecutionEventInner::TemporarilyFailed {
