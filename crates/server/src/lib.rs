@@ -10,7 +10,7 @@
 //! | `GET /api/v1/executions/{id}` | the execution: state, params, result, parent, responses | 200, 404 |
 //! | `GET /api/v1/executions/{id}/events` | its log from `from` (0), `limit` events | 200 a page and its `next` |
 //! | `GET /api/v1/executions/{id}/children` | its children, paged as the list is | 200, 404 |
-//! | `POST /api/v1/executions/{id}/cancel` | cancels it and its unfinished descendants, `{"reason"?}` | 200 cancelled or already finished, 404 |
+//! | `POST /api/v1/executions/{id}/cancel` | cancels it and its unfinished descendants, `{"reason"?}` (at most 4 KiB) | 200 cancelled or already finished, 404, 422 |
 //! | `POST /api/v1/executions/{id}/complete` | completes a promise, `{"value"}` | 200 completed or already completed, 404, 409 |
 //! | `GET /api/v1/executions/{id}/wait?timeout=30s` | waits for its result, at most [`ApiOptions::max_wait`] (60 s); the polls of one execution share one wait of the store | 200 finished, 202 still running, 404 |
 //! | `POST /api/v1/schedules` | creates a schedule, `{"name", "function", "params"?, "cron" or "every", "offset"?, "timezone"?, "overlap"?, "catchup_window"?, "jitter"?, "max_runs"?, "end"?}` (`node::schedules::ScheduleDraft`, checked against the catalog) | 201 created, 200 already existed, 400, 409 another definition, 422 |
@@ -80,6 +80,7 @@
 //! | 413 | `body_too_large` | a body over [`ApiOptions::body_limit`] (1 MiB) |
 //! | 415 | `unsupported_media_type` | a body without `Content-Type: application/json` |
 //! | 422 | `params_refused` | parameters the function cannot decode |
+//! | 422 | `reason_too_long` | a cancel's reason over `concepts::CancelRequest::MAX_REASON_BYTES` (4 KiB) |
 //! | 503 | `unavailable` | the store is unreachable or closed (retry later) |
 //! | 500 | `internal` | any other failure of the store |
 //!

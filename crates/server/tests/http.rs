@@ -405,6 +405,25 @@ async fn each_refusal_has_its_status(factory: &dyn StoreFactory) {
             "{path}"
         );
     }
+    let too_long = "r".repeat(concepts::CancelRequest::MAX_REASON_BYTES + 1);
+    let (status, body) = served
+        .post(
+            &format!("/executions/{unknown}/cancel"),
+            &json!({ "reason": too_long }),
+        )
+        .await;
+    assert_eq!(
+        (status, &body["error"]),
+        (StatusCode::UNPROCESSABLE_ENTITY, &json!("reason_too_long")),
+        "{body}"
+    );
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .contains("at most 4096 bytes"),
+        "{body}"
+    );
     let (status, body) = served.get("/executions/E_nope").await;
     assert_eq!(
         (status, &body["error"]),

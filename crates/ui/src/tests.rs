@@ -162,10 +162,9 @@ async fn hostile_and_huge_parameters_render_inert_and_bounded() {
     assert!(list.body.contains(id.as_str()));
 }
 
-/// The reasons a store records (a failed attempt's reason and detail, an `Unlocked` reason, a
-/// cancel's reason, which the API takes up to its 1 MiB body) and the metadata are cut as
-/// parameters are: before, each reason was put on the page (and in the timeline's tooltips)
-/// whole.
+/// The reasons a store records (a failed attempt's reason, an `Unlocked` reason, a cancel's
+/// reason, 4 KiB at most) and the metadata are cut as parameters are: before, each was put on
+/// the page (and in the timeline's tooltips) whole.
 #[tokio::test]
 async fn hostile_and_huge_reasons_render_inert_and_bounded() {
     use concepts::{ExecutionEventInner, ExecutorId, LockPendingRequest, OutcomeWrite};
@@ -227,7 +226,12 @@ async fn hostile_and_huge_reasons_render_inert_and_bounded() {
         .cancel(concepts::CancelRequest {
             execution_id: id.clone(),
             now: Now.now(),
-            reason: huge("cancelled"),
+            // The longest reason a cancel takes.
+            reason: {
+                let mut reason = huge("cancelled");
+                reason.truncate(concepts::CancelRequest::MAX_REASON_BYTES);
+                reason
+            },
         })
         .await
         .expect("cancelled");
@@ -247,7 +251,7 @@ async fn hostile_and_huge_reasons_render_inert_and_bounded() {
     }
     assert!(
         page.body.len() < 64 * 1024,
-        "five 1 MiB strings made a {} byte page",
+        "four 1 MiB strings and a 4 KiB one made a {} byte page",
         page.body.len()
     );
     assert!(page.body.contains("more characters"));
