@@ -32,7 +32,7 @@ use test_utils::forwarding::ForwardingDb;
 use tower::ServiceExt as _;
 
 /// Requests per run and backend.
-const CASES: usize = 600;
+const CASES: usize = 1_000;
 
 /// The routes of the API: method and path, `{id}` and `{name}` standing for a segment.
 const ROUTES: &[(&str, &str)] = &[
@@ -264,6 +264,7 @@ fn body(known: &Known) -> impl Strategy<Value = Vec<u8>> + use<> {
 }
 
 fn request(known: &Known) -> impl Strategy<Value = Drawn> + use<> {
+    let documents = documents(known);
     let methods = vec![
         Method::GET,
         Method::POST,
@@ -293,11 +294,16 @@ fn request(known: &Known) -> impl Strategy<Value = Drawn> + use<> {
             1 => proptest::collection::vec(any::<u8>(), 0..40).prop_map(Some),
         ],
         body(known),
-        0usize..3,
+        prop_oneof![2 => Just(0usize), 1 => Just(1), 1 => Just(2)],
         proptest::bool::weighted(0.2),
+        (
+            proptest::bool::weighted(0.4),
+            any::<proptest::sample::Index>(),
+            proptest::option::weighted(0.4, (any::<proptest::sample::Index>(), json_value())),
+        ),
     )
         .prop_map(
-            |(
+            move |(
                 (route_method, template),
                 method,
                 id,
@@ -308,20 +314,65 @@ fn request(known: &Known) -> impl Strategy<Value = Drawn> + use<> {
                 body,
                 server,
                 store_down,
-            )| Drawn {
-                method: method.unwrap_or_else(|| route_method.parse().expect("a method")),
-                path: format!(
-                    "/api/v1{}",
-                    template.replace("{id}", &id).replace("{name}", &name)
-                ),
-                query,
-                content_type,
-                authorization,
-                body,
-                server,
-                store_down,
+                (fitted, which, replaced),
+            )| {
+                let fitted = fitted
+                    .then(|| fitted_document(&documents, route_method, template, which))
+                    .flatten();
+                Drawn {
+                    // A document of its route is sent as JSON.
+                    content_type: if fitted.is_some() {
+                        Some("application/json".to_string())
+                    } else {
+                        content_type
+                    },
+                    body: match fitted {
+                        Some(mut document) => {
+                            if let (Some((field, value)), Some(fields)) =
+                                (replaced, document.as_object_mut())
+                                && !fields.is_empty()
+                            {
+                                let key = fields.keys().nth(field.index(fields.len())).cloned();
+                                if let Some(key) = key {
+                                    fields.insert(key, value);
+                                }
+                            }
+                            serde_json::to_vec(&document).expect("JSON")
+                        }
+                        None => body,
+                    },
+                    method: method.unwrap_or_else(|| route_method.parse().expect("a method")),
+                    path: format!(
+                        "/api/v1{}",
+                        template.replace("{id}", &id).replace("{name}", &name)
+                    ),
+                    query,
+                    authorization,
+                    server,
+                    store_down,
+                }
             },
         )
+}
+
+/// One of the valid documents of the route `method template`, if it takes a body.
+fn fitted_document(
+    documents: &[Value],
+    method: &str,
+    template: &str,
+    which: proptest::sample::Index,
+) -> Option<Value> {
+    let fitting: &[usize] = match (method, template) {
+        ("POST", "/executions") => &[0, 1],
+        ("POST", "/executions/{id}/cancel") => &[2],
+        ("POST", "/executions/{id}/complete") => &[3],
+        ("POST", "/schedules") | ("PUT", "/schedules/{name}") => &[4, 5],
+        ("POST", "/schedules/{name}/pause") => &[6],
+        ("POST", "/schedules/{name}/backfill") => &[7],
+        ("POST", "/schedules/{name}/resume" | "/schedules/{name}/trigger") => &[8],
+        _ => return None,
+    };
+    Some(documents[fitting[which.index(fitting.len())]].clone())
 }
 
 /// The axum request of `drawn`; `None` when its path and query make no URI at all (a client
