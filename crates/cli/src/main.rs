@@ -5,11 +5,11 @@
 
 mod commands;
 
-use clap::{Parser, error::ErrorKind};
+use clap::error::ErrorKind;
 use std::{process::ExitCode, time::Duration};
 
 fn main() -> ExitCode {
-    let cli = match commands::Cli::try_parse() {
+    let cli = match commands::Cli::parse_args() {
         Ok(cli) => cli,
         Err(err) => return usage_error(&err),
     };

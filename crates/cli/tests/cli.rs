@@ -730,7 +730,14 @@ struct Server {
 impl Server {
     /// Starts `stele --db DB serve ARGS` and returns once it says that it serves.
     fn start(db: &str, args: &[&str]) -> Self {
-        let command = stele(&[&["--db", db, "serve"][..], args].concat());
+        Self::start_with(db, args, &[])
+    }
+
+    /// [`Server::start`] with `env` set (and `STELE_HTTP_TOKEN` unset unless `env` sets it).
+    fn start_with(db: &str, args: &[&str], env: &[(&str, &str)]) -> Self {
+        let mut command = stele(&[&["--db", db, "serve"][..], args].concat());
+        command.env_remove("STELE_HTTP_TOKEN");
+        command.envs(env.iter().copied());
         let (child, lines, first) = test_support::process::start_reading_stderr(command, SAFETY);
         assert!(first.starts_with("serving "), "{first}");
         Self {
@@ -1788,6 +1795,51 @@ fn serve_http_answers_a_request_with_its_token() {
     assert!(answer.starts_with("HTTP/1.1 401"), "{answer}");
     let (code, _) = server.terminate();
     assert_eq!(code, 130);
+}
+
+/// `STELE_HTTP_TOKEN` exported: `serve` without `--http` starts (the token guards nothing it
+/// serves; clap's `requires = "http"` refused it before, counting the environment's value as
+/// the flag), and with `--http` the token guards the API as `--http-token` does. A
+/// `--http-token` written on the command line without `--http` is still refused.
+#[test]
+fn an_exported_stele_http_token_serves_without_http_and_guards_the_api_with_it() {
+    use std::io::{Read as _, Write as _};
+    let dir = tempfile::tempdir().unwrap();
+    let db_path = empty_database(dir.path());
+    let db = path_str(&db_path);
+    let token = [("STELE_HTTP_TOKEN", "env-t0k")];
+    let server = Server::start_with(db, &[], &token);
+    assert!(!server.first.contains("HTTP API"), "{}", server.first);
+    let (code, _) = server.terminate();
+    assert_eq!(code, 130);
+
+    let server = Server::start_with(db, &["--http", "127.0.0.1:0"], &token);
+    let request = |auth: &str| {
+        let address = server_address(&server.first);
+        let mut stream = std::net::TcpStream::connect(&address).expect("connect");
+        write!(
+            stream,
+            "GET /api/v1/executions HTTP/1.1\r\nHost: {address}\r\n{auth}Connection: close\r\n\r\n"
+        )
+        .unwrap();
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).expect("an answer");
+        answer
+    };
+    for refused in ["", "Authorization: Bearer t0k\r\n"] {
+        let answer = request(refused);
+        assert!(answer.starts_with("HTTP/1.1 401"), "{refused}: {answer}");
+    }
+    let answer = request("Authorization: Bearer env-t0k\r\n");
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    let (code, _) = server.terminate();
+    assert_eq!(code, 130);
+
+    run_failing(
+        &["--db", db, "serve", "--http-token", "t0k"],
+        2,
+        "--http-token needs --http",
+    );
 }
 
 /// `127.0.0.1:PORT` of serve's line `... and the HTTP API on http://127.0.0.1:PORT/api/v1 ...`.

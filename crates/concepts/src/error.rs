@@ -50,6 +50,18 @@ pub enum ValidationError {
     /// A request that is inconsistent in itself.
     #[error("invalid request: {0}")]
     InvalidRequest(String),
+    /// A cancel's reason longer than
+    /// [`CancelRequest::MAX_REASON_BYTES`](crate::CancelRequest::MAX_REASON_BYTES).
+    #[error(
+        "the reason is {length} bytes long; a cancel's reason may be at most {limit} bytes: \
+         say why in a sentence"
+    )]
+    ReasonTooLong {
+        /// The reason's length in bytes.
+        length: usize,
+        /// The most a reason may be.
+        limit: usize,
+    },
 }
 
 /// What already existed.

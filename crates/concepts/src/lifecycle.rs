@@ -58,8 +58,17 @@ pub struct CancelRequest {
     pub execution_id: ExecutionId,
     /// The time of the cancellation: the `created_at` of every event and response it writes.
     pub now: DateTime<Utc>,
-    /// Why, recorded in each result.
+    /// Why, recorded in each result: at most [`CancelRequest::MAX_REASON_BYTES`].
     pub reason: String,
+}
+
+impl CancelRequest {
+    /// The longest reason a cancel records, in bytes of UTF-8 (4 KiB): a reason is a sentence
+    /// for the people who read the result, and every cancelled execution of a tree stores it
+    /// again. A longer one is refused with
+    /// [`ValidationError::ReasonTooLong`](crate::ValidationError::ReasonTooLong), and nothing
+    /// is written.
+    pub const MAX_REASON_BYTES: usize = 4_096;
 }
 
 /// What `cancel` did.

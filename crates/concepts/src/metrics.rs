@@ -50,9 +50,11 @@ pub const DUE_EXECUTIONS: &str = "stele_due_executions";
 /// Gauge `{function}`, seconds: how long the oldest due execution has waited, sampled by the
 /// node.
 pub const OLDEST_DUE_AGE: &str = "stele_oldest_due_age_seconds";
+/// Gauge: long polls (`GET /api/v1/executions/{id}/wait`) the HTTP API holds.
+pub const HTTP_LONG_POLLS: &str = "stele_http_long_polls";
 
 /// Every name above.
-pub const ALL: [&str; 19] = [
+pub const ALL: [&str; 20] = [
     EXECUTIONS_CREATED,
     EXECUTIONS_FINISHED,
     EXECUTIONS_CANCELLED,
@@ -72,6 +74,7 @@ pub const ALL: [&str; 19] = [
     FREE_SLOTS,
     DUE_EXECUTIONS,
     OLDEST_DUE_AGE,
+    HTTP_LONG_POLLS,
 ];
 
 /// The label of the function an execution runs.
@@ -165,6 +168,11 @@ pub fn describe() {
         OLDEST_DUE_AGE,
         Unit::Seconds,
         "the oldest due execution's wait"
+    );
+    describe_gauge!(
+        HTTP_LONG_POLLS,
+        Unit::Count,
+        "long polls the HTTP API holds"
     );
 }
 

@@ -145,6 +145,11 @@ impl ApiError {
                 "conflict",
                 format!("{context}: {kind}"),
             ),
+            DbError::Validation(too_long @ ValidationError::ReasonTooLong { .. }) => Self::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "reason_too_long",
+                format!("{context}: {too_long}"),
+            ),
             DbError::Validation(ValidationError::InvalidRequest(reason)) => Self::new(
                 StatusCode::CONFLICT,
                 "refused",

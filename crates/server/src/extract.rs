@@ -1,5 +1,5 @@
 //! Extractors whose rejections are the API's JSON errors ([`ApiError`]) rather than axum's
-//! plain text: a JSON body, a query string, an execution id in the path.
+//! plain text: a JSON body, a query string, an execution id or a schedule's name in the path.
 
 use crate::error::ApiError;
 use axum::{
@@ -42,6 +42,19 @@ impl<S: Send + Sync> FromRequestParts<S> for Id {
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
         let Path(text) = Path::<String>::from_request_parts(parts, state).await?;
         parse_id(&text).map(Self)
+    }
+}
+
+/// The text of the path's one parameter (a schedule's name, `/schedules/{name}/...`), as it
+/// was percent-decoded; one that is not UTF-8 is `malformed_id`.
+pub(crate) struct Segment(pub String);
+
+impl<S: Send + Sync> FromRequestParts<S> for Segment {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        let Path(text) = Path::<String>::from_request_parts(parts, state).await?;
+        Ok(Self(text))
     }
 }
 

@@ -10,9 +10,9 @@
 //! | `GET /api/v1/executions/{id}` | the execution: state, params, result, parent, responses | 200, 404 |
 //! | `GET /api/v1/executions/{id}/events` | its log from `from` (0), `limit` events | 200 a page and its `next` |
 //! | `GET /api/v1/executions/{id}/children` | its children, paged as the list is | 200, 404 |
-//! | `POST /api/v1/executions/{id}/cancel` | cancels it and its unfinished descendants, `{"reason"?}` | 200 cancelled or already finished, 404 |
+//! | `POST /api/v1/executions/{id}/cancel` | cancels it and its unfinished descendants, `{"reason"?}` (at most 4 KiB) | 200 cancelled or already finished, 404, 422 |
 //! | `POST /api/v1/executions/{id}/complete` | completes a promise, `{"value"}` | 200 completed or already completed, 404, 409 |
-//! | `GET /api/v1/executions/{id}/wait?timeout=30s` | waits for its result, at most [`ApiOptions::max_wait`] (60 s) | 200 finished, 202 still running, 404 |
+//! | `GET /api/v1/executions/{id}/wait?timeout=30s` | waits for its result, at most [`ApiOptions::max_wait`] (60 s); the polls of one execution share one wait of the store | 200 finished, 202 still running, 404 |
 //! | `POST /api/v1/schedules` | creates a schedule, `{"name", "function", "params"?, "cron" or "every", "offset"?, "timezone"?, "overlap"?, "catchup_window"?, "jitter"?, "max_runs"?, "end"?}` (`node::schedules::ScheduleDraft`, checked against the catalog) | 201 created, 200 already existed, 400, 409 another definition, 422 |
 //! | `GET /api/v1/schedules` | lists them by name: `after`, `limit` | 200 a page and its `next_after` |
 //! | `GET /api/v1/schedules/{name}` | the schedule, its `next` fire times (5) and its last `ticks` (20) | 200, 404 |
@@ -36,23 +36,29 @@
 //!
 //! # Mounting it
 //!
+//! A node serves it with [`serve`] given to `NodeBuilder::background_service`; a program
+//! without a node serves it with [`serve_until`]. Both run their own accept loop: each
+//! connection is hyper's HTTP/1 connection with a header timeout
+//! ([`ApiOptions::header_read_timeout`], 10 s: a client that sends half a header and stalls
+//! is cut off), and hyper-util's graceful shutdown: on the node's shutdown (or `serve_until`'s
+//! signal) it stops accepting, answers the long polls in flight with "still running" (202)
+//! and finishes the other requests in flight, within the node's drain deadline.
+//!
+//! [`router`] is the API alone, to merge beside a program's own routes (everything it answers
+//! is under `/api/v1`); the program's server then owns the connections, and should set a
+//! header timeout of its own (`axum::serve` sets none):
+//!
 //! ```no_run
 //! # async fn example(db: std::sync::Arc<dyn concepts::DbConnection>) {
 //! use server::{ApiOptions, ApiState};
 //! use std::sync::Arc;
 //!
 //! let api = server::router(ApiState::new(db, executor::Now, Arc::new(node::Catalog::new()), ApiOptions::default()));
-//! // Beside the program's own routes: everything the API answers is under /api/v1.
-//! let app = axum::Router::new().merge(api);
-//! let listener = tokio::net::TcpListener::bind(server::DEFAULT_ADDRESS).await.unwrap();
-//! axum::serve(listener, app).await.unwrap();
+//! let app: axum::Router = axum::Router::new().merge(api);
+//! // Served by the program's own server, with its own header timeout.
+//! # let _ = app;
 //! # }
 //! ```
-//!
-//! A node serves it with [`serve`] given to `NodeBuilder::background_service`: it stops
-//! accepting when the node's shutdown begins, answers the long polls in flight with "still
-//! running" (202) and finishes the other requests in flight (axum's graceful shutdown),
-//! within the node's drain deadline.
 //!
 //! # Errors
 //!
@@ -74,6 +80,7 @@
 //! | 413 | `body_too_large` | a body over [`ApiOptions::body_limit`] (1 MiB) |
 //! | 415 | `unsupported_media_type` | a body without `Content-Type: application/json` |
 //! | 422 | `params_refused` | parameters the function cannot decode |
+//! | 422 | `reason_too_long` | a cancel's reason over `concepts::CancelRequest::MAX_REASON_BYTES` (4 KiB) |
 //! | 503 | `unavailable` | the store is unreachable or closed (retry later) |
 //! | 500 | `internal` | any other failure of the store |
 //!
@@ -97,6 +104,7 @@ mod routes;
 mod serve;
 pub mod types;
 pub mod views;
+mod waits;
 
 pub use auth::token_matches;
 pub use error::ApiError;
@@ -167,6 +175,7 @@ pub struct ApiState<C: ClockFn> {
     catalog: Arc<Catalog>,
     options: ApiOptions,
     stopping: Option<ShutdownSignal>,
+    long_polls: waits::LongPolls,
 }
 
 impl<C: ClockFn> ApiState<C> {
@@ -179,6 +188,7 @@ impl<C: ClockFn> ApiState<C> {
         options: ApiOptions,
     ) -> Self {
         Self {
+            long_polls: waits::LongPolls::new(db.clone()),
             db,
             clock,
             catalog,

@@ -15,6 +15,13 @@ use test_utils::SimClock;
 use tokio::sync::{Semaphore, mpsc};
 use workflow::{ActivityCtx, Function};
 
+#[path = "http/faults.rs"]
+mod faults;
+#[path = "http/fuzz.rs"]
+mod fuzz;
+#[path = "http/long_polls.rs"]
+mod long_polls;
+
 /// The bound of every wait that should end much sooner; reaching it fails the test.
 const SAFETY: Duration = Duration::from_secs(60);
 
@@ -69,9 +76,19 @@ async fn serve<C: concepts::ClockFn>(
     builder: impl FnOnce(Arc<dyn DbConnection>, Arc<Semaphore>) -> NodeBuilder<C>,
     options: ApiOptions,
 ) -> Served {
-    let gate = Arc::new(Semaphore::new(0));
     let store = factory.fresh().await;
     let db = store.db.clone();
+    serve_over(store, db, builder, options).await
+}
+
+/// [`serve`] over `db`, a store in front of `store`'s (a decorator), or `store`'s own.
+async fn serve_over<C: concepts::ClockFn>(
+    store: conformance::TestStore,
+    db: Arc<dyn DbConnection>,
+    builder: impl FnOnce(Arc<dyn DbConnection>, Arc<Semaphore>) -> NodeBuilder<C>,
+    options: ApiOptions,
+) -> Served {
+    let gate = Arc::new(Semaphore::new(0));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("a loopback port");
@@ -88,6 +105,34 @@ async fn serve<C: concepts::ClockFn>(
         gate,
         _guard: store,
     }
+}
+
+/// Everything `db` holds that a request could write: every execution's log (events and
+/// responses), every schedule and its ticks, as text to compare.
+async fn dump(db: &dyn DbConnection) -> String {
+    let executions = db
+        .list_executions(
+            concepts::ListExecutionsFilter::default(),
+            concepts::Pagination {
+                cursor: None,
+                length: 10_000,
+            },
+        )
+        .await
+        .expect("a listing");
+    let mut text = String::new();
+    for summary in executions {
+        let log = db.get(&summary.execution_id).await.expect("a log");
+        text.push_str(&format!("{:?}\n{:?}\n", log.events, log.responses));
+    }
+    for schedule in db.list_schedules(None, 10_000).await.expect("schedules") {
+        let ticks = db
+            .schedule_ticks(&schedule.definition.name, 10_000)
+            .await
+            .expect("ticks");
+        text.push_str(&format!("{schedule:?}\n{ticks:?}\n"));
+    }
+    text
 }
 
 /// A node of `DOUBLE` and `GATED` (whose runs wait for a permit of `gate`).
@@ -360,6 +405,25 @@ async fn each_refusal_has_its_status(factory: &dyn StoreFactory) {
             "{path}"
         );
     }
+    let too_long = "r".repeat(concepts::CancelRequest::MAX_REASON_BYTES + 1);
+    let (status, body) = served
+        .post(
+            &format!("/executions/{unknown}/cancel"),
+            &json!({ "reason": too_long }),
+        )
+        .await;
+    assert_eq!(
+        (status, &body["error"]),
+        (StatusCode::UNPROCESSABLE_ENTITY, &json!("reason_too_long")),
+        "{body}"
+    );
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .contains("at most 4096 bytes"),
+        "{body}"
+    );
     let (status, body) = served.get("/executions/E_nope").await;
     assert_eq!(
         (status, &body["error"]),
@@ -749,7 +813,14 @@ macro_rules! on_every_backend {
     };
 }
 
+use faults::the_store_away_answers_503_and_comes_back_by_itself;
+use fuzz::arbitrary_requests_are_answered_with_json_and_refusals_write_nothing;
+use long_polls::a_thousand_long_polls_share_one_wait_per_execution;
+
 on_every_backend!(
+    arbitrary_requests_are_answered_with_json_and_refusals_write_nothing,
+    the_store_away_answers_503_and_comes_back_by_itself,
+    a_thousand_long_polls_share_one_wait_per_execution,
     each_endpoint_answers,
     each_refusal_has_its_status,
     a_token_and_read_only_mode_guard_every_request,

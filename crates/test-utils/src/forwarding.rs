@@ -2,10 +2,11 @@
 //! write: let it through, refuse it without writing, or write it and then lose the reply
 //! (an ambiguous commit: the caller sees an error although the write landed).
 //!
-//! Reads are forwarded untouched. The hook sees the write before it reaches the store, so it
-//! can count attempts or pick the writes it fails; it is told of each write whose caller got
-//! a successful reply ([`WriteHook::acknowledged`]), and it may lose or delay the wake-ups of
-//! waits ([`WriteHook::wait`]). Both default to doing nothing, so a closure is a hook:
+//! The hook sees the write before it reaches the store, so it can count attempts or pick the
+//! writes it fails; it sees each read too, which it may fail or count ([`WriteHook::read`]: a
+//! store that cannot be reached); it is told of each write whose caller got a successful
+//! reply ([`WriteHook::acknowledged`]), and it may lose or delay the wake-ups of waits
+//! ([`WriteHook::wait`]). All but the first default to doing nothing, so a closure is a hook:
 //!
 //! ```
 //! use concepts::DbError;
@@ -114,6 +115,32 @@ pub enum Fault {
     LoseReply(DbError),
 }
 
+/// A read on its way to the store, as the hook sees it ([`WriteHook::read`]).
+#[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
+pub enum Read<'a> {
+    /// `get`.
+    Get(&'a ExecutionId),
+    /// `list_events`.
+    ListEvents(&'a ExecutionId),
+    /// `list_executions`.
+    ListExecutions,
+    /// `list_schedules` and `get_schedule`.
+    ListSchedules,
+    /// `schedule_ticks`.
+    ScheduleTicks(&'a ScheduleName),
+    /// `get_expired_timers`.
+    ExpiredTimers,
+    /// `wait_for_finished_result`: a read of the result, then (unless it is finished) a wait
+    /// for the store's wake-up.
+    FinishedResult {
+        /// The execution awaited.
+        execution_id: &'a ExecutionId,
+        /// The longest wait (`None`: until it finishes).
+        timeout: Option<Duration>,
+    },
+}
+
 /// A wait on its way to the store, as the hook sees it.
 #[derive(Debug, Clone, Copy)]
 #[non_exhaustive]
@@ -162,6 +189,14 @@ pub trait WriteHook: Send + Sync + 'static {
     /// Nothing by default; a test keeps them to check that none is lost.
     fn acknowledged(&self, write: &Write<'_>) {
         let _ = write;
+    }
+
+    /// The fate of a read, decided before it reaches the store: `Err` answers it with that
+    /// error instead (an unreachable store); `Ok(())`, the default, lets it through. A hook
+    /// may count them too.
+    fn read(&self, read: &Read<'_>) -> Result<(), DbError> {
+        let _ = read;
+        Ok(())
     }
 
     /// The fate of a wait's wake-up; [`WaitFault::Pass`] by default.
@@ -297,16 +332,22 @@ impl Backend for ForwardingDb {
         execution_id: &ExecutionId,
         timeout: Option<Duration>,
     ) -> Result<FinishedExecutionResult, DbError> {
+        self.hook.read(&Read::FinishedResult {
+            execution_id,
+            timeout,
+        })?;
         self.inner
             .wait_for_finished_result(execution_id, timeout)
             .await
     }
 
     async fn get_expired_timers(&self, at: DateTime<Utc>) -> Result<Vec<ExpiredTimer>, DbError> {
+        self.hook.read(&Read::ExpiredTimers)?;
         self.inner.get_expired_timers(at).await
     }
 
     async fn get(&self, execution_id: &ExecutionId) -> Result<ExecutionLog, DbError> {
+        self.hook.read(&Read::Get(execution_id))?;
         self.inner.get(execution_id).await
     }
 
@@ -316,6 +357,7 @@ impl Backend for ForwardingDb {
         from: Version,
         limit: usize,
     ) -> Result<Vec<ExecutionEvent>, DbError> {
+        self.hook.read(&Read::ListEvents(execution_id))?;
         self.inner.list_events(execution_id, from, limit).await
     }
 
@@ -324,6 +366,7 @@ impl Backend for ForwardingDb {
         filter: ListExecutionsFilter,
         pagination: Pagination,
     ) -> Result<Vec<ExecutionSummary>, DbError> {
+        self.hook.read(&Read::ListExecutions)?;
         self.inner.list_executions(filter, pagination).await
     }
 
@@ -333,6 +376,7 @@ impl Backend for ForwardingDb {
         limit: usize,
         exact: bool,
     ) -> Result<Vec<ScheduleRow>, DbError> {
+        self.hook.read(&Read::ListSchedules)?;
         match (after, exact) {
             (Some(name), true) => match self.inner.get_schedule(name).await {
                 Ok(row) => Ok(vec![row]),
@@ -348,6 +392,7 @@ impl Backend for ForwardingDb {
         name: &ScheduleName,
         limit: usize,
     ) -> Result<Vec<Tick>, DbError> {
+        self.hook.read(&Read::ScheduleTicks(name))?;
         self.inner.schedule_ticks(name, limit).await
     }
 

@@ -28,6 +28,17 @@ pub fn cut(text: &str, limit: usize) -> (&str, usize) {
     }
 }
 
+/// A string of the store shown as text (a reason, a note, a metadata value): escaped, cut
+/// after [`STRING_LIMIT`] characters, saying how many were left out.
+#[must_use]
+pub fn text(text: &str) -> Markup {
+    let (shown, left) = cut(text, STRING_LIMIT);
+    html! {
+        (shown)
+        @if left > 0 { span.cut { " … " (left) " more characters" } }
+    }
+}
+
 fn string(text: &str) -> Markup {
     let (shown, left) = cut(text, STRING_LIMIT);
     html! {

@@ -23,10 +23,14 @@
 //! # Live
 //!
 //! One task per topic (an execution, or the first page of one list), not per tab: while a
-//! page is open on it, the task reads the store once per [`UiOptions::live_interval`] (one
-//! indexed read: a new event of the execution, or the rows of the list's first page),
-//! renders what changed once and sends it to every tab open on the topic; the last rendering
-//! greets a new tab without a read. A tab may pause and resume its updates.
+//! page is open on it, the task reads the store once per [`UiOptions::live_interval`] (for
+//! an execution, one indexed read of whether its log has an event past the last one rendered;
+//! for a list, the rows of its first page), renders what changed once and sends it to every
+//! tab open on the topic; the last rendering greets a new tab without a read. An execution's
+//! whole log is read again when it has a new event and, while it is unfinished, every 5 s
+//! (its words, "its lease expires in 4 s", and its join sets' responses, which are not
+//! events, stay current); a finished one's log is read once. A tab may pause and resume its
+//! updates.
 //!
 //! # Safety
 //!

@@ -5,8 +5,10 @@
 //! store once per interval while any tab listens (for an execution, whether its log has an
 //! event past the last one rendered, one indexed read; for a list, the rows of its page),
 //! renders what changed once and sends it to every tab on the topic, and ends with the last
-//! tab or the node's shutdown. A tab that opens a topic already watched gets the last
-//! rendering without a read.
+//! tab or the node's shutdown. An execution's whole log is read again when it has a new event
+//! and, while it is unfinished, every [`REFRESH`] (its words and its responses, which are not
+//! events, stay current). A tab that opens a topic already watched gets the last rendering
+//! without a read.
 
 use crate::{
     Shared, Ui,
@@ -31,8 +33,9 @@ use std::{
 };
 use tokio::sync::broadcast;
 
-/// An unfinished execution's part is rendered again at least this often, so that its words
-/// ("its lease expires in 4 s") stay true.
+/// An unfinished execution's part is read and rendered again at least this often, so that its
+/// words ("its lease expires in 4 s") stay true and the responses to its join sets (stored
+/// beside its log, not as events) appear.
 const REFRESH: Duration = Duration::from_secs(5);
 
 /// What a tab watches.

@@ -80,6 +80,14 @@ impl Ui {
     }
 
     async fn create(&self, params: serde_json::Value) -> ExecutionId {
+        self.create_with(params, ExecutionMetadata::default()).await
+    }
+
+    async fn create_with(
+        &self,
+        params: serde_json::Value,
+        metadata: ExecutionMetadata,
+    ) -> ExecutionId {
         let now = Now.now();
         let execution_id = ExecutionId::generate_at(now);
         self.db
@@ -93,7 +101,7 @@ impl Ui {
                 retry_exp_backoff: Duration::from_millis(100),
                 max_retries: 1,
                 component_id: ComponentId::new("activity", "show").expect("a component"),
-                metadata: ExecutionMetadata::default(),
+                metadata,
                 scheduled_by: None,
             })
             .await
@@ -152,6 +160,101 @@ async fn hostile_and_huge_parameters_render_inert_and_bounded() {
     // The list shows it as well, escaped.
     let list = ui.get("/executions").await;
     assert!(list.body.contains(id.as_str()));
+}
+
+/// The reasons a store records (a failed attempt's reason, an `Unlocked` reason, a cancel's
+/// reason, 4 KiB at most) and the metadata are cut as parameters are: before, each was put on
+/// the page (and in the timeline's tooltips) whole.
+#[tokio::test]
+async fn hostile_and_huge_reasons_render_inert_and_bounded() {
+    use concepts::{ExecutionEventInner, ExecutorId, LockPendingRequest, OutcomeWrite};
+    let ui = Ui::new(ApiOptions::default());
+    let huge = |what: &str| {
+        format!(
+            "<script>alert('{what}')</script>{}",
+            "x".repeat(1024 * 1024)
+        )
+    };
+    let metadata = ExecutionMetadata(std::collections::BTreeMap::from([(
+        "note".to_string(),
+        huge("metadata"),
+    )]));
+    let id = ui.create_with(serde_json::json!(null), metadata).await;
+    let lock = || async {
+        let now = Now.now();
+        let locked = ui
+            .db
+            .lock_pending(LockPendingRequest {
+                batch_size: 1,
+                pending_at_or_sooner: now,
+                ffqns: Arc::from(["test:ui/api.show".parse().expect("a function")]),
+                now,
+                component_id: ComponentId::new("activity", "show").expect("a component"),
+                executor_id: ExecutorId::generate_at(now),
+                lock_expires_at: now + chrono::Duration::seconds(60),
+            })
+            .await
+            .expect("locked");
+        assert_eq!(locked.len(), 1);
+        locked[0].next_version
+    };
+    for event in [
+        ExecutionEventInner::TemporarilyFailed {
+            backoff_expires_at: Now.now(),
+            reason_full: huge("failed"),
+            reason_inner: huge("failed"),
+            detail: Some(huge("detail")),
+        },
+        ExecutionEventInner::Unlocked {
+            backoff_expires_at: Now.now(),
+            reason: huge("unlocked"),
+        },
+    ] {
+        let version = lock().await;
+        ui.db
+            .append_outcome(OutcomeWrite::new(
+                id.clone(),
+                version,
+                Now.now(),
+                event,
+                None,
+            ))
+            .await
+            .expect("appended");
+    }
+    ui.db
+        .cancel(concepts::CancelRequest {
+            execution_id: id.clone(),
+            now: Now.now(),
+            // The longest reason a cancel takes.
+            reason: {
+                let mut reason = huge("cancelled");
+                reason.truncate(concepts::CancelRequest::MAX_REASON_BYTES);
+                reason
+            },
+        })
+        .await
+        .expect("cancelled");
+    let page = ui.get(&format!("/executions/{id}")).await;
+    assert_eq!(page.status, StatusCode::OK);
+    assert!(
+        !page.body.contains("<script>alert"),
+        "a script tag got through"
+    );
+    // A temporary failure's detail is not shown.
+    for what in ["failed", "unlocked", "cancelled", "metadata"] {
+        assert!(
+            page.body
+                .contains(&format!("&lt;script&gt;alert('{what}')")),
+            "{what} is shown"
+        );
+    }
+    assert!(
+        page.body.len() < 64 * 1024,
+        "four 1 MiB strings and a 4 KiB one made a {} byte page",
+        page.body.len()
+    );
+    assert!(page.body.contains("more characters"));
 }
 
 #[tokio::test]

@@ -12,6 +12,8 @@ use server::types::{EventData, EventView, HistoryView, ResponseData, ResponseVie
 const MAX_BARS: usize = 500;
 /// Children drawn one per row at most.
 const MAX_CHILDREN: usize = 20;
+/// The characters of a reason shown in a bar's tooltip; the events below show more.
+const TITLE_LIMIT: usize = 200;
 
 const WIDTH: f64 = 960.0;
 const LABEL: f64 = 110.0;
@@ -36,14 +38,24 @@ pub(crate) struct Timeline {
     left_out: Vec<String>,
 }
 
+/// A reason in a bar's tooltip: at most [`TITLE_LIMIT`] characters, then `…`.
+fn cut(reason: &str) -> String {
+    match crate::json::cut(reason, TITLE_LIMIT) {
+        (shown, 0) => shown.to_string(),
+        (shown, _) => format!("{shown}…"),
+    }
+}
+
 fn attempt_end(event: &EventData) -> Option<(&'static str, String)> {
     Some(match event {
-        EventData::TemporarilyFailed { reason, .. } => ("failed", format!("failed: {reason}")),
+        EventData::TemporarilyFailed { reason, .. } => {
+            ("failed", format!("failed: {}", cut(reason)))
+        }
         EventData::TemporarilyTimedOut { .. } => ("timeout", "timed out".to_string()),
-        EventData::Unlocked { reason, .. } => ("unlocked", format!("unlocked: {reason}")),
+        EventData::Unlocked { reason, .. } => ("unlocked", format!("unlocked: {}", cut(reason))),
         EventData::Finished { result } => match result {
             ResultView::Ok { .. } => ("ok", "finished: ok".to_string()),
-            ResultView::Cancelled { reason } => ("bad", format!("cancelled: {reason}")),
+            ResultView::Cancelled { reason } => ("bad", format!("cancelled: {}", cut(reason))),
             _ => ("bad", "finished: not ok".to_string()),
         },
         EventData::Locked { .. } => ("lost", "the lease ended (locked again)".to_string()),

@@ -3,6 +3,7 @@
 //! for the cross-backend differential test.
 
 use async_trait::async_trait;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 use concepts::DbConnection;
 use conformance::{Capabilities, StoreFactory, TestStore};
 use std::sync::Arc;

@@ -132,6 +132,35 @@ impl SpareServer {
         let _ = driver.await;
     }
 
+    /// A store on a fresh database of this server named after `test` (dropped first if a
+    /// previous run left it), with a pool of 4 and a listener that reconnects within 200 ms
+    /// of the server's return, for a test that crashes and restarts the server under it.
+    ///
+    /// # Panics
+    /// When the database cannot be made or the store cannot be opened.
+    pub async fn fresh_store(&self, test: &str) -> std::sync::Arc<dyn concepts::DbConnection> {
+        use storage_postgres::{PostgresConfig, PostgresStore, admin};
+        let name = format!("stele_{test}_{}", std::process::id());
+        let admin_config =
+            PostgresConfig::from_url(&self.url("postgres", "127.0.0.1", "postgres", ""))
+                .expect("the spare server's URL");
+        admin::drop_database(&admin_config, &name)
+            .await
+            .unwrap_or_else(|e| panic!("dropping {name}: {e}"));
+        admin::create_database(&admin_config, &name)
+            .await
+            .unwrap_or_else(|e| panic!("creating {name}: {e}"));
+        let mut config =
+            PostgresConfig::from_url(&self.url("postgres", "127.0.0.1", &name, "pool_size=4"))
+                .expect("the spare database's URL");
+        config.listener_min_backoff = std::time::Duration::from_millis(10);
+        config.listener_max_backoff = std::time::Duration::from_millis(200);
+        let store = PostgresStore::connect(config)
+            .await
+            .unwrap_or_else(|e| panic!("a store on {name}: {e}"));
+        std::sync::Arc::new(store)
+    }
+
     /// Creates [`PASSWORD_ROLE`] with [`PASSWORD`] if it does not exist.
     pub async fn ensure_password_role(&self) {
         self.execute(&format!(

@@ -38,6 +38,37 @@ pub struct Cli {
 }
 
 impl Cli {
+    /// The command line of this process, parsed: clap's checks, and one of its own that
+    /// clap cannot say. `serve --http-token` needs `--http` when it is written on the command
+    /// line, but `STELE_HTTP_TOKEN` may be exported whether `--http` is given or not (clap's
+    /// `requires` counts a value from the environment as the flag, and refused a `serve`
+    /// without `--http` in a shell that exports the token).
+    ///
+    /// # Errors
+    /// The arguments do not parse, or help or the version was asked for.
+    pub fn parse_args() -> Result<Self, clap::Error> {
+        Self::parse_from_args(std::env::args_os())
+    }
+
+    fn parse_from_args(
+        args: impl IntoIterator<Item = std::ffi::OsString>,
+    ) -> Result<Self, clap::Error> {
+        use clap::{CommandFactory as _, FromArgMatches as _, parser::ValueSource};
+        let mut command = Self::command();
+        let matches = command.try_get_matches_from_mut(args)?;
+        if let Some(("serve", serve)) = matches.subcommand()
+            && serve.value_source("http_token") == Some(ValueSource::CommandLine)
+            && !serve.contains_id("http")
+        {
+            return Err(command.error(
+                clap::error::ErrorKind::MissingRequiredArgument,
+                "--http-token needs --http ADDR: the token guards the HTTP API, which only \
+                 --http serves",
+            ));
+        }
+        Self::from_arg_matches(&matches).map_err(|err| err.format(&mut command))
+    }
+
     /// Where `stele serve` exports its traces, if it was given a collector.
     pub fn otlp_endpoint(&self) -> Option<&str> {
         match &self.command {

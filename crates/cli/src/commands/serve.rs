@@ -59,13 +59,13 @@ pub struct ServeArgs {
     /// this address, e.g. 127.0.0.1:8080. An address other than loopback needs --http-token.
     #[arg(long, value_name = "ADDR")]
     http: Option<String>,
-    /// Require `Authorization: Bearer TOKEN` on every HTTP request.
+    /// Require `Authorization: Bearer TOKEN` on every HTTP request (needs --http; the
+    /// variable may be exported whether --http is given or not).
     #[arg(
         long,
         value_name = "TOKEN",
         env = "STELE_HTTP_TOKEN",
-        hide_env_values = true,
-        requires = "http"
+        hide_env_values = true
     )]
     http_token: Option<String>,
     /// Serve only the HTTP API's reads: every POST is refused (405).

@@ -18,7 +18,7 @@ use axum::{
     extract::{DefaultBodyLimit, State},
     http::{HeaderValue, Method, Uri, header},
     middleware,
-    routing::{get, post},
+    routing::{any, get, post},
 };
 use concepts::{ClockFn, ListExecutionsFilter, Pagination};
 use std::{sync::Arc, time::Duration};
@@ -68,7 +68,17 @@ pub(crate) fn router<C: ClockFn>(state: Arc<ApiState<C>>) -> Router {
         Some(cors) => api.layer(cors),
         None => api,
     };
-    let root = Router::new().nest("/api/v1", api.with_state(state.clone()));
+    // `nest` leaves `/api/v1/` itself to the outer router's fallback (an empty 404, or the
+    // web UI's page): it is the API's, a JSON 404 behind the same guard.
+    let empty = Router::new()
+        .route("/", any(no_route))
+        .layer(middleware::from_fn_with_state(
+            Arc::new(Guard::new(options)),
+            guard,
+        ));
+    let root = Router::new()
+        .nest("/api/v1", api.with_state(state.clone()))
+        .nest("/api/v1/", empty);
     match options.metrics.clone() {
         Some(MetricsText(render)) => root.route(
             "/metrics",

@@ -136,7 +136,8 @@ pub(crate) async fn complete<C: ClockFn>(
 }
 
 /// Waits for the result, at most the timeout asked (cut to the server's maximum), and
-/// answers 202 "still running" when it passed first or the server began to stop.
+/// answers 202 "still running" when it passed first or the server began to stop. The polls of
+/// one execution share one wait of the store (`waits.rs`).
 pub(crate) async fn wait<C: ClockFn>(
     State(state): Shared<C>,
     Id(execution_id): Id,
@@ -150,12 +151,7 @@ pub(crate) async fn wait<C: ClockFn>(
         None => DEFAULT_WAIT,
     }
     .min(state.options.max_wait);
-    let waited = node::wait_for_result(
-        state.db.as_ref(),
-        &execution_id,
-        Some(timeout),
-        node::DEFAULT_WAIT_SLICE,
-    );
+    let waited = state.long_polls.wait(&execution_id, timeout);
     let stopping = async {
         match &state.stopping {
             Some(signal) => signal.clone().fired().await,

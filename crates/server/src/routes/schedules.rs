@@ -5,9 +5,9 @@
 use super::Shared;
 use crate::{
     error::ApiError,
-    extract::{Body, QueryOf},
+    extract::{Body, QueryOf, Segment},
 };
-use axum::{Json, extract::Path, http::StatusCode};
+use axum::{Json, http::StatusCode};
 use chrono::{DateTime, Utc};
 use concepts::{
     ClockFn,
@@ -144,7 +144,7 @@ pub(crate) async fn list<C: ClockFn>(
 
 pub(crate) async fn show<C: ClockFn>(
     axum::extract::State(state): Shared<C>,
-    Path(name): Path<String>,
+    Segment(name): Segment,
     QueryOf(query): QueryOf<ShowQuery>,
 ) -> Result<Json<ShowAnswer>, ApiError> {
     let name = parse_name(&name)?;
@@ -188,7 +188,7 @@ pub(crate) async fn create<C: ClockFn>(
 
 pub(crate) async fn update<C: ClockFn>(
     axum::extract::State(state): Shared<C>,
-    Path(name): Path<String>,
+    Segment(name): Segment,
     Body(draft): Body<ScheduleDraft>,
 ) -> Result<Json<WrittenAnswer>, ApiError> {
     let name = parse_name(&name)?;
@@ -245,7 +245,7 @@ async fn change<C: ClockFn>(
 
 pub(crate) async fn pause<C: ClockFn>(
     axum::extract::State(state): Shared<C>,
-    Path(name): Path<String>,
+    Segment(name): Segment,
     Body(body): Body<PauseBody>,
 ) -> Result<Json<ChangedAnswer>, ApiError> {
     change(&state, &name, ScheduleChange::Pause { note: body.note }).await
@@ -253,7 +253,7 @@ pub(crate) async fn pause<C: ClockFn>(
 
 pub(crate) async fn resume<C: ClockFn>(
     axum::extract::State(state): Shared<C>,
-    Path(name): Path<String>,
+    Segment(name): Segment,
     Body(NoFields {}): Body<NoFields>,
 ) -> Result<Json<ChangedAnswer>, ApiError> {
     change(&state, &name, ScheduleChange::Resume).await
@@ -261,7 +261,7 @@ pub(crate) async fn resume<C: ClockFn>(
 
 pub(crate) async fn delete<C: ClockFn>(
     axum::extract::State(state): Shared<C>,
-    Path(name): Path<String>,
+    Segment(name): Segment,
 ) -> Result<Json<ChangedAnswer>, ApiError> {
     change(&state, &name, ScheduleChange::Delete).await
 }
@@ -292,7 +292,7 @@ async fn fire<C: ClockFn>(
 
 pub(crate) async fn trigger<C: ClockFn>(
     axum::extract::State(state): Shared<C>,
-    Path(name): Path<String>,
+    Segment(name): Segment,
     Body(NoFields {}): Body<NoFields>,
 ) -> Result<Json<TriggeredAnswer>, ApiError> {
     fire(&state, &name, TriggerTicks::Now).await
@@ -300,7 +300,7 @@ pub(crate) async fn trigger<C: ClockFn>(
 
 pub(crate) async fn backfill<C: ClockFn>(
     axum::extract::State(state): Shared<C>,
-    Path(name): Path<String>,
+    Segment(name): Segment,
     Body(body): Body<BackfillBody>,
 ) -> Result<Json<TriggeredAnswer>, ApiError> {
     let ticks = TriggerTicks::Backfill {

@@ -144,10 +144,12 @@ pub(crate) fn result(result: &ResultView) -> Markup {
             reason,
             detail,
         } => html! {
-            span.badge.bad { "failed" } " " (failure) ": " (crate::json::cut(reason, crate::json::STRING_LIMIT).0)
-            @if let Some(detail) = detail { pre.detail { (crate::json::cut(detail, crate::json::STRING_LIMIT).0) } }
+            span.badge.bad { "failed" } " " (failure) ": " (crate::json::text(reason))
+            @if let Some(detail) = detail { pre.detail { (crate::json::text(detail)) } }
         },
-        ResultView::Cancelled { reason } => html! { span.badge.bad { "cancelled" } " " (reason) },
+        ResultView::Cancelled { reason } => {
+            html! { span.badge.bad { "cancelled" } " " (crate::json::text(reason)) }
+        }
     }
 }
 
@@ -256,7 +258,7 @@ fn event_row(event: &EventView) -> Markup {
             reason,
         } => (
             "unlocked",
-            html! { (reason) ", due again at " (layout::time(*backoff_expires_at)) },
+            html! { (crate::json::text(reason)) ", due again at " (layout::time(*backoff_expires_at)) },
         ),
         EventData::TemporarilyFailed {
             backoff_expires_at,
@@ -430,7 +432,7 @@ pub(crate) fn render<C: ClockFn>(
         (crate::json::render(&view.params))
         @if !view.metadata.is_empty() {
             h2 { "Metadata" }
-            dl.facts { @for (key, value) in &view.metadata { dt { (key) } dd { (value) } } }
+            dl.facts { @for (key, value) in &view.metadata { dt { (crate::json::text(key)) } dd { (crate::json::text(value)) } } }
         }
         h2 { "Children" }
         ul.tree #children { (tree_items(&view.id, children)) }

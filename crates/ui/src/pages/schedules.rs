@@ -188,7 +188,7 @@ async fn render<C: ClockFn>(ui: &Ui<C>, name: &ScheduleName, message: Option<Mar
         @if let Some(message) = message { (message) }
         dl.facts {
             @if let Some(pause) = &row.paused {
-                dt { "Paused" } dd { "since " (layout::time(pause.since)) @if !pause.note.is_empty() { ": " (pause.note) } }
+                dt { "Paused" } dd { "since " (layout::time(pause.since)) @if !pause.note.is_empty() { ": " (crate::json::text(&pause.note)) } }
             }
             dt { "Function" } dd { code { (definition.ffqn) } }
             dt { "Parameters" } dd { (crate::json::render(&definition.params.0)) }

@@ -20,12 +20,32 @@ use timers_watcher::TickProgress;
 
 /// L5: cancelling a pending execution finishes it with `Cancelled { reason }` at its next
 /// version, at the time of the request, in one write; its waiters learn the result, and no
-/// executor locks it afterwards.
+/// executor locks it afterwards. A reason longer than `CancelRequest::MAX_REASON_BYTES` is
+/// refused (`ReasonTooLong`) and writes nothing.
 pub async fn l5_cancel_pending<F: StoreFactory>(factory: &F) {
     let f = Fixture::new(factory).await;
     let id = f.top(1, "work").await;
     f.clock.move_time_forward(ms(5)).await;
     let at = f.now();
+
+    let too_long =
+        f.db.cancel(CancelRequest {
+            execution_id: id.clone(),
+            now: at,
+            reason: "é".repeat(CancelRequest::MAX_REASON_BYTES / 2 + 1),
+        })
+        .await;
+    assert!(
+        matches!(
+            too_long,
+            Err(concepts::DbError::Validation(
+                concepts::ValidationError::ReasonTooLong { length, limit }
+            )) if length == CancelRequest::MAX_REASON_BYTES + 2
+                && limit == CancelRequest::MAX_REASON_BYTES
+        ),
+        "{too_long:?}"
+    );
+    assert_eq!(f.log(&id).await.events.len(), 1, "nothing written");
 
     assert_eq!(
         f.cancel(&id, "no longer needed").await,

@@ -4,7 +4,7 @@
 
 use crate::{
     CancelOutcome, CancelRequest, DbConnection, DbError, ExecutionEventInner, ExecutionId,
-    FinishedExecutionError, OutcomeWrite,
+    FinishedExecutionError, OutcomeWrite, ValidationError,
     kernel::{
         Forward, Forwarded, JoinSetKey, Keys, Planner, Snapshot, Write, snapshot::FastHash,
         write::sealed::Sealed,
@@ -19,13 +19,20 @@ impl Sealed for CancelRequest {}
 impl Write for CancelRequest {
     type Reply = CancelOutcome;
 
+    /// A reason over [`CancelRequest::MAX_REASON_BYTES`] is refused before anything is read.
     /// The execution, its parent (named by its id), its finished result if it has one, and
     /// all its descendants: every row the write touches is locked in the first load, in id
     /// order (a parent's id is a prefix of its children's), so that a cancel and a finishing
     /// child lock in the same order.
     fn keys(&self) -> Result<Keys, DbError> {
-        let mut keys = Keys::default();
         let req = self;
+        if req.reason.len() > CancelRequest::MAX_REASON_BYTES {
+            return Err(DbError::Validation(ValidationError::ReasonTooLong {
+                length: req.reason.len(),
+                limit: CancelRequest::MAX_REASON_BYTES,
+            }));
+        }
+        let mut keys = Keys::default();
         // The parent's id is a prefix of the child's, so this is also the order to lock them in.
         if let Some((parent_id, _)) = req.execution_id.split_to_parent() {
             keys.executions.push(parent_id);
