@@ -222,13 +222,14 @@ pub async fn submit<C: ClockFn>(
 }
 
 /// How long one wait of [`wait_for_result`] lasts before it reads the state again, unless the
-/// caller says otherwise: a SQLite file notifies only the process that wrote it, so a finish
-/// written by another process is noticed by reading again.
+/// caller says otherwise: a safety net only, since every store's wake-ups reach other
+/// processes too (SQLite's change detector, PostgreSQL's notifications), and a wake-up lost
+/// with a dropped connection is made good by the next read.
 pub const DEFAULT_WAIT_SLICE: Duration = Duration::from_millis(200);
 
 /// Waits for `execution_id` to finish, for at most `timeout` (`None`: until it finishes), in
-/// waits of at most `slice` each (woken at once by the store's notifications, and reading the
-/// state again after each, for finishes written by another process). `Ok(None)` when the
+/// waits of at most `slice` each (woken at once by the store's notifications, whichever process
+/// wrote the finish, and reading the state again after each). `Ok(None)` when the
 /// timeout passed first. The time is tokio's.
 ///
 /// # Errors

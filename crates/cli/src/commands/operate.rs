@@ -120,9 +120,8 @@ pub async fn wait(url: &DatabaseUrl, args: WaitArgs) -> Result<(), CliError> {
     print(&format!("{}\n", render::result(&result)))
 }
 
-/// `node::wait_for_result` in slices of `node::DEFAULT_WAIT_SLICE`: a SQLite file notifies
-/// only the process that wrote it, so a `wait` beside `stele serve` notices the end by
-/// reading again; PostgreSQL notifies every process and ends the wait sooner.
+/// `node::wait_for_result` in slices of `node::DEFAULT_WAIT_SLICE`: woken by the store when
+/// `stele serve` (another process) finishes the execution, and reading again after each slice.
 async fn wait_until_finished(
     db: &dyn DbConnection,
     url: &DatabaseUrl,
