@@ -60,6 +60,10 @@ pub struct ListArgs {
     /// Only top-level executions (no children).
     #[arg(long)]
     top_level: bool,
+    /// Only parked executions: their replay diverged from their log, and they wait for code
+    /// that agrees with it (`show` says where it diverged).
+    #[arg(long)]
+    parked: bool,
     /// At most this many rows (1 to 1000000).
     #[arg(long, default_value_t = 50, value_name = "N", allow_negative_numbers = true,
           value_parser = super::whole_number(1, 1_000_000))]
@@ -126,6 +130,7 @@ async fn list(url: &DatabaseUrl, args: ListArgs) -> Result<(), CliError> {
         ffqn,
         state,
         top_level_only: args.top_level,
+        pending_from: args.parked.then_some(concepts::PARKED_UNTIL),
         ..ListExecutionsFilter::default()
     };
     let pagination = Pagination {
