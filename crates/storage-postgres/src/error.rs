@@ -153,11 +153,6 @@ pub(crate) fn map_pool_error(err: deadpool_postgres::PoolError) -> DbError {
     }
 }
 
-/// A backend error for data that does not decode (a corrupt row or an unknown format).
-pub(crate) fn corrupt(what: impl std::fmt::Display) -> DbError {
-    DbError::backend(format!("corrupt data in the database: {what}"), false, None)
-}
-
 /// `url` is shown as it is: a redacted one.
 pub(crate) fn invalid_config(url: &str, problem: impl Into<String>) -> PostgresError {
     PostgresError::InvalidConfig {

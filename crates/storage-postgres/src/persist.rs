@@ -4,16 +4,17 @@
 //! what the write reads after its commit, all in one pipeline: one round trip.
 
 use crate::{
-    codec::{
-        count_to_i64, duration_to_nanos, kind_to_i16, micros, sub_micros, to_json, version_to_i64,
-    },
+    codec::{kind_to_i16, micros, sub_micros},
     error::{map_pg_error, sqlstate},
     load,
     pipeline::{self, Statement, Trips, for_ids, unnest},
 };
 use concepts::{
     DbError, ExecutionEventInner, ExecutionId, PendingState,
-    kernel::{ExecutionChange, Revision, WritePlan},
+    kernel::{
+        ExecutionChange, Revision, WritePlan,
+        stored::{to_i64, to_json},
+    },
 };
 use deadpool_postgres::ClientWrapper;
 
@@ -205,9 +206,9 @@ fn statements<'a>(
     let statements = [
         unnest!(CHECK_REVISIONS, checked, |(id, revision)| {
             ids: &str = id.as_str(),
-            versions: i64 = version_to_i64(revision.next_version),
+            versions: i64 = to_i64(revision.next_version.0),
             finished: bool = revision.finished,
-            responses: i64 = count_to_i64(revision.response_count),
+            responses: i64 = to_i64(revision.response_count),
         }),
         unnest!(INSERT_EXECUTIONS, new, |(change, created)| {
             ids: &str = id(change),
@@ -217,7 +218,7 @@ fn statements<'a>(
             scheduled_at: i64 = micros(created.scheduled_at),
             scheduled_at_ns: i16 = sub_micros(created.scheduled_at),
             top_level: bool = change.row.execution_id.is_top_level(),
-            versions: i64 = version_to_i64(change.row.state.next_version),
+            versions: i64 = to_i64(change.row.state.next_version.0),
             kinds: i16 = kind_to_i16(state(change).kind()),
             pending_at: Option<i64> = state(change).pending_at().map(micros),
             lock_expires_at: Option<i64> = locked_until(state(change)),
@@ -225,14 +226,14 @@ fn statements<'a>(
             finished_at_ns: Option<i16> = state(change).finished_at().map(sub_micros),
             states: String = to_json(state(change))?,
             max_retries: i64 = i64::from(change.row.max_retries),
-            backoff_ns: i64 = duration_to_nanos(change.row.retry_exp_backoff),
+            backoff_ns: i64 = to_i64(change.row.retry_exp_backoff.as_nanos()),
             parents: Option<&str> = change.row.parent.as_ref().map(|(id, _)| id.as_str()),
             parent_join_sets: Option<String> =
                 change.row.parent.as_ref().map(|(_, js)| js.to_string()),
         }),
         unnest!(UPDATE_EXECUTIONS, updated, |change| {
             ids: &str = id(change),
-            versions: i64 = version_to_i64(change.row.state.next_version),
+            versions: i64 = to_i64(change.row.state.next_version.0),
             kinds: i16 = kind_to_i16(state(change).kind()),
             pending_at: Option<i64> = state(change).pending_at().map(micros),
             lock_expires_at: Option<i64> = locked_until(state(change)),
@@ -240,19 +241,19 @@ fn statements<'a>(
             finished_at_ns: Option<i16> = state(change).finished_at().map(sub_micros),
             states: String = to_json(state(change))?,
             temporary_events: i64 = i64::from(change.row.temporary_event_count),
-            responses: i64 = count_to_i64(change.row.response_count),
+            responses: i64 = to_i64(change.row.response_count),
         }),
         unnest!(INSERT_EVENTS, each(|c| c.events.len()), |(change, i)| {
             ids: &str = id(change),
-            versions: i64 = version_to_i64(change.events[i].0),
+            versions: i64 = to_i64(change.events[i].0.0),
             history: bool = matches!(change.events[i].1.event, ExecutionEventInner::HistoryEvent { .. }),
             events: String = to_json(&change.events[i].1)?,
         }),
         unnest!(INSERT_RESPONSES, each(|c| c.responses.len()), |(change, i)| {
             ids: &str = id(change),
-            idx: i64 = count_to_i64(change.responses[i].idx),
+            idx: i64 = to_i64(change.responses[i].idx),
             join_sets: String = change.responses[i].response.event.join_set_id.to_string(),
-            join_set_idx: i64 = count_to_i64(change.responses[i].join_set_idx),
+            join_set_idx: i64 = to_i64(change.responses[i].join_set_idx),
             delays: Option<String> = response(change, i).delay_id().map(|id| id.to_string()),
             children: Option<&str> = response(change, i).child_execution_id().map(|id| id.as_str()),
             responses: String = to_json(&change.responses[i].response)?,
@@ -260,8 +261,8 @@ fn statements<'a>(
         unnest!(UPSERT_JOIN_SETS, each(|c| c.join_sets.len()), |(change, i)| {
             ids: &str = id(change),
             join_sets: String = change.join_sets[i].0.to_string(),
-            join_nexts: i64 = count_to_i64(change.join_sets[i].1.join_next_count),
-            responses: i64 = count_to_i64(change.join_sets[i].1.response_count),
+            join_nexts: i64 = to_i64(change.join_sets[i].1.join_next_count),
+            responses: i64 = to_i64(change.join_sets[i].1.response_count),
         }),
         unnest!(INSERT_DELAYS, each(|c| c.delays_requested.len()), |(change, i)| {
             ids: &str = id(change),

@@ -2,20 +2,21 @@
 
 use crate::{
     codec::{
-        column, count_to_i64, execution_columns, execution_row, finished_result_of, from_json,
-        i64_to_u32, kind_to_i16, micros, parse_execution_id, parse_join_set_id, sub_micros,
-        timestamp, version_to_i64,
+        column, execution_columns, execution_row, json, kind_to_i16, micros, parsed, sub_micros,
+        timestamp,
     },
-    error::corrupt,
     load::ordinal,
     pipeline::{self, Param, Statement, statement, unnest},
 };
 use chrono::{DateTime, Utc};
 use concepts::{
-    DbError, DelayId, ExecutionEvent, ExecutionId, ExecutionLog, ExecutionSummary, ExpiredDelay,
+    DbError, ExecutionEvent, ExecutionId, ExecutionLog, ExecutionSummary, ExpiredDelay,
     ExpiredTimer, FinishedExecutionResult, FunctionFqn, JoinSetResponseEventOuter,
     ListExecutionsFilter, ListTerm, LockedExecution, Pagination, PendingStateKind, Version,
-    kernel::{self, LockGrant, LogRows},
+    kernel::{
+        self, LockGrant, LogRows,
+        stored::{self, corrupt, count, from_json, to_i64},
+    },
 };
 use deadpool_postgres::ClientWrapper;
 use tokio_postgres::Row;
@@ -57,11 +58,11 @@ pub(crate) const LIST_EVENTS: &str = "SELECT true, ev.event_json FROM t_executio
     AND version >= $2 ORDER BY version LIMIT $3) AS ev ON true WHERE e.execution_id = $1";
 
 fn event_of(row: &Row, idx: usize) -> Result<ExecutionEvent, DbError> {
-    from_json(column(row, idx)?, "event")
+    json(row, idx, "event")
 }
 
 fn response_of(row: &Row, idx: usize) -> Result<JoinSetResponseEventOuter, DbError> {
-    from_json(column(row, idx)?, "response")
+    json(row, idx, "response")
 }
 
 /// The events below each locked version `$2` of execution `$1`, with the ordinal of their
@@ -90,7 +91,7 @@ pub(crate) async fn locked_executions(
     let (Some(events), Some(responses)) = (
         unnest!(SELECT_LOCKED_EVENTS, &grants, |grant| {
             ids: &str = grant.row.execution_id.as_str(),
-            below: i64 = count_to_i64(u64::try_from(grant.events_handed_over()).unwrap_or(u64::MAX)),
+            below: i64 = to_i64(grant.events_handed_over()),
         }),
         unnest!(SELECT_LOCKED_RESPONSES, &grants, |grant| {
             ids: &str = grant.row.execution_id.as_str(),
@@ -157,7 +158,7 @@ pub(crate) async fn responses_from(
     start_idx: usize,
 ) -> Result<Vec<JoinSetResponseEventOuter>, DbError> {
     let id = || Box::new(execution_id.as_str());
-    let start = count_to_i64(u64::try_from(start_idx).unwrap_or(u64::MAX));
+    let start = to_i64(start_idx);
     let statements = [
         statement(SELECT_EXISTS, vec![id()]),
         statement(SELECT_RESPONSES_FROM, vec![id(), Box::new(start)]),
@@ -169,8 +170,8 @@ pub(crate) async fn responses_from(
     responses.iter().map(|row| response_of(row, 0)).collect()
 }
 
-/// Every lease with `lock_expires_at <= at` and every open delay with `expires_at <= at`,
-/// ordered by expiry, then execution id, then leases before delays (by delay id).
+/// Every lease with `lock_expires_at <= at` and every open delay with `expires_at <= at`, in
+/// the kernel's order ([`kernel::expired_timers`]).
 pub(crate) async fn expired_timers(
     client: &ClientWrapper,
     at: DateTime<Utc>,
@@ -180,29 +181,21 @@ pub(crate) async fn expired_timers(
         statement(SELECT_EXPIRED_DELAYS, vec![Box::new(micros(at))]),
     ];
     let [locks, delays] = all(client, false, statements).await?;
-    let mut timers = Vec::new();
-    for row in &locks {
-        if let Some(lock) = execution_row(row)?.expired_lock_at(at)? {
-            timers.push(ExpiredTimer::Lock(lock));
-        }
-    }
-    for row in &delays {
-        let delay_id: DelayId = column::<&str>(row, 1)?
-            .parse()
-            .map_err(|e| corrupt(format!("delay id: {e}")))?;
-        let expires_at = timestamp(column(row, 3)?, column(row, 4)?)?;
-        // SQL compares microseconds; the exact expiry decides.
-        if expires_at <= at {
-            timers.push(ExpiredTimer::Delay(ExpiredDelay {
-                execution_id: parse_execution_id(column(row, 0)?)?,
-                join_set_id: parse_join_set_id(column(row, 2)?)?,
-                delay_id,
-                expires_at,
-            }));
-        }
-    }
-    concepts::kernel::order_expired_timers(&mut timers);
-    Ok(timers)
+    let locks = locks
+        .iter()
+        .map(execution_row)
+        .collect::<Result<Vec<_>, _>>()?;
+    let delays = (delays.iter())
+        .map(|row| {
+            Ok(ExpiredDelay {
+                execution_id: parsed(row, 0, "execution id")?,
+                join_set_id: parsed(row, 2, "join set id")?,
+                delay_id: parsed(row, 1, "delay id")?,
+                expires_at: timestamp(column(row, 3)?, column(row, 4)?)?,
+            })
+        })
+        .collect::<Result<Vec<_>, DbError>>()?;
+    kernel::expired_timers(at, locks, delays)
 }
 
 /// The whole log, its responses and its state, from one snapshot.
@@ -224,8 +217,8 @@ pub(crate) async fn get(
         execution_id: execution_id.clone(),
         events: (events.iter().map(|row| event_of(row, 0))).collect::<Result<_, _>>()?,
         responses: (responses.iter().map(|row| response_of(row, 0))).collect::<Result<_, _>>()?,
-        next_version: Version(i64_to_u32(column(state, 0)?, "next_version")?),
-        pending_state: from_json(column(state, 1)?, "pending state")?,
+        next_version: Version(count(column(state, 0)?, "next_version")?),
+        pending_state: json(state, 1, "pending state")?,
     })
 }
 
@@ -239,8 +232,8 @@ pub(crate) async fn list_events(
 ) -> Result<Vec<ExecutionEvent>, DbError> {
     let params: Vec<Param<'_>> = vec![
         Box::new(execution_id.as_str()),
-        Box::new(version_to_i64(from)),
-        Box::new(limit_param(limit)),
+        Box::new(to_i64(from.0)),
+        Box::new(to_i64(limit)),
     ];
     let rows = one(client, LIST_EVENTS, params).await?;
     if rows.is_empty() {
@@ -265,16 +258,13 @@ pub(crate) async fn list_executions(
     let rows = one(client, sql, params).await?;
     rows.iter()
         .map(|row| {
-            let ffqn: &str = column(row, 1)?;
             Ok(ExecutionSummary {
-                execution_id: parse_execution_id(column(row, 0)?)?,
-                ffqn: ffqn
-                    .parse()
-                    .map_err(|e| corrupt(format!("ffqn `{ffqn}`: {e:?}")))?,
+                execution_id: parsed(row, 0, "execution id")?,
+                ffqn: parsed(row, 1, "function name")?,
                 created_at: timestamp(column(row, 2)?, column(row, 3)?)?,
                 scheduled_at: timestamp(column(row, 4)?, column(row, 5)?)?,
-                pending_state: from_json(column(row, 6)?, "pending state")?,
-                next_version: Version(i64_to_u32(column(row, 7)?, "next_version")?),
+                pending_state: json(row, 6, "pending state")?,
+                next_version: Version(count(column(row, 7)?, "next_version")?),
             })
         })
         .collect()
@@ -332,17 +322,12 @@ pub(crate) fn listing<'a>(
             }
         }
     }
-    params.push(Box::new(limit_param(pagination.length)));
+    params.push(Box::new(to_i64(pagination.length)));
     sql.push_str(&format!(
         " ORDER BY created_at DESC, created_at_ns DESC, execution_id DESC LIMIT ${}",
         params.len()
     ));
     (sql, params)
-}
-
-/// A `LIMIT` parameter.
-fn limit_param(limit: usize) -> i64 {
-    i64::try_from(limit).unwrap_or(i64::MAX)
 }
 
 /// The finished result, or `None` while the execution runs; `NotFound` for an unknown one.
@@ -360,7 +345,7 @@ pub(crate) async fn finished_result(
         .first()
         .ok_or_else(|| DbError::execution_not_found(execution_id))?;
     (column::<Option<&str>>(row, 0)?)
-        .map(|json| finished_result_of(execution_id, json))
+        .map(|json| stored::finished_result(execution_id, json))
         .transpose()
 }
 

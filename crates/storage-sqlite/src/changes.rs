@@ -15,11 +15,11 @@
 //! [`MOST_ROWS_READ`] rows.
 
 use crate::{
-    codec::{from_micros, parse},
+    codec::{parsed, time},
     error::Result,
 };
 use concepts::{
-    ExecutionId, FunctionFqn,
+    ExecutionId,
     kernel::{WaiterHub, Wakeup},
 };
 use rusqlite::{Connection, OptionalExtension as _};
@@ -155,25 +155,11 @@ fn new_rows(
     let mut statement = conn.prepare_cached(sql)?;
     let mut rows = statement.query([after, upto])?;
     while let Some(row) = rows.next()? {
-        let execution_id: ExecutionId = parse(&row.get::<_, String>(0)?, "execution id")?;
-        wakeups.extend(own(execution_id, row.get(1)?));
-        push_pending(row.get(2)?, row.get(3)?, wakeups)?;
-    }
-    Ok(())
-}
-
-/// The wake-up of an execution now due at `pending_at`, if it is pending.
-fn push_pending(
-    ffqn: Option<String>,
-    pending_at: Option<i64>,
-    wakeups: &mut Vec<Wakeup>,
-) -> Result<()> {
-    if let (Some(ffqn), Some(at)) = (ffqn, pending_at) {
-        let ffqn: FunctionFqn = parse(&ffqn, "function name")?;
-        wakeups.push(Wakeup::Pending {
-            ffqn,
-            at: from_micros(at)?,
-        });
+        wakeups.extend(own(parsed(row, 0, "execution id")?, row.get(1)?));
+        if row.get::<_, Option<i64>>(3)?.is_some() {
+            let (ffqn, at) = (parsed(row, 2, "function name")?, time(row, 3)?);
+            wakeups.push(Wakeup::Pending { ffqn, at });
+        }
     }
     Ok(())
 }

@@ -157,17 +157,12 @@ impl From<SqliteOpenError> for DbError {
 /// Every way an operation of this backend can fail, before it is mapped to a [`DbError`].
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum SqliteError {
-    /// Already a portable error (the kernel's refusals, not found, duplicate).
+    /// Already a portable error (the kernel's refusals, not found, duplicate, a stored value
+    /// that does not decode).
     #[error(transparent)]
     Db(#[from] DbError),
     #[error(transparent)]
     Sqlite(#[from] rusqlite::Error),
-    /// A stored JSON document does not decode, or a value does not encode.
-    #[error(transparent)]
-    Json(#[from] serde_json::Error),
-    /// A stored row breaks an invariant of this backend.
-    #[error("inconsistent row: {0}")]
-    Corrupt(String),
     #[error("reader pool: {0}")]
     Pool(String),
 }
@@ -236,16 +231,6 @@ impl SqliteError {
                 };
                 backend(message, retriable, Some(Arc::new(err) as Arc<_>))
             }
-            Self::Json(err) => backend(
-                format!("a stored document in SQLite database {display} does not decode: {err}"),
-                false,
-                Some(Arc::new(err)),
-            ),
-            Self::Corrupt(message) => backend(
-                format!("SQLite database {display} holds an inconsistent row: {message}"),
-                false,
-                None,
-            ),
             Self::Pool(message) => backend(
                 format!("SQLite database {display}: reader pool: {message}"),
                 false,

@@ -49,8 +49,8 @@
 //!
 //! Its files depend on each other in one direction: `keys` and `snapshot` at the bottom, the
 //! planner's primitives (`plan`) above them, the [`Write`] trait, the [`GroupPlanner`], the
-//! kinds of write (`writes/`), and [`Backend`] on top; `assume`, `queued` and `waiters` serve
-//! backends beside them.
+//! kinds of write (`writes/`), and [`Backend`] on top; `assume`, `queued`, `waiters` and
+//! [`stored`] (how the SQL backends store values in columns) serve backends beside them.
 
 mod assume;
 mod backend;
@@ -60,6 +60,7 @@ mod messages;
 mod plan;
 mod queued;
 mod snapshot;
+pub mod stored;
 mod waiters;
 mod write;
 mod writes;
@@ -78,7 +79,7 @@ pub use plan::{
 pub use queued::{Answer, Queued, queue};
 pub use snapshot::{
     DelayRow, ExecutionRow, JoinSetCounters, JoinSetRow, LogRows, Revision, Snapshot,
-    order_expired_timers,
+    expired_timers,
 };
 pub use waiters::{WaiterCounts, WaiterHub};
 pub use write::{Forward, Forwarded, Write};
