@@ -10,10 +10,9 @@ use crate::{
     reads,
 };
 use concepts::{
-    DbError, ExecutionId, LockedExecution,
+    DbError, LockedExecution,
     kernel::{
-        self, GroupPlanner, Keys, KnownRows, LockGrant, Queued, Revision, Snapshot, WaiterHub,
-        WritePlan,
+        self, GroupPlanner, Keys, KnownRows, LockGrant, Queued, Snapshot, WaiterHub, WritePlan,
     },
 };
 use deadpool_postgres::{ClientWrapper, Object, Pool};
@@ -49,22 +48,18 @@ impl WriteTx {
             .expect("only `commit` and `rollback` take the connection, and they consume self")
     }
 
-    /// Persists `plan` (after the `BEGIN` and the check of the revisions it was planned on
-    /// when `begin`: the write loaded nothing), commits, publishes its wake-ups and reads the
-    /// histories of the leases `granted`, in one pipeline.
+    /// Persists `plan` (after the `BEGIN` and the check of what it `assumed`, when the write
+    /// loaded nothing), commits, publishes its wake-ups and reads the histories of the leases
+    /// `granted`, in one pipeline.
     async fn commit(
         mut self,
         trips: &Trips,
-        begin: Option<&[(ExecutionId, Revision)]>,
+        assumed: Option<&kernel::Assumption>,
         plan: &WritePlan,
         granted: Vec<LockGrant>,
     ) -> Result<Result<Vec<LockedExecution>, DbError>, NotCommitted> {
         let client = self.client.take().expect("taken by nothing else");
-        let commit = Commit {
-            begin: begin.is_some(),
-            checked: begin.unwrap_or_default(),
-            plan,
-        };
+        let commit = Commit { assumed, plan };
         // Sends nothing when nothing was granted.
         let hand_over = reads::locked_executions(&client, granted);
         let result = persist::persist_and_commit(&client, trips, commit, hand_over).await;
@@ -130,11 +125,9 @@ impl Writer {
         let mut assumed = self.known.assume(write.keys(), use_known);
         loop {
             match self.transact_once(write, assumed.as_ref()).await {
-                Err(e)
-                    if assumed
-                        .as_ref()
-                        .is_some_and(|(_, a)| a.refuted_by(&e) || persist::is_stale(&e)) =>
-                {
+                // Refuted by the check, or by a unique key (an insert raced by another one).
+                Ok(None) => assumed = None,
+                Err(e) if assumed.as_ref().is_some_and(|(_, a)| a.refuted_by(&e)) => {
                     assumed = None;
                 }
                 Err(e)
@@ -145,21 +138,21 @@ impl Writer {
                     tracing::debug!(attempt, error = %e, "retrying a transaction");
                 }
                 Err(e) => return Err(e),
-                Ok((plan, handed_over)) => return Ok((plan, handed_over?)),
+                Ok(Some((plan, handed_over))) => return Ok((plan, handed_over?)),
             }
         }
     }
 
-    /// One attempt; the hand-over's own result inside (the write committed either way).
+    /// One attempt; the hand-over's own result inside (the write committed either way), `None`
+    /// when the check refuted its assumption (nothing was stored).
     async fn transact_once(
         &self,
         write: &mut Box<dyn Queued>,
         assumed: Option<&(Snapshot, kernel::Assumption)>,
-    ) -> Result<(WritePlan, Result<Vec<LockedExecution>, DbError>), DbError> {
+    ) -> Result<Option<(WritePlan, Result<Vec<LockedExecution>, DbError>)>, DbError> {
         // A plan the assumed snapshot refuses is made again on what the load finds.
-        let on_assumption = assumed.and_then(|(snapshot, assumption)| {
-            Some((write.plan(snapshot).ok()?, &assumption.revisions[..]))
-        });
+        let on_assumption = assumed
+            .and_then(|(snapshot, assumption)| Some((write.plan(snapshot).ok()?, assumption)));
         let tx = self.begin().await?;
         let (plan, checked) = match on_assumption {
             Some((planned, checked)) => (planned, Some(checked)),
@@ -188,8 +181,9 @@ impl Writer {
             Ok(handed_over) => {
                 // Committed: from here on nothing turns the call into an error.
                 self.hub.deliver(&plan.wakeups);
-                Ok((plan, handed_over))
+                Ok(Some((plan, handed_over)))
             }
+            Err(NotCommitted::Refuted) => Ok(None),
             Err(NotCommitted::RolledBack(e) | NotCommitted::Unknown(e)) => Err(e),
         }
     }
@@ -224,8 +218,12 @@ impl Writer {
         match self.write_group(&mut jobs).await {
             Ok(()) => jobs.into_iter().for_each(Queued::answer),
             Err(NotCommitted::Unknown(e)) => jobs.into_iter().for_each(|job| job.fail(e.clone())),
-            Err(NotCommitted::RolledBack(e)) => {
-                tracing::debug!(error = %e, writes = jobs.len(), "a group was refused; each write runs alone");
+            Err(refused) => {
+                tracing::debug!(
+                    ?refused,
+                    writes = jobs.len(),
+                    "a group was refused; each write runs alone"
+                );
                 let alone: Vec<_> = jobs
                     .into_iter()
                     .map(|job| {
