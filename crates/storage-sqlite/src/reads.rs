@@ -215,15 +215,33 @@ pub(crate) fn expired_timers(
     Ok(kernel::expired_timers(at, locks, delays)?)
 }
 
-/// Executions newest first that pass `filter`, after the cursor: only the filters given are
-/// in the statement, so that its plan reads the index they name (a state but `Finished` reads
-/// `ix_state_unfinished`, whose condition the statement repeats; a parent `ix_state_parent`;
-/// anything else `ix_state_created`).
+/// Executions newest first that pass `filter`, after the cursor ([`listing`]).
 pub(crate) fn list_executions(
     conn: &Connection,
     filter: &ListExecutionsFilter,
     pagination: &Pagination,
 ) -> Result<Vec<ExecutionSummary>> {
+    let (sql, values) = listing(filter, pagination);
+    rows(conn, &sql, params_from_iter(values), |row| {
+        Ok(ExecutionSummary {
+            execution_id: parsed(row, 0, "execution id")?,
+            ffqn: parsed(row, 1, "function name")?,
+            created_at: time(row, 2)?,
+            scheduled_at: time(row, 3)?,
+            pending_state: json(row, 4)?,
+            next_version: Version(count(row.get(5)?, "next version")?),
+        })
+    })
+}
+
+/// The statement of a listing and its values: only the filters given are in it, so that its
+/// plan reads the index they name (a state but `Finished` reads `ix_state_unfinished`, whose
+/// condition the statement repeats; a parent `ix_state_parent`; an id prefix its range of the
+/// primary key; anything else `ix_state_created`).
+pub(crate) fn listing(
+    filter: &ListExecutionsFilter,
+    pagination: &Pagination,
+) -> (String, Vec<Value>) {
     let mut sql = String::from(
         "SELECT execution_id, ffqn, created_at, scheduled_at, state_json, next_version \
          FROM t_execution_state WHERE 1",
@@ -253,16 +271,7 @@ pub(crate) fn list_executions(
     }
     sql.push_str(" ORDER BY created_at DESC, execution_id DESC LIMIT ?");
     values.push(Value::Integer(to_i64(pagination.length)));
-    rows(conn, &sql, params_from_iter(values), |row| {
-        Ok(ExecutionSummary {
-            execution_id: parsed(row, 0, "execution id")?,
-            ffqn: parsed(row, 1, "function name")?,
-            created_at: time(row, 2)?,
-            scheduled_at: time(row, 3)?,
-            pending_state: json(row, 4)?,
-            next_version: Version(count(row.get(5)?, "next version")?),
-        })
-    })
+    (sql, values)
 }
 
 /// At most this many rows (events and responses of every execution of one lock together) are
