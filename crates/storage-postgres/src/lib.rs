@@ -127,7 +127,7 @@ struct Inner {
     listener_task: Mutex<Option<JoinHandle<()>>>,
     writer: Arc<writer::Writer>,
     /// The group writer; it stops when the last store handle drops it.
-    groups: writer::Groups,
+    groups: kernel::Groups,
 }
 
 /// At most this many rows of the leases this store took are kept, for their outcomes to be
@@ -211,7 +211,7 @@ impl PostgresStore {
             known: KnownRows::new(MAX_KNOWN_ROWS),
         });
         let slots = writer::Writer::groups_in_flight(config.pool_size);
-        let groups = writer::Groups::spawn(Arc::clone(&writer), slots);
+        let groups = kernel::Groups::spawn(Arc::clone(&writer), slots);
         Ok(Self {
             inner: Arc::new(Inner {
                 pool,
@@ -309,7 +309,7 @@ impl kernel::Backend for PostgresStore {
         self.inner.hub.ensure_open()?;
         let keys = write.keys()?;
         let (job, answer) = kernel::queue(write, keys);
-        self.inner.groups.write(&self.inner.writer, job).await;
+        self.inner.groups.write(&*self.inner.writer, job).await;
         answer.get().await
     }
 
@@ -320,7 +320,7 @@ impl kernel::Backend for PostgresStore {
             return Ok(Vec::new());
         }
         let (mut lock, _) = kernel::queue(req, keys);
-        let (plan, locked) = self.inner.writer.transact(&mut lock, false).await?;
+        let (plan, locked) = kernel::transact(&*self.inner.writer, &mut lock, false).await?;
         // An outcome is planned on its leased row only when it runs alone (`Groups::write`):
         // a lock taken while writes are in flight would fill the table for nothing.
         if self.inner.groups.idle() {

@@ -17,7 +17,7 @@ use crate::{
 use concepts::{
     DbError, ExecutionEventInner, ExecutionId, PendingState,
     kernel::{
-        Assumption, ExecutionChange, WritePlan,
+        Assumption, ExecutionChange, NotCommitted, WritePlan,
         stored::{to_i64, to_json},
     },
 };
@@ -112,19 +112,6 @@ const CHECK_ASSUMPTION: &str = "SELECT set_config('stele.refuted', ((SELECT coun
     AND t.response_count = k.response_count ORDER BY t.execution_id FOR UPDATE OF t) AS held) \
     <> cardinality($1::text[]) \
     OR EXISTS (SELECT 1 FROM t_execution WHERE execution_id = ANY($5::text[])))::text, true)";
-
-/// How [`persist_and_commit`] ended when it did not commit.
-#[derive(Debug)]
-pub(crate) enum NotCommitted {
-    /// Nothing was written: a statement failed (or a value did not encode) and the transaction
-    /// was rolled back; the connection is idle again.
-    RolledBack(DbError),
-    /// `COMMIT` itself failed (a lost connection): whether it committed is unknown, and the
-    /// connection must not be used again.
-    Unknown(DbError),
-    /// The check refuted the write's assumption: nothing of it was stored.
-    Refuted,
-}
 
 /// What goes out with a write's `COMMIT`.
 pub(crate) struct Commit<'a> {
