@@ -6,17 +6,14 @@ use concepts::{
     DbError, DelayId, ExecutionEvent, ExecutionId, FinishedExecutionResult, FunctionFqn, JoinSetId,
     JoinSetResponse, JoinSetResponseEventOuter, PendingState,
     kernel::{
-        DelayRow, ExecutionChange, ExecutionRow, JoinSetCounters, Keys, Snapshot, descendant_bounds,
+        DelayRow, ExecutionChange, ExecutionRow, FastHash, JoinSetCounters, Keys, Snapshot,
+        descendant_bounds,
     },
 };
 use std::{
     collections::{BTreeSet, HashMap, HashSet},
     ops::Bound,
 };
-
-/// The hasher of the maps keyed by ids: `foldhash`'s per-process seeded hasher, several times
-/// cheaper than SipHash on these short keys, and hashing sits on every write.
-type FastHash = foldhash::fast::RandomState;
 
 /// What a timer of an execution is for. Part of the timer key, so that a lease and any number
 /// of delays of one execution expiring at the same instant never collide.

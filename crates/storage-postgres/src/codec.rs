@@ -42,6 +42,19 @@ pub(crate) fn json<T: DeserializeOwned>(row: &Row, idx: usize, what: &str) -> Re
     stored::from_json(column(row, idx)?, what)
 }
 
+/// The JSON documents of the array in column `idx`, decoded; `what` names them.
+pub(crate) fn documents<T: DeserializeOwned>(
+    row: &Row,
+    idx: usize,
+    what: &str,
+) -> Result<Vec<T>, DbError> {
+    let texts: Vec<&str> = column(row, idx)?;
+    texts
+        .into_iter()
+        .map(|json| stored::from_json(json, what))
+        .collect()
+}
+
 /// The state row of an execution, from the columns of [`execution_columns!`].
 pub(crate) fn execution_row(row: &Row) -> Result<ExecutionRow, DbError> {
     StoredRow {

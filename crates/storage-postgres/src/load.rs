@@ -3,7 +3,9 @@
 //! and `prune`).
 
 use crate::{
-    codec::{column, execution_columns, execution_row, json, micros, parsed, sub_micros},
+    codec::{
+        column, documents, execution_columns, execution_row, json, micros, parsed, sub_micros,
+    },
     error::map_pg_error,
     pipeline::{self, Statement, Trips, for_ids, statement, unnest},
     schedules,
@@ -12,7 +14,7 @@ use concepts::{
     DbError, ExecutionId, JoinSetResponseEventOuter,
     kernel::{
         DelayRow, JoinSetCounters, Keys, PruneQuery, Snapshot, descendant_bounds,
-        stored::{self, corrupt, count, from_json, to_i64},
+        stored::{self, corrupt, count, to_i64},
     },
 };
 use deadpool_postgres::ClientWrapper;
@@ -208,10 +210,8 @@ pub(crate) async fn load(
     }
     for row in &join_sets {
         let key = &keys.join_sets[ordinal(row, 0, keys.join_sets.len())?];
-        let responses: Vec<&str> = column(row, 3)?;
-        let next_response_times = (responses.into_iter())
-            .map(|json| Ok(from_json::<JoinSetResponseEventOuter>(json, "response")?.created_at))
-            .collect::<Result<_, DbError>>()?;
+        let responses: Vec<JoinSetResponseEventOuter> = documents(row, 3, "response")?;
+        let next_response_times = responses.iter().map(|r| r.created_at).collect();
         let counters = JoinSetCounters {
             join_next_count: count(column(row, 1)?, "join_next_count")?,
             response_count: count(column(row, 2)?, "response_count")?,
@@ -348,7 +348,7 @@ fn prune_statement(prune: &PruneQuery) -> Statement<'_> {
 
 /// The 0-based position among `len` keys of the key a row answers (its `WITH ORDINALITY`, in
 /// column `idx`).
-pub(crate) fn ordinal(row: &Row, idx: usize, len: usize) -> Result<usize, DbError> {
+fn ordinal(row: &Row, idx: usize, len: usize) -> Result<usize, DbError> {
     let ordinal: i64 = column(row, idx)?;
     usize::try_from(ordinal - 1)
         .ok()

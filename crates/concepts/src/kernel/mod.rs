@@ -81,7 +81,7 @@ pub use plan::{
 };
 pub use queued::{Answer, Queued, queue};
 pub use snapshot::{
-    DelayRow, ExecutionRow, JoinSetCounters, JoinSetRow, LogRows, Revision, Snapshot,
+    DelayRow, ExecutionRow, FastHash, JoinSetCounters, JoinSetRow, LogRows, Revision, Snapshot,
     expired_timers,
 };
 pub use waiters::{WaiterCounts, WaiterHub};

@@ -13,8 +13,10 @@ use std::{
     time::Duration,
 };
 
-/// The hasher of the kernel's maps: keys are short ids, and hashing sits on every write.
-pub(crate) type FastHash = foldhash::fast::RandomState;
+/// The hasher of the kernel's maps (and of a backend's maps keyed by ids): `foldhash`'s
+/// per-process seeded hasher, several times cheaper than SipHash on these short keys, and
+/// hashing sits on every write.
+pub type FastHash = foldhash::fast::RandomState;
 
 /// The state row of one execution: what a write needs to know about it without its log.
 #[derive(Debug, Clone, PartialEq, Eq)]

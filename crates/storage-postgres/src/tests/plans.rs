@@ -107,13 +107,12 @@ async fn reads_of_logs_and_due_executions_use_indexes_without_statistics() {
         .with_client(async |client| {
             // Logs of some pages and no executions (as when a store starts), never analyzed.
             client.batch_execute(INSERT_LOGS).await.unwrap();
+            let locked = "'{E_1,E_2}', '{5,5}'";
             let cases = [
-                (
-                    reads::SELECT_LOCKED_EVENTS,
-                    "'{E_1,E_2}', '{5,5}'",
-                    "t_event",
-                ),
-                (reads::SELECT_LOCKED_RESPONSES, "'{E_1,E_2}'", "t_response"),
+                (reads::SELECT_LOCKED, locked, "t_event"),
+                (reads::SELECT_LOCKED, locked, "t_response"),
+                (reads::SELECT_LOG, "'E_1', 0, true", "t_event"),
+                (reads::SELECT_LOG, "'E_1', 0, true", "t_response"),
                 (reads::ANY_DUE, "1, '{f}'", "t_execution"),
                 (load::SELECT_CREATED, "'{E_1,E_2}'", "t_event"),
             ];
