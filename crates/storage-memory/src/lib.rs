@@ -273,15 +273,10 @@ impl kernel::Backend for MemoryStore {
     }
     async fn list_schedules(
         &self,
-        after: Option<&ScheduleName>,
+        from: Option<&ScheduleName>,
         limit: usize,
-        exact: bool,
     ) -> Result<Vec<ScheduleRow>, DbError> {
-        let state = self.open_state()?;
-        Ok(match (after, exact) {
-            (Some(name), true) => state.schedules.get(name).into_iter().collect(),
-            _ => state.schedules.list(after, limit),
-        })
+        Ok(self.open_state()?.schedules.list(from, limit))
     }
 
     async fn schedule_ticks(

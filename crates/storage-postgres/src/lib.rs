@@ -101,7 +101,7 @@ use concepts::{
     DbError, ExecutionEvent, ExecutionId, ExecutionLog, ExecutionSummary, ExpiredTimer,
     FinishedExecutionResult, FunctionFqn, JoinSetResponseEventOuter, ListExecutionsFilter,
     LockPendingRequest, LockedExecution, Pagination, Version,
-    kernel::{self, Forward, KnownRows, WaiterCounts, WaiterHub, Write},
+    kernel::{self, Forward, WaiterCounts, WaiterHub},
     schedule::{ScheduleName, ScheduleRow, Tick},
 };
 use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod, Runtime};
@@ -129,11 +129,6 @@ struct Inner {
     /// The group writer; it stops when the last store handle drops it.
     groups: kernel::Groups,
 }
-
-/// At most this many rows of the leases this store took are kept, for their outcomes to be
-/// planned on (a lease whose outcome another process writes is never taken out): past it,
-/// they are all dropped.
-const MAX_KNOWN_ROWS: usize = 4_096;
 
 impl Drop for Inner {
     fn drop(&mut self) {
@@ -208,7 +203,6 @@ impl PostgresStore {
             hub: Arc::clone(&hub),
             max_transaction_retries: config.max_transaction_retries,
             trips: pipeline::Trips::default(),
-            known: KnownRows::new(MAX_KNOWN_ROWS),
         });
         let slots = writer::Writer::groups_in_flight(config.pool_size);
         let groups = kernel::Groups::spawn(Arc::clone(&writer), slots);
@@ -307,26 +301,12 @@ async fn first_connection(pool: &Pool, config: &PostgresConfig) -> Result<Object
 impl kernel::Backend for PostgresStore {
     async fn write<W: Forward>(&self, write: W) -> Result<W::Reply, DbError> {
         self.inner.hub.ensure_open()?;
-        let keys = write.keys()?;
-        let (job, answer) = kernel::queue(write, keys);
-        self.inner.groups.write(&*self.inner.writer, job).await;
-        answer.get().await
+        self.inner.groups.write(&*self.inner.writer, write).await
     }
 
     async fn lock_pending(&self, req: LockPendingRequest) -> Result<Vec<LockedExecution>, DbError> {
         self.inner.hub.ensure_open()?;
-        let keys = req.keys()?;
-        if req.locks_nothing() {
-            return Ok(Vec::new());
-        }
-        let (mut lock, _) = kernel::queue(req, keys);
-        let (plan, locked) = kernel::transact(&*self.inner.writer, &mut lock, false).await?;
-        // An outcome is planned on its leased row only when it runs alone (`Groups::write`):
-        // a lock taken while writes are in flight would fill the table for nothing.
-        if self.inner.groups.idle() {
-            self.inner.writer.known.remember(&plan);
-        }
-        Ok(locked)
+        self.inner.groups.lock(&*self.inner.writer, req).await
     }
 
     async fn wait_for_pending(
@@ -397,13 +377,11 @@ impl kernel::Backend for PostgresStore {
     }
     async fn list_schedules(
         &self,
-        after: Option<&ScheduleName>,
+        from: Option<&ScheduleName>,
         limit: usize,
-        exact: bool,
     ) -> Result<Vec<ScheduleRow>, DbError> {
         let client = self.reader().await?;
-        let after = after.map_or("", ScheduleName::as_str);
-        schedules::list(&client, after, limit, exact).await
+        schedules::list(&client, from.map_or("", ScheduleName::as_str), limit).await
     }
 
     async fn schedule_ticks(

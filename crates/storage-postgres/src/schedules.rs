@@ -109,21 +109,15 @@ pub(crate) fn statements(plan: &WritePlan) -> Result<Vec<Statement<'_>>, DbError
     Ok(statements.into_iter().flatten().collect())
 }
 
-/// The schedules after `after` in name order, at most `limit` (`name` alone with `exact`).
+/// The schedules from `from` on in name order, at most `limit`.
 pub(crate) async fn list(
     client: &ClientWrapper,
-    after: &str,
+    from: &str,
     limit: usize,
-    exact: bool,
 ) -> Result<Vec<ScheduleRow>, DbError> {
-    let sql = if exact {
-        "SELECT row_json FROM t_schedule WHERE name = $1 AND $2::int8 > 0"
-    } else {
-        "SELECT row_json FROM t_schedule WHERE name > $1 ORDER BY name LIMIT $2"
-    };
-    let limit = to_i64(limit);
+    let sql = "SELECT row_json FROM t_schedule WHERE name >= $1 ORDER BY name LIMIT $2";
     let rows = client
-        .query(sql, &[&after, &limit])
+        .query(sql, &[&from, &to_i64(limit)])
         .await
         .map_err(map_pg_error)?;
     rows.iter().map(|row| json(row, 0, "schedule")).collect()

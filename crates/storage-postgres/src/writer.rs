@@ -13,21 +13,19 @@ use crate::{
 use concepts::{
     DbError, LockedExecution,
     kernel::{
-        Assumption, Attempted, GroupPlanner, Keys, KnownRows, LockGrant, NotCommitted, Queued,
-        Snapshot, Transactions, WaiterHub, WritePlan,
+        Assumption, Attempted, GroupPlanner, Keys, LockGrant, NotCommitted, Queued, Snapshot,
+        Transactions, WaiterHub, WritePlan,
     },
 };
 use deadpool_postgres::{ClientWrapper, Object, Pool};
 use std::sync::Arc;
 
-/// What runs writes; `known` holds the rows this store wrote itself, for writes planned
-/// without a load.
+/// What runs writes.
 pub(crate) struct Writer {
     pub(crate) pool: Pool,
     pub(crate) hub: Arc<WaiterHub>,
     pub(crate) max_transaction_retries: u32,
     pub(crate) trips: Trips,
-    pub(crate) known: KnownRows,
 }
 
 /// A pooled connection inside a write transaction, from the `BEGIN` that goes out with the
@@ -120,10 +118,6 @@ impl Writer {
 }
 
 impl Transactions for Writer {
-    fn known(&self) -> &KnownRows {
-        &self.known
-    }
-
     fn max_retries(&self) -> u32 {
         self.max_transaction_retries
     }

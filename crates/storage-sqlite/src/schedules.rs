@@ -65,15 +65,10 @@ pub(crate) fn schedule(conn: &Connection, name: &ScheduleName) -> Result<Option<
     Ok(rows(conn, sql, [name.as_str()], |row| json(row, 0))?.pop())
 }
 
-/// The schedules after `after` in name order, at most `limit`.
-pub(crate) fn list(
-    conn: &Connection,
-    after: Option<&ScheduleName>,
-    limit: usize,
-) -> Result<Vec<ScheduleRow>> {
-    let sql = "SELECT row_json FROM t_schedule WHERE name > ?1 ORDER BY name LIMIT ?2";
-    let after = after.map_or("", ScheduleName::as_str);
-    rows(conn, sql, params![after, to_i64(limit)], |row| json(row, 0))
+/// The schedules from `from` on in name order, at most `limit`.
+pub(crate) fn list(conn: &Connection, from: &str, limit: usize) -> Result<Vec<ScheduleRow>> {
+    let sql = "SELECT row_json FROM t_schedule WHERE name >= ?1 ORDER BY name LIMIT ?2";
+    rows(conn, sql, params![from, to_i64(limit)], |row| json(row, 0))
 }
 
 /// The last `limit` ticks of `name`, newest first.

@@ -10,14 +10,20 @@
 use super::{
     assume::{Assumption, KnownRows},
     plan::WritePlan,
-    queued::Queued,
+    queued::{Queued, queue},
+    write::Write,
 };
-use crate::{DbError, LockedExecution};
+use crate::{DbError, LockPendingRequest, LockedExecution};
 use std::{future::Future, sync::Arc};
 use tokio::sync::{Semaphore, mpsc};
 
 /// At most this many writes share one transaction.
 pub const MAX_GROUP: usize = 512;
+
+/// At most this many rows of the leases a store took are kept, for their outcomes to be
+/// planned on (a lease whose outcome another process writes is never taken out): past it,
+/// they are all dropped.
+const MAX_KNOWN_ROWS: usize = 4_096;
 
 /// Why a transaction did not commit.
 #[derive(Debug)]
@@ -34,10 +40,6 @@ pub enum NotCommitted {
 
 /// How a backend runs writes in transactions of its own, for [`Groups`] and [`transact`].
 pub trait Transactions: Send + Sync + 'static {
-    /// The rows the store wrote itself (the leases its `lock_pending` took), on which the next
-    /// write of them is planned without a load.
-    fn known(&self) -> &KnownRows;
-
     /// How many times a write runs again after a conflict ([`Transactions::reruns`]) or a raced
     /// create before its error is returned.
     fn max_retries(&self) -> u32;
@@ -70,16 +72,17 @@ pub trait Transactions: Send + Sync + 'static {
 pub type Attempted = (WritePlan, Result<Vec<LockedExecution>, DbError>);
 
 /// Runs one write alone until it commits or fails for good: first planned without a load when
-/// [`KnownRows::assume`] allows (with `use_known`, on rows the store knows), then with the load
+/// [`KnownRows::assume`] allows (with `use_known`, on the rows of `known`), then with the load
 /// as often as an attempt is refuted or may run again (see the module docs). Answers its plan
 /// and the leases it handed over.
-pub async fn transact<T: Transactions>(
+async fn transact<T: Transactions>(
     backend: &T,
+    known: &KnownRows,
     write: &mut Box<dyn Queued>,
     use_known: bool,
 ) -> Result<(WritePlan, Vec<LockedExecution>), DbError> {
     let mut retries: u32 = 0;
-    let mut assumed = backend.known().assume(write.keys(), use_known);
+    let mut assumed = known.assume(write.keys(), use_known);
     loop {
         // A plan the assumed snapshot refuses is made again on what the load finds.
         let planned = (assumed.as_ref())
@@ -107,19 +110,32 @@ pub async fn transact<T: Transactions>(
 }
 
 /// One write alone, answered with its reply or its error.
-async fn run_alone<T: Transactions>(backend: &T, mut write: Box<dyn Queued>, use_known: bool) {
-    match transact(backend, &mut write, use_known).await {
+async fn run_alone<T: Transactions>(
+    backend: &T,
+    shared: &Shared,
+    mut write: Box<dyn Queued>,
+    use_known: bool,
+) {
+    match transact(backend, &shared.known, &mut write, use_known).await {
         Ok(_) => write.answer(),
         Err(e) => write.fail(e),
     }
 }
 
-/// A backend's queue of writes that share transactions, and its slots.
+/// A backend's queue of writes that share transactions, its slots, and the rows it wrote
+/// itself (the leases its `lock_pending` took), on which their next write is planned.
 #[derive(Debug)]
 pub struct Groups {
     queue: mpsc::UnboundedSender<Box<dyn Queued>>,
+    shared: Arc<Shared>,
+}
+
+/// What the queue's task shares with the callers.
+#[derive(Debug)]
+struct Shared {
     slots: Arc<Semaphore>,
     all_slots: usize,
+    known: KnownRows,
 }
 
 impl Groups {
@@ -129,47 +145,68 @@ impl Groups {
     pub fn spawn<T: Transactions>(backend: Arc<T>, slots: usize) -> Self {
         let (queue, rx) = mpsc::unbounded_channel();
         let all_slots = slots.max(1);
-        let slots = Arc::new(Semaphore::new(all_slots));
-        tokio::spawn(run(backend, rx, Arc::clone(&slots)));
-        Self {
-            queue,
-            slots,
+        let shared = Arc::new(Shared {
+            slots: Arc::new(Semaphore::new(all_slots)),
             all_slots,
-        }
-    }
-
-    /// True when no write of the queue is in flight.
-    #[must_use]
-    pub fn idle(&self) -> bool {
-        self.slots.available_permits() == self.all_slots
+            known: KnownRows::new(MAX_KNOWN_ROWS),
+        });
+        tokio::spawn(run(backend, rx, Arc::clone(&shared)));
+        Self { queue, shared }
     }
 
     /// Runs `write` at once on the caller's task when it cannot share a transaction, or when a
     /// slot is free; otherwise queues it for the next group. It is planned on rows the store
     /// knows only when no other write is in flight: under load a write that ends a round trip
-    /// sooner would only make the next groups smaller. Its answer goes to its caller.
-    pub async fn write<T: Transactions>(&self, backend: &T, write: Box<dyn Queued>) {
+    /// sooner would only make the next groups smaller.
+    pub async fn write<T: Transactions, W: Write>(
+        &self,
+        backend: &T,
+        write: W,
+    ) -> Result<W::Reply, DbError> {
+        let keys = write.keys()?;
+        let (write, answer) = queue(write, keys);
+        let slots = &self.shared.slots;
         if !write.keys().shares_a_transaction() {
-            return run_alone(backend, write, false).await;
-        }
-        if let Ok(_slot) = self.slots.try_acquire() {
-            let idle = self.slots.available_permits() + 1 == self.all_slots;
-            return run_alone(backend, write, idle).await;
-        }
-        if let Err(mpsc::error::SendError(write)) = self.queue.send(write) {
+            run_alone(backend, &self.shared, write, false).await;
+        } else if let Ok(_slot) = slots.try_acquire() {
+            let idle = slots.available_permits() + 1 == self.shared.all_slots;
+            run_alone(backend, &self.shared, write, idle).await;
+        } else if let Err(mpsc::error::SendError(write)) = self.queue.send(write) {
             write.fail(DbError::Closed);
         }
+        answer.get().await
+    }
+
+    /// `lock_pending` alone, answered with the leases it granted and their histories; their
+    /// rows are kept for the outcomes of the leases when no write is in flight (a lock taken
+    /// while writes are in flight would fill the table for nothing: an outcome is planned on
+    /// its leased row only when it runs alone).
+    pub async fn lock<T: Transactions>(
+        &self,
+        backend: &T,
+        req: LockPendingRequest,
+    ) -> Result<Vec<LockedExecution>, DbError> {
+        let keys = req.keys()?;
+        if req.locks_nothing() {
+            return Ok(Vec::new());
+        }
+        let (mut lock, _) = queue(req, keys);
+        let (plan, locked) = transact(backend, &self.shared.known, &mut lock, false).await?;
+        if self.shared.slots.available_permits() == self.shared.all_slots {
+            self.shared.known.remember(&plan);
+        }
+        Ok(locked)
     }
 }
 
 async fn run<T: Transactions>(
     backend: Arc<T>,
     mut queue: mpsc::UnboundedReceiver<Box<dyn Queued>>,
-    slots: Arc<Semaphore>,
+    shared: Arc<Shared>,
 ) {
     // A write first, then a slot: what queues meanwhile joins the group.
     while let Some(first) = queue.recv().await {
-        let Ok(slot) = slots.clone().acquire_owned().await else {
+        let Ok(slot) = Arc::clone(&shared.slots).acquire_owned().await else {
             first.fail(DbError::Closed);
             return;
         };
@@ -180,19 +217,23 @@ async fn run<T: Transactions>(
             };
             writes.push(write);
         }
-        let backend = Arc::clone(&backend);
+        let (backend, shared) = (Arc::clone(&backend), Arc::clone(&shared));
         tokio::spawn(async move {
-            run_group(&backend, writes).await;
+            run_group(&backend, &shared, writes).await;
             drop(slot);
         });
     }
 }
 
 /// Runs a group and answers each of its writes.
-async fn run_group<T: Transactions>(backend: &Arc<T>, mut writes: Vec<Box<dyn Queued>>) {
+async fn run_group<T: Transactions>(
+    backend: &Arc<T>,
+    shared: &Arc<Shared>,
+    mut writes: Vec<Box<dyn Queued>>,
+) {
     if writes.len() == 1 {
         let write = writes.remove(0);
-        return run_alone(&**backend, write, false).await;
+        return run_alone(&**backend, shared, write, false).await;
     }
     match backend.attempt_group(&mut writes).await {
         Ok(()) => writes.into_iter().for_each(Queued::answer),
@@ -206,8 +247,8 @@ async fn run_group<T: Transactions>(backend: &Arc<T>, mut writes: Vec<Box<dyn Qu
             );
             let alone: Vec<_> = (writes.into_iter())
                 .map(|write| {
-                    let backend = Arc::clone(backend);
-                    tokio::spawn(async move { run_alone(&*backend, write, false).await })
+                    let (backend, shared) = (Arc::clone(backend), Arc::clone(shared));
+                    tokio::spawn(async move { run_alone(&*backend, &shared, write, false).await })
                 })
                 .collect();
             for task in alone {
