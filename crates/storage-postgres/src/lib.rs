@@ -119,9 +119,7 @@ pub struct PostgresStore {
 }
 
 struct Inner {
-    pool: Pool,
     config: PostgresConfig,
-    hub: Arc<WaiterHub>,
     shutdown: watch::Sender<bool>,
     listener_state: watch::Receiver<ListenerState>,
     listener_task: Mutex<Option<JoinHandle<()>>>,
@@ -134,7 +132,7 @@ impl Drop for Inner {
     fn drop(&mut self) {
         // The listener task stops when it sees this (or the sender dropped).
         let _ = self.shutdown.send(true);
-        self.pool.close();
+        self.writer.pool.close();
     }
 }
 
@@ -142,7 +140,7 @@ impl std::fmt::Debug for PostgresStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PostgresStore")
             .field("config", &self.inner.config)
-            .field("closed", &self.inner.hub.is_closed())
+            .field("closed", &self.inner.writer.hub.is_closed())
             .finish_non_exhaustive()
     }
 }
@@ -199,8 +197,8 @@ impl PostgresStore {
             .into());
         }
         let writer = Arc::new(writer::Writer {
-            pool: pool.clone(),
-            hub: Arc::clone(&hub),
+            pool,
+            hub,
             max_transaction_retries: config.max_transaction_retries,
             trips: pipeline::Trips::default(),
         });
@@ -208,11 +206,9 @@ impl PostgresStore {
         let groups = kernel::Groups::spawn(Arc::clone(&writer), slots);
         Ok(Self {
             inner: Arc::new(Inner {
-                pool,
                 writer,
                 groups,
                 config,
-                hub,
                 shutdown: shutdown_tx,
                 listener_state: state_rx,
                 listener_task: Mutex::new(Some(task)),
@@ -261,13 +257,13 @@ impl PostgresStore {
     /// The number of registered waiters of each kind.
     #[must_use]
     pub fn waiter_counts(&self) -> WaiterCounts {
-        self.inner.hub.counts()
+        self.inner.writer.hub.counts()
     }
 
     /// A pooled connection for a read of one round trip.
     async fn reader(&self) -> Result<Object, DbError> {
-        self.inner.hub.ensure_open()?;
-        let client = self.inner.pool.get().await.map_err(map_pool_error)?;
+        self.inner.writer.hub.ensure_open()?;
+        let client = self.inner.writer.pool.get().await.map_err(map_pool_error)?;
         self.inner.writer.trips.one();
         Ok(client)
     }
@@ -300,12 +296,12 @@ async fn first_connection(pool: &Pool, config: &PostgresConfig) -> Result<Object
 
 impl kernel::Backend for PostgresStore {
     async fn write<W: Forward>(&self, write: W) -> Result<W::Reply, DbError> {
-        self.inner.hub.ensure_open()?;
+        self.inner.writer.hub.ensure_open()?;
         self.inner.groups.write(&*self.inner.writer, write).await
     }
 
     async fn lock_pending(&self, req: LockPendingRequest) -> Result<Vec<LockedExecution>, DbError> {
-        self.inner.hub.ensure_open()?;
+        self.inner.writer.hub.ensure_open()?;
         self.inner.groups.lock(&*self.inner.writer, req).await
     }
 
@@ -319,7 +315,7 @@ impl kernel::Backend for PostgresStore {
             let client = self.reader().await?;
             reads::any_due(&client, pending_at_or_sooner, &ffqns).await
         };
-        let hub = &self.inner.hub;
+        let hub = &self.inner.writer.hub;
         hub.wait_for_pending(pending_at_or_sooner, Arc::clone(&ffqns), max_wait, is_due)
             .await;
     }
@@ -333,7 +329,8 @@ impl kernel::Backend for PostgresStore {
             let responses = reads::responses_from(&client, execution_id, start_idx).await?;
             Ok((!responses.is_empty()).then_some(responses))
         };
-        self.inner.hub.wait_for_responses(execution_id, check).await
+        let hub = &self.inner.writer.hub;
+        hub.wait_for_responses(execution_id, check).await
     }
     async fn get_expired_timers(&self, at: DateTime<Utc>) -> Result<Vec<ExpiredTimer>, DbError> {
         let client = self.reader().await?;
@@ -372,7 +369,7 @@ impl kernel::Backend for PostgresStore {
             let client = self.reader().await?;
             reads::finished_result(&client, execution_id).await
         };
-        let hub = &self.inner.hub;
+        let hub = &self.inner.writer.hub;
         hub.wait_for_finished(execution_id, timeout, check).await
     }
     async fn list_schedules(
@@ -394,10 +391,10 @@ impl kernel::Backend for PostgresStore {
     }
 
     async fn close(&self) {
-        if !self.inner.hub.close() {
+        if !self.inner.writer.hub.close() {
             return;
         }
-        self.inner.pool.close();
+        self.inner.writer.pool.close();
         let _ = self.inner.shutdown.send(true);
         let task = self
             .inner
