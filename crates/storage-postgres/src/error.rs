@@ -122,18 +122,17 @@ pub(crate) fn connect_error(
     }
 }
 
-/// The SQLSTATE of the server error behind `err`, if there is one.
-pub(crate) fn sqlstate(err: &DbError) -> Option<&SqlState> {
-    let DbError::Backend(backend) = err else {
-        return None;
-    };
-    let source = backend.source.as_deref()?;
-    source.downcast_ref::<tokio_postgres::Error>()?.code()
-}
-
-/// A serialization failure or a deadlock: the whole transaction may simply run again.
+/// A serialization failure or a deadlock (the SQLSTATE of the server error behind `err`): the
+/// whole transaction may simply run again.
 pub(crate) fn is_transaction_retriable(err: &DbError) -> bool {
-    sqlstate(err).is_some_and(reruns_transaction)
+    let DbError::Backend(backend) = err else {
+        return false;
+    };
+    let driver =
+        (backend.source.as_deref()).and_then(|e| e.downcast_ref::<tokio_postgres::Error>());
+    driver
+        .and_then(tokio_postgres::Error::code)
+        .is_some_and(reruns_transaction)
 }
 
 /// Maps a pool error: a closed pool is [`DbError::Closed`], a timeout or a failed connect is

@@ -87,18 +87,6 @@ pub(crate) async fn run(
         .collect()
 }
 
-/// Prepares and runs `statements` in one pipeline, outside a transaction: the rows of each, in
-/// order.
-pub(crate) async fn query_all(
-    client: &ClientWrapper,
-    statements: &[Statement<'_>],
-) -> Result<Vec<Vec<Row>>, DbError> {
-    let prepared = prepare(client, statements).await?;
-    run(client, statements, &prepared)
-        .await
-        .map_err(map_pg_error)
-}
-
 /// One statement's parameters.
 pub(crate) fn statement<'a>(
     sql: impl Into<std::borrow::Cow<'static, str>>,

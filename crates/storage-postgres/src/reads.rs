@@ -5,6 +5,7 @@ use crate::{
         column, documents, execution_columns, execution_row, json, kind_to_i16, micros, parsed,
         sub_micros, timestamp,
     },
+    error::map_pg_error,
     pipeline::{self, Param, Statement, statement, unnest},
 };
 use chrono::{DateTime, Utc};
@@ -323,12 +324,13 @@ async fn one(
     Ok(rows)
 }
 
-/// The rows of each of `statements`, sent in one pipeline.
+/// The rows of each of `statements`, sent in one pipeline, outside a transaction.
 async fn all<const N: usize>(
     client: &ClientWrapper,
     statements: [Statement<'_>; N],
 ) -> Result<[Vec<Row>; N], DbError> {
-    let rows = pipeline::query_all(client, &statements).await?;
+    let prepared = pipeline::prepare(client, &statements).await?;
+    let rows = (pipeline::run(client, &statements, &prepared).await).map_err(map_pg_error)?;
     <[Vec<Row>; N]>::try_from(rows)
         .map_err(|rows| corrupt(format!("{} answers to {N} statements", rows.len())))
 }

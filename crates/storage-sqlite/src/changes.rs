@@ -91,8 +91,14 @@ impl Changes {
             hub.wake_everyone();
         } else {
             let mut wakeups = Vec::new();
-            new_events(conn, self.event_rowid, newest_event, &mut wakeups)?;
-            new_responses(conn, self.response_id, newest_response, &mut wakeups)?;
+            let events = (self.event_rowid, newest_event);
+            new_rows(conn, NEW_EVENTS, events, &mut wakeups, |id, finished| {
+                finished.then_some(Wakeup::Finished(id))
+            })?;
+            let responses = (self.response_id, newest_response);
+            new_rows(conn, NEW_RESPONSES, responses, &mut wakeups, |id, _| {
+                Some(Wakeup::Responses(id))
+            })?;
             hub.deliver(&wakeups);
         }
         self.data_version = version;
@@ -120,25 +126,6 @@ const NEW_EVENTS: &str = "SELECT e.execution_id, e.kind = 'Finished', s.ffqn, s.
 const NEW_RESPONSES: &str = "SELECT r.execution_id, 0, s.ffqn, s.pending_at \
      FROM t_response r LEFT JOIN t_execution_state s ON s.execution_id = r.execution_id \
      AND s.state = 'PendingAt' WHERE r.id > ?1 AND r.id <= ?2";
-
-/// The wake-ups of the events with row ids in `(after, upto]`.
-fn new_events(conn: &Connection, after: i64, upto: i64, wakeups: &mut Vec<Wakeup>) -> Result<()> {
-    new_rows(conn, NEW_EVENTS, (after, upto), wakeups, |id, finished| {
-        finished.then_some(Wakeup::Finished(id))
-    })
-}
-
-/// The wake-ups of the responses with ids in `(after, upto]`.
-fn new_responses(
-    conn: &Connection,
-    after: i64,
-    upto: i64,
-    wakeups: &mut Vec<Wakeup>,
-) -> Result<()> {
-    new_rows(conn, NEW_RESPONSES, (after, upto), wakeups, |id, _| {
-        Some(Wakeup::Responses(id))
-    })
-}
 
 /// Runs `sql` over the ids in `(after, upto]`: each row's own wake-up (`own` of its execution
 /// and its second column) and, for an execution now pending, that of its function.

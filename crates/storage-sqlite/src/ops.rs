@@ -11,7 +11,7 @@ use crate::{
     reads::{self, rows},
 };
 use concepts::{
-    CreateRequest, DelayId, DuplicateKind, ExecutionEvent, ExecutionId, Version,
+    CreateRequest, DbError, DelayId, DuplicateKind, ExecutionEvent, ExecutionId, Version,
     kernel::{
         self, DelayRow, ExecutionChange, ExecutionRow, JoinSetCounters, JoinSetKey, Keys,
         PruneQuery, Snapshot, Wakeup, Write, WritePlan, descendant_bounds,
@@ -144,18 +144,14 @@ impl<'c> WriteCtx<'c> {
             }
         }
         for execution_id in &keys.finished_results {
-            // The row comes from the snapshot when loaded, otherwise from the table.
-            let pending_state = match snapshot.executions.get(execution_id) {
-                Some(row) => row.state.pending_state.clone(),
-                None => match reads::execution_row(conn, execution_id)? {
-                    Some(row) => row.state.pending_state,
-                    None => continue,
-                },
-            };
-            if let Some(result) = reads::result_if_finished(conn, execution_id, &pending_state)? {
-                snapshot
-                    .finished_results
-                    .insert(execution_id.clone(), result);
+            match reads::finished_result(conn, execution_id) {
+                Ok(Some(result)) => {
+                    _ = snapshot
+                        .finished_results
+                        .insert(execution_id.clone(), result)
+                }
+                Ok(None) | Err(SqliteError::Db(DbError::NotFound(_))) => {}
+                Err(err) => return Err(err),
             }
         }
         for execution_id in &keys.open_delays {

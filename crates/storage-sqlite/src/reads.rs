@@ -9,7 +9,7 @@ use chrono::{DateTime, Utc};
 use concepts::{
     DbError, ExecutionEvent, ExecutionId, ExecutionLog, ExecutionSummary, ExpiredDelay,
     ExpiredTimer, FinishedExecutionResult, FunctionFqn, JoinSetResponseEventOuter,
-    ListExecutionsFilter, ListTerm, LockedExecution, Pagination, PendingState, Version,
+    ListExecutionsFilter, ListTerm, LockedExecution, Pagination, Version,
     kernel::{
         self, ExecutionRow, LockGrant, LogRows,
         stored::{self, corrupt, count, micros, to_i64},
@@ -36,11 +36,6 @@ pub(crate) fn execution_row(
 ) -> Result<Option<ExecutionRow>> {
     let sql = format!("SELECT {STATE_ROW_COLUMNS} FROM t_execution_state WHERE execution_id = ?1");
     Ok(rows(conn, &sql, [execution_id.as_str()], codec::execution_row)?.pop())
-}
-
-fn existing_row(conn: &Connection, execution_id: &ExecutionId) -> Result<ExecutionRow> {
-    let row = execution_row(conn, execution_id)?;
-    row.ok_or_else(|| DbError::execution_not_found(execution_id).into())
 }
 
 /// What `read` finds, from one snapshot; `NotFound` when it finds nothing of an unknown
@@ -120,7 +115,8 @@ pub(crate) fn execution_log(
     execution_id: &ExecutionId,
 ) -> Result<ExecutionLog> {
     let tx = conn.transaction()?;
-    let row = existing_row(&tx, execution_id)?;
+    let row = execution_row(&tx, execution_id)?;
+    let row = row.ok_or_else(|| DbError::execution_not_found(execution_id))?;
     let log = ExecutionLog {
         execution_id: execution_id.clone(),
         events: events(&tx, execution_id, Version(0), usize::MAX)?,
@@ -132,32 +128,27 @@ pub(crate) fn execution_log(
     Ok(log)
 }
 
+/// The result of `execution_id` if it finished: its `Finished` event, stored at the version the
+/// row keeps as its next one; `NotFound` for an unknown execution.
 pub(crate) fn finished_result(
-    conn: &mut Connection,
-    execution_id: &ExecutionId,
-) -> Result<Option<FinishedExecutionResult>> {
-    let tx = conn.transaction()?;
-    let pending_state = existing_row(&tx, execution_id)?.state.pending_state;
-    let result = result_if_finished(&tx, execution_id, &pending_state)?;
-    tx.finish()?;
-    Ok(result)
-}
-
-/// The result of an execution in `pending_state`: its `Finished` event's, `None` unless it
-/// finished.
-pub(crate) fn result_if_finished(
     conn: &Connection,
     execution_id: &ExecutionId,
-    pending_state: &PendingState,
 ) -> Result<Option<FinishedExecutionResult>> {
-    let PendingState::Finished { version, .. } = *pending_state else {
-        return Ok(None);
-    };
-    let sql = "SELECT event_json FROM t_event WHERE execution_id = ?1 AND version = ?2";
-    let params = (execution_id.as_str(), i64::from(version.0));
-    let json = rows(conn, sql, params, |row| Ok(row.get::<_, String>(0)?))?.pop();
-    let json = json.ok_or_else(|| corrupt(format!("{execution_id} has no version {version}")))?;
-    Ok(Some(stored::finished_result(execution_id, &json)?))
+    let sql = "SELECT e.state = 'Finished', ev.event_json FROM t_execution_state AS e \
+               LEFT JOIN t_event AS ev ON ev.execution_id = e.execution_id \
+               AND ev.version = e.next_version AND e.state = 'Finished' WHERE e.execution_id = ?1";
+    let mut found = rows(conn, sql, [execution_id.as_str()], |row| {
+        Ok((row.get::<_, bool>(0)?, row.get::<_, Option<String>>(1)?))
+    })?;
+    match found.pop() {
+        None => Err(DbError::execution_not_found(execution_id).into()),
+        Some((false, _)) => Ok(None),
+        Some((true, Some(json))) => Ok(Some(stored::finished_result(execution_id, &json)?)),
+        Some((true, None)) => {
+            let message = format!("{execution_id} is finished without an event at its version");
+            Err(corrupt(message).into())
+        }
+    }
 }
 
 /// The state rows of up to `limit` executions of `ffqns` whose `pending_at` is at or before
