@@ -17,10 +17,9 @@ pub enum PostgresError {
         problem: String,
     },
     /// The database's schema version is one this connection may not use ([`SchemaRefusal`]):
-    /// a newer one, none (no `t_schema_migration`, or no version in it, and
-    /// [`PostgresConfig::create`](crate::PostgresConfig::create) is false: nothing was
-    /// created), or an older one ([`PostgresConfig::migrate`](crate::PostgresConfig::migrate)
-    /// is false: it is left as is).
+    /// a newer one, none (no `t_schema_migration`, or no version in it, and the
+    /// [`schema`](crate::PostgresConfig::schema) policy's `create` is false: nothing was
+    /// created), or an older one (its `migrate` is false: it is left as is).
     #[error("{url} {refusal}")]
     Schema {
         /// The database's URL, password hidden.

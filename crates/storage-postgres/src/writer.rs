@@ -1,7 +1,7 @@
 //! Running writes: one attempt of one write in one transaction, and of a group of writes
-//! planned together by the kernel's [`GroupPlanner`], for the kernel's [`Groups`] (which lets
-//! concurrent writes share one transaction and one commit) and [`kernel::transact`] (which runs
-//! an attempt again when it may); `docs/ARCHITECTURE.md` describes both.
+//! planned together by the kernel's [`GroupPlanner`], for the kernel's `Groups`, which lets
+//! concurrent writes share one transaction and one commit and runs an attempt again when it
+//! may (`docs/ARCHITECTURE.md` describes both).
 
 use crate::{
     error::{is_transaction_retriable, map_pool_error},

@@ -47,9 +47,8 @@ pub enum SqliteOpenError {
         detail: String,
     },
     /// The file's schema version is one this opening may not use ([`SchemaRefusal`]): a
-    /// newer one, none ([`SqliteConfig::create`](crate::SqliteConfig::create) is false), or an
-    /// older one ([`SqliteConfig::migrate`](crate::SqliteConfig::migrate) is false); it is
-    /// left as it is.
+    /// newer one, none (the [`schema`](crate::SqliteConfig::schema) policy's `create` is
+    /// false), or an older one (its `migrate` is false); it is left as it is.
     #[error("{} {refusal}", path.display())]
     Schema {
         /// The database file.

@@ -38,7 +38,7 @@ pub enum NotCommitted {
     Refuted,
 }
 
-/// How a backend runs writes in transactions of its own, for [`Groups`] and [`transact`].
+/// How a backend runs writes in transactions of its own, for [`Groups`].
 pub trait Transactions: Send + Sync + 'static {
     /// How many times a write runs again after a conflict ([`Transactions::reruns`]) or a raced
     /// create before its error is returned.
