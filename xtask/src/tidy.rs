@@ -352,17 +352,18 @@ mod tests {
     #[test]
     fn the_postgres_group_writer_plans_its_groups_with_the_kernel() {
         let code = code_of(&read(Path::new("crates/storage-postgres/src/writer.rs")));
-        for call in [
-            "GroupPlanner::owning(",
-            "Keys::union(",
-            ".shares_a_transaction()",
-        ] {
+        for call in ["GroupPlanner::owning(", "Keys::union("] {
             assert!(
                 code.contains(call),
                 "the group writer no longer calls `{call}`: a group is loaded for the union \
                  of its keys and planned by the kernel's `GroupPlanner`"
             );
         }
+        let store = code_of(&read(Path::new("crates/storage-postgres/src/lib.rs")));
+        assert!(
+            store.contains("kernel::Groups::spawn("),
+            "which writes share a transaction is the kernel's `Groups` (`shares_a_transaction`)"
+        );
     }
 
     #[test]

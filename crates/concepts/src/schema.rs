@@ -2,13 +2,26 @@
 //! creates or migrates, and why it refuses the others. The backends read the version their
 //! store holds and apply the migrations; whether they may is decided here, once.
 
-/// What an opening was asked to do with the schema it finds.
+/// What an opening was asked to do with the schema it finds; by default both (a tool that
+/// must not change what it opens asks for less: the backends' `existing_only` and
+/// `without_migrations`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SchemaPolicy {
-    /// Create the schema in a store that has none.
+    /// Create the schema in a store that has none; when false such a store is refused
+    /// ([`SchemaRefusal::NoSchema`]) and nothing is created.
     pub create: bool,
-    /// Migrate an older schema to the build's.
+    /// Migrate an older schema to the build's; when false such a store is refused
+    /// ([`SchemaRefusal::TooOld`]) and left at its version.
     pub migrate: bool,
+}
+
+impl Default for SchemaPolicy {
+    fn default() -> Self {
+        Self {
+            create: true,
+            migrate: true,
+        }
+    }
 }
 
 /// Why a store was not opened at the schema version it holds; nothing was changed. Its

@@ -174,27 +174,22 @@ impl kernel::Backend for MemoryStore {
     }
     async fn get_expired_timers(&self, at: DateTime<Utc>) -> Result<Vec<ExpiredTimer>, DbError> {
         let state = self.open_state()?;
-        let expired = state.timers.iter().take_while(|(t, ..)| t.at_or_before(at));
-        expired
-            .filter_map(|(expires_at, execution_id, kind)| {
-                let expires_at = expires_at.time();
-                match kind {
-                    TimerKind::Lock => state
-                        .record(execution_id)
-                        .and_then(|record| record.row.expired_lock_at(at))
-                        .map(|lock| lock.map(ExpiredTimer::Lock))
-                        .transpose(),
-                    TimerKind::Delay(delay_id, join_set_id) => {
-                        Some(Ok(ExpiredTimer::Delay(ExpiredDelay {
-                            execution_id: execution_id.clone(),
-                            join_set_id: join_set_id.clone(),
-                            delay_id: *delay_id,
-                            expires_at,
-                        })))
-                    }
-                }
-            })
-            .collect()
+        let (mut locked, mut delays) = (Vec::new(), Vec::new());
+        for (expires_at, execution_id, kind) in state.timers.iter() {
+            if !expires_at.at_or_before(at) {
+                break;
+            }
+            match kind {
+                TimerKind::Lock => locked.push(state.record(execution_id)?.row.clone()),
+                TimerKind::Delay(delay_id, join_set_id) => delays.push(ExpiredDelay {
+                    execution_id: execution_id.clone(),
+                    join_set_id: join_set_id.clone(),
+                    delay_id: *delay_id,
+                    expires_at: expires_at.time(),
+                }),
+            }
+        }
+        kernel::expired_timers(at, locked, delays)
     }
 
     async fn get(&self, execution_id: &ExecutionId) -> Result<ExecutionLog, DbError> {
@@ -282,15 +277,10 @@ impl kernel::Backend for MemoryStore {
     }
     async fn list_schedules(
         &self,
-        after: Option<&ScheduleName>,
+        from: Option<&ScheduleName>,
         limit: usize,
-        exact: bool,
     ) -> Result<Vec<ScheduleRow>, DbError> {
-        let state = self.open_state()?;
-        Ok(match (after, exact) {
-            (Some(name), true) => state.schedules.get(name).into_iter().collect(),
-            _ => state.schedules.list(after, limit),
-        })
+        Ok(self.open_state()?.schedules.list(from, limit))
     }
 
     async fn schedule_ticks(

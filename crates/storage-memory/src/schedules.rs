@@ -6,7 +6,10 @@ use concepts::{
     kernel::{Keys, ScheduleWrite, Snapshot},
     schedule::{ScheduleName, ScheduleRow, Tick},
 };
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::{
+    collections::{BTreeMap, BTreeSet, HashMap},
+    ops::Bound,
+};
 
 #[derive(Debug, Default)]
 pub(crate) struct Schedules {
@@ -58,14 +61,10 @@ impl Schedules {
         }
     }
 
-    pub(crate) fn get(&self, name: &ScheduleName) -> Option<ScheduleRow> {
-        self.rows.get(name).cloned()
-    }
-
-    /// The schedules after `after` in name order, at most `limit`.
-    pub(crate) fn list(&self, after: Option<&ScheduleName>, limit: usize) -> Vec<ScheduleRow> {
-        let rows = self.rows.iter();
-        let rows = rows.skip_while(|(name, _)| after.is_some_and(|after| *name <= after));
+    /// The schedules from `from` on in name order, at most `limit`.
+    pub(crate) fn list(&self, from: Option<&ScheduleName>, limit: usize) -> Vec<ScheduleRow> {
+        let from = from.map_or(Bound::Unbounded, Bound::Included);
+        let rows = self.rows.range::<ScheduleName, _>((from, Bound::Unbounded));
         rows.take(limit).map(|(_, row)| row.clone()).collect()
     }
 

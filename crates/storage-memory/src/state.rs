@@ -6,7 +6,7 @@ use concepts::{
     DbError, DelayId, ExecutionEvent, ExecutionId, FinishedExecutionResult, FunctionFqn, JoinSetId,
     JoinSetResponse, JoinSetResponseEventOuter, PendingState,
     kernel::{
-        DelayRow, ExecutionChange, ExecutionRow, JoinSetCounters, JoinSetRow, Keys, Snapshot,
+        DelayRow, ExecutionChange, ExecutionRow, FastHash, JoinSetCounters, Keys, Snapshot,
         descendant_bounds,
     },
 };
@@ -14,10 +14,6 @@ use std::{
     collections::{BTreeSet, HashMap, HashSet},
     ops::Bound,
 };
-
-/// The hasher of the maps keyed by ids: `foldhash`'s per-process seeded hasher, several times
-/// cheaper than SipHash on these short keys, and hashing sits on every write.
-type FastHash = foldhash::fast::RandomState;
 
 /// What a timer of an execution is for. Part of the timer key, so that a lease and any number
 /// of delays of one execution expiring at the same instant never collide.
@@ -246,26 +242,21 @@ impl State {
                 continue;
             };
             let consumed = usize::try_from(join_set.join_next_count).unwrap_or(usize::MAX);
-            let row = JoinSetRow {
-                counters: JoinSetCounters {
-                    join_next_count: join_set.join_next_count,
-                    response_count: join_set.response_times.len() as u64,
-                },
-                next_response_times: (join_set.response_times.iter().skip(consumed))
-                    .take(key.next_responses)
-                    .copied()
-                    .collect(),
+            let counters = JoinSetCounters {
+                join_next_count: join_set.join_next_count,
+                response_count: join_set.response_times.len() as u64,
             };
-            let key = (key.execution_id.clone(), key.join_set_id.clone());
-            snapshot.join_sets.insert(key, row);
+            let next = join_set.response_times.iter().skip(consumed);
+            snapshot.add_join_set(
+                key,
+                counters,
+                next.take(key.next_responses).copied().collect(),
+            );
         }
-        for (execution_id, delay_id) in &keys.delays {
-            if let Some(delay) = self
-                .waits(execution_id)
-                .and_then(|w| w.delays.get(delay_id))
-            {
-                let key = (execution_id.clone(), *delay_id);
-                snapshot.delays.insert(key, delay.row);
+        for key in &keys.delays {
+            let delays = self.waits(&key.0).map(|w| &w.delays);
+            if let Some(delay) = delays.and_then(|delays| delays.get(&key.1)) {
+                snapshot.add_delay(key, delay.row);
             }
         }
         for (execution_id, child_id) in &keys.child_responses {
@@ -299,12 +290,9 @@ impl State {
     /// open delays and prune candidates.
     fn load_lifecycle(&self, keys: &Keys, snapshot: &mut Snapshot) {
         for root in &keys.subtrees {
-            let mut found = Vec::new();
             for record in self.descendants(root).filter_map(|id| self.records.get(id)) {
-                found.push(record.row.execution_id.clone());
-                snapshot.add_execution(record.row.clone());
+                snapshot.add_descendant(root, record.row.clone());
             }
-            snapshot.subtrees.insert(root.clone(), found);
         }
         let results = &mut snapshot.finished_results;
         for execution_id in &keys.finished_results {
@@ -318,10 +306,9 @@ impl State {
             let mut open: Vec<DelayId> = (waits.into_iter().flat_map(|w| &w.delays))
                 .filter_map(|(delay_id, delay)| delay.open.is_some().then_some(*delay_id))
                 .collect();
-            if !open.is_empty() {
-                open.sort_unstable();
-                snapshot.open_delays.insert(execution_id.clone(), open);
-            }
+            open.sort_unstable();
+            open.into_iter()
+                .for_each(|delay_id| snapshot.add_open_delay(execution_id, delay_id));
         }
         if let Some(query) = &keys.prune {
             let after = (query.after.as_ref()).map(|(at, id)| key(*at, id));
@@ -332,8 +319,7 @@ impl State {
                 .take(query.limit);
             for (_, execution_id) in candidates {
                 if let Some(record) = self.records.get(execution_id) {
-                    snapshot.prune_candidates.push(execution_id.clone());
-                    snapshot.add_execution(record.row.clone());
+                    snapshot.add_prune_candidate(record.row.clone());
                 }
             }
         }

@@ -53,8 +53,7 @@ async fn run_on_server(server: &PostgresConfig, sql: &str) -> Result<(), Postgre
 /// opening a store: to prepare a database ahead of a rollout, or to test the upgrade from an
 /// older schema. A database already at `version` or newer is left as it is; a `version` this
 /// binary does not know is [`PostgresError::InvalidConfig`]. It ignores `database`'s
-/// [`create`](PostgresConfig::create) and [`migrate`](PostgresConfig::migrate): creating and
-/// migrating are what it is asked for.
+/// [`schema`](PostgresConfig::schema) policy: creating and migrating are what it is asked for.
 pub async fn migrate_to(database: &PostgresConfig, version: i64) -> Result<(), PostgresError> {
     if !(1..=SCHEMA_VERSION).contains(&version) {
         return Err(invalid_config(
@@ -65,8 +64,7 @@ pub async fn migrate_to(database: &PostgresConfig, version: i64) -> Result<(), P
         ));
     }
     let mut changes_allowed = database.clone();
-    changes_allowed.create = true;
-    changes_allowed.migrate = true;
+    changes_allowed.schema = concepts::SchemaPolicy::default();
     with_connection(database, async |client| {
         schema::migrate(client, version, &changes_allowed).await
     })

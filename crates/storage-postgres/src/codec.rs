@@ -1,14 +1,18 @@
-//! Conversions between domain values and column values: timestamps as microseconds (plus the
-//! sub-microsecond remainder), versions and counters as `BIGINT`, payloads as JSON text, and
-//! the state row of an execution.
+//! Conversions between domain values and column values: the kernel's [`stored`] encodings as
+//! this driver reads them, timestamps' sub-microsecond remainders, durations as nanoseconds,
+//! the state kind as a number, and the state row of an execution.
 
-use crate::error::{corrupt, map_pg_error};
+use crate::error::map_pg_error;
 use chrono::{DateTime, Utc};
+pub(crate) use concepts::kernel::stored::micros;
 use concepts::{
-    DbError, ExecutionEvent, ExecutionEventInner, ExecutionId, ExecutionState,
-    FinishedExecutionResult, JoinSetId, Version, kernel::ExecutionRow,
+    DbError,
+    kernel::{
+        ExecutionRow,
+        stored::{self, StoredRow, corrupt},
+    },
 };
-use serde::{Serialize, de::DeserializeOwned};
+use serde::de::DeserializeOwned;
 use std::time::Duration;
 use tokio_postgres::{Row, types::FromSql};
 
@@ -25,50 +29,47 @@ pub(crate) fn column<'a, T: FromSql<'a>>(row: &'a Row, idx: usize) -> Result<T, 
     row.try_get(idx).map_err(map_pg_error)
 }
 
-pub(crate) fn parse_execution_id(id: &str) -> Result<ExecutionId, DbError> {
-    id.parse()
-        .map_err(|e| corrupt(format!("execution id `{id}`: {e}")))
+/// The text of column `idx`, parsed ([`stored::parse`]); `what` names it in the error.
+pub(crate) fn parsed<T: std::str::FromStr>(row: &Row, idx: usize, what: &str) -> Result<T, DbError>
+where
+    T::Err: std::fmt::Display,
+{
+    stored::parse(column(row, idx)?, what)
 }
 
-pub(crate) fn parse_join_set_id(id: &str) -> Result<JoinSetId, DbError> {
-    id.parse()
-        .map_err(|e| corrupt(format!("join set id `{id}`: {e}")))
+/// The JSON document of column `idx`, decoded ([`stored::from_json`]); `what` names it.
+pub(crate) fn json<T: DeserializeOwned>(row: &Row, idx: usize, what: &str) -> Result<T, DbError> {
+    stored::from_json(column(row, idx)?, what)
+}
+
+/// The JSON documents of the array in column `idx`, decoded; `what` names them.
+pub(crate) fn documents<T: DeserializeOwned>(
+    row: &Row,
+    idx: usize,
+    what: &str,
+) -> Result<Vec<T>, DbError> {
+    let texts: Vec<&str> = column(row, idx)?;
+    texts
+        .into_iter()
+        .map(|json| stored::from_json(json, what))
+        .collect()
 }
 
 /// The state row of an execution, from the columns of [`execution_columns!`].
 pub(crate) fn execution_row(row: &Row) -> Result<ExecutionRow, DbError> {
-    let execution_id = parse_execution_id(column(row, 0)?)?;
-    let ffqn: &str = column(row, 1)?;
-    let ffqn = ffqn
-        .parse()
-        .map_err(|e| corrupt(format!("ffqn `{ffqn}` of {execution_id}: {e:?}")))?;
-    let parent_id: Option<&str> = column(row, 8)?;
-    let parent_join_set: Option<&str> = column(row, 9)?;
-    let parent = match (parent_id, parent_join_set) {
-        (Some(parent_id), Some(join_set_id)) => Some((
-            parse_execution_id(parent_id)?,
-            parse_join_set_id(join_set_id)?,
-        )),
-        _ => None,
-    };
-    Ok(ExecutionRow {
-        ffqn,
-        state: ExecutionState {
-            next_version: Version(i64_to_u32(column(row, 2)?, "next_version")?),
-            pending_state: from_json(column(row, 3)?, "pending state")?,
-        },
-        temporary_event_count: i64_to_u32(column(row, 4)?, "temporary_event_count")?,
-        response_count: i64_to_count(column(row, 5)?, "response_count")?,
-        max_retries: i64_to_u32(column(row, 6)?, "max_retries")?,
-        retry_exp_backoff: nanos_to_duration(column(row, 7)?)?,
-        parent,
-        execution_id,
-    })
-}
-
-/// Microseconds since the Unix epoch, rounded down. Every `DateTime<Utc>` fits.
-pub(crate) fn micros(at: DateTime<Utc>) -> i64 {
-    at.timestamp_micros()
+    StoredRow {
+        execution_id: column(row, 0)?,
+        ffqn: column(row, 1)?,
+        next_version: column(row, 2)?,
+        pending_state: column(row, 3)?,
+        temporary_event_count: column(row, 4)?,
+        response_count: column(row, 5)?,
+        max_retries: column(row, 6)?,
+        retry_exp_backoff: Duration::from_nanos(stored::count(column(row, 7)?, "backoff (ns)")?),
+        parent_execution_id: column(row, 8)?,
+        parent_join_set_id: column(row, 9)?,
+    }
+    .decode()
 }
 
 /// The nanoseconds below the microsecond (0..=999), kept where the exact value is reported.
@@ -87,64 +88,6 @@ pub(crate) fn timestamp(micros: i64, sub_micros: i16) -> Result<DateTime<Utc>, D
                 "timestamp {micros} us + {sub_micros} ns out of range"
             ))
         })
-}
-
-/// Saturating at `i64::MAX`, which no count reaches.
-pub(crate) fn count_to_i64(count: u64) -> i64 {
-    i64::try_from(count).unwrap_or(i64::MAX)
-}
-
-pub(crate) fn i64_to_count(value: i64, what: &str) -> Result<u64, DbError> {
-    u64::try_from(value).map_err(|_| corrupt(format!("negative {what}: {value}")))
-}
-
-pub(crate) fn i64_to_u32(value: i64, what: &str) -> Result<u32, DbError> {
-    u32::try_from(value).map_err(|_| corrupt(format!("{what} out of range: {value}")))
-}
-
-pub(crate) fn version_to_i64(version: Version) -> i64 {
-    i64::from(version.0)
-}
-
-/// Saturating (at 292 years).
-pub(crate) fn duration_to_nanos(d: Duration) -> i64 {
-    i64::try_from(d.as_nanos()).unwrap_or(i64::MAX)
-}
-
-pub(crate) fn nanos_to_duration(nanos: i64) -> Result<Duration, DbError> {
-    u64::try_from(nanos)
-        .map(Duration::from_nanos)
-        .map_err(|_| corrupt(format!("negative duration: {nanos} ns")))
-}
-
-/// `value` as JSON text; object keys keep their order.
-pub(crate) fn to_json<T: Serialize + ?Sized>(value: &T) -> Result<String, DbError> {
-    serde_json::to_string(value).map_err(|e| {
-        DbError::Backend(concepts::BackendError {
-            message: format!("cannot encode a value as JSON: {e}"),
-            retriable: false,
-            source: Some(std::sync::Arc::new(e)),
-        })
-    })
-}
-
-/// `what` names the value in the error.
-pub(crate) fn from_json<T: DeserializeOwned>(json: &str, what: &str) -> Result<T, DbError> {
-    serde_json::from_str(json).map_err(|e| corrupt(format!("{what}: {e}")))
-}
-
-/// The result of the `Finished` event `json` of the finished execution `execution_id`.
-pub(crate) fn finished_result_of(
-    execution_id: &ExecutionId,
-    json: &str,
-) -> Result<FinishedExecutionResult, DbError> {
-    match from_json::<ExecutionEvent>(json, "event")?.event {
-        ExecutionEventInner::Finished { result } => Ok(result),
-        other => Err(corrupt(format!(
-            "{execution_id} is finished but its last event is {}",
-            other.variant_name()
-        ))),
-    }
 }
 
 /// The `state_kind` column value of a kind.

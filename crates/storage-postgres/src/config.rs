@@ -4,6 +4,7 @@ use crate::{
     error::{PostgresError, invalid_config},
     tls::{RootCertificates, SslMode},
 };
+use concepts::SchemaPolicy;
 use rustls::pki_types::CertificateDer;
 use std::{str::FromStr, time::Duration};
 
@@ -73,13 +74,10 @@ pub struct PostgresConfig {
     pub listener_min_backoff: Duration,
     /// The longest delay between two reconnection attempts of the listener.
     pub listener_max_backoff: Duration,
-    /// Whether a database without Stele's schema gets it when connecting (default); when false
-    /// ([`existing_only`](Self::existing_only)) it is refused ([`SchemaRefusal::NoSchema`](concepts::SchemaRefusal::NoSchema)).
-    pub create: bool,
-    /// Whether an older schema is migrated when connecting (default); when false
-    /// ([`without_migrations`](Self::without_migrations)) it is refused
-    /// ([`SchemaRefusal::TooOld`](concepts::SchemaRefusal::TooOld)) and left at its version.
-    pub migrate: bool,
+    /// Whether a database without Stele's schema gets it when connecting and an older schema
+    /// is migrated; by default both ([`existing_only`](Self::existing_only),
+    /// [`without_migrations`](Self::without_migrations)).
+    pub schema: SchemaPolicy,
     /// How every connection of the store uses TLS (`sslmode`; default `prefer`).
     pub ssl_mode: SslMode,
     /// What `verify-ca` and `verify-full` trust (`sslrootcert`; default Mozilla's roots).
@@ -173,8 +171,7 @@ impl PostgresConfig {
             max_transaction_retries: 5,
             listener_min_backoff: Duration::from_millis(50),
             listener_max_backoff: Duration::from_secs(5),
-            create: true,
-            migrate: true,
+            schema: SchemaPolicy::default(),
             ssl_mode,
             root_certificates,
             wait_for_server,
@@ -190,17 +187,17 @@ impl PostgresConfig {
     }
 
     /// The same configuration, connecting only to a database that already holds Stele's
-    /// schema and creating nothing (`create = false`).
+    /// schema and creating nothing (`schema.create = false`).
     #[must_use]
     pub fn existing_only(mut self) -> Self {
-        self.create = false;
+        self.schema.create = false;
         self
     }
 
-    /// The same configuration, never migrating an older schema (`migrate = false`).
+    /// The same configuration, never migrating an older schema (`schema.migrate = false`).
     #[must_use]
     pub fn without_migrations(mut self) -> Self {
-        self.migrate = false;
+        self.schema.migrate = false;
         self
     }
 

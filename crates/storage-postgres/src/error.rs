@@ -17,10 +17,9 @@ pub enum PostgresError {
         problem: String,
     },
     /// The database's schema version is one this connection may not use ([`SchemaRefusal`]):
-    /// a newer one, none (no `t_schema_migration`, or no version in it, and
-    /// [`PostgresConfig::create`](crate::PostgresConfig::create) is false: nothing was
-    /// created), or an older one ([`PostgresConfig::migrate`](crate::PostgresConfig::migrate)
-    /// is false: it is left as is).
+    /// a newer one, none (no `t_schema_migration`, or no version in it, and the
+    /// [`schema`](crate::PostgresConfig::schema) policy's `create` is false: nothing was
+    /// created), or an older one (its `migrate` is false: it is left as is).
     #[error("{url} {refusal}")]
     Schema {
         /// The database's URL, password hidden.
@@ -122,18 +121,17 @@ pub(crate) fn connect_error(
     }
 }
 
-/// The SQLSTATE of the server error behind `err`, if there is one.
-pub(crate) fn sqlstate(err: &DbError) -> Option<&SqlState> {
-    let DbError::Backend(backend) = err else {
-        return None;
-    };
-    let source = backend.source.as_deref()?;
-    source.downcast_ref::<tokio_postgres::Error>()?.code()
-}
-
-/// A serialization failure or a deadlock: the whole transaction may simply run again.
+/// A serialization failure or a deadlock (the SQLSTATE of the server error behind `err`): the
+/// whole transaction may simply run again.
 pub(crate) fn is_transaction_retriable(err: &DbError) -> bool {
-    sqlstate(err).is_some_and(reruns_transaction)
+    let DbError::Backend(backend) = err else {
+        return false;
+    };
+    let driver =
+        (backend.source.as_deref()).and_then(|e| e.downcast_ref::<tokio_postgres::Error>());
+    driver
+        .and_then(tokio_postgres::Error::code)
+        .is_some_and(reruns_transaction)
 }
 
 /// Maps a pool error: a closed pool is [`DbError::Closed`], a timeout or a failed connect is
@@ -151,11 +149,6 @@ pub(crate) fn map_pool_error(err: deadpool_postgres::PoolError) -> DbError {
         )),
         other => DbError::Connection(other.to_string()),
     }
-}
-
-/// A backend error for data that does not decode (a corrupt row or an unknown format).
-pub(crate) fn corrupt(what: impl std::fmt::Display) -> DbError {
-    DbError::backend(format!("corrupt data in the database: {what}"), false, None)
 }
 
 /// `url` is shown as it is: a redacted one.

@@ -101,7 +101,7 @@ use concepts::{
     DbError, ExecutionEvent, ExecutionId, ExecutionLog, ExecutionSummary, ExpiredTimer,
     FinishedExecutionResult, FunctionFqn, JoinSetResponseEventOuter, ListExecutionsFilter,
     LockPendingRequest, LockedExecution, Pagination, Version,
-    kernel::{self, Forward, KnownRows, WaiterCounts, WaiterHub, Write},
+    kernel::{self, Forward, WaiterCounts, WaiterHub},
     schedule::{ScheduleName, ScheduleRow, Tick},
 };
 use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod, Runtime};
@@ -119,27 +119,20 @@ pub struct PostgresStore {
 }
 
 struct Inner {
-    pool: Pool,
     config: PostgresConfig,
-    hub: Arc<WaiterHub>,
     shutdown: watch::Sender<bool>,
     listener_state: watch::Receiver<ListenerState>,
     listener_task: Mutex<Option<JoinHandle<()>>>,
     writer: Arc<writer::Writer>,
     /// The group writer; it stops when the last store handle drops it.
-    groups: writer::Groups,
+    groups: kernel::Groups,
 }
-
-/// At most this many rows of the leases this store took are kept, for their outcomes to be
-/// planned on (a lease whose outcome another process writes is never taken out): past it,
-/// they are all dropped.
-const MAX_KNOWN_ROWS: usize = 4_096;
 
 impl Drop for Inner {
     fn drop(&mut self) {
         // The listener task stops when it sees this (or the sender dropped).
         let _ = self.shutdown.send(true);
-        self.pool.close();
+        self.writer.pool.close();
     }
 }
 
@@ -147,7 +140,7 @@ impl std::fmt::Debug for PostgresStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PostgresStore")
             .field("config", &self.inner.config)
-            .field("closed", &self.inner.hub.is_closed())
+            .field("closed", &self.inner.writer.hub.is_closed())
             .finish_non_exhaustive()
     }
 }
@@ -204,21 +197,18 @@ impl PostgresStore {
             .into());
         }
         let writer = Arc::new(writer::Writer {
-            pool: pool.clone(),
-            hub: Arc::clone(&hub),
+            pool,
+            hub,
             max_transaction_retries: config.max_transaction_retries,
             trips: pipeline::Trips::default(),
-            known: KnownRows::new(MAX_KNOWN_ROWS),
         });
         let slots = writer::Writer::groups_in_flight(config.pool_size);
-        let groups = writer::Groups::spawn(Arc::clone(&writer), slots);
+        let groups = kernel::Groups::spawn(Arc::clone(&writer), slots);
         Ok(Self {
             inner: Arc::new(Inner {
-                pool,
                 writer,
                 groups,
                 config,
-                hub,
                 shutdown: shutdown_tx,
                 listener_state: state_rx,
                 listener_task: Mutex::new(Some(task)),
@@ -267,13 +257,13 @@ impl PostgresStore {
     /// The number of registered waiters of each kind.
     #[must_use]
     pub fn waiter_counts(&self) -> WaiterCounts {
-        self.inner.hub.counts()
+        self.inner.writer.hub.counts()
     }
 
     /// A pooled connection for a read of one round trip.
     async fn reader(&self) -> Result<Object, DbError> {
-        self.inner.hub.ensure_open()?;
-        let client = self.inner.pool.get().await.map_err(map_pool_error)?;
+        self.inner.writer.hub.ensure_open()?;
+        let client = self.inner.writer.pool.get().await.map_err(map_pool_error)?;
         self.inner.writer.trips.one();
         Ok(client)
     }
@@ -306,27 +296,13 @@ async fn first_connection(pool: &Pool, config: &PostgresConfig) -> Result<Object
 
 impl kernel::Backend for PostgresStore {
     async fn write<W: Forward>(&self, write: W) -> Result<W::Reply, DbError> {
-        self.inner.hub.ensure_open()?;
-        let keys = write.keys()?;
-        let (job, answer) = kernel::queue(write, keys);
-        self.inner.groups.write(&self.inner.writer, job).await;
-        answer.get().await
+        self.inner.writer.hub.ensure_open()?;
+        self.inner.groups.write(&*self.inner.writer, write).await
     }
 
     async fn lock_pending(&self, req: LockPendingRequest) -> Result<Vec<LockedExecution>, DbError> {
-        self.inner.hub.ensure_open()?;
-        let keys = req.keys()?;
-        if req.locks_nothing() {
-            return Ok(Vec::new());
-        }
-        let (mut lock, _) = kernel::queue(req, keys);
-        let (plan, locked) = self.inner.writer.transact(&mut lock, false).await?;
-        // An outcome is planned on its leased row only when it runs alone (`Groups::write`):
-        // a lock taken while writes are in flight would fill the table for nothing.
-        if self.inner.groups.idle() {
-            self.inner.writer.known.remember(&plan);
-        }
-        Ok(locked)
+        self.inner.writer.hub.ensure_open()?;
+        self.inner.groups.lock(&*self.inner.writer, req).await
     }
 
     async fn wait_for_pending(
@@ -339,7 +315,7 @@ impl kernel::Backend for PostgresStore {
             let client = self.reader().await?;
             reads::any_due(&client, pending_at_or_sooner, &ffqns).await
         };
-        let hub = &self.inner.hub;
+        let hub = &self.inner.writer.hub;
         hub.wait_for_pending(pending_at_or_sooner, Arc::clone(&ffqns), max_wait, is_due)
             .await;
     }
@@ -353,7 +329,8 @@ impl kernel::Backend for PostgresStore {
             let responses = reads::responses_from(&client, execution_id, start_idx).await?;
             Ok((!responses.is_empty()).then_some(responses))
         };
-        self.inner.hub.wait_for_responses(execution_id, check).await
+        let hub = &self.inner.writer.hub;
+        hub.wait_for_responses(execution_id, check).await
     }
     async fn get_expired_timers(&self, at: DateTime<Utc>) -> Result<Vec<ExpiredTimer>, DbError> {
         let client = self.reader().await?;
@@ -392,18 +369,16 @@ impl kernel::Backend for PostgresStore {
             let client = self.reader().await?;
             reads::finished_result(&client, execution_id).await
         };
-        let hub = &self.inner.hub;
+        let hub = &self.inner.writer.hub;
         hub.wait_for_finished(execution_id, timeout, check).await
     }
     async fn list_schedules(
         &self,
-        after: Option<&ScheduleName>,
+        from: Option<&ScheduleName>,
         limit: usize,
-        exact: bool,
     ) -> Result<Vec<ScheduleRow>, DbError> {
         let client = self.reader().await?;
-        let after = after.map_or("", ScheduleName::as_str);
-        schedules::list(&client, after, limit, exact).await
+        schedules::list(&client, from.map_or("", ScheduleName::as_str), limit).await
     }
 
     async fn schedule_ticks(
@@ -416,10 +391,10 @@ impl kernel::Backend for PostgresStore {
     }
 
     async fn close(&self) {
-        if !self.inner.hub.close() {
+        if !self.inner.writer.hub.close() {
             return;
         }
-        self.inner.pool.close();
+        self.inner.writer.pool.close();
         let _ = self.inner.shutdown.send(true);
         let task = self
             .inner

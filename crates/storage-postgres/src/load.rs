@@ -4,17 +4,17 @@
 
 use crate::{
     codec::{
-        column, count_to_i64, execution_columns, execution_row, finished_result_of, from_json,
-        i64_to_count, micros, parse_execution_id, sub_micros,
+        column, documents, execution_columns, execution_row, json, micros, parsed, sub_micros,
     },
-    error::{corrupt, map_pg_error},
+    error::map_pg_error,
     pipeline::{self, Statement, Trips, for_ids, statement, unnest},
     schedules,
 };
 use concepts::{
-    DbError, DelayId, ExecutionId, JoinSetResponseEventOuter,
+    DbError, ExecutionId, JoinSetResponseEventOuter,
     kernel::{
-        DelayRow, JoinSetCounters, JoinSetRow, Keys, PruneQuery, Snapshot, descendant_bounds,
+        DelayRow, JoinSetCounters, Keys, PruneQuery, Snapshot, descendant_bounds,
+        stored::{self, corrupt, count, to_i64},
     },
 };
 use deadpool_postgres::ClientWrapper;
@@ -140,7 +140,7 @@ pub(crate) async fn load(
     let statements = [
         keys.due.as_ref().map(|due| {
             let ffqns: Vec<String> = due.ffqns.iter().map(ToString::to_string).collect();
-            let (at, limit) = (micros(due.pending_at_or_sooner), limit_param(due.limit));
+            let (at, limit) = (micros(due.pending_at_or_sooner), to_i64(due.limit));
             statement(
                 SELECT_DUE,
                 vec![Box::new(at), Box::new(ffqns), Box::new(limit)],
@@ -156,7 +156,7 @@ pub(crate) async fn load(
         unnest!(SELECT_JOIN_SETS, &keys.join_sets, |key| {
             ids: &str = key.execution_id.as_str(),
             join_sets: String = key.join_set_id.to_string(),
-            next: i64 = count_to_i64(u64::try_from(key.next_responses).unwrap_or(u64::MAX)),
+            next: i64 = to_i64(key.next_responses),
         }),
         unnest!(SELECT_DELAYS, &keys.delays, |(id, delay_id)| {
             ids: &str = id.as_str(),
@@ -189,59 +189,45 @@ pub(crate) async fn load(
         snapshot.add_execution(execution_row(row)?);
     }
     for row in &created {
-        let id = parse_execution_id(column(row, 0)?)?;
-        let created = from_json(column(row, 1)?, "event")?;
-        snapshot.created.insert(id, created);
+        let id = parsed(row, 0, "execution id")?;
+        snapshot.created.insert(id, json(row, 1, "event")?);
     }
     if !keys.subtrees.is_empty() {
         let rows = lock_subtrees(client, trips, &subtrees, (subtree_rows, subtree_check)).await?;
         add_subtrees(keys, &rows, snapshot)?;
     }
     for row in &prune {
-        let row = execution_row(row)?;
-        snapshot.prune_candidates.push(row.execution_id.clone());
-        snapshot.add_execution(row);
+        snapshot.add_prune_candidate(execution_row(row)?);
     }
     for row in &finished {
-        let id = parse_execution_id(column(row, 0)?)?;
-        let result = finished_result_of(&id, column(row, 1)?)?;
+        let id = parsed(row, 0, "execution id")?;
+        let result = stored::finished_result(&id, column(row, 1)?)?;
         snapshot.finished_results.insert(id, result);
     }
     for row in &open_delays {
-        let id = parse_execution_id(column(row, 0)?)?;
-        let delay_id: &str = column(row, 1)?;
-        let delay_id: DelayId = delay_id
-            .parse()
-            .map_err(|e| corrupt(format!("delay id `{delay_id}` of {id}: {e}")))?;
-        snapshot.open_delays.entry(id).or_default().push(delay_id);
+        let id = parsed(row, 0, "execution id")?;
+        snapshot.add_open_delay(&id, parsed(row, 1, "delay id")?);
     }
     for row in &join_sets {
         let key = &keys.join_sets[ordinal(row, 0, keys.join_sets.len())?];
-        let responses: Vec<&str> = column(row, 3)?;
-        let next_response_times = (responses.into_iter())
-            .map(|json| Ok(from_json::<JoinSetResponseEventOuter>(json, "response")?.created_at))
-            .collect::<Result<_, DbError>>()?;
+        let responses: Vec<JoinSetResponseEventOuter> = documents(row, 3, "response")?;
+        let next_response_times = responses.iter().map(|r| r.created_at).collect();
         let counters = JoinSetCounters {
-            join_next_count: i64_to_count(column(row, 1)?, "join_next_count")?,
-            response_count: i64_to_count(column(row, 2)?, "response_count")?,
+            join_next_count: count(column(row, 1)?, "join_next_count")?,
+            response_count: count(column(row, 2)?, "response_count")?,
         };
-        let row = JoinSetRow {
-            counters,
-            next_response_times,
-        };
-        let id = (key.execution_id.clone(), key.join_set_id.clone());
-        snapshot.join_sets.insert(id, row);
+        snapshot.add_join_set(key, counters, next_response_times);
     }
     for row in &delays {
         let (requested, answered) = (column(row, 1)?, column(row, 2)?);
-        if requested || answered {
-            let key = keys.delays[ordinal(row, 0, keys.delays.len())?].clone();
-            let delay = DelayRow {
+        let key = &keys.delays[ordinal(row, 0, keys.delays.len())?];
+        snapshot.add_delay(
+            key,
+            DelayRow {
                 requested,
                 answered,
-            };
-            snapshot.delays.insert(key, delay);
-        }
+            },
+        );
     }
     for row in &children {
         let key = keys.child_responses[ordinal(row, 0, keys.child_responses.len())?].clone();
@@ -312,16 +298,9 @@ fn subtree_members(rows: &[Row], id: usize, ord: usize) -> Result<Vec<(i64, &str
 
 /// Adds the locked descendants: their rows, and their ids in id order under each root.
 fn add_subtrees(keys: &Keys, rows: &[Row], snapshot: &mut Snapshot) -> Result<(), DbError> {
-    for root in &keys.subtrees {
-        snapshot.subtrees.entry(root.clone()).or_default();
-    }
     for row in rows {
         let root = &keys.subtrees[ordinal(row, SUBTREE_ORD, keys.subtrees.len())?];
-        let row = execution_row(row)?;
-        if let Some(members) = snapshot.subtrees.get_mut(root) {
-            members.push(row.execution_id.clone());
-        }
-        snapshot.add_execution(row);
+        snapshot.add_descendant(root, execution_row(row)?);
     }
     Ok(())
 }
@@ -362,19 +341,14 @@ fn prune_statement(prune: &PruneQuery) -> Statement<'_> {
             Box::new(after_micros),
             Box::new(after_sub),
             Box::new(after_id),
-            Box::new(limit_param(prune.limit)),
+            Box::new(to_i64(prune.limit)),
         ],
     }
 }
 
-/// A `LIMIT` parameter.
-fn limit_param(limit: usize) -> i64 {
-    i64::try_from(limit).unwrap_or(i64::MAX)
-}
-
 /// The 0-based position among `len` keys of the key a row answers (its `WITH ORDINALITY`, in
 /// column `idx`).
-pub(crate) fn ordinal(row: &Row, idx: usize, len: usize) -> Result<usize, DbError> {
+fn ordinal(row: &Row, idx: usize, len: usize) -> Result<usize, DbError> {
     let ordinal: i64 = column(row, idx)?;
     usize::try_from(ordinal - 1)
         .ok()

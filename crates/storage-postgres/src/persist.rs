@@ -2,22 +2,37 @@
 //! handful of multi-row statements (`UNNEST` arrays, one statement per table and kind of
 //! change), the executions `prune` deletes in one more, then `COMMIT`, the notifications and
 //! what the write reads after its commit, all in one pipeline: one round trip.
+//!
+//! A write planned without a load checks its [`Assumption`] first, in the same pipeline
+//! ([`CHECK_ASSUMPTION`]); a refuted one stores nothing and raises nothing on the server (a
+//! repeated submit and a lease that another store ended are expected paths, no errors): its
+//! statements are those that may follow a check, each guarded by [`unless_refuted!`].
 
 use crate::{
-    codec::{
-        count_to_i64, duration_to_nanos, kind_to_i16, micros, sub_micros, to_json, version_to_i64,
-    },
-    error::{map_pg_error, sqlstate},
+    codec::{kind_to_i16, micros, sub_micros},
+    error::map_pg_error,
     load,
-    pipeline::{self, Statement, Trips, for_ids, unnest},
+    pipeline::{self, Param, Statement, Trips, for_ids, statement, unnest},
 };
 use concepts::{
     DbError, ExecutionEventInner, ExecutionId, PendingState,
-    kernel::{ExecutionChange, Revision, WritePlan},
+    kernel::{
+        Assumption, ExecutionChange, NotCommitted, WritePlan,
+        stored::{to_i64, to_json},
+    },
 };
 use deadpool_postgres::ClientWrapper;
 
-const INSERT_EXECUTIONS: &str = "INSERT INTO t_execution (execution_id, ffqn, created_at, \
+/// The condition of a statement that may follow [`CHECK_ASSUMPTION`]: true unless the check
+/// refuted the write (and outside such a write, where the setting is not set).
+macro_rules! unless_refuted {
+    () => {
+        "current_setting('stele.refuted', true) IS DISTINCT FROM 'true'"
+    };
+}
+
+const INSERT_EXECUTIONS: &str = concat!(
+    "INSERT INTO t_execution (execution_id, ffqn, created_at, \
     created_at_ns, scheduled_at, scheduled_at_ns, is_top_level, next_version, state_kind, \
     pending_at, lock_expires_at, finished_at, finished_at_ns, state_json, temporary_event_count, \
     response_count, max_retries, retry_exp_backoff_ns, parent_execution_id, parent_join_set_id) \
@@ -30,22 +45,31 @@ const INSERT_EXECUTIONS: &str = "INSERT INTO t_execution (execution_id, ffqn, cr
     $14::text[], $15::int8[], $16::int8[], $17::text[], $18::text[]) WITH ORDINALITY AS u(id, \
     ffqn, created_at, created_at_ns, scheduled_at, scheduled_at_ns, is_top_level, next_version, \
     state_kind, pending_at, lock_expires_at, finished_at, finished_at_ns, state_json, \
-    max_retries, backoff_ns, parent_id, parent_join_set_id, ord) ORDER BY u.ord";
+    max_retries, backoff_ns, parent_id, parent_join_set_id, ord) WHERE ",
+    unless_refuted!(),
+    " ORDER BY u.ord"
+);
 
-const UPDATE_EXECUTIONS: &str = "UPDATE t_execution AS t SET next_version = u.next_version, \
+const UPDATE_EXECUTIONS: &str = concat!(
+    "UPDATE t_execution AS t SET next_version = u.next_version, \
     state_kind = u.state_kind, pending_at = u.pending_at, lock_expires_at = u.lock_expires_at, \
     finished_at = u.finished_at, finished_at_ns = u.finished_at_ns, state_json = u.state_json, \
     temporary_event_count = u.temporary_event_count, response_count = u.response_count \
     FROM UNNEST($1::text[], $2::int8[], $3::int2[], $4::int8[], $5::int8[], $6::int8[], \
     $7::int2[], $8::text[], $9::int8[], $10::int8[]) AS u(id, next_version, state_kind, \
     pending_at, lock_expires_at, finished_at, finished_at_ns, state_json, temporary_event_count, \
-    response_count) \
-    WHERE t.execution_id = u.id";
+    response_count) WHERE t.execution_id = u.id AND ",
+    unless_refuted!()
+);
 
-const INSERT_EVENTS: &str = "INSERT INTO t_event (execution_id, version, is_history, event_json) \
+const INSERT_EVENTS: &str = concat!(
+    "INSERT INTO t_event (execution_id, version, is_history, event_json) \
     SELECT u.id, u.version, u.is_history, u.json \
     FROM UNNEST($1::text[], $2::int8[], $3::bool[], $4::text[]) WITH ORDINALITY \
-    AS u(id, version, is_history, json, ord) ORDER BY u.ord";
+    AS u(id, version, is_history, json, ord) WHERE ",
+    unless_refuted!(),
+    " ORDER BY u.ord"
+);
 
 const INSERT_RESPONSES: &str = "INSERT INTO t_response (execution_id, idx, join_set_id, \
     join_set_idx, delay_id, child_execution_id, response_json) \
@@ -77,37 +101,23 @@ const DELETE_EXECUTIONS: &str = "WITH \
     delays AS (DELETE FROM t_delay WHERE execution_id = ANY($1)) \
     DELETE FROM t_execution WHERE execution_id = ANY($1)";
 
-/// Locks the rows `$1` and checks that each still has the revision the write was planned on,
-/// `($2, $3, $4)` (the schema's `f_check_revisions`, which raises [`STALE_REVISION`] otherwise,
-/// aborting the transaction before anything of the write is stored).
-const CHECK_REVISIONS: &str = "SELECT f_check_revisions($1, $2, $3, $4)";
-
-/// The SQLSTATE `f_check_revisions` raises: a row changed since the write was planned on it.
-const STALE_REVISION: &str = "SR001";
-
-/// True when `err` is the refusal of [`CHECK_REVISIONS`].
-pub(crate) fn is_stale(err: &DbError) -> bool {
-    sqlstate(err).is_some_and(|code| code.code() == STALE_REVISION)
-}
-
-/// How [`persist_and_commit`] ended when it did not commit.
-pub(crate) enum NotCommitted {
-    /// Nothing was written: a statement failed (or a value did not encode) and the transaction
-    /// was rolled back; the connection is idle again.
-    RolledBack(DbError),
-    /// `COMMIT` itself failed (a lost connection): whether it committed is unknown, and the
-    /// connection must not be used again.
-    Unknown(DbError),
-}
+/// Locks the rows `$1` of a write planned without a load and answers `true` when it is
+/// refuted: one of them no longer has the revision it was planned on, `($2, $3, $4)`, or one of
+/// the executions `$5` it creates is stored. The answer is kept for the transaction
+/// (`stele.refuted`), whose later statements read it ([`unless_refuted!`]).
+const CHECK_ASSUMPTION: &str = "SELECT set_config('stele.refuted', ((SELECT count(*) \
+    FROM (SELECT 1 FROM t_execution t JOIN UNNEST($1::text[], $2::int8[], $3::bool[], \
+    $4::int8[]) AS k(id, next_version, finished, response_count) ON t.execution_id = k.id \
+    AND t.next_version = k.next_version AND (t.state_kind = 3) = k.finished \
+    AND t.response_count = k.response_count ORDER BY t.execution_id FOR UPDATE OF t) AS held) \
+    <> cardinality($1::text[]) \
+    OR EXISTS (SELECT 1 FROM t_execution WHERE execution_id = ANY($5::text[])))::text, true)";
 
 /// What goes out with a write's `COMMIT`.
 pub(crate) struct Commit<'a> {
-    /// True when the transaction is not open yet: `BEGIN` goes first, in the same pipeline
-    /// (a write that loads nothing).
-    pub(crate) begin: bool,
-    /// The revisions of the rows the write was planned on without loading them, checked
-    /// first ([`CHECK_REVISIONS`]); empty when it loaded them, or assumed nothing was stored.
-    pub(crate) checked: &'a [(ExecutionId, Revision)],
+    /// What a write planned without a load assumed, checked first ([`CHECK_ASSUMPTION`]);
+    /// then the transaction is not open yet, and `BEGIN` goes first in the same pipeline.
+    pub(crate) assumed: Option<&'a Assumption>,
     pub(crate) plan: &'a WritePlan,
 }
 
@@ -122,7 +132,8 @@ pub(crate) async fn persist_and_commit<T>(
     commit: Commit<'_>,
     after: impl Future<Output = T>,
 ) -> Result<T, NotCommitted> {
-    let prepared = match statements(commit.checked, commit.plan) {
+    let begin = commit.assumed.is_some();
+    let prepared = match statements(commit.assumed, commit.plan) {
         Ok(statements) => pipeline::prepare(client, &statements)
             .await
             .map(|prepared| (statements, prepared)),
@@ -131,13 +142,13 @@ pub(crate) async fn persist_and_commit<T>(
     let (statements, prepared) = match prepared {
         Ok(prepared) => prepared,
         // Nothing was sent: no transaction is open.
-        Err(e) if commit.begin => return Err(NotCommitted::RolledBack(e)),
+        Err(e) if begin => return Err(NotCommitted::RolledBack(e)),
         Err(e) => return Err(rolled_back(client, trips, e).await),
     };
     trips.one();
     let (began, persisted, committed, (), after) = tokio::join!(
         biased;
-        load::begin_write(client, commit.begin),
+        load::begin_write(client, begin),
         pipeline::run(client, &statements, &prepared),
         client.batch_execute("COMMIT"),
         crate::notify::publish(client, &commit.plan.wakeups),
@@ -155,6 +166,7 @@ pub(crate) async fn persist_and_commit<T>(
         // A statement that never reached the server (the driver could not encode it) did
         // not abort the transaction: what was sent may have committed.
         (Ok(()), Err(e), Ok(())) => Err(NotCommitted::Unknown(map_pg_error(e))),
+        (Ok(()), Ok(rows), Ok(())) if begin && refuted(&rows) => Err(NotCommitted::Refuted),
         (Ok(()), Ok(_), Ok(())) => Ok(after),
     }
 }
@@ -169,6 +181,12 @@ async fn rolled_back(client: &ClientWrapper, trips: &Trips, e: DbError) -> NotCo
     }
 }
 
+/// True when the first statement's answer, [`CHECK_ASSUMPTION`]'s, refuted the write.
+fn refuted(rows: &[Vec<tokio_postgres::Row>]) -> bool {
+    let answer = rows.first().and_then(|rows| rows.first());
+    answer.and_then(|row| row.try_get::<_, &str>(0).ok()) != Some("false")
+}
+
 /// The `lock_expires_at` column: set only while `Locked` (a blocked run's lease is not a timer
 /// of the watcher's).
 fn locked_until(state: &PendingState) -> Option<i64> {
@@ -180,12 +198,13 @@ fn locked_until(state: &PendingState) -> Option<i64> {
     }
 }
 
-/// The statements that persist `plan` after checking the revisions `checked`, each only when it
-/// has rows: new executions in the order given (so that a duplicate the database finds is the
+/// The statements that persist `plan` after checking what it `assumed`, each only when it has
+/// rows: new executions in the order given (so that a duplicate the database finds is the
 /// first one), updated rows, events, responses, join-set counters, delays requested and closed,
-/// and the deleted executions.
+/// and the deleted executions. A plan on an assumption changes rows and events only, each
+/// statement of which is guarded ([`unless_refuted!`]).
 fn statements<'a>(
-    checked: &'a [(ExecutionId, Revision)],
+    assumed: Option<&'a Assumption>,
     plan: &'a WritePlan,
 ) -> Result<Vec<Statement<'a>>, DbError> {
     let changes = &plan.changes;
@@ -203,12 +222,7 @@ fn statements<'a>(
     let response =
         |change: &'a ExecutionChange, i: usize| &change.responses[i].response.event.event;
     let statements = [
-        unnest!(CHECK_REVISIONS, checked, |(id, revision)| {
-            ids: &str = id.as_str(),
-            versions: i64 = version_to_i64(revision.next_version),
-            finished: bool = revision.finished,
-            responses: i64 = count_to_i64(revision.response_count),
-        }),
+        assumed.map(check_assumption),
         unnest!(INSERT_EXECUTIONS, new, |(change, created)| {
             ids: &str = id(change),
             ffqns: String = change.row.ffqn.to_string(),
@@ -217,7 +231,7 @@ fn statements<'a>(
             scheduled_at: i64 = micros(created.scheduled_at),
             scheduled_at_ns: i16 = sub_micros(created.scheduled_at),
             top_level: bool = change.row.execution_id.is_top_level(),
-            versions: i64 = version_to_i64(change.row.state.next_version),
+            versions: i64 = to_i64(change.row.state.next_version.0),
             kinds: i16 = kind_to_i16(state(change).kind()),
             pending_at: Option<i64> = state(change).pending_at().map(micros),
             lock_expires_at: Option<i64> = locked_until(state(change)),
@@ -225,14 +239,14 @@ fn statements<'a>(
             finished_at_ns: Option<i16> = state(change).finished_at().map(sub_micros),
             states: String = to_json(state(change))?,
             max_retries: i64 = i64::from(change.row.max_retries),
-            backoff_ns: i64 = duration_to_nanos(change.row.retry_exp_backoff),
+            backoff_ns: i64 = to_i64(change.row.retry_exp_backoff.as_nanos()),
             parents: Option<&str> = change.row.parent.as_ref().map(|(id, _)| id.as_str()),
             parent_join_sets: Option<String> =
                 change.row.parent.as_ref().map(|(_, js)| js.to_string()),
         }),
         unnest!(UPDATE_EXECUTIONS, updated, |change| {
             ids: &str = id(change),
-            versions: i64 = version_to_i64(change.row.state.next_version),
+            versions: i64 = to_i64(change.row.state.next_version.0),
             kinds: i16 = kind_to_i16(state(change).kind()),
             pending_at: Option<i64> = state(change).pending_at().map(micros),
             lock_expires_at: Option<i64> = locked_until(state(change)),
@@ -240,19 +254,19 @@ fn statements<'a>(
             finished_at_ns: Option<i16> = state(change).finished_at().map(sub_micros),
             states: String = to_json(state(change))?,
             temporary_events: i64 = i64::from(change.row.temporary_event_count),
-            responses: i64 = count_to_i64(change.row.response_count),
+            responses: i64 = to_i64(change.row.response_count),
         }),
         unnest!(INSERT_EVENTS, each(|c| c.events.len()), |(change, i)| {
             ids: &str = id(change),
-            versions: i64 = version_to_i64(change.events[i].0),
+            versions: i64 = to_i64(change.events[i].0.0),
             history: bool = matches!(change.events[i].1.event, ExecutionEventInner::HistoryEvent { .. }),
             events: String = to_json(&change.events[i].1)?,
         }),
         unnest!(INSERT_RESPONSES, each(|c| c.responses.len()), |(change, i)| {
             ids: &str = id(change),
-            idx: i64 = count_to_i64(change.responses[i].idx),
+            idx: i64 = to_i64(change.responses[i].idx),
             join_sets: String = change.responses[i].response.event.join_set_id.to_string(),
-            join_set_idx: i64 = count_to_i64(change.responses[i].join_set_idx),
+            join_set_idx: i64 = to_i64(change.responses[i].join_set_idx),
             delays: Option<String> = response(change, i).delay_id().map(|id| id.to_string()),
             children: Option<&str> = response(change, i).child_execution_id().map(|id| id.as_str()),
             responses: String = to_json(&change.responses[i].response)?,
@@ -260,8 +274,8 @@ fn statements<'a>(
         unnest!(UPSERT_JOIN_SETS, each(|c| c.join_sets.len()), |(change, i)| {
             ids: &str = id(change),
             join_sets: String = change.join_sets[i].0.to_string(),
-            join_nexts: i64 = count_to_i64(change.join_sets[i].1.join_next_count),
-            responses: i64 = count_to_i64(change.join_sets[i].1.response_count),
+            join_nexts: i64 = to_i64(change.join_sets[i].1.join_next_count),
+            responses: i64 = to_i64(change.join_sets[i].1.response_count),
         }),
         unnest!(INSERT_DELAYS, each(|c| c.delays_requested.len()), |(change, i)| {
             ids: &str = id(change),
@@ -279,5 +293,33 @@ fn statements<'a>(
     ];
     let mut statements: Vec<_> = statements.into_iter().flatten().collect();
     statements.extend(crate::schedules::statements(plan)?);
+    debug_assert!(
+        assumed.is_none() || (statements.iter().skip(1)).all(|s| s.sql.contains(unless_refuted!())),
+        "a plan on an assumption writes only what a refuted check keeps from being stored"
+    );
     Ok(statements)
+}
+
+/// [`CHECK_ASSUMPTION`] of `assumed`.
+fn check_assumption(assumed: &Assumption) -> Statement<'_> {
+    let revisions = &assumed.revisions;
+    let ids: Vec<&str> = revisions.iter().map(|(id, _)| id.as_str()).collect();
+    let versions: Vec<i64> = revisions
+        .iter()
+        .map(|(_, r)| to_i64(r.next_version.0))
+        .collect();
+    let finished: Vec<bool> = revisions.iter().map(|(_, r)| r.finished).collect();
+    let responses: Vec<i64> = revisions
+        .iter()
+        .map(|(_, r)| to_i64(r.response_count))
+        .collect();
+    let absent: Vec<&str> = assumed.absent.iter().map(ExecutionId::as_str).collect();
+    let params: Vec<Param<'_>> = vec![
+        Box::new(ids),
+        Box::new(versions),
+        Box::new(finished),
+        Box::new(responses),
+        Box::new(absent),
+    ];
+    statement(CHECK_ASSUMPTION, params)
 }

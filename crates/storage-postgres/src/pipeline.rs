@@ -87,30 +87,6 @@ pub(crate) async fn run(
         .collect()
 }
 
-/// Prepares and runs `statements` in one pipeline (outside a transaction, or inside one of
-/// `REPEATABLE READ READ ONLY` when `snapshot`, so that they read one snapshot): the rows of
-/// each, in order.
-pub(crate) async fn query_all(
-    client: &ClientWrapper,
-    snapshot: bool,
-    statements: &[Statement<'_>],
-) -> Result<Vec<Vec<Row>>, DbError> {
-    let prepared = prepare(client, statements).await?;
-    if !snapshot {
-        return run(client, statements, &prepared)
-            .await
-            .map_err(map_pg_error);
-    }
-    let (began, rows, committed) = tokio::join!(
-        biased;
-        client.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"),
-        run(client, statements, &prepared),
-        client.batch_execute("COMMIT"),
-    );
-    began.and(committed).map_err(map_pg_error)?;
-    rows.map_err(map_pg_error)
-}
-
 /// One statement's parameters.
 pub(crate) fn statement<'a>(
     sql: impl Into<std::borrow::Cow<'static, str>>,

@@ -2,33 +2,31 @@
 
 use crate::{
     codec::{
-        column, count_to_i64, execution_columns, execution_row, finished_result_of, from_json,
-        i64_to_u32, kind_to_i16, micros, parse_execution_id, parse_join_set_id, sub_micros,
-        timestamp, version_to_i64,
+        column, documents, execution_columns, execution_row, json, kind_to_i16, micros, parsed,
+        sub_micros, timestamp,
     },
-    error::corrupt,
-    load::ordinal,
+    error::map_pg_error,
     pipeline::{self, Param, Statement, statement, unnest},
 };
 use chrono::{DateTime, Utc};
 use concepts::{
-    DbError, DelayId, ExecutionEvent, ExecutionId, ExecutionLog, ExecutionSummary, ExpiredDelay,
+    DbError, ExecutionEvent, ExecutionId, ExecutionLog, ExecutionSummary, ExpiredDelay,
     ExpiredTimer, FinishedExecutionResult, FunctionFqn, JoinSetResponseEventOuter,
     ListExecutionsFilter, ListTerm, LockedExecution, Pagination, PendingStateKind, Version,
-    kernel::{self, LockGrant, LogRows},
+    kernel::{
+        self, LockGrant, LogRows,
+        stored::{self, corrupt, count, from_json, to_i64},
+    },
 };
 use deadpool_postgres::ClientWrapper;
 use tokio_postgres::Row;
 
-const SELECT_EXISTS: &str = "SELECT 1 FROM t_execution WHERE execution_id = $1";
-const SELECT_STATE: &str =
-    "SELECT next_version, state_json FROM t_execution WHERE execution_id = $1";
-const SELECT_EVENTS: &str =
-    "SELECT event_json FROM t_event WHERE execution_id = $1 ORDER BY version";
-const SELECT_RESPONSES: &str =
-    "SELECT response_json FROM t_response WHERE execution_id = $1 ORDER BY idx";
-const SELECT_RESPONSES_FROM: &str =
-    "SELECT response_json FROM t_response WHERE execution_id = $1 AND idx >= $2 ORDER BY idx";
+/// The state of execution `$1`, its events and its responses from index `$2` on, in order: one
+/// statement, so one snapshot; no row when the execution does not exist.
+pub(crate) const SELECT_LOG: &str = "SELECT next_version, state_json, \
+    ARRAY(SELECT event_json FROM t_event WHERE execution_id = $1 AND $3 ORDER BY version), \
+    ARRAY(SELECT response_json FROM t_response WHERE execution_id = $1 AND idx >= $2 \
+    ORDER BY idx) FROM t_execution WHERE execution_id = $1";
 
 /// The `Finished` event of execution `$1`, stored at its next version; no row when the
 /// execution does not exist.
@@ -56,29 +54,15 @@ pub(crate) const LIST_EVENTS: &str = "SELECT true, ev.event_json FROM t_executio
     LEFT JOIN LATERAL (SELECT event_json FROM t_event WHERE execution_id = e.execution_id \
     AND version >= $2 ORDER BY version LIMIT $3) AS ev ON true WHERE e.execution_id = $1";
 
-fn event_of(row: &Row, idx: usize) -> Result<ExecutionEvent, DbError> {
-    from_json(column(row, idx)?, "event")
-}
-
-fn response_of(row: &Row, idx: usize) -> Result<JoinSetResponseEventOuter, DbError> {
-    from_json(column(row, idx)?, "response")
-}
-
-/// The events below each locked version `$2` of execution `$1`, with the ordinal of their
-/// execution and their version: one index range per execution, since `OFFSET 0` keeps the
-/// planner from making the `LATERAL` subquery a join, which without statistics (or with a plan
-/// cached while the table was small) it planned as a scan of the whole table.
-pub(crate) const SELECT_LOCKED_EVENTS: &str = "SELECT k.ord, e.version, e.event_json \
-    FROM UNNEST($1::text[], $2::int8[]) WITH ORDINALITY AS k(id, below, ord) \
-    CROSS JOIN LATERAL (SELECT e.version, e.event_json FROM t_event e \
-    WHERE e.execution_id = k.id AND e.version < k.below OFFSET 0) AS e";
-
-/// The responses of each execution `$1`, with the ordinal of their execution and their index;
-/// one index range scan per execution, as `SELECT_LOCKED_EVENTS`.
-pub(crate) const SELECT_LOCKED_RESPONSES: &str = "SELECT k.ord, r.idx, r.response_json \
-    FROM UNNEST($1::text[]) WITH ORDINALITY AS k(id, ord) \
-    CROSS JOIN LATERAL (SELECT r.idx, r.response_json FROM t_response r \
-    WHERE r.execution_id = k.id OFFSET 0) AS r";
+/// Per execution `$1`, in order: its events below the locked version `$2` and its responses,
+/// each in order. The arrays' subqueries run per execution, one index range each, which the
+/// planner cannot turn into a join (a `LATERAL` join, without statistics or with a plan cached
+/// while the table was small, was planned as a scan of the whole table).
+pub(crate) const SELECT_LOCKED: &str = "SELECT \
+    ARRAY(SELECT e.event_json FROM t_event e WHERE e.execution_id = k.id \
+    AND e.version < k.below ORDER BY e.version), \
+    ARRAY(SELECT r.response_json FROM t_response r WHERE r.execution_id = k.id ORDER BY r.idx) \
+    FROM UNNEST($1::text[], $2::int8[]) WITH ORDINALITY AS k(id, below, ord) ORDER BY k.ord";
 
 /// The executions `lock_pending` locked, with their histories, read after the `COMMIT` so that
 /// its row locks never wait for a long log (the log below a lease is append-only).
@@ -86,48 +70,29 @@ pub(crate) async fn locked_executions(
     client: &ClientWrapper,
     grants: Vec<LockGrant>,
 ) -> Result<Vec<LockedExecution>, DbError> {
-    let count = grants.len();
-    let (Some(events), Some(responses)) = (
-        unnest!(SELECT_LOCKED_EVENTS, &grants, |grant| {
-            ids: &str = grant.row.execution_id.as_str(),
-            below: i64 = count_to_i64(u64::try_from(grant.events_handed_over()).unwrap_or(u64::MAX)),
-        }),
-        unnest!(SELECT_LOCKED_RESPONSES, &grants, |grant| {
-            ids: &str = grant.row.execution_id.as_str(),
-        }),
-    ) else {
+    let Some(statement) = unnest!(SELECT_LOCKED, &grants, |grant| {
+        ids: &str = grant.row.execution_id.as_str(),
+        below: i64 = to_i64(grant.events_handed_over()),
+    }) else {
         return Ok(Vec::new());
     };
-    let [events, responses] = all(client, false, [events, responses]).await?;
-    let events = by_ordinal(&events, count, |row| {
-        Ok((column(row, 1)?, event_of(row, 2)?))
-    })?;
-    let responses = by_ordinal(&responses, count, |row| {
-        Ok((column(row, 1)?, response_of(row, 2)?))
-    })?;
-    (grants.into_iter().zip(events.into_iter().zip(responses)))
-        .map(|(grant, (events, responses))| kernel::hand_over(grant, LogRows { events, responses }))
-        .collect()
-}
-
-/// The values of `rows` per key (the ordinal in column 0), each key's in the order of its
-/// column 1 (the version, the index): each scan returns its rows in index order, which SQL does
-/// not promise, and sorting what is sorted costs one pass.
-fn by_ordinal<T>(
-    rows: &[Row],
-    count: usize,
-    value: impl Fn(&Row) -> Result<(i64, T), DbError>,
-) -> Result<Vec<Vec<T>>, DbError> {
-    let mut of: Vec<Vec<(i64, T)>> = (0..count).map(|_| Vec::new()).collect();
-    for row in rows {
-        of[ordinal(row, 0, count)?].push(value(row)?);
+    let [rows] = all(client, [statement]).await?;
+    if rows.len() != grants.len() {
+        return Err(corrupt(format!(
+            "{} histories of {} leases",
+            rows.len(),
+            grants.len()
+        )));
     }
-    Ok((of.into_iter())
-        .map(|mut values| {
-            values.sort_by_key(|(order, _)| *order);
-            values.into_iter().map(|(_, value)| value).collect()
+    (grants.into_iter().zip(&rows))
+        .map(|(grant, row)| {
+            let log = LogRows {
+                events: documents(row, 0, "event")?,
+                responses: documents(row, 1, "response")?,
+            };
+            kernel::hand_over(grant, log)
         })
-        .collect())
+        .collect()
 }
 
 /// Whether an execution of one of the functions `$2` is due at `$1`: per function, the first
@@ -156,21 +121,12 @@ pub(crate) async fn responses_from(
     execution_id: &ExecutionId,
     start_idx: usize,
 ) -> Result<Vec<JoinSetResponseEventOuter>, DbError> {
-    let id = || Box::new(execution_id.as_str());
-    let start = count_to_i64(u64::try_from(start_idx).unwrap_or(u64::MAX));
-    let statements = [
-        statement(SELECT_EXISTS, vec![id()]),
-        statement(SELECT_RESPONSES_FROM, vec![id(), Box::new(start)]),
-    ];
-    let [exists, responses] = all(client, false, statements).await?;
-    if exists.is_empty() {
-        return Err(DbError::execution_not_found(execution_id));
-    }
-    responses.iter().map(|row| response_of(row, 0)).collect()
+    let row = log(client, execution_id, to_i64(start_idx), false).await?;
+    documents(&row, 3, "response")
 }
 
-/// Every lease with `lock_expires_at <= at` and every open delay with `expires_at <= at`,
-/// ordered by expiry, then execution id, then leases before delays (by delay id).
+/// Every lease with `lock_expires_at <= at` and every open delay with `expires_at <= at`, in
+/// the kernel's order ([`kernel::expired_timers`]).
 pub(crate) async fn expired_timers(
     client: &ClientWrapper,
     at: DateTime<Utc>,
@@ -179,30 +135,22 @@ pub(crate) async fn expired_timers(
         statement(SELECT_EXPIRED_LOCKS, vec![Box::new(micros(at))]),
         statement(SELECT_EXPIRED_DELAYS, vec![Box::new(micros(at))]),
     ];
-    let [locks, delays] = all(client, false, statements).await?;
-    let mut timers = Vec::new();
-    for row in &locks {
-        if let Some(lock) = execution_row(row)?.expired_lock_at(at)? {
-            timers.push(ExpiredTimer::Lock(lock));
-        }
-    }
-    for row in &delays {
-        let delay_id: DelayId = column::<&str>(row, 1)?
-            .parse()
-            .map_err(|e| corrupt(format!("delay id: {e}")))?;
-        let expires_at = timestamp(column(row, 3)?, column(row, 4)?)?;
-        // SQL compares microseconds; the exact expiry decides.
-        if expires_at <= at {
-            timers.push(ExpiredTimer::Delay(ExpiredDelay {
-                execution_id: parse_execution_id(column(row, 0)?)?,
-                join_set_id: parse_join_set_id(column(row, 2)?)?,
-                delay_id,
-                expires_at,
-            }));
-        }
-    }
-    concepts::kernel::order_expired_timers(&mut timers);
-    Ok(timers)
+    let [locks, delays] = all(client, statements).await?;
+    let locks = locks
+        .iter()
+        .map(execution_row)
+        .collect::<Result<Vec<_>, _>>()?;
+    let delays = (delays.iter())
+        .map(|row| {
+            Ok(ExpiredDelay {
+                execution_id: parsed(row, 0, "execution id")?,
+                join_set_id: parsed(row, 2, "join set id")?,
+                delay_id: parsed(row, 1, "delay id")?,
+                expires_at: timestamp(column(row, 3)?, column(row, 4)?)?,
+            })
+        })
+        .collect::<Result<Vec<_>, DbError>>()?;
+    kernel::expired_timers(at, locks, delays)
 }
 
 /// The whole log, its responses and its state, from one snapshot.
@@ -210,23 +158,33 @@ pub(crate) async fn get(
     client: &ClientWrapper,
     execution_id: &ExecutionId,
 ) -> Result<ExecutionLog, DbError> {
-    let id = || Box::new(execution_id.as_str());
-    let statements = [
-        statement(SELECT_STATE, vec![id()]),
-        statement(SELECT_EVENTS, vec![id()]),
-        statement(SELECT_RESPONSES, vec![id()]),
-    ];
-    let [state, events, responses] = all(client, true, statements).await?;
-    let state = state
-        .first()
-        .ok_or_else(|| DbError::execution_not_found(execution_id))?;
+    let row = log(client, execution_id, 0, true).await?;
     Ok(ExecutionLog {
         execution_id: execution_id.clone(),
-        events: (events.iter().map(|row| event_of(row, 0))).collect::<Result<_, _>>()?,
-        responses: (responses.iter().map(|row| response_of(row, 0))).collect::<Result<_, _>>()?,
-        next_version: Version(i64_to_u32(column(state, 0)?, "next_version")?),
-        pending_state: from_json(column(state, 1)?, "pending state")?,
+        events: documents(&row, 2, "event")?,
+        responses: documents(&row, 3, "response")?,
+        next_version: Version(count(column(&row, 0)?, "next_version")?),
+        pending_state: json(&row, 1, "pending state")?,
     })
+}
+
+/// The row of [`SELECT_LOG`]: the responses from index `responses_from` on, the events when
+/// `events`; `NotFound` for an unknown execution.
+async fn log(
+    client: &ClientWrapper,
+    execution_id: &ExecutionId,
+    responses_from: i64,
+    events: bool,
+) -> Result<Row, DbError> {
+    let params: Vec<Param<'_>> = vec![
+        Box::new(execution_id.as_str()),
+        Box::new(responses_from),
+        Box::new(events),
+    ];
+    let rows = one(client, SELECT_LOG, params).await?;
+    rows.into_iter()
+        .next()
+        .ok_or_else(|| DbError::execution_not_found(execution_id))
 }
 
 /// Up to `limit` events from version `from` on, in version order; `NotFound` for an unknown
@@ -239,8 +197,8 @@ pub(crate) async fn list_events(
 ) -> Result<Vec<ExecutionEvent>, DbError> {
     let params: Vec<Param<'_>> = vec![
         Box::new(execution_id.as_str()),
-        Box::new(version_to_i64(from)),
-        Box::new(limit_param(limit)),
+        Box::new(to_i64(from.0)),
+        Box::new(to_i64(limit)),
     ];
     let rows = one(client, LIST_EVENTS, params).await?;
     if rows.is_empty() {
@@ -265,16 +223,13 @@ pub(crate) async fn list_executions(
     let rows = one(client, sql, params).await?;
     rows.iter()
         .map(|row| {
-            let ffqn: &str = column(row, 1)?;
             Ok(ExecutionSummary {
-                execution_id: parse_execution_id(column(row, 0)?)?,
-                ffqn: ffqn
-                    .parse()
-                    .map_err(|e| corrupt(format!("ffqn `{ffqn}`: {e:?}")))?,
+                execution_id: parsed(row, 0, "execution id")?,
+                ffqn: parsed(row, 1, "function name")?,
                 created_at: timestamp(column(row, 2)?, column(row, 3)?)?,
                 scheduled_at: timestamp(column(row, 4)?, column(row, 5)?)?,
-                pending_state: from_json(column(row, 6)?, "pending state")?,
-                next_version: Version(i64_to_u32(column(row, 7)?, "next_version")?),
+                pending_state: json(row, 6, "pending state")?,
+                next_version: Version(count(column(row, 7)?, "next_version")?),
             })
         })
         .collect()
@@ -333,17 +288,12 @@ pub(crate) fn listing<'a>(
             }
         }
     }
-    params.push(Box::new(limit_param(pagination.length)));
+    params.push(Box::new(to_i64(pagination.length)));
     sql.push_str(&format!(
         " ORDER BY created_at DESC, created_at_ns DESC, execution_id DESC LIMIT ${}",
         params.len()
     ));
     (sql, params)
-}
-
-/// A `LIMIT` parameter.
-fn limit_param(limit: usize) -> i64 {
-    i64::try_from(limit).unwrap_or(i64::MAX)
 }
 
 /// The finished result, or `None` while the execution runs; `NotFound` for an unknown one.
@@ -361,7 +311,7 @@ pub(crate) async fn finished_result(
         .first()
         .ok_or_else(|| DbError::execution_not_found(execution_id))?;
     (column::<Option<&str>>(row, 0)?)
-        .map(|json| finished_result_of(execution_id, json))
+        .map(|json| stored::finished_result(execution_id, json))
         .transpose()
 }
 
@@ -371,18 +321,17 @@ async fn one(
     sql: impl Into<std::borrow::Cow<'static, str>>,
     params: Vec<Param<'_>>,
 ) -> Result<Vec<Row>, DbError> {
-    let [rows] = all(client, false, [statement(sql, params)]).await?;
+    let [rows] = all(client, [statement(sql, params)]).await?;
     Ok(rows)
 }
 
-/// The rows of each of `statements`, sent in one pipeline (reading one snapshot when
-/// `snapshot`).
+/// The rows of each of `statements`, sent in one pipeline, outside a transaction.
 async fn all<const N: usize>(
     client: &ClientWrapper,
-    snapshot: bool,
     statements: [Statement<'_>; N],
 ) -> Result<[Vec<Row>; N], DbError> {
-    let rows = pipeline::query_all(client, snapshot, &statements).await?;
+    let prepared = pipeline::prepare(client, &statements).await?;
+    let rows = (pipeline::run(client, &statements, &prepared).await).map_err(map_pg_error)?;
     <[Vec<Row>; N]>::try_from(rows)
         .map_err(|rows| corrupt(format!("{} answers to {N} statements", rows.len())))
 }

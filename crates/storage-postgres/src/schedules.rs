@@ -4,13 +4,16 @@
 //! holds is skipped until the next pass), that persist a plan's changes, and the reads.
 
 use crate::{
-    codec::{column, count_to_i64, from_json, micros, to_json},
+    codec::{json, micros},
     error::map_pg_error,
     pipeline::{Statement, statement, unnest},
 };
 use concepts::{
     DbError,
-    kernel::{Keys, Snapshot, WritePlan},
+    kernel::{
+        Keys, Snapshot, WritePlan,
+        stored::{to_i64, to_json},
+    },
     schedule::{ScheduleName, ScheduleRow, Tick},
 };
 use deadpool_postgres::ClientWrapper;
@@ -44,7 +47,7 @@ pub(crate) fn load_statements(keys: &Keys) -> [Option<Statement<'_>>; 2] {
     [
         (!names.is_empty()).then(|| statement(LOCK_SCHEDULES, vec![Box::new(names)])),
         keys.due_schedules.as_ref().map(|due| {
-            let limit = i64::try_from(due.limit).unwrap_or(i64::MAX);
+            let limit = to_i64(due.limit);
             statement(
                 LOCK_DUE_SCHEDULES,
                 vec![Box::new(micros(due.at)), Box::new(limit)],
@@ -56,10 +59,10 @@ pub(crate) fn load_statements(keys: &Keys) -> [Option<Statement<'_>>; 2] {
 /// Adds the rows the statements of [`load_statements`] returned.
 pub(crate) fn add_rows(named: &[Row], due: &[Row], snapshot: &mut Snapshot) -> Result<(), DbError> {
     for row in named {
-        snapshot.add_schedule(from_json(column(row, 0)?, "schedule")?);
+        snapshot.add_schedule(json(row, 0, "schedule")?);
     }
     for row in due {
-        snapshot.add_due_schedule(from_json(column(row, 0)?, "schedule")?);
+        snapshot.add_due_schedule(json(row, 0, "schedule")?);
     }
     Ok(())
 }
@@ -95,37 +98,29 @@ pub(crate) fn statements(plan: &WritePlan) -> Result<Vec<Statement<'_>>, DbError
         (!deleted.is_empty()).then(|| statement(DELETE_SCHEDULES, vec![Box::new(deleted)])),
         unnest!(INSERT_TICKS, ticks, |(write, tick)| {
             names: &str = write.name.as_str(),
-            seqs: i64 = count_to_i64(tick.seq),
+            seqs: i64 = to_i64(tick.seq),
             jsons: String = to_json(tick)?,
         }),
         unnest!(FORGET_TICKS, forget, |(write, seq)| {
             names: &str = write.name.as_str(),
-            befores: i64 = count_to_i64(seq),
+            befores: i64 = to_i64(seq),
         }),
     ];
     Ok(statements.into_iter().flatten().collect())
 }
 
-/// The schedules after `after` in name order, at most `limit` (`name` alone with `exact`).
+/// The schedules from `from` on in name order, at most `limit`.
 pub(crate) async fn list(
     client: &ClientWrapper,
-    after: &str,
+    from: &str,
     limit: usize,
-    exact: bool,
 ) -> Result<Vec<ScheduleRow>, DbError> {
-    let sql = if exact {
-        "SELECT row_json FROM t_schedule WHERE name = $1 AND $2::int8 > 0"
-    } else {
-        "SELECT row_json FROM t_schedule WHERE name > $1 ORDER BY name LIMIT $2"
-    };
-    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let sql = "SELECT row_json FROM t_schedule WHERE name >= $1 ORDER BY name LIMIT $2";
     let rows = client
-        .query(sql, &[&after, &limit])
+        .query(sql, &[&from, &to_i64(limit)])
         .await
         .map_err(map_pg_error)?;
-    rows.iter()
-        .map(|row| from_json(column(row, 0)?, "schedule"))
-        .collect()
+    rows.iter().map(|row| json(row, 0, "schedule")).collect()
 }
 
 /// The last `limit` ticks of `name`, newest first.
@@ -135,9 +130,7 @@ pub(crate) async fn ticks(
     limit: usize,
 ) -> Result<Vec<Tick>, DbError> {
     let sql = "SELECT tick_json FROM t_schedule_tick WHERE name = $1 ORDER BY seq DESC LIMIT $2";
-    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let limit = to_i64(limit);
     let rows = (client.query(sql, &[&name.as_str(), &limit]).await).map_err(map_pg_error)?;
-    rows.iter()
-        .map(|row| from_json(column(row, 0)?, "tick"))
-        .collect()
+    rows.iter().map(|row| json(row, 0, "tick")).collect()
 }

@@ -4,7 +4,6 @@ use crate::{
     PostgresConfig,
     error::{PostgresError, map_pg_error},
 };
-use concepts::SchemaPolicy;
 
 /// The advisory lock key that serializes migrations of one database ("STELEMIG").
 const MIGRATION_LOCK_KEY: i64 = 0x5354_454C_454D_4947;
@@ -269,7 +268,7 @@ pub(crate) async fn migrate(
     tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK_KEY])
         .await
         .map_err(map_pg_error)?;
-    if config.create {
+    if config.schema.create {
         tx.batch_execute(
             "CREATE TABLE IF NOT EXISTS t_schema_migration (
                 version     BIGINT PRIMARY KEY,
@@ -295,12 +294,12 @@ pub(crate) async fn migrate(
     } else {
         0
     };
-    let policy = SchemaPolicy {
-        create: config.create,
-        migrate: config.migrate,
-    };
     let version = |v: i64| u32::try_from(v).unwrap_or(u32::MAX);
-    if let Err(refusal) = policy.check(version(current), version(up_to), version(SCHEMA_VERSION)) {
+    if let Err(refusal) =
+        config
+            .schema
+            .check(version(current), version(up_to), version(SCHEMA_VERSION))
+    {
         let url = config.redacted_url().to_string();
         return Err(PostgresError::Schema { url, refusal });
     }

@@ -1,36 +1,31 @@
-//! Running writes: one write in one transaction ([`Writer::transact`]), and the group writer
-//! ([`Groups`]) that lets concurrent writes share one transaction and one commit, planned
-//! together by the kernel's [`GroupPlanner`] (`docs/ARCHITECTURE.md` describes both).
+//! Running writes: one attempt of one write in one transaction, and of a group of writes
+//! planned together by the kernel's [`GroupPlanner`], for the kernel's `Groups`, which lets
+//! concurrent writes share one transaction and one commit and runs an attempt again when it
+//! may (`docs/ARCHITECTURE.md` describes both).
 
 use crate::{
     error::{is_transaction_retriable, map_pool_error},
     load,
-    persist::{self, Commit, NotCommitted},
+    persist::{self, Commit},
     pipeline::Trips,
     reads,
 };
 use concepts::{
-    DbError, ExecutionId, LockedExecution,
+    DbError, LockedExecution,
     kernel::{
-        self, GroupPlanner, Keys, KnownRows, LockGrant, Queued, Revision, Snapshot, WaiterHub,
-        WritePlan,
+        Assumption, Attempted, GroupPlanner, Keys, LockGrant, NotCommitted, Queued, Snapshot,
+        Transactions, WaiterHub, WritePlan,
     },
 };
 use deadpool_postgres::{ClientWrapper, Object, Pool};
 use std::sync::Arc;
-use tokio::sync::{Semaphore, mpsc};
 
-/// At most this many writes share one transaction.
-pub(crate) const MAX_GROUP: usize = 512;
-
-/// What runs writes; `known` holds the rows this store wrote itself, for writes planned
-/// without a load.
+/// What runs writes.
 pub(crate) struct Writer {
     pub(crate) pool: Pool,
     pub(crate) hub: Arc<WaiterHub>,
     pub(crate) max_transaction_retries: u32,
     pub(crate) trips: Trips,
-    pub(crate) known: KnownRows,
 }
 
 /// A pooled connection inside a write transaction, from the `BEGIN` that goes out with the
@@ -49,22 +44,18 @@ impl WriteTx {
             .expect("only `commit` and `rollback` take the connection, and they consume self")
     }
 
-    /// Persists `plan` (after the `BEGIN` and the check of the revisions it was planned on
-    /// when `begin`: the write loaded nothing), commits, publishes its wake-ups and reads the
-    /// histories of the leases `granted`, in one pipeline.
+    /// Persists `plan` (after the `BEGIN` and the check of what it `assumed`, when the write
+    /// loaded nothing), commits, publishes its wake-ups and reads the histories of the leases
+    /// `granted`, in one pipeline.
     async fn commit(
         mut self,
         trips: &Trips,
-        begin: Option<&[(ExecutionId, Revision)]>,
+        assumed: Option<&Assumption>,
         plan: &WritePlan,
         granted: Vec<LockGrant>,
     ) -> Result<Result<Vec<LockedExecution>, DbError>, NotCommitted> {
         let client = self.client.take().expect("taken by nothing else");
-        let commit = Commit {
-            begin: begin.is_some(),
-            checked: begin.unwrap_or_default(),
-            plan,
-        };
+        let commit = Commit { assumed, plan };
         // Sends nothing when nothing was granted.
         let hand_over = reads::locked_executions(&client, granted);
         let result = persist::persist_and_commit(&client, trips, commit, hand_over).await;
@@ -109,210 +100,70 @@ impl Writer {
         (pool_size / 2).clamp(1, 2)
     }
 
-    /// One job alone, answered with its reply or its error.
-    pub(crate) async fn run_alone(&self, mut job: Box<dyn Queued>, use_known: bool) {
-        match self.transact(&mut job, use_known).await {
-            Ok(_) => job.answer(),
-            Err(e) => job.fail(e),
+    /// Loads what `write`'s keys and follow-up keys name in `tx` (after its `BEGIN`) and plans
+    /// it.
+    async fn load_and_plan(
+        &self,
+        tx: &WriteTx,
+        write: &mut Box<dyn Queued>,
+    ) -> Result<WritePlan, DbError> {
+        let (client, trips) = (tx.client(), &self.trips);
+        let mut snapshot = Snapshot::default();
+        load::load(client, trips, write.keys(), true, &mut snapshot).await?;
+        if let Some(more) = write.follow_up_keys(&snapshot) {
+            load::load(client, trips, &more, false, &mut snapshot).await?;
         }
+        write.plan(&snapshot)
+    }
+}
+
+impl Transactions for Writer {
+    fn max_retries(&self) -> u32 {
+        self.max_transaction_retries
     }
 
-    /// One write alone, answering the leases it granted with their histories: first planned
-    /// without a load when [`KnownRows::assume`] allows (a refuted assumption runs it again with
-    /// the load, without counting a retry); a deadlock, a serialization failure or a raced
-    /// create runs it again from the load.
-    pub(crate) async fn transact(
-        &self,
-        write: &mut Box<dyn Queued>,
-        use_known: bool,
-    ) -> Result<(WritePlan, Vec<LockedExecution>), DbError> {
-        let mut attempt: u32 = 0;
-        let mut assumed = self.known.assume(write.keys(), use_known);
-        loop {
-            match self.transact_once(write, assumed.as_ref()).await {
-                Err(e)
-                    if assumed
-                        .as_ref()
-                        .is_some_and(|(_, a)| a.refuted_by(&e) || persist::is_stale(&e)) =>
-                {
-                    assumed = None;
-                }
-                Err(e)
-                    if attempt < self.max_transaction_retries
-                        && (is_transaction_retriable(&e) || raced(write.keys(), &e)) =>
-                {
-                    attempt += 1;
-                    tracing::debug!(attempt, error = %e, "retrying a transaction");
-                }
-                Err(e) => return Err(e),
-                Ok((plan, handed_over)) => return Ok((plan, handed_over?)),
-            }
-        }
+    fn reruns(&self, err: &DbError) -> bool {
+        is_transaction_retriable(err)
     }
 
-    /// One attempt; the hand-over's own result inside (the write committed either way).
-    async fn transact_once(
+    async fn attempt(
         &self,
         write: &mut Box<dyn Queued>,
-        assumed: Option<&(Snapshot, kernel::Assumption)>,
-    ) -> Result<(WritePlan, Result<Vec<LockedExecution>, DbError>), DbError> {
-        // A plan the assumed snapshot refuses is made again on what the load finds.
-        let on_assumption = assumed.and_then(|(snapshot, assumption)| {
-            Some((write.plan(snapshot).ok()?, &assumption.revisions[..]))
-        });
-        let tx = self.begin().await?;
-        let (plan, checked) = match on_assumption {
-            Some((planned, checked)) => (planned, Some(checked)),
-            None => {
-                let planned = async {
-                    let (client, trips) = (tx.client(), &self.trips);
-                    let mut snapshot = Snapshot::default();
-                    load::load(client, trips, write.keys(), true, &mut snapshot).await?;
-                    if let Some(more) = write.follow_up_keys(&snapshot) {
-                        load::load(client, trips, &more, false, &mut snapshot).await?;
-                    }
-                    write.plan(&snapshot)
+        planned: Option<(WritePlan, &Assumption)>,
+    ) -> Result<Attempted, NotCommitted> {
+        let tx = self.begin().await.map_err(NotCommitted::RolledBack)?;
+        let (plan, assumed) = match planned {
+            Some((plan, assumed)) => (plan, Some(assumed)),
+            None => match self.load_and_plan(&tx, write).await {
+                Ok(plan) => (plan, None),
+                Err(e) => {
+                    tx.rollback(&self.trips).await;
+                    return Err(NotCommitted::RolledBack(e));
                 }
-                .await;
-                match planned {
-                    Ok(planned) => (planned, None),
-                    Err(e) => {
-                        tx.rollback(&self.trips).await;
-                        return Err(e);
-                    }
-                }
-            }
+            },
         };
         let granted = write.granted();
-        match tx.commit(&self.trips, checked, &plan, granted).await {
-            Ok(handed_over) => {
-                // Committed: from here on nothing turns the call into an error.
-                self.hub.deliver(&plan.wakeups);
-                Ok((plan, handed_over))
-            }
-            Err(NotCommitted::RolledBack(e) | NotCommitted::Unknown(e)) => Err(e),
-        }
+        let handed_over = tx.commit(&self.trips, assumed, &plan, granted).await?;
+        // Committed: from here on nothing turns the call into an error.
+        self.hub.deliver(&plan.wakeups);
+        Ok((plan, handed_over))
     }
 
-    /// A group of jobs in one transaction, planned by the kernel's [`GroupPlanner`]; `Err` when
-    /// the database refused it (then nothing of it was stored) or its commit failed.
-    async fn write_group(&self, jobs: &mut [Box<dyn Queued>]) -> Result<(), NotCommitted> {
+    async fn attempt_group(&self, writes: &mut [Box<dyn Queued>]) -> Result<(), NotCommitted> {
         let tx = self.begin().await.map_err(NotCommitted::RolledBack)?;
-        let keys = Keys::union(jobs.iter().map(|job| job.keys()));
+        let keys = Keys::union(writes.iter().map(|write| write.keys()));
         let mut snapshot = Snapshot::default();
         if let Err(e) = load::load(tx.client(), &self.trips, &keys, true, &mut snapshot).await {
             tx.rollback(&self.trips).await;
             return Err(NotCommitted::RolledBack(e));
         }
         let mut group = GroupPlanner::owning(snapshot);
-        for job in jobs.iter_mut() {
-            job.plan_in(&mut group);
+        for write in writes.iter_mut() {
+            write.plan_in(&mut group);
         }
         let plan = group.finish();
         (tx.commit(&self.trips, None, &plan, Vec::new()).await?).map_err(NotCommitted::Unknown)?;
         self.hub.deliver(&plan.wakeups);
         Ok(())
-    }
-
-    /// Runs a group and answers each of its jobs.
-    async fn run_group(self: &Arc<Self>, mut jobs: Vec<Box<dyn Queued>>) {
-        if jobs.len() == 1 {
-            let job = jobs.remove(0);
-            self.run_alone(job, false).await;
-            return;
-        }
-        match self.write_group(&mut jobs).await {
-            Ok(()) => jobs.into_iter().for_each(Queued::answer),
-            Err(NotCommitted::Unknown(e)) => jobs.into_iter().for_each(|job| job.fail(e.clone())),
-            Err(NotCommitted::RolledBack(e)) => {
-                tracing::debug!(error = %e, writes = jobs.len(), "a group was refused; each write runs alone");
-                let alone: Vec<_> = jobs
-                    .into_iter()
-                    .map(|job| {
-                        let writer = Arc::clone(self);
-                        tokio::spawn(async move { writer.run_alone(job, false).await })
-                    })
-                    .collect();
-                for task in alone {
-                    let _ = task.await;
-                }
-            }
-        }
-    }
-}
-
-/// True when the database found a row that `keys` create, which the load found absent
-/// ([`Keys::raced_by`]).
-fn raced(keys: &Keys, err: &DbError) -> bool {
-    keys.raced_by(err)
-}
-
-/// The group writer's side of a store: its queue and its slots.
-pub(crate) struct Groups {
-    queue: mpsc::UnboundedSender<Box<dyn Queued>>,
-    slots: Arc<Semaphore>,
-    all_slots: usize,
-}
-
-impl Groups {
-    /// Starts the group writer; it stops once this is dropped and its groups are done.
-    pub(crate) fn spawn(writer: Arc<Writer>, slots: usize) -> Self {
-        let (queue, rx) = mpsc::unbounded_channel();
-        let all_slots = slots.max(1);
-        let slots = Arc::new(Semaphore::new(all_slots));
-        tokio::spawn(run(writer, rx, Arc::clone(&slots)));
-        Self {
-            queue,
-            slots,
-            all_slots,
-        }
-    }
-
-    /// True when no write of the group writer is in flight.
-    pub(crate) fn idle(&self) -> bool {
-        self.slots.available_permits() == self.all_slots
-    }
-
-    /// Runs `job` at once on the caller's task when it cannot share a transaction, or when a
-    /// slot is free; otherwise queues it for the next group. It is planned on rows this store
-    /// knows only when no other write is in flight: under load a write that ends a round trip
-    /// sooner would only make the next groups smaller.
-    pub(crate) async fn write(&self, writer: &Writer, job: Box<dyn Queued>) {
-        if !job.keys().shares_a_transaction() {
-            return writer.run_alone(job, false).await;
-        }
-        if let Ok(_slot) = self.slots.try_acquire() {
-            let idle = self.slots.available_permits() + 1 == self.all_slots;
-            return writer.run_alone(job, idle).await;
-        }
-        if let Err(mpsc::error::SendError(job)) = self.queue.send(job) {
-            job.fail(DbError::Closed);
-        }
-    }
-}
-
-async fn run(
-    writer: Arc<Writer>,
-    mut queue: mpsc::UnboundedReceiver<Box<dyn Queued>>,
-    slots: Arc<Semaphore>,
-) {
-    // A job first, then a slot: what queues meanwhile joins the group.
-    while let Some(first) = queue.recv().await {
-        let Ok(slot) = slots.clone().acquire_owned().await else {
-            first.fail(DbError::Closed);
-            return;
-        };
-        let mut jobs = vec![first];
-        while jobs.len() < MAX_GROUP {
-            let Ok(job) = queue.try_recv() else {
-                break;
-            };
-            jobs.push(job);
-        }
-        let writer = Arc::clone(&writer);
-        tokio::spawn(async move {
-            writer.run_group(jobs).await;
-            drop(slot);
-        });
     }
 }

@@ -15,11 +15,11 @@
 //! [`MOST_ROWS_READ`] rows.
 
 use crate::{
-    codec::{from_micros, parse},
+    codec::{parsed, time},
     error::Result,
 };
 use concepts::{
-    ExecutionId, FunctionFqn,
+    ExecutionId,
     kernel::{WaiterHub, Wakeup},
 };
 use rusqlite::{Connection, OptionalExtension as _};
@@ -91,8 +91,14 @@ impl Changes {
             hub.wake_everyone();
         } else {
             let mut wakeups = Vec::new();
-            new_events(conn, self.event_rowid, newest_event, &mut wakeups)?;
-            new_responses(conn, self.response_id, newest_response, &mut wakeups)?;
+            let events = (self.event_rowid, newest_event);
+            new_rows(conn, NEW_EVENTS, events, &mut wakeups, |id, finished| {
+                finished.then_some(Wakeup::Finished(id))
+            })?;
+            let responses = (self.response_id, newest_response);
+            new_rows(conn, NEW_RESPONSES, responses, &mut wakeups, |id, _| {
+                Some(Wakeup::Responses(id))
+            })?;
             hub.deliver(&wakeups);
         }
         self.data_version = version;
@@ -121,25 +127,6 @@ const NEW_RESPONSES: &str = "SELECT r.execution_id, 0, s.ffqn, s.pending_at \
      FROM t_response r LEFT JOIN t_execution_state s ON s.execution_id = r.execution_id \
      AND s.state = 'PendingAt' WHERE r.id > ?1 AND r.id <= ?2";
 
-/// The wake-ups of the events with row ids in `(after, upto]`.
-fn new_events(conn: &Connection, after: i64, upto: i64, wakeups: &mut Vec<Wakeup>) -> Result<()> {
-    new_rows(conn, NEW_EVENTS, (after, upto), wakeups, |id, finished| {
-        finished.then_some(Wakeup::Finished(id))
-    })
-}
-
-/// The wake-ups of the responses with ids in `(after, upto]`.
-fn new_responses(
-    conn: &Connection,
-    after: i64,
-    upto: i64,
-    wakeups: &mut Vec<Wakeup>,
-) -> Result<()> {
-    new_rows(conn, NEW_RESPONSES, (after, upto), wakeups, |id, _| {
-        Some(Wakeup::Responses(id))
-    })
-}
-
 /// Runs `sql` over the ids in `(after, upto]`: each row's own wake-up (`own` of its execution
 /// and its second column) and, for an execution now pending, that of its function.
 fn new_rows(
@@ -155,25 +142,11 @@ fn new_rows(
     let mut statement = conn.prepare_cached(sql)?;
     let mut rows = statement.query([after, upto])?;
     while let Some(row) = rows.next()? {
-        let execution_id: ExecutionId = parse(&row.get::<_, String>(0)?, "execution id")?;
-        wakeups.extend(own(execution_id, row.get(1)?));
-        push_pending(row.get(2)?, row.get(3)?, wakeups)?;
-    }
-    Ok(())
-}
-
-/// The wake-up of an execution now due at `pending_at`, if it is pending.
-fn push_pending(
-    ffqn: Option<String>,
-    pending_at: Option<i64>,
-    wakeups: &mut Vec<Wakeup>,
-) -> Result<()> {
-    if let (Some(ffqn), Some(at)) = (ffqn, pending_at) {
-        let ffqn: FunctionFqn = parse(&ffqn, "function name")?;
-        wakeups.push(Wakeup::Pending {
-            ffqn,
-            at: from_micros(at)?,
-        });
+        wakeups.extend(own(parsed(row, 0, "execution id")?, row.get(1)?));
+        if row.get::<_, Option<i64>>(3)?.is_some() {
+            let (ffqn, at) = (parsed(row, 2, "function name")?, time(row, 3)?);
+            wakeups.push(Wakeup::Pending { ffqn, at });
+        }
     }
     Ok(())
 }

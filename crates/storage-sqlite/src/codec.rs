@@ -1,25 +1,18 @@
-//! How values are stored in columns: timestamps as integer microseconds, durations as
-//! microseconds, ids as their text form, events and states as JSON; and the state row.
+//! How values are stored in columns (the kernel's [`stored`] encodings: timestamps and
+//! durations as microseconds, ids as their text, events and states as JSON) as this driver
+//! binds and reads them; and the state row.
 
-use crate::error::{Result, SqliteError};
-use chrono::{DateTime, Utc};
+use crate::error::Result;
 use concepts::{
-    ExecutionEventInner, ExecutionState, JoinSetResponse, PendingState, Version,
-    kernel::ExecutionRow,
+    ExecutionEventInner, JoinSetResponse, PendingState,
+    kernel::{
+        ExecutionRow,
+        stored::{self, StoredRow, micros, to_json},
+    },
 };
 use rusqlite::types::{ToSqlOutput, Value};
-use std::{str::FromStr, time::Duration};
-
-/// A timestamp as integer microseconds since the Unix epoch (fits every `DateTime<Utc>`).
-/// Index columns keep microseconds; the JSON documents keep the caller's full precision.
-pub(crate) fn micros(at: DateTime<Utc>) -> i64 {
-    at.timestamp_micros()
-}
-
-pub(crate) fn from_micros(value: i64) -> Result<DateTime<Utc>> {
-    DateTime::from_timestamp_micros(value)
-        .ok_or_else(|| SqliteError::Corrupt(format!("timestamp {value} µs is out of range")))
-}
+use serde::de::DeserializeOwned;
+use std::time::Duration;
 
 /// A duration as unsigned microseconds (saturating, as the `Created` event's JSON keeps it),
 /// stored bit for bit in a signed 64-bit column.
@@ -28,30 +21,26 @@ pub(crate) fn duration_to_sql(duration: Duration) -> i64 {
     micros.cast_signed()
 }
 
-pub(crate) fn duration_from_sql(value: i64) -> Duration {
-    Duration::from_micros(value.cast_unsigned())
-}
-
-/// A count, length or index as a column value (saturating).
-pub(crate) fn int_to_sql(value: impl TryInto<i64>) -> i64 {
-    value.try_into().unwrap_or(i64::MAX)
-}
-
-pub(crate) fn version_from_sql(value: i64) -> Result<Version> {
-    u32_from_sql(value, "version").map(Version)
-}
-
-pub(crate) fn u32_from_sql(value: i64, what: &str) -> Result<u32> {
-    u32::try_from(value)
-        .map_err(|_| SqliteError::Corrupt(format!("{what} {value} is out of range")))
-}
-
-pub(crate) fn parse<T: FromStr>(text: &str, what: &str) -> Result<T>
+/// The text of column `idx`, parsed ([`stored::parse`]); `what` names it in the error.
+pub(crate) fn parsed<T: std::str::FromStr>(
+    row: &rusqlite::Row<'_>,
+    idx: usize,
+    what: &str,
+) -> Result<T>
 where
     T::Err: std::fmt::Display,
 {
-    text.parse()
-        .map_err(|err| SqliteError::Corrupt(format!("stored {what} `{text}`: {err}")))
+    Ok(stored::parse(&row.get::<_, String>(idx)?, what)?)
+}
+
+/// The JSON document of column `idx`, decoded ([`stored::from_json`]).
+pub(crate) fn json<T: DeserializeOwned>(row: &rusqlite::Row<'_>, idx: usize) -> Result<T> {
+    Ok(stored::from_json(&row.get::<_, String>(idx)?, "document")?)
+}
+
+/// The timestamp of column `idx` ([`stored::from_micros`]).
+pub(crate) fn time(row: &rusqlite::Row<'_>, idx: usize) -> Result<chrono::DateTime<chrono::Utc>> {
+    Ok(stored::from_micros(row.get(idx)?)?)
 }
 
 /// The `kind` column of an event; history events are named by their own variant (the
@@ -112,7 +101,7 @@ pub(crate) fn state_columns(row: &ExecutionRow) -> Result<Vec<ToSqlOutput<'_>>> 
         nullable(run_id),
         nullable(join_set_id),
         nullable(result_kind.map(ToString::to_string)),
-        serde_json::to_string(state)?.into(),
+        to_json(state)?.into(),
         i64::from(row.temporary_event_count).into(),
         nullable(state.finished_at().map(micros)),
     ])
@@ -127,30 +116,20 @@ pub(crate) const STATE_ROW_COLUMNS: &str = "execution_id, ffqn, next_version, st
 /// is not stored (0): responses are numbered by the autoincrement id of `t_response`, so
 /// nothing here uses [`PlannedResponse::idx`](concepts::kernel::PlannedResponse).
 pub(crate) fn execution_row(row: &rusqlite::Row<'_>) -> Result<ExecutionRow> {
-    let execution_id: String = row.get(0)?;
+    let text = |idx| row.get::<_, String>(idx);
+    let (execution_id, ffqn, state) = (text(0)?, text(1)?, text(3)?);
     let parent: (Option<String>, Option<String>) = (row.get(7)?, row.get(8)?);
-    let parent = match parent {
-        (Some(id), Some(join_set)) => Some((
-            parse(&id, "parent execution id")?,
-            parse(&join_set, "join set id")?,
-        )),
-        (None, None) => None,
-        _ => {
-            let message = format!("execution {execution_id} has half a parent");
-            return Err(SqliteError::Corrupt(message));
-        }
-    };
-    Ok(ExecutionRow {
-        execution_id: parse(&execution_id, "execution id")?,
-        ffqn: parse(&row.get::<_, String>(1)?, "function name")?,
-        state: ExecutionState {
-            next_version: version_from_sql(row.get(2)?)?,
-            pending_state: serde_json::from_str(&row.get::<_, String>(3)?)?,
-        },
-        temporary_event_count: u32_from_sql(row.get(4)?, "temporary event count")?,
+    let stored = StoredRow {
+        execution_id: &execution_id,
+        ffqn: &ffqn,
+        next_version: row.get(2)?,
+        pending_state: &state,
+        temporary_event_count: row.get(4)?,
         response_count: 0,
-        max_retries: u32_from_sql(row.get(5)?, "max retries")?,
-        retry_exp_backoff: duration_from_sql(row.get(6)?),
-        parent,
-    })
+        max_retries: row.get(5)?,
+        retry_exp_backoff: Duration::from_micros(row.get::<_, i64>(6)?.cast_unsigned()),
+        parent_execution_id: parent.0.as_deref(),
+        parent_join_set_id: parent.1.as_deref(),
+    };
+    Ok(stored.decode()?)
 }

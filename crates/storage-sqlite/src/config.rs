@@ -1,6 +1,7 @@
 //! What the user chooses when opening a store ([`SqliteConfig`]) and what the connection
 //! reports back after opening ([`EffectiveSettings`]).
 
+use concepts::SchemaPolicy;
 use std::{path::PathBuf, time::Duration};
 
 /// SQLite's `synchronous` level: how hard a commit waits for the disk.
@@ -49,17 +50,12 @@ impl std::fmt::Display for Synchronous {
 /// How to open a SQLite store. [`SqliteConfig::new`] gives the durable defaults.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SqliteConfig {
-    /// The database file; created if missing (its directory must exist) unless `create` is
-    /// false.
+    /// The database file; created if missing (its directory must exist) unless `schema.create`
+    /// is false.
     pub path: PathBuf,
-    /// Whether a missing file is created and a file without any schema (new, empty) gets
-    /// Stele's; when false such a file is refused ([`SchemaRefusal::NoSchema`](concepts::SchemaRefusal::NoSchema))
-    /// and nothing is created. Default true.
-    pub create: bool,
-    /// Whether a Stele file of an older schema version is migrated; when false it is refused
-    /// ([`SchemaRefusal::TooOld`](concepts::SchemaRefusal::TooOld)) and left as it
-    /// is, for tools that only read. Default true.
-    pub migrate: bool,
+    /// Whether a file without any schema (new, empty) gets Stele's and a file of an older
+    /// schema is migrated; by default both.
+    pub schema: SchemaPolicy,
     /// The `synchronous` level; default [`Synchronous::Full`].
     pub synchronous: Synchronous,
     /// How many write commands may wait for the writer thread before writers wait for room;
@@ -82,8 +78,7 @@ impl SqliteConfig {
     pub fn new(path: impl Into<PathBuf>) -> Self {
         Self {
             path: path.into(),
-            create: true,
-            migrate: true,
+            schema: SchemaPolicy::default(),
             synchronous: Synchronous::Full,
             queue_capacity: 8192,
             max_commands_per_transaction: 1024,
@@ -93,17 +88,17 @@ impl SqliteConfig {
     }
 
     /// The same configuration, opening only a file that already is a Stele database: nothing
-    /// is created (`create = false`).
+    /// is created (`schema.create = false`).
     #[must_use]
     pub fn existing_only(mut self) -> Self {
-        self.create = false;
+        self.schema.create = false;
         self
     }
 
-    /// The same configuration, never migrating an older schema (`migrate = false`).
+    /// The same configuration, never migrating an older schema (`schema.migrate = false`).
     #[must_use]
     pub fn without_migrations(mut self) -> Self {
-        self.migrate = false;
+        self.schema.migrate = false;
         self
     }
 

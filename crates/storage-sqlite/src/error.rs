@@ -47,9 +47,8 @@ pub enum SqliteOpenError {
         detail: String,
     },
     /// The file's schema version is one this opening may not use ([`SchemaRefusal`]): a
-    /// newer one, none ([`SqliteConfig::create`](crate::SqliteConfig::create) is false), or an
-    /// older one ([`SqliteConfig::migrate`](crate::SqliteConfig::migrate) is false); it is
-    /// left as it is.
+    /// newer one, none (the [`schema`](crate::SqliteConfig::schema) policy's `create` is
+    /// false), or an older one (its `migrate` is false); it is left as it is.
     #[error("{} {refusal}", path.display())]
     Schema {
         /// The database file.
@@ -157,17 +156,12 @@ impl From<SqliteOpenError> for DbError {
 /// Every way an operation of this backend can fail, before it is mapped to a [`DbError`].
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum SqliteError {
-    /// Already a portable error (the kernel's refusals, not found, duplicate).
+    /// Already a portable error (the kernel's refusals, not found, duplicate, a stored value
+    /// that does not decode).
     #[error(transparent)]
     Db(#[from] DbError),
     #[error(transparent)]
     Sqlite(#[from] rusqlite::Error),
-    /// A stored JSON document does not decode, or a value does not encode.
-    #[error(transparent)]
-    Json(#[from] serde_json::Error),
-    /// A stored row breaks an invariant of this backend.
-    #[error("inconsistent row: {0}")]
-    Corrupt(String),
     #[error("reader pool: {0}")]
     Pool(String),
 }
@@ -236,16 +230,6 @@ impl SqliteError {
                 };
                 backend(message, retriable, Some(Arc::new(err) as Arc<_>))
             }
-            Self::Json(err) => backend(
-                format!("a stored document in SQLite database {display} does not decode: {err}"),
-                false,
-                Some(Arc::new(err)),
-            ),
-            Self::Corrupt(message) => backend(
-                format!("SQLite database {display} holds an inconsistent row: {message}"),
-                false,
-                None,
-            ),
             Self::Pool(message) => backend(
                 format!("SQLite database {display}: reader pool: {message}"),
                 false,

@@ -4,17 +4,18 @@
 
 use crate::{
     codec::{
-        self, STATE_ROW_COLUMNS, duration_to_sql, event_join_set, event_kind, from_micros,
-        int_to_sql, micros, nullable, parse, response_keys, state_columns,
+        self, STATE_ROW_COLUMNS, duration_to_sql, event_join_set, event_kind, nullable, parsed,
+        response_keys, state_columns, time,
     },
     error::{Result, SqliteError},
     reads::{self, rows},
 };
 use concepts::{
-    CreateRequest, DelayId, DuplicateKind, ExecutionEvent, ExecutionId, Version,
+    CreateRequest, DbError, DelayId, DuplicateKind, ExecutionEvent, ExecutionId, Version,
     kernel::{
-        self, DelayRow, ExecutionChange, ExecutionRow, JoinSetCounters, JoinSetKey, JoinSetRow,
-        Keys, PruneQuery, Snapshot, Wakeup, Write, WritePlan, descendant_bounds,
+        self, DelayRow, ExecutionChange, ExecutionRow, JoinSetCounters, JoinSetKey, Keys,
+        PruneQuery, Snapshot, Wakeup, Write, WritePlan, descendant_bounds,
+        stored::{corrupt, count, from_json, micros, to_i64, to_json},
     },
 };
 use rusqlite::{CachedStatement, Connection, Params, params, params_from_iter};
@@ -108,14 +109,10 @@ impl<'c> WriteCtx<'c> {
         self.load_lifecycle(keys, snapshot)?;
         self.load_schedules(keys, snapshot)?;
         for key in &keys.join_sets {
-            let row = self.join_set(key)?;
-            let id = (key.execution_id.clone(), key.join_set_id.clone());
-            snapshot.join_sets.insert(id, row);
+            self.load_join_set(key, snapshot)?;
         }
-        for (execution_id, delay_id) in &keys.delays {
-            let row = self.delay(execution_id, *delay_id)?;
-            let key = (execution_id.clone(), *delay_id);
-            snapshot.delays.insert(key, row);
+        for key in &keys.delays {
+            snapshot.add_delay(key, self.delay(key)?);
         }
         for (execution_id, child_id) in &keys.child_responses {
             let mut stmt = conn.prepare_cached(
@@ -142,40 +139,33 @@ impl<'c> WriteCtx<'c> {
         let conn = self.conn;
         for root in &keys.subtrees {
             let bounds = descendant_bounds(root);
-            let rows = rows(conn, &subtree_sql(), bounds, codec::execution_row)?;
-            let ids = rows.iter().map(|row| row.execution_id.clone()).collect();
-            snapshot.subtrees.insert(root.clone(), ids);
-            rows.into_iter().for_each(|row| snapshot.add_execution(row));
+            for row in rows(conn, &subtree_sql(), bounds, codec::execution_row)? {
+                snapshot.add_descendant(root, row);
+            }
         }
         for execution_id in &keys.finished_results {
-            // The row comes from the snapshot when loaded, otherwise from the table.
-            let pending_state = match snapshot.executions.get(execution_id) {
-                Some(row) => row.state.pending_state.clone(),
-                None => match reads::execution_row(conn, execution_id)? {
-                    Some(row) => row.state.pending_state,
-                    None => continue,
-                },
-            };
-            if let Some(result) = reads::result_if_finished(conn, execution_id, &pending_state)? {
-                snapshot
-                    .finished_results
-                    .insert(execution_id.clone(), result);
+            match reads::finished_result(conn, execution_id) {
+                Ok(Some(result)) => {
+                    _ = snapshot
+                        .finished_results
+                        .insert(execution_id.clone(), result)
+                }
+                Ok(None) | Err(SqliteError::Db(DbError::NotFound(_))) => {}
+                Err(err) => return Err(err),
             }
         }
         for execution_id in &keys.open_delays {
             let sql = "SELECT delay_id FROM t_delay WHERE execution_id = ?1 AND is_open = 1 \
                        ORDER BY delay_id";
-            let open = rows(conn, sql, [execution_id.as_str()], |row| {
-                parse(&row.get::<_, String>(0)?, "delay id")
-            })?;
-            if !open.is_empty() {
-                snapshot.open_delays.insert(execution_id.clone(), open);
+            for delay_id in rows(conn, sql, [execution_id.as_str()], |row| {
+                parsed(row, 0, "delay id")
+            })? {
+                snapshot.add_open_delay(execution_id, delay_id);
             }
         }
         if let Some(query) = &keys.prune {
             for row in self.prune_candidates(query)? {
-                snapshot.prune_candidates.push(row.execution_id.clone());
-                snapshot.add_execution(row);
+                snapshot.add_prune_candidate(row);
             }
         }
         Ok(())
@@ -183,7 +173,7 @@ impl<'c> WriteCtx<'c> {
 
     /// The rows of the prune candidates of `query`: one range of `ix_state_finished`.
     fn prune_candidates(&self, query: &PruneQuery) -> Result<Vec<ExecutionRow>> {
-        let (before, limit) = (micros(query.finished_before), int_to_sql(query.limit));
+        let (before, limit) = (micros(query.finished_before), to_i64(query.limit));
         let sql = prune_candidates_sql(query.after.is_some());
         let decode = codec::execution_row;
         match &query.after {
@@ -214,7 +204,7 @@ impl<'c> WriteCtx<'c> {
             };
             // A row without its `Created` event stays without: the kernel reports it.
             if let Some(json) = row.get::<_, Option<String>>(created_column)? {
-                let created = serde_json::from_str(&json)?;
+                let created = from_json(&json, "event")?;
                 snapshot.created.insert(execution_id.clone(), created);
             }
             snapshot.add_execution(codec::execution_row(row)?);
@@ -222,10 +212,10 @@ impl<'c> WriteCtx<'c> {
         Ok(())
     }
 
-    /// The counters of a join set (one `t_join_set` lookup) and the arrival times of the
+    /// Adds the counters of a join set (one `t_join_set` lookup) and the arrival times of the
     /// responses its next `JoinNext` events consume (by `join_set_idx`; the `created_at` column
     /// is whole microseconds, as every clock that feeds storage is).
-    fn join_set(&self, key: &JoinSetKey) -> Result<JoinSetRow> {
+    fn load_join_set(&self, key: &JoinSetKey, snapshot: &mut Snapshot) -> Result<()> {
         let (execution_id, join_set_id) = (key.execution_id.as_str(), key.join_set_id.to_string());
         let sql = "SELECT join_next_count, response_count FROM t_join_set \
                    WHERE execution_id = ?1 AND join_set_id = ?2";
@@ -235,24 +225,22 @@ impl<'c> WriteCtx<'c> {
         let next_response_times = if key.next_responses > 0 && responses > join_nexts {
             let sql = "SELECT created_at FROM t_response WHERE execution_id = ?1 \
                        AND join_set_id = ?2 AND join_set_idx >= ?3 ORDER BY join_set_idx LIMIT ?4";
-            let limit = int_to_sql(key.next_responses);
+            let limit = to_i64(key.next_responses);
             let params = params![execution_id, join_set_id, join_nexts, limit];
-            rows(self.conn, sql, params, |row| from_micros(row.get(0)?))?
+            rows(self.conn, sql, params, |row| time(row, 0))?
         } else {
             Vec::new()
         };
-        let count = |value: i64| u64::try_from(value).unwrap_or(0);
-        Ok(JoinSetRow {
-            counters: JoinSetCounters {
-                join_next_count: count(join_nexts),
-                response_count: count(responses),
-            },
-            next_response_times,
-        })
+        let counters = JoinSetCounters {
+            join_next_count: count(join_nexts, "join_next_count")?,
+            response_count: count(responses, "response_count")?,
+        };
+        snapshot.add_join_set(key, counters, next_response_times);
+        Ok(())
     }
 
     /// Whether a delay was requested (`t_delay`) and answered (`t_response`).
-    fn delay(&self, execution_id: &ExecutionId, delay_id: DelayId) -> Result<DelayRow> {
+    fn delay(&self, (execution_id, delay_id): &(ExecutionId, DelayId)) -> Result<DelayRow> {
         let mut stmt = self.conn.prepare_cached(
             "SELECT EXISTS(SELECT 1 FROM t_delay WHERE execution_id = ?1 AND delay_id = ?2), \
              EXISTS(SELECT 1 FROM t_response WHERE execution_id = ?1 AND delay_id = ?2)",
@@ -293,8 +281,8 @@ impl<'c> WriteCtx<'c> {
             let params = params![
                 execution_id,
                 join_set_id.to_string(),
-                int_to_sql(counters.join_next_count),
-                int_to_sql(counters.response_count),
+                to_i64(counters.join_next_count),
+                to_i64(counters.response_count),
             ];
             self.execute(sql, params)?;
         }
@@ -307,10 +295,10 @@ impl<'c> WriteCtx<'c> {
                 execution_id,
                 micros(planned.response.created_at),
                 planned.response.event.join_set_id.to_string(),
-                int_to_sql(planned.join_set_idx),
+                to_i64(planned.join_set_idx),
                 delay_id,
                 child_id,
-                serde_json::to_string(&planned.response)?,
+                to_json(&planned.response)?,
             ];
             self.execute(sql, params)?;
         }
@@ -343,7 +331,7 @@ impl<'c> WriteCtx<'c> {
             let sql = "DELETE FROM t_execution_state WHERE execution_id = ?1";
             if self.execute(sql, [execution_id.as_str()])? != 1 {
                 let message = format!("pruned execution {execution_id} has no state row");
-                return Err(SqliteError::Corrupt(message));
+                return Err(corrupt(message).into());
             }
         }
         Ok(())
@@ -393,7 +381,7 @@ impl<'c> WriteCtx<'c> {
             reused(self.conn, stmt, sql)?.execute(params_from_iter(&state_columns(row)?))?;
         if changed != 1 {
             let message = format!("execution {} has no state row", row.execution_id);
-            return Err(SqliteError::Corrupt(message));
+            return Err(corrupt(message).into());
         }
         Ok(())
     }
@@ -413,7 +401,7 @@ impl<'c> WriteCtx<'c> {
             micros(event.created_at),
             event_kind(&event.event),
             event_join_set(&event.event),
-            serde_json::to_string(event)?,
+            to_json(event)?,
         ])?;
         Ok(())
     }

@@ -360,16 +360,12 @@ impl kernel::Backend for SqlitePool {
     }
     async fn list_schedules(
         &self,
-        after: Option<&ScheduleName>,
+        from: Option<&ScheduleName>,
         limit: usize,
-        exact: bool,
     ) -> Result<Vec<ScheduleRow>, DbError> {
-        let after = after.cloned();
-        self.read(move |conn| match (&after, exact) {
-            (Some(name), true) => Ok(schedules::schedule(conn, name)?.into_iter().collect()),
-            _ => schedules::list(conn, after.as_ref(), limit),
-        })
-        .await
+        let from = from.map_or_else(String::new, ToString::to_string);
+        self.read(move |conn| schedules::list(conn, &from, limit))
+            .await
     }
 
     async fn schedule_ticks(

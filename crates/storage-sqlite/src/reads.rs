@@ -2,15 +2,18 @@
 //! several statements, so they see one snapshot) or on the writer's, inside its transaction.
 
 use crate::{
-    codec::{self, STATE_ROW_COLUMNS, from_micros, int_to_sql, micros, parse, version_from_sql},
-    error::{Result, SqliteError},
+    codec::{self, STATE_ROW_COLUMNS, json, parsed, time},
+    error::Result,
 };
 use chrono::{DateTime, Utc};
 use concepts::{
-    DbError, ExecutionEvent, ExecutionEventInner, ExecutionId, ExecutionLog, ExecutionSummary,
-    ExpiredDelay, ExpiredTimer, FinishedExecutionResult, FunctionFqn, JoinSetResponseEventOuter,
-    ListExecutionsFilter, ListTerm, LockedExecution, Pagination, PendingState, Version,
-    kernel::{self, ExecutionRow, LockGrant, LogRows},
+    DbError, ExecutionEvent, ExecutionId, ExecutionLog, ExecutionSummary, ExpiredDelay,
+    ExpiredTimer, FinishedExecutionResult, FunctionFqn, JoinSetResponseEventOuter,
+    ListExecutionsFilter, ListTerm, LockedExecution, Pagination, Version,
+    kernel::{
+        self, ExecutionRow, LockGrant, LogRows,
+        stored::{self, corrupt, count, micros, to_i64},
+    },
 };
 use rusqlite::{Connection, Params, Row, params, params_from_iter, types::Value};
 use std::path::Path;
@@ -33,11 +36,6 @@ pub(crate) fn execution_row(
 ) -> Result<Option<ExecutionRow>> {
     let sql = format!("SELECT {STATE_ROW_COLUMNS} FROM t_execution_state WHERE execution_id = ?1");
     Ok(rows(conn, &sql, [execution_id.as_str()], codec::execution_row)?.pop())
-}
-
-fn existing_row(conn: &Connection, execution_id: &ExecutionId) -> Result<ExecutionRow> {
-    let row = execution_row(conn, execution_id)?;
-    row.ok_or_else(|| DbError::execution_not_found(execution_id).into())
 }
 
 /// What `read` finds, from one snapshot; `NotFound` when it finds nothing of an unknown
@@ -66,10 +64,8 @@ pub(crate) fn events(
 ) -> Result<Vec<ExecutionEvent>> {
     let sql = "SELECT event_json FROM t_event WHERE execution_id = ?1 AND version >= ?2 \
                ORDER BY version LIMIT ?3";
-    let params = params![execution_id.as_str(), i64::from(from.0), int_to_sql(limit)];
-    rows(conn, sql, params, |row| {
-        Ok(serde_json::from_str(&row.get::<_, String>(0)?)?)
-    })
+    let params = params![execution_id.as_str(), i64::from(from.0), to_i64(limit)];
+    rows(conn, sql, params, |row| json(row, 0))
 }
 
 /// [`events`] of a known execution, from one snapshot.
@@ -93,12 +89,12 @@ pub(crate) fn responses_up_to(
 ) -> Result<Vec<JoinSetResponseEventOuter>> {
     let sql = "SELECT response_json FROM t_response WHERE execution_id = ?1 ORDER BY id \
                LIMIT ?3 OFFSET ?2";
-    let (offset, limit) = (int_to_sql(start_idx), int_to_sql(max_length));
+    let (offset, limit) = (to_i64(start_idx), to_i64(max_length));
     rows(
         conn,
         sql,
         params![execution_id.as_str(), offset, limit],
-        |row| Ok(serde_json::from_str(&row.get::<_, String>(0)?)?),
+        |row| json(row, 0),
     )
 }
 
@@ -119,7 +115,8 @@ pub(crate) fn execution_log(
     execution_id: &ExecutionId,
 ) -> Result<ExecutionLog> {
     let tx = conn.transaction()?;
-    let row = existing_row(&tx, execution_id)?;
+    let row = execution_row(&tx, execution_id)?;
+    let row = row.ok_or_else(|| DbError::execution_not_found(execution_id))?;
     let log = ExecutionLog {
         execution_id: execution_id.clone(),
         events: events(&tx, execution_id, Version(0), usize::MAX)?,
@@ -131,40 +128,27 @@ pub(crate) fn execution_log(
     Ok(log)
 }
 
+/// The result of `execution_id` if it finished: its `Finished` event, stored at the version the
+/// row keeps as its next one; `NotFound` for an unknown execution.
 pub(crate) fn finished_result(
-    conn: &mut Connection,
-    execution_id: &ExecutionId,
-) -> Result<Option<FinishedExecutionResult>> {
-    let tx = conn.transaction()?;
-    let pending_state = existing_row(&tx, execution_id)?.state.pending_state;
-    let result = result_if_finished(&tx, execution_id, &pending_state)?;
-    tx.finish()?;
-    Ok(result)
-}
-
-/// The result of an execution in `pending_state`: its `Finished` event's, `None` unless it
-/// finished.
-pub(crate) fn result_if_finished(
     conn: &Connection,
     execution_id: &ExecutionId,
-    pending_state: &PendingState,
 ) -> Result<Option<FinishedExecutionResult>> {
-    let PendingState::Finished { version, .. } = *pending_state else {
-        return Ok(None);
-    };
-    let sql = "SELECT event_json FROM t_event WHERE execution_id = ?1 AND version = ?2";
-    let params = (execution_id.as_str(), i64::from(version.0));
-    let json = rows(conn, sql, params, |row| Ok(row.get::<_, String>(0)?))?.pop();
-    let held = match json.map(|json| serde_json::from_str::<ExecutionEvent>(&json)) {
-        None => "no event".to_string(),
-        Some(event) => match event?.event {
-            ExecutionEventInner::Finished { result } => return Ok(Some(result)),
-            other => format!("a {} event", other.variant_name()),
-        },
-    };
-    Err(SqliteError::Corrupt(format!(
-        "execution {execution_id} is finished at version {version}, which holds {held}"
-    )))
+    let sql = "SELECT e.state = 'Finished', ev.event_json FROM t_execution_state AS e \
+               LEFT JOIN t_event AS ev ON ev.execution_id = e.execution_id \
+               AND ev.version = e.next_version AND e.state = 'Finished' WHERE e.execution_id = ?1";
+    let mut found = rows(conn, sql, [execution_id.as_str()], |row| {
+        Ok((row.get::<_, bool>(0)?, row.get::<_, Option<String>>(1)?))
+    })?;
+    match found.pop() {
+        None => Err(DbError::execution_not_found(execution_id).into()),
+        Some((false, _)) => Ok(None),
+        Some((true, Some(json))) => Ok(Some(stored::finished_result(execution_id, &json)?)),
+        Some((true, None)) => {
+            let message = format!("{execution_id} is finished without an event at its version");
+            Err(corrupt(message).into())
+        }
+    }
 }
 
 /// The state rows of up to `limit` executions of `ffqns` whose `pending_at` is at or before
@@ -187,7 +171,7 @@ pub(crate) fn due_rows(
         vec!["?"; ffqns.len()].join(", ")
     );
     let ffqns = ffqns.iter().map(|ffqn| Value::Text(ffqn.to_string()));
-    let values = ffqns.chain([micros(at).into(), int_to_sql(limit).into()]);
+    let values = ffqns.chain([micros(at).into(), to_i64(limit).into()]);
     rows(conn, &sql, params_from_iter(values), codec::execution_row)
 }
 
@@ -207,37 +191,48 @@ pub(crate) fn expired_timers(
         "SELECT {STATE_ROW_COLUMNS} FROM t_execution_state \
          WHERE state = 'Locked' AND lock_expires_at <= ?1"
     );
-    let locks = rows(&tx, &sql, [micros(at)], |row| {
-        Ok(codec::execution_row(row)?
-            .expired_lock_at(at)?
-            .map(ExpiredTimer::Lock))
-    })?;
-    let mut timers: Vec<_> = locks.into_iter().flatten().collect();
+    let locks = rows(&tx, &sql, [micros(at)], codec::execution_row)?;
     let sql = "SELECT execution_id, delay_id, join_set_id, expires_at FROM t_delay \
                WHERE is_open = 1 AND expires_at <= ?1";
     let delays = rows(&tx, sql, [micros(at)], |row| {
-        Ok(ExpiredTimer::Delay(ExpiredDelay {
-            execution_id: parse(&row.get::<_, String>(0)?, "execution id")?,
-            join_set_id: parse(&row.get::<_, String>(2)?, "join set id")?,
-            delay_id: parse(&row.get::<_, String>(1)?, "delay id")?,
-            expires_at: from_micros(row.get(3)?)?,
-        }))
+        Ok(ExpiredDelay {
+            execution_id: parsed(row, 0, "execution id")?,
+            join_set_id: parsed(row, 2, "join set id")?,
+            delay_id: parsed(row, 1, "delay id")?,
+            expires_at: time(row, 3)?,
+        })
     })?;
     tx.finish()?;
-    timers.extend(delays);
-    kernel::order_expired_timers(&mut timers);
-    Ok(timers)
+    Ok(kernel::expired_timers(at, locks, delays)?)
 }
 
-/// Executions newest first that pass `filter`, after the cursor: only the filters given are
-/// in the statement, so that its plan reads the index they name (a state but `Finished` reads
-/// `ix_state_unfinished`, whose condition the statement repeats; a parent `ix_state_parent`;
-/// anything else `ix_state_created`).
+/// Executions newest first that pass `filter`, after the cursor ([`listing`]).
 pub(crate) fn list_executions(
     conn: &Connection,
     filter: &ListExecutionsFilter,
     pagination: &Pagination,
 ) -> Result<Vec<ExecutionSummary>> {
+    let (sql, values) = listing(filter, pagination);
+    rows(conn, &sql, params_from_iter(values), |row| {
+        Ok(ExecutionSummary {
+            execution_id: parsed(row, 0, "execution id")?,
+            ffqn: parsed(row, 1, "function name")?,
+            created_at: time(row, 2)?,
+            scheduled_at: time(row, 3)?,
+            pending_state: json(row, 4)?,
+            next_version: Version(count(row.get(5)?, "next version")?),
+        })
+    })
+}
+
+/// The statement of a listing and its values: only the filters given are in it, so that its
+/// plan reads the index they name (a state but `Finished` reads `ix_state_unfinished`, whose
+/// condition the statement repeats; a parent `ix_state_parent`; an id prefix its range of the
+/// primary key; anything else `ix_state_created`).
+pub(crate) fn listing(
+    filter: &ListExecutionsFilter,
+    pagination: &Pagination,
+) -> (String, Vec<Value>) {
     let mut sql = String::from(
         "SELECT execution_id, ffqn, created_at, scheduled_at, state_json, next_version \
          FROM t_execution_state WHERE 1",
@@ -267,17 +262,8 @@ pub(crate) fn list_executions(
         values.extend(bound);
     }
     sql.push_str(" ORDER BY created_at DESC, execution_id DESC LIMIT ?");
-    values.push(Value::Integer(int_to_sql(pagination.length)));
-    rows(conn, &sql, params_from_iter(values), |row| {
-        Ok(ExecutionSummary {
-            execution_id: parse(&row.get::<_, String>(0)?, "execution id")?,
-            ffqn: parse(&row.get::<_, String>(1)?, "function name")?,
-            created_at: from_micros(row.get(2)?)?,
-            scheduled_at: from_micros(row.get(3)?)?,
-            pending_state: serde_json::from_str(&row.get::<_, String>(4)?)?,
-            next_version: version_from_sql(row.get(5)?)?,
-        })
-    })
+    values.push(Value::Integer(to_i64(pagination.length)));
+    (sql, values)
 }
 
 /// At most this many rows (events and responses of every execution of one lock together) are

@@ -2,21 +2,15 @@
 //! orders) and their ticks in `t_schedule_tick`: loaded for a write, persisted from its plan,
 //! and read.
 
-use crate::{
-    codec::{int_to_sql, micros},
-    error::Result,
-    ops::WriteCtx,
-    reads::rows,
-};
+use crate::{codec::json, error::Result, ops::WriteCtx, reads::rows};
 use concepts::{
-    kernel::{Keys, ScheduleWrite, Snapshot},
+    kernel::{
+        Keys, ScheduleWrite, Snapshot,
+        stored::{micros, to_i64, to_json},
+    },
     schedule::{ScheduleName, ScheduleRow, Tick},
 };
 use rusqlite::{Connection, params};
-
-fn row_of(row: &rusqlite::Row<'_>) -> Result<ScheduleRow> {
-    Ok(serde_json::from_str(&row.get::<_, String>(0)?)?)
-}
 
 impl WriteCtx<'_> {
     /// Adds the schedules `keys` name, and the due ones, to `snapshot`.
@@ -29,8 +23,8 @@ impl WriteCtx<'_> {
         if let Some(query) = &keys.due_schedules {
             let sql = "SELECT row_json FROM t_schedule WHERE next_due_at <= ?1 \
                        ORDER BY next_due_at, name LIMIT ?2";
-            let params = (micros(query.at), int_to_sql(query.limit));
-            for row in rows(self.conn, sql, params, row_of)? {
+            let params = (micros(query.at), to_i64(query.limit));
+            for row in rows(self.conn, sql, params, |row| json(row, 0))? {
                 snapshot.add_due_schedule(row);
             }
         }
@@ -50,15 +44,15 @@ impl WriteCtx<'_> {
                  ON CONFLICT DO UPDATE SET next_due_at = excluded.next_due_at, \
                  row_json = excluded.row_json";
             let due = row.next_due_at.map(micros);
-            self.execute(sql, params![name, due, serde_json::to_string(row)?])?;
+            self.execute(sql, params![name, due, to_json(row)?])?;
             for tick in &write.ticks {
                 let sql = "INSERT INTO t_schedule_tick (name, seq, tick_json) VALUES (?1, ?2, ?3)";
-                let json = serde_json::to_string(tick)?;
-                self.execute(sql, params![name, int_to_sql(tick.seq), json])?;
+                let json = to_json(tick)?;
+                self.execute(sql, params![name, to_i64(tick.seq), json])?;
             }
             if let Some(before) = write.forget_ticks_before {
                 let sql = "DELETE FROM t_schedule_tick WHERE name = ?1 AND seq < ?2";
-                self.execute(sql, params![name, int_to_sql(before)])?;
+                self.execute(sql, params![name, to_i64(before)])?;
             }
         }
         Ok(())
@@ -68,27 +62,19 @@ impl WriteCtx<'_> {
 /// The schedule `name`, if stored.
 pub(crate) fn schedule(conn: &Connection, name: &ScheduleName) -> Result<Option<ScheduleRow>> {
     let sql = "SELECT row_json FROM t_schedule WHERE name = ?1";
-    Ok(rows(conn, sql, [name.as_str()], row_of)?.pop())
+    Ok(rows(conn, sql, [name.as_str()], |row| json(row, 0))?.pop())
 }
 
-/// The schedules after `after` in name order, at most `limit`.
-pub(crate) fn list(
-    conn: &Connection,
-    after: Option<&ScheduleName>,
-    limit: usize,
-) -> Result<Vec<ScheduleRow>> {
-    let sql = "SELECT row_json FROM t_schedule WHERE name > ?1 ORDER BY name LIMIT ?2";
-    let after = after.map_or("", ScheduleName::as_str);
-    rows(conn, sql, params![after, int_to_sql(limit)], row_of)
+/// The schedules from `from` on in name order, at most `limit`.
+pub(crate) fn list(conn: &Connection, from: &str, limit: usize) -> Result<Vec<ScheduleRow>> {
+    let sql = "SELECT row_json FROM t_schedule WHERE name >= ?1 ORDER BY name LIMIT ?2";
+    rows(conn, sql, params![from, to_i64(limit)], |row| json(row, 0))
 }
 
 /// The last `limit` ticks of `name`, newest first.
 pub(crate) fn ticks(conn: &Connection, name: &ScheduleName, limit: usize) -> Result<Vec<Tick>> {
     let sql = "SELECT tick_json FROM t_schedule_tick WHERE name = ?1 ORDER BY seq DESC LIMIT ?2";
-    rows(
-        conn,
-        sql,
-        params![name.as_str(), int_to_sql(limit)],
-        |row| Ok(serde_json::from_str(&row.get::<_, String>(0)?)?),
-    )
+    rows(conn, sql, params![name.as_str(), to_i64(limit)], |row| {
+        json(row, 0)
+    })
 }

@@ -182,7 +182,7 @@ pub(crate) fn open_writer(
     // Moved into the error that ends the open, if any.
     let path = config.path.clone();
     let mut flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-    if config.create {
+    if config.schema.create {
         flags |= OpenFlags::SQLITE_OPEN_CREATE;
     }
     let conn = match Connection::open_with_flags(&path, flags) {
@@ -213,11 +213,7 @@ pub(crate) fn open_writer(
         let detail = format!("{schema_objects} schema objects but no Stele schema version");
         return Err(SqliteOpenError::ForeignDatabase { path, detail });
     }
-    let policy = SchemaPolicy {
-        create: config.create,
-        migrate: config.migrate,
-    };
-    if let Err(refusal) = policy.check(found, current, current) {
+    if let Err(refusal) = config.schema.check(found, current, current) {
         return Err(SqliteOpenError::Schema { path, refusal });
     }
 
@@ -303,11 +299,7 @@ fn migrate_to(
     // read the version again under the lock and apply only what is still missing.
     let found_version: u32 = pragma(&tx, "user_version").map_err(driver)?;
     // The opening checked the policy; only a newer schema can have appeared since.
-    let policy = SchemaPolicy {
-        create: true,
-        migrate: true,
-    };
-    if let Err(refusal) = policy.check(found_version, target, target) {
+    if let Err(refusal) = SchemaPolicy::default().check(found_version, target, target) {
         let path = path.to_path_buf();
         return Err(SqliteOpenError::Schema { path, refusal });
     }

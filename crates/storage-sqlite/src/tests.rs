@@ -22,6 +22,7 @@ use std::{path::Path, sync::Arc, time::Duration};
 mod checkpoint;
 mod faults;
 mod handover;
+mod plans;
 
 fn t0() -> DateTime<Utc> {
     Utc.with_ymd_and_hms(2000, 1, 1, 0, 0, 0)

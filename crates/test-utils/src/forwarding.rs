@@ -372,19 +372,22 @@ impl Backend for ForwardingDb {
 
     async fn list_schedules(
         &self,
-        after: Option<&ScheduleName>,
+        from: Option<&ScheduleName>,
         limit: usize,
-        exact: bool,
     ) -> Result<Vec<ScheduleRow>, DbError> {
         self.hook.read(&Read::ListSchedules)?;
-        match (after, exact) {
-            (Some(name), true) => match self.inner.get_schedule(name).await {
-                Ok(row) => Ok(vec![row]),
-                Err(DbError::NotFound(_)) => Ok(Vec::new()),
-                Err(err) => Err(err),
-            },
-            _ => self.inner.list_schedules(after, limit).await,
+        let mut rows = Vec::new();
+        if let Some(name) = from {
+            match self.inner.get_schedule(name).await {
+                Ok(row) => rows.push(row),
+                Err(DbError::NotFound(_)) => {}
+                Err(err) => return Err(err),
+            }
         }
+        let rest = limit.saturating_sub(rows.len());
+        rows.extend(self.inner.list_schedules(from, rest).await?);
+        rows.truncate(limit);
+        Ok(rows)
     }
 
     async fn schedule_ticks(

@@ -114,6 +114,13 @@ impl SpareServer {
         self.script("crash");
     }
 
+    /// The server's log: `.ci/postgres.sh` starts it with `pg_ctl -l`, so a line is in the file
+    /// before the client that caused it hears the answer (no logging collector in between).
+    #[must_use]
+    pub fn log_path(&self) -> PathBuf {
+        self.dir.join("server.log")
+    }
+
     /// Runs `sql` on a plain connection as the superuser `postgres`, e.g. to create a role.
     ///
     /// # Panics

@@ -251,12 +251,12 @@ pub trait Backend: Send + Sync + 'static {
         pagination: Pagination,
     ) -> impl Future<Output = Result<Vec<ExecutionSummary>, DbError>> + Send;
 
-    /// [`DbSchedules::list_schedules`] (`exact`: the schedule `after` alone, if stored).
+    /// The schedules from `from` on (`from` too, if stored), in name order, at most `limit`:
+    /// [`DbSchedules::list_schedules`] and [`DbSchedules::get_schedule`].
     fn list_schedules(
         &self,
-        after: Option<&ScheduleName>,
+        from: Option<&ScheduleName>,
         limit: usize,
-        exact: bool,
     ) -> impl Future<Output = Result<Vec<ScheduleRow>, DbError>> + Send;
 
     /// [`DbSchedules::schedule_ticks`].
@@ -470,8 +470,9 @@ impl<B: Backend> DbSchedules for B {
     }
 
     async fn get_schedule(&self, name: &ScheduleName) -> Result<ScheduleRow, DbError> {
-        let found = Backend::list_schedules(self, Some(name), 1, true).await?;
-        (found.into_iter().next()).ok_or_else(|| DbError::NotFound(format!("schedule {name}")))
+        let found = Backend::list_schedules(self, Some(name), 1).await?;
+        (found.into_iter().find(|row| row.name() == name))
+            .ok_or_else(|| DbError::NotFound(format!("schedule {name}")))
     }
 
     async fn list_schedules(
@@ -479,7 +480,13 @@ impl<B: Backend> DbSchedules for B {
         after: Option<&ScheduleName>,
         limit: usize,
     ) -> Result<Vec<ScheduleRow>, DbError> {
-        Backend::list_schedules(self, after, limit, false).await
+        let mut rows = Backend::list_schedules(self, after, limit.saturating_add(1)).await?;
+        // From `after` on, without it.
+        if after.is_some_and(|after| rows.first().is_some_and(|row| row.name() == after)) {
+            rows.remove(0);
+        }
+        rows.truncate(limit);
+        Ok(rows)
     }
 
     async fn schedule_ticks(

@@ -35,7 +35,8 @@
 //! have seen alone after them, a refused one refuses only itself, and their changes merge into
 //! one plan, one change per execution. A single write is a group of one; `append_outcomes`
 //! (the watcher timing out many leases) is the group of its outcomes; a backend that lets
-//! concurrent writes share a commit groups them ([`queue`] erases their kinds for its queue).
+//! concurrent writes share a commit groups them ([`queue`] erases their kinds for its queue),
+//! with [`Groups`] when it runs several transactions at once.
 //!
 //! **Assumptions.** A write whose keys name execution rows only can be planned without a load,
 //! on rows the store wrote itself ([`KnownRows`]) and on the assumption that what it creates is
@@ -49,17 +50,19 @@
 //!
 //! Its files depend on each other in one direction: `keys` and `snapshot` at the bottom, the
 //! planner's primitives (`plan`) above them, the [`Write`] trait, the [`GroupPlanner`], the
-//! kinds of write (`writes/`), and [`Backend`] on top; `assume`, `queued` and `waiters` serve
-//! backends beside them.
+//! kinds of write (`writes/`), and [`Backend`] on top; `assume`, `queued`, `groups`, `waiters`
+//! and [`stored`] (how the SQL backends store values in columns) serve backends beside them.
 
 mod assume;
 mod backend;
 mod group;
+mod groups;
 mod keys;
 mod messages;
 mod plan;
 mod queued;
 mod snapshot;
+pub mod stored;
 mod waiters;
 mod write;
 mod writes;
@@ -67,6 +70,7 @@ mod writes;
 pub use assume::{Assumption, KnownRows};
 pub use backend::Backend;
 pub use group::{GroupPlanner, plan};
+pub use groups::{Attempted, Groups, MAX_GROUP, NotCommitted, Transactions};
 pub use keys::{
     DueQuery, ExecutionIds, JoinSetKey, Keys, PruneQuery, ScheduleDueQuery, descendant_bounds,
 };
@@ -77,8 +81,8 @@ pub use plan::{
 };
 pub use queued::{Answer, Queued, queue};
 pub use snapshot::{
-    DelayRow, ExecutionRow, JoinSetCounters, JoinSetRow, LogRows, Revision, Snapshot,
-    order_expired_timers,
+    DelayRow, ExecutionRow, FastHash, JoinSetCounters, JoinSetRow, LogRows, Revision, Snapshot,
+    expired_timers,
 };
 pub use waiters::{WaiterCounts, WaiterHub};
 pub use write::{Forward, Forwarded, Write};

@@ -3,7 +3,7 @@
 
 use crate::{
     CreateRequest, DbError, DelayId, ExecutionEvent, ExecutionId, ExecutionState, ExecutorId,
-    ExpiredLock, ExpiredTimer, FinishedExecutionResult, FunctionFqn, JoinSetId,
+    ExpiredDelay, ExpiredLock, ExpiredTimer, FinishedExecutionResult, FunctionFqn, JoinSetId,
     JoinSetResponseEventOuter, PendingState, Version,
     schedule::{ScheduleName, ScheduleRow},
 };
@@ -13,8 +13,10 @@ use std::{
     time::Duration,
 };
 
-/// The hasher of the kernel's maps: keys are short ids, and hashing sits on every write.
-pub(crate) type FastHash = foldhash::fast::RandomState;
+/// The hasher of the kernel's maps (and of a backend's maps keyed by ids): `foldhash`'s
+/// per-process seeded hasher, several times cheaper than SipHash on these short keys, and
+/// hashing sits on every write.
+pub type FastHash = foldhash::fast::RandomState;
 
 /// The state row of one execution: what a write needs to know about it without its log.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -227,6 +229,48 @@ impl Snapshot {
         self.add_execution(row);
     }
 
+    /// Adds a prune candidate's row, in the order found.
+    pub fn add_prune_candidate(&mut self, row: ExecutionRow) {
+        self.prune_candidates.push(row.execution_id.clone());
+        self.add_execution(row);
+    }
+
+    /// Adds the row of a descendant of `root`, in id order.
+    pub fn add_descendant(&mut self, root: &ExecutionId, row: ExecutionRow) {
+        let members = self.subtrees.entry(root.clone()).or_default();
+        members.push(row.execution_id.clone());
+        self.add_execution(row);
+    }
+
+    /// Adds an open delay of `execution_id`, in delay id order.
+    pub fn add_open_delay(&mut self, execution_id: &ExecutionId, delay_id: DelayId) {
+        let open = self.open_delays.entry(execution_id.clone()).or_default();
+        open.push(delay_id);
+    }
+
+    /// Adds the counters of the join set of `key` and the arrival times of its next responses,
+    /// as many as `key` asked for.
+    pub fn add_join_set(
+        &mut self,
+        key: &super::JoinSetKey,
+        counters: JoinSetCounters,
+        next_response_times: Vec<DateTime<Utc>>,
+    ) {
+        let row = JoinSetRow {
+            counters,
+            next_response_times,
+        };
+        let id = (key.execution_id.clone(), key.join_set_id.clone());
+        self.join_sets.insert(id, row);
+    }
+
+    /// Adds what was found of a delay; nothing when it was neither requested nor answered.
+    pub fn add_delay(&mut self, (execution_id, delay_id): &(ExecutionId, DelayId), row: DelayRow) {
+        if row != DelayRow::default() {
+            self.delays.insert((execution_id.clone(), *delay_id), row);
+        }
+    }
+
     /// Adds the rows of due executions, ordered as `lock_pending` locks them: by the exact
     /// due time, then by id (an index that rounds times may have ordered them otherwise).
     pub fn add_due_in_order(&mut self, mut rows: Vec<ExecutionRow>) {
@@ -283,10 +327,23 @@ impl Snapshot {
     }
 }
 
-/// Orders the result of `get_expired_timers` as every backend returns it: by expiry, then
-/// execution id, then the lease before the delays, and delays by id.
-pub fn order_expired_timers(timers: &mut [ExpiredTimer]) {
+/// What `get_expired_timers(at)` answers, from what a backend's indexes found: the leases of
+/// the `locked` rows and the `delays` that expired at or before `at` by their exact times (an
+/// index may round them), ordered by expiry, then execution id, then the lease before the
+/// delays, and delays by id. A row found as locked that is not is the backend's inconsistency.
+pub fn expired_timers(
+    at: DateTime<Utc>,
+    locked: impl IntoIterator<Item = ExecutionRow>,
+    delays: impl IntoIterator<Item = ExpiredDelay>,
+) -> Result<Vec<ExpiredTimer>, DbError> {
+    let mut timers = Vec::new();
+    for row in locked {
+        timers.extend(row.expired_lock_at(at)?.map(ExpiredTimer::Lock));
+    }
+    let delays = delays.into_iter().filter(|delay| delay.expires_at <= at);
+    timers.extend(delays.map(ExpiredTimer::Delay));
     timers.sort_by(|a, b| timer_key(a).cmp(&timer_key(b)));
+    Ok(timers)
 }
 
 fn timer_key(timer: &ExpiredTimer) -> (DateTime<Utc>, &ExecutionId, Option<DelayId>) {

@@ -748,7 +748,8 @@ fn expired_timers_come_in_one_order_and_a_lease_expires_inclusively() {
         run_id: crate::RunId::generate_at(at(0)),
         lock_expires_at,
     };
-    let lease = row(&second, 2, locked(at(5)))
+    let leased = row(&second, 2, locked(at(5)));
+    let lease = (leased.clone())
         .expired_lock_at(at(5))
         .unwrap()
         .expect("expiry is inclusive");
@@ -762,23 +763,23 @@ fn expired_timers_come_in_one_order_and_a_lease_expires_inclusively() {
         row(&second, 2, pending(0)).expired_lock_at(at(5)),
         Err(DbError::Backend(_))
     ));
-    let delay = |execution_id: &ExecutionId, delay_id, expires_at| {
-        crate::ExpiredTimer::Delay(crate::ExpiredDelay {
-            execution_id: execution_id.clone(),
-            join_set_id: join_set(),
-            delay_id,
-            expires_at,
-        })
+    let delay = |execution_id: &ExecutionId, delay_id, expires_at| crate::ExpiredDelay {
+        execution_id: execution_id.clone(),
+        join_set_id: join_set(),
+        delay_id,
+        expires_at,
     };
     let (d1, d2) = (DelayId::generate_at(at(0)), DelayId::generate_at(at(1)));
-    let mut timers = vec![
+    let delays = vec![
         delay(&second, d2, at(5)),
         delay(&second, d1, at(5)),
-        crate::ExpiredTimer::Lock(lease),
         delay(&first, d2, at(5)),
         delay(&first, d1, at(4)),
+        delay(&first, d1, at(6)),
     ];
-    order_expired_timers(&mut timers);
+    let locked = [leased, row(&first, 2, locked(at(6)))];
+    let timers = expired_timers(at(5), locked, delays).unwrap();
+    assert!(matches!(&timers[2], crate::ExpiredTimer::Lock(l) if *l == lease));
     let order: Vec<(ExecutionId, Option<DelayId>)> = timers
         .iter()
         .map(|t| match t {

@@ -23,7 +23,10 @@ const SAFETY: Duration = Duration::from_secs(60);
 
 /// A fresh database on the spare server; its store config (pool of 4, fast listener backoff)
 /// and the admin config of the server.
-async fn spare_database(server: &SpareServer, test: &str) -> (PostgresConfig, PostgresConfig) {
+pub(super) async fn spare_database(
+    server: &SpareServer,
+    test: &str,
+) -> (PostgresConfig, PostgresConfig) {
     let name = format!("stele_{test}_{}", std::process::id());
     let admin_config =
         PostgresConfig::from_url(&server.url("postgres", "127.0.0.1", "postgres", "")).unwrap();

@@ -3,20 +3,24 @@
 //! of the due rows, then the writes, the `COMMIT` and the read of the histories in one
 //! pipeline), `append_outcome` of that lease one (planned on the row as the lock wrote it,
 //! which the write checks under the row lock). A repeated `create`, and an outcome whose row
-//! changed meanwhile, cost the load they skipped, and are answered as before.
+//! changed meanwhile, cost the load they skipped, and are answered as before; and neither leaves
+//! an `ERROR` in the server's log, since both are expected.
 
 use super::open;
 use chrono::{DateTime, TimeZone, Utc};
 use concepts::{
-    CreateOutcome, DbAwait, DbClient, DbError, DbExecutor, DuplicateKind, LockPendingRequest,
-    LockedExecution, OutcomeWrite, is_lost_race,
+    CreateOutcome, DbAwait, DbClient, DbConnection, DbError, DbExecutor, DuplicateKind,
+    LockPendingRequest, LockedExecution, OutcomeWrite, is_lost_race,
 };
 use conformance::storage_scenarios::helpers::{
     component_id, create_request, execution_id, executor_id, ffqn, finished_ok, plus,
 };
 use std::{sync::Arc, time::Duration};
-use storage_postgres::PostgresStore;
-use test_support::postgres::{TestDatabase, TestServer};
+use storage_postgres::{PostgresConfig, PostgresStore};
+use test_support::{
+    postgres::{TestDatabase, TestServer},
+    spare_server::SpareServer,
+};
 
 fn start() -> DateTime<Utc> {
     Utc.with_ymd_and_hms(2000, 1, 1, 0, 0, 0).unwrap()
@@ -69,10 +73,10 @@ fn finish(locked: &LockedExecution, value: &str) -> OutcomeWrite {
     }
 }
 
-/// A store of `database` that retries nothing: what a test pins must not depend on the retry
-/// budget.
-async fn without_retries(database: &TestDatabase) -> PostgresStore {
-    let mut config = database.config.clone();
+/// A store of `config`'s database that retries nothing: what a test pins must not depend on the
+/// retry budget.
+async fn without_retries(config: &PostgresConfig) -> PostgresStore {
+    let mut config = config.clone();
     config.max_transaction_retries = 0;
     PostgresStore::connect(config)
         .await
@@ -115,20 +119,25 @@ async fn a_repeated_create_loads_and_is_answered_as_a_repeat_or_a_conflict() {
     };
     let database = TestDatabase::create(&server).await;
     // No retries: answering a repeat must not depend on the retry budget.
-    let store = without_retries(&database).await;
+    repeated_creates(&without_retries(&database.config).await).await;
+}
+
+/// A `create` repeated, one that conflicts, and a `create_batch` that repeats one of its ids:
+/// each planned on the assumption that its ids are new, refuted, loaded and answered.
+async fn repeated_creates(store: &PostgresStore) {
     let id = execution_id(7);
     let request = create_request(id.clone(), ffqn("f"), start());
     assert_eq!(
         store.create(request.clone()).await.unwrap(),
         CreateOutcome::Created
     );
-    let (trips, repeated) = trips_of(&store, store.create(request.clone())).await;
+    let (trips, repeated) = trips_of(store, store.create(request.clone())).await;
     assert!(
         matches!(repeated, Ok(CreateOutcome::AlreadyExisted { .. })),
         "{repeated:?}"
     );
-    assert_eq!(trips, 3, "the refused insert, then the load and its answer");
-    let mut other = request;
+    assert_eq!(trips, 3, "the refuted write, then the load and its answer");
+    let mut other = request.clone();
     other.ffqn = ffqn("g");
     let conflict = store.create(other).await.unwrap_err();
     assert!(
@@ -138,6 +147,9 @@ async fn a_repeated_create_loads_and_is_answered_as_a_repeat_or_a_conflict() {
         ),
         "a conflict: {conflict:?}"
     );
+    let new = create_request(execution_id(8), ffqn("f"), start());
+    store.create_batch(vec![request, new]).await.unwrap();
+    assert_eq!(store.get(&execution_id(8)).await.unwrap().events.len(), 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -149,25 +161,59 @@ async fn an_outcome_whose_row_changed_since_the_lock_loads_and_loses_its_race() 
     };
     let database = TestDatabase::create(&server).await;
     // No retries: falling back to the load must not depend on the retry budget.
-    let store = without_retries(&database).await;
+    let store = without_retries(&database.config).await;
     let other = open(&database).await;
-    one_execution(&store, 1).await;
-    let (_, _, locked) = create_and_lock(&store, 2).await;
+    an_outcome_loses_to_another_store(&store, &other).await;
+}
+
+/// `store` locks an execution, `other` writes its outcome first, and `store`'s outcome, planned
+/// on the row as its lock left it, is refuted, loaded and answered as the race it lost.
+async fn an_outcome_loses_to_another_store(store: &PostgresStore, other: &PostgresStore) {
+    one_execution(store, 1).await;
+    let (_, _, locked) = create_and_lock(store, 2).await;
     // Another process writes an outcome first: the row this store locked has moved on.
     other
         .append_outcome(finish(&locked, "theirs"))
         .await
         .unwrap();
-    let (trips, ours) = trips_of(&store, store.append_outcome(finish(&locked, "ours"))).await;
+    let (trips, ours) = trips_of(store, store.append_outcome(finish(&locked, "ours"))).await;
     let err = ours.unwrap_err();
     assert!(is_lost_race(&err), "{err:?}");
     assert_eq!(
         trips, 3,
-        "the refused check, then the load and its rollback"
+        "the refuted check, then the load and its rollback"
     );
     let result = store
         .wait_for_finished_result(&locked.execution_id, Some(Duration::ZERO))
         .await
         .unwrap();
     assert!(format!("{result:?}").contains("theirs"), "{result:?}");
+}
+
+/// A refuted assumption is an expected path: the server logs no `ERROR` for it (nor for
+/// anything else these writes do). On the spare server, whose log only the test that holds it
+/// makes the server write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refuted_assumptions_leave_no_error_in_the_server_log() {
+    let Some(server) = SpareServer::lock("refuted_assumptions_leave_no_error_in_the_server_log")
+    else {
+        return;
+    };
+    let (config, _) = super::restart::spare_database(&server, "quiet").await;
+    let store = without_retries(&config).await;
+    let other = without_retries(&config).await;
+    let log = server.log_path();
+    let logged = || std::fs::read(&log).expect("the spare server's log");
+    let before = logged().len();
+    repeated_creates(&store).await;
+    an_outcome_loses_to_another_store(&store, &other).await;
+    store.close().await;
+    other.close().await;
+    let after = logged();
+    let errors: Vec<String> = String::from_utf8_lossy(&after[before..])
+        .lines()
+        .filter(|line| line.contains("ERROR:"))
+        .map(str::to_string)
+        .collect();
+    assert!(errors.is_empty(), "the server logged: {errors:#?}");
 }
