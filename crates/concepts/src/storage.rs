@@ -418,11 +418,12 @@ impl ListExecutionsFilter {
         } = self;
         let mut terms: Vec<_> = ffqn.iter().map(ListTerm::Function).collect();
         // A time a pending execution is due from names its state too, for the partial index
-        // of pending executions.
+        // of pending executions; without the condition of the index of unfinished executions,
+        // which would read every pending execution by creation instead.
         let state = state.or(pending_from.map(|_| PendingStateKind::PendingAt));
         if let Some(kind) = state {
             terms.push(ListTerm::State(kind));
-            if kind != PendingStateKind::Finished {
+            if kind != PendingStateKind::Finished && pending_from.is_none() {
                 terms.push(ListTerm::Unfinished);
             }
         }

@@ -275,7 +275,9 @@ pub(crate) fn listing<'a>(
             ListTerm::CreatedBefore(before) => {
                 term("(created_at, created_at_ns) < (?, ?)", at(before))
             }
-            ListTerm::PendingFrom(from) => term("pending_at >= ?", vec![Box::new(micros(from))]),
+            // Inlined, as the state is: the planner sees how few executions the range holds
+            // (the parked ones are pending from a time no clock reaches).
+            ListTerm::PendingFrom(from) => term(&format!("pending_at >= {}", micros(from)), vec![]),
             ListTerm::IdFrom(low) => term("execution_id >= ?", vec![Box::new(low)]),
             ListTerm::IdBelow(high) => term("execution_id < ?", vec![Box::new(high)]),
             ListTerm::Before(cursor_at, id) => {
