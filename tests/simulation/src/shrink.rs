@@ -1,75 +1,217 @@
-//! Shrinking a failing run: fewer faulty steps, fewer fault kinds, fewer executions, as long as
-//! the same invariant still breaks.
+//! Shrinking a failing run down to single choices: its tape (every choice of its faulty steps)
+//! is cut after the step that broke, stripped of whole fault kinds and of executions, then of
+//! ranges of steps and of single steps (delta debugging: halves, quarters, ... down to one
+//! step at a time), then of single faults, each cut kept only while a replay of the tape still
+//! breaks the same invariant.
 
-use crate::world::{Config, Violation, run};
+use crate::{
+    faults::{FaultKind, FaultSet},
+    tape::{Action, StepRecord, Tape},
+    world::{Violation, replay},
+};
 
-/// The most runs one shrink tries.
-const MAX_TRIES: u32 = 80;
+/// The most replays one shrink tries.
+const MAX_TRIES: u32 = 300;
 
-/// A smaller run that breaks the same invariant as `violation` (the same one when nothing
-/// smaller does), and how many runs were tried.
+/// A shrunk failing run.
+#[derive(Debug, Clone)]
+pub struct Shrunk {
+    /// What broke in it.
+    pub violation: Violation,
+    /// Its tape, which replays it.
+    pub tape: Tape,
+    /// How many replays the shrink tried.
+    pub tries: u32,
+}
+
+struct Shrinker {
+    target: crate::Invariant,
+    best: Shrunk,
+    /// The steps of the best tape that did nothing.
+    idle: Vec<usize>,
+}
+
+impl Shrinker {
+    /// Replays `candidate`; keeps it when it breaks the same invariant.
+    fn attempt(&mut self, candidate: Tape) -> bool {
+        if self.best.tries >= MAX_TRIES {
+            return false;
+        }
+        self.best.tries += 1;
+        let outcome = replay(&candidate, false);
+        match outcome.violation {
+            Some(violation) if violation.broken.invariant == self.target => {
+                // The replay's own tape: cut after the step that broke, and holding only the
+                // decisions that were taken.
+                self.best.violation = violation;
+                self.best.tape = outcome.tape;
+                self.idle = outcome.idle_steps;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    fn with_steps(&self, steps: Vec<StepRecord>) -> Tape {
+        Tape {
+            steps,
+            ..self.best.tape.clone()
+        }
+    }
+
+    fn out_of_tries(&self) -> bool {
+        self.best.tries >= MAX_TRIES
+    }
+}
+
+/// A shorter tape that breaks the same invariant as `violation`, found on `tape` (the same
+/// one when nothing shorter does).
 #[must_use]
-pub fn shrink(violation: &Violation) -> (Violation, u32) {
-    let target = violation.broken.invariant;
-    let mut best = violation.clone();
-    let mut tries = 0;
-    let attempt = |config: Config, tries: &mut u32| -> Option<Violation> {
-        if *tries >= MAX_TRIES {
-            return None;
-        }
-        *tries += 1;
-        run(&config, false)
-            .violation
-            .filter(|found| found.broken.invariant == target)
+pub fn shrink(violation: &Violation, tape: &Tape) -> Shrunk {
+    let mut shrinker = Shrinker {
+        target: violation.broken.invariant,
+        best: Shrunk {
+            violation: violation.clone(),
+            tape: tape.clone(),
+            tries: 0,
+        },
+        idle: Vec::new(),
     };
-    // A violation found during the faulty steps needs no later ones.
-    if best.step < best.config.steps {
-        let config = Config {
-            steps: best.step,
-            ..best.config
-        };
-        if let Some(found) = attempt(config, &mut tries) {
-            best = found;
+    // The tape as replayed (which also says which steps did nothing), cut after the step
+    // that broke: what followed is not needed.
+    let cut = usize::try_from(violation.step).unwrap_or(usize::MAX);
+    shrinker.attempt(shrinker.with_steps(tape.steps.iter().take(cut).cloned().collect()));
+    // The steps that did nothing, all at once.
+    if !shrinker.idle.is_empty() {
+        let idle = std::mem::take(&mut shrinker.idle);
+        let steps = (shrinker.best.tape.steps.iter().enumerate())
+            .filter(|(index, _)| !idle.contains(index))
+            .map(|(_, step)| step.clone())
+            .collect();
+        shrinker.attempt(shrinker.with_steps(steps));
+    }
+    without_fault_kinds(&mut shrinker);
+    fewer_executions(&mut shrinker);
+    fewer_steps(&mut shrinker);
+    fewer_decisions(&mut shrinker);
+    // For the reader: the fault kinds left on the tape.
+    let tape = &mut shrinker.best.tape;
+    tape.faults = FaultKind::ALL
+        .into_iter()
+        .filter(|kind| !tape.steps.iter().any(|step| has(step, *kind)))
+        .fold(FaultSet::ALL, FaultSet::without);
+    shrinker.best
+}
+
+/// True when `step` injects a fault of `kind`.
+fn has(step: &StepRecord, kind: FaultKind) -> bool {
+    step.action.fault() == Some(kind) || step.decisions.iter().any(|d| d.fault() == Some(kind))
+}
+
+/// Each fault kind that is not needed goes (its actions become idle steps).
+fn without_fault_kinds(shrinker: &mut Shrinker) {
+    for kind in FaultKind::ALL {
+        let tape = &shrinker.best.tape;
+        if !tape.steps.iter().any(|step| has(step, kind)) {
+            continue;
+        }
+        let steps = (tape.steps.iter())
+            .map(|step| StepRecord {
+                action: if step.action.fault() == Some(kind) {
+                    Action::Idle
+                } else {
+                    step.action.clone()
+                },
+                decisions: (step.decisions.iter().copied())
+                    .filter(|d| d.fault() != Some(kind))
+                    .collect(),
+            })
+            .collect();
+        let mut candidate = shrinker.with_steps(steps);
+        candidate.faults = candidate.faults.without(kind);
+        shrinker.attempt(candidate);
+    }
+}
+
+/// Fewer executions: the last one's submission goes, while the invariant still breaks.
+fn fewer_executions(shrinker: &mut Shrinker) {
+    while shrinker.best.tape.executions > 1 && !shrinker.out_of_tries() {
+        let last = shrinker.best.tape.executions;
+        let steps = (shrinker.best.tape.steps.iter())
+            .filter(|step| step.action != Action::Submit(last))
+            .cloned()
+            .collect();
+        let mut candidate = shrinker.with_steps(steps);
+        candidate.executions = last - 1;
+        if !shrinker.attempt(candidate) {
+            break;
         }
     }
-    // Each fault kind that is not needed goes.
-    for kind in best.config.faults.kinds().collect::<Vec<_>>() {
-        let config = Config {
-            faults: best.config.faults.without(kind),
-            ..best.config
-        };
-        if let Some(found) = attempt(config, &mut tries) {
-            best = found;
-        }
-    }
-    // Fewer executions.
-    while best.config.executions > 1 {
-        let config = Config {
-            executions: best.config.executions - 1,
-            ..best.config
-        };
-        match attempt(config, &mut tries) {
-            Some(found) => best = found,
-            None => break,
-        }
-    }
-    // Fewer faulty steps: a half, a quarter or an eighth fewer, while it still breaks.
+}
+
+/// Delta debugging over the steps: removes one of `n` ranges at a time, `n` from 2 up to one
+/// step per range, going back to coarser ranges after each success.
+fn fewer_steps(shrinker: &mut Shrinker) {
+    let mut ranges = 2;
     loop {
-        let steps = best.config.steps;
-        let shorter = [steps / 2, steps * 3 / 4, steps * 7 / 8]
-            .into_iter()
-            .filter(|&candidate| candidate < steps)
-            .find_map(|candidate| {
-                let config = Config {
-                    steps: candidate,
-                    ..best.config
-                };
-                attempt(config, &mut tries)
-            });
-        match shorter {
-            Some(found) => best = found,
-            None => break,
+        let len = shrinker.best.tape.steps.len();
+        if len == 0 || shrinker.out_of_tries() {
+            return;
+        }
+        let ranges_now = ranges.min(len);
+        let size = len.div_ceil(ranges_now);
+        let mut removed = false;
+        for start in (0..len).step_by(size).collect::<Vec<_>>().into_iter().rev() {
+            let steps = &shrinker.best.tape.steps;
+            if start >= steps.len() {
+                continue;
+            }
+            let end = (start + size).min(steps.len());
+            let kept: Vec<StepRecord> = steps[..start]
+                .iter()
+                .chain(&steps[end..])
+                .cloned()
+                .collect();
+            if shrinker.attempt(shrinker.with_steps(kept)) {
+                removed = true;
+            }
+            if shrinker.out_of_tries() {
+                return;
+            }
+        }
+        if removed {
+            ranges = (ranges / 2).max(2);
+        } else if ranges_now >= len {
+            return;
+        } else {
+            ranges = (ranges * 2).min(len);
         }
     }
-    (best, tries)
+}
+
+/// Each fault and worker behaviour on its own: removed (the decision then passes, or the run
+/// returns at once), while the invariant still breaks.
+fn fewer_decisions(shrinker: &mut Shrinker) {
+    let mut step = shrinker.best.tape.steps.len();
+    while step > 0 && !shrinker.out_of_tries() {
+        step -= 1;
+        let mut decision = shrinker
+            .best
+            .tape
+            .steps
+            .get(step)
+            .map_or(0, |s| s.decisions.len());
+        while decision > 0 && !shrinker.out_of_tries() {
+            decision -= 1;
+            let mut steps = shrinker.best.tape.steps.clone();
+            let Some(record) = steps.get_mut(step) else {
+                break;
+            };
+            if decision >= record.decisions.len() {
+                continue;
+            }
+            record.decisions.remove(decision);
+            shrinker.attempt(shrinker.with_steps(steps));
+        }
+    }
 }
