@@ -1,15 +1,14 @@
 //! The components of a simulated world, each a future the harness polls itself: a node's
 //! executor loops and the runs they lock, its timers watcher (a tick and a pass over the due
 //! schedules) and its pruner; and the clients that submit, cancel and complete promises.
-//! What the components learn that the store does not hold (which completions and
-//! cancellations were answered how, when a scheduler pass succeeded, what the pruner kept) goes
-//! into the world's [`Records`].
+//! The watcher and the pruner are the engine's own loops (`timers_watcher::watcher_loop`,
+//! `timers_watcher::pruner_loop`); the executor loop is `ExecTask`'s, one step at a time. What
+//! the clients learn that the store does not hold (which completions and cancellations were
+//! answered how) goes into the world's [`Records`].
 
 use crate::workers::{self, DOUBLE, FAN, NEST, PROMISE, PROMISED};
-use chrono::{DateTime, Utc};
 use concepts::{
     CancelOutcome, ClockFn, CompleteOutcome, DbConnection, DbExecutor, ExecutionId, FunctionFqn,
-    sub_saturating,
 };
 use executor::{ExecConfig, ExecTask, Worker};
 use std::{
@@ -23,7 +22,8 @@ use std::{
     time::Duration,
 };
 use test_utils::SimClock;
-use tokio::sync::Semaphore;
+use timers_watcher::{PrunerConfig, TimersWatcherConfig};
+use tokio::sync::{Semaphore, watch};
 use workflow::{Client, ClientError, Function};
 
 /// The lease of every executor.
@@ -141,10 +141,6 @@ pub struct Records {
     pub cancels: Vec<CancelAck>,
     /// The top-level executions (by `k`) whose submission was answered.
     pub submitted: BTreeSet<u32>,
-    /// The `now` of every scheduler pass that succeeded, in order.
-    pub passes: Vec<DateTime<Utc>>,
-    /// Trees a prune call examined and kept, because a member had not finished.
-    pub prune_kept: u64,
     /// Completions answered `Completed`, `AlreadyCompleted`, and refused.
     pub answers: [u64; 3],
     /// Cancellations that finished the execution and at least one descendant.
@@ -268,36 +264,31 @@ impl Future for YieldOnce {
     }
 }
 
-/// A node's timers watcher, as `timers_watcher::spawn_new` runs it: a tick, a pass over the
-/// due schedules, a sleep (the two nodes' watchers race). The `now` of each pass that
-/// succeeded is recorded.
-pub async fn watcher(db: Arc<dyn DbConnection>, clock: SimClock, records: Shared) {
-    loop {
-        let _ = timers_watcher::tick(db.as_ref(), clock.now(), WATCHER_LEEWAY).await;
-        let now = clock.now();
-        if timers_watcher::fire_schedules(db.as_ref(), now)
-            .await
-            .is_ok()
-        {
-            records.borrow_mut().passes.push(now);
-        }
-        tokio::time::sleep(WATCHER_TICK).await;
-    }
+/// A node's timers watcher: the loop `timers_watcher::spawn_new` spawns (a tick, a pass over
+/// the due schedules, a sleep; the two nodes' watchers race).
+pub fn watcher(
+    db: Arc<dyn DbConnection>,
+    clock: SimClock,
+    closing: watch::Receiver<bool>,
+) -> impl Future<Output = ()> + 'static {
+    let config = TimersWatcherConfig {
+        tick_sleep: WATCHER_TICK,
+        leeway: WATCHER_LEEWAY,
+    };
+    timers_watcher::watcher_loop(db, config, clock, closing)
 }
 
-/// A node's pruner, as `timers_watcher::Pruner` runs it: every [`PRUNE_INTERVAL`] one pass
-/// (`prune_finished`, [`PRUNE_BATCH`] trees a call, yielding between calls) over the trees
-/// finished [`RETENTION`] ago.
-pub async fn pruner(db: Arc<dyn DbConnection>, clock: SimClock, records: Shared) {
-    loop {
-        let finished_before = sub_saturating(clock.now(), RETENTION);
-        if let Ok(totals) =
-            timers_watcher::prune_finished(db.as_ref(), finished_before, PRUNE_BATCH).await
-        {
-            records.borrow_mut().prune_kept += totals.kept as u64;
-        }
-        tokio::time::sleep(PRUNE_INTERVAL).await;
-    }
+/// A node's pruner: the loop `timers_watcher::Pruner` spawns (every [`PRUNE_INTERVAL`] one
+/// pass over the trees finished [`RETENTION`] ago, [`PRUNE_BATCH`] trees a `prune` call,
+/// yielding between calls).
+pub async fn pruner(db: Arc<dyn DbConnection>, clock: SimClock, closing: watch::Receiver<bool>) {
+    let config = PrunerConfig {
+        retention: RETENTION,
+        interval: PRUNE_INTERVAL,
+        batch: PRUNE_BATCH,
+    };
+    let valid = timers_watcher::pruner_loop(db, config, clock, closing).await;
+    valid.expect("a pruner configuration that works");
 }
 
 /// A client that submits the `k`-th top-level execution until the store answers.

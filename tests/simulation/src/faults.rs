@@ -6,6 +6,7 @@ use crate::{
     rng::Rng,
     tape::{Behaviour, Decision, WaitFault, WriteFault},
 };
+use chrono::{DateTime, Utc};
 use concepts::{DbError, ExecutionEventInner, ExecutionId, JoinSetResponseEvent, Version};
 use std::{
     collections::BTreeSet,
@@ -227,6 +228,8 @@ struct ChaosState {
     active: bool,
     injected: [u64; FaultKind::ALL.len()],
     acks: Vec<Ack>,
+    /// The `now` of every `fire_schedules` write acknowledged, in order.
+    passes: Vec<DateTime<Utc>>,
     /// The faults of the store, described for the schedule, when it is recorded.
     notes: Option<Vec<String>>,
     /// Replaying a tape: the decisions of the current step; drawing: `None`.
@@ -304,6 +307,7 @@ impl Chaos {
                 active: true,
                 injected: [0; FaultKind::ALL.len()],
                 acks: Vec::new(),
+                passes: Vec::new(),
                 notes: record.then(Vec::new),
                 script: None,
                 taken: Vec::new(),
@@ -433,6 +437,12 @@ impl Chaos {
         check(&self.lock().acks)
     }
 
+    /// Runs `check` on the `now` of every scheduler write acknowledged so far, in order: each
+    /// handled every tick due at its `now`.
+    pub fn with_passes<T>(&self, check: impl FnOnce(&[DateTime<Utc>]) -> T) -> T {
+        check(&self.lock().passes)
+    }
+
     /// Retires the acknowledged writes to executions that were pruned (their trees deleted
     /// as a whole, which the prune invariant checks): they are no longer expected in the
     /// store. Returns how many.
@@ -488,6 +498,10 @@ impl WriteHook for SimHook {
 
     fn acknowledged(&self, write: &Write<'_>) {
         let acks = match *write {
+            Write::FireSchedules(req) => {
+                self.0.lock().passes.push(req.now);
+                return;
+            }
             Write::Create(req) => vec![Ack::Created(req.execution_id.clone())],
             Write::CreateBatch(reqs) => reqs
                 .iter()
@@ -585,6 +599,7 @@ fn describe(write: &Write<'_>) -> String {
         Write::Cancel(req) => format!("cancel of {}", req.execution_id),
         Write::Complete(req) => format!("complete of {}", req.execution_id),
         Write::Prune(_) => "prune".to_string(),
+        Write::FireSchedules(_) => "fire_schedules".to_string(),
         _ => "a write".to_string(),
     }
 }

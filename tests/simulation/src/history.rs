@@ -30,6 +30,8 @@ pub struct Seen {
     pub pruned: u64,
     /// Acknowledged writes to pruned executions, retired from the lost-write check.
     pub retired_acks: u64,
+    /// Trees past retention held back from the pruner by an unfinished member.
+    pub held_back: u64,
 }
 
 /// What the checks remember from one step to the next.
@@ -39,6 +41,8 @@ pub struct History {
     prev: BTreeMap<ExecutionId, ExecutionLog>,
     /// Every execution the pruner deleted.
     pruned: BTreeSet<ExecutionId>,
+    /// The trees seen past retention with an unfinished member.
+    held_back: BTreeSet<ExecutionId>,
     /// The figures.
     pub seen: Seen,
 }
@@ -78,11 +82,31 @@ impl History {
             .count();
         self.seen.executions += new as u64;
         chaos.with_acks(|acks| invariants::check(&logs, acks))?;
-        let schedule = schedules::check(memory, &logs, &self.pruned, &records.passes).await?;
+        let schedule = schedules::read(memory).await?;
+        let schedule =
+            chaos.with_passes(|passes| schedules::check(&schedule, &logs, &self.pruned, passes))?;
+        self.held_back(&logs, now);
         check_cancels(&logs, records)?;
         check_promises(&logs, records)?;
         self.prev = logs;
         Ok(schedule)
+    }
+
+    /// Notes the trees past retention that an unfinished member keeps from the pruner.
+    fn held_back(&mut self, logs: &BTreeMap<ExecutionId, ExecutionLog>, now: DateTime<Utc>) {
+        let horizon = now - retention();
+        for (root, log) in logs.iter().filter(|(id, _)| id.is_top_level()) {
+            let PendingState::Finished { finished_at, .. } = log.pending_state else {
+                continue;
+            };
+            if finished_at < horizon
+                && !self.held_back.contains(root)
+                && tree(logs, root).any(|member| !logs[member].pending_state.is_finished())
+            {
+                self.held_back.insert(root.clone());
+                self.seen.held_back += 1;
+            }
+        }
     }
 
     /// The executions gone since the last step (or created again, a new execution under a

@@ -131,11 +131,11 @@ impl Figures {
         );
         println!(
             "  pruned           {} trees, {} executions ({} acknowledged writes retired); {} \
-             trees kept for an unfinished member",
+             trees past retention held back by an unfinished member",
             self.sum(|c| c.seen.pruned_trees),
             self.sum(|c| c.seen.pruned),
             self.sum(|c| c.seen.retired_acks),
-            self.sum(|c| c.prune_kept)
+            self.sum(|c| c.seen.held_back)
         );
         println!("  violations       {}", self.violations);
     }
@@ -260,8 +260,20 @@ fn shrink_and_save(violation: &Violation, tape: &Tape) {
         Ok(path) => println!("  replay: cargo xtask simulate --replay {}", path.display()),
         Err(err) => println!("  (cannot write the tape to {}: {err})", path.display()),
     }
-    println!("shrunk schedule ({} steps recorded):", schedule.len());
-    for line in &schedule {
+    // The faulty steps, then the end of the calm ones (each polls every task).
+    let calm = schedule
+        .iter()
+        .position(|line| line.ends_with(" faults stop"))
+        .unwrap_or(schedule.len());
+    let tail = schedule.len().saturating_sub(12).max(calm);
+    println!("shrunk schedule:");
+    for line in schedule[..calm]
+        .iter()
+        .chain(["  ...".to_string()].iter().filter(|_| tail > calm))
+    {
+        println!("  {line}");
+    }
+    for line in &schedule[tail..] {
         println!("  {line}");
     }
 }

@@ -86,24 +86,32 @@ pub struct ScheduleState {
     pub missed: u64,
 }
 
-/// Checks the schedule's invariant on the store `db` and the `logs` read at the same step
+/// The world's schedule and its recorded ticks, oldest first.
+///
+/// # Errors
+/// The store unreadable.
+pub async fn read(db: &dyn DbConnection) -> Result<(ScheduleRow, Vec<Tick>), DbError> {
+    let row = db.get_schedule(&name()).await?;
+    let mut ticks = db.schedule_ticks(&name(), 1_000).await?;
+    ticks.reverse();
+    Ok((row, ticks))
+}
+
+/// Checks the schedule's invariant on its row and ticks and the `logs` read at the same step
 /// (`pruned`: the executions deleted by the pruner, which a fired tick may name), and that
 /// each tick recorded as missed is explained: no scheduler pass in `passes` (the `now` of
 /// every pass that succeeded, in order) came within its catch-up window.
 ///
 /// # Errors
 /// The invariant broken, or the store unreadable.
-pub async fn check(
-    db: &dyn DbConnection,
+pub fn check(
+    (row, ticks): &(ScheduleRow, Vec<Tick>),
     logs: &BTreeMap<ExecutionId, ExecutionLog>,
     pruned: &BTreeSet<ExecutionId>,
     passes: &[DateTime<Utc>],
 ) -> Result<ScheduleState, Broken> {
-    let row = db.get_schedule(&name()).await?;
-    let mut ticks = db.schedule_ticks(&name(), 1_000).await?;
-    ticks.reverse();
     let mut fired = HashSet::new();
-    for tick in &ticks {
+    for tick in ticks {
         let Some(id) = tick.execution_id() else {
             continue;
         };
@@ -156,7 +164,7 @@ pub async fn check(
             row.handled_through
         )));
     }
-    let missed = explained_misses(&row, &ticks, passes)?;
+    let missed = explained_misses(row, ticks, passes)?;
     Ok(ScheduleState {
         ended: row.has_ended(),
         missed,

@@ -11,7 +11,7 @@ use crate::{
 };
 
 /// The most replays one shrink tries.
-const MAX_TRIES: u32 = 300;
+const MAX_TRIES: u32 = 500;
 
 /// A shrunk failing run.
 #[derive(Debug, Clone)]
@@ -32,8 +32,26 @@ struct Shrinker {
 }
 
 impl Shrinker {
-    /// Replays `candidate`; keeps it when it breaks the same invariant.
+    /// Replays `candidate`; keeps it when it breaks the same invariant, and then tries it
+    /// without the steps that did nothing in it.
     fn attempt(&mut self, candidate: Tape) -> bool {
+        if !self.replay(candidate) {
+            return false;
+        }
+        while !self.idle.is_empty() {
+            let idle = std::mem::take(&mut self.idle);
+            let steps = (self.best.tape.steps.iter().enumerate())
+                .filter(|(index, _)| !idle.contains(index))
+                .map(|(_, step)| step.clone())
+                .collect();
+            if !self.replay(self.with_steps(steps)) {
+                break;
+            }
+        }
+        true
+    }
+
+    fn replay(&mut self, candidate: Tape) -> bool {
         if self.best.tries >= MAX_TRIES {
             return false;
         }
@@ -77,19 +95,10 @@ pub fn shrink(violation: &Violation, tape: &Tape) -> Shrunk {
         },
         idle: Vec::new(),
     };
-    // The tape as replayed (which also says which steps did nothing), cut after the step
-    // that broke: what followed is not needed.
+    // The tape cut after the step that broke (what followed is not needed), and without the
+    // steps that did nothing.
     let cut = usize::try_from(violation.step).unwrap_or(usize::MAX);
     shrinker.attempt(shrinker.with_steps(tape.steps.iter().take(cut).cloned().collect()));
-    // The steps that did nothing, all at once.
-    if !shrinker.idle.is_empty() {
-        let idle = std::mem::take(&mut shrinker.idle);
-        let steps = (shrinker.best.tape.steps.iter().enumerate())
-            .filter(|(index, _)| !idle.contains(index))
-            .map(|(_, step)| step.clone())
-            .collect();
-        shrinker.attempt(shrinker.with_steps(steps));
-    }
     without_fault_kinds(&mut shrinker);
     fewer_executions(&mut shrinker);
     fewer_steps(&mut shrinker);

@@ -32,6 +32,7 @@ use std::{
 };
 use storage_memory::MemoryStore;
 use test_utils::{SimClock, forwarding::ForwardingDb};
+use tokio::sync::watch;
 use workflow::Client;
 
 /// The nodes of the world, each with an activity and a workflow executor, a watcher and a
@@ -112,8 +113,6 @@ pub struct Counts {
     pub trees_cancelled: u64,
     /// Executions the clients' cancellations finished.
     pub cancelled: u64,
-    /// Trees a prune call kept because a member had not finished.
-    pub prune_kept: u64,
 }
 
 /// What one run did.
@@ -203,6 +202,8 @@ struct World {
     /// How many requests of each kind the clients made, for their labels.
     requests: HashMap<String, u32>,
     records: Shared,
+    /// What the watchers and pruners watch for closing: never set (they are killed).
+    closing: watch::Sender<bool>,
     history: History,
     counts: Counts,
     step: u64,
@@ -240,6 +241,7 @@ impl World {
             submitted: BTreeSet::new(),
             requests: HashMap::new(),
             records: Rc::new(RefCell::new(Records::default())),
+            closing: watch::Sender::new(false),
             history: History::default(),
             counts: Counts::default(),
             step: 0,
@@ -270,7 +272,6 @@ impl World {
             .await
             .unwrap_or_default();
         let records = self.records.borrow();
-        counts.prune_kept = records.prune_kept;
         counts.completions = records.answers;
         counts.trees_cancelled = records.trees_cancelled;
         counts.cancelled = records.cancelled;
@@ -644,15 +645,21 @@ impl World {
         }
         if !state.watcher {
             self.note(|| format!("node {node}'s watcher starts"));
-            let watcher =
-                components::watcher(self.db.clone(), self.clock.clone(), self.records.clone());
+            let watcher = components::watcher(
+                self.db.clone(),
+                self.clock.clone(),
+                self.closing.subscribe(),
+            );
             let label = format!("node {node} watcher");
             self.push(Owner::Node(node), Role::Watcher, label, watcher);
         }
         if !state.pruner {
             self.note(|| format!("node {node}'s pruner starts"));
-            let pruner =
-                components::pruner(self.db.clone(), self.clock.clone(), self.records.clone());
+            let pruner = components::pruner(
+                self.db.clone(),
+                self.clock.clone(),
+                self.closing.subscribe(),
+            );
             let label = format!("node {node} pruner");
             self.push(Owner::Node(node), Role::Pruner, label, pruner);
         }
