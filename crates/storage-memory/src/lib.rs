@@ -75,7 +75,7 @@ impl MemoryStore {
         Self::default()
     }
 
-    /// The names of the store's tables and indexes (`records`, `by_created`, `pending`,
+    /// The names of the store's tables and indexes (`record`, `by_created`, `pending`,
     /// `timers`, `children`, `finished`) that still hold something of `execution_id`: none
     /// once it was pruned. For tests that check that a deletion left nothing behind.
     #[must_use]

@@ -464,7 +464,7 @@ impl State {
     pub(crate) fn mentions(&self, execution_id: &ExecutionId) -> Vec<&'static str> {
         let keyed = |(_, id): &TimeKey| id == execution_id;
         let tables = [
-            ("records", self.records.contains_key(execution_id)),
+            ("record", self.records.contains_key(execution_id)),
             ("by_created", self.by_created.iter().any(keyed)),
             (
                 "pending",

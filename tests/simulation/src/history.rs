@@ -358,3 +358,6 @@ fn check_promises(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,8 +1,9 @@
 //! Shrinking a failing run down to single choices: its tape (every choice of its faulty steps)
 //! is cut after the step that broke, stripped of whole fault kinds and of executions, then of
 //! ranges of steps and of single steps (delta debugging: halves, quarters, ... down to one
-//! step at a time), then of single faults, each cut kept only while a replay of the tape still
-//! breaks the same invariant.
+//! step at a time), its clock moves merged, then stripped of single faults, each cut kept only
+//! while a replay of the tape still breaks the same invariant; after each cut kept, the steps
+//! that did nothing in the replay go too.
 
 use crate::{
     faults::{FaultKind, FaultSet},
@@ -24,14 +25,23 @@ pub struct Shrunk {
     pub tries: u32,
 }
 
-struct Shrinker {
-    target: crate::Invariant,
+/// What a replay that broke the invariant left: the violation, the tape as replayed (cut
+/// after the step that broke, holding only the decisions taken), its steps that did nothing.
+struct Replayed {
+    violation: Violation,
+    tape: Tape,
+    idle: Vec<usize>,
+}
+
+struct Shrinker<R> {
+    /// Replays a tape; `Some` when it still breaks the invariant.
+    replay: R,
     best: Shrunk,
     /// The steps of the best tape that did nothing.
     idle: Vec<usize>,
 }
 
-impl Shrinker {
+impl<R: FnMut(&Tape) -> Option<Replayed>> Shrinker<R> {
     /// Replays `candidate`; keeps it when it breaks the same invariant, and then tries it
     /// without the steps that did nothing in it.
     fn attempt(&mut self, candidate: Tape) -> bool {
@@ -56,17 +66,14 @@ impl Shrinker {
             return false;
         }
         self.best.tries += 1;
-        let outcome = replay(&candidate, false);
-        match outcome.violation {
-            Some(violation) if violation.broken.invariant == self.target => {
-                // The replay's own tape: cut after the step that broke, and holding only the
-                // decisions that were taken.
-                self.best.violation = violation;
-                self.best.tape = outcome.tape;
-                self.idle = outcome.idle_steps;
+        match (self.replay)(&candidate) {
+            Some(replayed) => {
+                self.best.violation = replayed.violation;
+                self.best.tape = replayed.tape;
+                self.idle = replayed.idle;
                 true
             }
-            _ => false,
+            None => false,
         }
     }
 
@@ -86,8 +93,27 @@ impl Shrinker {
 /// one when nothing shorter does).
 #[must_use]
 pub fn shrink(violation: &Violation, tape: &Tape) -> Shrunk {
+    let target = violation.broken.invariant;
+    let replay = |tape: &Tape| {
+        let outcome = replay(tape, false);
+        (outcome.violation)
+            .filter(|violation| violation.broken.invariant == target)
+            .map(|violation| Replayed {
+                violation,
+                tape: outcome.tape,
+                idle: outcome.idle_steps,
+            })
+    };
+    shrink_with(replay, violation, tape)
+}
+
+fn shrink_with<R: FnMut(&Tape) -> Option<Replayed>>(
+    replay: R,
+    violation: &Violation,
+    tape: &Tape,
+) -> Shrunk {
     let mut shrinker = Shrinker {
-        target: violation.broken.invariant,
+        replay,
         best: Shrunk {
             violation: violation.clone(),
             tape: tape.clone(),
@@ -102,6 +128,7 @@ pub fn shrink(violation: &Violation, tape: &Tape) -> Shrunk {
     without_fault_kinds(&mut shrinker);
     fewer_executions(&mut shrinker);
     fewer_steps(&mut shrinker);
+    merged_advances(&mut shrinker);
     fewer_decisions(&mut shrinker);
     // For the reader: the fault kinds left on the tape.
     let tape = &mut shrinker.best.tape;
@@ -118,7 +145,7 @@ fn has(step: &StepRecord, kind: FaultKind) -> bool {
 }
 
 /// Each fault kind that is not needed goes (its actions become idle steps).
-fn without_fault_kinds(shrinker: &mut Shrinker) {
+fn without_fault_kinds<R: FnMut(&Tape) -> Option<Replayed>>(shrinker: &mut Shrinker<R>) {
     for kind in FaultKind::ALL {
         let tape = &shrinker.best.tape;
         if !tape.steps.iter().any(|step| has(step, kind)) {
@@ -143,7 +170,7 @@ fn without_fault_kinds(shrinker: &mut Shrinker) {
 }
 
 /// Fewer executions: the last one's submission goes, while the invariant still breaks.
-fn fewer_executions(shrinker: &mut Shrinker) {
+fn fewer_executions<R: FnMut(&Tape) -> Option<Replayed>>(shrinker: &mut Shrinker<R>) {
     while shrinker.best.tape.executions > 1 && !shrinker.out_of_tries() {
         let last = shrinker.best.tape.executions;
         let steps = (shrinker.best.tape.steps.iter())
@@ -160,7 +187,7 @@ fn fewer_executions(shrinker: &mut Shrinker) {
 
 /// Delta debugging over the steps: removes one of `n` ranges at a time, `n` from 2 up to one
 /// step per range, going back to coarser ranges after each success.
-fn fewer_steps(shrinker: &mut Shrinker) {
+fn fewer_steps<R: FnMut(&Tape) -> Option<Replayed>>(shrinker: &mut Shrinker<R>) {
     let mut ranges = 2;
     loop {
         let len = shrinker.best.tape.steps.len();
@@ -198,9 +225,31 @@ fn fewer_steps(shrinker: &mut Shrinker) {
     }
 }
 
+/// Each run of clock moves with nothing between them as one move.
+fn merged_advances<R: FnMut(&Tape) -> Option<Replayed>>(shrinker: &mut Shrinker<R>) {
+    let mut steps: Vec<StepRecord> = Vec::new();
+    for step in &shrinker.best.tape.steps {
+        match (steps.last_mut(), &step.action) {
+            (Some(last), Action::Advance(by)) if step.decisions.is_empty() => {
+                if let Action::Advance(sum) = &mut last.action
+                    && last.decisions.is_empty()
+                {
+                    *sum += *by;
+                    continue;
+                }
+                steps.push(step.clone());
+            }
+            _ => steps.push(step.clone()),
+        }
+    }
+    if steps.len() < shrinker.best.tape.steps.len() {
+        shrinker.attempt(shrinker.with_steps(steps));
+    }
+}
+
 /// Each fault and worker behaviour on its own: removed (the decision then passes, or the run
 /// returns at once), while the invariant still breaks.
-fn fewer_decisions(shrinker: &mut Shrinker) {
+fn fewer_decisions<R: FnMut(&Tape) -> Option<Replayed>>(shrinker: &mut Shrinker<R>) {
     let mut step = shrinker.best.tape.steps.len();
     while step > 0 && !shrinker.out_of_tries() {
         step -= 1;
@@ -224,3 +273,6 @@ fn fewer_decisions(shrinker: &mut Shrinker) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;
