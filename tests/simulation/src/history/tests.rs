@@ -198,20 +198,24 @@ fn a_promise_holds_its_first_accepted_completion_and_refuses_others() {
         (&workflow, Some((6, value(14)))),
         (&promise, Some((5, value(7)))),
     ]);
-    let mut records = Records::default();
-    records.completions = vec![
-        completion(7, Answer::Completed),
-        completion(7, Answer::Repeated),
-        completion(8, Answer::Refused("the value 7".into())),
-    ];
+    let records = Records {
+        completions: vec![
+            completion(7, Answer::Completed),
+            completion(7, Answer::Repeated),
+            completion(8, Answer::Refused("the value 7".into())),
+        ],
+        ..Records::default()
+    };
     assert!(check_promises(&store, &records).is_ok());
     for wrong in [
         completion(8, Answer::Repeated),
         completion(7, Answer::Refused("the value 7".into())),
         completion(7, Answer::Completed),
     ] {
-        let mut records = Records::default();
-        records.completions = vec![completion(7, Answer::Completed), wrong.clone()];
+        let records = Records {
+            completions: vec![completion(7, Answer::Completed), wrong.clone()],
+            ..Records::default()
+        };
         let broken = check_promises(&store, &records).expect_err("a wrong answer");
         assert_eq!(broken.invariant, Invariant::PromiseOnce, "{wrong:?}");
     }

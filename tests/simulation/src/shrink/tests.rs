@@ -51,7 +51,7 @@ fn made_up(tape: &Tape) -> Option<Replayed> {
 #[test]
 fn a_made_up_failure_shrinks_to_its_two_steps_and_its_one_fault() {
     let mut rng = Rng::new(7, 0);
-    let mut noise = |rng: &mut Rng| {
+    let noise = |rng: &mut Rng| {
         let action = match rng.below(6) {
             0 => Action::Advance(Duration::from_millis(1 + rng.below(300))),
             1 => Action::Submit(1 + u32::try_from(rng.below(5)).unwrap_or(0)),
