@@ -34,10 +34,10 @@ const TICK_SLEEP: Duration = Duration::from_millis(500);
 const WATCHER_TICK: Duration = Duration::from_millis(250);
 const WATCHER_LEEWAY: Duration = Duration::from_millis(100);
 /// How long a finished tree is kept before the pruner deletes it.
-pub const RETENTION: Duration = Duration::from_secs(3);
+pub const RETENTION: Duration = Duration::from_secs(1);
 /// How often the pruner passes, and how many trees one `prune` call examines (small, so that
 /// a pass takes several calls, between which it can be killed).
-pub const PRUNE_INTERVAL: Duration = Duration::from_secs(1);
+pub const PRUNE_INTERVAL: Duration = Duration::from_millis(500);
 const PRUNE_BATCH: usize = 2;
 /// The reason of every cancellation a client asks for.
 pub const CANCEL_REASON: &str = "simulated cancel";

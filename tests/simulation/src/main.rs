@@ -260,20 +260,19 @@ fn shrink_and_save(violation: &Violation, tape: &Tape) {
         Ok(path) => println!("  replay: cargo xtask simulate --replay {}", path.display()),
         Err(err) => println!("  (cannot write the tape to {}: {err})", path.display()),
     }
-    // The faulty steps, then the end of the calm ones (each polls every task).
+    // The faulty steps; of the calm ones (each polls every task), what is not a poll, and the
+    // polls of the last step.
     let calm = schedule
         .iter()
         .position(|line| line.ends_with(" faults stop"))
         .unwrap_or(schedule.len());
-    let tail = schedule.len().saturating_sub(12).max(calm);
-    println!("shrunk schedule:");
-    for line in schedule[..calm]
-        .iter()
-        .chain(["  ...".to_string()].iter().filter(|_| tail > calm))
-    {
-        println!("  {line}");
-    }
-    for line in &schedule[tail..] {
-        println!("  {line}");
+    let last_step = schedule.last().and_then(|line| line.get(..5));
+    println!("shrunk schedule (the polls of the calm steps left out, but the last step's):");
+    for (n, line) in schedule.iter().enumerate() {
+        let poll = line.get(6..).is_some_and(|what| what.starts_with("poll "));
+        if n <= calm || !poll || last_step == line.get(..5) {
+            println!("  {line}");
+        }
     }
 }
+
