@@ -5,7 +5,7 @@
 //! holds, and the running figures of a run.
 
 use crate::{
-    components::{Answer, CANCEL_REASON, RETENTION, Records},
+    components::{Answer, CANCEL_REASON, PRUNE_INTERVAL, RETENTION, Records},
     faults::Chaos,
     invariants::{self, Broken, Invariant, broken, finished_result},
     schedules::{self, ScheduleState},
@@ -166,39 +166,34 @@ impl History {
         Ok(removed)
     }
 
-    /// Checks, once the run is over, that every tree that finished well before `now` was
-    /// pruned, and that the schedule handled every tick up to its end.
-    ///
-    /// # Errors
-    /// A tree kept past its time, or a tick unhandled.
-    pub async fn check_end(&self, memory: &MemoryStore, now: DateTime<Utc>) -> Result<(), Broken> {
-        schedules::check_complete(memory).await?;
-        // A pass comes every `PRUNE_INTERVAL` and deletes two trees a call, one call a step:
-        // a tree ready at `ready` is gone well within this.
-        let slack = chrono::Duration::seconds(4);
+    /// The tree that has waited longest for the pruner, and since when: every member
+    /// finished, the top-level execution more than the retention ago, and a pass of each
+    /// pruner due since (`PRUNE_INTERVAL`).
+    #[must_use]
+    pub fn due_for_pruning(&self, now: DateTime<Utc>) -> Option<(&ExecutionId, DateTime<Utc>)> {
+        let interval = chrono::Duration::from_std(PRUNE_INTERVAL).unwrap_or_default();
+        let mut due = None;
         for (root, log) in self.prev.iter().filter(|(id, _)| id.is_top_level()) {
-            let mut ready = match log.pending_state {
-                PendingState::Finished { finished_at, .. } => finished_at + retention(),
-                _ => continue,
+            let PendingState::Finished { finished_at, .. } = log.pending_state else {
+                continue;
             };
-            let mut all_finished = true;
+            let mut ready = Some(finished_at + retention());
             for member in tree(&self.prev, root) {
                 match self.prev[member].pending_state {
-                    PendingState::Finished { finished_at, .. } => ready = ready.max(finished_at),
-                    _ => all_finished = false,
+                    PendingState::Finished { finished_at, .. } => {
+                        ready = ready.map(|ready| ready.max(finished_at));
+                    }
+                    _ => ready = None,
                 }
             }
-            if all_finished && now - ready > slack {
-                return Err(broken(
-                    Invariant::Retention,
-                    format!(
-                        "the tree of {root}, ready to be pruned at {ready}, is still stored at \
-                         {now}"
-                    ),
-                ));
+            let Some(ready) = ready else {
+                continue;
+            };
+            if ready + interval <= now && due.is_none_or(|(_, since)| ready < since) {
+                due = Some((root, ready));
             }
         }
-        Ok(())
+        due
     }
 }
 

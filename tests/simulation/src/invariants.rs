@@ -44,8 +44,8 @@ pub enum Invariant {
     /// execution finished more than the retention ago, and leaves nothing of them in any
     /// table or index.
     PruneWhole,
-    /// Once the run is over, every tree that finished well before (retention and a few
-    /// passes) was pruned.
+    /// Once faults stop, a tree whose every member finished, its top-level execution more
+    /// than the retention ago, is pruned within a bounded simulated time.
     Retention,
     /// Once faults stop, everything finishes within a bounded simulated time.
     Liveness,

@@ -275,4 +275,3 @@ fn shrink_and_save(violation: &Violation, tape: &Tape) {
         }
     }
 }
-

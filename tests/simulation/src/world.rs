@@ -15,7 +15,7 @@ use crate::{
     history::{History, Seen},
     invariants::{self, Broken, Invariant},
     rng::Rng,
-    schedules,
+    schedules::{self, ScheduleState},
     tape::{Action, StepRecord, Tape},
     workers,
 };
@@ -42,6 +42,13 @@ const NODES: usize = 2;
 const CALM_TICK: Duration = Duration::from_millis(100);
 /// The liveness bound: once faults stop, everything finishes within this simulated time.
 pub const LIVENESS_BOUND: Duration = Duration::from_secs(120);
+/// Once faults stop, a tree due for pruning (`History::due_for_pruning`) is pruned within this
+/// simulated time (the pruners pass every 500 ms, two trees a call, one call a step).
+const RETENTION_BOUND: Duration = Duration::from_secs(5);
+
+fn retention_bound() -> chrono::Duration {
+    chrono::Duration::from_std(RETENTION_BOUND).unwrap_or_default()
+}
 
 /// What one run simulates, when its choices are drawn from the seed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -440,8 +447,9 @@ impl World {
 
     /// Faults off: every node and loop up, every submission made, every promise completed
     /// with its meant value, every task polled each step in a seeded order (the pruners
-    /// first) and the clock moved by `CALM_TICK`, until everything finished and the schedule
-    /// ended, or the liveness bound passed.
+    /// first) and the clock moved by `CALM_TICK` (straight to the schedule's next tick when
+    /// nothing else is left), until everything finished and the schedule ended, or the
+    /// liveness bound passed.
     async fn calm_phase(&mut self) -> Result<(), Violation> {
         self.chaos.calm();
         self.note(|| "faults stop".into());
@@ -480,17 +488,35 @@ impl World {
             let mut done = done.into_iter();
             self.tasks.retain(|_| !done.next().unwrap_or(false));
             self.adopt_spawned();
-            let ended = self.check().await?;
+            let schedule = self.check().await?;
             let clients_done = self.tasks.iter().all(|task| task.owner != Owner::Client);
-            if clients_done && ended && invariants::all_finished(self.history.logs()) {
-                self.note(|| "everything finished".into());
-                let now = self.clock.now();
-                let end = self.history.check_end(self.memory.as_ref(), now).await;
-                return end.map_err(|broken| self.violation(broken));
+            let all_finished = invariants::all_finished(self.history.logs());
+            let now = self.clock.now();
+            let due = self.history.due_for_pruning(now);
+            if let Some((root, ready)) = due
+                && now - ready.max(calm_since) > retention_bound()
+            {
+                let detail = format!(
+                    "the tree of {root}, ready to be pruned at {ready}, is still stored at {now}"
+                );
+                return Err(self.violation(invariants::broken(Invariant::Retention, detail)));
             }
-            let waited = (self.clock.now() - calm_since).to_std().unwrap_or_default();
+            if clients_done && all_finished && due.is_none() {
+                if schedule.ended {
+                    self.note(|| "everything finished".into());
+                    let complete = schedules::check_complete(self.memory.as_ref()).await;
+                    return complete.map_err(|broken| self.violation(broken));
+                }
+                // Nothing but the schedule left: the clock goes straight to its next tick.
+                let next = (schedule.next_due_at)
+                    .and_then(|at| (at - now).to_std().ok())
+                    .unwrap_or(CALM_TICK);
+                self.advance(next.max(CALM_TICK)).await;
+                continue;
+            }
+            let waited = (now - calm_since).to_std().unwrap_or_default();
             if waited > LIVENESS_BOUND {
-                return Err(self.liveness(ended));
+                return Err(self.liveness(schedule.ended));
             }
             self.advance(CALM_TICK).await;
         }
@@ -534,8 +560,8 @@ impl World {
         }
     }
 
-    /// Checks every invariant but liveness; true when the schedule ended.
-    async fn check(&mut self) -> Result<bool, Violation> {
+    /// Checks every invariant but liveness; returns the state of the schedule.
+    async fn check(&mut self) -> Result<ScheduleState, Violation> {
         let logs = match invariants::logs(self.memory.as_ref()).await {
             Ok(logs) => logs,
             Err(err) => return Err(self.violation(err.into())),
@@ -550,7 +576,7 @@ impl World {
         match checked {
             Ok(schedule) => {
                 self.counts.schedule_missed = schedule.missed;
-                Ok(schedule.ended)
+                Ok(schedule)
             }
             Err(broken) => {
                 self.note(|| format!("BROKEN: {}: {}", broken.invariant, broken.detail));
