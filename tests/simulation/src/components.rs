@@ -141,6 +141,8 @@ pub struct Records {
     pub cancels: Vec<CancelAck>,
     /// The top-level executions (by `k`) whose submission was answered.
     pub submitted: BTreeSet<u32>,
+    /// Repeated submits refused as conflicts (each identical to the first).
+    pub conflicts: Vec<String>,
     /// Completions answered `Completed`, `AlreadyCompleted`, and refused.
     pub answers: [u64; 3],
     /// Cancellations that finished the execution and at least one descendant.
@@ -291,7 +293,9 @@ pub async fn pruner(db: Arc<dyn DbConnection>, clock: SimClock, closing: watch::
     valid.expect("a pruner configuration that works");
 }
 
-/// A client that submits the `k`-th top-level execution until the store answers.
+/// A client that submits the `k`-th top-level execution until the store answers. The request
+/// is the same every time: a refusal as a conflict is recorded (it breaks
+/// `Invariant::SameSubmit`).
 pub fn submit(
     client: Client<SimClock>,
     execution_id: ExecutionId,
@@ -301,11 +305,15 @@ pub fn submit(
 ) -> impl Future<Output = ()> + 'static {
     let client = client.retries(work.retries, CLIENT_RETRY / 2);
     async move {
-        while client
-            .submit_with_id(execution_id.clone(), &work.function, &work.n)
-            .await
-            .is_err()
-        {
+        loop {
+            match (client.submit_with_id(execution_id.clone(), &work.function, &work.n)).await {
+                Ok(_) => break,
+                Err(err @ ClientError::Conflict { .. }) => {
+                    let refused = format!("the repeated submit of {execution_id}: {err}");
+                    records.borrow_mut().conflicts.push(refused);
+                }
+                Err(_) => {}
+            }
             tokio::time::sleep(CLIENT_RETRY).await;
         }
         records.borrow_mut().submitted.insert(k);
@@ -340,7 +348,7 @@ pub async fn cancel(client: Client<SimClock>, target: ExecutionId, records: Shar
 
 /// A client that completes the promise of `workflow` (the `k`-th top-level execution) with
 /// `value` until the store answers. While the promise does not exist, it waits as long as its
-/// workflow may still create it (not submitted yet, or unfinished).
+/// workflow may still create it (its submission not answered yet, or it is unfinished).
 pub async fn complete(
     client: Client<SimClock>,
     db: Arc<dyn DbConnection>,
@@ -358,9 +366,12 @@ pub async fn complete(
                 Ok(CompleteOutcome::AlreadyCompleted) => Answer::Repeated,
                 Err(ClientError::DifferentResult { existing, .. }) => Answer::Refused(existing),
                 Err(ClientError::NoSuchPromise(_)) => {
+                    // Until its submission is answered, the client may create the workflow
+                    // (again, once it was pruned).
+                    let submitted = records.borrow().submitted.contains(&k);
                     let may_come = match db.get(&workflow).await {
-                        Ok(log) => !log.pending_state.is_finished(),
-                        Err(_) => !records.borrow().submitted.contains(&k),
+                        Ok(log) => !submitted || !log.pending_state.is_finished(),
+                        Err(_) => !submitted,
                     };
                     if !may_come {
                         break;

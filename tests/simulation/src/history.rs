@@ -86,6 +86,9 @@ impl History {
         let schedule =
             chaos.with_passes(|passes| schedules::check(&schedule, &logs, &self.pruned, passes))?;
         self.held_back(&logs, now);
+        if let Some(refused) = records.conflicts.first() {
+            return Err(broken(Invariant::SameSubmit, refused.clone()));
+        }
         check_cancels(&logs, records)?;
         check_promises(&logs, records)?;
         self.prev = logs;

@@ -25,6 +25,9 @@ pub enum Invariant {
     ChildDeliveredOnce,
     /// Every acknowledged write is in the log.
     AcknowledgedWrite,
+    /// A submit repeated (after an error) with the same request is answered as the same
+    /// execution, never refused as a conflict.
+    SameSubmit,
     /// The world's schedule fires each tick once and accounts for every tick it handled
     /// (fired, or inside one skipped range), each fired execution stored or pruned, and a
     /// tick is recorded as missed only when no scheduler pass succeeded within its catch-up
@@ -64,6 +67,7 @@ impl Invariant {
             Self::PendingState => "stored pending state = derive_pending_state",
             Self::ChildDeliveredOnce => "every child's result delivered to its parent exactly once",
             Self::AcknowledgedWrite => "no acknowledged write lost",
+            Self::SameSubmit => "a repeated submit is answered as the same execution",
             Self::ScheduleOnce => "a schedule fires each tick once and accounts for every tick",
             Self::ScheduleHandled => "every due tick of a schedule handled, up to its end",
             Self::PromiseOnce => "a promise holds its first accepted completion, delivered once",
