@@ -22,13 +22,13 @@
 //! log from the memory store and check the [`Invariant`]s: at most one `Finished` and nothing
 //! after it, dense versions, the stored pending state equal to `derive_pending_state`, each
 //! child's result delivered to its parent exactly once, every write whose caller got a
-//! successful reply still in the log (or pruned with its whole tree); the world's schedule,
-//! which the watcher of each node fires, accounts for each of its ticks exactly once and misses
-//! none it could have fired; each promise holds its first accepted completion and its workflow
+//! successful reply still in the log (or pruned with its whole tree), a repeated submit
+//! answered as the same execution; the world's schedule, which the watcher of each node fires,
+//! accounts for each of its ticks exactly once and misses none it could have fired; each promise holds its first accepted completion and its workflow
 //! returns what follows from it; a cancelled tree has no unfinished member and none joins it;
 //! the pruner removes only whole finished trees past retention and leaves nothing of them.
-//! Once the run is over: the schedule handled every tick up to its end, and every tree
-//! finished well before was pruned.
+//! Once faults stop, a tree due for pruning is gone within a bounded time; once the run is
+//! over, the schedule handled every tick up to its end.
 //!
 //! A failing run prints its seed, the invariant and the step; `STELE_SEED=<seed> cargo xtask
 //! simulate` replays it exactly, and [`shrink`] cuts its tape down (whole fault kinds,
