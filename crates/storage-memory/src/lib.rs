@@ -75,6 +75,14 @@ impl MemoryStore {
         Self::default()
     }
 
+    /// The names of the store's tables and indexes (`record`, `by_created`, `pending`,
+    /// `timers`, `children`, `finished`) that still hold something of `execution_id`: none
+    /// once it was pruned. For tests that check that a deletion left nothing behind.
+    #[must_use]
+    pub fn mentions(&self, execution_id: &ExecutionId) -> Vec<&'static str> {
+        self.lock_state().mentions(execution_id)
+    }
+
     fn lock_state(&self) -> MutexGuard<'_, State> {
         // Planning writes nothing and applying a plan cannot fail, so no panic leaves a
         // half-applied write behind a poisoned lock.

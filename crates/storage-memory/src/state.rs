@@ -446,6 +446,29 @@ impl State {
         }
     }
 
+    /// The tables and indexes that still hold something of `execution_id`.
+    pub(crate) fn mentions(&self, execution_id: &ExecutionId) -> Vec<&'static str> {
+        let keyed = |(_, id): &TimeKey| id == execution_id;
+        let tables = [
+            ("record", self.records.contains_key(execution_id)),
+            ("by_created", self.by_created.iter().any(keyed)),
+            (
+                "pending",
+                self.pending.values().any(|set| set.iter().any(keyed)),
+            ),
+            (
+                "timers",
+                self.timers.iter().any(|(_, id, _)| id == execution_id),
+            ),
+            ("children", self.children.contains(execution_id)),
+            ("finished", self.finished.iter().any(keyed)),
+        ];
+        tables
+            .into_iter()
+            .filter_map(|(name, holds)| holds.then_some(name))
+            .collect()
+    }
+
     fn unindex_state(
         &mut self,
         ffqn: &FunctionFqn,

@@ -366,32 +366,7 @@ async fn create_tree(store: &MemoryStore, parent: &ExecutionId) -> ExecutionId {
 
 /// What the store's indexes hold about `execution_id`, by index name.
 fn indexed(store: &MemoryStore, execution_id: &ExecutionId) -> Vec<&'static str> {
-    let state = store.lock_state();
-    let mut found = Vec::new();
-    let mut check = |name, present| {
-        if present {
-            found.push(name);
-        }
-    };
-    check("record", state.record(execution_id).is_ok());
-    check(
-        "by_created",
-        state.by_created.iter().any(|(_, id)| id == execution_id),
-    );
-    check(
-        "pending",
-        (state.pending.values().flatten()).any(|(_, id)| id == execution_id),
-    );
-    check(
-        "timers",
-        state.timers.iter().any(|(_, id, _)| id == execution_id),
-    );
-    check("children", state.children.contains(execution_id));
-    check(
-        "finished",
-        state.finished.iter().any(|(_, id)| id == execution_id),
-    );
-    found
+    store.mentions(execution_id)
 }
 
 #[tokio::test]

@@ -30,7 +30,7 @@ use concepts::{
     ListExecutionsFilter, LockPendingRequest, LockedExecution, OutcomeWrite, Pagination,
     PruneRequest, Version,
     kernel::{AppendOutcomes, AppendResponse, Backend, CreateBatch, Forward},
-    schedule::{ScheduleName, ScheduleRow, Tick},
+    schedule::{FireSchedulesRequest, ScheduleName, ScheduleRow, Tick},
 };
 use std::{any::Any, future::Future, pin::Pin, sync::Arc, time::Duration};
 
@@ -68,6 +68,8 @@ pub enum Write<'a> {
     Complete(&'a CompleteRequest),
     /// `prune`.
     Prune(&'a PruneRequest),
+    /// `fire_schedules`.
+    FireSchedules(&'a FireSchedulesRequest),
 }
 
 impl<'a> Write<'a> {
@@ -96,6 +98,8 @@ impl<'a> Write<'a> {
             Self::Complete(req)
         } else if let Some(req) = any.downcast_ref::<PruneRequest>() {
             Self::Prune(req)
+        } else if let Some(req) = any.downcast_ref::<FireSchedulesRequest>() {
+            Self::FireSchedules(req)
         } else {
             Self::Other(write)
         }

@@ -68,6 +68,10 @@
 //! }
 //! ```
 //!
+//! [`watcher_loop`] and [`pruner_loop`] are the two loops themselves, for a caller that polls
+//! them rather than spawning them: the deterministic simulation (`tests/simulation`) kills
+//! them by dropping them at any await point.
+//!
 //! This crate knows no storage backend and does not depend on the executor: the write that
 //! finishes a child and notifies its parent is [`concepts::OutcomeWrite`], shared with it.
 
@@ -75,7 +79,9 @@ mod pruner;
 mod scheduler;
 mod take_back;
 
-pub use pruner::{PruneTotals, Pruner, PrunerConfig, PrunerConfigError, prune_finished};
+pub use pruner::{
+    PruneTotals, Pruner, PrunerConfig, PrunerConfigError, prune_finished, pruner_loop,
+};
 pub use scheduler::{SCHEDULES_PER_WRITE, SchedulePass, fire_schedules};
 pub use take_back::{TAKEN_BACK, WARM_RUNS_POLL, take_back_leases, take_back_warm_runs};
 
@@ -270,29 +276,41 @@ where
     D: DbTimers + DbExecutor + DbSchedules + DbClient + ?Sized + 'static,
     C: ClockFn,
 {
-    let task = Task::spawn(
-        "timers watcher",
-        info_span!("timers_watcher"),
-        |mut closing| async move {
-            loop {
-                match tick(db.as_ref(), clock.now(), config.leeway).await {
-                    Ok(progress) if progress != TickProgress::default() => debug!(?progress),
-                    Ok(_) => {}
-                    Err(err) => warn!("cannot read expired timers: {err}"),
-                }
-                match fire_schedules(db.as_ref(), clock.now()).await {
-                    Ok(pass) if pass != SchedulePass::default() => debug!(?pass),
-                    Ok(_) => {}
-                    Err(err) => warn!("cannot fire the due schedules: {err}"),
-                }
-                tokio::select! {
-                    _ = closing.wait_for(|closing| *closing) => break,
-                    () = tokio::time::sleep(config.tick_sleep) => {}
-                }
-            }
-        },
-    );
+    let task = Task::spawn("timers watcher", info_span!("timers_watcher"), |closing| {
+        watcher_loop(db, config, clock, closing)
+    });
     TimersWatcherHandle { task }
+}
+
+/// The loop [`spawn_new`] spawns: a [`tick`] and a pass over the due schedules
+/// ([`fire_schedules`]) every `tick_sleep`, until `closing` turns true (or its sender is
+/// dropped). For a caller that polls the loop itself, such as the deterministic simulation,
+/// which kills it by dropping it at any await point.
+pub async fn watcher_loop<D, C>(
+    db: Arc<D>,
+    config: TimersWatcherConfig,
+    clock: C,
+    mut closing: watch::Receiver<bool>,
+) where
+    D: DbTimers + DbExecutor + DbSchedules + DbClient + ?Sized,
+    C: ClockFn,
+{
+    loop {
+        match tick(db.as_ref(), clock.now(), config.leeway).await {
+            Ok(progress) if progress != TickProgress::default() => debug!(?progress),
+            Ok(_) => {}
+            Err(err) => warn!("cannot read expired timers: {err}"),
+        }
+        match fire_schedules(db.as_ref(), clock.now()).await {
+            Ok(pass) if pass != SchedulePass::default() => debug!(?pass),
+            Ok(_) => {}
+            Err(err) => warn!("cannot fire the due schedules: {err}"),
+        }
+        tokio::select! {
+            _ = closing.wait_for(|closing| *closing) => break,
+            () = tokio::time::sleep(config.tick_sleep) => {}
+        }
+    }
 }
 
 /// A running watcher loop. [`TimersWatcherHandle::close`] stops it gracefully; dropping the

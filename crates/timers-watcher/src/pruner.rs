@@ -7,6 +7,7 @@ use crate::Task;
 use chrono::{DateTime, Utc};
 use concepts::{ClockFn, DbClient, DbError, PruneOutcome, PruneRequest, sub_saturating};
 use std::{sync::Arc, time::Duration};
+use tokio::sync::watch;
 use tracing::{debug, info, info_span, warn};
 
 /// How the pruner works.
@@ -158,24 +159,9 @@ impl Pruner {
         C: ClockFn,
     {
         config.validate()?;
-        let task = Task::spawn("pruner", info_span!("pruner"), |mut closing| async move {
-            loop {
-                let finished_before = sub_saturating(clock.now(), config.retention);
-                let stop = || *closing.borrow();
-                match pass(db.as_ref(), finished_before, config.batch, stop).await {
-                    Ok(totals) if totals.trees > 0 || totals.kept > 0 => info!(
-                        "pruned {} trees ({} executions) finished before {finished_before}; \
-                         kept {} with unfinished members ({} batches)",
-                        totals.trees, totals.executions, totals.kept, totals.batches
-                    ),
-                    Ok(_) => debug!("nothing finished before {finished_before} to prune"),
-                    Err(err) => warn!("cannot prune, trying again in {:?}: {err}", config.interval),
-                }
-                tokio::select! {
-                    _ = closing.wait_for(|closing| *closing) => break,
-                    () = tokio::time::sleep(config.interval) => {}
-                }
-            }
+        let task = Task::spawn("pruner", info_span!("pruner"), |closing| async move {
+            // Validated above: the loop runs.
+            let _ = pruner_loop(db, config, clock, closing).await;
         });
         Ok(Self { task })
     }
@@ -185,6 +171,45 @@ impl Pruner {
     pub async fn close(&mut self) {
         self.task.close().await;
     }
+}
+
+/// The loop [`Pruner::spawn_new`] spawns: every `config.interval` (the first time at once) one
+/// pass at `now - retention`, logged, until `closing` turns true (or its sender is dropped);
+/// a pass in progress stops between two calls once it does. For a caller that polls the loop
+/// itself, such as the deterministic simulation, which kills it by dropping it at any await
+/// point (a `prune` call in flight is one transaction, all or nothing).
+///
+/// # Errors
+/// The configuration cannot work ([`PrunerConfig::validate`]): no pass is made.
+pub async fn pruner_loop<D, C>(
+    db: Arc<D>,
+    config: PrunerConfig,
+    clock: C,
+    mut closing: watch::Receiver<bool>,
+) -> Result<(), PrunerConfigError>
+where
+    D: DbClient + ?Sized,
+    C: ClockFn,
+{
+    config.validate()?;
+    loop {
+        let finished_before = sub_saturating(clock.now(), config.retention);
+        let stop = || *closing.borrow();
+        match pass(db.as_ref(), finished_before, config.batch, stop).await {
+            Ok(totals) if totals.trees > 0 || totals.kept > 0 => info!(
+                "pruned {} trees ({} executions) finished before {finished_before}; \
+                 kept {} with unfinished members ({} batches)",
+                totals.trees, totals.executions, totals.kept, totals.batches
+            ),
+            Ok(_) => debug!("nothing finished before {finished_before} to prune"),
+            Err(err) => warn!("cannot prune, trying again in {:?}: {err}", config.interval),
+        }
+        tokio::select! {
+            _ = closing.wait_for(|closing| *closing) => break,
+            () = tokio::time::sleep(config.interval) => {}
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

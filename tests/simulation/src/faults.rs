@@ -1,9 +1,15 @@
-//! The faults the simulation injects, the hook of the store wrapper that injects those of the
-//! store (`test_utils::forwarding`), and the record of every acknowledged write.
+//! The faults the simulation injects, drawn from the seed or read from a tape, the hook of the
+//! store wrapper that injects those of the store (`test_utils::forwarding`), and the record of
+//! every acknowledged write.
 
-use crate::rng::Rng;
+use crate::{
+    rng::Rng,
+    tape::{Behaviour, Decision, WaitFault, WriteFault},
+};
+use chrono::{DateTime, Utc};
 use concepts::{DbError, ExecutionEventInner, ExecutionId, JoinSetResponseEvent, Version};
 use std::{
+    collections::BTreeSet,
     fmt,
     future::Future,
     pin::Pin,
@@ -12,8 +18,9 @@ use std::{
         atomic::{AtomicU64, Ordering},
     },
     task::{Context, Poll},
+    time::Duration,
 };
-use test_utils::forwarding::{Fault, Wait, WaitFault, Write, WriteHook};
+use test_utils::forwarding::{Fault, Wait, WaitFault as WaitOutcome, Write, WriteHook};
 
 /// One kind of fault.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -32,15 +39,20 @@ pub enum FaultKind {
     WorkerHang,
     /// A worker that returns just after its lease expired.
     WorkerLate,
-    /// An executor process killed: its loop and its runs dropped at their current await point.
-    ExecutorKilled,
+    /// A node killed: its executors, their runs, its watcher and its pruner dropped at their
+    /// current await point.
+    NodeKilled,
+    /// A node's timers watcher (with its scheduler pass) killed alone.
+    WatcherKilled,
+    /// A node's pruner killed alone, possibly between two batches of a pass.
+    PrunerKilled,
     /// The clock jumping forward by one to three lease lengths.
     ClockJump,
 }
 
 impl FaultKind {
     /// Every kind, in the order of the figures.
-    pub const ALL: [Self; 9] = [
+    pub const ALL: [Self; 11] = [
         Self::WriteRefused,
         Self::AmbiguousCommit,
         Self::LostNotification,
@@ -48,7 +60,9 @@ impl FaultKind {
         Self::WorkerPanic,
         Self::WorkerHang,
         Self::WorkerLate,
-        Self::ExecutorKilled,
+        Self::NodeKilled,
+        Self::WatcherKilled,
+        Self::PrunerKilled,
         Self::ClockJump,
     ];
 
@@ -63,7 +77,9 @@ impl FaultKind {
             Self::WorkerPanic => "worker-panic",
             Self::WorkerHang => "worker-hang",
             Self::WorkerLate => "worker-late",
-            Self::ExecutorKilled => "executor-killed",
+            Self::NodeKilled => "node-killed",
+            Self::WatcherKilled => "watcher-killed",
+            Self::PrunerKilled => "pruner-killed",
             Self::ClockJump => "clock-jump",
         }
     }
@@ -171,23 +187,57 @@ pub enum Ack {
     },
 }
 
-/// What the faults of one run share: whether they are on, their generator, their counts, the
-/// acknowledged writes and the step counter that late notifications wait for.
+impl Ack {
+    /// The execution the write went to.
+    #[must_use]
+    pub fn execution_id(&self) -> &ExecutionId {
+        match self {
+            Self::Created(execution_id)
+            | Self::Appended { execution_id, .. }
+            | Self::Response { execution_id, .. } => execution_id,
+        }
+    }
+}
+
+/// What the faults of one run share: whether they are on, where their choices come from (drawn
+/// from the seed, or read from a tape), their counts, the acknowledged writes and the step
+/// counter that late notifications wait for.
 pub struct Chaos {
     state: Mutex<ChaosState>,
     step: Arc<AtomicU64>,
 }
 
+/// The classes of decisions, each numbered within a step.
+#[derive(Clone, Copy)]
+enum Class {
+    Write = 0,
+    Wait = 1,
+    Worker = 2,
+}
+
 struct ChaosState {
     /// One generator per kind, so that a kind turned off leaves the draws of the others as
-    /// they were (which is what lets a failing run shrink).
+    /// they were.
     rngs: [Rng; FaultKind::ALL.len()],
+    /// The ordinary behaviours of activity runs during the faulty steps.
+    plain: Rng,
+    /// The behaviours of activity runs once faults stop (the same whether the faulty steps
+    /// were drawn or replayed).
+    calm: Rng,
     enabled: FaultSet,
     active: bool,
     injected: [u64; FaultKind::ALL.len()],
     acks: Vec<Ack>,
+    /// The `now` of every `fire_schedules` write acknowledged, in order.
+    passes: Vec<DateTime<Utc>>,
     /// The faults of the store, described for the schedule, when it is recorded.
     notes: Option<Vec<String>>,
+    /// Replaying a tape: the decisions of the current step; drawing: `None`.
+    script: Option<Vec<Decision>>,
+    /// The decisions of the current step taken so far (drawn, or read and used).
+    taken: Vec<Decision>,
+    /// How many decisions of each class the current step took.
+    ordinals: [u32; 3],
 }
 
 /// How likely each fault is, per decision, in per mille.
@@ -195,6 +245,54 @@ const WRITE_REFUSED: u64 = 30;
 const AMBIGUOUS_COMMIT: u64 = 30;
 const LOST_NOTIFICATION: u64 = 100;
 const LATE_NOTIFICATION: u64 = 150;
+const WORKER_PANIC: u64 = 40;
+const WORKER_HANG: u64 = 40;
+const WORKER_LATE: u64 = 40;
+/// How likely an ordinary activity run fails, in per mille.
+const WORKER_FAILS: u64 = 50;
+
+impl ChaosState {
+    /// Draws whether to inject `kind` now (with a probability of `per_mille`), and counts it.
+    fn draw(&mut self, kind: FaultKind, per_mille: u64) -> bool {
+        if !self.enabled.contains(kind) {
+            return false;
+        }
+        let hit = self.rngs[kind as usize].chance(per_mille);
+        if hit {
+            self.injected[kind as usize] += 1;
+        }
+        hit
+    }
+
+    /// The next decision of `class` in this step: its ordinal, and what the tape says of it
+    /// when replaying (`Some(None)`: nothing).
+    fn next(&mut self, class: Class) -> (u32, Option<Option<Decision>>) {
+        let ordinal = self.ordinals[class as usize];
+        self.ordinals[class as usize] += 1;
+        let scripted = self.script.as_ref().map(|script| {
+            script.iter().copied().find(|decision| {
+                matches!(
+                    (class, decision),
+                    (Class::Write, Decision::Write { ordinal: o, .. })
+                        | (Class::Wait, Decision::Wait { ordinal: o, .. })
+                        | (Class::Worker, Decision::Worker { ordinal: o, .. })
+                    if *o == ordinal
+                )
+            })
+        });
+        (ordinal, scripted)
+    }
+
+    /// Takes `decision`: counts its fault and keeps it for the step's record.
+    fn take(&mut self, decision: Decision) {
+        if self.script.is_some()
+            && let Some(kind) = decision.fault()
+        {
+            self.injected[kind as usize] += 1;
+        }
+        self.taken.push(decision);
+    }
+}
 
 impl Chaos {
     /// The faults of `enabled`, drawn from streams of `seed`; active until [`Chaos::calm`].
@@ -203,11 +301,17 @@ impl Chaos {
         Arc::new(Self {
             state: Mutex::new(ChaosState {
                 rngs: FaultKind::ALL.map(|kind| Rng::new(seed, 100 + kind as u64)),
+                plain: Rng::new(seed, 3),
+                calm: Rng::new(seed, 4),
                 enabled,
                 active: true,
                 injected: [0; FaultKind::ALL.len()],
                 acks: Vec::new(),
+                passes: Vec::new(),
                 notes: record.then(Vec::new),
+                script: None,
+                taken: Vec::new(),
+                ordinals: [0; 3],
             }),
             step: Arc::default(),
         })
@@ -219,25 +323,102 @@ impl Chaos {
 
     /// Stops injecting faults.
     pub fn calm(&self) {
-        self.lock().active = false;
-    }
-
-    /// Draws whether to inject `kind` now (with a probability of `per_mille`), and counts it.
-    pub fn inject(&self, kind: FaultKind, per_mille: u64) -> bool {
         let mut state = self.lock();
-        if !state.active || !state.enabled.contains(kind) {
-            return false;
-        }
-        let hit = state.rngs[kind as usize].chance(per_mille);
-        if hit {
-            state.injected[kind as usize] += 1;
-        }
-        hit
+        state.active = false;
+        state.script = None;
     }
 
-    /// A number in `0..n` from the generator of `kind`.
-    pub fn below(&self, kind: FaultKind, n: u64) -> u64 {
-        self.lock().rngs[kind as usize].below(n)
+    /// The harness moved on to step `step`; `script` holds its decisions when a tape is
+    /// replayed (`None`: they are drawn).
+    pub fn begin_step(&self, step: u64, script: Option<Vec<Decision>>) {
+        self.step.store(step, Ordering::Relaxed);
+        let mut state = self.lock();
+        state.script = script;
+        state.taken.clear();
+        state.ordinals = [0; 3];
+    }
+
+    /// The decisions the current step took.
+    pub fn end_step(&self) -> Vec<Decision> {
+        std::mem::take(&mut self.lock().taken)
+    }
+
+    /// The fault of the write that is on its way now, if any.
+    fn write_fault(&self) -> Option<WriteFault> {
+        let mut state = self.lock();
+        if !state.active {
+            return None;
+        }
+        let (ordinal, scripted) = state.next(Class::Write);
+        let fault = match scripted {
+            Some(Some(Decision::Write { fault, .. })) => Some(fault),
+            Some(_) => None,
+            None if state.draw(FaultKind::WriteRefused, WRITE_REFUSED) => Some(WriteFault::Refused),
+            None if state.draw(FaultKind::AmbiguousCommit, AMBIGUOUS_COMMIT) => {
+                Some(WriteFault::Ambiguous)
+            }
+            None => None,
+        };
+        if let Some(fault) = fault {
+            state.take(Decision::Write { ordinal, fault });
+        }
+        fault
+    }
+
+    /// The fault of the wake-up of the wait that starts now, if any.
+    fn wait_fault(&self) -> Option<WaitFault> {
+        let mut state = self.lock();
+        if !state.active {
+            return None;
+        }
+        let (ordinal, scripted) = state.next(Class::Wait);
+        let fault = match scripted {
+            Some(Some(Decision::Wait { fault, .. })) => Some(fault),
+            Some(_) => None,
+            None if state.draw(FaultKind::LostNotification, LOST_NOTIFICATION) => {
+                Some(WaitFault::Lost)
+            }
+            None if state.draw(FaultKind::LateNotification, LATE_NOTIFICATION) => {
+                let late = 1 + state.rngs[FaultKind::LateNotification as usize].below(20);
+                Some(WaitFault::Late(late))
+            }
+            None => None,
+        };
+        if let Some(fault) = fault {
+            state.take(Decision::Wait { ordinal, fault });
+        }
+        fault
+    }
+
+    /// What the activity run that starts now does, its lease being `lease`.
+    pub fn behaviour(&self, lease: Duration) -> Behaviour {
+        let mut state = self.lock();
+        if !state.active {
+            let calm = &mut state.calm;
+            return if calm.chance(WORKER_FAILS) {
+                Behaviour::Fail
+            } else {
+                Behaviour::Return(u32::try_from(calm.below(4)).unwrap_or(0))
+            };
+        }
+        let (ordinal, scripted) = state.next(Class::Worker);
+        let behaviour = match scripted {
+            Some(Some(Decision::Worker { behaviour, .. })) => behaviour,
+            Some(_) => return Behaviour::PLAIN,
+            None if state.draw(FaultKind::WorkerPanic, WORKER_PANIC) => Behaviour::Panic,
+            None if state.draw(FaultKind::WorkerHang, WORKER_HANG) => {
+                let leases = 1 + state.rngs[FaultKind::WorkerHang as usize].below(3);
+                Behaviour::Hang(lease * u32::try_from(leases).unwrap_or(1))
+            }
+            None if state.draw(FaultKind::WorkerLate, WORKER_LATE) => {
+                let millis = 1 + state.rngs[FaultKind::WorkerLate as usize].below(200);
+                Behaviour::Late(Duration::from_millis(millis))
+            }
+            None if state.plain.chance(WORKER_FAILS) => Behaviour::Fail,
+            None => Behaviour::Return(u32::try_from(state.plain.below(4)).unwrap_or(0)),
+        };
+        state.take(Decision::Worker { ordinal, behaviour });
+        behaviour
     }
 
     /// How many faults of each kind were injected.
@@ -251,10 +432,27 @@ impl Chaos {
         self.lock().injected[kind as usize] += 1;
     }
 
-    /// The writes acknowledged so far.
-    #[must_use]
-    pub fn acks(&self) -> Vec<Ack> {
-        self.lock().acks.clone()
+    /// Runs `check` on the writes acknowledged so far.
+    pub fn with_acks<T>(&self, check: impl FnOnce(&[Ack]) -> T) -> T {
+        check(&self.lock().acks)
+    }
+
+    /// Runs `check` on the `now` of every scheduler write acknowledged so far, in order: each
+    /// handled every tick due at its `now`.
+    pub fn with_passes<T>(&self, check: impl FnOnce(&[DateTime<Utc>]) -> T) -> T {
+        check(&self.lock().passes)
+    }
+
+    /// Retires the acknowledged writes to executions that were pruned (their trees deleted
+    /// as a whole, which the prune invariant checks): they are no longer expected in the
+    /// store. Returns how many.
+    pub fn retire_acks(&self, pruned: &BTreeSet<ExecutionId>) -> usize {
+        let mut state = self.lock();
+        let before = state.acks.len();
+        state
+            .acks
+            .retain(|ack| !pruned.contains(ack.execution_id()));
+        before - state.acks.len()
     }
 
     /// Notes a fault for the schedule, when it is recorded.
@@ -272,11 +470,6 @@ impl Chaos {
             .map(std::mem::take)
             .unwrap_or_default()
     }
-
-    /// The harness moved on to step `step`.
-    pub fn set_step(&self, step: u64) {
-        self.step.store(step, Ordering::Relaxed);
-    }
 }
 
 /// The hook of the simulation's `ForwardingDb`.
@@ -284,25 +477,31 @@ pub struct SimHook(pub Arc<Chaos>);
 
 impl WriteHook for SimHook {
     fn decide(&self, write: &Write<'_>) -> Fault {
-        if self.0.inject(FaultKind::WriteRefused, WRITE_REFUSED) {
-            self.0
-                .note(|| format!("FAULT {} refused before it committed", describe(write)));
-            Fault::Refuse(DbError::Connection(
-                "simulated: the write was refused before it committed".into(),
-            ))
-        } else if self.0.inject(FaultKind::AmbiguousCommit, AMBIGUOUS_COMMIT) {
-            self.0
-                .note(|| format!("FAULT {} committed, its reply lost", describe(write)));
-            Fault::LoseReply(DbError::Connection(
-                "simulated: the write committed, its reply was lost".into(),
-            ))
-        } else {
-            Fault::Pass
+        match self.0.write_fault() {
+            Some(WriteFault::Refused) => {
+                self.0
+                    .note(|| format!("FAULT {} refused before it committed", describe(write)));
+                Fault::Refuse(DbError::Connection(
+                    "simulated: the write was refused before it committed".into(),
+                ))
+            }
+            Some(WriteFault::Ambiguous) => {
+                self.0
+                    .note(|| format!("FAULT {} committed, its reply lost", describe(write)));
+                Fault::LoseReply(DbError::Connection(
+                    "simulated: the write committed, its reply was lost".into(),
+                ))
+            }
+            None => Fault::Pass,
         }
     }
 
     fn acknowledged(&self, write: &Write<'_>) {
         let acks = match *write {
+            Write::FireSchedules(req) => {
+                self.0.lock().passes.push(req.now);
+                return;
+            }
             Write::Create(req) => vec![Ack::Created(req.execution_id.clone())],
             Write::CreateBatch(reqs) => reqs
                 .iter()
@@ -339,36 +538,31 @@ impl WriteHook for SimHook {
         self.0.lock().acks.extend(acks);
     }
 
-    fn wait(&self, wait: &Wait<'_>) -> WaitFault {
+    fn wait(&self, wait: &Wait<'_>) -> WaitOutcome {
         let what = || match wait {
             Wait::Responses { execution_id } => format!("the responses of {execution_id}"),
             _ => "pending executions".to_string(),
         };
-        if self
-            .0
-            .inject(FaultKind::LostNotification, LOST_NOTIFICATION)
-        {
-            self.0
-                .note(|| format!("FAULT the wake-up of a wait for {} lost", what()));
-            WaitFault::Lose
-        } else if self
-            .0
-            .inject(FaultKind::LateNotification, LATE_NOTIFICATION)
-        {
-            let late = 1 + self.0.below(FaultKind::LateNotification, 20);
-            self.0.note(|| {
-                format!(
-                    "FAULT the wake-up of a wait for {} {late} steps late",
-                    what()
-                )
-            });
-            let until = self.0.step.load(Ordering::Relaxed) + late;
-            WaitFault::Late(Box::pin(UntilStep {
-                step: self.0.step.clone(),
-                until,
-            }))
-        } else {
-            WaitFault::Pass
+        match self.0.wait_fault() {
+            Some(WaitFault::Lost) => {
+                self.0
+                    .note(|| format!("FAULT the wake-up of a wait for {} lost", what()));
+                WaitOutcome::Lose
+            }
+            Some(WaitFault::Late(late)) => {
+                self.0.note(|| {
+                    format!(
+                        "FAULT the wake-up of a wait for {} {late} steps late",
+                        what()
+                    )
+                });
+                let until = self.0.step.load(Ordering::Relaxed) + late;
+                WaitOutcome::Late(Box::pin(UntilStep {
+                    step: self.0.step.clone(),
+                    until,
+                }))
+            }
+            None => WaitOutcome::Pass,
         }
     }
 }
@@ -402,6 +596,10 @@ fn describe(write: &Write<'_>) -> String {
         }
         Write::Response { execution_id, .. } => format!("response to {execution_id}"),
         Write::LockPending(_) => "lock_pending".to_string(),
+        Write::Cancel(req) => format!("cancel of {}", req.execution_id),
+        Write::Complete(req) => format!("complete of {}", req.execution_id),
+        Write::Prune(_) => "prune".to_string(),
+        Write::FireSchedules(_) => "fire_schedules".to_string(),
         _ => "a write".to_string(),
     }
 }

@@ -25,9 +25,31 @@ pub enum Invariant {
     ChildDeliveredOnce,
     /// Every acknowledged write is in the log.
     AcknowledgedWrite,
+    /// A submit repeated (after an error) with the same request is answered as the same
+    /// execution, never refused as a conflict.
+    SameSubmit,
     /// The world's schedule fires each tick once and accounts for every tick it handled
-    /// (fired, or inside one skipped range), each fired execution stored.
+    /// (fired, or inside one skipped range), each fired execution stored or pruned, and a
+    /// tick is recorded as missed only when no scheduler pass succeeded within its catch-up
+    /// window.
     ScheduleOnce,
+    /// Once the run is over, the schedule ended and handled every tick up to its end.
+    ScheduleHandled,
+    /// A promise's completions: the first accepted is the value its stub holds, every other
+    /// accepted one repeats it, every refused one differs from it, and the workflow returns
+    /// what follows from that value (delivered once: `ChildDeliveredOnce`).
+    PromiseOnce,
+    /// A cancelled execution finished, with the cancellation when this cancel finished it,
+    /// and then its tree has no unfinished member afterwards, and none joins it later (an
+    /// execution that had finished is left alone, with its tree).
+    CancelledTree,
+    /// The pruner removes only whole trees whose every member finished, whose top-level
+    /// execution finished more than the retention ago, and leaves nothing of them in any
+    /// table or index.
+    PruneWhole,
+    /// Once faults stop, a tree whose every member finished, its top-level execution more
+    /// than the retention ago, is pruned within a bounded simulated time.
+    Retention,
     /// Once faults stop, everything finishes within a bounded simulated time.
     Liveness,
     /// The harness itself could not read the store.
@@ -45,7 +67,13 @@ impl Invariant {
             Self::PendingState => "stored pending state = derive_pending_state",
             Self::ChildDeliveredOnce => "every child's result delivered to its parent exactly once",
             Self::AcknowledgedWrite => "no acknowledged write lost",
+            Self::SameSubmit => "a repeated submit is answered as the same execution",
             Self::ScheduleOnce => "a schedule fires each tick once and accounts for every tick",
+            Self::ScheduleHandled => "every due tick of a schedule handled, up to its end",
+            Self::PromiseOnce => "a promise holds its first accepted completion, delivered once",
+            Self::CancelledTree => "a cancelled tree has no unfinished member, and none joins it",
+            Self::PruneWhole => "prune removes whole finished trees past retention, entirely",
+            Self::Retention => "every finished tree past retention is pruned",
             Self::Liveness => "liveness: everything finishes once faults stop",
             Self::Harness => "the harness could read the store",
         }
@@ -67,7 +95,8 @@ pub struct Broken {
     pub detail: String,
 }
 
-fn broken(invariant: Invariant, detail: String) -> Broken {
+/// A broken `invariant`, described by `detail`.
+pub fn broken(invariant: Invariant, detail: String) -> Broken {
     Broken { invariant, detail }
 }
 
@@ -236,7 +265,8 @@ fn check_children(logs: &BTreeMap<ExecutionId, ExecutionLog>) -> Result<(), Brok
     Ok(())
 }
 
-fn finished_result(log: &ExecutionLog) -> Option<&concepts::FinishedExecutionResult> {
+/// The result of a finished log.
+pub fn finished_result(log: &ExecutionLog) -> Option<&concepts::FinishedExecutionResult> {
     log.events.iter().find_map(|e| match &e.event {
         ExecutionEventInner::Finished { result } => Some(result),
         _ => None,

@@ -1,16 +1,16 @@
 //! The functions the simulation runs: an activity whose every run draws its behaviour (return,
-//! fail, panic, hang past its lease, return just after it) from the seed, and two workflows
-//! through the `workflow` crate (a fan-out to activities with a durable sleep, and a workflow
-//! calling that one and an activity), so children, join sets and timers are exercised.
+//! fail, panic, hang past its lease, return just after it) from the seed or a tape, and three
+//! workflows through the `workflow` crate (a fan-out to activities with a durable sleep, a
+//! workflow calling that one and an activity, and a workflow awaiting a durable promise that
+//! clients complete), so children, join sets, timers and promises are exercised.
 
-use crate::faults::{Chaos, FaultKind};
-use crate::rng::Rng;
+use crate::{faults::Chaos, tape::Behaviour};
 use chrono::{DateTime, Utc};
 use concepts::{ClockFn, ComponentId, DbConnection};
 use std::{
     future::Future,
     pin::Pin,
-    sync::{Arc, Mutex, PoisonError},
+    sync::Arc,
     task::{Context, Poll},
     time::Duration,
 };
@@ -26,6 +26,11 @@ pub const DOUBLE: Function<u64, u64> = Function::new("sim:work/activities.double
 pub const FAN: Function<u64, u64> = Function::new("sim:work/flows.fan");
 /// Calls `FAN(n)` and then `DOUBLE` of its result.
 pub const NEST: Function<u64, u64> = Function::new("sim:work/flows.nest");
+/// Awaits its durable promise ([`PROMISE`]), which a client completes with a number, and
+/// returns `DOUBLE` of that number: the workflow's result shows the value it was given.
+pub const PROMISED: Function<u64, u64> = Function::new("sim:work/flows.promised");
+/// The name of `PROMISED`'s promise.
+pub const PROMISE: &str = "answer";
 
 /// The component of every execution of the simulation.
 ///
@@ -39,75 +44,24 @@ pub fn component() -> ComponentId {
 /// The marker of the simulation's panics, which the runner's panic hook keeps quiet.
 pub const PANIC_MARKER: &str = "simulated worker panic";
 
-/// What one run of the activity does.
-#[derive(Debug, Clone, Copy)]
-enum Behaviour {
-    /// Returns after being polled this many times.
-    Return(u32),
-    /// Returns its error value (retried while retries are left).
-    Fail,
-    /// Panics.
-    Panic,
-    /// Returns once the clock passed its lease's end by this much.
-    Past(Duration),
-}
-
-/// Draws the activity's behaviours.
-pub struct Behaviours {
-    rng: Mutex<Rng>,
-    chaos: Arc<Chaos>,
-    lease: Duration,
-}
-
-impl Behaviours {
-    /// Behaviours drawn from `rng`; faults from `chaos` (while it is active).
-    #[must_use]
-    pub fn new(rng: Rng, chaos: Arc<Chaos>, lease: Duration) -> Arc<Self> {
-        Arc::new(Self {
-            rng: Mutex::new(rng),
-            chaos,
-            lease,
-        })
-    }
-
-    fn draw(&self) -> Behaviour {
-        if self.chaos.inject(FaultKind::WorkerPanic, 40) {
-            return Behaviour::Panic;
-        }
-        if self.chaos.inject(FaultKind::WorkerHang, 40) {
-            let leases = 1 + u32::try_from(self.chaos.below(FaultKind::WorkerHang, 3)).unwrap_or(0);
-            return Behaviour::Past(self.lease * leases);
-        }
-        if self.chaos.inject(FaultKind::WorkerLate, 40) {
-            let millis = 1 + self.chaos.below(FaultKind::WorkerLate, 200);
-            return Behaviour::Past(Duration::from_millis(millis));
-        }
-        let mut rng = self.rng.lock().unwrap_or_else(PoisonError::into_inner);
-        if rng.chance(50) {
-            Behaviour::Fail
-        } else {
-            Behaviour::Return(u32::try_from(rng.below(4)).unwrap_or(0))
-        }
-    }
-}
-
-/// The activity worker: `DOUBLE`, with drawn behaviours.
+/// The activity worker: `DOUBLE`, each run doing what `chaos` says (drawn, or from a tape).
 ///
 /// # Errors
 /// Never: the registration is legal.
 pub fn activities(
-    behaviours: Arc<Behaviours>,
+    chaos: Arc<Chaos>,
+    lease: Duration,
     clock: SimClock,
 ) -> Result<ActivityWorker, RegistrationError> {
     ActivityWorker::new().register(&DOUBLE, move |ctx: ActivityCtx, n: u64| {
-        let behaviour = behaviours.draw();
+        let behaviour = chaos.behaviour(lease);
         let clock = clock.clone();
         async move {
             match behaviour {
                 Behaviour::Return(polls) => Polls(polls).await,
                 Behaviour::Fail => return Err(format!("simulated failure of double({n})")),
                 Behaviour::Panic => panic!("{PANIC_MARKER}"),
-                Behaviour::Past(by) => {
+                Behaviour::Hang(by) | Behaviour::Late(by) => {
                     Until {
                         clock,
                         at: concepts::add_saturating(ctx.deadline, by),
@@ -120,7 +74,7 @@ pub fn activities(
     })
 }
 
-/// The workflow worker: `FAN` and `NEST`, over `db` (the faulty store).
+/// The workflow worker: `FAN`, `NEST` and `PROMISED`, over `db` (the faulty store).
 ///
 /// # Errors
 /// Never: the registrations are legal.
@@ -131,13 +85,25 @@ pub fn workflows(
     WorkflowWorker::new(db, clock)
         .child_settings(component(), 2, Duration::from_millis(100))
         .register(&FAN, fan)?
-        .register(&NEST, nest)
+        .register(&NEST, nest)?
+        .register(&PROMISED, promised)
 }
+
+/// The parameter with which `FAN` and `PROMISED` panic once their children or their promise
+/// are started: a bug in workflow code, retried and then a permanent trap that finishes the
+/// workflow while its children or its promise are unfinished (its tree kept from the pruner
+/// until they finish).
+pub const TRAP: u64 = 4;
 
 async fn fan(ctx: WorkflowCtx, n: u64) -> Result<u64, WorkflowError<String>> {
     let doubles = ctx.join_set();
     for k in 1..=n {
         doubles.submit(&DOUBLE, &k);
+    }
+    if n == TRAP {
+        // Children are created at the next wait: this one gets them written first.
+        ctx.sleep(Duration::from_millis(100)).await;
+        panic!("{PANIC_MARKER}");
     }
     let mut sum = 0u64;
     while let Some(response) = doubles.next().await {
@@ -152,6 +118,16 @@ async fn fan(ctx: WorkflowCtx, n: u64) -> Result<u64, WorkflowError<String>> {
 async fn nest(ctx: WorkflowCtx, n: u64) -> Result<u64, WorkflowError<String>> {
     let sum = ctx.call(&FAN, &n).await?;
     Ok(ctx.call(&DOUBLE, &sum).await?)
+}
+
+async fn promised(ctx: WorkflowCtx, n: u64) -> Result<u64, WorkflowError<String>> {
+    let promise = ctx.promise::<u64>(PROMISE);
+    if n == TRAP {
+        ctx.sleep(Duration::from_millis(100)).await;
+        panic!("{PANIC_MARKER}");
+    }
+    let value = promise.wait().await?;
+    Ok(ctx.call(&DOUBLE, &value).await?)
 }
 
 /// Pending for a number of polls: a run that takes several steps of the schedule.

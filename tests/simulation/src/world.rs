@@ -1,31 +1,30 @@
-//! The harness: one seeded world of real executors, the timers watcher and clients over the
-//! memory backend on a simulated clock, driven step by step.
+//! The harness: one seeded world of real executors, timers watchers, pruners and clients over
+//! the memory backend on a simulated clock, driven step by step.
 //!
-//! Every component runs as a future the harness owns and polls itself, one poll per step,
-//! choosing which from the seed: the executor loops (the real `ExecTask`, one step at a time
-//! through `ExecTask::lock_runs`, then the store's `wait_for_pending`), each run they lock
-//! (the real worker and outcome write), the watcher loop (`timers_watcher::tick`, then a
-//! sleep), and the clients' submissions (`workflow::Client`). Nothing is spawned on tokio: the
-//! runtime is a current-thread one with its clock paused, which the harness moves together
-//! with the `SimClock`, so no wall clock, thread or scheduler takes part in a schedule.
+//! Every component runs as a future the harness owns and polls itself (`crate::components`),
+//! one poll per faulty step, the step's action drawn from the seed or read from a tape
+//! (`crate::tape`). Nothing is spawned on tokio: the runtime is a current-thread one with its
+//! clock paused, which the harness moves together with the `SimClock`, so no wall clock,
+//! thread or scheduler takes part in a schedule.
 
 use crate::{
+    components::{
+        self, LEASE, Owner, Records, Role, Shared, Spawned, Task, Workload, executor_loop,
+    },
     faults::{Chaos, FaultKind, FaultSet, SimHook},
+    history::{History, Seen},
     invariants::{self, Broken, Invariant},
     rng::Rng,
-    schedules,
-    workers::{self, Behaviours, DOUBLE, FAN, NEST},
+    schedules::{self, ScheduleState},
+    tape::{Action, StepRecord, Tape},
+    workers,
 };
-use concepts::{
-    ClockFn, DbConnection, DbExecutor, ExecutionId, ExecutionIdTopLevel, ExecutionLog, FunctionFqn,
-};
-use executor::{ExecConfig, ExecTask, Worker};
+use concepts::{ClockFn, DbConnection, ExecutionId, ExecutionIdTopLevel, ExecutionLog};
+use executor::Worker;
 use std::{
     cell::RefCell,
-    collections::BTreeMap,
-    future::Future,
+    collections::{BTreeMap, BTreeSet, HashMap},
     hash::{DefaultHasher, Hash, Hasher},
-    pin::Pin,
     rc::Rc,
     sync::Arc,
     task::{Context, Waker},
@@ -33,24 +32,25 @@ use std::{
 };
 use storage_memory::MemoryStore;
 use test_utils::{SimClock, forwarding::ForwardingDb};
-use tokio::sync::Semaphore;
-use workflow::{Client, ClientError};
+use tokio::sync::watch;
+use workflow::Client;
 
-/// The lease of every executor.
-pub const LEASE: Duration = Duration::from_secs(2);
-/// How long an executor waits for work before it looks again.
-const TICK_SLEEP: Duration = Duration::from_millis(500);
-/// How often the watcher looks for expired timers, and its leeway.
-const WATCHER_TICK: Duration = Duration::from_millis(250);
-const WATCHER_LEEWAY: Duration = Duration::from_millis(100);
-/// The executor processes ("nodes") of the world, each an activity and a workflow executor.
+/// The nodes of the world, each with an activity and a workflow executor, a watcher and a
+/// pruner.
 const NODES: usize = 2;
 /// How far the clock moves in one step of the calm phase.
 const CALM_TICK: Duration = Duration::from_millis(100);
 /// The liveness bound: once faults stop, everything finishes within this simulated time.
 pub const LIVENESS_BOUND: Duration = Duration::from_secs(120);
+/// Once faults stop, a tree due for pruning (`History::due_for_pruning`) is pruned within this
+/// simulated time (the pruners pass every 500 ms, two trees a call, one call a step).
+const RETENTION_BOUND: Duration = Duration::from_secs(5);
 
-/// What one run simulates.
+fn retention_bound() -> chrono::Duration {
+    chrono::Duration::from_std(RETENTION_BOUND).unwrap_or_default()
+}
+
+/// What one run simulates, when its choices are drawn from the seed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Config {
     /// The seed: the schedule, the faults and the workers' behaviours all come from it.
@@ -96,12 +96,30 @@ impl Config {
 /// A broken invariant, where it broke.
 #[derive(Debug, Clone)]
 pub struct Violation {
-    /// The run.
+    /// The run (for a replayed tape: its seed, executions and faults, and its length).
     pub config: Config,
-    /// The step after which it was found (1-based; steps past `config.steps` are calm).
+    /// The step after which it was found (1-based; steps past the faulty ones are calm).
     pub step: u64,
     /// What broke.
     pub broken: Broken,
+}
+
+/// What one run counted.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Counts {
+    /// What the checks saw: executions ever stored, pruned trees and executions, retired
+    /// acknowledgements.
+    pub seen: Seen,
+    /// Executions the world's schedule fired.
+    pub schedule_fires: u64,
+    /// Ticks recorded as missed, each explained.
+    pub schedule_missed: u64,
+    /// Completions of promises answered `Completed`, `AlreadyCompleted` and refused.
+    pub completions: [u64; 3],
+    /// Cancellations that finished a tree (the execution and at least one descendant).
+    pub trees_cancelled: u64,
+    /// Executions the clients' cancellations finished.
+    pub cancelled: u64,
 }
 
 /// What one run did.
@@ -111,54 +129,72 @@ pub struct Outcome {
     pub steps: u64,
     /// Faults injected, per kind (in the order of `FaultKind::ALL`).
     pub injected: [u64; FaultKind::ALL.len()],
-    /// Executions in the store at the end, children included.
-    pub executions: u64,
-    /// Executions the world's schedule fired.
-    pub schedule_fires: u64,
+    /// What it counted.
+    pub counts: Counts,
     /// The first broken invariant, if any.
     pub violation: Option<Violation>,
     /// Each step, when the run was asked to record them.
     pub schedule: Vec<String>,
     /// A hash of the schedule's choices and of the final logs: equal for equal runs.
     pub fingerprint: u64,
+    /// The choices of its faulty steps: replaying them is this run.
+    pub tape: Tape,
+    /// The steps of the tape that did nothing (an action whose task, node or execution was
+    /// not there, and no fault).
+    pub idle_steps: Vec<usize>,
 }
 
-/// Runs one simulation, recording its schedule when `record` is true.
-///
-/// # Panics
-/// When the current-thread runtime cannot be built.
+/// Runs one simulation, its choices drawn from `config.seed`, recording its schedule when
+/// `record` is true.
 #[must_use]
 pub fn run(config: &Config, record: bool) -> Outcome {
+    simulate(World::new(*config, None, record))
+}
+
+/// Runs the simulation whose faulty steps are `tape`'s (its calm phase drawn from its seed).
+#[must_use]
+pub fn replay(tape: &Tape, record: bool) -> Outcome {
+    let config = Config {
+        seed: tape.seed,
+        steps: tape.steps.len() as u64,
+        executions: tape.executions,
+        faults: tape.faults,
+    };
+    simulate(World::new(config, Some(tape.steps.clone()), record))
+}
+
+fn simulate(world: World) -> Outcome {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .start_paused(true)
         .build()
         .expect("a current-thread runtime");
-    runtime.block_on(World::new(*config, record).run())
+    runtime.block_on(world.run())
 }
 
-/// Who a task belongs to; killing a node drops its tasks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Owner {
-    Node(usize),
-    Watcher,
-    Client,
+/// What runs on a node.
+#[derive(Debug, Clone, Copy, Default)]
+struct Node {
+    alive: bool,
+    watcher: bool,
+    pruner: bool,
 }
-
-struct Task {
-    owner: Owner,
-    label: String,
-    future: Pin<Box<dyn Future<Output = ()>>>,
-}
-
-type Spawned = Rc<RefCell<Vec<Task>>>;
 
 struct World {
     config: Config,
+    /// The tape replayed, if any.
+    script: Option<Vec<StepRecord>>,
+    /// The tape of this run.
+    taped: Vec<StepRecord>,
+    /// The steps of the tape that did nothing.
+    idle_steps: Vec<usize>,
     record: bool,
     schedule: Vec<String>,
     hasher: DefaultHasher,
+    /// The actions of the faulty steps, when drawn.
     rng: Rng,
+    /// The order of the calm steps' polls.
+    calm_rng: Rng,
     clock: SimClock,
     memory: Arc<MemoryStore>,
     db: Arc<dyn DbConnection>,
@@ -167,27 +203,39 @@ struct World {
     workflows: Arc<dyn Worker>,
     tasks: Vec<Task>,
     spawned: Spawned,
-    alive: [bool; NODES],
-    submitted: u32,
+    nodes: [Node; NODES],
+    /// The top-level executions whose client was started.
+    submitted: BTreeSet<u32>,
+    /// How many requests of each kind the clients made, for their labels.
+    requests: HashMap<String, u32>,
+    records: Shared,
+    /// What the watchers and pruners watch for closing: never set (they are killed).
+    closing: watch::Sender<bool>,
+    history: History,
+    counts: Counts,
     step: u64,
 }
 
 impl World {
-    fn new(config: Config, record: bool) -> Self {
+    fn new(config: Config, script: Option<Vec<StepRecord>>, record: bool) -> Self {
         let clock = SimClock::epoch();
         let chaos = Chaos::new(config.seed, config.faults, record);
         let memory = Arc::new(MemoryStore::new());
         let inner: Arc<dyn DbConnection> = memory.clone();
         let db: Arc<dyn DbConnection> = ForwardingDb::new(inner, SimHook(chaos.clone()));
-        let behaviours = Behaviours::new(Rng::new(config.seed, 3), chaos.clone(), LEASE);
-        let activities = workers::activities(behaviours, clock.clone()).expect("legal activities");
+        let activities =
+            workers::activities(chaos.clone(), LEASE, clock.clone()).expect("legal activities");
         let workflows = workers::workflows(db.clone(), clock.clone()).expect("legal workflows");
         Self {
             config,
+            script,
+            taped: Vec::new(),
+            idle_steps: Vec::new(),
             record,
             schedule: Vec::new(),
             hasher: DefaultHasher::new(),
             rng: Rng::new(config.seed, 1),
+            calm_rng: Rng::new(config.seed, 5),
             clock,
             memory,
             db,
@@ -196,8 +244,13 @@ impl World {
             workflows: Arc::new(workflows),
             tasks: Vec::new(),
             spawned: Spawned::default(),
-            alive: [false; NODES],
-            submitted: 0,
+            nodes: [Node::default(); NODES],
+            submitted: BTreeSet::new(),
+            requests: HashMap::new(),
+            records: Rc::new(RefCell::new(Records::default())),
+            closing: watch::Sender::new(false),
+            history: History::default(),
+            counts: Counts::default(),
             step: 0,
         }
     }
@@ -213,54 +266,61 @@ impl World {
         let created = schedules::create(self.memory.as_ref(), self.clock.now()).await;
         created.expect("the memory store creates the world's schedule");
         for node in 0..NODES {
-            self.start_node(node);
+            self.restart(node);
         }
-        self.push(
-            Owner::Watcher,
-            "watcher".into(),
-            watcher(self.db.clone(), self.clock.clone()),
-        );
         let violation = match self.faulty_phase().await {
             Err(violation) => Some(violation),
             Ok(()) => self.calm_phase().await.err(),
         };
-        let logs = invariants::logs(self.memory.as_ref())
+        fingerprint_logs(&mut self.hasher, self.history.logs());
+        let mut counts = self.counts;
+        counts.seen = self.history.seen;
+        counts.schedule_fires = schedules::fires(self.memory.as_ref())
             .await
             .unwrap_or_default();
-        fingerprint_logs(&mut self.hasher, &logs);
-        let schedule_fires = schedules::fires(self.memory.as_ref())
-            .await
-            .unwrap_or_default();
+        let records = self.records.borrow();
+        counts.completions = records.answers;
+        counts.trees_cancelled = records.trees_cancelled;
+        counts.cancelled = records.cancelled;
+        drop(records);
         Outcome {
             steps: self.step,
             injected: self.chaos.injected(),
-            executions: logs.len() as u64,
-            schedule_fires,
+            counts,
             violation,
             schedule: self.schedule,
             fingerprint: self.hasher.finish(),
+            tape: Tape {
+                seed: self.config.seed,
+                executions: self.config.executions,
+                faults: self.config.faults,
+                steps: self.taped,
+            },
+            idle_steps: self.idle_steps,
         }
     }
 
-    /// `config.steps` steps, each chosen from the seed, faults on.
+    /// The faulty steps, each action drawn from the seed or read from the tape.
     async fn faulty_phase(&mut self) -> Result<(), Violation> {
-        while self.step < self.config.steps {
+        let steps = self
+            .script
+            .as_ref()
+            .map_or(self.config.steps, |script| script.len() as u64);
+        while self.step < steps {
             self.step += 1;
-            self.chaos.set_step(self.step);
-            let choice = self.rng.below(100);
-            choice.hash(&mut self.hasher);
-            match choice {
-                0..70 => self.poll_one(),
-                70..86 => {
-                    let by = Duration::from_millis(1 + self.rng.below(300));
-                    self.advance(by).await;
-                }
-                86..92 => self.submit(),
-                92..94 => self.kill_node(),
-                94..97 => self.restart_node(),
-                97..99 => self.jump_clock().await,
-                _ => self.cancel(),
+            let index = usize::try_from(self.step - 1).unwrap_or(usize::MAX);
+            let (action, script) = match self.script.as_ref().and_then(|s| s.get(index)) {
+                Some(record) => (record.action.clone(), Some(record.decisions.clone())),
+                None => (self.draw_action(), None),
+            };
+            self.chaos.begin_step(self.step, script);
+            action.hash(&mut self.hasher);
+            let effective = self.apply(&action).await;
+            let decisions = self.chaos.end_step();
+            if !effective && decisions.is_empty() {
+                self.idle_steps.push(index);
             }
+            self.taped.push(StepRecord { action, decisions });
             for note in self.chaos.take_notes() {
                 self.note(|| note);
             }
@@ -269,28 +329,67 @@ impl World {
         Ok(())
     }
 
-    /// Faults off: every node up, every submission made, every task polled each step in a
-    /// seeded order and the clock moved by `CALM_TICK`, until everything finished, or the
+    /// Applies `action`; false when it did nothing (its task, node or execution was not
+    /// there).
+    async fn apply(&mut self, action: &Action) -> bool {
+        match action {
+            Action::Idle => false,
+            Action::Poll(label) => self.poll_label(label),
+            Action::Advance(by) => {
+                self.advance(*by).await;
+                true
+            }
+            Action::Submit(k) => self.submit(*k),
+            Action::KillNode(node) => self.kill(*node, None),
+            Action::KillWatcher(node) => self.kill(*node, Some(Role::Watcher)),
+            Action::KillPruner(node) => self.kill(*node, Some(Role::Pruner)),
+            Action::Restart(node) => self.restart(*node),
+            Action::JumpClock(by) => {
+                self.chaos.count(FaultKind::ClockJump);
+                self.note(|| format!("FAULT clock jumps +{by:?}"));
+                self.clock.move_time_forward_sync(*by);
+                tokio::time::advance(*by).await;
+                true
+            }
+            Action::Cancel(target) => {
+                self.cancel(target.clone());
+                true
+            }
+            Action::Complete { k, value } => self.complete(*k, *value),
+        }
+    }
+
+    /// Faults off: every node and loop up, every submission made, every promise completed
+    /// with its meant value, every task polled each step in a seeded order (the pruners
+    /// first) and the clock moved by `CALM_TICK` (straight to the schedule's next tick when
+    /// nothing else is left), until everything finished and the schedule ended, or the
     /// liveness bound passed.
     async fn calm_phase(&mut self) -> Result<(), Violation> {
         self.chaos.calm();
         self.note(|| "faults stop".into());
         for node in 0..NODES {
-            if !self.alive[node] {
-                self.start_node(node);
-            }
+            self.restart(node);
         }
-        while self.submitted < self.config.executions {
-            self.submit();
+        for k in 1..=self.config.executions {
+            self.submit(k);
+        }
+        for k in 1..=self.config.executions {
+            let work = Workload::of(self.config.seed, k);
+            if work.is_promised() {
+                self.complete(k, work.meant);
+            }
         }
         let calm_since = self.clock.now();
         loop {
             self.step += 1;
-            self.chaos.set_step(self.step);
+            self.chaos.begin_step(self.step, None);
             let mut order: Vec<usize> = (0..self.tasks.len()).collect();
             for i in (1..order.len()).rev() {
-                order.swap(i, self.rng.index(i + 1));
+                order.swap(i, self.calm_rng.index(i + 1));
             }
+            // The pruners first: what they remove is then compared with the logs of the last
+            // step, before anything else changed them.
+            order.sort_by_key(|idx| self.tasks[*idx].role != Role::Pruner);
             // Poll in that order; remove the finished ones afterwards (indexes stay valid).
             let mut done = vec![false; self.tasks.len()];
             for idx in order {
@@ -303,80 +402,101 @@ impl World {
             let mut done = done.into_iter();
             self.tasks.retain(|_| !done.next().unwrap_or(false));
             self.adopt_spawned();
-            let logs = self.check().await?;
+            let schedule = self.check().await?;
             let clients_done = self.tasks.iter().all(|task| task.owner != Owner::Client);
-            if clients_done && invariants::all_finished(&logs) {
-                self.note(|| "everything finished".into());
-                return Ok(());
+            let all_finished = invariants::all_finished(self.history.logs());
+            let now = self.clock.now();
+            let due = self.history.due_for_pruning(now);
+            if let Some((root, ready)) = due
+                && now - ready.max(calm_since) > retention_bound()
+            {
+                let detail = format!(
+                    "the tree of {root}, ready to be pruned at {ready}, is still stored at {now}"
+                );
+                return Err(self.violation(invariants::broken(Invariant::Retention, detail)));
             }
-            let waited = (self.clock.now() - calm_since).to_std().unwrap_or_default();
+            if clients_done && all_finished && due.is_none() {
+                if schedule.ended {
+                    self.note(|| "everything finished".into());
+                    let complete = schedules::check_complete(self.memory.as_ref()).await;
+                    return complete.map_err(|broken| self.violation(broken));
+                }
+                // Nothing but the schedule left: the clock goes straight to its next tick.
+                let next = (schedule.next_due_at)
+                    .and_then(|at| (at - now).to_std().ok())
+                    .unwrap_or(CALM_TICK);
+                self.advance(next.max(CALM_TICK)).await;
+                continue;
+            }
+            let waited = (now - calm_since).to_std().unwrap_or_default();
             if waited > LIVENESS_BOUND {
-                let clients: Vec<&str> = (self.tasks.iter())
-                    .filter(|task| task.owner == Owner::Client)
-                    .map(|task| task.label.as_str())
-                    .collect();
-                let unfinished: Vec<String> = logs
-                    .iter()
-                    .filter(|(_, log)| {
-                        !matches!(log.pending_state, concepts::PendingState::Finished { .. })
-                    })
-                    .map(|(id, log)| {
-                        let events: Vec<_> =
-                            log.events.iter().map(|e| e.event.variant_name()).collect();
-                        format!("{id} {:?} after {events:?}", log.pending_state)
-                    })
-                    .collect();
-                return Err(self.violation(Broken {
-                    invariant: Invariant::Liveness,
-                    detail: format!(
-                        "{:?} after faults stopped, {} executions unfinished ({}) and {} \
-                         client requests unanswered ({})",
-                        LIVENESS_BOUND,
-                        unfinished.len(),
-                        unfinished.join("; "),
-                        clients.len(),
-                        clients.join("; ")
-                    ),
-                }));
+                return Err(self.liveness(schedule.ended));
             }
             self.advance(CALM_TICK).await;
         }
     }
 
+    fn liveness(&self, ended: bool) -> Violation {
+        let clients: Vec<&str> = (self.tasks.iter())
+            .filter(|task| task.owner == Owner::Client)
+            .map(|task| task.label.as_str())
+            .collect();
+        let unfinished: Vec<String> = (self.history.logs().iter())
+            .filter(|(_, log)| !log.pending_state.is_finished())
+            .map(|(id, log)| {
+                let events: Vec<_> = log.events.iter().map(|e| e.event.variant_name()).collect();
+                format!("{id} {:?} after {events:?}", log.pending_state)
+            })
+            .collect();
+        self.violation(Broken {
+            invariant: Invariant::Liveness,
+            detail: format!(
+                "{:?} after faults stopped, {} executions unfinished ({}), {} client requests \
+                 unanswered ({}), the schedule {}",
+                LIVENESS_BOUND,
+                unfinished.len(),
+                unfinished.join("; "),
+                clients.len(),
+                clients.join("; "),
+                if ended { "ended" } else { "not ended" }
+            ),
+        })
+    }
+
     fn violation(&self, broken: Broken) -> Violation {
         Violation {
-            config: self.config,
+            config: Config {
+                steps: self.taped.len() as u64,
+                ..self.config
+            },
             step: self.step,
             broken,
         }
     }
 
-    /// Checks every invariant but liveness; returns the logs.
-    async fn check(&mut self) -> Result<BTreeMap<ExecutionId, ExecutionLog>, Violation> {
+    /// Checks every invariant but liveness; returns the state of the schedule.
+    async fn check(&mut self) -> Result<ScheduleState, Violation> {
         let logs = match invariants::logs(self.memory.as_ref()).await {
             Ok(logs) => logs,
             Err(err) => return Err(self.violation(err.into())),
         };
-        let checked = match invariants::check(&logs, &self.chaos.acks()) {
-            Ok(()) => schedules::check(self.memory.as_ref(), &logs).await,
-            Err(broken) => Err(broken),
-        };
+        let now = self.clock.now();
+        // Out of the cell while the checks run (no component runs meanwhile).
+        let mut records = std::mem::take(&mut *self.records.borrow_mut());
+        let checked = (self.history)
+            .check(logs, &self.chaos, &mut records, self.memory.as_ref(), now)
+            .await;
+        *self.records.borrow_mut() = records;
         match checked {
-            Ok(()) => Ok(logs),
+            Ok(schedule) => {
+                self.counts.schedule_missed = schedule.missed;
+                Ok(schedule)
+            }
             Err(broken) => {
                 self.note(|| format!("BROKEN: {}: {}", broken.invariant, broken.detail));
                 Err(self.violation(broken))
             }
         }
-    }
-
-    fn push(&mut self, owner: Owner, label: String, future: impl Future<Output = ()> + 'static) {
-        let future = Box::pin(tokio::task::unconstrained(future));
-        self.tasks.push(Task {
-            owner,
-            label,
-            future,
-        });
     }
 
     /// Polls the task at `idx` once; true when it completed.
@@ -387,18 +507,18 @@ impl World {
         ready
     }
 
-    fn poll_one(&mut self) {
-        if self.tasks.is_empty() {
-            return;
-        }
-        let idx = self.rng.index(self.tasks.len());
+    fn poll_label(&mut self, label: &str) -> bool {
+        let Some(idx) = self.tasks.iter().position(|task| task.label == label) else {
+            self.note(|| format!("poll {label}: no such task"));
+            return false;
+        };
         let ready = self.poll(idx);
-        let label = self.tasks[idx].label.clone();
         self.note(|| format!("poll {label}{}", if ready { ": done" } else { "" }));
         if ready {
             self.tasks.remove(idx);
         }
         self.adopt_spawned();
+        true
     }
 
     fn adopt_spawned(&mut self) {
@@ -414,213 +534,163 @@ impl World {
         }
     }
 
-    async fn jump_clock(&mut self) {
-        // Drawn first, so that turning the fault off leaves the rest of the schedule as it was.
-        let by = LEASE * (1 + u32::try_from(self.rng.below(3)).unwrap_or(0));
-        if !self.config.faults.contains(FaultKind::ClockJump) {
-            return;
-        }
-        self.chaos.count(FaultKind::ClockJump);
-        self.note(|| format!("FAULT clock jumps +{by:?}"));
-        self.clock.move_time_forward_sync(by);
-        tokio::time::advance(by).await;
-    }
-
-    fn kill_node(&mut self) {
-        let node = self.rng.index(NODES);
-        if !self.config.faults.contains(FaultKind::ExecutorKilled) || !self.alive[node] {
-            return;
-        }
-        self.chaos.count(FaultKind::ExecutorKilled);
-        self.alive[node] = false;
+    /// Kills node `node` (`role` `None`), or its watcher or pruner alone.
+    fn kill(&mut self, node: usize, role: Option<Role>) -> bool {
+        let state = &mut self.nodes[node];
+        let (kind, what) = match role {
+            None if state.alive => {
+                *state = Node::default();
+                (FaultKind::NodeKilled, format!("node {node}"))
+            }
+            Some(Role::Watcher) if state.watcher => {
+                state.watcher = false;
+                (FaultKind::WatcherKilled, format!("node {node}'s watcher"))
+            }
+            Some(Role::Pruner) if state.pruner => {
+                state.pruner = false;
+                (FaultKind::PrunerKilled, format!("node {node}'s pruner"))
+            }
+            _ => return false,
+        };
+        self.chaos.count(kind);
         let before = self.tasks.len();
-        self.tasks.retain(|task| task.owner != Owner::Node(node));
+        self.tasks.retain(|task| {
+            task.owner != Owner::Node(node) || role.is_some_and(|role| task.role != role)
+        });
         let dropped = before - self.tasks.len();
-        self.note(|| format!("FAULT node {node} killed ({dropped} tasks dropped)"));
+        self.note(|| format!("FAULT {what} killed ({dropped} tasks dropped)"));
+        true
     }
 
-    fn restart_node(&mut self) {
-        let node = self.rng.index(NODES);
-        if !self.alive[node] {
-            self.start_node(node);
+    /// Starts what is not running on node `node`: all of it when the node is dead (two
+    /// executors with fresh ids, a watcher, a pruner), else its killed loops.
+    fn restart(&mut self, node: usize) -> bool {
+        let state = self.nodes[node];
+        if !state.alive {
+            self.note(|| format!("node {node} starts"));
+            for (name, worker) in [
+                ("activities", self.activities.clone()),
+                ("workflows", self.workflows.clone()),
+            ] {
+                let executor = executor_loop(
+                    worker,
+                    self.db.clone(),
+                    self.clock.clone(),
+                    self.spawned.clone(),
+                    node,
+                );
+                let label = format!("node {node} {name} executor");
+                self.push(Owner::Node(node), Role::Executor, label, executor);
+            }
         }
-    }
-
-    /// Starts node `node`: an activity executor and a workflow executor, fresh ids.
-    fn start_node(&mut self, node: usize) {
-        self.alive[node] = true;
-        self.note(|| format!("node {node} starts"));
-        for (name, worker) in [
-            ("activities", self.activities.clone()),
-            ("workflows", self.workflows.clone()),
-        ] {
-            let executor = executor_loop(
-                worker,
+        if !state.watcher {
+            self.note(|| format!("node {node}'s watcher starts"));
+            let watcher = components::watcher(
                 self.db.clone(),
                 self.clock.clone(),
-                self.spawned.clone(),
-                node,
+                self.closing.subscribe(),
             );
-            self.push(
-                Owner::Node(node),
-                format!("node {node} {name} executor"),
-                executor,
+            let label = format!("node {node} watcher");
+            self.push(Owner::Node(node), Role::Watcher, label, watcher);
+        }
+        if !state.pruner {
+            self.note(|| format!("node {node}'s pruner starts"));
+            let pruner = components::pruner(
+                self.db.clone(),
+                self.clock.clone(),
+                self.closing.subscribe(),
             );
+            let label = format!("node {node} pruner");
+            self.push(Owner::Node(node), Role::Pruner, label, pruner);
         }
-        let scheduler = scheduler(self.db.clone(), self.clock.clone());
-        self.push(
-            Owner::Node(node),
-            format!("node {node} scheduler"),
-            scheduler,
-        );
-    }
-
-    /// A client submits the next top-level execution (and retries it until it is accepted).
-    fn submit(&mut self) {
-        if self.submitted >= self.config.executions {
-            return;
-        }
-        self.submitted += 1;
-        let k = u64::from(self.submitted);
-        let execution_id = self.top_level_id(k);
-        let kind = self.rng.below(10);
-        let n = 1 + self.rng.below(3);
-        let function = match kind {
-            0..4 => DOUBLE,
-            4..8 => FAN,
-            _ => NEST,
+        self.nodes[node] = Node {
+            alive: true,
+            watcher: true,
+            pruner: true,
         };
-        self.note(|| format!("client submits {}({n}) as {execution_id}", function.name()));
-        let client = Client::new(self.db.clone(), self.clock.clone(), workers::component())
-            .retries(2, Duration::from_millis(100));
-        let label = format!("client {execution_id}");
-        self.push(Owner::Client, label, async move {
-            while client
-                .submit_with_id(execution_id.clone(), &function, &n)
-                .await
-                .is_err()
-            {
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-        });
+        !(state.alive && state.watcher && state.pruner)
     }
-}
 
-impl World {
-    /// A client cancels one of the executions submitted so far (retrying a failed write).
-    fn cancel(&mut self) {
-        if self.submitted == 0 {
-            return;
+    fn push(
+        &mut self,
+        owner: Owner,
+        role: Role,
+        label: String,
+        future: impl Future<Output = ()> + 'static,
+    ) {
+        self.tasks.push(Task::new(owner, role, label, future));
+    }
+
+    fn client(&self) -> Client<SimClock> {
+        Client::new(self.db.clone(), self.clock.clone(), workers::component())
+    }
+
+    /// A label for the next request of `kind` (`client cancel E_…`), unique among the tasks.
+    fn request_label(&mut self, kind: String) -> String {
+        let nth = self.requests.entry(kind.clone()).or_default();
+        *nth += 1;
+        format!("{kind} #{nth}")
+    }
+
+    /// A client submits the `k`-th top-level execution (and retries until it is answered).
+    fn submit(&mut self, k: u32) -> bool {
+        if k == 0 || k > self.config.executions || !self.submitted.insert(k) {
+            return false;
         }
-        let k = 1 + self.rng.below(u64::from(self.submitted));
         let execution_id = self.top_level_id(k);
-        self.note(|| format!("client cancels {execution_id}"));
-        let client = Client::new(self.db.clone(), self.clock.clone(), workers::component());
-        let label = format!("client cancel of {execution_id}");
-        self.push(Owner::Client, label, async move {
-            loop {
-                match client.cancel(&execution_id, "simulated cancel").await {
-                    // Not created yet (its submission failed so far): nothing to cancel.
-                    Ok(_) | Err(ClientError::NotFound(_)) => break,
-                    Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
-                }
-            }
+        let work = Workload::of(self.config.seed, k);
+        self.note(|| {
+            let (name, n, retries) = (work.function.name(), work.n, work.retries);
+            format!("client submits {name}({n}) as {execution_id}, {retries} retries")
         });
+        let records = self.records.clone();
+        let submit = components::submit(self.client(), execution_id, k, work, records);
+        self.push(
+            Owner::Client,
+            Role::Client,
+            format!("client submit {k}"),
+            submit,
+        );
+        true
+    }
+
+    /// A client cancels `target` with its unfinished descendants.
+    fn cancel(&mut self, target: ExecutionId) {
+        self.note(|| format!("client cancels {target}"));
+        let label = self.request_label(format!("client cancel {target}"));
+        let cancel = components::cancel(self.client(), target, self.records.clone());
+        self.push(Owner::Client, Role::Client, label, cancel);
+    }
+
+    /// A client completes the promise of the `k`-th top-level execution with `value`.
+    fn complete(&mut self, k: u32, value: u64) -> bool {
+        if !self.submitted.contains(&k) || !Workload::of(self.config.seed, k).is_promised() {
+            return false;
+        }
+        let workflow = self.top_level_id(k);
+        self.note(|| format!("client completes the promise of {workflow} with {value}"));
+        let label = self.request_label(format!("client complete {k}"));
+        let complete = components::complete(
+            self.client(),
+            self.db.clone(),
+            (workflow, k),
+            value,
+            self.records.clone(),
+        );
+        self.push(Owner::Client, Role::Client, label, complete);
+        true
     }
 
     /// The id of the `k`-th top-level execution (from 1).
-    fn top_level_id(&self, k: u64) -> ExecutionId {
+    fn top_level_id(&self, k: u32) -> ExecutionId {
         ExecutionId::from(ExecutionIdTopLevel::from_parts(
-            946_684_800_000 + k,
+            946_684_800_000 + u64::from(k),
             (u128::from(self.config.seed) & 0xFFFF_FFFF_FFFF) << 32 | u128::from(k),
         ))
     }
 }
 
-/// The loop of one executor, as `ExecTask`'s own loop runs it (take permits, lock, run,
-/// wait for the next due execution), with its runs handed to the harness instead of spawned.
-fn executor_loop(
-    worker: Arc<dyn Worker>,
-    db: Arc<dyn DbConnection>,
-    clock: SimClock,
-    spawned: Spawned,
-    node: usize,
-) -> impl Future<Output = ()> + 'static {
-    let limiter = Arc::new(Semaphore::new(3));
-    let ffqns: Arc<[FunctionFqn]> = worker.exported_functions().into();
-    let config = ExecConfig {
-        lock_expiry: LEASE,
-        tick_sleep: TICK_SLEEP,
-        batch_size: 3,
-        component_id: workers::component(),
-        task_limiter: Some(limiter.clone()),
-    };
-    let executor_db: Arc<dyn DbExecutor> = db.clone();
-    let task = ExecTask::new(worker, config, clock.clone(), executor_db);
-    async move {
-        loop {
-            // Wait for a free permit, as the real loop does (at most `tick_sleep`).
-            if let Ok(Ok(permit)) = tokio::time::timeout(TICK_SLEEP, limiter.acquire()).await {
-                drop(permit);
-            } else {
-                continue;
-            }
-            match task.lock_runs(clock.now()).await {
-                Ok(runs) => {
-                    for run in runs {
-                        let label = format!("node {node} run {}", run.execution_id);
-                        let future = Box::pin(tokio::task::unconstrained(run.future));
-                        spawned.borrow_mut().push(Task {
-                            owner: Owner::Node(node),
-                            label,
-                            future,
-                        });
-                    }
-                    db.wait_for_pending(clock.now(), ffqns.clone(), TICK_SLEEP)
-                        .await;
-                }
-                Err(_) => tokio::time::sleep(TICK_SLEEP).await,
-            }
-            // One iteration per poll at most: against the memory store every await of an
-            // iteration may complete at once, and a loop that never returns `Pending` would
-            // take the whole schedule (a spinning executor is then a liveness failure, not a
-            // harness that hangs).
-            YieldOnce(false).await;
-        }
-    }
-}
-
-/// Pending once: ends the harness's poll of the task that awaits it.
-struct YieldOnce(bool);
-
-impl Future for YieldOnce {
-    type Output = ();
-
-    fn poll(mut self: Pin<&mut Self>, _cx: &mut Context<'_>) -> std::task::Poll<()> {
-        if self.0 {
-            std::task::Poll::Ready(())
-        } else {
-            self.0 = true;
-            std::task::Poll::Pending
-        }
-    }
-}
-
-/// The watcher's loop: a tick, then a sleep.
-async fn watcher(db: Arc<dyn DbConnection>, clock: SimClock) {
-    loop {
-        let _ = timers_watcher::tick(db.as_ref(), clock.now(), WATCHER_LEEWAY).await;
-        tokio::time::sleep(WATCHER_TICK).await;
-    }
-}
-
-/// A node's scheduler loop: a pass over the due schedules, then a sleep (the nodes race).
-async fn scheduler(db: Arc<dyn DbConnection>, clock: SimClock) {
-    loop {
-        let _ = timers_watcher::fire_schedules(db.as_ref(), clock.now()).await;
-        tokio::time::sleep(WATCHER_TICK).await;
-    }
-}
+mod draw;
 
 /// Hashes what the logs hold (event kinds and response counts per execution).
 fn fingerprint_logs(hasher: &mut DefaultHasher, logs: &BTreeMap<ExecutionId, ExecutionLog>) {
