@@ -622,6 +622,20 @@ pub trait DbClient: DbAwait {
         version: Version,
     ) -> Result<ExecutionEvent, DbError>;
 
+    /// The `Created` event (version 0) of each of `execution_ids`, in their order, in one read
+    /// where the store can: what a workflow's replay reads of its children. `NotFound` when
+    /// one of them is not stored.
+    async fn created_events(
+        &self,
+        execution_ids: &[ExecutionId],
+    ) -> Result<Vec<ExecutionEvent>, DbError> {
+        let mut events = Vec::with_capacity(execution_ids.len());
+        for execution_id in execution_ids {
+            events.push(self.get_execution_event(execution_id, Version(0)).await?);
+        }
+        Ok(events)
+    }
+
     /// Up to `limit` events of the log from `from` on, in version order; `NotFound` for an
     /// unknown execution.
     async fn list_events(

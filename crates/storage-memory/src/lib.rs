@@ -223,6 +223,18 @@ impl kernel::Backend for MemoryStore {
         })
     }
 
+    async fn created_events(
+        &self,
+        execution_ids: &[ExecutionId],
+    ) -> Result<Vec<(ExecutionId, ExecutionEvent)>, DbError> {
+        let state = self.open_state()?;
+        let created = |id: &ExecutionId| {
+            let event = state.record(id).ok()?.events.first()?.clone();
+            Some((id.clone(), event))
+        };
+        Ok(execution_ids.iter().filter_map(created).collect())
+    }
+
     async fn list_executions(
         &self,
         filter: ListExecutionsFilter,

@@ -352,6 +352,14 @@ impl kernel::Backend for PostgresStore {
         reads::list_events(&client, execution_id, from, limit).await
     }
 
+    async fn created_events(
+        &self,
+        execution_ids: &[ExecutionId],
+    ) -> Result<Vec<(ExecutionId, ExecutionEvent)>, DbError> {
+        let client = self.reader().await?;
+        reads::created_events(&client, execution_ids).await
+    }
+
     async fn list_executions(
         &self,
         filter: ListExecutionsFilter,

@@ -210,6 +210,20 @@ pub(crate) async fn list_events(
         .collect()
 }
 
+/// The `Created` events of `execution_ids` that are stored, with their ids, in one statement.
+pub(crate) async fn created_events(
+    client: &ClientWrapper,
+    execution_ids: &[ExecutionId],
+) -> Result<Vec<(ExecutionId, ExecutionEvent)>, DbError> {
+    let sql = "SELECT execution_id, event_json FROM t_event \
+               WHERE execution_id = ANY($1) AND version = 0";
+    let ids: Vec<&str> = execution_ids.iter().map(ExecutionId::as_str).collect();
+    let rows = one(client, sql, vec![Box::new(ids)]).await?;
+    (rows.iter())
+        .map(|row| Ok((parsed(row, 0, "execution id")?, json(row, 1, "event")?)))
+        .collect()
+}
+
 /// Executions newest first that pass `filter`, after the cursor.
 pub(crate) async fn list_executions(
     client: &ClientWrapper,

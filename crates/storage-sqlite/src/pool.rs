@@ -338,6 +338,15 @@ impl kernel::Backend for SqlitePool {
             .await
     }
 
+    async fn created_events(
+        &self,
+        execution_ids: &[ExecutionId],
+    ) -> Result<Vec<(ExecutionId, ExecutionEvent)>, DbError> {
+        let ids = execution_ids.to_vec();
+        self.read(move |conn| reads::created_events(conn, &ids))
+            .await
+    }
+
     async fn list_executions(
         &self,
         filter: ListExecutionsFilter,

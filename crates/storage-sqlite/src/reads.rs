@@ -68,6 +68,29 @@ pub(crate) fn events(
     rows(conn, sql, params, |row| json(row, 0))
 }
 
+/// The `Created` events of `execution_ids` that are stored, with their ids, from one
+/// snapshot: one statement per thousand ids.
+pub(crate) fn created_events(
+    conn: &mut Connection,
+    execution_ids: &[ExecutionId],
+) -> Result<Vec<(ExecutionId, ExecutionEvent)>> {
+    let tx = conn.transaction()?;
+    let mut found = Vec::with_capacity(execution_ids.len());
+    for chunk in execution_ids.chunks(1_000) {
+        let sql = format!(
+            "SELECT execution_id, event_json FROM t_event WHERE version = 0 AND execution_id IN \
+             ({})",
+            vec!["?"; chunk.len()].join(", ")
+        );
+        let ids = chunk.iter().map(ExecutionId::as_str);
+        found.extend(rows(&tx, &sql, params_from_iter(ids), |row| {
+            Ok((parsed(row, 0, "execution id")?, json(row, 1)?))
+        })?);
+    }
+    tx.finish()?;
+    Ok(found)
+}
+
 /// [`events`] of a known execution, from one snapshot.
 pub(crate) fn list_events(
     conn: &mut Connection,

@@ -127,6 +127,8 @@ pub enum Read<'a> {
     Get(&'a ExecutionId),
     /// `list_events`.
     ListEvents(&'a ExecutionId),
+    /// `created_events`.
+    CreatedEvents,
     /// `list_executions`.
     ListExecutions,
     /// `list_schedules` and `get_schedule`.
@@ -363,6 +365,15 @@ impl Backend for ForwardingDb {
     ) -> Result<Vec<ExecutionEvent>, DbError> {
         self.hook.read(&Read::ListEvents(execution_id))?;
         self.inner.list_events(execution_id, from, limit).await
+    }
+
+    async fn created_events(
+        &self,
+        execution_ids: &[ExecutionId],
+    ) -> Result<Vec<(ExecutionId, ExecutionEvent)>, DbError> {
+        self.hook.read(&Read::CreatedEvents)?;
+        let events = self.inner.created_events(execution_ids).await?;
+        Ok(execution_ids.iter().cloned().zip(events).collect())
     }
 
     async fn list_executions(

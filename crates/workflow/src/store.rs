@@ -90,19 +90,21 @@ impl RunIo for RunStore {
     }
 }
 
-/// The function and parameters of each of `children`, from their `Created` events.
+/// The function and parameters of each of `children`, from their `Created` events, read at
+/// once.
 pub(crate) async fn children_created(
     db: &dyn DbClient,
     children: Vec<ExecutionId>,
 ) -> Result<HashMap<ExecutionId, (FunctionFqn, Json)>, DbError> {
-    let mut created = HashMap::with_capacity(children.len());
-    for child in children {
-        let event = db.get_execution_event(&child, Version(0)).await?;
-        if let ExecutionEventInner::Created { ffqn, params, .. } = event.event {
-            created.insert(child, (ffqn, params));
-        }
-    }
-    Ok(created)
+    let events = db.created_events(&children).await?;
+    let created = children
+        .into_iter()
+        .zip(events)
+        .filter_map(|(child, event)| match event.event {
+            ExecutionEventInner::Created { ffqn, params, .. } => Some((child, (ffqn, params))),
+            _ => None,
+        });
+    Ok(created.collect())
 }
 
 /// Creates one execution, or finds it already created by the same request.

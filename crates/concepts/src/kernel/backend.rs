@@ -244,6 +244,13 @@ pub trait Backend: Send + Sync + 'static {
         limit: usize,
     ) -> impl Future<Output = Result<Vec<ExecutionEvent>, DbError>> + Send;
 
+    /// [`DbClient::created_events`]: the stored `Created` events of `execution_ids` with their
+    /// ids, in any order (one read); the kernel orders them and names a missing one.
+    fn created_events(
+        &self,
+        execution_ids: &[ExecutionId],
+    ) -> impl Future<Output = Result<Vec<(ExecutionId, ExecutionEvent)>, DbError>> + Send;
+
     /// [`DbClient::list_executions`].
     fn list_executions(
         &self,
@@ -425,6 +432,21 @@ impl<B: Backend> DbClient for B {
         event.into_iter().next().ok_or_else(|| {
             DbError::NotFound(format!("event at version {version} of {execution_id}"))
         })
+    }
+
+    async fn created_events(
+        &self,
+        execution_ids: &[ExecutionId],
+    ) -> Result<Vec<ExecutionEvent>, DbError> {
+        let found: std::collections::HashMap<ExecutionId, ExecutionEvent> =
+            Backend::created_events(self, execution_ids)
+                .await?
+                .into_iter()
+                .collect();
+        execution_ids
+            .iter()
+            .map(|id| (found.get(id).cloned()).ok_or_else(|| DbError::execution_not_found(id)))
+            .collect()
     }
 
     async fn list_events(

@@ -219,7 +219,8 @@ pub async fn s22_listings_filter_and_page<F: StoreFactory>(factory: &F) {
 
 /// S23: `list_events` reads a log in pages, from a version on and at most a limit at a time,
 /// in version order; past the end it answers nothing, and for an unknown execution
-/// `NotFound`.
+/// `NotFound`. `created_events` answers the `Created` events of several executions in the
+/// order asked (a repeated id repeated), and `NotFound` when one of them is not stored.
 pub async fn s23_events_in_pages<F: StoreFactory>(factory: &F) {
     let store = factory.fresh().await;
     let db = store.db.as_ref();
@@ -256,6 +257,30 @@ pub async fn s23_events_in_pages<F: StoreFactory>(factory: &F) {
     assert_eq!(db.list_events(&id, Version(2), 0).await.unwrap(), []);
     expect_kind(
         db.list_events(&execution_id(99), Version(0), 3).await,
+        DbErrorKind::NotFound,
+    );
+    let others: Vec<_> = (2..=4).map(execution_id).collect();
+    for (n, other) in others.iter().enumerate() {
+        let at = plus(start, Duration::from_secs(u64::try_from(n).unwrap()));
+        db.create(create_request(other.clone(), ffqn("other"), at))
+            .await
+            .unwrap();
+    }
+    let asked = [
+        others[2].clone(),
+        id.clone(),
+        others[0].clone(),
+        others[2].clone(),
+    ];
+    let created = db.created_events(&asked).await.unwrap();
+    let mut expected = Vec::new();
+    for asked in &asked {
+        expected.push(db.get_execution_event(asked, Version(0)).await.unwrap());
+    }
+    assert_eq!(created, expected);
+    assert!(db.created_events(&[]).await.unwrap().is_empty());
+    expect_kind(
+        db.created_events(&[id.clone(), execution_id(99)]).await,
         DbErrorKind::NotFound,
     );
 }
