@@ -1,8 +1,10 @@
 //! The names of Stele's metrics, recorded through the [`metrics`] facade by every crate that
 //! does the work they count (the storage kernel here, the executor, the timers watcher, the
 //! workflow layer, the node), and exported by whatever recorder the program installs (`stele
-//! serve` installs Prometheus' and serves it on `/metrics`). No library crate depends on an
-//! exporter; until a program installs a recorder and calls [`describe`], nothing is recorded.
+//! serve` installs its own, `cli::prometheus`, and serves it on `/metrics` in Prometheus' text
+//! format). No library crate depends on an exporter; until a program installs a recorder and
+//! calls [`describe`], nothing is recorded, and handles registered before are the no-op
+//! recorder's for good: install first.
 //!
 //! Every name, its kind, unit and labels are in `docs/METRICS.md`, and only there; a test
 //! checks that the table and [`ALL`] agree. Labels are bounded: a function, a component, an
