@@ -9,7 +9,7 @@
 //! phase. One thread makes the count repeatable (a multi-thread runtime adds its workers'
 //! parking and stealing, which depend on timing); the figure is the phase's instructions
 //! divided by the executions. `--callgrind-out` keeps the profile for `callgrind_annotate`;
-//! `--with-recorder` counts with Prometheus' recorder installed (the cost of the metrics).
+//! `--with-recorder` counts with the recorder `stele serve` installs (the cost of the metrics).
 
 use anyhow::{Context, bail};
 use std::{path::PathBuf, process::Command, sync::Arc};
@@ -27,9 +27,9 @@ pub(crate) struct InstructionArgs {
     /// With --instructions: keep callgrind's profile at this path (for `callgrind_annotate`).
     #[arg(long)]
     callgrind_out: Option<PathBuf>,
-    /// Run with a metrics recorder installed (Prometheus', as `stele serve` installs it, its
-    /// histograms folded every 5 s), to measure what recording costs: the instruction count
-    /// with --instructions, every other row without.
+    /// Run with the metrics recorder `stele serve` installs (`cli::prometheus::serve_recorder`,
+    /// its recent counts noted every 5 s), to measure what recording costs: the instruction
+    /// count with --instructions, every other row without.
     #[arg(long)]
     pub(crate) with_recorder: bool,
     /// Run the counted phase itself (the benchmark starts itself this way under callgrind).
@@ -124,13 +124,12 @@ pub(crate) fn run_phase(
     Ok(())
 }
 
-/// Installs Prometheus' recorder and turns recording on; its handle folds the histograms.
-pub(crate) fn install_recorder() -> anyhow::Result<metrics_exporter_prometheus::PrometheusHandle> {
-    let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
-    let handle = recorder.handle();
-    metrics::set_global_recorder(recorder).context("installing the recorder")?;
-    concepts::metrics::describe();
-    Ok(handle)
+/// Installs the recorder `stele serve` installs (`cli::prometheus::install`) and turns
+/// recording on; the recent counts it keeps for the overview, to note every few seconds.
+pub(crate) fn install_recorder() -> anyhow::Result<Arc<node::recent::Recent>> {
+    let (_handle, recent) = cli::prometheus::install()
+        .map_err(|err| anyhow::anyhow!("installing the recorder: {err}"))?;
+    Ok(recent)
 }
 
 /// What callgrind counts: the end-to-end workload on `db`, from building the requests to the

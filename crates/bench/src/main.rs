@@ -513,11 +513,11 @@ fn main() -> anyhow::Result<()> {
         .enable_all()
         .build()?;
     if cli.args.instructions.with_recorder && cli.command.is_none() {
-        let handle = instructions::install_recorder()?;
+        let recent = instructions::install_recorder()?;
         runtime.spawn(async move {
             loop {
                 tokio::time::sleep(std::time::Duration::from_secs(5)).await;
-                handle.run_upkeep();
+                recent.upkeep();
             }
         });
     }

@@ -38,6 +38,8 @@
 //! - [`report`]: the summary of a workload, computed from the event logs alone.
 //! - [`database`]: how a `--database` argument (a path, `sqlite://PATH` or `postgres://...`) is
 //!   understood and opened.
+//! - [`prometheus`]: the recorder `stele serve` installs and renders on `/metrics`
+//!   ([`prometheus::serve_recorder`], which the benchmark's `--with-recorder` installs too).
 //!
 //! # Exit codes of `stele`
 //!
@@ -60,6 +62,7 @@
 //! Errors are printed as one line on stderr, starting with `error: `.
 
 pub mod database;
+pub mod prometheus;
 pub mod report;
 pub mod workers;
 pub mod workload;

@@ -1735,7 +1735,12 @@ fn serve_http_serves_its_metrics_in_prometheus_text_behind_the_token() {
     let (_, body) = answer.split_once("\r\n\r\n").expect("headers and a body");
     // Every line is a comment or `name{labels} value`, with a number for the value.
     let mut samples = std::collections::HashMap::new();
+    let mut types = std::collections::HashMap::new();
     for line in body.lines().filter(|line| !line.is_empty()) {
+        if let Some(declared) = line.strip_prefix("# TYPE ") {
+            let (name, kind) = declared.split_once(' ').unwrap_or_else(|| panic!("{line}"));
+            types.insert(name.to_string(), kind.to_string());
+        }
         if line.starts_with('#') {
             continue;
         }
@@ -1758,11 +1763,48 @@ fn serve_http_serves_its_metrics_in_prometheus_text_behind_the_token() {
         Some(&1.0),
         "{body}"
     );
-    assert!(
-        body.contains("# TYPE stele_attempt_duration_seconds summary")
-            || body.contains("# TYPE stele_attempt_duration_seconds histogram"),
-        "{body}"
-    );
+    // Every histogram of docs/METRICS.md's table is exported as one, with buckets (not a
+    // summary), and those this workload recorded are there, each `+Inf` bucket its count.
+    let promised: Vec<&str> = include_str!("../../../docs/METRICS.md")
+        .lines()
+        .filter(|line| line.contains("| histogram |"))
+        .filter_map(|line| line.strip_prefix("| `")?.split_once('`'))
+        .map(|(name, _)| name)
+        .collect();
+    assert_eq!(promised.len(), 5, "{promised:?}");
+    for name in promised {
+        if let Some(kind) = types.get(name) {
+            assert_eq!(kind, "histogram", "{name}: {body}");
+        }
+    }
+    let recorded = [
+        ("stele_schedule_to_start_seconds", flaky.to_string()),
+        ("stele_attempt_duration_seconds", flaky.to_string()),
+        ("stele_created_to_finished_seconds", flaky.to_string()),
+        (
+            "stele_store_write_duration_seconds",
+            r#"operation="create""#.to_string(),
+        ),
+    ];
+    for (name, labels) in recorded {
+        assert_eq!(
+            types.get(name).map(String::as_str),
+            Some("histogram"),
+            "{name}: {body}"
+        );
+        let count = samples.get(&format!("{name}_count{{{labels}}}"));
+        let all = samples.get(&format!(r#"{name}_bucket{{{labels},le="+Inf"}}"#));
+        assert!(count.is_some_and(|count| *count >= 1.0), "{name}: {body}");
+        assert_eq!(all, count, "{name}: {body}");
+        assert!(
+            samples.contains_key(&format!("{name}_sum{{{labels}}}")),
+            "{body}"
+        );
+        let buckets = (samples.keys())
+            .filter(|series| series.starts_with(&format!("{name}_bucket{{{labels},le=")))
+            .count();
+        assert_eq!(buckets, 18, "seventeen bounds and +Inf: {body}");
+    }
     let (code, _) = server.terminate();
     assert_eq!(code, 130);
 }

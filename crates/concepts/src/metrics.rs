@@ -1,8 +1,10 @@
 //! The names of Stele's metrics, recorded through the [`metrics`] facade by every crate that
 //! does the work they count (the storage kernel here, the executor, the timers watcher, the
 //! workflow layer, the node), and exported by whatever recorder the program installs (`stele
-//! serve` installs Prometheus' and serves it on `/metrics`). No library crate depends on an
-//! exporter; until a program installs a recorder and calls [`describe`], nothing is recorded.
+//! serve` installs its own, `cli::prometheus`, and serves it on `/metrics` in Prometheus' text
+//! format). No library crate depends on an exporter; until a program installs a recorder and
+//! calls [`describe`], nothing is recorded, and handles registered before are the no-op
+//! recorder's for good: install first.
 //!
 //! Every name, its kind, unit and labels are in `docs/METRICS.md`, and only there; a test
 //! checks that the table and [`ALL`] agree. Labels are bounded: a function, a component, an
@@ -10,13 +12,16 @@
 
 /// Counter `{function}`: executions created (submitted, or children created by a workflow).
 pub const EXECUTIONS_CREATED: &str = "stele_executions_created_total";
-/// Counter `{function, outcome}`: executions an executor finished, by how.
+/// Counter `{function, outcome}`: executions an executor finished, by how, and those the
+/// timers watcher finished with a permanent timeout.
 pub const EXECUTIONS_FINISHED: &str = "stele_executions_finished_total";
 /// Counter: executions finished by a cancellation (a tree counts each member).
 pub const EXECUTIONS_CANCELLED: &str = "stele_executions_cancelled_total";
-/// Counter `{function, result}`: attempts, by what the attempt's outcome was.
+/// Counter `{function, result}`: attempts, by what the attempt's outcome was (the watcher's
+/// `lease_expired` included).
 pub const ATTEMPTS: &str = "stele_attempts_total";
-/// Counter `{function}`: attempts that failed or timed out and were scheduled again.
+/// Counter `{function}`: attempts that failed or timed out (in the worker, or by their lease's
+/// expiry) and were scheduled again.
 pub const RETRIES: &str = "stele_retries_total";
 /// Counter: leases the timers watcher expired.
 pub const LEASES_EXPIRED: &str = "stele_lease_expirations_total";
@@ -32,21 +37,25 @@ pub const FENCED_WRITES: &str = "stele_fenced_writes_total";
 pub const STORE_ERRORS: &str = "stele_store_errors_total";
 /// Histogram `{function}`, seconds: from the time an execution was due to its lock.
 pub const SCHEDULE_TO_START: &str = "stele_schedule_to_start_seconds";
-/// Histogram `{function}`, seconds: how long an attempt's worker ran.
+/// Histogram `{function}`, seconds: an attempt, from its lock to its outcome.
 pub const ATTEMPT_DURATION: &str = "stele_attempt_duration_seconds";
 /// Histogram `{function}`, seconds: from an execution's first schedule to the executor's
 /// finish.
 pub const CREATED_TO_FINISHED: &str = "stele_created_to_finished_seconds";
 /// Histogram `{operation}`, seconds: one write to the store, from the call to its reply.
 pub const STORE_WRITE_DURATION: &str = "stele_store_write_duration_seconds";
-/// Histogram `{function}`: the events a workflow's run replayed before it went on.
-pub const EVENTS_REPLAYED: &str = "stele_workflow_events_replayed";
+/// Histogram `{function}`, events: the events a workflow's run replayed before it went on.
+pub const EVENTS_REPLAYED: &str = "stele_workflow_replayed_events";
 /// Gauge `{component}`: runs an executor holds.
 pub const RUNS_IN_FLIGHT: &str = "stele_executor_runs_in_flight";
 /// Gauge `{component}`: runs an executor may still start.
 pub const FREE_SLOTS: &str = "stele_executor_free_slots";
-/// Gauge `{function}`: executions due now and not locked, sampled by the node.
+/// Gauge `{function}`: executions due now and not locked, counted up to a cap, sampled by the
+/// node.
 pub const DUE_EXECUTIONS: &str = "stele_due_executions";
+/// Gauge `{function}`: 1 when more executions are due than [`DUE_EXECUTIONS`] counted (it is a
+/// lower bound then), else 0.
+pub const DUE_CAPPED: &str = "stele_due_executions_capped";
 /// Gauge `{function}`, seconds: how long the oldest due execution has waited, sampled by the
 /// node.
 pub const OLDEST_DUE_AGE: &str = "stele_oldest_due_age_seconds";
@@ -54,7 +63,7 @@ pub const OLDEST_DUE_AGE: &str = "stele_oldest_due_age_seconds";
 pub const HTTP_LONG_POLLS: &str = "stele_http_long_polls";
 
 /// Every name above.
-pub const ALL: [&str; 20] = [
+pub const ALL: [&str; 21] = [
     EXECUTIONS_CREATED,
     EXECUTIONS_FINISHED,
     EXECUTIONS_CANCELLED,
@@ -73,6 +82,7 @@ pub const ALL: [&str; 20] = [
     RUNS_IN_FLIGHT,
     FREE_SLOTS,
     DUE_EXECUTIONS,
+    DUE_CAPPED,
     OLDEST_DUE_AGE,
     HTTP_LONG_POLLS,
 ];
@@ -84,7 +94,7 @@ pub const OPERATION: &str = "operation";
 /// The label of a finished execution's outcome kind (`ok`, `error`, `failed`, `timeout`, ...).
 pub const OUTCOME: &str = "outcome";
 /// The label of an attempt's result (`finished`, `temporarily_failed`, `timed_out`,
-/// `unlocked`).
+/// `unlocked`, `by_worker`, `lease_expired`).
 pub const RESULT: &str = "result";
 /// The label of an executor's component.
 pub const COMPONENT: &str = "component";
@@ -111,7 +121,7 @@ pub fn describe() {
     describe_counter!(EXECUTIONS_CREATED, "executions created, by function");
     describe_counter!(
         EXECUTIONS_FINISHED,
-        "executions an executor finished, by function and outcome"
+        "executions an executor (or the watcher, timing out) finished, by function and outcome"
     );
     describe_counter!(
         EXECUTIONS_CANCELLED,
@@ -144,7 +154,7 @@ pub fn describe() {
     describe_histogram!(
         ATTEMPT_DURATION,
         Unit::Seconds,
-        "an attempt's run, by function"
+        "an attempt from its lock to its outcome, by function"
     );
     describe_histogram!(
         CREATED_TO_FINISHED,
@@ -163,7 +173,16 @@ pub fn describe() {
     );
     describe_gauge!(RUNS_IN_FLIGHT, Unit::Count, "runs an executor holds");
     describe_gauge!(FREE_SLOTS, Unit::Count, "runs an executor may still start");
-    describe_gauge!(DUE_EXECUTIONS, Unit::Count, "executions due and not locked");
+    describe_gauge!(
+        DUE_EXECUTIONS,
+        Unit::Count,
+        "executions due and not locked, counted up to a cap"
+    );
+    describe_gauge!(
+        DUE_CAPPED,
+        Unit::Count,
+        "1 when more executions are due than counted"
+    );
     describe_gauge!(
         OLDEST_DUE_AGE,
         Unit::Seconds,

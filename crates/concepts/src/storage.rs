@@ -174,6 +174,8 @@ pub struct LockedExecution {
 pub struct ExpiredLock {
     /// The execution.
     pub execution_id: ExecutionId,
+    /// Its function (the label of the watcher's metrics).
+    pub ffqn: FunctionFqn,
     /// The executor that held the lease.
     pub executor_id: ExecutorId,
     /// The version the watcher appends at.
@@ -651,6 +653,41 @@ pub trait DbClient: DbAwait {
         filter: ListExecutionsFilter,
         pagination: Pagination,
     ) -> Result<Vec<ExecutionSummary>, DbError>;
+
+    /// The executions of `ffqn` due at `at` and not locked (`PendingAt`, scheduled at or
+    /// before `at`): how many, counted up to `limit`, and when the oldest was due. One read of
+    /// the index the locks read, in its order, of at most `limit + 1` rows: its cost is bounded
+    /// however long the backlog is.
+    async fn due_backlog(
+        &self,
+        ffqn: &FunctionFqn,
+        at: DateTime<Utc>,
+        limit: usize,
+    ) -> Result<DueBacklog, DbError>;
+}
+
+/// What [`DbClient::due_backlog`] found.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DueBacklog {
+    /// How many executions are due, at most the limit asked.
+    pub due: usize,
+    /// True when more than the limit are due: `due` is a lower bound.
+    pub more: bool,
+    /// When the oldest was due (its `scheduled_at`, to the microsecond on the SQL backends),
+    /// if any is.
+    pub oldest_due_at: Option<DateTime<Utc>>,
+}
+
+impl DueBacklog {
+    /// The backlog of a read of the due times, oldest first, of at most `limit + 1` rows.
+    #[must_use]
+    pub fn of_due_times(times: &[DateTime<Utc>], limit: usize) -> Self {
+        Self {
+            due: times.len().min(limit),
+            more: times.len() > limit,
+            oldest_due_at: times.first().copied(),
+        }
+    }
 }
 
 /// Conveniences over [`DbClient`], for every client (blanket impl).

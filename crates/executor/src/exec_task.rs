@@ -159,6 +159,7 @@ impl<C: ClockFn> ExecTask<C> {
         let executor_id = self.executor_id;
         let ticks = self.ticks.clone();
         let runs = self.runs.clone();
+        let meters = self.meters.clone();
         let span = info_span!("executor", %executor_id, component_id = %self.config.component_id);
         let join = tokio::spawn(self.run_loop(closing_rx).instrument(span));
         ExecutorTaskHandle {
@@ -167,6 +168,7 @@ impl<C: ClockFn> ExecTask<C> {
             join: Some(join),
             ticks,
             runs,
+            meters,
         }
     }
 
@@ -222,7 +224,17 @@ impl<C: ClockFn> ExecTask<C> {
             if let Err(err) = &locked {
                 warn!("cannot lock pending executions: {err}");
             }
-            self.meters.slots(self.limiter.available_permits());
+            if concepts::metrics::enabled() {
+                // Sampled once a tick, not counted per run: the runs this loop spawned that
+                // have not ended, and the permits left.
+                let in_flight = {
+                    let mut tasks = lock_tasks(&self.runs);
+                    tasks.retain(|task| !task.is_finished());
+                    tasks.len()
+                };
+                self.meters
+                    .tick(in_flight, self.limiter.available_permits());
+            }
             tokio::select! {
                 _ = closing.wait_for(|closing| *closing) => break,
                 () = self.wait_after_tick(locked.is_ok()) => {}
@@ -331,7 +343,7 @@ impl<C: ClockFn> ExecTask<C> {
                 let permit = permits.pop();
                 Run {
                     execution_id: locked.execution_id.clone(),
-                    future: self.run(locked, permit, meters),
+                    future: self.run(locked, executed_at, permit, meters),
                 }
             })
             .collect();
@@ -343,15 +355,15 @@ impl<C: ClockFn> ExecTask<C> {
     fn run(
         &self,
         locked: LockedExecution,
+        locked_at: DateTime<Utc>,
         // `None` only when the store locked more executions than it was asked for.
         permit: Option<OwnedSemaphorePermit>,
-        meters: Arc<crate::metrics::FunctionMeters>,
+        meters: Option<Arc<crate::metrics::FunctionMeters>>,
     ) -> BoxFuture<'static, ()> {
         let run = RunInfo::from(&locked);
         let span = self.worker_span(&locked);
         let scheduled_at = locked.scheduled_at;
         let lock_expires_at = locked.locked_event.lock_expires_at;
-        let executor_meters = self.meters.clone();
         let ctx = WorkerContext {
             can_be_retried: retry::can_be_retried(locked.temporary_event_count, locked.max_retries),
             temporary_event_count: locked.temporary_event_count,
@@ -372,24 +384,30 @@ impl<C: ClockFn> ExecTask<C> {
         let db = self.db.clone();
         let clock = self.clock.clone();
         let task = async move {
-            executor_meters.in_flight(1.0);
-            let started = concepts::metrics::enabled().then(std::time::Instant::now);
             let result = run_catching_panics(worker.as_ref(), ctx).await;
             let by_worker = matches!(result, WorkerResult::DbUpdatedByWorker);
-            let ran = started.map(|started| started.elapsed()).unwrap_or_default();
+            // The attempt's duration is read from the times it reads anyway: its lock's and
+            // its outcome's (no clock read of its own).
             let now = clock.now();
+            let ran = (locked_at, now);
             match map_worker_result(result, &run, now) {
                 Some(write) => {
-                    let outcome = crate::metrics::Outcome::of(&write.event);
+                    let recorded = (meters.as_ref())
+                        .map(|meters| (meters, crate::metrics::Outcome::of(&write.event)));
                     let lease_left = (lock_expires_at - now).to_std().unwrap_or_default();
-                    if write_outcome(db.as_ref(), write, lease_left).await {
-                        meters.attempt(ran, outcome, scheduled_at, now);
+                    if write_outcome(db.as_ref(), write, lease_left).await
+                        && let Some((meters, outcome)) = recorded
+                    {
+                        meters.attempt(ran, outcome, scheduled_at);
                     }
                 }
-                None if by_worker => meters.attempt_by_worker(ran),
+                None if by_worker => {
+                    if let Some(meters) = &meters {
+                        meters.attempt_by_worker(ran);
+                    }
+                }
                 None => {}
             }
-            executor_meters.in_flight(-1.0);
             drop(permit);
         };
         Box::pin(task.instrument(span))
@@ -534,6 +552,8 @@ pub struct ExecutorTaskHandle {
     join: Option<JoinHandle<()>>,
     ticks: Arc<AtomicU64>,
     runs: RunTasks,
+    /// Its gauges, zeroed once it drained.
+    meters: Arc<crate::metrics::Meters>,
 }
 
 /// What a drain did with the runs that were in flight when it began
@@ -626,6 +646,8 @@ impl ExecutorTaskHandle {
                  timers watcher recovers them"
             );
         }
+        // Drained, it holds no run and starts none.
+        self.meters.tick(0, 0);
         DrainOutcome { finished, left }
     }
 

@@ -1,7 +1,7 @@
 //! What the executor records (names in `concepts::metrics`, the table in `docs/METRICS.md`):
-//! per lock, how long each execution waited after it was due; per attempt, its worker's run
-//! and what its outcome was, once the outcome is written; per executor, its runs in flight
-//! and free slots.
+//! per lock, how long each execution waited after it was due; per attempt, from its lock to
+//! its outcome and what the outcome was, once it is written; per executor and tick, its runs
+//! in flight and free slots.
 //!
 //! The handles are registered once, when the executor is made ([`Meters::new`]), for each
 //! function it runs and each label value: a run records through them without building a key
@@ -14,7 +14,7 @@ use concepts::{
     ComponentId, ExecutionEventInner, FunctionFqn, LockedExecution, ResultKind,
     metrics::{self as m},
 };
-use std::{sync::Arc, time::Duration};
+use std::sync::Arc;
 
 /// Seconds from `from` to `to`, never negative. Most such pairs fall on one day, whose
 /// seconds since midnight and nanoseconds are fields: a tenth of the instructions of a chrono
@@ -66,14 +66,14 @@ const RESULTS: [&str; 5] = [
     "by_worker",
 ];
 
-/// Every outcome kind, in the order of [`FunctionMeters::finished`].
-const KINDS: [ResultKind; 6] = [
+/// Every outcome kind an executor writes, in the order of [`FunctionMeters::finished`]: not a
+/// cancellation, which only `cancel` writes (counted by the storage kernel).
+const KINDS: [ResultKind; 5] = [
     ResultKind::Ok,
     ResultKind::FallibleError,
     ResultKind::Timeout,
     ResultKind::UnhandledChildExecutionError,
     ResultKind::PermanentFailure,
-    ResultKind::Cancelled,
 ];
 
 /// The handles of one function.
@@ -84,7 +84,7 @@ pub(crate) struct FunctionMeters {
     created_to_finished: Histogram,
     retries: Counter,
     attempts: [Counter; 5],
-    finished: [Counter; 6],
+    finished: [Counter; 5],
 }
 
 impl FunctionMeters {
@@ -108,21 +108,29 @@ impl FunctionMeters {
         }
     }
 
-    /// An attempt whose worker ran `ran` and whose outcome was written at `now`.
+    /// An attempt locked at `ran.0` whose outcome was written at `ran.1`, of an execution
+    /// first scheduled at `scheduled_at`.
     pub(crate) fn attempt(
         &self,
-        ran: Duration,
+        ran: (DateTime<Utc>, DateTime<Utc>),
         outcome: Outcome,
         scheduled_at: DateTime<Utc>,
-        now: DateTime<Utc>,
     ) {
         if !m::enabled() {
             return;
         }
-        self.attempt_duration.record(ran);
+        let now = ran.1;
+        self.attempt_duration.record(seconds(ran.0, now));
         let result = match outcome {
             Outcome::Finished(kind) => {
-                let index = KINDS.iter().position(|k| *k == kind).unwrap_or(0);
+                let index = match kind {
+                    ResultKind::Ok => 0,
+                    ResultKind::FallibleError => 1,
+                    ResultKind::Timeout => 2,
+                    ResultKind::UnhandledChildExecutionError => 3,
+                    // Not written by an executor; a failure of some kind, never `ok`.
+                    ResultKind::PermanentFailure | ResultKind::Cancelled => 4,
+                };
                 self.finished[index].increment(1);
                 self.created_to_finished.record(seconds(scheduled_at, now));
                 0
@@ -140,12 +148,13 @@ impl FunctionMeters {
         self.attempts[result].increment(1);
     }
 
-    /// An attempt whose worker wrote its own outcome (a workflow's run).
-    pub(crate) fn attempt_by_worker(&self, ran: Duration) {
+    /// An attempt locked at `ran.0` whose worker wrote its own outcome (a workflow's run),
+    /// returning at `ran.1`.
+    pub(crate) fn attempt_by_worker(&self, ran: (DateTime<Utc>, DateTime<Utc>)) {
         if !m::enabled() {
             return;
         }
-        self.attempt_duration.record(ran);
+        self.attempt_duration.record(seconds(ran.0, ran.1));
         self.attempts[4].increment(1);
     }
 }
@@ -173,41 +182,40 @@ impl Meters {
     }
 
     /// The handles of `locked`'s function (registered now if the store handed over a
-    /// function the executor did not name), after recording how long it had been due.
+    /// function the executor of several did not name), after recording how long it had been due; none
+    /// while recording is off.
     pub(crate) fn locked(
         &self,
         locked: &LockedExecution,
         now: DateTime<Utc>,
-    ) -> Arc<FunctionMeters> {
-        let meters = self
-            .functions
-            .iter()
-            .find(|(function, _)| *function == locked.ffqn)
-            .map_or_else(
-                || Arc::new(FunctionMeters::new(&locked.ffqn)),
-                |(_, meters)| meters.clone(),
-            );
-        if m::enabled() {
-            meters.schedule_to_start.record(seconds(locked.due_at, now));
+    ) -> Option<Arc<FunctionMeters>> {
+        if !m::enabled() {
+            return None;
         }
-        meters
+        let meters = match self.functions.as_slice() {
+            // `lock_pending` hands over only the functions asked: with one, nothing to find.
+            [(_, only)] => only.clone(),
+            functions => (functions.iter())
+                .find(|(function, _)| *function == locked.ffqn)
+                .map_or_else(
+                    || Arc::new(FunctionMeters::new(&locked.ffqn)),
+                    |(_, meters)| meters.clone(),
+                ),
+        };
+        meters.schedule_to_start.record(seconds(locked.due_at, now));
+        Some(meters)
     }
 
-    /// After a tick: the free slots.
-    pub(crate) fn slots(&self, free: usize) {
+    /// After a tick: the runs it holds and the free slots.
+    pub(crate) fn tick(&self, in_flight: usize, free: usize) {
         if !m::enabled() {
             return;
         }
-        #[expect(clippy::cast_precision_loss, reason = "a count of slots")]
-        self.free_slots.set(free as f64);
-    }
-
-    /// A run started (`+1`) or ended (`-1`).
-    pub(crate) fn in_flight(&self, change: f64) {
-        if !m::enabled() {
-            return;
+        #[expect(clippy::cast_precision_loss, reason = "counts of runs")]
+        {
+            self.in_flight.set(in_flight as f64);
+            self.free_slots.set(free as f64);
         }
-        self.in_flight.increment(change);
     }
 }
 

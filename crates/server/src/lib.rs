@@ -143,7 +143,7 @@ pub struct ApiOptions {
 }
 
 /// What `/metrics` answers: a function that renders the program's metrics as text (in
-/// Prometheus' exposition format, for `metrics-exporter-prometheus`'s handle).
+/// Prometheus' exposition format, as `stele serve`'s recorder renders it: `cli::prometheus`).
 #[derive(Clone)]
 pub struct MetricsText(pub Arc<dyn Fn() -> String + Send + Sync>);
 

@@ -44,7 +44,7 @@ mod tests;
 
 use chrono::{DateTime, Utc};
 use concepts::{
-    DbError, ExecutionEvent, ExecutionId, ExecutionLog, ExecutionSummary, ExpiredDelay,
+    DbError, DueBacklog, ExecutionEvent, ExecutionId, ExecutionLog, ExecutionSummary, ExpiredDelay,
     ExpiredTimer, FinishedExecutionResult, FunctionFqn, JoinSetResponseEventOuter,
     ListExecutionsFilter, LockPendingRequest, LockedExecution, Pagination, Version,
     kernel::{self, Forward, WaiterCounts, WaiterHub, Write},
@@ -198,6 +198,21 @@ impl kernel::Backend for MemoryStore {
             }
         }
         kernel::expired_timers(at, locked, delays)
+    }
+
+    async fn due_backlog(
+        &self,
+        ffqn: &FunctionFqn,
+        at: DateTime<Utc>,
+        limit: usize,
+    ) -> Result<DueBacklog, DbError> {
+        let state = self.open_state()?;
+        let due = (state.pending.get(ffqn).into_iter().flatten())
+            .take_while(|(t, _)| t.at_or_before(at))
+            .take(limit.saturating_add(1))
+            .map(|(t, _)| t.time())
+            .collect::<Vec<_>>();
+        Ok(DueBacklog::of_due_times(&due, limit))
     }
 
     async fn get(&self, execution_id: &ExecutionId) -> Result<ExecutionLog, DbError> {

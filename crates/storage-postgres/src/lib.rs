@@ -98,7 +98,7 @@ pub use tls::{RootCertificates, SslMode};
 
 use chrono::{DateTime, Utc};
 use concepts::{
-    DbError, ExecutionEvent, ExecutionId, ExecutionLog, ExecutionSummary, ExpiredTimer,
+    DbError, DueBacklog, ExecutionEvent, ExecutionId, ExecutionLog, ExecutionSummary, ExpiredTimer,
     FinishedExecutionResult, FunctionFqn, JoinSetResponseEventOuter, ListExecutionsFilter,
     LockPendingRequest, LockedExecution, Pagination, Version,
     kernel::{self, Forward, WaiterCounts, WaiterHub},
@@ -335,6 +335,17 @@ impl kernel::Backend for PostgresStore {
     async fn get_expired_timers(&self, at: DateTime<Utc>) -> Result<Vec<ExpiredTimer>, DbError> {
         let client = self.reader().await?;
         reads::expired_timers(&client, at).await
+    }
+
+    async fn due_backlog(
+        &self,
+        ffqn: &FunctionFqn,
+        at: DateTime<Utc>,
+        limit: usize,
+    ) -> Result<DueBacklog, DbError> {
+        let client = self.reader().await?;
+        let due = reads::due_times(&client, ffqn, at, limit.saturating_add(1)).await?;
+        Ok(DueBacklog::of_due_times(&due, limit))
     }
 
     async fn get(&self, execution_id: &ExecutionId) -> Result<ExecutionLog, DbError> {

@@ -115,6 +115,28 @@ pub(crate) async fn any_due(
     rows.first().map_or(Ok(false), |row| column(row, 0))
 }
 
+/// The `pending_at` (to the microsecond) of the first `limit` executions of `ffqn` due at
+/// `at`, oldest first: the partial index on `(ffqn, pending_at, execution_id)`, in its order.
+pub(crate) async fn due_times(
+    client: &ClientWrapper,
+    ffqn: &FunctionFqn,
+    at: DateTime<Utc>,
+    limit: usize,
+) -> Result<Vec<DateTime<Utc>>, DbError> {
+    const DUE_TIMES: &str = "SELECT pending_at FROM t_execution WHERE ffqn = $1 \
+        AND pending_at IS NOT NULL AND pending_at <= $2 ORDER BY pending_at, execution_id LIMIT $3";
+    let limit = to_i64(limit);
+    let params = vec![
+        Box::new(ffqn.to_string()) as Param<'_>,
+        Box::new(micros(at)),
+        Box::new(limit),
+    ];
+    let rows = one(client, DUE_TIMES, params).await?;
+    rows.iter()
+        .map(|row| timestamp(column(row, 0)?, 0))
+        .collect()
+}
+
 /// Responses of an execution from `start_idx` on; `NotFound` for an unknown execution.
 pub(crate) async fn responses_from(
     client: &ClientWrapper,

@@ -10,7 +10,7 @@ use crate::{
 };
 use chrono::{DateTime, Utc};
 use concepts::{
-    DbError, ExecutionEvent, ExecutionId, ExecutionLog, ExecutionSummary, ExpiredTimer,
+    DbError, DueBacklog, ExecutionEvent, ExecutionId, ExecutionLog, ExecutionSummary, ExpiredTimer,
     FinishedExecutionResult, FunctionFqn, JoinSetResponseEventOuter, ListExecutionsFilter,
     LockPendingRequest, LockedExecution, Pagination, Version,
     kernel::{self, Forward, WaiterCounts, WaiterHub, Write},
@@ -319,6 +319,17 @@ impl kernel::Backend for SqlitePool {
     }
     async fn get_expired_timers(&self, at: DateTime<Utc>) -> Result<Vec<ExpiredTimer>, DbError> {
         self.read(move |conn| reads::expired_timers(conn, at)).await
+    }
+
+    async fn due_backlog(
+        &self,
+        ffqn: &FunctionFqn,
+        at: DateTime<Utc>,
+        limit: usize,
+    ) -> Result<DueBacklog, DbError> {
+        let ffqn = ffqn.clone();
+        let due = self.read(move |conn| reads::due_times(conn, &ffqn, at, limit.saturating_add(1)));
+        Ok(DueBacklog::of_due_times(&due.await?, limit))
     }
 
     async fn get(&self, execution_id: &ExecutionId) -> Result<ExecutionLog, DbError> {

@@ -198,6 +198,21 @@ pub(crate) fn due_rows(
     rows(conn, &sql, params_from_iter(values), codec::execution_row)
 }
 
+/// The `pending_at` (to the microsecond) of the first `limit` executions of `ffqn` due at
+/// `at`, oldest first: `ix_state_pending`'s range, in its order.
+pub(crate) fn due_times(
+    conn: &Connection,
+    ffqn: &FunctionFqn,
+    at: DateTime<Utc>,
+    limit: usize,
+) -> Result<Vec<DateTime<Utc>>> {
+    let sql = "SELECT pending_at FROM t_execution_state \
+               WHERE state = 'PendingAt' AND ffqn = ?1 AND pending_at <= ?2 \
+               ORDER BY pending_at, execution_id LIMIT ?3";
+    let values = params![ffqn.to_string(), micros(at), to_i64(limit)];
+    rows(conn, sql, values, |row| time(row, 0))
+}
+
 /// True when an execution of `ffqns` is due at `at` (to the microsecond; a spurious `true`
 /// only makes a waiter look again).
 pub(crate) fn any_due(conn: &Connection, ffqns: &[FunctionFqn], at: DateTime<Utc>) -> Result<bool> {

@@ -25,7 +25,7 @@
 use chrono::{DateTime, Utc};
 use concepts::{
     AppendBatchRequest, CancelRequest, CompleteRequest, CreateRequest, DbConnection, DbError,
-    ExecutionEvent, ExecutionId, ExecutionLog, ExecutionSummary, ExpiredTimer,
+    DueBacklog, ExecutionEvent, ExecutionId, ExecutionLog, ExecutionSummary, ExpiredTimer,
     FinishedExecutionResult, FunctionFqn, JoinSetResponseEvent, JoinSetResponseEventOuter,
     ListExecutionsFilter, LockPendingRequest, LockedExecution, OutcomeWrite, Pagination,
     PruneRequest, Version,
@@ -383,6 +383,15 @@ impl Backend for ForwardingDb {
     ) -> Result<Vec<ExecutionSummary>, DbError> {
         self.hook.read(&Read::ListExecutions)?;
         self.inner.list_executions(filter, pagination).await
+    }
+
+    async fn due_backlog(
+        &self,
+        ffqn: &FunctionFqn,
+        at: DateTime<Utc>,
+        limit: usize,
+    ) -> Result<DueBacklog, DbError> {
+        self.inner.due_backlog(ffqn, at, limit).await
     }
 
     async fn list_schedules(

@@ -75,6 +75,7 @@
 //! This crate knows no storage backend and does not depend on the executor: the write that
 //! finishes a child and notifies its parent is [`concepts::OutcomeWrite`], shared with it.
 
+mod meters;
 mod pruner;
 mod scheduler;
 mod take_back;
@@ -185,7 +186,11 @@ async fn time_out<D>(
 where
     D: DbTimers + DbExecutor + ?Sized,
 {
-    let writes = locks.iter().map(|lock| write(lock, now)).collect();
+    let writes: Vec<_> = locks.iter().map(|lock| write(lock, now)).collect();
+    // Whether each write finishes its execution (else it schedules a retry), for the metrics.
+    let finishes: Vec<bool> = (writes.iter())
+        .map(|write| matches!(write.event, ExecutionEventInner::Finished { .. }))
+        .collect();
     let results = match db.append_outcomes(writes).await {
         Ok(results) => results,
         Err(err) => {
@@ -201,16 +206,21 @@ where
         }
     };
     let mut resolved = 0;
-    for (lock, result) in locks.iter().zip(results) {
+    let mut expired = meters::Expired::default();
+    for ((lock, result), finishes) in locks.iter().zip(results).zip(finishes) {
         let execution_id = &lock.execution_id;
         match result {
-            Ok(_) => resolved += 1,
+            Ok(_) => {
+                resolved += 1;
+                expired.add(&lock.ffqn, finishes);
+            }
             Err(err) if is_lost_race(&err) => {
                 debug!(%execution_id, "the worker wrote first: {err}");
             }
             Err(err) => warn!(%execution_id, "cannot time out the expired lease: {err}"),
         }
     }
+    expired.record();
     resolved
 }
 

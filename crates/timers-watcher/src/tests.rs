@@ -14,6 +14,7 @@ fn expired_child_lock(temporary_event_count: u32, max_retries: u32) -> ExpiredLo
     let join_set_id: JoinSetId = "n:batch".parse().unwrap();
     ExpiredLock {
         execution_id: parent.next_level(&join_set_id, 1),
+        ffqn: concepts::FunctionFqn::new("test:watcher/ifc", "child").unwrap(),
         executor_id: concepts::ExecutorId::from_parts(0, 1),
         next_version: Version(3),
         temporary_event_count,

@@ -23,6 +23,13 @@ use std::{collections::HashMap, future::Future, sync::Arc, sync::Mutex, time::Du
 pub(crate) type StartWorkflow =
     dyn Fn(WorkflowCtx, Json) -> Result<BoxFuture<'static, Outcome>, String> + Send + Sync;
 
+/// A registered workflow: how a run starts it, and the histogram of the events its runs
+/// replay, registered at its first sample.
+struct Registered {
+    start: Arc<StartWorkflow>,
+    replayed: std::sync::OnceLock<metrics::Histogram>,
+}
+
 pub(crate) fn register_name<P, R>(
     ffqns: &[FunctionFqn],
     function: &Function<P, R>,
@@ -54,7 +61,7 @@ pub struct WorkflowWorker<C: ClockFn> {
     db: Arc<dyn DbConnection>,
     clock: C,
     ffqns: Vec<FunctionFqn>,
-    workflows: HashMap<FunctionFqn, Arc<StartWorkflow>>,
+    workflows: HashMap<FunctionFqn, Registered>,
     policy: NondeterminismPolicy,
     children: ChildDefaults,
     warm_margin: u32,
@@ -128,7 +135,11 @@ impl<C: ClockFn> WorkflowWorker<C> {
         let ffqn = register_name(&self.ffqns, function)?;
         let start = workflow_start(workflow);
         self.ffqns.push(ffqn.clone());
-        self.workflows.insert(ffqn, Arc::new(start));
+        let registered = Registered {
+            start: Arc::new(start),
+            replayed: std::sync::OnceLock::new(),
+        };
+        self.workflows.insert(ffqn, registered);
         Ok(self)
     }
 
@@ -190,7 +201,7 @@ fn unhandled_child(child: &crate::error::ChildError) -> Outcome {
 #[async_trait]
 impl<C: ClockFn> Worker for WorkflowWorker<C> {
     async fn run(&self, ctx: WorkerContext) -> WorkerResult {
-        let Some(start) = self.workflows.get(&ctx.ffqn).cloned() else {
+        let Some(Registered { start, replayed }) = self.workflows.get(&ctx.ffqn) else {
             return WorkerResult::Err(WorkerError::TemporaryWorkflowTrap {
                 reason: format!("no workflow {} is registered on this worker", ctx.ffqn),
                 detail: None,
@@ -198,12 +209,16 @@ impl<C: ClockFn> Worker for WorkflowWorker<C> {
             });
         };
         if concepts::metrics::enabled() {
+            // Registered at the first run that records: after the program installed its
+            // recorder, which it does before it turns recording on.
+            let histogram = replayed.get_or_init(|| {
+                let function = ctx.ffqn.to_string();
+                metrics::histogram!(concepts::metrics::EVENTS_REPLAYED, concepts::metrics::FUNCTION => function)
+            });
             #[expect(clippy::cast_precision_loss, reason = "a count of events")]
-            let replayed = ctx.event_history.len() as f64;
-            let function = ctx.ffqn.to_string();
-            metrics::histogram!(concepts::metrics::EVENTS_REPLAYED, concepts::metrics::FUNCTION => function)
-                .record(replayed);
+            histogram.record(ctx.event_history.len() as f64);
         }
+        let start = start.clone();
         let clock = self.clock.clone();
         let clock: Clock = Arc::new(move || clock.now());
         let limits = self.limits(&ctx, clock());
@@ -249,7 +264,11 @@ impl<C: ClockFn> Worker for WorkflowWorker<C> {
         else {
             return Probe::Stays("the log has no `Created` event".to_string());
         };
-        let Some(start) = self.workflows.get(ffqn).cloned() else {
+        let Some(start) = self
+            .workflows
+            .get(ffqn)
+            .map(|registered| registered.start.clone())
+        else {
             return Probe::Stays(format!("no workflow {ffqn} is registered on this worker"));
         };
         let history = crate::replay::history_of(&log.events);

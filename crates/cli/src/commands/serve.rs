@@ -12,11 +12,11 @@ use super::{
     with_store,
 };
 use ::node::{DrainReport, HumanDuration};
+use cli::prometheus::PrometheusHandle;
 use cli::{
     database::{DatabaseUrl, OpenMode},
     workload::DemoFunctions,
 };
-use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use server::ApiOptions;
 use std::net::SocketAddr;
 use timers_watcher::PrunerConfig;
@@ -95,17 +95,7 @@ impl ServeArgs {
     }
 }
 
-/// The buckets of every histogram in seconds: a millisecond to five minutes.
-const SECONDS: &[f64] = &[
-    0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
-    60.0, 300.0,
-];
-/// The buckets of the events a workflow's run replays.
-const EVENTS: &[f64] = &[
-    0.0, 1.0, 5.0, 10.0, 50.0, 100.0, 500.0, 1_000.0, 5_000.0, 20_000.0,
-];
-
-/// The process's recorder, once installed: Prometheus' handle and what the overview reads.
+/// The process's recorder, once installed: its renderer and what the overview reads.
 static METRICS: std::sync::OnceLock<Option<Installed>> = std::sync::OnceLock::new();
 
 #[derive(Clone)]
@@ -114,40 +104,21 @@ struct Installed {
     recent: std::sync::Arc<::node::recent::Recent>,
 }
 
-/// How often the node samples its gauges and the recorder folds its histograms.
+/// How often the node samples its gauges and the recent counts are noted.
 const SAMPLE_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
 
-/// Installs the process's recorder once: Prometheus' (histograms with buckets, aggregatable
-/// across nodes, not summaries), inside `node::recent::RecentRecorder`, which keeps the last
-/// hour of finishes and retries for the overview; the names are described to it. `None` when
-/// another recorder was installed first.
+/// Installs the process's recorder once (`cli::prometheus::install`: histograms with buckets,
+/// aggregatable across nodes, inside `node::recent::RecentRecorder`, which keeps the last
+/// hour of finishes and retries for the overview). `None` when another recorder was installed
+/// first.
 fn installed() -> Option<Installed> {
     METRICS
-        .get_or_init(|| {
-            let built = PrometheusBuilder::new()
-                .set_buckets_for_metric(Matcher::Suffix("_seconds".to_string()), SECONDS)
-                .and_then(|builder| {
-                    builder.set_buckets_for_metric(
-                        Matcher::Full(concepts::metrics::EVENTS_REPLAYED.to_string()),
-                        EVENTS,
-                    )
-                });
-            let recorder = match built {
-                Ok(builder) => builder.build_recorder(),
-                Err(err) => {
-                    tracing::warn!("no metrics on /metrics: {err}");
-                    return None;
-                }
-            };
-            let handle = recorder.handle();
-            let recorder = ::node::recent::RecentRecorder::new(recorder);
-            let recent = recorder.recent();
-            if let Err(err) = metrics::set_global_recorder(recorder) {
+        .get_or_init(|| match cli::prometheus::install() {
+            Ok((handle, recent)) => Some(Installed { handle, recent }),
+            Err(err) => {
                 tracing::warn!("no metrics on /metrics: {err}");
-                return None;
+                None
             }
-            concepts::metrics::describe();
-            Some(Installed { handle, recent })
         })
         .clone()
 }
@@ -163,8 +134,8 @@ fn metrics_text(installed: Option<&Installed>) -> server::MetricsText {
     }))
 }
 
-/// Folds the recorder's histograms every [`SAMPLE_EVERY`] until the node stops (rendering
-/// does too; this keeps their memory bounded between scrapes).
+/// Notes the recent counts every [`SAMPLE_EVERY`] until the node stops
+/// (`node::recent::Recent::upkeep`).
 async fn upkeep(signal: ::node::ShutdownSignal) {
     loop {
         tokio::select! {
@@ -172,7 +143,7 @@ async fn upkeep(signal: ::node::ShutdownSignal) {
             () = signal.clone().fired() => return,
         }
         if let Some(Some(installed)) = METRICS.get() {
-            installed.handle.run_upkeep();
+            installed.recent.upkeep();
         }
     }
 }

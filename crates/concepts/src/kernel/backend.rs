@@ -3,6 +3,7 @@
 //! public traits being [`Backend::write`] of its write kind.
 
 use super::{
+    snapshot::FastHash,
     write::{Forward, Write as _},
     writes::{self, AppendOutcomes, AppendResponse, CreateBatch},
 };
@@ -10,8 +11,8 @@ use crate::metrics as m;
 use crate::{
     AppendBatchRequest, CancelOutcome, CancelRequest, CompleteOutcome, CompleteRequest,
     CreateOutcome, CreateRequest, DbAwait, DbClient, DbConnection, DbError, DbExecutor,
-    DbSchedules, DbTimers, DbWorkflow, ExecutionEvent, ExecutionId, ExecutionLog, ExecutionSummary,
-    ExpiredTimer, FinishedExecutionResult, FunctionFqn, JoinSetResponseEvent,
+    DbSchedules, DbTimers, DbWorkflow, DueBacklog, ExecutionEvent, ExecutionId, ExecutionLog,
+    ExecutionSummary, ExpiredTimer, FinishedExecutionResult, FunctionFqn, JoinSetResponseEvent,
     JoinSetResponseEventOuter, ListExecutionsFilter, LockPendingRequest, LockedExecution,
     OutcomeWrite, Pagination, PruneOutcome, PruneRequest, Version,
     schedule::{
@@ -26,15 +27,9 @@ use chrono::{DateTime, Utc};
 use std::{
     collections::HashMap,
     future::Future,
-    sync::{Arc, Mutex, OnceLock, PoisonError},
+    sync::{Arc, OnceLock, PoisonError, RwLock},
     time::Duration,
 };
-
-/// The installed recorder's address: the handles below are registered again when it changes
-/// (a recorder installed after the first write), and only then.
-fn recorder() -> usize {
-    ::metrics::with_recorder(|recorder| std::ptr::from_ref(recorder).cast::<()>().addr())
-}
 
 /// The handles of one operation's metrics.
 struct OperationMeters {
@@ -44,53 +39,34 @@ struct OperationMeters {
     errors: [Counter; 2],
 }
 
-/// One operation's handles, registered once per recorder: the first recorder's without a
-/// lock (a program installs one before it writes), any later one's (a test's) under a mutex.
+/// One operation's handles, registered at its first write once recording is on: a program
+/// installs its recorder before it turns recording on (`concepts::metrics::describe`), and
+/// keeps it.
 struct Operation {
     name: &'static str,
-    first: OnceLock<(usize, OperationMeters)>,
-    later: Mutex<Option<(usize, Arc<OperationMeters>)>>,
+    meters: OnceLock<OperationMeters>,
 }
 
 impl Operation {
     const fn new(name: &'static str) -> Self {
         Self {
             name,
-            first: OnceLock::new(),
-            later: Mutex::new(None),
+            meters: OnceLock::new(),
         }
     }
 
-    fn register(&self) -> OperationMeters {
+    /// Its handles.
+    fn meters(&self) -> &OperationMeters {
         let name = self.name;
-        OperationMeters {
+        self.meters.get_or_init(|| {
+            OperationMeters {
             duration: histogram!(m::STORE_WRITE_DURATION, m::OPERATION => name),
             fenced: counter!(m::FENCED_WRITES, m::OPERATION => name),
             errors: ["false", "true"].map(|retriable| {
                 counter!(m::STORE_ERRORS, m::OPERATION => name, m::RETRIABLE => retriable)
             }),
         }
-    }
-
-    /// Records through the installed recorder's handles.
-    fn with_meters(&self, record: impl FnOnce(&OperationMeters)) {
-        let recorder = recorder();
-        let (registered, meters) = self.first.get_or_init(|| (recorder, self.register()));
-        if *registered == recorder {
-            return record(meters);
-        }
-        let meters = {
-            let mut later = self.later.lock().unwrap_or_else(PoisonError::into_inner);
-            match later.as_ref() {
-                Some((registered, meters)) if *registered == recorder => meters.clone(),
-                _ => {
-                    let fresh = Arc::new(self.register());
-                    *later = Some((recorder, fresh.clone()));
-                    fresh
-                }
-            }
-        };
-        record(&meters);
+        })
     }
 }
 
@@ -120,12 +96,11 @@ async fn metered<T>(
     }
     let started = std::time::Instant::now();
     let result = write.await;
-    operation.with_meters(|meters| {
-        meters.duration.record(started.elapsed());
-        if let Err(err) = &result {
-            failed(meters, err);
-        }
-    });
+    let meters = operation.meters();
+    meters.duration.record(started.elapsed());
+    if let Err(err) = &result {
+        failed(meters, err);
+    }
     result
 }
 
@@ -144,32 +119,50 @@ fn failed(meters: &OperationMeters, err: &DbError) {
     }
 }
 
-/// The counters of executions created, per function, registered once per recorder.
-static CREATED: Mutex<Option<(usize, HashMap<FunctionFqn, Counter>)>> = Mutex::new(None);
+/// The counters of executions created, per function, registered at their first count: found
+/// under a read lock, registered under the write lock.
+static CREATED: RwLock<Option<HashMap<FunctionFqn, Counter, FastHash>>> = RwLock::new(None);
 
-/// Counts executions created, one per function named.
-fn created_functions(functions: &[FunctionFqn]) {
-    if functions.is_empty() || !m::enabled() {
+/// The runs of one function in `functions` (a batch is mostly runs of one function), each
+/// with its length: what [`count_created`] counts once the write committed. Empty while
+/// recording is off, so that nothing is cloned then.
+fn runs<'a>(functions: impl Iterator<Item = &'a FunctionFqn>) -> Vec<(FunctionFqn, usize)> {
+    if !m::enabled() {
+        return Vec::new();
+    }
+    let mut functions = functions.peekable();
+    let mut runs = Vec::new();
+    while let Some(function) = functions.next() {
+        let mut count = 1;
+        while functions.next_if(|next| *next == function).is_some() {
+            count += 1;
+        }
+        runs.push((function.clone(), count));
+    }
+    runs
+}
+
+/// Counts executions created: `count` of each function.
+fn count_created(created: &[(FunctionFqn, usize)]) {
+    if created.is_empty() || !m::enabled() {
         return;
     }
-    let recorder = recorder();
-    let mut created = CREATED.lock().unwrap_or_else(PoisonError::into_inner);
-    if created
-        .as_ref()
-        .is_none_or(|(registered, _)| *registered != recorder)
-    {
-        *created = Some((recorder, HashMap::new()));
-    }
-    let Some((_, counters)) = created.as_mut() else {
-        return;
-    };
-    // A batch is mostly runs of one function: one increment per run.
-    for run in functions.chunk_by(|a, b| a == b) {
-        let function = &run[0];
-        counters
-            .entry(function.clone())
+    for (function, count) in created {
+        let count = u64::try_from(*count).unwrap_or(u64::MAX);
+        {
+            let counters = CREATED.read().unwrap_or_else(PoisonError::into_inner);
+            if let Some(counter) = counters
+                .as_ref()
+                .and_then(|counters| counters.get(function))
+            {
+                counter.increment(count);
+                continue;
+            }
+        }
+        let mut counters = CREATED.write().unwrap_or_else(PoisonError::into_inner);
+        (counters.get_or_insert_default().entry(function.clone()))
             .or_insert_with(|| counter!(m::EXECUTIONS_CREATED, m::FUNCTION => function.to_string()))
-            .increment(u64::try_from(run.len()).unwrap_or(u64::MAX));
+            .increment(count);
     }
 }
 
@@ -258,6 +251,16 @@ pub trait Backend: Send + Sync + 'static {
         pagination: Pagination,
     ) -> impl Future<Output = Result<Vec<ExecutionSummary>, DbError>> + Send;
 
+    /// [`DbClient::due_backlog`]: [`DueBacklog::of_due_times`] of the `scheduled_at` of the
+    /// first `limit + 1` executions of `ffqn` pending and due at `at`, oldest first, read in
+    /// the order of the index the locks read.
+    fn due_backlog(
+        &self,
+        ffqn: &FunctionFqn,
+        at: DateTime<Utc>,
+        limit: usize,
+    ) -> impl Future<Output = Result<DueBacklog, DbError>> + Send;
+
     /// The schedules from `from` on (`from` too, if stored), in name order, at most `limit`:
     /// [`DbSchedules::list_schedules`] and [`DbSchedules::get_schedule`].
     fn list_schedules(
@@ -312,13 +315,9 @@ impl<B: Backend> DbExecutor for B {
 impl<B: Backend> DbWorkflow for B {
     async fn append_batch(&self, req: AppendBatchRequest) -> Result<Version, DbError> {
         // Their functions, not the requests (params and all), are kept to count them after.
-        let functions = req
-            .children
-            .iter()
-            .map(|child| child.ffqn.clone())
-            .collect::<Vec<_>>();
+        let created = runs(req.children.iter().map(|child| &child.ffqn));
         let version = metered(&APPEND_BATCH, self.write(req)).await?;
-        created_functions(&functions);
+        count_created(&created);
         Ok(version)
     }
 
@@ -343,11 +342,10 @@ impl<B: Backend> DbTimers for B {
     ) -> Result<Vec<Result<Version, DbError>>, DbError> {
         let replies = metered(&APPEND_OUTCOMES, self.write(AppendOutcomes(writes))).await?;
         if m::enabled() {
-            APPEND_OUTCOMES.with_meters(|meters| {
-                for err in replies.iter().filter_map(|reply| reply.as_ref().err()) {
-                    failed(meters, err);
-                }
-            });
+            let meters = APPEND_OUTCOMES.meters();
+            for err in replies.iter().filter_map(|reply| reply.as_ref().err()) {
+                failed(meters, err);
+            }
         }
         Ok(replies)
     }
@@ -371,7 +369,7 @@ impl<B: Backend> DbTimers for B {
 #[async_trait]
 impl<B: Backend> DbClient for B {
     async fn create(&self, req: CreateRequest) -> Result<CreateOutcome, DbError> {
-        let function = [req.ffqn.clone()];
+        let created = runs(std::iter::once(&req.ffqn));
         let outcome = metered(&CREATE, async {
             if B::REPEATS_ANSWERED_FROM_READS {
                 // Refused before anything is read, as the write refuses it.
@@ -385,19 +383,15 @@ impl<B: Backend> DbClient for B {
         })
         .await?;
         if matches!(outcome, CreateOutcome::Created) {
-            created_functions(&function);
+            count_created(&created);
         }
         Ok(outcome)
     }
 
     async fn create_batch(&self, reqs: Vec<CreateRequest>) -> Result<(), DbError> {
-        let functions = if m::enabled() {
-            reqs.iter().map(|req| req.ffqn.clone()).collect()
-        } else {
-            Vec::new()
-        };
+        let created = runs(reqs.iter().map(|req| &req.ffqn));
         metered(&CREATE_BATCH, self.write(CreateBatch(reqs))).await?;
-        created_functions(&functions);
+        count_created(&created);
         Ok(())
     }
 
@@ -465,6 +459,15 @@ impl<B: Backend> DbClient for B {
     ) -> Result<Vec<ExecutionSummary>, DbError> {
         Backend::list_executions(self, filter, pagination).await
     }
+
+    async fn due_backlog(
+        &self,
+        ffqn: &FunctionFqn,
+        at: DateTime<Utc>,
+        limit: usize,
+    ) -> Result<DueBacklog, DbError> {
+        Backend::due_backlog(self, ffqn, at, limit).await
+    }
 }
 
 #[async_trait]
@@ -484,11 +487,15 @@ impl<B: Backend> DbSchedules for B {
     }
 
     async fn fire_schedules(&self, req: FireSchedulesRequest) -> Result<FireOutcome, DbError> {
-        metered(&FIRE_SCHEDULES, self.write(req)).await
+        let outcome = metered(&FIRE_SCHEDULES, self.write(req)).await?;
+        count_created(&outcome.functions);
+        Ok(outcome)
     }
 
     async fn trigger_schedule(&self, req: TriggerScheduleRequest) -> Result<Triggered, DbError> {
-        metered(&SCHEDULE, self.write(req)).await
+        let triggered = metered(&SCHEDULE, self.write(req)).await?;
+        count_created(&triggered.functions);
+        Ok(triggered)
     }
 
     async fn get_schedule(&self, name: &ScheduleName) -> Result<ScheduleRow, DbError> {

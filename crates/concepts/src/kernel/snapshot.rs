@@ -84,6 +84,7 @@ impl ExecutionRow {
     fn expired_lock(&self, executor_id: ExecutorId, lock_expires_at: DateTime<Utc>) -> ExpiredLock {
         ExpiredLock {
             execution_id: self.execution_id.clone(),
+            ffqn: self.ffqn.clone(),
             executor_id,
             next_version: self.state.next_version,
             temporary_event_count: self.temporary_event_count,

@@ -2,7 +2,7 @@
 //! resume, delete), fire the due ones, trigger or backfill one; and what each is answered.
 
 use super::{Definition, RunSettings, ScheduleName};
-use crate::ExecutionId;
+use crate::{ExecutionId, FunctionFqn};
 use chrono::{DateTime, Utc};
 
 /// `create_schedule`: a new schedule, or the same one again (idempotent: answered
@@ -92,6 +92,8 @@ pub struct FireOutcome {
     pub schedules: usize,
     /// Executions created.
     pub fired: Vec<ExecutionId>,
+    /// The functions of the executions created, each with how many of `fired` run it.
+    pub functions: Vec<(FunctionFqn, usize)>,
     /// Ticks recorded as skipped (a range of missed ticks counts as its count).
     pub skipped: u64,
     /// Previous runs that `cancel-other` schedules need cancelled before their due tick fires
@@ -133,6 +135,9 @@ pub struct TriggerScheduleRequest {
 pub struct Triggered {
     /// Executions created, in tick order.
     pub fired: Vec<ExecutionId>,
+    /// The function of the executions created (the schedule's), with how many of `fired` run
+    /// it; empty when none was.
+    pub functions: Vec<(FunctionFqn, usize)>,
     /// Executions of the range that existed already: not created again.
     pub already_fired: Vec<ExecutionId>,
 }

@@ -282,6 +282,7 @@ async fn fire<C: ClockFn>(
     let Triggered {
         fired,
         already_fired,
+        ..
     } = (state.db.trigger_schedule(req).await)
         .map_err(|err| ApiError::schedule(&context, &name, err))?;
     Ok(Json(TriggeredAnswer {

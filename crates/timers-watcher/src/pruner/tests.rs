@@ -145,6 +145,15 @@ impl DbClient for FakeStore {
     ) -> Result<Vec<ExecutionSummary>, DbError> {
         Err(refused())
     }
+
+    async fn due_backlog(
+        &self,
+        _ffqn: &concepts::FunctionFqn,
+        _at: DateTime<Utc>,
+        _limit: usize,
+    ) -> Result<concepts::DueBacklog, DbError> {
+        Err(refused())
+    }
 }
 
 fn at(secs: i64) -> DateTime<Utc> {

@@ -2,7 +2,10 @@
 //! daylight-saving transitions, racing passes, the run limit and the end.
 
 use super::{Fixture, definition};
-use crate::{StoreFactory, storage_scenarios::helpers::expect_validation};
+use crate::{
+    StoreFactory,
+    storage_scenarios::helpers::{expect_validation, ffqn},
+};
 use chrono::{DateTime, Utc};
 use concepts::{
     FinishedExecutionError,
@@ -121,6 +124,11 @@ pub async fn c4_catch_up_inside_and_outside_the_window<F: StoreFactory>(factory:
     f.move_to(20 * 60 + 30);
     let outcome = f.pass().await;
     assert_eq!(outcome.fired.len(), 5 + 1, "{outcome:?}");
+    assert_eq!(
+        outcome.functions,
+        [(ffqn("tick"), 5 + 1)],
+        "the function of each execution created, counted"
+    );
     assert_eq!(outcome.skipped, 2 * 15 + 4);
     let expected_ids: Vec<_> = (16..=20)
         .map(|m| tick_execution_id("all", all.created_at, f.at(m * 60)))
@@ -190,11 +198,13 @@ pub async fn c5_trigger_and_backfill_fire_each_tick_once<F: StoreFactory>(factor
             .await
             .unwrap();
     assert_eq!(triggered.fired, std::slice::from_ref(&now_id));
+    assert_eq!(triggered.functions, [(ffqn("tick"), 1)]);
     let again =
         f.db.trigger_schedule(trigger(TriggerTicks::Now))
             .await
             .unwrap();
     assert_eq!(again.already_fired, [now_id], "one trigger per instant");
+    assert!(again.functions.is_empty(), "nothing created: {again:?}");
 
     let range = TriggerTicks::Backfill {
         from: f.at(1800),
@@ -208,6 +218,7 @@ pub async fn c5_trigger_and_backfill_fire_each_tick_once<F: StoreFactory>(factor
         backfilled,
         Triggered {
             fired: ids.clone(),
+            functions: vec![(ffqn("tick"), 3)],
             already_fired: Vec::new()
         }
     );
@@ -222,6 +233,7 @@ pub async fn c5_trigger_and_backfill_fire_each_tick_once<F: StoreFactory>(factor
         twice,
         Triggered {
             fired: Vec::new(),
+            functions: Vec::new(),
             already_fired: ids.clone()
         }
     );

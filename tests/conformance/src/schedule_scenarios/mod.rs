@@ -97,6 +97,16 @@ impl Fixture {
             let outcome = self.db.fire_schedules(req).await.expect("fire_schedules");
             all.schedules += outcome.schedules;
             all.fired.extend(outcome.fired);
+            for (function, count) in outcome.functions {
+                match all
+                    .functions
+                    .iter_mut()
+                    .find(|(known, _)| *known == function)
+                {
+                    Some((_, total)) => *total += count,
+                    None => all.functions.push((function, count)),
+                }
+            }
             all.skipped += outcome.skipped;
             all.to_cancel.extend(outcome.to_cancel);
             if !outcome.more {

@@ -1,11 +1,12 @@
-//! S22 and S23: listings filtered and paged (what an operator's pages and the HTTP API read),
-//! and the events of a log in pages.
+//! S22, S23 and S25: listings filtered and paged (what an operator's pages and the HTTP API
+//! read), the events of a log in pages, and the due backlog of a function (what the node's
+//! gauges read).
 
 use super::{LEASE, ffqns_of, helpers::*};
 use crate::StoreFactory;
 use concepts::{
-    DbConnection, DbErrorKind, ExecutionId, ExecutionSummary, ListExecutionsFilter, Pagination,
-    PendingStateKind, Version,
+    DbConnection, DbErrorKind, DueBacklog, ExecutionId, ExecutionSummary, ListExecutionsFilter,
+    Pagination, PendingStateKind, Version,
 };
 use std::time::Duration;
 
@@ -282,5 +283,68 @@ pub async fn s23_events_in_pages<F: StoreFactory>(factory: &F) {
     expect_kind(
         db.created_events(&[id.clone(), execution_id(99)]).await,
         DbErrorKind::NotFound,
+    );
+}
+
+/// S25: `due_backlog` counts the executions of one function due and not locked, up to its
+/// limit (saying when more are due), and names when the oldest was due: executions due later,
+/// locked or of another function are not counted.
+pub async fn s25_due_backlog<F: StoreFactory>(factory: &F) {
+    let store = factory.fresh().await;
+    let db = store.db.as_ref();
+    let start = concepts::ClockFn::now(&test_utils::SimClock::epoch());
+    let second = |n: u64| plus(start, Duration::from_secs(n));
+    let (backlog, other) = (ffqn("backlog"), ffqn("other"));
+    // Due at 3s, 1s, 2s (created in that order) and at 100s; one of another function at 0s.
+    for (n, due_at) in [(1, 3), (2, 1), (3, 2), (4, 100)] {
+        let mut req = create_request(execution_id(n), backlog.clone(), start);
+        req.scheduled_at = second(due_at);
+        db.create(req).await.expect("create");
+    }
+    db.create(create_request(execution_id(5), other.clone(), start))
+        .await
+        .expect("create");
+    let at = second(10);
+    let backlog_at = async |at, limit| db.due_backlog(&backlog, at, limit).await.expect("read");
+    let expected = |due, more, oldest: Option<u64>| DueBacklog {
+        due,
+        more,
+        oldest_due_at: oldest.map(second),
+    };
+    assert_eq!(backlog_at(at, 10).await, expected(3, false, Some(1)));
+    assert_eq!(
+        backlog_at(at, 3).await,
+        expected(3, false, Some(1)),
+        "exactly the limit"
+    );
+    assert_eq!(
+        backlog_at(at, 2).await,
+        expected(2, true, Some(1)),
+        "more than the limit"
+    );
+    assert_eq!(
+        backlog_at(second(1), 10).await,
+        expected(1, false, Some(1)),
+        "due at is inclusive"
+    );
+    assert_eq!(backlog_at(at, 0).await, expected(0, true, Some(1)));
+    // The oldest is locked: it is not due any more.
+    let locked = lock_pending_now(db, &ffqns_of(&backlog), 1, at, executor_id(1), LEASE).await;
+    assert_eq!(ids_of(&locked), [execution_id(2)]);
+    assert_eq!(backlog_at(at, 10).await, expected(2, false, Some(2)));
+    assert_eq!(
+        db.due_backlog(&other, at, 10).await.expect("read"),
+        DueBacklog {
+            due: 1,
+            more: false,
+            oldest_due_at: Some(start)
+        }
+    );
+    let none = db.due_backlog(&ffqn("none"), at, 10).await.expect("read");
+    assert_eq!(none, DueBacklog::default(), "a function without executions");
+    assert_eq!(
+        backlog_at(second(1), 10).await,
+        expected(0, false, None),
+        "before the next"
     );
 }

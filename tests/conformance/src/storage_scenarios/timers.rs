@@ -77,6 +77,7 @@ pub async fn s2_expired_lease_reported<F: StoreFactory>(factory: &F) {
     assert!(db.get_expired_timers(just_before).await.unwrap().is_empty());
     let expected = vec![ExpiredTimer::Lock(ExpiredLock {
         execution_id: child.clone(),
+        ffqn: child_ffqn.clone(),
         executor_id: executor_id(2),
         next_version,
         temporary_event_count: 1,

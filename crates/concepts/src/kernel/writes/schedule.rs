@@ -8,7 +8,7 @@
 
 use crate::{
     CreateRequest, DbConnection, DbError, DuplicateKind, ExecutionId, ExecutionMetadata,
-    ValidationError,
+    FunctionFqn, ValidationError,
     kernel::{
         Forward, Forwarded, Keys, Planner, ScheduleDueQuery, ScheduleWrite, Snapshot, Write,
         write::sealed::Sealed,
@@ -303,7 +303,10 @@ impl Write for TriggerScheduleRequest {
         let last_run = row.last_run.clone();
         for at in ticks {
             match fire(planner, &mut row, &mut write, at, now, by)? {
-                Fired::Created(id) => triggered.fired.push(id),
+                Fired::Created(id) => {
+                    count_function(&mut triggered.functions, &row.definition.ffqn);
+                    triggered.fired.push(id);
+                }
                 Fired::Existed(id) => triggered.already_fired.push(id),
             }
         }
@@ -420,6 +423,7 @@ fn fire_due(
     {
         row.buffered = None;
         if let Fired::Created(id) = fire(planner, &mut row, &mut write, at, now, FiredBy::Buffer)? {
+            count_function(&mut outcome.functions, &row.definition.ffqn);
             outcome.fired.push(id);
         }
     }
@@ -469,6 +473,7 @@ fn fire_due(
                 if let Fired::Created(id) =
                     fire(planner, &mut row, &mut write, at, now, FiredBy::Tick)?
                 {
+                    count_function(&mut outcome.functions, &row.definition.ffqn);
                     outcome.fired.push(id);
                 }
                 None
@@ -509,6 +514,15 @@ fn fire_due(
     write.row = Some(row);
     planner.schedules.push(write);
     Ok(())
+}
+
+/// Counts one execution created of `ffqn` (the replies' `functions`: a few, one per
+/// function).
+fn count_function(functions: &mut Vec<(FunctionFqn, usize)>, ffqn: &FunctionFqn) {
+    match functions.iter_mut().find(|(function, _)| function == ffqn) {
+        Some((_, count)) => *count += 1,
+        None => functions.push((ffqn.clone(), 1)),
+    }
 }
 
 /// True when the run limit is reached.
