@@ -5,9 +5,9 @@
 //! durable default), starts a node (one executor for the workflow, one for the activities and
 //! the timers watcher), submits three orders, and prints what happened to each, then the log
 //! of the last. `cargo run --example order -- FILE` also writes the last order's history to
-//! FILE, as `stele executions export` prints it: `order.history.json` beside this file is one,
-//! which the tests at the end replay through the code to check that a change of it still
-//! agrees with executions in flight.
+//! FILE, as `stele executions export` prints it: `order/history.json` is one, which the tests
+//! in `order/tests.rs` replay through the code to check that a change of it still agrees with
+//! executions in flight.
 
 #![expect(clippy::print_stdout, reason = "an example prints what happened")]
 
@@ -231,58 +231,7 @@ async fn print_log(db: &dyn DbConnection, id: &ExecutionId) -> anyhow::Result<()
     Ok(())
 }
 
-/// Replay checks: the recorded history of an order (`order.history.json`, written by this
-/// example) replayed through the code, without a store; run by `cargo test --example order`.
+/// Replay checks of the recorded history `order/history.json`.
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use workflow::{ReplayError, Replayer};
-
-    fn recorded() -> RecordedHistory {
-        serde_json::from_str(include_str!("order.history.json")).expect("a recorded history")
-    }
-
-    #[test]
-    fn the_recorded_order_replays_through_the_code() {
-        let replayer = Replayer::new().register(&ORDER, order).unwrap();
-        replayer
-            .replay(&recorded())
-            .expect("the code agrees with its log");
-    }
-
-    /// A change that ships the items in another order: executions in flight would diverge.
-    async fn ships_in_reverse(
-        ctx: WorkflowCtx,
-        mut order: Order,
-    ) -> Result<Receipt, WorkflowError<String>> {
-        order.items.reverse();
-        super::order(ctx, order).await
-    }
-
-    #[test]
-    fn a_change_of_the_shipping_is_named_with_its_event_and_call_site() {
-        let replayer = Replayer::new().register(&ORDER, ships_in_reverse).unwrap();
-        let Err(ReplayError::Nondeterminism {
-            version,
-            reason,
-            at,
-            ..
-        }) = replayer.replay(&recorded())
-        else {
-            panic!("reordered shipping diverges");
-        };
-        let source = include_str!("order.rs");
-        let line = (source
-            .lines()
-            .position(|line| line.contains("shipping.submit(&SHIP, item)")))
-        .expect("the submit of a shipment")
-            + 1;
-        let at = at.expect("a call site");
-        assert!(at.starts_with(&format!("{}:{line}:", file!())), "{at}");
-        assert_eq!(version, Some(concepts::Version(6)), "{reason}");
-        assert!(
-            reason.contains("of shop:shipping/api.ship with parameters \"lamp\", the code called shop:shipping/api.ship with parameters \"piano\""),
-            "{reason}"
-        );
-    }
-}
+#[path = "order/tests.rs"]
+mod tests;

@@ -134,7 +134,7 @@
 //!    export ID` prints one as JSON, and a [`Replayer`] replays it through the code without a
 //!    store, naming the first event that differs, what the code did instead and where
 //!    ([`ReplayError::Nondeterminism`]). The `order` example of the `cli` crate does this with
-//!    its `order.history.json`.
+//!    its `order/history.json`.
 //! 4. Once no execution that started before version 2 is unfinished
 //!    (`stele executions list --ffqn ... --state ...` shows them), version 3 retires the patch:
 //!    it keeps only the new branch and writes `ctx.deprecate_patch("charge-with-tax").await`
