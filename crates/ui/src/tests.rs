@@ -422,3 +422,31 @@ async fn bad_filters_and_unknown_executions_are_pages_that_say_why() {
     assert_eq!(nowhere.status, StatusCode::NOT_FOUND);
     assert!(nowhere.body.contains("<!DOCTYPE html>"));
 }
+
+#[tokio::test]
+async fn a_parked_execution_says_why_it_waits_and_is_listed_as_parked() {
+    let ui = Ui::new(ApiOptions::default());
+    let ffqn = "test:ui/flows.parked".parse().expect("a function");
+    let reason = "the replay diverged at version 3: the log holds the opening of join set o:1";
+    let parked = test_utils::parked_execution(ui.db.as_ref(), &ffqn, Now.now(), reason).await;
+    let pending = ui.create(serde_json::json!(1)).await;
+    let page = ui.get(&format!("/executions/{parked}")).await;
+    assert_eq!(page.status, StatusCode::OK);
+    assert!(page.body.contains(r#"data-state="parked""#), "the badge");
+    assert!(page.body.contains(reason), "the reason");
+    assert!(
+        page.body.contains(concepts::PARKED_EXPLAINED),
+        "what it waits for"
+    );
+    let list = ui.get("/executions?parked=true").await;
+    assert_eq!(list.status, StatusCode::OK);
+    assert!(list.body.contains(parked.as_str()));
+    assert!(
+        !list.body.contains(pending.as_str()),
+        "a due execution is not parked"
+    );
+    assert!(
+        list.body.contains(r#"name="parked" value="true" checked"#),
+        "the filter kept"
+    );
+}

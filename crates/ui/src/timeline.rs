@@ -122,16 +122,20 @@ impl Timeline {
                 | EventData::Unlocked {
                     backoff_expires_at, ..
                 } if *backoff_expires_at > event.created_at => {
-                    let title = format!(
-                        "backoff until {}",
-                        backoff_expires_at.format("%H:%M:%S%.3f")
-                    );
+                    // Parked: no clock reaches its end, so the bar runs to now.
+                    let parked = *backoff_expires_at == concepts::PARKED_UNTIL;
+                    let (end, title) = if parked {
+                        (now.max(event.created_at), "parked".to_string())
+                    } else {
+                        let until = backoff_expires_at.format("%H:%M:%S%.3f");
+                        (*backoff_expires_at, format!("backoff until {until}"))
+                    };
                     push(
                         &mut timeline,
                         Bar {
                             row: attempts,
                             start: event.created_at,
-                            end: *backoff_expires_at,
+                            end,
                             kind: "backoff",
                             title,
                         },

@@ -194,6 +194,12 @@ pub fn event_details(origin: DateTime<Utc>, event: &ExecutionEvent) -> String {
         ExecutionEventInner::Unlocked {
             backoff_expires_at,
             reason,
+        } if *backoff_expires_at == concepts::PARKED_UNTIL => {
+            format!("{reason}; parked until code agrees with its log")
+        }
+        ExecutionEventInner::Unlocked {
+            backoff_expires_at,
+            reason,
         } => format!("{reason}; due again at {}", at(*backoff_expires_at)),
         ExecutionEventInner::TemporarilyFailed {
             backoff_expires_at,

@@ -258,7 +258,11 @@ fn event_row(event: &EventView) -> Markup {
             reason,
         } => (
             "unlocked",
-            html! { (crate::json::text(reason)) ", due again at " (layout::time(*backoff_expires_at)) },
+            html! {
+                (crate::json::text(reason))
+                @if *backoff_expires_at == concepts::PARKED_UNTIL { "; parked until code agrees with its log" }
+                @else { ", due again at " (layout::time(*backoff_expires_at)) }
+            },
         ),
         EventData::TemporarilyFailed {
             backoff_expires_at,
