@@ -5,21 +5,23 @@
 //! Scenarios are named by their ids, which `docs/SEMANTICS.md` cites where a rule is tested; the
 //! documentation of each scenario function says what it checks, and each module lists its ids:
 //!
-//! - S1..S24, [`storage_scenarios`]: the storage traits, their rules, their waits and their
+//! - S1..S25, [`storage_scenarios`]: the storage traits, their rules, their waits and their
 //!   portable error kinds (§1-§5 of the contract).
-//! - E1..E24, [`executor_scenarios`]: the executor's table, retries and backoff, the timers
+//! - E1..E26, [`executor_scenarios`]: the executor's table, retries and backoff, the timers
 //!   watcher, children answering their parents, the task limiter, the executor loop (§5-§8).
 //! - D1, [`differential`]: a seeded random sequence of writes applied to a backend, every state
 //!   checked against the reference derivation, the dumps of every backend compared (§3).
 //! - P1..P3, [`persistence_scenarios`]: what a backend that persists keeps across a close, a
 //!   crash and its durability settings.
-//! - W1..W17, [`workflow_scenarios`]: the `workflow` crate: what each operation records,
-//!   replay, determinism, warm and cold waits, and the lifecycle as a workflow meets it
-//!   (§14-§18).
+//! - W1..W20, [`workflow_scenarios`]: the `workflow` crate: what each operation records,
+//!   replay, determinism and parked executions, warm and cold waits, the lifecycle as a
+//!   workflow meets it, the typed schedules client, patches, typed joins, per-call options and
+//!   a workflow's status (§14-§19).
 //! - L1..L22, [`lifecycle_scenarios`]: idempotent submit, cancellation, durable promises,
 //!   retention, and ambiguous commits (§10-§13, §4.11).
-//! - C1..C8, [`schedule_scenarios`]: schedules stored and changed, the overlap policies,
-//!   catch-up, triggers and backfills, daylight saving, racing passes (§19).
+//! - C1..C9, [`schedule_scenarios`]: schedules stored and changed, the overlap policies,
+//!   catch-up, triggers and backfills, daylight saving, racing passes, the scheduler's
+//!   cancellations, jitter (§19).
 //!
 //! A backend runs the whole list with one macro line in its `tests/conformance.rs`:
 //!
