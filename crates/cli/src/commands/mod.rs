@@ -442,6 +442,24 @@ mod tests {
     }
 
     #[test]
+    fn http_alone_serves_on_loopback() {
+        use clap::Parser as _;
+        let http = |args: &[&str]| match Cli::try_parse_from(args).expect("parses").command {
+            Command::Serve(args) => args.http_address(),
+            _ => panic!("serve"),
+        };
+        assert_eq!(http(&["stele", "serve"]), None);
+        assert_eq!(
+            http(&["stele", "serve", "--http"]).as_deref(),
+            Some("127.0.0.1:8080")
+        );
+        assert_eq!(
+            http(&["stele", "serve", "--http", "127.0.0.1:0"]).as_deref(),
+            Some("127.0.0.1:0")
+        );
+    }
+
+    #[test]
     fn messages_are_one_line_without_repeating_a_quoted_cause() {
         let quoting = Quoting(Inner(std::io::Error::other("deepest")));
         let err = CliError {

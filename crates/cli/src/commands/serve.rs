@@ -55,9 +55,10 @@ pub struct ServeArgs {
         allow_hyphen_values = true
     )]
     drain_timeout: String,
-    /// Serve the HTTP API (`/api/v1`: submit, list, show, events, wait, cancel, complete) on
-    /// this address, e.g. 127.0.0.1:8080. An address other than loopback needs --http-token.
-    #[arg(long, value_name = "ADDR")]
+    /// Serve the web UI and the HTTP API (`/api/v1`: submit, list, show, events, wait,
+    /// cancel, complete) on this address; `--http` alone serves on 127.0.0.1:8080, loopback
+    /// only. An address other than loopback needs --http-token.
+    #[arg(long, value_name = "ADDR", num_args = 0..=1, default_missing_value = server::DEFAULT_ADDRESS)]
     http: Option<String>,
     /// Require `Authorization: Bearer TOKEN` on every HTTP request (needs --http; the
     /// variable may be exported whether --http is given or not).
@@ -149,6 +150,14 @@ async fn upkeep(signal: ::node::ShutdownSignal) {
 }
 
 /// The HTTP API's address and options, checked before anything starts.
+impl ServeArgs {
+    /// The address --http asks for, if it was given.
+    #[cfg(test)]
+    pub(crate) fn http_address(&self) -> Option<String> {
+        self.http.clone()
+    }
+}
+
 fn http_options(args: &ServeArgs) -> Result<Option<(SocketAddr, ApiOptions)>, CliError> {
     let Some(address) = args.http.as_deref() else {
         return Ok(None);
