@@ -450,3 +450,57 @@ async fn a_parked_execution_says_why_it_waits_and_is_listed_as_parked() {
         "the filter kept"
     );
 }
+
+#[tokio::test]
+async fn the_overview_names_the_oldest_due_execution_past_the_rows_it_reads() {
+    let db = memory_store();
+    let ffqn: concepts::FunctionFqn = "test:ui/api.show".parse().expect("a function");
+    let component = ComponentId::new("activity", "show").expect("a component");
+    let catalog = Catalog::new().with(node::CatalogFunction::new(
+        ffqn.clone(),
+        node::ExecutionDefaults::new(component.clone()),
+    ));
+    let (_stop, fired) = tokio::sync::watch::channel(false);
+    let app = router(
+        Mount {
+            db: db.clone(),
+            clock: Now,
+            catalog: Arc::new(catalog),
+            options: ApiOptions::default(),
+            signal: ShutdownSignal::new(fired),
+        },
+        UiOptions::default(),
+    );
+    let now = Now.now();
+    let hour_ago = now - chrono::TimeDelta::minutes(90);
+    // The oldest first, due 90 minutes ago; then 1,000 newer ones, due now: the overview reads
+    // the newest 1,000 pending, which leave the oldest out.
+    let request = |n: u32, at| CreateRequest {
+        created_at: at,
+        execution_id: ExecutionId::generate_at(at),
+        ffqn: ffqn.clone(),
+        params: Json(serde_json::json!(n)),
+        parent: None,
+        scheduled_at: at,
+        retry_exp_backoff: Duration::from_millis(100),
+        max_retries: 1,
+        component_id: component.clone(),
+        metadata: ExecutionMetadata::default(),
+        scheduled_by: None,
+    };
+    db.create(request(0, hour_ago)).await.expect("created");
+    let newer = (1..=1_000).map(|n| request(n, now)).collect();
+    db.create_batch(newer).await.expect("created");
+    let response = app
+        .oneshot(Request::get("/").body(Body::empty()).expect("a request"))
+        .await
+        .expect("infallible");
+    let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
+        .await
+        .expect("a body");
+    let body = String::from_utf8(bytes.to_vec()).expect("utf-8");
+    let (_, summary) = body.split_once(r#"id="oldest-due""#).expect("the summary");
+    let summary = summary.split_once("</p>").expect("its end").0;
+    assert!(summary.contains("1 h 30 min"), "{summary}");
+    assert!(summary.contains("test:ui/api.show"), "{summary}");
+}

@@ -1,7 +1,8 @@
 //! `/`: the overview. Per function, its unfinished executions by state, and what finished
 //! (ok or not) and was retried in the last 5 minutes and the hour: the figures of the node's
 //! metrics ([`node::recent::Recent`]) when the UI is given them, else the executions created
-//! in the last hour that finished, read from the store; the oldest due execution's age; the
+//! in the last hour that finished, read from the store; the oldest due execution's age (one
+//! bounded read per function, `DbClient::due_backlog`, as the node's gauge reads it); the
 //! leases held and by which executors.
 //!
 //! Read through the listing the API serves, a bounded page per state ([`SAMPLE`] rows), so
@@ -83,6 +84,25 @@ pub(crate) async fn page<C: ClockFn>(axum::extract::State(ui): Shared<C>) -> Res
         Ok(read) => read,
         Err(err) => return layout::api_error(&err),
     };
+    // The oldest due execution of each function, exact however long the backlog: one read of
+    // the index the locks read, as the node's gauge reads it.
+    let mut oldest_due_at: Option<(String, DateTime<Utc>)> = None;
+    for function in ui.catalog.functions().filter(|f| !f.ffqn().is_stub()) {
+        match ui.db.due_backlog(function.ffqn(), now, 0).await {
+            Ok(backlog) => {
+                if let Some(at) = backlog.oldest_due_at
+                    && oldest_due_at
+                        .as_ref()
+                        .is_none_or(|(_, oldest)| at < *oldest)
+                {
+                    oldest_due_at = Some((function.ffqn().to_string(), at));
+                }
+            }
+            Err(err) => {
+                return layout::api_error(&ApiError::store("reading the due backlog", &err));
+            }
+        }
+    }
     let mut counts: BTreeMap<String, Counts> = ui
         .catalog
         .functions()
@@ -181,7 +201,7 @@ pub(crate) async fn page<C: ClockFn>(axum::extract::State(ui): Shared<C>) -> Res
     let retried = |value: Option<u64>| value.map_or_else(|| "—".to_string(), |n| n.to_string());
     let body = html! {
         h1 { "Overview" }
-        (summary(oldest_due, now, pending.1))
+        (summary(oldest_due_at.as_ref(), oldest_due, now))
         h2 { "Functions" }
         table.overview {
             thead {
@@ -223,18 +243,26 @@ pub(crate) async fn page<C: ClockFn>(axum::extract::State(ui): Shared<C>) -> Res
     layout::page("Overview", body).into_response()
 }
 
-fn summary(oldest_due: Option<&SummaryView>, now: DateTime<Utc>, capped: bool) -> Markup {
-    let oldest = oldest_due.and_then(|row| match &row.state.data {
-        StateData::Pending { scheduled_at } => Some((row, *scheduled_at)),
-        _ => None,
+/// The oldest due execution: its function and due time (`oldest`, exact), and the row of
+/// the pending executions read that was due then, if that page held it (for its link).
+fn summary(
+    oldest: Option<&(String, DateTime<Utc>)>,
+    row: Option<&SummaryView>,
+    now: DateTime<Utc>,
+) -> Markup {
+    let row = row.filter(|row| {
+        // To the microsecond, as the SQL backends keep the due time.
+        matches!(&row.state.data, StateData::Pending { scheduled_at }
+            if oldest.is_some_and(|(_, at)| at.timestamp_micros() == scheduled_at.timestamp_micros()))
     });
     html! {
         p.oldest #oldest-due {
             @match oldest {
-                Some((row, scheduled_at)) => {
-                    "The oldest due execution" @if capped { " (of the newest " (SAMPLE) " pending)" } ", "
-                    (layout::execution_link(&row.id)) ", has waited "
-                    strong { (layout::duration(now.signed_duration_since(scheduled_at).num_milliseconds())) }
+                Some((function, at)) => {
+                    "The oldest due execution, "
+                    @match row { Some(row) => (layout::execution_link(&row.id)), None => { "one of " code { (function) } } }
+                    ", has waited "
+                    strong { (layout::duration(now.signed_duration_since(*at).num_milliseconds())) }
                     " for an executor."
                 }
                 None => "No execution is due: every pending one waits for its time.",
