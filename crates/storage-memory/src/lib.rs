@@ -37,6 +37,7 @@
 //! # });
 //! ```
 
+mod newest_first;
 mod schedules;
 mod state;
 #[cfg(test)]
@@ -183,7 +184,7 @@ impl kernel::Backend for MemoryStore {
     async fn get_expired_timers(&self, at: DateTime<Utc>) -> Result<Vec<ExpiredTimer>, DbError> {
         let state = self.open_state()?;
         let (mut locked, mut delays) = (Vec::new(), Vec::new());
-        for (expires_at, execution_id, kind) in state.timers.iter() {
+        for (expires_at, execution_id, kind) in state.timers.oldest_first() {
             if !expires_at.at_or_before(at) {
                 break;
             }
@@ -207,7 +208,8 @@ impl kernel::Backend for MemoryStore {
         limit: usize,
     ) -> Result<DueBacklog, DbError> {
         let state = self.open_state()?;
-        let due = (state.pending.get(ffqn).into_iter().flatten())
+        let due = (state.pending.get(ffqn).into_iter())
+            .flat_map(|set| set.oldest_first())
             .take_while(|(t, _)| t.at_or_before(at))
             .take(limit.saturating_add(1))
             .map(|(t, _)| t.time())
@@ -270,7 +272,7 @@ impl kernel::Backend for MemoryStore {
                 keys.sort_unstable();
                 Box::new(keys.into_iter().rev())
             }
-            None => Box::new(state.by_created.iter().rev().cloned()),
+            None => Box::new(state.by_created.newest_first().cloned()),
         };
         let mut out = Vec::new();
         let below_cursor = keys.skip_while(|key| cursor.as_ref().is_some_and(|c| key >= c));
