@@ -259,21 +259,22 @@ impl kernel::Backend for MemoryStore {
     ) -> Result<Vec<ExecutionSummary>, DbError> {
         let state = self.open_state()?;
         let cursor = (pagination.cursor.as_ref()).map(|(at, id)| (At::new(*at, id), id.clone()));
-        // The children of a parent from the index of children; everything else newest first
-        // from the creation index.
-        let keys: Box<dyn Iterator<Item = (At, ExecutionId)>> = match &filter.parent {
-            Some(parent) => {
-                let mut keys: Vec<_> = (state.descendants(parent))
-                    .filter(|id| id.split_to_parent().is_some_and(|(of, _)| of == *parent))
-                    .filter_map(|id| {
-                        Some((At::new(state.record(id).ok()?.created_at(), id), id.clone()))
-                    })
-                    .collect();
-                keys.sort_unstable();
-                Box::new(keys.into_iter().rev())
-            }
-            None => Box::new(state.by_created.newest_first().cloned()),
-        };
+        // The children of a parent from the index of children, the executions pending from a
+        // time from the pending indexes (what a node's start looks for, the parked ones, are
+        // a few among many), everything else newest first from the creation index.
+        let keys: Box<dyn Iterator<Item = (At, ExecutionId)>> =
+            match (&filter.parent, filter.pending_from) {
+                (Some(parent), _) => {
+                    let children = (state.descendants(parent))
+                        .filter(|id| id.split_to_parent().is_some_and(|(of, _)| of == *parent));
+                    Box::new(state.newest_created_first(children))
+                }
+                (None, Some(from)) => {
+                    let pending = state.pending_from(filter.ffqn.as_ref(), from);
+                    Box::new(state.newest_created_first(pending))
+                }
+                (None, None) => Box::new(state.by_created.newest_first().cloned()),
+            };
         let mut out = Vec::new();
         let below_cursor = keys.skip_while(|key| cursor.as_ref().is_some_and(|c| key >= c));
         for (created_at, execution_id) in below_cursor {

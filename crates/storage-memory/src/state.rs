@@ -66,6 +66,11 @@ impl At {
     pub(crate) fn at_or_before(&self, at: DateTime<Utc>) -> bool {
         self.ticks <= ticks(at)
     }
+
+    /// True when the time is at or after `at`.
+    pub(crate) fn at_or_after(&self, at: DateTime<Utc>) -> bool {
+        self.ticks >= ticks(at)
+    }
 }
 
 fn ticks(at: DateTime<Utc>) -> i128 {
@@ -195,6 +200,35 @@ impl State {
             .range((Bound::Excluded(root), Bound::Unbounded))
             .take_while(move |id| id.as_str() < high.as_str())
             .filter(move |id| id.as_str().starts_with(&low))
+    }
+
+    /// The executions of `ffqn` (of every function when `None`) pending at `from` or later,
+    /// from the pending indexes.
+    pub(crate) fn pending_from<'s>(
+        &'s self,
+        ffqn: Option<&FunctionFqn>,
+        from: DateTime<Utc>,
+    ) -> impl Iterator<Item = &'s ExecutionId> + 's {
+        let sets: Box<dyn Iterator<Item = &NewestFirst<TimeKey>>> = match ffqn {
+            Some(ffqn) => Box::new(self.pending.get(ffqn).into_iter()),
+            None => Box::new(self.pending.values()),
+        };
+        sets.flat_map(move |set| {
+            (set.newest_first())
+                .take_while(move |(at, _)| at.at_or_after(from))
+                .map(|(_, execution_id)| execution_id)
+        })
+    }
+
+    /// The creation keys of `executions`, newest first (as the creation index lists them).
+    pub(crate) fn newest_created_first<'s>(
+        &self,
+        executions: impl Iterator<Item = &'s ExecutionId>,
+    ) -> std::iter::Rev<std::vec::IntoIter<TimeKey>> {
+        let created = |id: &ExecutionId| Some(key(self.record(id).ok()?.created_at(), id));
+        let mut keys: Vec<TimeKey> = executions.filter_map(created).collect();
+        keys.sort_unstable();
+        keys.into_iter().rev()
     }
 
     /// True when an execution of `ffqns` is due at `at`.
