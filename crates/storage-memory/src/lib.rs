@@ -58,9 +58,12 @@ use std::{
     time::Duration,
 };
 
-/// The largest snapshot a store keeps between writes (entries of its largest table): one
-/// executor's batch of locks fits, a `create_batch` of thousands is dropped after its write.
-const SCRATCH_CAPACITY: usize = 1024;
+/// The largest snapshot a store keeps between writes (entries of its largest table): a write
+/// of a few executions (an outcome, a create) fits; a lock's batch or a `create_batch` is
+/// dropped after its write. Clearing a table walks all its room, and most writes touch one or
+/// two executions: a snapshot kept from a batch would cost each of them more to clear than a
+/// batch costs to allocate.
+const SCRATCH_CAPACITY: usize = 16;
 
 /// The in-memory store. Clones share the same data.
 #[derive(Debug, Clone, Default)]
@@ -112,7 +115,7 @@ impl MemoryStore {
     fn run<W: Write>(&self, write: W) -> Result<W::Reply, DbError> {
         let keys = write.keys()?;
         let mut state = self.open_state()?;
-        let mut snapshot = std::mem::take(&mut state.scratch);
+        let mut snapshot = state.scratch.take().unwrap_or_default();
         state.load(&keys, &mut snapshot);
         if let Some(more) = write.follow_up_keys(&snapshot) {
             state.load(&more, &mut snapshot);
@@ -120,7 +123,7 @@ impl MemoryStore {
         let planned = kernel::plan(&snapshot, write);
         if snapshot.capacity() <= SCRATCH_CAPACITY {
             snapshot.clear();
-            state.scratch = snapshot;
+            state.scratch = Some(snapshot);
         }
         let (mut plan, reply) = planned?;
         state.apply(std::mem::take(&mut plan.changes));

@@ -157,7 +157,7 @@ pub(crate) struct State {
     /// Set by `close`; every call afterwards is refused.
     pub(crate) closed: bool,
     /// The last write's snapshot, emptied, for the next one to load into (`SCRATCH_CAPACITY`).
-    pub(crate) scratch: Snapshot,
+    pub(crate) scratch: Option<Snapshot>,
     /// Boxed: a write touches one record, and growing the table moves only pointers.
     records: HashMap<ExecutionId, Box<Record>, FastHash>,
     /// `(created_at, execution_id)` of every execution, for `list_executions`.
