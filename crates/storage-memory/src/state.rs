@@ -365,11 +365,11 @@ impl State {
                 }
                 self.index_state(&change.row);
             }
-            let record = match &change.created {
+            let record = match change.created() {
                 Some(created) => {
                     self.by_created
                         .insert(key(created.created_at, &execution_id));
-                    if created.parent.is_some() {
+                    if change.row.parent.is_some() {
                         self.children.insert(execution_id.clone());
                     }
                     let record = Box::new(Record {
