@@ -156,8 +156,9 @@ impl Record {
 pub(crate) struct State {
     /// Set by `close`; every call afterwards is refused.
     pub(crate) closed: bool,
-    /// The last write's snapshot, emptied, for the next one to load into (`SCRATCH_CAPACITY`).
-    pub(crate) scratch: Option<Snapshot>,
+    /// The last write's snapshot, emptied, for the next one to load into (`SCRATCH_CAPACITY`);
+    /// boxed, so that taking it and putting it back moves a pointer, not the whole table set.
+    pub(crate) scratch: Option<Box<Snapshot>>,
     /// Boxed: a write touches one record, and growing the table moves only pointers.
     records: HashMap<ExecutionId, Box<Record>, FastHash>,
     /// `(created_at, execution_id)` of every execution, for `list_executions`.
