@@ -75,6 +75,39 @@ impl CreateRequest {
             },
         }
     }
+
+    /// The `Created` event this request writes, made of the request's own values.
+    #[must_use]
+    pub fn into_created_event(self) -> ExecutionEvent {
+        // Destructured: a field added to the request must be given to the event or let go here.
+        let Self {
+            created_at,
+            execution_id: _,
+            ffqn,
+            params,
+            parent,
+            scheduled_at,
+            retry_exp_backoff,
+            max_retries,
+            component_id,
+            metadata,
+            scheduled_by,
+        } = self;
+        ExecutionEvent {
+            created_at,
+            event: ExecutionEventInner::Created {
+                ffqn,
+                params,
+                parent,
+                scheduled_at,
+                retry_exp_backoff,
+                max_retries,
+                component_id,
+                metadata,
+                scheduled_by,
+            },
+        }
+    }
 }
 
 /// What `lock_pending` locks, and how.

@@ -37,6 +37,7 @@
 //! # });
 //! ```
 
+mod newest_first;
 mod schedules;
 mod state;
 #[cfg(test)]
@@ -57,9 +58,12 @@ use std::{
     time::Duration,
 };
 
-/// The largest snapshot a store keeps between writes (entries of its largest table): one
-/// executor's batch of locks fits, a `create_batch` of thousands is dropped after its write.
-const SCRATCH_CAPACITY: usize = 1024;
+/// The largest snapshot a store keeps between writes (entries of its largest table): a write
+/// of a few executions (an outcome, a create) fits; a lock's batch or a `create_batch` is
+/// dropped after its write. Clearing a table walks all its room, and most writes touch one or
+/// two executions: a snapshot kept from a batch would cost each of them more to clear than a
+/// batch costs to allocate.
+const SCRATCH_CAPACITY: usize = 16;
 
 /// The in-memory store. Clones share the same data.
 #[derive(Debug, Clone, Default)]
@@ -111,7 +115,7 @@ impl MemoryStore {
     fn run<W: Write>(&self, write: W) -> Result<W::Reply, DbError> {
         let keys = write.keys()?;
         let mut state = self.open_state()?;
-        let mut snapshot = std::mem::take(&mut state.scratch);
+        let mut snapshot = state.scratch.take().unwrap_or_default();
         state.load(&keys, &mut snapshot);
         if let Some(more) = write.follow_up_keys(&snapshot) {
             state.load(&more, &mut snapshot);
@@ -119,7 +123,7 @@ impl MemoryStore {
         let planned = kernel::plan(&snapshot, write);
         if snapshot.capacity() <= SCRATCH_CAPACITY {
             snapshot.clear();
-            state.scratch = snapshot;
+            state.scratch = Some(snapshot);
         }
         let (mut plan, reply) = planned?;
         state.apply(std::mem::take(&mut plan.changes));
@@ -183,7 +187,7 @@ impl kernel::Backend for MemoryStore {
     async fn get_expired_timers(&self, at: DateTime<Utc>) -> Result<Vec<ExpiredTimer>, DbError> {
         let state = self.open_state()?;
         let (mut locked, mut delays) = (Vec::new(), Vec::new());
-        for (expires_at, execution_id, kind) in state.timers.iter() {
+        for (expires_at, execution_id, kind) in state.timers.oldest_first() {
             if !expires_at.at_or_before(at) {
                 break;
             }
@@ -207,7 +211,8 @@ impl kernel::Backend for MemoryStore {
         limit: usize,
     ) -> Result<DueBacklog, DbError> {
         let state = self.open_state()?;
-        let due = (state.pending.get(ffqn).into_iter().flatten())
+        let due = (state.pending.get(ffqn).into_iter())
+            .flat_map(|set| set.oldest_first())
             .take_while(|(t, _)| t.at_or_before(at))
             .take(limit.saturating_add(1))
             .map(|(t, _)| t.time())
@@ -257,21 +262,22 @@ impl kernel::Backend for MemoryStore {
     ) -> Result<Vec<ExecutionSummary>, DbError> {
         let state = self.open_state()?;
         let cursor = (pagination.cursor.as_ref()).map(|(at, id)| (At::new(*at, id), id.clone()));
-        // The children of a parent from the index of children; everything else newest first
-        // from the creation index.
-        let keys: Box<dyn Iterator<Item = (At, ExecutionId)>> = match &filter.parent {
-            Some(parent) => {
-                let mut keys: Vec<_> = (state.descendants(parent))
-                    .filter(|id| id.split_to_parent().is_some_and(|(of, _)| of == *parent))
-                    .filter_map(|id| {
-                        Some((At::new(state.record(id).ok()?.created_at(), id), id.clone()))
-                    })
-                    .collect();
-                keys.sort_unstable();
-                Box::new(keys.into_iter().rev())
-            }
-            None => Box::new(state.by_created.iter().rev().cloned()),
-        };
+        // The children of a parent from the index of children, the executions pending from a
+        // time from the pending indexes (what a node's start looks for, the parked ones, are
+        // a few among many), everything else newest first from the creation index.
+        let keys: Box<dyn Iterator<Item = (At, ExecutionId)>> =
+            match (&filter.parent, filter.pending_from) {
+                (Some(parent), _) => {
+                    let children = (state.descendants(parent))
+                        .filter(|id| id.split_to_parent().is_some_and(|(of, _)| of == *parent));
+                    Box::new(state.newest_created_first(children))
+                }
+                (None, Some(from)) => {
+                    let pending = state.pending_from(filter.ffqn.as_ref(), from);
+                    Box::new(state.newest_created_first(pending))
+                }
+                (None, None) => Box::new(state.by_created.newest_first().cloned()),
+            };
         let mut out = Vec::new();
         let below_cursor = keys.skip_while(|key| cursor.as_ref().is_some_and(|c| key >= c));
         for (created_at, execution_id) in below_cursor {

@@ -1,6 +1,7 @@
 //! The state behind the mutex: the execution records and their indexes, the loads of a
 //! write's [`Snapshot`] and the application of its plan.
 
+use crate::newest_first::NewestFirst;
 use chrono::{DateTime, Utc};
 use concepts::{
     DbError, DelayId, ExecutionEvent, ExecutionId, FinishedExecutionResult, FunctionFqn, JoinSetId,
@@ -65,6 +66,11 @@ impl At {
     pub(crate) fn at_or_before(&self, at: DateTime<Utc>) -> bool {
         self.ticks <= ticks(at)
     }
+
+    /// True when the time is at or after `at`.
+    pub(crate) fn at_or_after(&self, at: DateTime<Utc>) -> bool {
+        self.ticks >= ticks(at)
+    }
 }
 
 fn ticks(at: DateTime<Utc>) -> i128 {
@@ -77,16 +83,6 @@ fn key(at: DateTime<Utc>, execution_id: &ExecutionId) -> TimeKey {
 
 fn timer_key(at: DateTime<Utc>, execution_id: &ExecutionId, kind: TimerKind) -> TimerKey {
     (At::new(at, execution_id), execution_id.clone(), kind)
-}
-
-/// Removes `key` from `set`, by `pop_first` (which compares nothing) when it is the first, as
-/// it mostly is (see `docs/ARCHITECTURE.md`).
-fn remove_front_first<K: Ord>(set: &mut BTreeSet<K>, key: &K) {
-    if set.first() == Some(key) {
-        set.pop_first();
-    } else {
-        set.remove(key);
-    }
 }
 
 /// A join set of one execution, as far as a snapshot needs it.
@@ -160,21 +156,22 @@ impl Record {
 pub(crate) struct State {
     /// Set by `close`; every call afterwards is refused.
     pub(crate) closed: bool,
-    /// The last write's snapshot, emptied, for the next one to load into (`SCRATCH_CAPACITY`).
-    pub(crate) scratch: Snapshot,
+    /// The last write's snapshot, emptied, for the next one to load into (`SCRATCH_CAPACITY`);
+    /// boxed, so that taking it and putting it back moves a pointer, not the whole table set.
+    pub(crate) scratch: Option<Box<Snapshot>>,
     /// Boxed: a write touches one record, and growing the table moves only pointers.
     records: HashMap<ExecutionId, Box<Record>, FastHash>,
     /// `(created_at, execution_id)` of every execution, for `list_executions`.
-    pub(crate) by_created: BTreeSet<TimeKey>,
+    pub(crate) by_created: NewestFirst<TimeKey>,
     /// `(scheduled_at, execution_id)` of every `PendingAt` execution, per function.
-    pub(crate) pending: HashMap<FunctionFqn, BTreeSet<TimeKey>, FastHash>,
+    pub(crate) pending: HashMap<FunctionFqn, NewestFirst<TimeKey>, FastHash>,
     /// Every lease of a `Locked` execution and every open delay.
-    pub(crate) timers: BTreeSet<TimerKey>,
+    pub(crate) timers: NewestFirst<TimerKey>,
     /// The id of every child execution (top-level ones are never descendants): the descendants
     /// of an execution are one range ([`descendant_bounds`]).
     pub(crate) children: BTreeSet<ExecutionId>,
     /// `(finished_at, execution_id)` of every finished top-level execution, for `prune`.
-    pub(crate) finished: BTreeSet<TimeKey>,
+    pub(crate) finished: NewestFirst<TimeKey>,
     pub(crate) schedules: crate::schedules::Schedules,
 }
 
@@ -206,12 +203,41 @@ impl State {
             .filter(move |id| id.as_str().starts_with(&low))
     }
 
+    /// The executions of `ffqn` (of every function when `None`) pending at `from` or later,
+    /// from the pending indexes.
+    pub(crate) fn pending_from<'s>(
+        &'s self,
+        ffqn: Option<&FunctionFqn>,
+        from: DateTime<Utc>,
+    ) -> impl Iterator<Item = &'s ExecutionId> + 's {
+        let sets: Box<dyn Iterator<Item = &NewestFirst<TimeKey>>> = match ffqn {
+            Some(ffqn) => Box::new(self.pending.get(ffqn).into_iter()),
+            None => Box::new(self.pending.values()),
+        };
+        sets.flat_map(move |set| {
+            (set.newest_first())
+                .take_while(move |(at, _)| at.at_or_after(from))
+                .map(|(_, execution_id)| execution_id)
+        })
+    }
+
+    /// The creation keys of `executions`, newest first (as the creation index lists them).
+    pub(crate) fn newest_created_first<'s>(
+        &self,
+        executions: impl Iterator<Item = &'s ExecutionId>,
+    ) -> std::iter::Rev<std::vec::IntoIter<TimeKey>> {
+        let created = |id: &ExecutionId| Some(key(self.record(id).ok()?.created_at(), id));
+        let mut keys: Vec<TimeKey> = executions.filter_map(created).collect();
+        keys.sort_unstable();
+        keys.into_iter().rev()
+    }
+
     /// True when an execution of `ffqns` is due at `at`.
     pub(crate) fn any_due(&self, ffqns: &[FunctionFqn], at: DateTime<Utc>) -> bool {
         ffqns.iter().any(|ffqn| {
             self.pending
                 .get(ffqn)
-                .and_then(BTreeSet::first)
+                .and_then(NewestFirst::oldest)
                 .is_some_and(|(t, _)| t.at_or_before(at))
         })
     }
@@ -269,7 +295,7 @@ impl State {
             let mut due: Vec<&TimeKey> = Vec::new();
             for set in query.ffqns.iter().filter_map(|ffqn| self.pending.get(ffqn)) {
                 let due_now = set
-                    .iter()
+                    .oldest_first()
                     .take_while(|(t, _)| t.at_or_before(query.pending_at_or_sooner));
                 due.extend(due_now.take(query.limit));
             }
@@ -311,10 +337,12 @@ impl State {
                 .for_each(|delay_id| snapshot.add_open_delay(execution_id, delay_id));
         }
         if let Some(query) = &keys.prune {
-            let after = (query.after.as_ref()).map(|(at, id)| key(*at, id));
-            let (lower, before) = (after.as_ref(), ticks(query.finished_before));
-            let lower = lower.map_or(Bound::Unbounded, Bound::Excluded);
-            let candidates = (self.finished.range((lower, Bound::Unbounded)))
+            let before = ticks(query.finished_before);
+            let candidates: Box<dyn Iterator<Item = &TimeKey>> = match &query.after {
+                Some((at, id)) => Box::new(self.finished.after(key(*at, id))),
+                None => Box::new(self.finished.oldest_first()),
+            };
+            let candidates = candidates
                 .take_while(|(finished_at, _)| finished_at.ticks < before)
                 .take(query.limit);
             for (_, execution_id) in candidates {
@@ -338,11 +366,11 @@ impl State {
                 }
                 self.index_state(&change.row);
             }
-            let record = match &change.created {
+            let record = match change.created() {
                 Some(created) => {
                     self.by_created
                         .insert(key(created.created_at, &execution_id));
-                    if created.parent.is_some() {
+                    if change.row.parent.is_some() {
                         self.children.insert(execution_id.clone());
                     }
                     let record = Box::new(Record {
@@ -413,7 +441,7 @@ impl State {
                 if let Some((join_set_id, expires_at)) = open {
                     let kind = TimerKind::Delay(delay_id, join_set_id);
                     self.timers
-                        .remove(&timer_key(expires_at, &execution_id, kind));
+                        .remove(timer_key(expires_at, &execution_id, kind));
                 }
             }
         }
@@ -431,7 +459,7 @@ impl State {
             let row = &record.row;
             self.unindex_state(&row.ffqn, execution_id, &row.state.pending_state);
             self.by_created
-                .remove(&key(record.created_at(), execution_id));
+                .remove(key(record.created_at(), execution_id));
             if row.parent.is_some() {
                 self.children.remove(execution_id);
             }
@@ -440,7 +468,7 @@ impl State {
                 if let Some((join_set_id, expires_at)) = &delay.open {
                     let kind = TimerKind::Delay(*delay_id, join_set_id.clone());
                     self.timers
-                        .remove(&timer_key(*expires_at, execution_id, kind));
+                        .remove(timer_key(*expires_at, execution_id, kind));
                 }
             }
         }
@@ -451,17 +479,17 @@ impl State {
         let keyed = |(_, id): &TimeKey| id == execution_id;
         let tables = [
             ("record", self.records.contains_key(execution_id)),
-            ("by_created", self.by_created.iter().any(keyed)),
+            ("by_created", self.by_created.newest_first().any(keyed)),
             (
                 "pending",
-                self.pending.values().any(|set| set.iter().any(keyed)),
+                (self.pending.values()).any(|set| set.newest_first().any(keyed)),
             ),
             (
                 "timers",
-                self.timers.iter().any(|(_, id, _)| id == execution_id),
+                (self.timers.newest_first()).any(|(_, id, _)| id == execution_id),
             ),
             ("children", self.children.contains(execution_id)),
-            ("finished", self.finished.iter().any(keyed)),
+            ("finished", self.finished.newest_first().any(keyed)),
         ];
         tables
             .into_iter()
@@ -478,7 +506,7 @@ impl State {
         match old {
             PendingState::PendingAt { scheduled_at } => {
                 if let Some(set) = self.pending.get_mut(ffqn) {
-                    remove_front_first(set, &key(*scheduled_at, execution_id));
+                    set.remove(key(*scheduled_at, execution_id));
                     if set.is_empty() {
                         self.pending.remove(ffqn);
                     }
@@ -488,11 +516,11 @@ impl State {
                 lock_expires_at, ..
             } => {
                 let key = timer_key(*lock_expires_at, execution_id, TimerKind::Lock);
-                remove_front_first(&mut self.timers, &key);
+                self.timers.remove(key);
             }
             // Only a deletion leaves `Finished`.
             PendingState::Finished { finished_at, .. } => {
-                self.finished.remove(&key(*finished_at, execution_id));
+                self.finished.remove(key(*finished_at, execution_id));
             }
             PendingState::BlockedByJoinSet { .. } => {}
         }

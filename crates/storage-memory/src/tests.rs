@@ -446,7 +446,7 @@ async fn cancel_removes_the_lease_and_the_delays_from_the_timers_index() {
     let delaying = AppendBatchRequest::events(parent.clone(), version, t0(), vec![second_delay]);
     store.append_batch(delaying).await.unwrap();
     let timers = |store: &MemoryStore| -> Vec<TimerKey> {
-        store.lock_state().timers.iter().cloned().collect()
+        store.lock_state().timers.oldest_first().cloned().collect()
     };
     assert_eq!(timers(&store).len(), 3, "the lease and two delays");
 

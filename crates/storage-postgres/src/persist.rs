@@ -208,10 +208,8 @@ fn statements<'a>(
     plan: &'a WritePlan,
 ) -> Result<Vec<Statement<'a>>, DbError> {
     let changes = &plan.changes;
-    let new = changes
-        .iter()
-        .filter_map(|c| Some((c, c.created.as_ref()?)));
-    let updated = changes.iter().filter(|c| c.created.is_none());
+    let new = changes.iter().filter_map(|c| Some((c, c.created()?)));
+    let updated = changes.iter().filter(|c| !c.is_new());
     let each = |part: fn(&ExecutionChange) -> usize| {
         changes
             .iter()

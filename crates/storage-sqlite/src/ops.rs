@@ -11,10 +11,10 @@ use crate::{
     reads::{self, rows},
 };
 use concepts::{
-    CreateRequest, DbError, DelayId, DuplicateKind, ExecutionEvent, ExecutionId, Version,
+    DbError, DelayId, DuplicateKind, ExecutionEvent, ExecutionId, Version,
     kernel::{
         self, DelayRow, ExecutionChange, ExecutionRow, JoinSetCounters, JoinSetKey, Keys,
-        PruneQuery, Snapshot, Wakeup, Write, WritePlan, descendant_bounds,
+        NewExecution, PruneQuery, Snapshot, Wakeup, Write, WritePlan, descendant_bounds,
         stored::{corrupt, count, from_json, micros, to_i64, to_json},
     },
 };
@@ -257,8 +257,8 @@ impl<'c> WriteCtx<'c> {
     fn persist(&self, plan: &WritePlan) -> Result<()> {
         let (mut insert_state, mut update_state, mut insert_event) = (None, None, None);
         for change in &plan.changes {
-            if let Some(req) = &change.created {
-                self.insert_execution(&mut insert_state, &change.row, req)?;
+            if let Some(created) = change.created() {
+                self.insert_execution(&mut insert_state, &change.row, created)?;
             } else if !change.events.is_empty() || change.state_changed() {
                 self.update_execution(&mut update_state, &change.row)?;
             }
@@ -342,7 +342,7 @@ impl<'c> WriteCtx<'c> {
         &self,
         stmt: &mut Reused<'c>,
         row: &ExecutionRow,
-        req: &CreateRequest,
+        req: NewExecution<'_>,
     ) -> Result<()> {
         let sql = "INSERT INTO t_execution_state (execution_id, next_version, state, pending_at, \
              lock_expires_at, executor_id, run_id, join_set_id, result_kind, state_json, \

@@ -162,8 +162,7 @@ fn absorb(view: &mut Snapshot, change: &ExecutionChange) {
     } = view;
     let ExecutionChange {
         row,
-        created: created_by,
-        old_state: _,
+        old_state,
         events,
         responses,
         join_sets: join_set_counters,
@@ -171,7 +170,7 @@ fn absorb(view: &mut Snapshot, change: &ExecutionChange) {
         delays_closed,
     } = change;
     let execution_id = &row.execution_id;
-    if created_by.is_some()
+    if old_state.is_none()
         && let Some((_, event)) = events.first()
     {
         created.insert(execution_id.clone(), event.clone());
@@ -247,9 +246,8 @@ fn merge(
     // Destructured: a field added to a change must be merged here.
     let ExecutionChange {
         row,
-        // The earlier change created it, or it existed: a later write never creates it.
-        created: _,
-        // The state before the first write of the group is the one the store holds.
+        // The state before the first write of the group is the one the store holds (or none,
+        // when the earlier change created it: a later write never creates it).
         old_state: _,
         events,
         responses,

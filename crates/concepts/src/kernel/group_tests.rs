@@ -177,8 +177,9 @@ fn known_rows_plan_a_write_without_a_load_once_and_say_what_they_assume() {
     let known = KnownRows::new(16);
     let lock = ExecutionChange {
         row: row(&id, 2, locked()),
-        created: None,
-        old_state: None,
+        old_state: Some(PendingState::PendingAt {
+            scheduled_at: at(0),
+        }),
         events: smallvec::SmallVec::new(),
         responses: Vec::new(),
         join_sets: Vec::new(),

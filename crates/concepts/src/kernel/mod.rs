@@ -76,8 +76,8 @@ pub use keys::{
 };
 pub use messages::{WAKE_EVERYONE, parse_wakeup_message, wakeup_messages};
 pub use plan::{
-    ExecutionChange, PlannedDelay, PlannedResponse, Planner, ScheduleWrite, Wakeup, Wakeups,
-    WritePlan,
+    ExecutionChange, NewExecution, PlannedDelay, PlannedResponse, Planner, ScheduleWrite, Wakeup,
+    Wakeups, WritePlan,
 };
 pub use queued::{Answer, Queued, queue};
 pub use snapshot::{

@@ -6,9 +6,9 @@
 
 use super::snapshot::{DelayRow, ExecutionRow, FastHash, JoinSetCounters, Snapshot, inconsistent};
 use crate::{
-    CreateRequest, DbError, DelayId, DuplicateKind, ExecutionEvent, ExecutionEventInner,
-    ExecutionId, FunctionFqn, HistoryEvent, JoinSetId, JoinSetRequest, JoinSetResponse,
-    JoinSetResponseEvent, JoinSetResponseEventOuter, PendingState, ValidationError, Version,
+    ComponentId, DbError, DelayId, DuplicateKind, ExecutionEvent, ExecutionEventInner, ExecutionId,
+    FunctionFqn, HistoryEvent, JoinSetId, JoinSetRequest, JoinSetResponse, JoinSetResponseEvent,
+    JoinSetResponseEventOuter, PendingState, ValidationError, Version,
     schedule::{ScheduleName, ScheduleRow, Tick},
 };
 use chrono::{DateTime, Utc};
@@ -65,10 +65,8 @@ pub struct PlannedDelay {
 pub struct ExecutionChange {
     /// The row after the write (state, counters).
     pub row: ExecutionRow,
-    /// The request, when the write creates the execution (its `Created` event is the first of
-    /// `events`).
-    pub created: Option<CreateRequest>,
-    /// The pending state before the write; `None` for a new execution.
+    /// The pending state before the write; `None` when the write creates the execution (its
+    /// `Created` event, which holds everything the request said, is the first of `events`).
     pub old_state: Option<PendingState>,
     /// New events with their versions (a `Finished` is stored at the version it was appended
     /// at); one inline, the whole of most writes.
@@ -87,7 +85,34 @@ impl ExecutionChange {
     /// True when the write creates the execution.
     #[must_use]
     pub fn is_new(&self) -> bool {
-        self.created.is_some()
+        self.old_state.is_none()
+    }
+
+    /// What a new execution's `Created` event says beyond its row, when the write creates it.
+    #[must_use]
+    pub fn created(&self) -> Option<NewExecution<'_>> {
+        if !self.is_new() {
+            return None;
+        }
+        match self.events.first() {
+            Some((
+                _,
+                ExecutionEvent {
+                    created_at,
+                    event:
+                        ExecutionEventInner::Created {
+                            scheduled_at,
+                            component_id,
+                            ..
+                        },
+                },
+            )) => Some(NewExecution {
+                created_at: *created_at,
+                scheduled_at: *scheduled_at,
+                component_id,
+            }),
+            _ => None,
+        }
     }
 
     /// True when the pending state changed (always for a new execution).
@@ -95,6 +120,18 @@ impl ExecutionChange {
     pub fn state_changed(&self) -> bool {
         self.old_state.as_ref() != Some(&self.row.state.pending_state)
     }
+}
+
+/// What the stored row of a new execution holds beyond its [`ExecutionRow`], read from the
+/// `Created` event of its change ([`ExecutionChange::created`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NewExecution<'a> {
+    /// When it was created.
+    pub created_at: DateTime<Utc>,
+    /// When it was first due.
+    pub scheduled_at: DateTime<Utc>,
+    /// The component that runs it.
+    pub component_id: &'a ComponentId,
 }
 
 /// Everything a write changes about one schedule.
@@ -235,7 +272,6 @@ impl<'s> Planner<'s> {
         self.changes.push(ExecutionChange {
             old_state: Some(row.state.pending_state.clone()),
             row: row.clone(),
-            created: None,
             // Most writes append one event: inline, no allocation.
             events: SmallVec::new(),
             responses: Vec::new(),

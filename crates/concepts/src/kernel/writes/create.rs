@@ -95,11 +95,12 @@ impl Planner<'_> {
             return repeated_create(&req, existing);
         }
         let row = ExecutionRow::new_execution(&req);
-        let created_event = req.to_created_event();
         self.index_next(&req.execution_id);
+        // The request's values move into its `Created` event, which is all a backend stores
+        // of it beside the row: nothing is cloned.
+        let created_event = req.into_created_event();
         self.changes.push(ExecutionChange {
             row,
-            created: Some(req),
             old_state: None,
             events: smallvec![(Version(0), created_event)],
             responses: Vec::new(),
@@ -117,10 +118,12 @@ impl Planner<'_> {
         execution_id: &ExecutionId,
     ) -> Result<Option<(ExecutionEvent, PendingState)>, DbError> {
         if let Some(idx) = self.find(execution_id)
-            && let Some(req) = &self.changes[idx].created
+            && let change = &self.changes[idx]
+            && change.is_new()
+            && let Some((_, created)) = change.events.first()
         {
-            let state = self.changes[idx].row.state.pending_state.clone();
-            return Ok(Some((req.to_created_event(), state)));
+            let state = change.row.state.pending_state.clone();
+            return Ok(Some((created.clone(), state)));
         }
         let Some(row) = self.snapshot.executions.get(execution_id) else {
             return Ok(None);

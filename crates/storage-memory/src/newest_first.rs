@@ -1,0 +1,106 @@
+//! [`NewestFirst`]: the ordered set behind the store's time indexes, kept in reverse so that
+//! the keys that come most often (the latest) are the cheapest to insert.
+
+use std::{cmp::Reverse, collections::BTreeSet};
+
+/// An ordered set of keys that lead with a time, stored newest first.
+///
+/// A B-tree finds a key's place by comparing it with the keys of each node from the node's
+/// first: a key that sorts first costs one comparison per level, one that sorts last a whole
+/// node's. Times mostly grow (an execution is created and due now, a lease expires after the
+/// leases before it, an execution finishes after the others), so in reverse the usual insert
+/// is at the cheap end; and the key a write removes is mostly the oldest (a lock takes the
+/// first due, runs mostly end in lock order), which is popped from the other end without a
+/// comparison.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct NewestFirst<K: Ord>(BTreeSet<Reverse<K>>);
+
+impl<K: Ord> Default for NewestFirst<K> {
+    fn default() -> Self {
+        Self(BTreeSet::new())
+    }
+}
+
+impl<K: Ord> NewestFirst<K> {
+    /// Adds `key`; false when it was there already.
+    pub(crate) fn insert(&mut self, key: K) -> bool {
+        self.0.insert(Reverse(key))
+    }
+
+    /// Removes `key`, by popping it when it is the oldest (which compares nothing).
+    pub(crate) fn remove(&mut self, key: K) {
+        let key = Reverse(key);
+        if self.0.last() == Some(&key) {
+            self.0.pop_last();
+        } else {
+            self.0.remove(&key);
+        }
+    }
+
+    /// The oldest key.
+    pub(crate) fn oldest(&self) -> Option<&K> {
+        self.0.last().map(|key| &key.0)
+    }
+
+    /// True when the set holds no key.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Every key, oldest first.
+    pub(crate) fn oldest_first(&self) -> impl Iterator<Item = &K> {
+        self.0.iter().rev().map(|key| &key.0)
+    }
+
+    /// Every key, newest first.
+    pub(crate) fn newest_first(&self) -> impl Iterator<Item = &K> {
+        self.0.iter().map(|key| &key.0)
+    }
+
+    /// The keys after `key` (not `key` itself), oldest first.
+    pub(crate) fn after(&self, key: K) -> impl Iterator<Item = &K> {
+        self.0.range(..Reverse(key)).rev().map(|key| &key.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_come_out_in_either_order_and_after_a_key() {
+        let mut set = NewestFirst::default();
+        for key in [3, 1, 4, 5, 9, 2, 6] {
+            assert!(set.insert(key));
+        }
+        assert!(!set.insert(4), "a key is held once");
+        assert_eq!(set.oldest(), Some(&1));
+        assert_eq!(
+            set.oldest_first().copied().collect::<Vec<_>>(),
+            [1, 2, 3, 4, 5, 6, 9]
+        );
+        assert_eq!(
+            set.newest_first().copied().collect::<Vec<_>>(),
+            [9, 6, 5, 4, 3, 2, 1]
+        );
+        assert_eq!(set.after(4).copied().collect::<Vec<_>>(), [5, 6, 9]);
+        assert_eq!(set.after(7).copied().collect::<Vec<_>>(), [9]);
+        assert_eq!(set.after(9).count(), 0);
+    }
+
+    #[test]
+    fn removing_the_oldest_or_any_other_key_leaves_the_rest() {
+        let mut set = NewestFirst::default();
+        for key in 1..=5 {
+            set.insert(key);
+        }
+        set.remove(1);
+        set.remove(4);
+        set.remove(7);
+        assert_eq!(set.oldest_first().copied().collect::<Vec<_>>(), [2, 3, 5]);
+        for key in [2, 3, 5] {
+            set.remove(key);
+        }
+        assert!(set.is_empty());
+    }
+}
