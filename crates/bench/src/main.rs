@@ -20,6 +20,9 @@
 //! `INSERT` transactions/s at 32 concurrent clients; the targets table holds the one-process
 //! rate against it and each multi-process rate against the one-process rate.
 //!
+//! Then single submits from many callers (`submits`, skipped with `--no-submits`): 64 tasks
+//! creating one execution per call while an executor runs, beside the first table's rate.
+//!
 //! Then the lifecycle rows (`lifecycle`, skipped with `--no-lifecycle`): executions removed
 //! per second by `prune`, and one `cancel` of a parent with 10,000 unfinished children, its
 //! time and the transactions it committed (read through `probe`).
@@ -35,8 +38,9 @@
 //! execution at a time on an idle executor, p50 and p99 per backend, beside the p50 of one
 //! commit timed after each execution.
 //!
-//! `--instructions` runs only the instruction count (`instructions`): instructions per
-//! execution of the memory backend end to end, under `valgrind --tool=callgrind`.
+//! Last, the instruction counts (`instructions`, skipped with `--no-instructions`):
+//! instructions per execution of each backend end to end, under `valgrind --tool=callgrind`,
+//! and the PostgreSQL server's CPU time per execution; `--instructions` runs only those.
 //!
 //! `--soak` runs only the soak (`soak`): a steady submit rate for minutes with a node of an
 //! executor, the timers watcher and `timers_watcher::Pruner`, printing the store's size over time and
@@ -59,6 +63,7 @@ mod pages;
 mod pg_limit;
 mod probe;
 mod soak;
+mod submits;
 mod targets;
 mod wakeups;
 mod workflows;
@@ -144,6 +149,9 @@ struct Args {
     /// Skip the workflow rows.
     #[arg(long)]
     no_workflows: bool,
+    /// Skip the rows of single submits from many tasks (`submits`).
+    #[arg(long)]
+    no_submits: bool,
     /// Lifecycle rows: how many finished executions are pruned.
     #[arg(long, default_value_t = 10_000)]
     prune_executions: usize,
@@ -495,6 +503,30 @@ async fn measure_processes(
     Ok((rows, rates))
 }
 
+impl Args {
+    /// What the counted phase of the instruction counts runs.
+    fn phase(&self) -> instructions::PhaseArgs<'_> {
+        instructions::PhaseArgs {
+            executions: self.executions,
+            batch_size: self.batch_size,
+            synchronous: &self.synchronous,
+            postgres_url: self.postgres_url.as_deref().filter(|url| !url.is_empty()),
+        }
+    }
+}
+
+/// Adds each backend's instruction rows to `targets`; returns the notes of those left out.
+async fn count_instructions(args: &Args, targets: &mut Targets) -> anyhow::Result<Vec<String>> {
+    let mut notes = Vec::new();
+    for backend in &args.backends {
+        match instructions::rows(&args.instructions, backend, &args.phase()).await? {
+            Ok(rows) => targets.add_all(backend, rows),
+            Err(note) => notes.push(note),
+        }
+    }
+    Ok(notes)
+}
+
 fn synchronous(level: &str) -> anyhow::Result<Synchronous> {
     match level {
         "full" => Ok(Synchronous::Full),
@@ -505,9 +537,9 @@ fn synchronous(level: &str) -> anyhow::Result<Synchronous> {
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    if cli.args.instructions.instructions_phase {
-        let with_recorder = cli.args.instructions.with_recorder;
-        return instructions::run_phase(cli.args.executions, cli.args.batch_size, with_recorder);
+    if let Some(backend) = &cli.args.instructions.instructions_phase {
+        let args = &cli.args;
+        return instructions::run_phase(&args.instructions, backend, &args.phase());
     }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -537,17 +569,11 @@ async fn bench(args: Args) -> anyhow::Result<()> {
     let mut report = String::new();
     let mut targets = Targets::default();
     if args.instructions.instructions {
-        eprintln!("counting instructions per execution under callgrind ...");
-        let per_execution =
-            instructions::count(&args.instructions, args.executions, args.batch_size)?;
-        let row = Row::alone(
-            "instructions per execution",
-            per_execution,
-            "",
-            Goal::AtMost(10_000.0),
-        );
-        targets.add("memory", row);
+        let notes = count_instructions(&args, &mut targets).await?;
         println!("{}", targets.render());
+        for note in notes {
+            println!("\nNote: {note}.");
+        }
         return Ok(());
     }
     let mut end_to_end = Vec::new();
@@ -607,6 +633,27 @@ async fn bench(args: Args) -> anyhow::Result<()> {
         };
         writeln!(report, "{}", m.row())?;
         end_to_end.push((backend.clone(), m.per_second(m.create + m.run)));
+    }
+    for (backend, rate) in end_to_end.iter().filter(|_| !args.no_submits) {
+        let url = postgres_url.as_deref();
+        if let Some(store) = Store::open(backend, dir.path(), sync, url, "submits").await? {
+            eprintln!("measuring single submits from many tasks on {backend} ...");
+            let submitted = submits::measure_on(store, args.executions).await?;
+            let row = Row::against(
+                format!(
+                    "{} tasks submitting single creates to a running executor (batch {}, task limiter {}), executions/s",
+                    submits::TASKS,
+                    submits::BATCH,
+                    submits::TASKS
+                ),
+                submitted,
+                "/s",
+                "end to end with one create_batch (the first table)",
+                *rate,
+                Goal::Report,
+            );
+            targets.add(backend, row);
+        }
     }
     if !args.no_workflows {
         writeln!(
@@ -781,6 +828,11 @@ async fn bench(args: Args) -> anyhow::Result<()> {
                 "memory",
                 Row::alone("end to end, executions/s", *rate, "/s", Goal::Report),
             );
+        }
+    }
+    if !args.instructions.no_instructions {
+        for note in count_instructions(&args, &mut targets).await? {
+            writeln!(report, "\nNote: {note}.")?;
         }
     }
     if !targets.is_empty() {
