@@ -220,6 +220,7 @@ impl ResultKind {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ExecutionEvent {
     /// When the event was appended (the caller's clock).
+    #[serde(with = "crate::time::rfc3339")]
     pub created_at: DateTime<Utc>,
     /// The event.
     pub event: ExecutionEventInner,
@@ -237,6 +238,7 @@ pub enum ExecutionEventInner {
         /// The parent and the join set this execution answers to, for a child.
         parent: Option<(ExecutionId, JoinSetId)>,
         /// When it becomes due.
+        #[serde(with = "crate::time::rfc3339")]
         scheduled_at: DateTime<Utc>,
         /// The first retry's backoff; each further retry doubles it.
         #[serde(with = "duration_micros")]
@@ -255,6 +257,7 @@ pub enum ExecutionEventInner {
     /// The worker hit a limit; the execution comes back later without using up a retry.
     Unlocked {
         /// When it becomes due again.
+        #[serde(with = "crate::time::rfc3339")]
         backoff_expires_at: DateTime<Utc>,
         /// Which limit.
         reason: String,
@@ -262,6 +265,7 @@ pub enum ExecutionEventInner {
     /// The worker failed; retried at `backoff_expires_at`.
     TemporarilyFailed {
         /// When it becomes due again.
+        #[serde(with = "crate::time::rfc3339")]
         backoff_expires_at: DateTime<Utc>,
         /// The message with its context.
         reason_full: String,
@@ -273,6 +277,7 @@ pub enum ExecutionEventInner {
     /// The run outlived its lease; retried at `backoff_expires_at`.
     TemporarilyTimedOut {
         /// When it becomes due again.
+        #[serde(with = "crate::time::rfc3339")]
         backoff_expires_at: DateTime<Utc>,
     },
     /// Terminal.
@@ -322,6 +327,7 @@ pub struct Locked {
     /// The run this lease belongs to.
     pub run_id: RunId,
     /// When the lease expires.
+    #[serde(with = "crate::time::rfc3339")]
     pub lock_expires_at: DateTime<Utc>,
 }
 
@@ -368,6 +374,7 @@ pub enum JoinSetRequest {
         /// The delay.
         delay_id: DelayId,
         /// When it fires.
+        #[serde(with = "crate::time::rfc3339")]
         expires_at: DateTime<Utc>,
     },
     /// A child execution, created in the same transaction.
@@ -406,6 +413,7 @@ pub enum HistoryEvent {
         /// The join set.
         join_set_id: JoinSetId,
         /// Until when the run stays warm (its deadline) or `now` when it gives up its run.
+        #[serde(with = "crate::time::rfc3339")]
         run_expires_at: DateTime<Utc>,
         /// True when the join set is being closed.
         closing: bool,
@@ -415,6 +423,7 @@ pub enum HistoryEvent {
         /// The scheduled execution.
         execution_id: ExecutionId,
         /// When it is due.
+        #[serde(with = "crate::time::rfc3339")]
         scheduled_at: DateTime<Utc>,
     },
 }
@@ -498,6 +507,7 @@ pub struct JoinSetResponseEvent {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct JoinSetResponseEventOuter {
     /// When it arrived (the caller's clock).
+    #[serde(with = "crate::time::rfc3339")]
     pub created_at: DateTime<Utc>,
     /// The response.
     pub event: JoinSetResponseEvent,

@@ -18,6 +18,7 @@ pub enum PendingState {
     /// Due at `scheduled_at` (or already due).
     PendingAt {
         /// When it becomes due.
+        #[serde(with = "crate::time::rfc3339")]
         scheduled_at: DateTime<Utc>,
     },
     /// An executor holds it.
@@ -27,6 +28,7 @@ pub enum PendingState {
         /// The run.
         run_id: RunId,
         /// When the lease expires.
+        #[serde(with = "crate::time::rfc3339")]
         lock_expires_at: DateTime<Utc>,
     },
     /// Awaiting the next response of a join set.
@@ -34,6 +36,7 @@ pub enum PendingState {
         /// The join set it waits on.
         join_set_id: JoinSetId,
         /// The `run_expires_at` of the `JoinNext`.
+        #[serde(with = "crate::time::rfc3339")]
         lock_expires_at: DateTime<Utc>,
         /// True when the join set is being closed.
         closing: bool,
@@ -43,6 +46,7 @@ pub enum PendingState {
         /// The version of the `Finished` event.
         version: Version,
         /// When it finished.
+        #[serde(with = "crate::time::rfc3339")]
         finished_at: DateTime<Utc>,
         /// What kind of result it has.
         result_kind: ResultKind,

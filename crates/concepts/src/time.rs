@@ -1,6 +1,8 @@
 //! Time as the caller sees it: the [`ClockFn`] abstraction and saturating timestamp arithmetic.
 
 use chrono::{DateTime, TimeDelta, Utc};
+
+pub(crate) mod rfc3339;
 use std::time::Duration;
 
 /// The source of "now" for executors, watchers and tests.

@@ -271,3 +271,11 @@ proptest! {
         prop_assert_eq!(join_set.name(), name.as_str());
     }
 }
+
+#[test]
+fn crockford_ranges_are_the_alphabet() {
+    let alphabet = b"0123456789ABCDEFGHJKMNPQRSTVWXYZ";
+    for b in 0..=u8::MAX {
+        assert_eq!(super::is_crockford(b), alphabet.contains(&b), "byte {b}");
+    }
+}
