@@ -1,6 +1,6 @@
-//! One write as the writer thread runs it, inside the batch's transaction and its own
-//! savepoint: load the rows its [`Keys`] name, let [`kernel::plan`] decide, persist the plan
-//! (deleting what `prune` deletes).
+//! One write as the writer thread runs it, inside the batch's transaction: load the rows its
+//! [`Keys`] name, let [`kernel::plan`] decide, persist the plan (deleting what `prune`
+//! deletes).
 
 use crate::{
     codec::{
@@ -25,6 +25,9 @@ use rusqlite::{CachedStatement, Connection, Params, params, params_from_iter};
 pub(crate) struct WriteCtx<'a> {
     pub(crate) conn: &'a Connection,
     pub(crate) wakeups: &'a mut Vec<Wakeup>,
+    /// The plans persisted in the transaction so far: what the writer persists again if it
+    /// must roll back another command's writes.
+    pub(crate) plans: &'a mut Vec<WritePlan>,
 }
 
 /// A statement taken from the connection's cache once per write, not once per row: a lookup
@@ -87,8 +90,11 @@ impl<'c> WriteCtx<'c> {
             self.load(&more, &mut snapshot)?;
         }
         let (mut plan, reply) = kernel::plan(&snapshot, write)?;
-        self.persist(&plan)?;
         self.wakeups.extend(plan.wakeups.drain(..));
+        let persisted = self.persist(&plan);
+        // Kept even when it failed halfway: the writer then knows there is something to undo.
+        self.plans.push(plan);
+        persisted?;
         Ok(reply)
     }
 
@@ -254,7 +260,7 @@ impl<'c> WriteCtx<'c> {
     }
 
     /// Writes every change of `plan`, then deletes what it prunes.
-    fn persist(&self, plan: &WritePlan) -> Result<()> {
+    pub(crate) fn persist(&self, plan: &WritePlan) -> Result<()> {
         let (mut insert_state, mut update_state, mut insert_event) = (None, None, None);
         for change in &plan.changes {
             if let Some(created) = change.created() {
@@ -321,8 +327,8 @@ impl<'c> WriteCtx<'c> {
         Ok(())
     }
 
-    /// Deletes every row of each execution of `ids` from every table, inside the command's
-    /// savepoint: a few statements per execution, each bounded by its id.
+    /// Deletes every row of each execution of `ids` from every table: a few statements per
+    /// execution, each bounded by its id.
     fn delete_executions(&self, ids: &[ExecutionId]) -> Result<()> {
         for execution_id in ids {
             for sql in DELETES {

@@ -225,7 +225,7 @@ pub(crate) fn open_writer(
         return Err(SqliteOpenError::WalUnavailable { path, journal_mode });
     }
     // A larger page cache than the 2 MB default keeps the state index and recent events hot;
-    // every command runs in a savepoint, whose sub-journal stays in memory, not in a temp file.
+    // statement journals and temporary tables stay in memory, not in temp files.
     conn.pragma_update(None, "synchronous", config.synchronous.pragma_value())
         .and_then(|()| conn.pragma_update(None, "cache_size", -16_384))
         .and_then(|()| conn.pragma_update(None, "temp_store", "MEMORY"))

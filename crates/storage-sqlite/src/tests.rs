@@ -1,5 +1,5 @@
 //! Unit tests of the SQLite backend: effective settings, migrations, typed open errors,
-//! persistence across close and reopen, group commit with per-command savepoints.
+//! persistence across close and reopen, group commit (a failed command undone, the others kept).
 
 use crate::{
     SqliteConfig, SqliteOpenError, SqlitePool, Synchronous,
@@ -839,7 +839,7 @@ fn run_commands(conn: rusqlite::Connection, path: &Path, commands: Vec<Box<dyn C
 }
 
 impl SqlitePool {
-    /// Runs `op` on the writer connection, inside a command's savepoint: how tests inject
+    /// Runs `op` on the writer connection, as a command of its own: how tests inject
     /// faults (a small `max_page_count`) into the store's own connection.
     pub(crate) async fn on_writer<T, F>(&self, op: F) -> Result<T, DbError>
     where
@@ -912,6 +912,52 @@ fn a_failing_command_rolls_back_only_itself() {
             .collect::<Result<_, _>>()
             .expect("reads")
     };
+    assert_eq!(ids, vec![id(1).to_string(), id(3).to_string()]);
+    let events: i64 = conn
+        .query_row("SELECT COUNT(*) FROM t_event", [], |row| row.get(0))
+        .expect("reads");
+    assert_eq!(events, 2);
+}
+
+/// A command that panics after writing is undone whole, and the commands before and after it
+/// in the same group commit, those before persisted again in a new transaction.
+#[test]
+fn a_panicking_command_is_undone_and_the_others_commit() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("db.sqlite");
+    let (conn, _) = schema::open_writer(&SqliteConfig::new(&path)).expect("opens");
+    let (first, first_rx) =
+        fn_command(|ctx: &mut WriteCtx<'_>| create(ctx, create_request(id(1), t0())));
+    let (second, second_rx) = fn_command(|ctx: &mut WriteCtx<'_>| {
+        create(ctx, create_request(id(2), t0()))?;
+        panic!("a bug in a command, after it wrote");
+        #[expect(unreachable_code, reason = "the command's reply type")]
+        Ok(CreateOutcome::Created)
+    });
+    let (third, third_rx) =
+        fn_command(|ctx: &mut WriteCtx<'_>| create(ctx, create_request(id(3), t0())));
+    run_commands(conn, &path, vec![first, second, third]);
+    assert_eq!(
+        first_rx.blocking_recv().expect("replied").expect("ok"),
+        CreateOutcome::Created
+    );
+    let err: DbError = second_rx
+        .blocking_recv()
+        .expect("replied")
+        .expect_err("panicked");
+    assert!(err.to_string().contains("the write panicked"), "{err}");
+    assert_eq!(
+        third_rx.blocking_recv().expect("replied").expect("ok"),
+        CreateOutcome::Created
+    );
+    let conn = rusqlite::Connection::open(&path).expect("opens");
+    let ids: Vec<String> = conn
+        .prepare("SELECT execution_id FROM t_execution_state ORDER BY execution_id")
+        .expect("prepares")
+        .query_map([], |row| row.get(0))
+        .expect("queries")
+        .collect::<Result<_, _>>()
+        .expect("reads");
     assert_eq!(ids, vec![id(1).to_string(), id(3).to_string()]);
     let events: i64 = conn
         .query_row("SELECT COUNT(*) FROM t_event", [], |row| row.get(0))

@@ -1,5 +1,5 @@
 //! The single writer: an OS thread that owns the write connection and commits queued
-//! commands in groups, each command in a savepoint of its own.
+//! commands in groups, one transaction for many commands.
 
 use crate::{
     SqliteConfig,
@@ -10,7 +10,7 @@ use crate::{
 };
 use concepts::{
     DbError,
-    kernel::{WaiterHub, Wakeup},
+    kernel::{WaiterHub, Wakeup, WritePlan},
 };
 use rusqlite::Connection;
 use std::{
@@ -278,14 +278,18 @@ impl Writer<'_> {
     }
 
     /// Runs the first commands of `batch` in one transaction (normally all of them); returns
-    /// how many ran (they have their outcomes) and the wake-ups of what committed. If SQLite
-    /// aborts the transaction (a full disk, an I/O error), the commands that had succeeded in it
-    /// fail too and the rest run in a new one; while contended, it commits after
-    /// [`MAX_CONTENDED_TRANSACTION`] and leaves the rest to the next one.
+    /// how many ran (they have their outcomes) and the wake-ups of what committed. Commands run
+    /// without savepoints: a refused one wrote nothing (the kernel refuses before anything is
+    /// persisted). One that failed after writing, or panicked, or an error after which SQLite
+    /// rolled the transaction back, costs a rollback, and the plans of the commands that had
+    /// succeeded in it are persisted again in a new one ([`Writer::replay`]). While contended,
+    /// it commits after [`MAX_CONTENDED_TRANSACTION`] and leaves the rest to the next one.
     fn run_group(&mut self, batch: &mut [Box<dyn Command>]) -> (usize, Vec<Wakeup>) {
         let path = self.path;
         // The wake-ups of the commands that succeeded in the current transaction.
         let mut woken = Vec::new();
+        // The plans those commands persisted, in their order.
+        let mut plans = Vec::new();
         // The first command of the open transaction, and when it began.
         let mut open: Option<(usize, Instant)> = None;
         let mut end = batch.len();
@@ -311,91 +315,103 @@ impl Writer<'_> {
                 }
             };
             open = Some((start, began));
-            match self.run_in_savepoint(&mut batch[idx], &mut woken) {
-                Ok(true) => {}
-                Ok(false) => {
-                    // SQLite rolled back the whole transaction: the earlier commands of this
-                    // transaction lost their writes too.
-                    let message = format!(
-                        "SQLite database {}: the transaction was rolled back by an error of a \
-                         command batched with this one",
-                        path.display()
-                    );
-                    fail_all(
-                        &mut batch[start..idx],
-                        &DbError::backend(message, true, None),
-                    );
-                    woken.clear();
-                    open = None;
-                }
-                Err(err) => {
-                    self.abort(&mut batch[start..=idx], &mut woken, err);
-                    open = None;
-                }
+            let kept = plans.len();
+            match self.run_command(&mut batch[idx], &mut woken, &mut plans) {
+                Ran::Succeeded => continue,
+                // Refused before it wrote anything, and the transaction is intact.
+                Ran::Failed if plans.len() == kept && !self.conn.is_autocommit() => continue,
+                Ran::Failed | Ran::Panicked => plans.truncate(kept),
+            }
+            if let Err(err) = self.replay(&plans) {
+                self.abort(&mut batch[start..idx], &mut woken, &err);
+                plans.clear();
+                open = None;
             }
         }
         if let Some((start, _)) = open
             && let Err(err) = exec(self.conn, "COMMIT")
         {
-            self.abort(&mut batch[start..end], &mut woken, err);
+            let err = SqliteError::from(err).into_db_error(path);
+            self.abort(&mut batch[start..end], &mut woken, &err);
         }
         self.ended_at = Some(Instant::now());
         (end, woken)
     }
 
+    /// Undoes what a failed command left in the open transaction: rolls it back (unless SQLite
+    /// did) and persists `plans`, those of the commands that succeeded before it, again in a new
+    /// one, which stays open.
+    fn replay(&mut self, plans: &[WritePlan]) -> Result<(), DbError> {
+        let path = self.path;
+        if !self.conn.is_autocommit() {
+            exec(self.conn, "ROLLBACK").map_err(|e| SqliteError::from(e).into_db_error(path))?;
+        }
+        self.begin()?;
+        let ctx = WriteCtx {
+            conn: self.conn,
+            wakeups: &mut Vec::new(),
+            plans: &mut Vec::new(),
+        };
+        for plan in plans {
+            ctx.persist(plan).map_err(|err| err.into_db_error(path))?;
+        }
+        Ok(())
+    }
+
     /// The current transaction is lost: roll it back and fail the commands that had succeeded.
-    fn abort(
-        &self,
-        segment: &mut [Box<dyn Command>],
-        woken: &mut Vec<Wakeup>,
-        err: rusqlite::Error,
-    ) {
-        let err = SqliteError::from(err).into_db_error(self.path);
+    fn abort(&self, segment: &mut [Box<dyn Command>], woken: &mut Vec<Wakeup>, err: &DbError) {
         tracing::error!(path = %self.path.display(), "SQLite transaction failed: {err}");
         if !self.conn.is_autocommit() {
             let _ = self.conn.execute_batch("ROLLBACK");
         }
-        fail_all(segment, &err);
+        fail_all(segment, err);
         woken.clear();
     }
 
-    /// Runs `command` in a savepoint of the current transaction and adds its wake-ups to
-    /// `woken` if it succeeded (a failed one rolls back to its savepoint). False when SQLite
-    /// rolled the whole transaction back; an error when a savepoint statement failed.
-    fn run_in_savepoint(
+    /// Runs `command` in the current transaction; when it succeeded, its wake-ups are added to
+    /// `woken`. The plans it persisted are added to `plans` however it ends (a failed command may
+    /// have persisted some before failing).
+    fn run_command(
         &self,
         command: &mut Box<dyn Command>,
         woken: &mut Vec<Wakeup>,
-    ) -> rusqlite::Result<bool> {
+        plans: &mut Vec<WritePlan>,
+    ) -> Ran {
         let (conn, path) = (self.conn, self.path);
-        exec(conn, "SAVEPOINT op")?;
         let mut wakeups = Vec::new();
         // A bug that panics inside one command must not take the writer (and every other
-        // caller) down with it: the command fails and its savepoint is rolled back.
-        let ok = std::panic::catch_unwind(AssertUnwindSafe(|| {
+        // caller) down with it: the command fails and what it wrote is undone.
+        let ran = std::panic::catch_unwind(AssertUnwindSafe(|| {
             let mut ctx = WriteCtx {
                 conn,
                 wakeups: &mut wakeups,
+                plans: &mut *plans,
             };
             command.run(&mut ctx, path)
-        }))
-        .unwrap_or_else(|_| {
-            tracing::error!(path = %path.display(), "a SQLite write command panicked");
-            let message = format!("SQLite database {}: the write panicked", path.display());
-            command.fail(&DbError::backend(message, false, None));
-            false
-        });
-        if ok {
-            exec(conn, "RELEASE op")?;
-            woken.append(&mut wakeups);
-        } else if conn.is_autocommit() {
-            return Ok(false);
-        } else {
-            exec(conn, "ROLLBACK TO op")?;
-            exec(conn, "RELEASE op")?;
+        }));
+        match ran {
+            Ok(true) => {
+                woken.append(&mut wakeups);
+                Ran::Succeeded
+            }
+            Ok(false) => Ran::Failed,
+            Err(_) => {
+                tracing::error!(path = %path.display(), "a SQLite write command panicked");
+                let message = format!("SQLite database {}: the write panicked", path.display());
+                command.fail(&DbError::backend(message, false, None));
+                Ran::Panicked
+            }
         }
-        Ok(true)
     }
+}
+
+/// How a command ended ([`Writer::run_command`]).
+enum Ran {
+    Succeeded,
+    /// It returned an error.
+    Failed,
+    /// What it wrote is unknown.
+    Panicked,
 }
 
 fn fail_all(batch: &mut [Box<dyn Command>], err: &DbError) {
