@@ -478,17 +478,22 @@ impl FunctionFqn {
     ) -> Result<Self, IdParseError> {
         let ifc_name = ifc_name.into();
         let function_name = function_name.into();
-        let input = format!("{ifc_name}.{function_name}");
+        // The whole name, for an error only: a valid name (every stored row read back) is
+        // checked without building it.
+        let input = || format!("{ifc_name}.{function_name}");
         for (part, value) in [
             ("interface name", &ifc_name),
             ("function name", &function_name),
         ] {
             if value.is_empty() {
-                return Err(IdParseError::Empty { input, part });
+                return Err(IdParseError::Empty {
+                    input: input(),
+                    part,
+                });
             }
             if let Some(character) = value.chars().find(|c| c.is_whitespace() || c.is_control()) {
                 return Err(IdParseError::IllegalCharacter {
-                    input,
+                    input: input(),
                     character,
                     allowed: "a function name has no whitespace or control characters",
                 });
@@ -496,7 +501,7 @@ impl FunctionFqn {
         }
         if function_name.contains('.') {
             return Err(IdParseError::IllegalCharacter {
-                input,
+                input: input(),
                 character: '.',
                 allowed: "the function part (after the last dot) has no dot",
             });
