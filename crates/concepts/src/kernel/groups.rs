@@ -87,7 +87,10 @@ async fn transact<T: Transactions>(
         // A plan the assumed snapshot refuses is made again on what the load finds.
         let planned = (assumed.as_ref())
             .and_then(|(snapshot, assumption)| Some((write.plan(snapshot).ok()?, assumption)));
-        let e = match backend.attempt(write, planned).await {
+        // Boxed: a backend's attempt (a transaction of several round trips) is a future of
+        // kilobytes, which every future awaiting it would hold inline and move at each layer
+        // (the caller's write, its metering, the public trait's box).
+        let e = match Box::pin(backend.attempt(write, planned)).await {
             Ok((plan, handed_over)) => return Ok((plan, handed_over?)),
             Err(NotCommitted::Refuted) => {
                 assumed = None;
