@@ -108,6 +108,15 @@ pub(crate) async fn rows(
         phase.executions > 0,
         "--executions: 0 executions cannot be counted"
     );
+    if let Some(kept) = &args.callgrind_out {
+        let dir = kept.parent().filter(|dir| !dir.as_os_str().is_empty());
+        anyhow::ensure!(
+            dir.is_none_or(Path::is_dir),
+            "--callgrind-out {}: the directory {} does not exist (create it first)",
+            kept.display(),
+            dir.map_or_else(String::new, |dir| dir.display().to_string())
+        );
+    }
     eprintln!("counting instructions per execution on {backend} under callgrind ...");
     match backend {
         "memory" => {
