@@ -196,6 +196,7 @@ async fn tree(db: &dyn DbConnection, children: u64) -> anyhow::Result<ExecutionI
         now,
         events,
         children: requests,
+        leases: Vec::new(),
     })
     .await
     .context("creating the children")?;

@@ -123,6 +123,7 @@ async fn executions_with_history(
                 now,
                 events,
                 children: Vec::new(),
+                leases: Vec::new(),
             })
             .await
             .context("append history")?;

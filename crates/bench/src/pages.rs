@@ -127,6 +127,7 @@ async fn long_log(db: &dyn DbConnection, events: usize) -> anyhow::Result<Execut
                 now: Now.now(),
                 events: batch,
                 children: Vec::new(),
+                leases: Vec::new(),
             })
             .await
             .context("appending the long log")?;
@@ -187,6 +188,7 @@ async fn fan_out(db: &dyn DbConnection, children: usize) -> anyhow::Result<Execu
         now: Now.now(),
         events,
         children: requests,
+        leases: Vec::new(),
     })
     .await
     .context("creating the children")?;

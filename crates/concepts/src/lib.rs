@@ -75,7 +75,7 @@ pub use schema::{SchemaPolicy, SchemaRefusal};
 pub use storage::{
     AppendBatchRequest, CreateRequest, DbAwait, DbClient, DbClientExt, DbConnection, DbExecutor,
     DbSchedules, DbTimers, DbWorkflow, DueBacklog, ExecutionLog, ExecutionSummary, ExpiredDelay,
-    ExpiredLock, ExpiredTimer, ListExecutionsFilter, ListTerm, LockPendingRequest, LockedExecution,
-    Pagination,
+    ExpiredLock, ExpiredTimer, Lease, ListExecutionsFilter, ListTerm, LockPendingRequest,
+    LockedExecution, Pagination,
 };
 pub use time::{ClockFn, add_saturating, sub_saturating, truncate_to_micros};

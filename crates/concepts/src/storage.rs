@@ -29,6 +29,9 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use std::{sync::Arc, time::Duration};
 
+mod append_batch;
+pub use append_batch::{AppendBatchRequest, Lease};
+
 /// Everything `create` needs; becomes the `Created` event at version 0.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CreateRequest {
@@ -128,44 +131,6 @@ pub struct LockPendingRequest {
     pub executor_id: ExecutorId,
     /// When the lease expires; must be after `now`.
     pub lock_expires_at: DateTime<Utc>,
-}
-
-/// Several events appended to one execution in order at consecutive versions, and the
-/// executions created in the same transaction; all or nothing.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AppendBatchRequest {
-    /// The execution the events are appended to.
-    pub execution_id: ExecutionId,
-    /// The version of the first event, the one the writer read; the batch is refused if the
-    /// log moved on.
-    pub version: Version,
-    /// The time of the request: the `created_at` of every event.
-    pub now: DateTime<Utc>,
-    /// The events, in order; at least one.
-    pub events: Vec<ExecutionEventInner>,
-    /// Executions created in the same transaction (children, or top-level executions it
-    /// schedules), each announced by an event of `events`; may be empty.
-    pub children: Vec<CreateRequest>,
-}
-
-impl AppendBatchRequest {
-    /// A batch of `events` appended to `execution_id` from `version` at `now`, creating
-    /// nothing.
-    #[must_use]
-    pub fn events(
-        execution_id: ExecutionId,
-        version: Version,
-        now: DateTime<Utc>,
-        events: Vec<ExecutionEventInner>,
-    ) -> Self {
-        Self {
-            execution_id,
-            version,
-            now,
-            events,
-            children: Vec::new(),
-        }
-    }
 }
 
 /// An execution locked by `lock_pending`: everything a worker needs.

@@ -1,7 +1,7 @@
 //! The worker contract: what a worker is given for one run ([`WorkerContext`]) and what it
 //! reports back ([`WorkerResult`], [`WorkerError`], [`FatalError`]).
 
-use crate::cancel::Cancellation;
+use crate::{cancel::Cancellation, local::LocalExecutors};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use concepts::{
@@ -75,6 +75,10 @@ pub struct WorkerContext {
     /// Whether someone else finished the execution while this run works on it (see
     /// [`WorkerContext::cancelled`]).
     pub cancellation: Cancellation,
+    /// The executors of this process on the same store: a worker that creates executions
+    /// (a workflow's children) may create them under a lease of one of them and hand them
+    /// over to run at once ([`LocalExecutors::reserve`]). Empty for a worker driven by hand.
+    pub local_executors: LocalExecutors,
 }
 
 impl WorkerContext {

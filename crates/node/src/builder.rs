@@ -9,7 +9,7 @@ use crate::{
 use concepts::{
     ClockFn, ComponentId, DbConnection, DbExecutor, ExecutorId, FunctionFqn, schedule::Definition,
 };
-use executor::{ExecConfig, ExecTask, Worker};
+use executor::{ExecConfig, ExecTask, LocalExecutors, Worker};
 use futures_util::future::BoxFuture;
 use serde::{Serialize, de::DeserializeOwned};
 use std::{collections::HashMap, future::Future, sync::Arc, time::Duration};
@@ -467,6 +467,9 @@ impl<C: ClockFn> NodeBuilder<C> {
         let mut takebacks = Vec::new();
         let probed: Vec<Arc<dyn Worker>> =
             entries.iter().map(|entry| entry.worker.clone()).collect();
+        // Its executors run the children its workflows create at once when one of them has a
+        // permit free (`executor::LocalExecutors`).
+        let local = LocalExecutors::new();
         let executors = entries
             .into_iter()
             .map(|entry| {
@@ -481,7 +484,7 @@ impl<C: ClockFn> NodeBuilder<C> {
                     });
                     id
                 });
-                self.spawn_executor(entry, component_id, executor_id, shared.as_ref())
+                self.spawn_executor(entry, component_id, executor_id, shared.as_ref(), &local)
             })
             .collect();
         let watcher = self
@@ -582,6 +585,7 @@ impl<C: ClockFn> NodeBuilder<C> {
         component_id: ComponentId,
         executor_id: Option<ExecutorId>,
         shared: Option<&Arc<Semaphore>>,
+        local: &LocalExecutors,
     ) -> RunningExecutor {
         let settings = entry.settings;
         let task_limiter = match settings.concurrency {
@@ -597,7 +601,8 @@ impl<C: ClockFn> NodeBuilder<C> {
             task_limiter,
         };
         let store = entry.store.unwrap_or_else(|| self.db.clone());
-        let mut task = ExecTask::new(entry.worker, config, self.clock.clone(), store);
+        let mut task = ExecTask::new(entry.worker, config, self.clock.clone(), store)
+            .with_local_executors(local.clone());
         if let Some(executor_id) = executor_id {
             task = task.with_executor_id(executor_id);
         }

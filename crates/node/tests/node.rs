@@ -1,12 +1,13 @@
 //! A node on every backend (memory, SQLite, PostgreSQL; the stores of test-support's
-//! factories): an activity and a workflow that sleeps durably both finish, the retention task
+//! factories): an activity and a workflow that sleeps durably both finish (the workflow's child
+//! created locked by the node's activity executor), the retention task
 //! removes what its retention says, and a drain finishes a run inside its deadline and leaves
 //! one past it to its lease, which a second node takes up once the lease expired, or at once
 //! when it restarts under the same identity.
 
 use concepts::{
     ClockFn, ComponentId, DbConnection, DbError, ExecutionEventInner, ExecutionId, JoinSetResponse,
-    PendingStateKind,
+    PendingStateKind, Version,
 };
 use conformance::StoreFactory;
 use executor::Now;
@@ -65,6 +66,34 @@ async fn an_activity_and_a_sleeping_workflow_finish(factory: &dyn StoreFactory) 
             .any(|response| matches!(response.event.event, JoinSetResponse::DelayFinished { .. })),
         "{:?}",
         log.responses
+    );
+    // The workflow's child was created locked by the node's activity executor, idle and so
+    // with a permit free, in the workflow's own write: its lease at version 1 bears the
+    // `Created` event's time, and its outcome follows at version 2.
+    let child = (log.responses.iter())
+        .find_map(|response| match &response.event.event {
+            JoinSetResponse::ChildExecutionFinished {
+                child_execution_id,
+                finished_version,
+                ..
+            } => Some((child_execution_id.clone(), *finished_version)),
+            JoinSetResponse::DelayFinished { .. } => None,
+        })
+        .expect("the child's response");
+    assert_eq!(child.1, Version(2), "Created, Locked, Finished");
+    let child_log = db.get(&child.0).await.expect("the child's log");
+    let activities = (node.executors().iter())
+        .find(|info| info.functions.contains(&DOUBLE.ffqn().expect("an FQN")))
+        .expect("the activity executor");
+    match &child_log.events[1].event {
+        ExecutionEventInner::Locked(locked) => {
+            assert_eq!(locked.executor_id, activities.executor_id);
+        }
+        other => panic!("the child's first lease is not at version 1: {other:?}"),
+    }
+    assert_eq!(
+        child_log.events[1].created_at, child_log.events[0].created_at,
+        "locked in the write that created it"
     );
 
     let report = node.shutdown(SAFETY).await;

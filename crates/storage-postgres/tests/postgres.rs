@@ -419,6 +419,7 @@ async fn another_store_is_woken_through_notify() {
                 result: Ok(concepts::SupportedFunctionReturnValue::None),
             }],
             children: Vec::new(),
+            leases: Vec::new(),
         })
         .await
         .unwrap();

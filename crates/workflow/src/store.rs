@@ -11,9 +11,9 @@ use concepts::{
     AppendBatchRequest, CancelOutcome, CancelRequest, CompleteOutcome, CompleteRequest,
     CreateOutcome, CreateRequest, DbClient, DbConnection, DbError, ExecutionEventInner,
     ExecutionId, FinishedExecutionResult, FunctionFqn, HistoryEvent, JoinSetResponseEventOuter,
-    Json, Version,
+    Json, Lease, Version,
 };
-use executor::Cancellation;
+use executor::{Cancellation, LocalExecutors, Reservation};
 use futures_util::{FutureExt as _, future::BoxFuture};
 use std::{collections::HashMap, sync::Arc, time::Duration};
 
@@ -23,6 +23,8 @@ pub(crate) struct RunStore {
     pub execution_id: ExecutionId,
     /// The executor's watch on the execution's end.
     pub cancellation: Cancellation,
+    /// The executors of this process, which run the children they give a lease at once.
+    pub local: LocalExecutors,
 }
 
 #[async_trait]
@@ -34,6 +36,7 @@ impl RunIo for RunStore {
         events: Vec<HistoryEvent>,
         children: Vec<CreateRequest>,
     ) -> Result<Version, DbError> {
+        let leased = reserve(&self.local, &children, now);
         let request = AppendBatchRequest {
             execution_id: self.execution_id.clone(),
             version,
@@ -43,8 +46,27 @@ impl RunIo for RunStore {
                 .map(|event| ExecutionEventInner::HistoryEvent { event })
                 .collect(),
             children,
+            leases: (leased.iter())
+                .map(|(reservation, child)| Lease {
+                    execution_id: child.execution_id.clone(),
+                    locked: reservation.locked().clone(),
+                })
+                .collect(),
         };
-        self.db.append_batch(request).await
+        match self.db.append_batch(request).await {
+            Ok(version) => {
+                for (reservation, child) in leased {
+                    reservation.start(child);
+                }
+                Ok(version)
+            }
+            Err(err) => {
+                if err.is_retriable() && !leased.is_empty() {
+                    start_if_written(self.db.as_ref(), leased).await;
+                }
+                Err(err)
+            }
+        }
     }
 
     async fn next_responses(
@@ -87,6 +109,51 @@ impl RunIo for RunStore {
             self.db.cancel(request).await?;
         }
         Ok(())
+    }
+}
+
+/// A lease of a local executor for each of `children` whose function one runs with a permit
+/// free (`LocalExecutors::reserve`), with the child's request; once a function has no free
+/// permit, its further children are not asked for (a fan-out creates thousands).
+fn reserve(
+    local: &LocalExecutors,
+    children: &[CreateRequest],
+    now: DateTime<Utc>,
+) -> Vec<(Reservation, CreateRequest)> {
+    let mut leased = Vec::new();
+    let mut exhausted: Vec<&FunctionFqn> = Vec::new();
+    for child in children {
+        if child.scheduled_at > now || exhausted.contains(&&child.ffqn) {
+            continue;
+        }
+        match local.reserve(&child.ffqn, now) {
+            Some(reservation) => leased.push((reservation, child.clone())),
+            None => exhausted.push(&child.ffqn),
+        }
+    }
+    leased
+}
+
+/// After a write with leases failed with an error that may hide its commit (a lost reply):
+/// starts each leased child whose log holds its lease, since the write did commit, so that the
+/// child runs now instead of waiting for its lease to expire. The others' reservations are
+/// dropped, their permits given back.
+async fn start_if_written(db: &dyn DbClient, leased: Vec<(Reservation, CreateRequest)>) {
+    for (reservation, child) in leased {
+        let lease = db
+            .get_execution_event(&child.execution_id, Version(1))
+            .await;
+        let written = matches!(
+            lease.map(|event| event.event),
+            Ok(ExecutionEventInner::Locked(locked)) if locked == *reservation.locked()
+        );
+        if written {
+            tracing::debug!(
+                child = %child.execution_id,
+                "the write that failed had committed: its child runs under its lease"
+            );
+            reservation.start(child);
+        }
     }
 }
 

@@ -247,6 +247,7 @@ impl<C: ClockFn> Worker for WorkflowWorker<C> {
             db: self.db.clone(),
             execution_id: ctx.execution_id,
             cancellation: ctx.cancellation,
+            local: ctx.local_executors,
         };
         drive(shared, future, &io, limits).await
     }

@@ -288,6 +288,7 @@ fn a_child_id_is_derived_from_its_parent_and_join_set() {
         now: at(1),
         events: vec![announce(child)],
         children: vec![as_child(child)],
+        leases: Vec::new(),
     };
     assert!(append(&derived).keys().is_ok());
     let err = append(&not_derived[1]).keys().unwrap_err();

@@ -88,12 +88,14 @@ pub use waiters::{WaiterCounts, WaiterHub};
 pub use write::{Forward, Forwarded, Write};
 pub use writes::{
     AppendOutcomes, AppendResponse, BUFFER_RECHECK, CreateBatch, LockGrant, MAX_BACKFILL_TICKS,
-    TICKS_KEPT, TICKS_PER_PASS, hand_over, hand_over_cloned, validate_append_batch,
-    validate_create, validate_lock_pending,
+    TICKS_KEPT, TICKS_PER_PASS, hand_over, hand_over_cloned, hand_over_created,
+    validate_append_batch, validate_create, validate_lock_pending,
 };
 
 #[cfg(test)]
 mod group_tests;
+#[cfg(test)]
+mod lease_tests;
 #[cfg(test)]
 mod lifecycle_tests;
 #[cfg(test)]

@@ -68,7 +68,7 @@ fn snapshot_of(rows: impl IntoIterator<Item = ExecutionRow>) -> Snapshot {
 
 /// Plans `write` on `snapshot` as a backend does (its keys first): the plan, with the reply
 /// kept in it for the assertions.
-fn run<W: Write>(snapshot: &Snapshot, write: W) -> Result<Planned<W::Reply>, DbError> {
+pub(super) fn run<W: Write>(snapshot: &Snapshot, write: W) -> Result<Planned<W::Reply>, DbError> {
     write.keys()?;
     let (plan, reply) = plan(snapshot, write)?;
     assert_revisions_move(snapshot, &plan);
@@ -118,6 +118,7 @@ fn append(
         now: at(now),
         events,
         children: Vec::new(),
+        leases: Vec::new(),
     }
 }
 

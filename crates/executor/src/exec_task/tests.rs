@@ -1,10 +1,12 @@
 //! The loop's building blocks that need no database: permits, panicking workers, and how a
 //! refused retry of an outcome tells its own earlier write from another writer's.
 
+use super::outcome::written_earlier;
 use super::*;
 use async_trait::async_trait;
 use concepts::{
-    ExecutionMetadata, FinishedExecutionResult, Json, RunId, SupportedFunctionReturnValue, Version,
+    ExecutionEventInner, ExecutionMetadata, FinishedExecutionResult, Json, OutcomeWrite, RunId,
+    SupportedFunctionReturnValue, Version,
 };
 
 #[test]
@@ -66,6 +68,7 @@ fn context(at: DateTime<Utc>, ffqn: &FunctionFqn) -> WorkerContext {
         temporary_event_count: 0,
         worker_span: tracing::Span::none(),
         cancellation: crate::Cancellation::never(),
+        local_executors: crate::LocalExecutors::new(),
     }
 }
 

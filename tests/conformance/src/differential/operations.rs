@@ -166,6 +166,7 @@ impl Run<'_> {
                 now: self.now(),
                 events: batch.clone(),
                 children: Vec::new(),
+                leases: Vec::new(),
             })
             .await;
         if result.is_ok() {
@@ -223,6 +224,7 @@ impl Run<'_> {
                 now: self.now(),
                 events: batch,
                 children: reqs,
+                leases: Vec::new(),
             })
             .await;
         if result.is_ok() {

@@ -331,6 +331,7 @@ impl ParentWorker {
             now,
             events: batch,
             children: vec![child],
+            leases: Vec::new(),
         };
         match self.db.append_batch(req).await {
             Ok(_) => WorkerResult::DbUpdatedByWorker,
@@ -462,6 +463,7 @@ impl Worker for SleepingWorker {
             now,
             events: batch,
             children: Vec::new(),
+            leases: Vec::new(),
         };
         match self.db.append_batch(req).await {
             Ok(_) => WorkerResult::DbUpdatedByWorker,
@@ -513,6 +515,7 @@ impl Worker for PersistingWorker {
             now: self.clock.now(),
             events: vec![Self::persisted()],
             children: Vec::new(),
+            leases: Vec::new(),
         };
         match self.db.append_batch(req).await {
             Ok(_) => WorkerResult::DbUpdatedByWorker,

@@ -283,6 +283,7 @@ pub fn batch_creating(
         now,
         events,
         children,
+        leases: Vec::new(),
     }
 }
 

@@ -1,6 +1,8 @@
 //! `append_batch`: events appended to one execution in order at consecutive versions, and the
 //! executions they announce created in the same transaction (children, or top-level executions
-//! a `Schedule` event names); all or nothing. A lease extension is a batch of one `Locked`
+//! a `Schedule` event names); all or nothing. Executions it creates may be created already
+//! locked (`AppendBatchRequest::leases`), their `Locked` event appended at version 1 as
+//! `lock_pending` would, in the same transaction. A lease extension is a batch of one `Locked`
 //! event by the same run.
 
 use super::create::validate_create;
@@ -38,6 +40,7 @@ impl Write for AppendBatchRequest {
             now,
             events,
             children,
+            leases,
         } = self;
         for event in events {
             if matches!(event, ExecutionEventInner::Finished { .. }) {
@@ -47,6 +50,11 @@ impl Write for AppendBatchRequest {
         }
         for child in children {
             planner.create(child, false)?;
+        }
+        for lease in leases {
+            // Checked as a lock of the new execution: due at `now`, the lease ending after it.
+            let locked = ExecutionEventInner::Locked(lease.locked);
+            planner.append(&lease.execution_id, Version(1), now, locked)?;
         }
         Ok(version)
     }
@@ -75,9 +83,11 @@ fn refuse_silent_child_finish(
     }
 }
 
-/// Checks a request of `append_batch`: the batch is not empty, and every execution it creates
+/// Checks a request of `append_batch`: the batch is not empty, every execution it creates
 /// is announced by an event of the same batch, a child by a `ChildExecutionRequest` in the join
-/// set of its `parent` (which must be `execution_id`), a top-level execution by a `Schedule`.
+/// set of its `parent` (which must be `execution_id`), a top-level execution by a `Schedule`,
+/// and every lease names an execution the batch creates, once, of a function that is not a
+/// stub, and ends after the batch's `now`.
 pub fn validate_append_batch(req: &AppendBatchRequest) -> Result<(), ValidationError> {
     let AppendBatchRequest {
         execution_id,
@@ -88,6 +98,7 @@ pub fn validate_append_batch(req: &AppendBatchRequest) -> Result<(), ValidationE
     if events.is_empty() {
         return Err(ValidationError::EmptyBatch("append_batch"));
     }
+    validate_leases(req)?;
     if children.is_empty() {
         return Ok(());
     }
@@ -131,6 +142,53 @@ pub fn validate_append_batch(req: &AppendBatchRequest) -> Result<(), ValidationE
                  `Schedule` (for a top-level execution) event in the same batch",
                 child.execution_id
             )));
+        }
+    }
+    Ok(())
+}
+
+/// Checks the leases of an `append_batch`: each names an execution the batch creates, at most
+/// once, of a function an executor may run (not a stub), and ends after the batch's `now`.
+fn validate_leases(req: &AppendBatchRequest) -> Result<(), ValidationError> {
+    let AppendBatchRequest {
+        execution_id,
+        now,
+        children,
+        leases,
+        ..
+    } = req;
+    if leases.is_empty() {
+        return Ok(());
+    }
+    let mut leased: HashSet<&ExecutionId, FastHash> = HashSet::default();
+    for lease in leases {
+        let leased_id = &lease.execution_id;
+        let Some(child) = children
+            .iter()
+            .find(|child| child.execution_id == *leased_id)
+        else {
+            return Err(ValidationError::InvalidRequest(format!(
+                "execution {leased_id} is given a lease by the batch of {execution_id}, which \
+                 does not create it: only an execution a batch creates can be created locked"
+            )));
+        };
+        if !leased.insert(leased_id) {
+            return Err(ValidationError::InvalidRequest(format!(
+                "execution {leased_id} is given two leases by the batch of {execution_id}"
+            )));
+        }
+        if child.ffqn.is_stub() {
+            return Err(ValidationError::InvalidRequest(format!(
+                "execution {leased_id} is of stub function {}: no executor runs it, \
+                 `complete` finishes it",
+                child.ffqn
+            )));
+        }
+        if lease.locked.lock_expires_at <= *now {
+            return Err(ValidationError::InvalidExpiryDate {
+                lock_expires_at: lease.locked.lock_expires_at,
+                now: *now,
+            });
         }
     }
     Ok(())

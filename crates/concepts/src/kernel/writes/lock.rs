@@ -10,7 +10,7 @@
 //! later).
 
 use crate::{
-    DbError, ExecutionEvent, ExecutionEventInner, ExecutionMetadata, HistoryEvent,
+    CreateRequest, DbError, ExecutionEvent, ExecutionEventInner, ExecutionMetadata, HistoryEvent,
     JoinSetResponseEventOuter, LockPendingRequest, Locked, LockedExecution, Params, RunId,
     ValidationError, Version,
     kernel::{
@@ -186,6 +186,41 @@ pub fn hand_over_cloned(
         .collect();
     let created = (params.clone(), metadata.clone(), *scheduled_at);
     Ok(assemble(grant, created, event_history, responses.to_vec()))
+}
+
+/// The execution a worker is handed for one created already locked by an `append_batch`
+/// ([`Lease`](crate::Lease)) once the batch committed: its log is the `Created` event of
+/// `created` and `locked` after it, so the request and the lease are all of it, and nothing is
+/// read. Its next append carries version 2.
+#[must_use]
+pub fn hand_over_created(created: CreateRequest, locked: Locked) -> LockedExecution {
+    let CreateRequest {
+        execution_id,
+        ffqn,
+        params,
+        parent,
+        scheduled_at,
+        retry_exp_backoff,
+        max_retries,
+        metadata,
+        ..
+    } = created;
+    LockedExecution {
+        execution_id,
+        next_version: Version(2),
+        metadata,
+        locked_event: locked,
+        ffqn,
+        params,
+        event_history: Vec::new(),
+        responses: Vec::new(),
+        scheduled_at,
+        retry_exp_backoff,
+        max_retries,
+        parent,
+        temporary_event_count: 0,
+        due_at: scheduled_at,
+    }
 }
 
 /// How many events of a history of `len` the worker of `grant` is handed; an error when the

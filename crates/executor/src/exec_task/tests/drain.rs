@@ -4,7 +4,7 @@
 
 use super::super::*;
 use async_trait::async_trait;
-use concepts::{ExecutionMetadata, Json, Locked, RunId, Version};
+use concepts::{ExecutionMetadata, Json, Locked, OutcomeWrite, RunId, Version};
 use std::collections::VecDeque;
 use std::sync::atomic::AtomicBool;
 use tokio::sync::{Notify, mpsc};

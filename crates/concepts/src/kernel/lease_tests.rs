@@ -1,0 +1,262 @@
+//! Unit tests of the leases an `append_batch` creates executions with: the child's log and
+//! state, its hand-over without a read, and every refusal, planned on hand-built snapshots.
+
+use super::tests::{at, create_request, ffqn, join_set, pending, row, run};
+use super::*;
+use crate::{
+    AppendBatchRequest, ComponentId, CreateRequest, DbError, ExecutionEvent, ExecutionEventInner,
+    ExecutionId, ExecutorId, FunctionFqn, HistoryEvent, JoinSetRequest, Lease, Locked,
+    PendingState, RunId, ValidationError, Version,
+};
+
+fn parent() -> ExecutionId {
+    ExecutionId::generate_at(at(0))
+}
+
+fn child_of(parent: &ExecutionId, idx: u64) -> CreateRequest {
+    let id = parent.next_level(&join_set(), idx);
+    CreateRequest {
+        created_at: at(10),
+        scheduled_at: at(10),
+        scheduled_by: Some(parent.clone()),
+        ..create_request(&id, Some((parent.clone(), join_set())))
+    }
+}
+
+fn lease(execution_id: &ExecutionId, lock_expires_at: i64) -> Lease {
+    Lease {
+        execution_id: execution_id.clone(),
+        locked: Locked {
+            component_id: "activity:eager".parse::<ComponentId>().unwrap(),
+            executor_id: ExecutorId::from_parts(1, 7),
+            run_id: RunId::from_parts(1, 9),
+            lock_expires_at: at(lock_expires_at),
+        },
+    }
+}
+
+fn request(event: HistoryEvent) -> ExecutionEventInner {
+    ExecutionEventInner::HistoryEvent { event }
+}
+
+/// The parent's batch at version 1 and time 10 announcing `children` in the join set.
+fn batch(
+    parent: &ExecutionId,
+    children: Vec<CreateRequest>,
+    leases: Vec<Lease>,
+) -> AppendBatchRequest {
+    let mut events = vec![request(HistoryEvent::JoinSetCreate {
+        join_set_id: join_set(),
+        closing_strategy: crate::ClosingStrategy::Complete,
+    })];
+    events.extend(children.iter().map(|child| {
+        request(HistoryEvent::JoinSetRequest {
+            join_set_id: join_set(),
+            request: JoinSetRequest::ChildExecutionRequest {
+                child_execution_id: child.execution_id.clone(),
+            },
+        })
+    }));
+    AppendBatchRequest {
+        execution_id: parent.clone(),
+        version: Version(1),
+        now: at(10),
+        events,
+        children,
+        leases,
+    }
+}
+
+fn stored(parent: &ExecutionId) -> Snapshot {
+    let mut snapshot = Snapshot::default();
+    snapshot.add_execution(row(parent, 1, pending(0)));
+    snapshot
+}
+
+fn invalid_request(result: Result<impl std::fmt::Debug, DbError>) -> String {
+    match result {
+        Err(DbError::Validation(ValidationError::InvalidRequest(message))) => message,
+        other => panic!("expected an invalid request, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_leased_child_is_created_locked_at_version_1_and_wakes_no_executor() {
+    let parent = parent();
+    let (leased, due) = (child_of(&parent, 1), child_of(&parent, 2));
+    let granted = lease(&leased.execution_id, 70);
+    let plan = run(
+        &stored(&parent),
+        batch(
+            &parent,
+            vec![leased.clone(), due.clone()],
+            vec![granted.clone()],
+        ),
+    )
+    .unwrap();
+    assert_eq!(plan.reply, Version(4), "the parent's next version");
+    let change = |id: &ExecutionId| {
+        (plan.changes.iter())
+            .find(|change| change.row.execution_id == *id)
+            .unwrap()
+    };
+    let child = change(&leased.execution_id);
+    assert!(child.is_new());
+    let events: Vec<_> = (child.events.iter())
+        .map(|(version, event)| (*version, event.clone()))
+        .collect();
+    assert_eq!(
+        events,
+        vec![
+            (Version(0), leased.to_created_event()),
+            (
+                Version(1),
+                ExecutionEvent {
+                    created_at: at(10),
+                    event: ExecutionEventInner::Locked(granted.locked.clone()),
+                }
+            ),
+        ]
+    );
+    assert_eq!(child.row.state.next_version, Version(2));
+    assert_eq!(
+        child.row.state.pending_state,
+        PendingState::Locked {
+            executor_id: granted.locked.executor_id,
+            run_id: granted.locked.run_id,
+            lock_expires_at: at(70),
+        }
+    );
+    assert_eq!(
+        change(&due.execution_id).row.state.pending_state,
+        pending(10)
+    );
+    // Only the child created due wakes its function's executors.
+    let woken: Vec<_> = (plan.wakeups.iter())
+        .filter(|wakeup| matches!(wakeup, Wakeup::Pending { .. }))
+        .collect();
+    assert_eq!(
+        woken,
+        vec![&Wakeup::Pending {
+            ffqn: ffqn(),
+            at: at(10)
+        }]
+    );
+}
+
+#[test]
+fn a_leased_child_is_handed_over_as_lock_pending_would_hand_it_over() {
+    let parent = parent();
+    let child = child_of(&parent, 1);
+    let granted = lease(&child.execution_id, 70);
+    let plan = run(
+        &stored(&parent),
+        batch(&parent, vec![child.clone()], vec![granted.clone()]),
+    )
+    .unwrap();
+    let change = (plan.changes.iter())
+        .find(|change| change.row.execution_id == child.execution_id)
+        .unwrap();
+    // What `lock_pending`'s hand-over gives for the same log and row.
+    let grant = LockGrant {
+        row: change.row.clone(),
+        locked_at: Version(1),
+        locked_event: granted.locked.clone(),
+        due_at: at(10),
+    };
+    let log = LogRows {
+        events: change
+            .events
+            .iter()
+            .map(|(_, event)| event.clone())
+            .collect(),
+        responses: Vec::new(),
+    };
+    assert_eq!(
+        hand_over_created(child, granted.locked),
+        hand_over(grant, log).unwrap()
+    );
+}
+
+#[test]
+fn a_lease_of_an_execution_the_batch_does_not_create_is_refused() {
+    let parent = parent();
+    let child = child_of(&parent, 1);
+    let other = child_of(&parent, 2);
+    let refused = run(
+        &stored(&parent),
+        batch(&parent, vec![child], vec![lease(&other.execution_id, 70)]),
+    );
+    assert!(invalid_request(refused).contains("does not create it"));
+    // Nor its parent's own row.
+    let refused = run(
+        &stored(&parent),
+        batch(
+            &parent,
+            vec![child_of(&parent, 1)],
+            vec![lease(&parent, 70)],
+        ),
+    );
+    assert!(invalid_request(refused).contains("does not create it"));
+}
+
+#[test]
+fn two_leases_of_one_execution_are_refused() {
+    let parent = parent();
+    let child = child_of(&parent, 1);
+    let twice = vec![
+        lease(&child.execution_id, 70),
+        lease(&child.execution_id, 80),
+    ];
+    let refused = run(&stored(&parent), batch(&parent, vec![child], twice));
+    assert!(invalid_request(refused).contains("two leases"));
+}
+
+#[test]
+fn a_lease_of_a_stub_is_refused() {
+    let parent = parent();
+    let stub = CreateRequest {
+        ffqn: FunctionFqn::stub("approval").unwrap(),
+        ..child_of(&parent, 1)
+    };
+    let granted = lease(&stub.execution_id, 70);
+    let refused = run(&stored(&parent), batch(&parent, vec![stub], vec![granted]));
+    assert!(invalid_request(refused).contains("stub"));
+}
+
+#[test]
+fn a_lease_that_ends_by_the_batch_is_refused() {
+    let parent = parent();
+    let child = child_of(&parent, 1);
+    let granted = lease(&child.execution_id, 10);
+    let refused = run(&stored(&parent), batch(&parent, vec![child], vec![granted]));
+    assert!(
+        matches!(
+            refused,
+            Err(DbError::Validation(ValidationError::InvalidExpiryDate {
+                lock_expires_at,
+                now,
+            })) if lock_expires_at == at(10) && now == at(10)
+        ),
+        "{refused:?}"
+    );
+}
+
+#[test]
+fn a_lease_of_a_child_due_later_is_refused_as_not_yet_pending() {
+    let parent = parent();
+    let later = CreateRequest {
+        scheduled_at: at(20),
+        ..child_of(&parent, 1)
+    };
+    let granted = lease(&later.execution_id, 70);
+    let refused = run(&stored(&parent), batch(&parent, vec![later], vec![granted]));
+    assert!(
+        matches!(
+            refused,
+            Err(DbError::Validation(ValidationError::NotYetPending { scheduled_at }))
+                if scheduled_at == at(20)
+        ),
+        "{refused:?}"
+    );
+}

@@ -1,0 +1,124 @@
+//! A run's outcome write: its retries with backoff while the run's lease lasts, and how a
+//! retry refused as a lost race tells an earlier attempt that committed from a lost race.
+
+use crate::mapping::log_lost_race;
+use concepts::{DbError, DbExecutor, ExecutionEventInner, OutcomeWrite, is_lost_race};
+use std::time::Duration;
+use tracing::{debug, warn};
+
+/// The fewest times a run's outcome is written when the store answers with a retriable error
+/// (busy, connection lost), however little of its lease is left.
+pub const OUTCOME_WRITE_ATTEMPTS: u32 = 4;
+/// The pause before the first retry of an outcome write; it doubles with each retry.
+const OUTCOME_RETRY_BACKOFF: Duration = Duration::from_millis(20);
+/// The longest pause between two attempts of an outcome write.
+const OUTCOME_RETRY_CAP: Duration = Duration::from_secs(1);
+
+/// The pauses before the retries of an outcome write whose run has `lease_left` of its lease:
+/// 20 ms, doubling up to 1 s, as long as their sum stays within the lease, and at least
+/// [`OUTCOME_WRITE_ATTEMPTS`] attempts in all. A store that comes back before the lease ends
+/// (a PostgreSQL server restarted, say) gets the outcome; after it the watcher times the
+/// lease out, and a late retry is fenced by the version check like any other write.
+pub fn outcome_retry_pauses(lease_left: Duration) -> impl Iterator<Item = Duration> {
+    let pauses = std::iter::successors(Some(OUTCOME_RETRY_BACKOFF), |pause| {
+        Some(pause.saturating_mul(2).min(OUTCOME_RETRY_CAP))
+    });
+    let mut waited = Duration::ZERO;
+    pauses.enumerate().map_while(move |(retry, pause)| {
+        waited = waited.saturating_add(pause);
+        let within_minimum = retry + 1 < OUTCOME_WRITE_ATTEMPTS as usize;
+        (within_minimum || waited <= lease_left).then_some(pause)
+    })
+}
+
+/// How many times an outcome write is attempted when every attempt meets a retriable error,
+/// with `lease_left` of its run's lease ([`outcome_retry_pauses`]).
+#[must_use]
+pub fn outcome_write_attempts(lease_left: Duration) -> u32 {
+    let retries = outcome_retry_pauses(lease_left).count();
+    u32::try_from(retries).unwrap_or(u32::MAX).saturating_add(1)
+}
+
+/// Writes a run's outcome, retrying a retriable failure with backoff until the run's lease
+/// (`lease_left` of it) is over ([`outcome_retry_pauses`]): a transient error must not cost
+/// the whole lease. A retry that finds the log moved on (`is_lost_race`) is done either way:
+/// the watcher resolved the lease, or an earlier attempt committed although its reply was
+/// lost.
+///
+/// Not an `async fn`: the first attempt's (boxed) future is made when this is called, so the
+/// future returned holds the write once, in the copy kept for a retry, and that boxed: the
+/// run's task, whose future holds this one, is allocated once per execution, and allocators
+/// serve small blocks much faster than large ones.
+pub(super) fn write_outcome(
+    db: &dyn DbExecutor,
+    write: OutcomeWrite,
+    lease_left: Duration,
+) -> impl Future<Output = bool> + Send + '_ {
+    let copy = Box::new(write.clone());
+    let first = db.append_outcome(write);
+    async move {
+        if let Err(err) = first.await {
+            // Out of line and boxed: the retries (and their timers) cost the task's future
+            // nothing on the common path.
+            Box::pin(after_failed_write(db, *copy, err, lease_left)).await
+        } else {
+            debug!("wrote {}", copy.event.variant_name());
+            true
+        }
+    }
+}
+
+/// True when a retry wrote it (or an earlier attempt whose reply was lost had).
+async fn after_failed_write(
+    db: &dyn DbExecutor,
+    write: OutcomeWrite,
+    mut err: DbError,
+    lease_left: Duration,
+) -> bool {
+    let event = write.event.variant_name();
+    let mut pauses = outcome_retry_pauses(lease_left);
+    let mut attempt = 1;
+    loop {
+        if is_lost_race(&err) {
+            if attempt > 1 && written_earlier(db, &write).await {
+                debug!("{event} was written by an earlier attempt whose reply was lost");
+                return true;
+            }
+            log_lost_race(&format!("the {event} write"), &err);
+            return false;
+        }
+        let pause = match pauses.next() {
+            Some(pause) if err.is_retriable() => pause,
+            _ => {
+                warn!(
+                    "cannot write {event} after {attempt} attempts, the lease expiry recovers: \
+                     {err}"
+                );
+                return false;
+            }
+        };
+        debug!("cannot write {event} (attempt {attempt}), retrying in {pause:?}: {err}");
+        tokio::time::sleep(pause).await;
+        attempt += 1;
+        match db.append_outcome(write.clone()).await {
+            Ok(_) => {
+                debug!("wrote {event} at attempt {attempt}");
+                return true;
+            }
+            Err(next) => err = next,
+        }
+    }
+}
+
+/// True when the log holds `write` although a retry of it was refused as a lost race: an
+/// earlier attempt committed and only its reply was lost (an ambiguous commit), so nobody
+/// else resolved the lease. Known for a `Finished` (its result can be read back); any other
+/// event counts as not known.
+pub(super) async fn written_earlier(db: &dyn DbExecutor, write: &OutcomeWrite) -> bool {
+    let ExecutionEventInner::Finished { result } = &write.event else {
+        return false;
+    };
+    db.wait_for_finished_result(&write.execution_id, Some(Duration::ZERO))
+        .await
+        .is_ok_and(|stored| stored == *result)
+}
