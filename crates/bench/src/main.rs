@@ -61,8 +61,10 @@ mod lockcost;
 mod multi;
 mod pages;
 mod pg_limit;
+mod pg_run;
 mod probe;
 mod soak;
+mod steps;
 mod submits;
 mod targets;
 mod wakeups;
@@ -77,6 +79,7 @@ use concepts::{
 };
 use counting::CountingDb;
 use executor::{Now, Worker, WorkerContext, WorkerResult};
+use pg_run::PostgresRun;
 use probe::Probe;
 use std::{
     fmt::Write as _,
@@ -84,7 +87,6 @@ use std::{
     sync::Arc,
     time::{Duration, Instant},
 };
-use storage_postgres::{PostgresConfig, PostgresStore, admin};
 use storage_sqlite::{SqliteConfig, SqlitePool, Synchronous};
 use targets::{Goal, Row, Targets};
 
@@ -334,42 +336,6 @@ async fn run_noop(
         create: created - start,
         run: finished - created,
     })
-}
-
-/// A database of its own on the PostgreSQL server, dropped by [`PostgresRun::drop_database`].
-struct PostgresRun {
-    server: PostgresConfig,
-    /// The server's URL, as given.
-    server_url: String,
-    name: String,
-}
-
-impl PostgresRun {
-    async fn create(server_url: &str, label: &str) -> anyhow::Result<Self> {
-        let server = PostgresConfig::from_url(server_url)?;
-        let name = format!("stele_bench_{}_{label}", std::process::id());
-        admin::create_database(&server, &name)
-            .await
-            .with_context(|| format!("creating database {name} on {}", server.redacted_url()))?;
-        Ok(Self {
-            server,
-            server_url: server_url.to_string(),
-            name,
-        })
-    }
-
-    async fn connect(&self) -> anyhow::Result<Arc<dyn DbConnection>> {
-        let store = PostgresStore::connect(self.server.with_database(&self.name))
-            .await
-            .with_context(|| format!("connecting to database {}", self.name))?;
-        Ok(Arc::new(store))
-    }
-
-    async fn drop_database(self) -> anyhow::Result<()> {
-        admin::drop_database(&self.server, &self.name)
-            .await
-            .with_context(|| format!("dropping database {}", self.name))
-    }
 }
 
 /// A fresh store of one backend for the lifecycle rows or the soak, with its probe and, for
@@ -656,40 +622,18 @@ async fn bench(args: Args) -> anyhow::Result<()> {
         }
     }
     if !args.no_workflows {
-        writeln!(
-            report,
-            "\nWorkflows (the `workflow` crate, the same backends, fresh stores): one workflow calling a no-op activity {} times in sequence; one parent submitting {} no-op children into a join set and consuming every response (time from submit to its result, runs = `Locked` events of the parent); a history of {} recorded values replayed by a fresh run after a cold sleep, timed inside the worker (the read is excluded).\n",
-            args.workflow_steps, args.fan_out, args.history
-        )?;
-        writeln!(report, "{}", workflows::WorkflowMeasurement::HEADER)?;
-        for backend in &args.backends {
-            let mut postgres = None;
-            let db: Arc<dyn DbConnection> = match (backend.as_str(), &postgres_url) {
-                ("memory", _) => Arc::new(storage_memory::MemoryStore::new()),
-                ("sqlite", _) => {
-                    let path = dir.path().join("workflows.db");
-                    Arc::new(
-                        SqlitePool::open(SqliteConfig::new(&path).with_synchronous(sync)).await?,
-                    )
-                }
-                ("postgres", Some(url)) => {
-                    let run = PostgresRun::create(url, "workflows").await?;
-                    let db = run.connect().await?;
-                    postgres = Some(run);
-                    db
-                }
-                _ => continue,
-            };
-            eprintln!("measuring workflows on {backend} ...");
-            let measured =
-                workflows::measure(backend, db, args.workflow_steps, args.fan_out, args.history)
-                    .await;
-            if let Some(run) = postgres {
-                run.drop_database().await?;
-            }
-            let m = measured?;
-            writeln!(report, "{}", m.row())?;
-        }
+        let sizes = workflows::Sizes {
+            serial_steps: args.workflow_steps,
+            children: args.fan_out,
+            history_steps: args.history,
+        };
+        let on = workflows::On {
+            backends: &args.backends,
+            dir: dir.path(),
+            sync,
+            postgres_url: postgres_url.as_deref(),
+        };
+        workflows::report(&on, &sizes, &mut report, &mut targets).await?;
     }
     for note in &notes {
         writeln!(report, "\nNote: {note}.")?;

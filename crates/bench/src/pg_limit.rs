@@ -31,6 +31,17 @@ pub(crate) async fn measure(
     database: &str,
     budget: Duration,
 ) -> anyhow::Result<f64> {
+    measure_clients(server_url, database, CLIENTS, budget).await
+}
+
+/// Single-row `INSERT` transactions per second with `clients` clients on the database
+/// `database` of the server `server_url` names, over `budget`.
+pub(crate) async fn measure_clients(
+    server_url: &str,
+    database: &str,
+    clients: usize,
+    budget: Duration,
+) -> anyhow::Result<f64> {
     let admin = connect(server_url, database).await?;
     admin
         .batch_execute(&format!(
@@ -39,7 +50,7 @@ pub(crate) async fn measure(
         ))
         .await
         .context("creating the scratch table")?;
-    let measured = inserts_per_second(server_url, database, CLIENTS, budget).await;
+    let measured = inserts_per_second(server_url, database, clients, budget).await;
     admin
         .batch_execute(&format!("DROP TABLE IF EXISTS {TABLE}"))
         .await

@@ -94,10 +94,14 @@ impl Row {
     /// The target as text and whether it holds (`None` when reported only).
     fn verdict(&self) -> (String, Option<bool>) {
         match (self.goal, self.ratio()) {
-            (Goal::RatioAtLeast(r), Some(ratio)) => (format!("≥ {r}×"), Some(ratio >= r)),
-            (Goal::RatioAtMost(r), Some(ratio)) => (format!("≤ {r}×"), Some(ratio <= r)),
+            (Goal::RatioAtLeast(r), Some(ratio)) => {
+                (format!("≥ {}×", format_ratio(r)), Some(ratio >= r))
+            }
+            (Goal::RatioAtMost(r), Some(ratio)) => {
+                (format!("≤ {}×", format_ratio(r)), Some(ratio <= r))
+            }
             (Goal::RatioAtLeast(r) | Goal::RatioAtMost(r), None) => {
-                (format!("{r}× (no limit measured)"), None)
+                (format!("{}× (no limit measured)", format_ratio(r)), None)
             }
             (Goal::AtMost(bound), _) => (
                 format!("≤ {}", format_value(bound, self.unit)),
@@ -109,6 +113,17 @@ impl Row {
             ),
             (Goal::Report, _) => ("-".to_string(), None),
         }
+    }
+}
+
+/// A target ratio as given (`2`, `0.25`), or to three decimals when it has more (a third is
+/// `0.333`).
+fn format_ratio(ratio: f64) -> String {
+    let given = format!("{ratio}");
+    if given.len() <= 5 {
+        given
+    } else {
+        format!("{ratio:.3}")
     }
 }
 

@@ -3,6 +3,8 @@
 //! size), and the replay rate of a long history (a fresh run replaying it, timed inside the
 //! worker, so the read that `lock_pending` did is excluded).
 
+use crate::targets::Targets;
+use crate::targets::{Goal, Row};
 use anyhow::{Context, bail};
 use async_trait::async_trait;
 use concepts::{
@@ -10,10 +12,13 @@ use concepts::{
 };
 use executor::{Now, Worker, WorkerContext, WorkerResult};
 use node::{ExecutorSettings, Node};
+use std::fmt::Write as _;
 use std::{
+    path::{Path, PathBuf},
     sync::{Arc, Mutex},
     time::{Duration, Instant},
 };
+use storage_sqlite::{SqliteConfig, SqlitePool, Synchronous};
 use timers_watcher::TimersWatcherConfig;
 use workflow::{
     ActivityCtx, ActivityWorker, Client, Function, Response, WorkflowCtx, WorkflowError,
@@ -24,6 +29,9 @@ const NOOP: Function<u64, u64> = Function::new("bench:workflow/activities.noop")
 const SERIAL: Function<u64, u64> = Function::new("bench:workflow/flows.serial");
 const FAN_OUT: Function<u64, u64> = Function::new("bench:workflow/flows.fan-out");
 const LONG_HISTORY: Function<u64, u64> = Function::new("bench:workflow/flows.long-history");
+
+/// The first steps of the serial run left out of its timeline.
+const STEPS_WARM_UP: usize = 10;
 
 /// The sleep that makes the long history's execution give up its run, to be replayed.
 const COLD_SLEEP: Duration = Duration::from_secs(4);
@@ -90,6 +98,62 @@ impl Worker for Timed {
     }
 }
 
+/// The commit rate a backend's serial steps are held to, measured on the same machine right
+/// before and right after them (the mean of the two), so that both see the same load.
+pub enum StepLimit {
+    /// The memory backend: no commit; the steps are held to an absolute rate.
+    Memory,
+    /// Single-row FULL `INSERT` transactions on a raw SQLite connection with the store's pragmas,
+    /// in databases of their own under this directory.
+    SqliteFull(PathBuf),
+    /// Single-client autocommit single-row `INSERT`s on this server's database.
+    PostgresSingleClient {
+        /// The server, as given to the bench.
+        server_url: String,
+        /// The benchmark's database on it.
+        database: String,
+    },
+}
+
+/// How long each of the two measurements of the limit lasts.
+const LIMIT_BUDGET: Duration = Duration::from_secs(1);
+
+impl StepLimit {
+    /// What is measured, for the targets table.
+    fn name(&self) -> &'static str {
+        match self {
+            Self::Memory => "-",
+            Self::SqliteFull(_) => "single-row FULL transactions/s (right before and after)",
+            Self::PostgresSingleClient { .. } => {
+                "single-client INSERT commits/s (right before and after)"
+            }
+        }
+    }
+
+    /// The limit's rate now; `nth` names the measurement (its own database file).
+    async fn measure(&self, nth: usize) -> anyhow::Result<Option<f64>> {
+        match self {
+            Self::Memory => Ok(None),
+            Self::SqliteFull(dir) => {
+                let dir = dir.join(format!("step-limit-{nth}"));
+                std::fs::create_dir_all(&dir)?;
+                let (tps, _) = tokio::task::block_in_place(|| {
+                    crate::ceiling::sqlite_ceiling(&dir, "FULL", 1, LIMIT_BUDGET)
+                })?;
+                Ok(Some(tps))
+            }
+            Self::PostgresSingleClient {
+                server_url,
+                database,
+            } => {
+                let rate =
+                    crate::pg_limit::measure_clients(server_url, database, 1, LIMIT_BUDGET).await?;
+                Ok(Some(rate))
+            }
+        }
+    }
+}
+
 /// The workflow numbers of one backend.
 pub struct WorkflowMeasurement {
     backend: String,
@@ -104,6 +168,10 @@ pub struct WorkflowMeasurement {
     fan_out_events: usize,
     replayed_events: usize,
     replay: Duration,
+    /// The limit's name and its rate beside the serial steps.
+    limit: (&'static str, Option<f64>),
+    /// Where the serial run's steps spent their time.
+    pub timeline: crate::steps::Timeline,
 }
 
 impl WorkflowMeasurement {
@@ -132,6 +200,41 @@ impl WorkflowMeasurement {
     }
 }
 
+impl WorkflowMeasurement {
+    /// The rows of the targets table: serial steps/s against the limit measured beside them
+    /// (at least a third of SQLite's FULL commits, a quarter of PostgreSQL's single-client
+    /// commits: a step commits twice, the parent's write and the child's outcome; on memory an
+    /// absolute 20,000/s), and the fan-out's time, reported.
+    pub(crate) fn target_rows(&self) -> Vec<Row> {
+        let figure = "serial workflow steps/s";
+        let steps = self.serial_steps as f64 / self.serial.as_secs_f64();
+        let serial = match (self.backend.as_str(), self.limit) {
+            ("sqlite", (name, Some(limit))) => Row::against(
+                figure,
+                steps,
+                "/s",
+                name,
+                limit,
+                Goal::RatioAtLeast(1.0 / 3.0),
+            ),
+            ("postgres", (name, Some(limit))) => {
+                Row::against(figure, steps, "/s", name, limit, Goal::RatioAtLeast(0.25))
+            }
+            _ => Row::alone(figure, steps, "/s", Goal::AtLeast(20_000.0)),
+        };
+        let fan_out = Row::alone(
+            format!(
+                "fan-out of {} children, submit to the parent's result",
+                self.children
+            ),
+            self.fan_out.as_secs_f64(),
+            "s",
+            Goal::Report,
+        );
+        vec![serial, fan_out]
+    }
+}
+
 fn runs(log: &ExecutionLog) -> usize {
     log.events
         .iter()
@@ -149,14 +252,20 @@ fn settings(lock_expiry: Duration, component_id: &ComponentId) -> ExecutorSettin
     }
 }
 
-/// Runs the three workflow workloads on `db` (a fresh store) and closes it.
+/// Runs the three workflow workloads on `db` (a fresh store) and closes it; `limit` is
+/// measured right before and right after the serial steps.
 pub async fn measure(
     backend: &str,
     db: Arc<dyn DbConnection>,
+    limit: &StepLimit,
     serial_steps: u64,
     children: u64,
     history_steps: u64,
 ) -> anyhow::Result<WorkflowMeasurement> {
+    // Every store call of the run goes through the step trace (a lock and a push per call of a
+    // step, nothing otherwise), so the timeline is the measured serial run's own.
+    let traced = Arc::new(crate::steps::StepTrace::new(db, NOOP.ffqn()?));
+    let db: Arc<dyn DbConnection> = traced.clone();
     let component_id = ComponentId::new("bench", "workflow")?;
     let activities = ActivityWorker::new().register(&NOOP, noop)?;
     let warm = WorkflowWorker::new(db.clone(), Now)
@@ -181,27 +290,44 @@ pub async fn measure(
         .timers_watcher(watcher_config)
         .start()?;
     let client = Client::new(db.clone(), Now, component_id).retries(0, Duration::from_secs(1));
-    let limit = Duration::from_secs(600);
+    let wait_limit = Duration::from_secs(600);
 
     eprintln!("  {backend}: {serial_steps} activities submitted and awaited one by one ...");
     let start = Instant::now();
     for step in 0..serial_steps {
         let handle = client.submit(&NOOP, &step).await?;
-        handle.result_within(limit).await.context("round trip")?;
+        handle
+            .result_within(wait_limit)
+            .await
+            .context("round trip")?;
     }
     let round_trip = start.elapsed();
 
     eprintln!("  {backend}: {serial_steps} serial steps ...");
+    let limit_before = limit
+        .measure(0)
+        .await
+        .context("the limit before the steps")?;
+    traced.start();
     let start = Instant::now();
     let handle = client.submit(&SERIAL, &serial_steps).await?;
-    handle.result_within(limit).await.context("serial")?;
+    handle.result_within(wait_limit).await.context("serial")?;
     let serial = start.elapsed();
+    traced.stop();
+    let limit_after = limit
+        .measure(1)
+        .await
+        .context("the limit after the steps")?;
+    let limit_rate = limit_before
+        .zip(limit_after)
+        .map(|(before, after)| f64::midpoint(before, after));
+    let timeline = traced.timeline(STEPS_WARM_UP);
     let serial_runs = runs(&db.get(handle.execution_id()).await?);
 
     eprintln!("  {backend}: a fan-out of {children} children ...");
     let start = Instant::now();
     let handle = client.submit(&FAN_OUT, &children).await?;
-    let answered = handle.result_within(limit).await.context("fan-out")?;
+    let answered = handle.result_within(wait_limit).await.context("fan-out")?;
     let fan_out = start.elapsed();
     if answered != children {
         bail!("the fan-out consumed {answered} responses of {children}");
@@ -219,7 +345,10 @@ pub async fn measure(
 
     eprintln!("  {backend}: a replay of {history_steps} recorded steps ...");
     let handle = client.submit(&LONG_HISTORY, &history_steps).await?;
-    handle.result_within(limit).await.context("long history")?;
+    handle
+        .result_within(wait_limit)
+        .await
+        .context("long history")?;
     let replay = cold
         .runs
         .lock()
@@ -247,5 +376,96 @@ pub async fn measure(
         fan_out_events,
         replayed_events,
         replay,
+        limit: (limit.name(), limit_rate),
+        timeline,
     })
+}
+
+/// How big the three workloads are.
+#[derive(Debug, Clone, Copy)]
+pub struct Sizes {
+    /// Activities the serial workflow calls one after the other.
+    pub serial_steps: u64,
+    /// Children of the fan-out.
+    pub children: u64,
+    /// Recorded steps the long history replays.
+    pub history_steps: u64,
+}
+
+/// Where the workloads run: the backends asked for, the directory of the SQLite files, the
+/// SQLite durability, and the PostgreSQL server.
+pub struct On<'a> {
+    /// The backends, by name.
+    pub backends: &'a [String],
+    /// Where the SQLite files go.
+    pub dir: &'a Path,
+    /// SQLite's durability.
+    pub sync: Synchronous,
+    /// The PostgreSQL server, if any.
+    pub postgres_url: Option<&'a str>,
+}
+
+/// Runs the workloads on a fresh store of each backend of `on`, writing their table and each
+/// backend's step timeline into `report`, and their targets into `targets`.
+pub async fn report(
+    on: &On<'_>,
+    sizes: &Sizes,
+    report: &mut String,
+    targets: &mut Targets,
+) -> anyhow::Result<()> {
+    writeln!(
+        report,
+        "\nWorkflows (the `workflow` crate, the same backends, fresh stores): one workflow calling a no-op activity {} times in sequence; one parent submitting {} no-op children into a join set and consuming every response (time from submit to its result, runs = `Locked` events of the parent); a history of {} recorded values replayed by a fresh run after a cold sleep, timed inside the worker (the read is excluded).\n",
+        sizes.serial_steps, sizes.children, sizes.history_steps
+    )?;
+    writeln!(report, "{}", WorkflowMeasurement::HEADER)?;
+    let mut timelines = String::new();
+    for backend in on.backends {
+        let mut postgres = None;
+        let (db, limit): (Arc<dyn DbConnection>, _) = match (backend.as_str(), on.postgres_url) {
+            ("memory", _) => (
+                Arc::new(storage_memory::MemoryStore::new()),
+                StepLimit::Memory,
+            ),
+            ("sqlite", _) => {
+                let path = on.dir.join("workflows.db");
+                let db = SqlitePool::open(SqliteConfig::new(&path).with_synchronous(on.sync));
+                let limit = match on.sync {
+                    Synchronous::Full => StepLimit::SqliteFull(on.dir.into()),
+                    _ => StepLimit::Memory,
+                };
+                (Arc::new(db.await?), limit)
+            }
+            ("postgres", Some(url)) => {
+                let run = crate::pg_run::PostgresRun::create(url, "workflows").await?;
+                let db = run.connect().await?;
+                let limit = StepLimit::PostgresSingleClient {
+                    server_url: run.server_url.clone(),
+                    database: run.name.clone(),
+                };
+                postgres = Some(run);
+                (db, limit)
+            }
+            _ => continue,
+        };
+        eprintln!("measuring workflows on {backend} ...");
+        let measured = measure(
+            backend,
+            db,
+            &limit,
+            sizes.serial_steps,
+            sizes.children,
+            sizes.history_steps,
+        )
+        .await;
+        if let Some(run) = postgres {
+            run.drop_database().await?;
+        }
+        let m = measured?;
+        writeln!(report, "{}", m.row())?;
+        timelines.push_str(&m.timeline.table(backend));
+        targets.add_all(backend, m.target_rows());
+    }
+    report.push_str(&timelines);
+    Ok(())
 }
