@@ -258,6 +258,27 @@ impl<'s> Planner<'s> {
         }
     }
 
+    /// The plan of what this planner staged, as the only write of its transaction: its
+    /// changes, the wake-ups those cause, what it deletes and what it changes about schedules.
+    pub(crate) fn into_plan(self) -> WritePlan {
+        let Planner {
+            changes,
+            deleted,
+            schedules,
+            ..
+        } = self;
+        let mut wakeups = Wakeups::new();
+        for change in &changes {
+            wakeups_of(change, &mut wakeups);
+        }
+        WritePlan {
+            changes,
+            wakeups,
+            deleted,
+            schedules,
+        }
+    }
+
     /// The index of the change of an existing execution, staged on first touch.
     pub(crate) fn touch(&mut self, execution_id: &ExecutionId) -> Result<usize, DbError> {
         if let Some(idx) = self.find(execution_id) {
