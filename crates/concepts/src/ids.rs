@@ -395,10 +395,11 @@ impl ExecutionId {
         Self(format!("{}.{join_set_id}_{idx}", self.0).into())
     }
 
-    /// True for a top-level id.
+    /// True for a top-level id: `E_` and a ULID, validated at construction, where a child's
+    /// text is longer (its parent's, a dot, a join set and an index).
     #[must_use]
     pub fn is_top_level(&self) -> bool {
-        !self.0.contains('.')
+        self.0.len() == ExecutionIdTopLevel::PREFIX.len() + ulid::ULID_LEN
     }
 
     /// The top-level part of the id.
@@ -411,6 +412,10 @@ impl ExecutionId {
     /// For a child id, the parent's id and the join set the child was submitted in.
     #[must_use]
     pub fn split_to_parent(&self) -> Option<(ExecutionId, JoinSetId)> {
+        if self.is_top_level() {
+            // No dot to search for: every create asks this of its id.
+            return None;
+        }
         let (parent, last) = self.0.rsplit_once('.')?;
         let (join_set, _idx) = last.rsplit_once('_')?;
         Some((Self(parent.into()), join_set.parse().ok()?))
