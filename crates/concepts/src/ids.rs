@@ -94,9 +94,26 @@ fn parse_ulid(input: &str, part: &str) -> Result<Ulid, IdParseError> {
     })
 }
 
+/// A ULID whose timestamp part is `at`'s millisecond (from the caller's clock). Its 80 other
+/// bits are random, unless this thread drew a ULID in the same millisecond last: then they are
+/// that one's plus one (ULID's monotonic mode). So the ids of one millisecond ascend in the
+/// order they were made, and an ordered index (every backend's, by id or by a time and then
+/// id) inserts them at its end instead of at random places.
 fn ulid_at(at: DateTime<Utc>) -> Ulid {
-    // The timestamp comes from the caller's clock; only the random part is drawn here.
-    Ulid::from_datetime(std::time::SystemTime::from(at))
+    thread_local! {
+        static LAST: std::cell::Cell<Option<Ulid>> = const { std::cell::Cell::new(None) };
+    }
+    // As `Ulid::from_datetime` counts it: a time before the epoch is the epoch.
+    let millis = u64::try_from(at.timestamp_millis()).unwrap_or(0);
+    LAST.with(|last| {
+        let next = match last.get() {
+            Some(previous) if previous.timestamp_ms() == millis => previous.increment().ok(),
+            _ => None,
+        };
+        let next = next.unwrap_or_else(|| Ulid::from_datetime(std::time::SystemTime::from(at)));
+        last.set(Some(next));
+        next
+    })
 }
 
 macro_rules! prefixed_ulid {
@@ -109,7 +126,9 @@ macro_rules! prefixed_ulid {
             /// The prefix of the text form, including the underscore.
             pub const PREFIX: &'static str = $prefix;
 
-            /// A new id whose timestamp part is `at` and whose other 80 bits are random.
+            /// A new id whose timestamp part is `at` and whose other 80 bits are random, or
+            /// the previous id's of this thread plus one when that was of the same millisecond
+            /// (see `ulid_at`).
             #[must_use]
             pub fn generate_at(at: DateTime<Utc>) -> Self {
                 Self(ulid_at(at))
@@ -303,10 +322,21 @@ impl FromStr for JoinSetId {
 pub struct ExecutionId(Arc<str>);
 
 impl std::hash::Hash for ExecutionId {
-    /// The text's hash, as equal texts (whether or not they share their allocation) are equal.
+    /// A hash of the text, as equal texts (whether or not they share their allocation) are
+    /// equal: its first and last 16 bytes as two integers, two multiplications of the
+    /// store's hasher instead of a pass over every byte. The head holds a top-level id's time
+    /// and the start of its random part, the tail the rest of it (or, for a child, its join
+    /// set and index); a shorter text is hashed whole.
     #[inline]
     fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        self.0.hash(state);
+        let bytes = self.0.as_bytes();
+        match (bytes.first_chunk::<16>(), bytes.last_chunk::<16>()) {
+            (Some(head), Some(tail)) => {
+                state.write_u128(u128::from_ne_bytes(*head));
+                state.write_u128(u128::from_ne_bytes(*tail));
+            }
+            _ => self.0.hash(state),
+        }
     }
 }
 
@@ -322,9 +352,11 @@ impl Eq for ExecutionId {}
 
 impl Ord for ExecutionId {
     /// Byte order of the text form. The first 16 bytes are compared as one big-endian
-    /// integer first (the same order as comparing them byte by byte), which decides almost
-    /// every comparison of the ordered indexes without a call to `memcmp`: ids of one
-    /// millisecond differ in the random characters after the `E_` and the 10 of the time.
+    /// integer first (the same order as comparing them byte by byte), then, for two texts of
+    /// one length up to 32 bytes (two top-level ids), the last 16 the same way (the bytes both
+    /// hold are equal by then): no call to `memcmp` for the comparisons of the ordered
+    /// indexes. Ids of one millisecond differ after the `E_`, the 10 characters of the time
+    /// and mostly the first few random ones (a thread's ids of one millisecond count up).
     #[inline]
     fn cmp(&self, other: &Self) -> std::cmp::Ordering {
         if Arc::ptr_eq(&self.0, &other.0) {
@@ -335,6 +367,12 @@ impl Ord for ExecutionId {
             let (head_a, head_b) = (u128::from_be_bytes(*head_a), u128::from_be_bytes(*head_b));
             if head_a != head_b {
                 return head_a.cmp(&head_b);
+            }
+            if a.len() == b.len()
+                && a.len() <= 32
+                && let (Some(tail_a), Some(tail_b)) = (a.last_chunk::<16>(), b.last_chunk::<16>())
+            {
+                return u128::from_be_bytes(*tail_a).cmp(&u128::from_be_bytes(*tail_b));
             }
         }
         a.cmp(b)
@@ -361,10 +399,11 @@ impl ExecutionId {
         Self(format!("{}.{join_set_id}_{idx}", self.0).into())
     }
 
-    /// True for a top-level id.
+    /// True for a top-level id: `E_` and a ULID, validated at construction, where a child's
+    /// text is longer (its parent's, a dot, a join set and an index).
     #[must_use]
     pub fn is_top_level(&self) -> bool {
-        !self.0.contains('.')
+        self.0.len() == ExecutionIdTopLevel::PREFIX.len() + ulid::ULID_LEN
     }
 
     /// The top-level part of the id.
@@ -377,6 +416,10 @@ impl ExecutionId {
     /// For a child id, the parent's id and the join set the child was submitted in.
     #[must_use]
     pub fn split_to_parent(&self) -> Option<(ExecutionId, JoinSetId)> {
+        if self.is_top_level() {
+            // No dot to search for: every create asks this of its id.
+            return None;
+        }
         let (parent, last) = self.0.rsplit_once('.')?;
         let (join_set, _idx) = last.rsplit_once('_')?;
         Some((Self(parent.into()), join_set.parse().ok()?))

@@ -355,10 +355,10 @@ impl State {
 
     /// Applies a plan's changes to the records and every index. Planning validated them
     /// against this state under the same lock, so they apply whole.
-    pub(crate) fn apply(&mut self, changes: Vec<ExecutionChange>) {
-        for change in changes {
-            // Fields are moved out one by one where they are stored, not all at once: a
-            // change is large, and each move of a part is a copy.
+    pub(crate) fn apply(&mut self, mut changes: Vec<ExecutionChange>) {
+        // Each change is worked on in place, and what a record keeps is swapped or taken out
+        // of it: a change is large, and each move of it (or of its row) is a copy.
+        for change in &mut changes {
             let execution_id = change.row.execution_id.clone();
             if change.state_changed() {
                 if let Some(old) = &change.old_state {
@@ -374,7 +374,7 @@ impl State {
                         self.children.insert(execution_id.clone());
                     }
                     let record = Box::new(Record {
-                        row: change.row,
+                        row: change.row.clone(),
                         // Created, Locked, Finished: the whole log of most executions.
                         events: Vec::with_capacity(change.events.len().max(3)),
                         responses: Vec::new(),
@@ -389,14 +389,13 @@ impl State {
                         tracing::error!(%execution_id, "planned change of a missing record");
                         continue;
                     };
-                    record.row = change.row;
+                    std::mem::swap(&mut record.row, &mut change.row);
                     record
                 }
             };
-            record
-                .events
-                .extend(change.events.into_iter().map(|(_, event)| event));
-            let responses = change.responses;
+            let events = change.events.drain(..);
+            record.events.extend(events.map(|(_, event)| event));
+            let responses = std::mem::take(&mut change.responses);
             if change.join_sets.is_empty()
                 && responses.is_empty()
                 && change.delays_requested.is_empty()
@@ -405,7 +404,7 @@ impl State {
                 continue;
             }
             let waits = record.waits.get_or_insert_with(Box::default);
-            for (join_set_id, counters) in change.join_sets {
+            for (join_set_id, counters) in change.join_sets.drain(..) {
                 let arrived = (responses.iter().map(|planned| &planned.response))
                     .filter(|response| response.event.join_set_id == join_set_id)
                     .map(|response| response.created_at);
@@ -426,7 +425,7 @@ impl State {
                 }
                 record.responses.push(planned.response);
             }
-            for planned in change.delays_requested {
+            for planned in change.delays_requested.drain(..) {
                 let delay = waits.delays.entry(planned.delay_id).or_default();
                 delay.row.requested = true;
                 if planned.open {
@@ -436,7 +435,7 @@ impl State {
                     delay.open = Some((planned.join_set_id, planned.expires_at));
                 }
             }
-            for delay_id in change.delays_closed {
+            for delay_id in change.delays_closed.drain(..) {
                 let open = waits.delays.get_mut(&delay_id).and_then(|d| d.open.take());
                 if let Some((join_set_id, expires_at)) = open {
                     let kind = TimerKind::Delay(delay_id, join_set_id);

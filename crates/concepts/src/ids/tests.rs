@@ -224,7 +224,42 @@ fn execution_ids_order_by_text() {
     );
 }
 
+#[test]
+fn ids_of_one_millisecond_ascend() {
+    let at = DateTime::from_timestamp_millis(1_700_000_000_123).unwrap();
+    let ids: Vec<ExecutionId> = (0..100).map(|_| ExecutionId::generate_at(at)).collect();
+    assert!(ids.windows(2).all(|pair| pair[0] < pair[1]), "{ids:?}");
+    let millis = |id: &ExecutionId| id.top_level().ulid().timestamp_ms();
+    assert!(ids.iter().all(|id| millis(id) == 1_700_000_000_123));
+    let next = ExecutionId::generate_at(at + chrono::TimeDelta::milliseconds(1));
+    assert_eq!(millis(&next), 1_700_000_000_124);
+    let before_epoch = DateTime::from_timestamp_millis(-5).unwrap();
+    assert_eq!(millis(&ExecutionId::generate_at(before_epoch)), 0);
+}
+
+#[test]
+fn equal_ids_hash_alike() {
+    use std::hash::BuildHasher;
+    let hasher = std::hash::RandomState::new();
+    for text in [format!("E_{ULID}"), format!("E_{ULID}.n:b_2")] {
+        // Two allocations of one text.
+        let (a, b): (ExecutionId, ExecutionId) = (text.parse().unwrap(), text.parse().unwrap());
+        assert_eq!(hasher.hash_one(&a), hasher.hash_one(&b), "{text}");
+    }
+}
+
 proptest! {
+    #[test]
+    fn ids_of_one_millisecond_compare_as_their_text(
+        ms in 0u64..(1 << 48),
+        randoms in prop::array::uniform2(any::<u128>()),
+    ) {
+        let [a, b] = randoms.map(|random| ExecutionId::from(ExecutionIdTopLevel::from_parts(ms, random)));
+        prop_assert_eq!(a.cmp(&b), a.as_str().cmp(b.as_str()));
+        let child = b.next_level(&"n:b".parse().unwrap(), 1);
+        prop_assert_eq!(a.cmp(&child), a.as_str().cmp(child.as_str()));
+    }
+
     #[test]
     fn parsers_never_panic(s in "\\PC{0,40}") {
         let _ = s.parse::<ExecutionId>();

@@ -16,9 +16,11 @@ use std::{borrow::Cow, collections::HashMap};
 /// Plans one write on `snapshot` (loaded for its keys and follow-up keys): the plan to
 /// persist and the reply, or the error that refuses the whole write.
 pub fn plan<W: Write>(snapshot: &Snapshot, write: W) -> Result<(WritePlan, W::Reply), DbError> {
-    let mut group = GroupPlanner::new(snapshot);
-    let reply = group.plan(write)?;
-    Ok((group.finish(), reply))
+    // A group of one, planned as `GroupPlanner` plans its first write, without the group's
+    // state: there is nothing to carry or merge.
+    let mut planner = Planner::new(snapshot);
+    let reply = write.plan(&mut planner)?;
+    Ok((planner.into_plan(), reply))
 }
 
 /// Plans writes one after the other on one snapshot (loaded for the

@@ -246,15 +246,38 @@ pub struct Planner<'s> {
 
 impl<'s> Planner<'s> {
     pub(crate) fn new(snapshot: &'s Snapshot) -> Self {
+        // One seed for the four tables: drawing a hasher's seed costs more than copying one.
+        let hasher = FastHash::default();
         Self {
             snapshot,
             changes: Vec::new(),
             deleted: Vec::new(),
             schedules: Vec::new(),
-            position: HashMap::default(),
-            join_sets: HashMap::default(),
-            delays: HashMap::default(),
-            answered_children: HashSet::default(),
+            position: HashMap::with_hasher(hasher.clone()),
+            join_sets: HashMap::with_hasher(hasher.clone()),
+            delays: HashMap::with_hasher(hasher.clone()),
+            answered_children: HashSet::with_hasher(hasher),
+        }
+    }
+
+    /// The plan of what this planner staged, as the only write of its transaction: its
+    /// changes, the wake-ups those cause, what it deletes and what it changes about schedules.
+    pub(crate) fn into_plan(self) -> WritePlan {
+        let Planner {
+            changes,
+            deleted,
+            schedules,
+            ..
+        } = self;
+        let mut wakeups = Wakeups::new();
+        for change in &changes {
+            wakeups_of(change, &mut wakeups);
+        }
+        WritePlan {
+            changes,
+            wakeups,
+            deleted,
+            schedules,
         }
     }
 
