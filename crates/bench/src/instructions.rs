@@ -158,7 +158,8 @@ pub(crate) async fn rows(
                     "µs",
                     Goal::AtMost(POSTGRES_SERVER_START_US / 2.0),
                 )),
-                Err(why) => return Ok(Err(why)),
+                // The client's row stands without it.
+                Err(why) => println!("\nNote: {why}."),
             }
             Ok(Ok(rows))
         }
@@ -381,27 +382,32 @@ async fn postmaster_of(url: &str, database: &str) -> anyhow::Result<Result<u32, 
         .query_one("SELECT pg_backend_pid()", &[])
         .await?
         .get(0);
+    // Read while the backend lives: once the probe closes, its process may be gone.
+    let postmaster = postmaster_of_backend(backend);
     probe.close().await;
+    Ok(postmaster)
+}
+
+/// The parent of the PostgreSQL backend process `backend`, or why it is not one of this
+/// machine's.
+fn postmaster_of_backend(backend: i32) -> Result<u32, String> {
     let not_local = |why: String| {
         format!(
             "the PostgreSQL server's CPU per execution was left out: its backend {backend} \
              is not a process of this machine ({why}); run the benchmark beside the server"
         )
     };
-    let stat = match std::fs::read_to_string(format!("/proc/{backend}/stat")) {
-        Ok(stat) => stat,
-        Err(e) => return Ok(Err(not_local(e.to_string()))),
-    };
-    let Some(fields) = stat_fields(&stat) else {
-        return Ok(Err(not_local("unreadable /proc stat".to_string())));
-    };
+    let stat = std::fs::read_to_string(format!("/proc/{backend}/stat"))
+        .map_err(|e| not_local(e.to_string()))?;
+    let fields =
+        stat_fields(&stat).ok_or_else(|| not_local("unreadable /proc stat".to_string()))?;
     let comm = std::fs::read_to_string(format!("/proc/{backend}/comm")).unwrap_or_default();
     if !comm.starts_with("postgres") {
-        return Ok(Err(not_local(format!("its command is `{}`", comm.trim()))));
+        return Err(not_local(format!("its command is `{}`", comm.trim())));
     }
-    Ok(fields[1]
+    fields[1]
         .parse()
-        .map_err(|_| not_local("no parent".to_string())))
+        .map_err(|_| not_local("no parent".to_string()))
 }
 
 /// The fields of a `/proc/<pid>/stat` line after the command name: `[state, ppid, ...]`, so
