@@ -147,9 +147,19 @@ macro_rules! prefixed_ulid {
             }
         }
 
+        impl $name {
+            /// `with` given the text form, written on the stack.
+            fn with_text<R>(&self, with: impl FnOnce(&str) -> R) -> R {
+                let mut text = [0_u8; PREFIXED_ULID_MAX];
+                let len = write_prefixed(Self::PREFIX, self.0, &mut text);
+                // ASCII only (the prefix and base32): the conversion cannot fail.
+                with(std::str::from_utf8(&text[..len]).unwrap_or_default())
+            }
+        }
+
         impl fmt::Display for $name {
             fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                write!(f, "{}{}", Self::PREFIX, self.0)
+                self.with_text(|text| f.write_str(text))
             }
         }
 
@@ -170,8 +180,10 @@ macro_rules! prefixed_ulid {
         }
 
         impl Serialize for $name {
+            /// The text whole: through `collect_str`, serde_json escapes each piece the
+            /// formatter writes on its own.
             fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-                s.collect_str(self)
+                self.with_text(|text| s.serialize_str(text))
             }
         }
 
@@ -182,6 +194,20 @@ macro_rules! prefixed_ulid {
             }
         }
     };
+}
+
+/// The longest text of a prefixed ULID: the longest prefix (`Delay_`) and the ULID.
+const PREFIXED_ULID_MAX: usize = 6 + ulid::ULID_LEN;
+
+/// Writes `prefix` and `ulid` into `text`; their length.
+fn write_prefixed(prefix: &str, ulid: Ulid, text: &mut [u8; PREFIXED_ULID_MAX]) -> usize {
+    let prefix = &prefix.as_bytes()[..prefix.len().min(6)];
+    text[..prefix.len()].copy_from_slice(prefix);
+    let mut encoded = [0_u8; ulid::ULID_LEN];
+    ulid.array_to_str(&mut encoded);
+    let len = prefix.len() + ulid::ULID_LEN;
+    text[prefix.len()..len].copy_from_slice(&encoded);
+    len
 }
 
 prefixed_ulid!(
@@ -534,7 +560,11 @@ impl FunctionFqn {
                     part,
                 });
             }
-            if let Some(character) = value.chars().find(|c| c.is_whitespace() || c.is_control()) {
+            // Printable ASCII, the usual name, holds neither: no character is decoded for it.
+            if let Some(character) = (!value.bytes().all(|b| b.is_ascii_graphic()))
+                .then(|| value.chars().find(|c| c.is_whitespace() || c.is_control()))
+                .flatten()
+            {
                 return Err(IdParseError::IllegalCharacter {
                     input: input(),
                     character,
@@ -701,7 +731,20 @@ macro_rules! serde_via_text {
         }
     )*};
 }
-serde_via_text!(JoinSetId, ExecutionId, FunctionFqn, ComponentId);
+serde_via_text!(JoinSetId, FunctionFqn, ComponentId);
+
+impl Serialize for ExecutionId {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for ExecutionId {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
 
 #[cfg(test)]
 mod tests;

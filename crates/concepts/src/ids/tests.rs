@@ -314,3 +314,30 @@ fn crockford_ranges_are_the_alphabet() {
         assert_eq!(super::is_crockford(b), alphabet.contains(&b), "byte {b}");
     }
 }
+
+#[test]
+fn ids_serialize_as_their_text_and_back() {
+    let executor = format!("Exr_{ULID}").parse::<ExecutorId>().unwrap();
+    let run = format!("Run_{ULID}").parse::<RunId>().unwrap();
+    let delay = format!("Delay_{ULID}").parse::<DelayId>().unwrap();
+    let execution = format!("E_{ULID}.n:j_1").parse::<ExecutionId>().unwrap();
+    assert_eq!(
+        serde_json::to_string(&executor).unwrap(),
+        format!("\"Exr_{ULID}\"")
+    );
+    assert_eq!(
+        serde_json::to_string(&run).unwrap(),
+        format!("\"Run_{ULID}\"")
+    );
+    assert_eq!(
+        serde_json::to_string(&delay).unwrap(),
+        format!("\"Delay_{ULID}\"")
+    );
+    assert_eq!(
+        serde_json::to_string(&execution).unwrap(),
+        format!("\"{execution}\"")
+    );
+    let json = serde_json::to_string(&delay).unwrap();
+    assert_eq!(serde_json::from_str::<DelayId>(&json).unwrap(), delay);
+    assert_eq!(delay.to_string(), format!("Delay_{ULID}"));
+}
