@@ -10,14 +10,14 @@ use crate::workers::{self, DOUBLE, FAN, NEST, PROMISE, PROMISED};
 use concepts::{
     CancelOutcome, ClockFn, CompleteOutcome, DbConnection, DbExecutor, ExecutionId, FunctionFqn,
 };
-use executor::{ExecConfig, ExecTask, Worker};
+use executor::{ExecConfig, ExecTask, LocalExecutors, Run, Worker};
 use std::{
     cell::RefCell,
     collections::{BTreeSet, HashMap},
     future::Future,
     pin::Pin,
     rc::Rc,
-    sync::Arc,
+    sync::{Arc, Mutex, PoisonError},
     task::{Context, Poll},
     time::Duration,
 };
@@ -97,6 +97,22 @@ impl Task {
 
 /// Tasks created by other tasks (the runs an executor loop locks), adopted after each poll.
 pub type Spawned = Rc<RefCell<Vec<Task>>>;
+
+/// The runs of executions a node's workflows created locked under a lease of one of the
+/// node's executors (`executor::LocalExecutors`), with the node, adopted after each poll
+/// like [`Spawned`] (the executor hands them over from any thread, hence the mutex).
+pub type Handed = Arc<Mutex<Vec<(usize, Run)>>>;
+
+/// The tasks of the runs in `handed`, emptying it.
+pub fn adopt_handed(handed: &Handed) -> Vec<Task> {
+    let runs = std::mem::take(&mut *handed.lock().unwrap_or_else(PoisonError::into_inner));
+    runs.into_iter()
+        .map(|(node, run)| {
+            let label = format!("node {node} run {} created locked", run.execution_id);
+            Task::new(Owner::Node(node), Role::Executor, label, run.future)
+        })
+        .collect()
+}
 
 /// How the store answered one completion of a promise.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -203,6 +219,8 @@ pub fn executor_loop(
     db: Arc<dyn DbConnection>,
     clock: SimClock,
     spawned: Spawned,
+    local: LocalExecutors,
+    handed: Handed,
     node: usize,
 ) -> impl Future<Output = ()> + 'static {
     let limiter = Arc::new(Semaphore::new(3));
@@ -215,11 +233,19 @@ pub fn executor_loop(
         task_limiter: Some(limiter.clone()),
     };
     let executor_db: Arc<dyn DbExecutor> = db.clone();
-    let task = ExecTask::new(worker, config, clock.clone(), executor_db);
+    let task = Arc::new(
+        ExecTask::new(worker, config, clock.clone(), executor_db).with_local_executors(local),
+    );
+    // Registered while the loop lives: a kill of the node unregisters it.
+    let served = task.serve_locally(move |run| {
+        let mut handed = handed.lock().unwrap_or_else(PoisonError::into_inner);
+        handed.push((node, run));
+    });
     // How many runs of each execution this loop locked: a run whose lease expired may still
     // be running beside the next one, and each needs its own label.
     let mut locked: HashMap<ExecutionId, u32> = HashMap::new();
     async move {
+        let _served = served;
         loop {
             // Wait for a free permit, as the real loop does (at most `tick_sleep`).
             if let Ok(Ok(permit)) = tokio::time::timeout(TICK_SLEEP, limiter.acquire()).await {

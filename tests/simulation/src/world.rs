@@ -9,7 +9,7 @@
 
 use crate::{
     components::{
-        self, LEASE, Owner, Records, Role, Shared, Spawned, Task, Workload, executor_loop,
+        self, Handed, LEASE, Owner, Records, Role, Shared, Spawned, Task, Workload, executor_loop,
     },
     faults::{Chaos, FaultKind, FaultSet, SimHook},
     history::{History, Seen},
@@ -20,7 +20,7 @@ use crate::{
     workers,
 };
 use concepts::{ClockFn, DbConnection, ExecutionId, ExecutionIdTopLevel, ExecutionLog};
-use executor::Worker;
+use executor::{LocalExecutors, Worker};
 use std::{
     cell::RefCell,
     collections::{BTreeMap, BTreeSet, HashMap},
@@ -203,6 +203,11 @@ struct World {
     workflows: Arc<dyn Worker>,
     tasks: Vec<Task>,
     spawned: Spawned,
+    /// Runs handed to executors by workflows' writes.
+    handed: Handed,
+    /// The executors of each node that its workflows' children are created locked by; a fresh
+    /// one at each start of the node.
+    local: [LocalExecutors; NODES],
     nodes: [Node; NODES],
     /// The top-level executions whose client was started.
     submitted: BTreeSet<u32>,
@@ -244,6 +249,8 @@ impl World {
             workflows: Arc::new(workflows),
             tasks: Vec::new(),
             spawned: Spawned::default(),
+            handed: Handed::default(),
+            local: Default::default(),
             nodes: [Node::default(); NODES],
             submitted: BTreeSet::new(),
             requests: HashMap::new(),
@@ -524,6 +531,7 @@ impl World {
     fn adopt_spawned(&mut self) {
         let spawned = std::mem::take(&mut *self.spawned.borrow_mut());
         self.tasks.extend(spawned);
+        self.tasks.extend(components::adopt_handed(&self.handed));
     }
 
     async fn advance(&mut self, by: Duration) {
@@ -568,6 +576,7 @@ impl World {
         let state = self.nodes[node];
         if !state.alive {
             self.note(|| format!("node {node} starts"));
+            self.local[node] = LocalExecutors::new();
             for (name, worker) in [
                 ("activities", self.activities.clone()),
                 ("workflows", self.workflows.clone()),
@@ -577,6 +586,8 @@ impl World {
                     self.db.clone(),
                     self.clock.clone(),
                     self.spawned.clone(),
+                    self.local[node].clone(),
+                    Arc::clone(&self.handed),
                     node,
                 );
                 let label = format!("node {node} {name} executor");
