@@ -903,20 +903,25 @@ fn a_failing_command_rolls_back_only_itself() {
         third_rx.blocking_recv().expect("replied").expect("ok"),
         CreateOutcome::Created
     );
-    let ids: Vec<String> = {
-        let mut stmt = conn
-            .prepare("SELECT execution_id FROM t_execution_state ORDER BY execution_id")
-            .expect("prepares");
-        stmt.query_map([], |row| row.get(0))
-            .expect("queries")
-            .collect::<Result<_, _>>()
-            .expect("reads")
-    };
-    assert_eq!(ids, vec![id(1).to_string(), id(3).to_string()]);
-    let events: i64 = conn
+    assert_eq!(
+        stored(&conn),
+        (vec![id(1).to_string(), id(3).to_string()], 2)
+    );
+}
+
+/// The ids of the stored executions in order, and how many events are stored.
+fn stored(conn: &rusqlite::Connection) -> (Vec<String>, i64) {
+    let ids = conn
+        .prepare("SELECT execution_id FROM t_execution_state ORDER BY execution_id")
+        .expect("prepares")
+        .query_map([], |row| row.get(0))
+        .expect("queries")
+        .collect::<Result<_, _>>()
+        .expect("reads");
+    let events = conn
         .query_row("SELECT COUNT(*) FROM t_event", [], |row| row.get(0))
         .expect("reads");
-    assert_eq!(events, 2);
+    (ids, events)
 }
 
 /// A command that panics after writing is undone whole, and the commands before and after it
@@ -951,18 +956,10 @@ fn a_panicking_command_is_undone_and_the_others_commit() {
         CreateOutcome::Created
     );
     let conn = rusqlite::Connection::open(&path).expect("opens");
-    let ids: Vec<String> = conn
-        .prepare("SELECT execution_id FROM t_execution_state ORDER BY execution_id")
-        .expect("prepares")
-        .query_map([], |row| row.get(0))
-        .expect("queries")
-        .collect::<Result<_, _>>()
-        .expect("reads");
-    assert_eq!(ids, vec![id(1).to_string(), id(3).to_string()]);
-    let events: i64 = conn
-        .query_row("SELECT COUNT(*) FROM t_event", [], |row| row.get(0))
-        .expect("reads");
-    assert_eq!(events, 2);
+    assert_eq!(
+        stored(&conn),
+        (vec![id(1).to_string(), id(3).to_string()], 2)
+    );
 }
 
 #[tokio::test]

@@ -6,7 +6,7 @@
 //! a backend that lets concurrent writes share a transaction plans them as one group.
 
 use super::{
-    plan::{ExecutionChange, Planner, ScheduleWrite, Wakeups, WritePlan, wakeups_of},
+    plan::{ExecutionChange, Planner, ScheduleWrite, WritePlan},
     snapshot::{FastHash, Snapshot},
     write::Write,
 };
@@ -112,17 +112,7 @@ impl<'s> GroupPlanner<'s> {
     pub fn finish(mut self) -> WritePlan {
         let deleted = std::mem::take(&mut self.deleted);
         let schedules = std::mem::take(&mut self.schedules);
-        let changes = self.into_changes();
-        let mut wakeups = Wakeups::new();
-        for change in &changes {
-            wakeups_of(change, &mut wakeups);
-        }
-        WritePlan {
-            changes,
-            wakeups,
-            deleted,
-            schedules,
-        }
+        WritePlan::of(self.into_changes(), deleted, schedules)
     }
 
     /// Carries the last accepted write's changes into the view (what the next write reads)

@@ -176,8 +176,28 @@ pub struct WritePlan {
     pub schedules: Vec<ScheduleWrite>,
 }
 
+impl WritePlan {
+    /// The plan of `changes`, with the wake-ups they cause.
+    pub(crate) fn of(
+        changes: Vec<ExecutionChange>,
+        deleted: Vec<ExecutionId>,
+        schedules: Vec<ScheduleWrite>,
+    ) -> Self {
+        let mut wakeups = Wakeups::new();
+        for change in &changes {
+            wakeups_of(change, &mut wakeups);
+        }
+        Self {
+            changes,
+            wakeups,
+            deleted,
+            schedules,
+        }
+    }
+}
+
 /// Which waiters a change concerns: new responses; a new `Finished`; a new `PendingAt`.
-pub(crate) fn wakeups_of(change: &ExecutionChange, wakeups: &mut Wakeups) {
+fn wakeups_of(change: &ExecutionChange, wakeups: &mut Wakeups) {
     let execution_id = &change.row.execution_id;
     let new_state = &change.row.state.pending_state;
     let old_state = change.old_state.as_ref();
@@ -269,16 +289,7 @@ impl<'s> Planner<'s> {
             schedules,
             ..
         } = self;
-        let mut wakeups = Wakeups::new();
-        for change in &changes {
-            wakeups_of(change, &mut wakeups);
-        }
-        WritePlan {
-            changes,
-            wakeups,
-            deleted,
-            schedules,
-        }
+        WritePlan::of(changes, deleted, schedules)
     }
 
     /// The index of the change of an existing execution, staged on first touch.
