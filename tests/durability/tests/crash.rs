@@ -718,24 +718,44 @@ fn postgres_workflows_killed_and_restarted_finish_as_uninterrupted() {
 /// (`--workflow-version 2`, which changes the last call behind a patch): every workflow
 /// finishes once, with the result its version defines: version 1's when its log went past
 /// the patch's place before the restart (the replay answers `false`), version 2's, marker in
-/// its log, when it reached that place under version 2. Both kinds occur, and some of version 1
-/// finished under version 2 (more without the marker than had finished before the kill); no
-/// execution is parked or failed.
+/// its log, when it reached that place under version 2. Both kinds occur: the node is killed
+/// once the store holds an unfinished workflow past the patch's place (sleeping, or waiting
+/// for its last call), read from the store after the kill, and each of those finishes under
+/// version 2 with version 1's result. No execution is parked or failed.
 #[test]
 fn sqlite_workflows_of_version_1_killed_and_restarted_with_version_2_finish_as_their_version_defines()
  {
     let store = Store::sqlite();
+    let rt = runtime();
     let version = |v: &'static str| [&workflow_args()[..], &["--workflow-version", v]].concat();
+    // Opened once the node created the store, at the first check.
+    let reader: std::cell::OnceCell<Arc<dyn DbConnection>> = std::cell::OnceCell::new();
+    let past_the_patch = |reader: &std::cell::OnceCell<Arc<dyn DbConnection>>| {
+        rt.block_on(async {
+            if reader.get().is_none() {
+                let _ = reader.set(store.open(None).await);
+            }
+            unfinished_past_the_patch(reader.get().expect("set above").as_ref()).await
+        })
+    };
     let killed = Node::start_with(&store, "version-1", WORKFLOWS, &version("1"))
-        .kill_when(|p| p.progress >= WORKFLOWS / 2);
+        .kill_when(|p| p.progress >= WORKFLOWS / 3 && !past_the_patch(&reader).is_empty());
     assert!(
         killed.progress < WORKFLOWS,
         "version 1 finished everything before its kill"
     );
-    let finished_by_version_1 = killed.progress;
+    // The node is dead: what the store holds now is what version 2 starts from.
+    let recorded_by_version_1: HashSet<ExecutionId> = past_the_patch(&reader).into_iter().collect();
+    assert!(
+        !recorded_by_version_1.is_empty(),
+        "the workflow seen past the patch's place finished before the kill landed"
+    );
+    if let Some(reader) = reader.get() {
+        rt.block_on(reader.close());
+    }
     let last = Node::start_with(&store, "version-2", WORKFLOWS, &version("2")).finish();
     eprintln!("version-2: {}", last.summary.expect("checked by finish"));
-    runtime().block_on(async {
+    rt.block_on(async {
         let db = store.open(None).await;
         let top_level = concepts::ListExecutionsFilter {
             top_level_only: true,
@@ -753,14 +773,7 @@ fn sqlite_workflows_of_version_1_killed_and_restarted_with_version_2_finish_as_t
                 panic!("{id}: the first event is not Created");
             };
             let index = params.0[0].as_u64().expect("the index");
-            let shape: Vec<String> = log
-                .events
-                .iter()
-                .filter_map(|e| match &e.event {
-                    ExecutionEventInner::HistoryEvent { event } => Some(flows::shape_of(event)),
-                    _ => None,
-                })
-                .collect();
+            let shape = history_shape(&log.events);
             let marked = shape.get(8).map(String::as_str) == Some("Persist");
             let (expected_shape, expected_result) = if marked {
                 second += 1;
@@ -774,6 +787,11 @@ fn sqlite_workflows_of_version_1_killed_and_restarted_with_version_2_finish_as_t
                     flows::expected_result(index),
                 )
             };
+            assert!(
+                !(marked && recorded_by_version_1.contains(id)),
+                "{id}: recorded past the patch's place by version 1, yet version 2 took its new \
+                 branch"
+            );
             assert_eq!(
                 shape, expected_shape,
                 "{id}: a step recorded twice or left out"
@@ -791,16 +809,45 @@ fn sqlite_workflows_of_version_1_killed_and_restarted_with_version_2_finish_as_t
             );
         }
         eprintln!(
-            "versions: {first} finished with version 1's result ({finished_by_version_1} before \
-             the kill), {second} with version 2's"
+            "versions: {first} finished with version 1's result ({} of them past the patch's \
+             place and unfinished at the kill), {second} with version 2's",
+            recorded_by_version_1.len()
         );
         assert!(second > 0, "no workflow took version 2's branch");
-        assert!(
-            first > finished_by_version_1,
-            "no workflow recorded by version 1 finished under version 2 with its result"
-        );
         db.close().await;
     });
+}
+
+/// The kinds of a log's history events, as [`flows::shape_of`] writes them.
+fn history_shape(events: &[concepts::ExecutionEvent]) -> Vec<String> {
+    events
+        .iter()
+        .filter_map(|e| match &e.event {
+            ExecutionEventInner::HistoryEvent { event } => Some(flows::shape_of(event)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The unfinished top-level workflows whose history goes past the patch's place (the
+/// fan-out's eight events): version 2 must replay them with version 1's branch.
+async fn unfinished_past_the_patch(db: &dyn DbConnection) -> Vec<ExecutionId> {
+    let top_level = concepts::ListExecutionsFilter {
+        top_level_only: true,
+        ..concepts::ListExecutionsFilter::default()
+    };
+    let mut found = Vec::new();
+    for summary in db.list_all_executions(top_level).await.expect("list") {
+        let id = summary.execution_id;
+        let log = db
+            .get(&id)
+            .await
+            .unwrap_or_else(|e| panic!("get {id}: {e}"));
+        if log.finished_result().is_none() && history_shape(&log.events).len() > 8 {
+            found.push(id);
+        }
+    }
+    found
 }
 
 /// Workflows of the identity test, 16 at a time: the kill finds most of them running.
