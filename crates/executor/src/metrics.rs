@@ -27,6 +27,9 @@ fn seconds(from: DateTime<Utc>, to: DateTime<Utc>) -> f64 {
     } else {
         to.date().signed_duration_since(from.date()).num_days()
     };
+    // `NaiveTime`'s seconds since midnight is its field; `NaiveDateTime`'s is computed back
+    // from its hour, minute and second.
+    let (from, to) = (from.time(), to.time());
     let seconds = days * 86_400 + i64::from(to.num_seconds_from_midnight())
         - i64::from(from.num_seconds_from_midnight());
     let nanos = i64::from(to.nanosecond()) - i64::from(from.nanosecond());

@@ -85,7 +85,7 @@ static FIRE_SCHEDULES: Operation = Operation::new("fire_schedules");
 
 /// Records one write of `operation`: its duration, and its failure when the store failed it
 /// or it came too late (the version check, or the execution's end, fenced it); a refusal of
-/// the model is an answer, not counted. Measured with the monotonic clock, which decides
+/// the model is an answer, not counted. Measured with the metrics' own clock, which decides
 /// nothing: the model's time is the request's.
 async fn metered<T>(
     operation: &Operation,
@@ -94,10 +94,13 @@ async fn metered<T>(
     if !m::enabled() {
         return write.await;
     }
-    let started = std::time::Instant::now();
+    let clock = m::write_clock();
+    let started = clock.raw();
     let result = write.await;
     let meters = operation.meters();
-    meters.duration.record(started.elapsed());
+    #[expect(clippy::cast_precision_loss, reason = "nanoseconds of one write")]
+    let seconds = clock.delta_as_nanos(started, clock.raw()) as f64 / 1e9;
+    meters.duration.record(seconds);
     if let Err(err) = &result {
         failed(meters, err);
     }
