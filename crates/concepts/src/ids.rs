@@ -728,13 +728,64 @@ impl FromStr for ComponentId {
     }
 }
 
+/// Serializes the text `first`, `separator`, `second` as one string, joined on the stack
+/// when it is short (every name in practice): one `serialize_str` where formatting writes
+/// three pieces, each scanned for escapes.
+fn serialize_joined<S: Serializer>(
+    s: S,
+    first: &str,
+    separator: char,
+    second: &str,
+) -> Result<S::Ok, S::Error> {
+    let mut buffer = [0_u8; 128];
+    let mut separator_text = [0_u8; 4];
+    let pieces = [
+        first.as_bytes(),
+        separator.encode_utf8(&mut separator_text).as_bytes(),
+        second.as_bytes(),
+    ];
+    let len = pieces.iter().map(|piece| piece.len()).sum::<usize>();
+    if len > buffer.len() {
+        return s.collect_str(&format_args!("{first}{separator}{second}"));
+    }
+    let mut at = 0;
+    for piece in pieces {
+        buffer[at..at + piece.len()].copy_from_slice(piece);
+        at += piece.len();
+    }
+    match std::str::from_utf8(&buffer[..len]) {
+        Ok(text) => s.serialize_str(text),
+        // Three texts joined are one text; kept for the type's sake.
+        Err(_) => s.collect_str(&format_args!("{first}{separator}{second}")),
+    }
+}
+
+impl Serialize for JoinSetId {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut kind = [0_u8; 4];
+        serialize_joined(
+            s,
+            self.kind.as_char().encode_utf8(&mut kind),
+            ':',
+            &self.name,
+        )
+    }
+}
+
+impl Serialize for FunctionFqn {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        serialize_joined(s, &self.ifc_name, '.', &self.function_name)
+    }
+}
+
+impl Serialize for ComponentId {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        serialize_joined(s, &self.component_type, ':', &self.name)
+    }
+}
+
 macro_rules! serde_via_text {
     ($($name:ident),*) => {$(
-        impl Serialize for $name {
-            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-                s.collect_str(self)
-            }
-        }
 
         impl<'de> Deserialize<'de> for $name {
             fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {

@@ -214,6 +214,32 @@ fn ids_serialize_as_text() {
 }
 
 #[test]
+fn two_part_names_serialize_as_their_text_short_and_long() {
+    let long = "f".repeat(200);
+    for text in ["pkg:ifc/x.fn", &format!("pkg:ifc.{long}")] {
+        let ffqn: FunctionFqn = text.parse().unwrap();
+        let json = serde_json::to_string(&ffqn).unwrap();
+        assert_eq!(json, format!("\"{text}\""));
+        assert_eq!(serde_json::from_str::<FunctionFqn>(&json).unwrap(), ffqn);
+    }
+    for text in ["workflow:default", &format!("activity:{long}")] {
+        let component: ComponentId = text.parse().unwrap();
+        let json = serde_json::to_string(&component).unwrap();
+        assert_eq!(json, format!("\"{text}\""));
+        assert_eq!(
+            serde_json::from_str::<ComponentId>(&json).unwrap(),
+            component
+        );
+    }
+    for text in ["o:1-charge", "n:", &format!("g:{long}")] {
+        let join_set: JoinSetId = text.parse().unwrap();
+        let json = serde_json::to_string(&join_set).unwrap();
+        assert_eq!(json, format!("\"{text}\""));
+        assert_eq!(serde_json::from_str::<JoinSetId>(&json).unwrap(), join_set);
+    }
+}
+
+#[test]
 fn execution_ids_order_by_text() {
     let parent: ExecutionId = format!("E_{ULID}").parse().unwrap();
     let j: JoinSetId = "n:b".parse().unwrap();

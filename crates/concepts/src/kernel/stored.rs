@@ -34,13 +34,22 @@ pub fn from_json<T: DeserializeOwned>(json: &str, what: &str) -> Result<T, DbErr
     serde_json::from_str(json).map_err(|err| corrupt(format_args!("{what}: {err}")))
 }
 
-/// `value` as a JSON document (object keys keep their order).
+/// `value` as a JSON document (object keys keep their order). Written into a buffer of
+/// [`JSON_CAPACITY`] bytes: a state or an event is a few hundred, and `serde_json::to_string`
+/// starts at 128 and copies the document at each doubling.
 pub fn to_json<T: Serialize + ?Sized>(value: &T) -> Result<String, DbError> {
-    serde_json::to_string(value).map_err(|err| {
+    let encode = |err: serde_json::Error| {
         let message = format!("cannot encode a value as JSON: {err}");
         DbError::backend(message, false, Some(std::sync::Arc::new(err)))
-    })
+    };
+    let mut json = Vec::with_capacity(JSON_CAPACITY);
+    serde_json::to_writer(&mut json, value).map_err(encode)?;
+    // serde_json writes UTF-8 only; the check is a pass over mostly ASCII.
+    String::from_utf8(json).map_err(|err| corrupt(format_args!("JSON not in UTF-8: {err}")))
 }
+
+/// The buffer [`to_json`] starts with.
+const JSON_CAPACITY: usize = 1000;
 
 /// A timestamp as integer microseconds since the Unix epoch, rounded down (every
 /// `DateTime<Utc>` fits). What the JSON documents keep is the caller's full precision.
