@@ -69,29 +69,53 @@ pub enum IdParseError {
     },
 }
 
-/// True for a character of upper-case Crockford base32 (`0-9`, `A-Z` but `I`, `L`, `O`, `U`),
-/// by ranges: a search of the alphabet per character cost more than the rest of a parse.
-const fn is_crockford(b: u8) -> bool {
-    matches!(b, b'0'..=b'9' | b'A'..=b'H' | b'J' | b'K' | b'M' | b'N' | b'P'..=b'T' | b'V'..=b'Z')
-}
+/// The value of each character of upper-case Crockford base32 (`0-9`, `A-Z` but `I`, `L`,
+/// `O`, `U`), [`NOT_CROCKFORD`] for every other byte.
+const CROCKFORD: [u8; 256] = {
+    let alphabet = b"0123456789ABCDEFGHJKMNPQRSTVWXYZ";
+    let mut table = [NOT_CROCKFORD; 256];
+    let mut value = 0;
+    while value < alphabet.len() {
+        #[expect(clippy::cast_possible_truncation, reason = "32 values")]
+        {
+            table[alphabet[value] as usize] = value as u8;
+        }
+        value += 1;
+    }
+    table
+};
+
+/// [`CROCKFORD`]'s mark of a byte outside the alphabet: above every value, so that one `or`
+/// of a text's values tells whether any was outside.
+const NOT_CROCKFORD: u8 = 0x80;
 
 fn parse_ulid(input: &str, part: &str) -> Result<Ulid, IdParseError> {
     // Only the canonical form: upper-case Crockford base32 without the decoding aliases
     // (`I`, `L`, `O`, lower case), and at most `7` first (26 characters hold 130 bits, a ULID
     // has 128). A lenient parser would give one id several text forms that sort differently.
-    let canonical = part.len() == ulid::ULID_LEN
-        && part.bytes().all(is_crockford)
-        && part.as_bytes().first().is_some_and(|b| *b <= b'7');
+    // One pass: each character's value from the table, shifted in.
+    let bytes = part.as_bytes();
+    if bytes.len() != ulid::ULID_LEN {
+        return Err(IdParseError::BadUlid {
+            input: input.to_string(),
+            ulid: part.to_string(),
+        });
+    }
+    let mut value = 0_u128;
+    let mut seen = 0_u8;
+    for &byte in bytes {
+        let digit = CROCKFORD[usize::from(byte)];
+        seen |= digit;
+        value = (value << 5) | u128::from(digit & 0x1f);
+    }
+    let canonical = seen & NOT_CROCKFORD == 0 && bytes.first().is_some_and(|b| *b <= b'7');
     if !canonical {
         return Err(IdParseError::BadUlid {
             input: input.to_string(),
             ulid: part.to_string(),
         });
     }
-    Ulid::from_string(part).map_err(|_| IdParseError::BadUlid {
-        input: input.to_string(),
-        ulid: part.to_string(),
-    })
+    Ok(Ulid(value))
 }
 
 /// A ULID whose timestamp part is `at`'s millisecond (from the caller's clock). Its 80 other
@@ -626,14 +650,58 @@ impl fmt::Debug for FunctionFqn {
 impl FromStr for FunctionFqn {
     type Err = IdParseError;
     fn from_str(input: &str) -> Result<Self, Self::Err> {
-        let (ifc, function) =
-            input
-                .rsplit_once('.')
-                .ok_or_else(|| IdParseError::MissingDelimiter {
-                    input: input.to_string(),
-                    delimiter: '.',
-                })?;
-        Self::new(ifc, function)
+        thread_local! {
+            static PARSED: Parsed<FunctionFqn> = Parsed::default();
+        }
+        PARSED.with(|parsed| {
+            parsed.get_or_parse(input, |input| {
+                let (ifc, function) =
+                    input
+                        .rsplit_once('.')
+                        .ok_or_else(|| IdParseError::MissingDelimiter {
+                            input: input.to_string(),
+                            delimiter: '.',
+                        })?;
+                Self::new(ifc, function)
+            })
+        })
+    }
+}
+
+/// The names (functions, components) one thread parsed, by their text: a store reads the
+/// same few names back in every row and event, and a clone of a parsed one is two reference
+/// counts where parsing checks every character and allocates both parts. Bounded, since the
+/// texts come from outside: past [`Parsed::MOST`] names, the others are parsed every time.
+struct Parsed<T> {
+    names: std::cell::RefCell<std::collections::HashMap<Box<str>, T, foldhash::fast::RandomState>>,
+}
+
+impl<T> Default for Parsed<T> {
+    fn default() -> Self {
+        Self {
+            names: std::cell::RefCell::default(),
+        }
+    }
+}
+
+impl<T: Clone> Parsed<T> {
+    /// The most names kept per thread and type.
+    const MOST: usize = 1_024;
+
+    fn get_or_parse(
+        &self,
+        input: &str,
+        parse: impl FnOnce(&str) -> Result<T, IdParseError>,
+    ) -> Result<T, IdParseError> {
+        if let Some(parsed) = self.names.borrow().get(input) {
+            return Ok(parsed.clone());
+        }
+        let parsed = parse(input)?;
+        let mut names = self.names.borrow_mut();
+        if names.len() < Self::MOST {
+            names.insert(input.into(), parsed.clone());
+        }
+        Ok(parsed)
     }
 }
 
@@ -653,16 +721,17 @@ impl ComponentId {
     ) -> Result<Self, IdParseError> {
         let component_type = component_type.into();
         let name = name.into();
-        let input = format!("{component_type}:{name}");
+        // The whole id, for an error only.
+        let input = || format!("{component_type}:{name}");
         if component_type.is_empty() {
             return Err(IdParseError::Empty {
-                input,
+                input: input(),
                 part: "component type",
             });
         }
         if name.is_empty() {
             return Err(IdParseError::Empty {
-                input,
+                input: input(),
                 part: "component name",
             });
         }
@@ -671,14 +740,14 @@ impl ComponentId {
             .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '-')))
         {
             return Err(IdParseError::IllegalCharacter {
-                input,
+                input: input(),
                 character,
                 allowed: "a component type may contain ASCII letters, digits, `_` and `-`",
             });
         }
         if let Some(character) = name.chars().find(|c| c.is_whitespace() || c.is_control()) {
             return Err(IdParseError::IllegalCharacter {
-                input,
+                input: input(),
                 character,
                 allowed: "a component name has no whitespace or control characters",
             });
@@ -717,14 +786,21 @@ impl fmt::Debug for ComponentId {
 impl FromStr for ComponentId {
     type Err = IdParseError;
     fn from_str(input: &str) -> Result<Self, Self::Err> {
-        let (component_type, name) =
-            input
-                .split_once(':')
-                .ok_or_else(|| IdParseError::MissingDelimiter {
-                    input: input.to_string(),
-                    delimiter: ':',
-                })?;
-        Self::new(component_type, name)
+        thread_local! {
+            static PARSED: Parsed<ComponentId> = Parsed::default();
+        }
+        PARSED.with(|parsed| {
+            parsed.get_or_parse(input, |input| {
+                let (component_type, name) =
+                    input
+                        .split_once(':')
+                        .ok_or_else(|| IdParseError::MissingDelimiter {
+                            input: input.to_string(),
+                            delimiter: ':',
+                        })?;
+                Self::new(component_type, name)
+            })
+        })
     }
 }
 

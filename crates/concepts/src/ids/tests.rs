@@ -334,10 +334,35 @@ proptest! {
 }
 
 #[test]
-fn crockford_ranges_are_the_alphabet() {
+fn the_crockford_table_is_the_alphabet_and_parses_as_the_ulid_crate() {
     let alphabet = b"0123456789ABCDEFGHJKMNPQRSTVWXYZ";
     for b in 0..=u8::MAX {
-        assert_eq!(super::is_crockford(b), alphabet.contains(&b), "byte {b}");
+        let expected = alphabet.iter().position(|a| *a == b);
+        let value = super::CROCKFORD[usize::from(b)];
+        assert_eq!(
+            (value != super::NOT_CROCKFORD).then_some(usize::from(value)),
+            expected,
+            "byte {b}"
+        );
+    }
+    for text in [
+        ULID,
+        "00000000000000000000000000",
+        "7ZZZZZZZZZZZZZZZZZZZZZZZZZ",
+    ] {
+        assert_eq!(
+            super::parse_ulid(text, text).unwrap(),
+            Ulid::from_string(text).unwrap()
+        );
+    }
+    for bad in [
+        "8ZZZZZZZZZZZZZZZZZZZZZZZZZ",
+        "0000000000000000000000000",
+        "0000000000000000000000000I",
+        "0000000000000000000000000a",
+        "000000000000000000000000000",
+    ] {
+        assert!(super::parse_ulid(bad, bad).is_err(), "{bad}");
     }
 }
 
