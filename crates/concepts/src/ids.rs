@@ -653,18 +653,9 @@ impl FromStr for FunctionFqn {
         thread_local! {
             static PARSED: Parsed<FunctionFqn> = Parsed::default();
         }
-        PARSED.with(|parsed| {
-            parsed.get_or_parse(input, |input| {
-                let (ifc, function) =
-                    input
-                        .rsplit_once('.')
-                        .ok_or_else(|| IdParseError::MissingDelimiter {
-                            input: input.to_string(),
-                            delimiter: '.',
-                        })?;
-                Self::new(ifc, function)
-            })
-        })
+        // The function part has no dot: the name splits at its last.
+        let split: fn(&str) -> Option<(&str, &str)> = |text| text.rsplit_once('.');
+        PARSED.with(|parsed| parsed.get_or_split(input, '.', split, |a, b| Self::new(a, b)))
     }
 }
 
@@ -688,15 +679,23 @@ impl<T: Clone> Parsed<T> {
     /// The most names kept per thread and type.
     const MOST: usize = 1_024;
 
-    fn get_or_parse(
+    /// The name of `input`, parsed before or now: `split` at `delimiter` (a missing one is
+    /// the error) and made by `new` from the two parts.
+    fn get_or_split(
         &self,
         input: &str,
-        parse: impl FnOnce(&str) -> Result<T, IdParseError>,
+        delimiter: char,
+        split: fn(&str) -> Option<(&str, &str)>,
+        new: impl FnOnce(&str, &str) -> Result<T, IdParseError>,
     ) -> Result<T, IdParseError> {
         if let Some(parsed) = self.names.borrow().get(input) {
             return Ok(parsed.clone());
         }
-        let parsed = parse(input)?;
+        let (first, second) = split(input).ok_or_else(|| IdParseError::MissingDelimiter {
+            input: input.to_string(),
+            delimiter,
+        })?;
+        let parsed = new(first, second)?;
         let mut names = self.names.borrow_mut();
         if names.len() < Self::MOST {
             names.insert(input.into(), parsed.clone());
@@ -789,18 +788,8 @@ impl FromStr for ComponentId {
         thread_local! {
             static PARSED: Parsed<ComponentId> = Parsed::default();
         }
-        PARSED.with(|parsed| {
-            parsed.get_or_parse(input, |input| {
-                let (component_type, name) =
-                    input
-                        .split_once(':')
-                        .ok_or_else(|| IdParseError::MissingDelimiter {
-                            input: input.to_string(),
-                            delimiter: ':',
-                        })?;
-                Self::new(component_type, name)
-            })
-        })
+        let split: fn(&str) -> Option<(&str, &str)> = |text| text.split_once(':');
+        PARSED.with(|parsed| parsed.get_or_split(input, ':', split, |a, b| Self::new(a, b)))
     }
 }
 
