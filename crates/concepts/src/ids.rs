@@ -6,6 +6,9 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::{fmt, str::FromStr, sync::Arc};
 use ulid::Ulid;
 
+mod names;
+pub use names::{ComponentId, FunctionFqn};
+
 /// Why a text could not be parsed as an identifier.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum IdParseError {
@@ -555,244 +558,6 @@ impl FromStr for ExecutionId {
     }
 }
 
-/// A function's fully qualified name: `<interface>.<function>`, split at the last dot.
-#[expect(
-    clippy::derived_hash_with_manual_eq,
-    reason = "equality is the texts' (pointers only decide it sooner), as the hash is"
-)]
-#[derive(Clone, Eq, Hash, PartialOrd, Ord)]
-pub struct FunctionFqn {
-    ifc_name: Arc<str>,
-    function_name: Arc<str>,
-}
-
-impl PartialEq for FunctionFqn {
-    /// Equal texts; clones of one name (the requests of a batch, the functions an executor
-    /// was given) are told equal without comparing their texts.
-    fn eq(&self, other: &Self) -> bool {
-        let same = |a: &Arc<str>, b: &Arc<str>| Arc::ptr_eq(a, b) || a == b;
-        same(&self.ifc_name, &other.ifc_name) && same(&self.function_name, &other.function_name)
-    }
-}
-
-impl FunctionFqn {
-    /// A name from its parts; the function name must not contain a dot, neither part may be
-    /// empty or contain whitespace or control characters.
-    pub fn new(
-        ifc_name: impl Into<Arc<str>>,
-        function_name: impl Into<Arc<str>>,
-    ) -> Result<Self, IdParseError> {
-        let ifc_name = ifc_name.into();
-        let function_name = function_name.into();
-        // The whole name, for an error only: a valid name (every stored row read back) is
-        // checked without building it.
-        let input = || format!("{ifc_name}.{function_name}");
-        for (part, value) in [
-            ("interface name", &ifc_name),
-            ("function name", &function_name),
-        ] {
-            if value.is_empty() {
-                return Err(IdParseError::Empty {
-                    input: input(),
-                    part,
-                });
-            }
-            // Printable ASCII, the usual name, holds neither: no character is decoded for it.
-            if let Some(character) = (!value.bytes().all(|b| b.is_ascii_graphic()))
-                .then(|| value.chars().find(|c| c.is_whitespace() || c.is_control()))
-                .flatten()
-            {
-                return Err(IdParseError::IllegalCharacter {
-                    input: input(),
-                    character,
-                    allowed: "a function name has no whitespace or control characters",
-                });
-            }
-        }
-        if function_name.contains('.') {
-            return Err(IdParseError::IllegalCharacter {
-                input: input(),
-                character: '.',
-                allowed: "the function part (after the last dot) has no dot",
-            });
-        }
-        Ok(Self {
-            ifc_name,
-            function_name,
-        })
-    }
-
-    /// The interface part, before the last dot.
-    #[must_use]
-    pub fn ifc_name(&self) -> &str {
-        &self.ifc_name
-    }
-
-    /// The function part, after the last dot.
-    #[must_use]
-    pub fn function_name(&self) -> &str {
-        &self.function_name
-    }
-}
-
-impl fmt::Display for FunctionFqn {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}.{}", self.ifc_name, self.function_name)
-    }
-}
-
-impl fmt::Debug for FunctionFqn {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Display::fmt(self, f)
-    }
-}
-
-impl FromStr for FunctionFqn {
-    type Err = IdParseError;
-    fn from_str(input: &str) -> Result<Self, Self::Err> {
-        thread_local! {
-            static PARSED: Parsed<FunctionFqn> = Parsed::default();
-        }
-        // The function part has no dot: the name splits at its last.
-        let split: fn(&str) -> Option<(&str, &str)> = |text| text.rsplit_once('.');
-        PARSED.with(|parsed| parsed.get_or_split(input, '.', split, |a, b| Self::new(a, b)))
-    }
-}
-
-/// The names (functions, components) one thread parsed, by their text: a store reads the
-/// same few names back in every row and event, and a clone of a parsed one is two reference
-/// counts where parsing checks every character and allocates both parts. Bounded, since the
-/// texts come from outside: past [`Parsed::MOST`] names, the others are parsed every time.
-struct Parsed<T> {
-    names: std::cell::RefCell<std::collections::HashMap<Box<str>, T, foldhash::fast::RandomState>>,
-}
-
-impl<T> Default for Parsed<T> {
-    fn default() -> Self {
-        Self {
-            names: std::cell::RefCell::default(),
-        }
-    }
-}
-
-impl<T: Clone> Parsed<T> {
-    /// The most names kept per thread and type.
-    const MOST: usize = 1_024;
-
-    /// The name of `input`, parsed before or now: `split` at `delimiter` (a missing one is
-    /// the error) and made by `new` from the two parts.
-    fn get_or_split(
-        &self,
-        input: &str,
-        delimiter: char,
-        split: fn(&str) -> Option<(&str, &str)>,
-        new: impl FnOnce(&str, &str) -> Result<T, IdParseError>,
-    ) -> Result<T, IdParseError> {
-        if let Some(parsed) = self.names.borrow().get(input) {
-            return Ok(parsed.clone());
-        }
-        let (first, second) = split(input).ok_or_else(|| IdParseError::MissingDelimiter {
-            input: input.to_string(),
-            delimiter,
-        })?;
-        let parsed = new(first, second)?;
-        let mut names = self.names.borrow_mut();
-        if names.len() < Self::MOST {
-            names.insert(input.into(), parsed.clone());
-        }
-        Ok(parsed)
-    }
-}
-
-/// Which deployed unit runs a function: `<type>:<name>`, e.g. `activity:payments`.
-#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ComponentId {
-    component_type: Arc<str>,
-    name: Arc<str>,
-}
-
-impl ComponentId {
-    /// A component id; the type is ASCII letters, digits, `_` and `-`; the name has no
-    /// whitespace or control characters; neither is empty.
-    pub fn new(
-        component_type: impl Into<Arc<str>>,
-        name: impl Into<Arc<str>>,
-    ) -> Result<Self, IdParseError> {
-        let component_type = component_type.into();
-        let name = name.into();
-        // The whole id, for an error only.
-        let input = || format!("{component_type}:{name}");
-        if component_type.is_empty() {
-            return Err(IdParseError::Empty {
-                input: input(),
-                part: "component type",
-            });
-        }
-        if name.is_empty() {
-            return Err(IdParseError::Empty {
-                input: input(),
-                part: "component name",
-            });
-        }
-        if let Some(character) = component_type
-            .chars()
-            .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '-')))
-        {
-            return Err(IdParseError::IllegalCharacter {
-                input: input(),
-                character,
-                allowed: "a component type may contain ASCII letters, digits, `_` and `-`",
-            });
-        }
-        if let Some(character) = name.chars().find(|c| c.is_whitespace() || c.is_control()) {
-            return Err(IdParseError::IllegalCharacter {
-                input: input(),
-                character,
-                allowed: "a component name has no whitespace or control characters",
-            });
-        }
-        Ok(Self {
-            component_type,
-            name,
-        })
-    }
-
-    /// The type, before the colon.
-    #[must_use]
-    pub fn component_type(&self) -> &str {
-        &self.component_type
-    }
-
-    /// The name, after the colon.
-    #[must_use]
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-}
-
-impl fmt::Display for ComponentId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}:{}", self.component_type, self.name)
-    }
-}
-
-impl fmt::Debug for ComponentId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Display::fmt(self, f)
-    }
-}
-
-impl FromStr for ComponentId {
-    type Err = IdParseError;
-    fn from_str(input: &str) -> Result<Self, Self::Err> {
-        thread_local! {
-            static PARSED: Parsed<ComponentId> = Parsed::default();
-        }
-        let split: fn(&str) -> Option<(&str, &str)> = |text| text.split_once(':');
-        PARSED.with(|parsed| parsed.get_or_split(input, ':', split, |a, b| Self::new(a, b)))
-    }
-}
-
 /// Serializes the text `first`, `separator`, `second` as one string, joined on the stack
 /// when it is short (every name in practice): one `serialize_str` where formatting writes
 /// three pieces, each scanned for escapes.
@@ -839,13 +604,13 @@ impl Serialize for JoinSetId {
 
 impl Serialize for FunctionFqn {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        serialize_joined(s, &self.ifc_name, '.', &self.function_name)
+        serialize_joined(s, self.ifc_name(), '.', self.function_name())
     }
 }
 
 impl Serialize for ComponentId {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        serialize_joined(s, &self.component_type, ':', &self.name)
+        serialize_joined(s, self.component_type(), ':', self.name())
     }
 }
 
