@@ -34,9 +34,9 @@ pub fn from_json<T: DeserializeOwned>(json: &str, what: &str) -> Result<T, DbErr
     serde_json::from_str(json).map_err(|err| corrupt(format_args!("{what}: {err}")))
 }
 
-/// `value` as a JSON document (object keys keep their order). Written into a buffer of
-/// [`JSON_CAPACITY`] bytes: a state or an event is a few hundred, and `serde_json::to_string`
-/// starts at 128 and copies the document at each doubling.
+/// `value` as a JSON document (object keys keep their order). Written into a buffer of 1,000
+/// bytes: a state or an event is a few hundred, and `serde_json::to_string` starts at 128 and
+/// copies the document at each doubling.
 pub fn to_json<T: Serialize + ?Sized>(value: &T) -> Result<String, DbError> {
     let encode = |err: serde_json::Error| {
         let message = format!("cannot encode a value as JSON: {err}");
