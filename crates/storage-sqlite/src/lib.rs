@@ -30,10 +30,10 @@
 //!   than 5 s for 100,000 executions in a debug build), and a lease shorter than that can
 //!   expire while its `Finished` waits; submit in batches that take less than the leases of
 //!   the executors sharing the file;
-//! - a repeated `create` of an execution that is stored is answered from a read (the kernel's
-//!   `Backend::REPEATS_ANSWERED_FROM_READS`), so a submitter retrying never waits for the
-//!   lock; only a `create` whose id is not stored yet, or was just created elsewhere, takes
-//!   the write path;
+//! - a repeated `create` of an execution that is stored is answered from a read on the
+//!   writer's connection before its transaction (the kernel's `Write::answer_from_read`), so a
+//!   submitter retrying never waits for the lock while the writer is idle; only a `create`
+//!   whose id is not stored yet, or was just created elsewhere, takes the write path;
 //! - a process learns of another's writes by polling (`tick_sleep` of the executor and the
 //!   watcher), not by wake-ups;
 //! - readers never wait for writers (WAL); every process must be on the same machine (WAL

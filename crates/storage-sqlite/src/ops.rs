@@ -9,6 +9,7 @@ use crate::{
     },
     error::{Result, SqliteError},
     reads::{self, rows},
+    writer::Op,
 };
 use concepts::{
     DbError, DelayId, DuplicateKind, ExecutionEvent, ExecutionId, Version,
@@ -78,6 +79,37 @@ pub(crate) fn prune_candidates_sql(with_cursor: bool) -> String {
          WHERE state = 'Finished' AND is_top_level = 1 AND finished_at < ?1{cursor} \
          ORDER BY finished_at, execution_id LIMIT ?2"
     )
+}
+
+/// A kernel write and its keys, as the writer runs it.
+pub(crate) struct Written<W> {
+    pub(crate) write: W,
+    pub(crate) keys: Keys,
+}
+
+impl<W: Write> Op for Written<W> {
+    type Output = W::Reply;
+
+    fn run(self, ctx: &mut WriteCtx<'_>) -> Result<W::Reply> {
+        ctx.write(self.write, &self.keys)
+    }
+
+    // A read that fails leaves the answer to the write.
+    fn answer_from_read(&self, conn: &Connection) -> Option<Result<W::Reply>> {
+        if !W::ANSWERED_FROM_READ {
+            return None;
+        }
+        let (mut wakeups, mut plans) = (Vec::new(), Vec::new());
+        let ctx = WriteCtx {
+            conn,
+            wakeups: &mut wakeups,
+            plans: &mut plans,
+        };
+        let mut snapshot = Snapshot::default();
+        ctx.load(&self.keys, &mut snapshot).ok()?;
+        let answer = self.write.answer_from_read(&snapshot)?;
+        Some(answer.map_err(SqliteError::from))
+    }
 }
 
 impl<'c> WriteCtx<'c> {

@@ -4,7 +4,7 @@
 use crate::{
     EffectiveSettings, SqliteConfig, SqliteOpenError,
     error::SqliteError,
-    ops::WriteCtx,
+    ops::Written,
     reads, schedules, schema,
     writer::{self, Command, FnCommand, Message},
 };
@@ -198,8 +198,8 @@ impl SqlitePool {
     ) -> Result<T, DbError> {
         self.inner.hub.ensure_open()?;
         let keys = write.keys()?;
-        let op = move |ctx: &mut WriteCtx<'_>| ctx.write(write, &keys);
-        self.send(FnCommand::boxed(op, after_commit)).await
+        self.send(FnCommand::boxed(Written { write, keys }, after_commit))
+            .await
     }
 
     /// Queues `command` for the writer thread and awaits its reply.
@@ -278,9 +278,6 @@ async fn open_readers(config: &SqliteConfig) -> Result<deadpool_sqlite::Pool, Sq
 }
 
 impl kernel::Backend for SqlitePool {
-    // Every process on the file shares one write lock.
-    const REPEATS_ANSWERED_FROM_READS: bool = true;
-
     async fn write<W: Forward>(&self, write: W) -> Result<W::Reply, DbError> {
         self.run(write, |_, _, reply| reply).await
     }

@@ -27,12 +27,38 @@ pub(crate) trait Command: Send {
     /// Gives the command the outcome `err` unless it already failed by itself: the
     /// transaction that held its writes did not commit, or it never ran.
     fn fail(&mut self, err: &DbError);
+    /// Settles the command from a read on the writer's connection, outside any transaction,
+    /// when that read is enough ([`concepts::kernel::Write::answer_from_read`]: a repeated
+    /// `create` never waits for the write lock); true when it did, and it is then replied to
+    /// without running.
+    fn answer_from_read(&mut self, conn: &Connection, path: &Path) -> bool;
     /// Sends the outcome to the caller; a committed one first goes through the command's
     /// `after_commit`, outside any write transaction, on the writer's connection.
     fn reply(self: Box<Self>, conn: &Connection, path: &Path);
 }
 
-/// A [`Command`] made of a closure, what it does with a committed outcome `R` on the writer's
+/// What a [`FnCommand`] runs: a closure, or a kernel write ([`crate::ops::Written`]), which
+/// may also be answered from a read.
+pub(crate) trait Op: Send + 'static {
+    type Output;
+    fn run(self, ctx: &mut WriteCtx<'_>) -> Result<Self::Output, SqliteError>;
+    fn answer_from_read(&self, conn: &Connection) -> Option<Result<Self::Output, SqliteError>>;
+}
+
+impl<R, F> Op for F
+where
+    F: FnOnce(&mut WriteCtx<'_>) -> Result<R, SqliteError> + Send + 'static,
+{
+    type Output = R;
+    fn run(self, ctx: &mut WriteCtx<'_>) -> Result<R, SqliteError> {
+        self(ctx)
+    }
+    fn answer_from_read(&self, _: &Connection) -> Option<Result<R, SqliteError>> {
+        None
+    }
+}
+
+/// A [`Command`] made of an [`Op`], what it does with a committed outcome `R` on the writer's
 /// connection before the reply (the short reads of a small lock's hand-over), and the
 /// channel its caller awaits.
 pub(crate) struct FnCommand<R, T, F> {
@@ -66,10 +92,10 @@ impl<R, T, F> Command for FnCommand<R, T, F>
 where
     R: Send + 'static,
     T: Send + 'static,
-    F: FnOnce(&mut WriteCtx<'_>) -> Result<R, SqliteError> + Send + 'static,
+    F: Op<Output = R>,
 {
     fn run(&mut self, ctx: &mut WriteCtx<'_>, path: &Path) -> bool {
-        let run = |op: F| op(ctx).map_err(|err| err.into_db_error(path));
+        let run = |op: F| op.run(ctx).map_err(|err| err.into_db_error(path));
         let outcome = self.op.take().map(run);
         let ok = matches!(outcome, Some(Ok(_)));
         self.outcome = outcome;
@@ -80,6 +106,14 @@ where
         if !matches!(self.outcome, Some(Err(_))) {
             self.outcome = Some(Err(err.clone()));
         }
+    }
+
+    fn answer_from_read(&mut self, conn: &Connection, path: &Path) -> bool {
+        let answer = self.op.as_ref().and_then(|op| op.answer_from_read(conn));
+        let Some(answer) = answer else { return false };
+        self.op = None;
+        self.outcome = Some(answer.map_err(|err| err.into_db_error(path)));
+        true
     }
 
     fn reply(self: Box<Self>, conn: &Connection, path: &Path) {
@@ -181,6 +215,9 @@ pub(crate) fn run(
         while batch.len() < config.max_commands_per_transaction {
             let Ok(message) = rx.try_recv() else { break };
             take(message, &mut batch, &mut rx);
+        }
+        for answered in batch.extract_if(.., |command| command.answer_from_read(&conn, path)) {
+            answered.reply(&conn, path);
         }
         if batch.is_empty() {
             continue;

@@ -4,8 +4,8 @@
 
 use super::{
     snapshot::FastHash,
-    write::{Forward, Write as _},
-    writes::{self, AppendOutcomes, AppendResponse, CreateBatch},
+    write::Forward,
+    writes::{AppendOutcomes, AppendResponse, CreateBatch},
 };
 use crate::metrics as m;
 use crate::{
@@ -179,12 +179,6 @@ fn count_created(created: &[(FunctionFqn, usize)]) {
 /// the wake-ups after the commit. It knows no kind by name, so a new kind of write reaches
 /// every backend without a change to any of them, unless it needs rows they do not store yet.
 pub trait Backend: Send + Sync + 'static {
-    /// True for a backend whose writes take a lock as wide as its store (SQLite's file-wide
-    /// write lock, shared by every process on the file): a `create` first reads its execution,
-    /// and a repeated submit is answered from that read without the write path. Elsewhere the
-    /// write answers it, under row locks only.
-    const REPEATS_ANSWERED_FROM_READS: bool = false;
-
     /// Runs `write` and answers its reply once it committed, or the error that refused it
     /// (nothing written).
     fn write<W: Forward>(&self, write: W)
@@ -373,18 +367,7 @@ impl<B: Backend> DbTimers for B {
 impl<B: Backend> DbClient for B {
     async fn create(&self, req: CreateRequest) -> Result<CreateOutcome, DbError> {
         let created = runs(std::iter::once(&req.ffqn));
-        let outcome = metered(&CREATE, async {
-            if B::REPEATS_ANSWERED_FROM_READS {
-                // Refused before anything is read, as the write refuses it.
-                req.keys()?;
-                let log = Backend::get(self, &req.execution_id).await;
-                if let Some(answer) = writes::repeat_from_read(&req, log) {
-                    return answer;
-                }
-            }
-            self.write(req).await
-        })
-        .await?;
+        let outcome = metered(&CREATE, self.write(req)).await?;
         if matches!(outcome, CreateOutcome::Created) {
             count_created(&created);
         }

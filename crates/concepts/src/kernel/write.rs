@@ -40,6 +40,19 @@ pub trait Write: Clone + Debug + Send + Sync + sealed::Sealed + 'static {
     /// error that refuses the whole write.
     fn plan(self, planner: &mut Planner<'_>) -> Result<Self::Reply, DbError>;
 
+    /// Whether a backend whose writes take a lock as wide as its store (SQLite's file-wide
+    /// write lock, shared by every process on the file) asks [`Write::answer_from_read`]
+    /// before the write: true for `create` alone.
+    const ANSWERED_FROM_READ: bool = false;
+
+    /// The reply on `snapshot`, loaded for [`Write::keys`] outside any write transaction, when
+    /// that read settles it and the write would persist nothing (a repeated `create`: answered
+    /// `AlreadyExisted`, or refused as a conflict); `None` when only the write can answer.
+    fn answer_from_read(&self, snapshot: &Snapshot) -> Option<Result<Self::Reply, DbError>> {
+        let _ = snapshot;
+        None
+    }
+
     /// The leases the write granted, taken out of its reply, for the backend to hand over
     /// with their histories after the commit ([`hand_over`](super::hand_over)); none but for
     /// `lock_pending`.

@@ -6,10 +6,9 @@
 
 use crate::{
     CreateConflict, CreateOutcome, CreateRequest, DbConnection, DbError, DuplicateKind,
-    ExecutionEvent, ExecutionEventInner, ExecutionId, ExecutionLog, PendingState, ValidationError,
-    Version,
+    ExecutionEvent, ExecutionEventInner, ExecutionId, PendingState, ValidationError, Version,
     kernel::{
-        ExecutionChange, ExecutionRow, Forward, Forwarded, Keys, Planner, Write,
+        ExecutionChange, ExecutionRow, Forward, Forwarded, Keys, Planner, Snapshot, Write,
         snapshot::inconsistent, write::sealed::Sealed,
     },
 };
@@ -31,6 +30,17 @@ impl Write for CreateRequest {
     fn plan(self, planner: &mut Planner<'_>) -> Result<CreateOutcome, DbError> {
         planner.changes.reserve_exact(1);
         planner.create(self, true)
+    }
+
+    const ANSWERED_FROM_READ: bool = true;
+
+    // The `Created` event never changes, and the state is the one the read saw.
+    fn answer_from_read(&self, snapshot: &Snapshot) -> Option<Result<CreateOutcome, DbError>> {
+        match stored_creation(snapshot, &self.execution_id) {
+            Ok(None) => None,
+            Ok(Some(existing)) => Some(repeated_create(self, existing)),
+            Err(err) => Some(Err(err)),
+        }
     }
 }
 
@@ -125,34 +135,24 @@ impl Planner<'_> {
             let state = change.row.state.pending_state.clone();
             return Ok(Some((created.clone(), state)));
         }
-        let Some(row) = self.snapshot.executions.get(execution_id) else {
-            return Ok(None);
-        };
-        let created = self.snapshot.created.get(execution_id).ok_or_else(|| {
-            inconsistent(format!(
-                "the `Created` event of existing execution {execution_id} was not loaded"
-            ))
-        })?;
-        Ok(Some((created.clone(), row.state.pending_state.clone())))
+        stored_creation(self.snapshot, execution_id)
     }
 }
 
-/// The answer to `req` found on a read of its execution, if one is stored: a repeated submit
-/// answered without the write path (for a backend whose writes take a lock as wide as its
-/// file, [`Backend::REPEATS_ANSWERED_FROM_READS`](crate::kernel::Backend)). The answer is the
-/// one the write would give: the `Created` event never changes, and the state is the one the
-/// read saw.
-pub(crate) fn repeat_from_read(
-    req: &CreateRequest,
-    log: Result<ExecutionLog, DbError>,
-) -> Option<Result<CreateOutcome, DbError>> {
-    let log = match log {
-        Ok(log) => log,
-        Err(DbError::NotFound(_)) => return None,
-        Err(err) => return Some(Err(err)),
+/// The `Created` event and state of a stored execution with this id, as `snapshot` loaded it.
+fn stored_creation(
+    snapshot: &Snapshot,
+    execution_id: &ExecutionId,
+) -> Result<Option<(ExecutionEvent, PendingState)>, DbError> {
+    let Some(row) = snapshot.executions.get(execution_id) else {
+        return Ok(None);
     };
-    let created = log.events.into_iter().next()?;
-    Some(repeated_create(req, (created, log.pending_state)))
+    let created = snapshot.created.get(execution_id).ok_or_else(|| {
+        inconsistent(format!(
+            "the `Created` event of existing execution {execution_id} was not loaded"
+        ))
+    })?;
+    Ok(Some((created.clone(), row.state.pending_state.clone())))
 }
 
 /// A `create` of an id that exists: identical (function, parameters, parent) is answered

@@ -12,7 +12,6 @@ mod response;
 mod schedule;
 
 pub use append_batch::validate_append_batch;
-pub(crate) use create::repeat_from_read;
 pub use create::{CreateBatch, validate_create};
 pub use lock::{LockGrant, hand_over, hand_over_cloned, hand_over_created, validate_lock_pending};
 pub use outcome::AppendOutcomes;
