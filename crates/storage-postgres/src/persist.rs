@@ -12,7 +12,7 @@ use crate::{
     codec::{kind_to_i16, micros, sub_micros},
     error::map_pg_error,
     load,
-    pipeline::{self, Param, Statement, Trips, for_ids, statement, unnest},
+    pipeline::{self, Statement, Trips, for_ids, params, statement, unnest},
 };
 use concepts::{
     DbError, ExecutionEventInner, ExecutionId, PendingState,
@@ -312,12 +312,6 @@ fn check_assumption(assumed: &Assumption) -> Statement<'_> {
         .map(|(_, r)| to_i64(r.response_count))
         .collect();
     let absent: Vec<&str> = assumed.absent.iter().map(ExecutionId::as_str).collect();
-    let params: Vec<Param<'_>> = vec![
-        Box::new(ids),
-        Box::new(versions),
-        Box::new(finished),
-        Box::new(responses),
-        Box::new(absent),
-    ];
+    let params = params![ids, versions, finished, responses, absent];
     statement(CHECK_ASSUMPTION, params)
 }
