@@ -1,12 +1,7 @@
 //! The write half of a write: a [`WritePlan`]'s changes (or those of a group of writes) as a
-//! handful of multi-row statements (`UNNEST` arrays, one statement per table and kind of
-//! change), the executions `prune` deletes in one more, then `COMMIT`, the notifications and
-//! what the write reads after its commit, all in one pipeline: one round trip.
-//!
-//! A write planned without a load checks its [`Assumption`] first, in the same pipeline
-//! ([`CHECK_ASSUMPTION`]); a refuted one stores nothing and raises nothing on the server (a
-//! repeated submit and a lease that another store ended are expected paths, no errors): its
-//! statements are those that may follow a check, each guarded by [`unless_refuted!`].
+//! handful of multi-row `UNNEST` statements, then `COMMIT`, the notifications and what the
+//! write reads after its commit, in one pipeline; a write planned without a load checks its
+//! [`Assumption`] first ([`CHECK_ASSUMPTION`]), and a refuted one stores nothing.
 
 use crate::{
     codec::{kind_to_i16, micros, sub_micros},
