@@ -59,10 +59,7 @@ use std::{
 };
 
 /// The largest snapshot a store keeps between writes (entries of its largest table): a write
-/// of a few executions (an outcome, a create) fits; a lock's batch or a `create_batch` is
-/// dropped after its write. Clearing a table walks all its room, and most writes touch one or
-/// two executions: a snapshot kept from a batch would cost each of them more to clear than a
-/// batch costs to allocate.
+/// of a few executions fits; a batch's is dropped, since clearing a table walks all its room.
 const SCRATCH_CAPACITY: usize = 16;
 
 /// The in-memory store. Clones share the same data.

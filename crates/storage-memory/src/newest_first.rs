@@ -3,15 +3,9 @@
 
 use std::{cmp::Reverse, collections::BTreeSet};
 
-/// An ordered set of keys that lead with a time, stored newest first.
-///
-/// A B-tree finds a key's place by comparing it with the keys of each node from the node's
-/// first: a key that sorts first costs one comparison per level, one that sorts last a whole
-/// node's. Times mostly grow (an execution is created and due now, a lease expires after the
-/// leases before it, an execution finishes after the others), so in reverse the usual insert
-/// is at the cheap end; and the key a write removes is mostly the oldest (a lock takes the
-/// first due, runs mostly end in lock order), which is popped from the other end without a
-/// comparison.
+/// An ordered set of keys that lead with a time, stored newest first: a B-tree compares a key
+/// with each node's keys from the first, and times mostly grow, so in reverse the usual insert
+/// costs one comparison per level, and the usual removal, the oldest key, pops the other end.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct NewestFirst<K: Ord>(BTreeSet<Reverse<K>>);
 

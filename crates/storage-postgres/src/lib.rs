@@ -26,44 +26,27 @@
 //! between the two sends none, so the others learn of that write only when they look again
 //! (executors and the timers watcher poll every `tick_sleep`).
 //!
-//! # Connections and TLS
+//! # Connections, TLS and a failing server
 //!
 //! Every connection of a store (the pool's, the listener's) and of [`admin`] is opened by one
-//! connector built from [`PostgresConfig::ssl_mode`] and
-//! [`PostgresConfig::root_certificates`]: `sslmode` as libpq names it, over rustls with the
-//! `ring` provider (no system OpenSSL). `prefer` (the default) encrypts when the server offers
-//! TLS, `require` insists, `verify-ca` also checks the certificate against the roots, and
-//! `verify-full` also checks that it names the URL's host (see [`SslMode`] for the table).
-//! The roots are Mozilla's list compiled in, a PEM file named by `sslrootcert=PATH`, or
-//! certificates given in code ([`PostgresConfig::with_root_certificates`]). A failed
-//! negotiation or certificate check is [`PostgresError::Tls`], which says what to change.
-//! No message and no log line holds a password: URLs are shown as
-//! [`PostgresConfig::redacted_url`] (every password the driver would read replaced by `***`)
-//! and driver errors carry none.
-//!
-//! # When the server fails
+//! connector: `sslmode` as libpq names it ([`SslMode`]), over rustls with the `ring` provider,
+//! trusting the [`RootCertificates`] of the configuration; a failed negotiation or certificate
+//! check is [`PostgresError::Tls`], which says what to change. No message and no log line holds
+//! a password: URLs are shown as [`PostgresConfig::redacted_url`].
 //!
 //! [`PostgresStore::connect`] makes one attempt unless [`PostgresConfig::wait_for_server`]
-//! (`wait_for_server_s` in the URL) lets it retry a server it cannot reach, with the
-//! listener's backoff; a refused password, a TLS failure or a missing database are returned
-//! at once. Once open, a store recovers by itself from a server that restarts or crashes: a
-//! call in flight is answered with [`concepts::DbError::Connection`] (retriable; the executor
-//! retries its outcome writes, and a lease that is not written is recovered by the timers
-//! watcher), closed pooled connections are replaced on the next call, and the listener
-//! reconnects, listens again and wakes every waiter (it retries at once when a pooled
-//! connection reaches the server again, without sleeping out its backoff).
+//! lets it retry a server it cannot reach. Once open, a store recovers by itself from a server
+//! that restarts or crashes: a call in flight is answered with [`concepts::DbError::Connection`]
+//! (retriable), closed pooled connections are replaced on the next call, and the listener
+//! reconnects, listens again and wakes every waiter.
 //!
 //! # Schema
 //!
-//! [`PostgresStore::connect`] applies the embedded migrations in one transaction that first takes
-//! `pg_advisory_xact_lock` (two processes starting at once do not both migrate), keeps the
-//! applied versions in `t_schema_migration`, and refuses a schema newer than the binary's
-//! ([`SCHEMA_VERSION`]) with [`SchemaRefusal::TooNew`](concepts::SchemaRefusal::TooNew); [`admin::migrate_to`] applies
-//! them up to a given version without opening a store. A tool that must not change what it
-//! connects to says so: [`PostgresConfig::existing_only`] creates nothing (not even
-//! `t_schema_migration`; a database without Stele's tables is [`SchemaRefusal::NoSchema`](concepts::SchemaRefusal::NoSchema)),
-//! [`PostgresConfig::without_migrations`] refuses an older schema
-//! ([`SchemaRefusal::TooOld`](concepts::SchemaRefusal::TooOld)) and leaves it at its version.
+//! [`PostgresStore::connect`] applies the embedded migrations, once however many processes
+//! start at once, and refuses a schema newer than the binary's ([`SCHEMA_VERSION`]) with a
+//! [`SchemaRefusal`](concepts::SchemaRefusal); [`admin::migrate_to`] applies them up to a given
+//! version without opening a store. [`PostgresConfig::existing_only`] and
+//! [`PostgresConfig::without_migrations`] connect without changing the schema.
 //!
 //! # How it works
 //!
@@ -96,20 +79,13 @@ pub use notify::ListenerState;
 pub use schema::SCHEMA_VERSION;
 pub use tls::{RootCertificates, SslMode};
 
-use chrono::{DateTime, Utc};
 use concepts::{
-    DbError, DueBacklog, ExecutionEvent, ExecutionId, ExecutionLog, ExecutionSummary, ExpiredTimer,
-    FinishedExecutionResult, FunctionFqn, JoinSetResponseEventOuter, ListExecutionsFilter,
-    LockPendingRequest, LockedExecution, Pagination, Version,
-    kernel::{self, Forward, WaiterCounts, WaiterHub},
-    schedule::{ScheduleName, ScheduleRow, Tick},
+    DbError,
+    kernel::{self, WaiterCounts, WaiterHub},
 };
 use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod, Runtime};
 use error::map_pool_error;
-use std::{
-    sync::{Arc, Mutex, PoisonError},
-    time::Duration,
-};
+use std::sync::{Arc, Mutex};
 use tokio::{sync::watch, task::JoinHandle};
 
 /// A store on one PostgreSQL database. Clones share the pool and the listener.
@@ -291,142 +267,5 @@ async fn first_connection(pool: &Pool, config: &PostgresConfig) -> Result<Object
             "cannot reach the PostgreSQL server; retrying");
         tokio::time::sleep_until(next).await;
         backoff = (backoff * 2).min(config.listener_max_backoff);
-    }
-}
-
-impl kernel::Backend for PostgresStore {
-    async fn write<W: Forward>(&self, write: W) -> Result<W::Reply, DbError> {
-        self.inner.writer.hub.ensure_open()?;
-        self.inner.groups.write(&*self.inner.writer, write).await
-    }
-
-    async fn lock_pending(&self, req: LockPendingRequest) -> Result<Vec<LockedExecution>, DbError> {
-        self.inner.writer.hub.ensure_open()?;
-        self.inner.groups.lock(&*self.inner.writer, req).await
-    }
-
-    async fn wait_for_pending(
-        &self,
-        pending_at_or_sooner: DateTime<Utc>,
-        ffqns: Arc<[FunctionFqn]>,
-        max_wait: Duration,
-    ) {
-        let is_due = async {
-            let client = self.reader().await?;
-            reads::any_due(&client, pending_at_or_sooner, &ffqns).await
-        };
-        let hub = &self.inner.writer.hub;
-        hub.wait_for_pending(pending_at_or_sooner, Arc::clone(&ffqns), max_wait, is_due)
-            .await;
-    }
-    async fn subscribe_to_next_responses(
-        &self,
-        execution_id: &ExecutionId,
-        start_idx: usize,
-    ) -> Result<Vec<JoinSetResponseEventOuter>, DbError> {
-        let check = || async {
-            let client = self.reader().await?;
-            let responses = reads::responses_from(&client, execution_id, start_idx).await?;
-            Ok((!responses.is_empty()).then_some(responses))
-        };
-        let hub = &self.inner.writer.hub;
-        hub.wait_for_responses(execution_id, check).await
-    }
-    async fn get_expired_timers(&self, at: DateTime<Utc>) -> Result<Vec<ExpiredTimer>, DbError> {
-        let client = self.reader().await?;
-        reads::expired_timers(&client, at).await
-    }
-
-    async fn due_backlog(
-        &self,
-        ffqn: &FunctionFqn,
-        at: DateTime<Utc>,
-        limit: usize,
-    ) -> Result<DueBacklog, DbError> {
-        let client = self.reader().await?;
-        let due = reads::due_times(&client, ffqn, at, limit.saturating_add(1)).await?;
-        Ok(DueBacklog::of_due_times(&due, limit))
-    }
-
-    async fn get(&self, execution_id: &ExecutionId) -> Result<ExecutionLog, DbError> {
-        let client = self.reader().await?;
-        reads::get(&client, execution_id).await
-    }
-
-    async fn list_events(
-        &self,
-        execution_id: &ExecutionId,
-        from: Version,
-        limit: usize,
-    ) -> Result<Vec<ExecutionEvent>, DbError> {
-        let client = self.reader().await?;
-        reads::list_events(&client, execution_id, from, limit).await
-    }
-
-    async fn created_events(
-        &self,
-        execution_ids: &[ExecutionId],
-    ) -> Result<Vec<(ExecutionId, ExecutionEvent)>, DbError> {
-        let client = self.reader().await?;
-        reads::created_events(&client, execution_ids).await
-    }
-
-    async fn list_executions(
-        &self,
-        filter: ListExecutionsFilter,
-        pagination: Pagination,
-    ) -> Result<Vec<ExecutionSummary>, DbError> {
-        let client = self.reader().await?;
-        reads::list_executions(&client, &filter, &pagination).await
-    }
-    async fn wait_for_finished_result(
-        &self,
-        execution_id: &ExecutionId,
-        timeout: Option<Duration>,
-    ) -> Result<FinishedExecutionResult, DbError> {
-        let check = || async {
-            let client = self.reader().await?;
-            reads::finished_result(&client, execution_id).await
-        };
-        let hub = &self.inner.writer.hub;
-        hub.wait_for_finished(execution_id, timeout, check).await
-    }
-    async fn list_schedules(
-        &self,
-        from: Option<&ScheduleName>,
-        limit: usize,
-    ) -> Result<Vec<ScheduleRow>, DbError> {
-        let client = self.reader().await?;
-        schedules::list(&client, from.map_or("", ScheduleName::as_str), limit).await
-    }
-
-    async fn schedule_ticks(
-        &self,
-        name: &ScheduleName,
-        limit: usize,
-    ) -> Result<Vec<Tick>, DbError> {
-        let client = self.reader().await?;
-        schedules::ticks(&client, name, limit).await
-    }
-
-    async fn close(&self) {
-        if !self.inner.writer.hub.close() {
-            return;
-        }
-        self.inner.writer.pool.close();
-        let _ = self.inner.shutdown.send(true);
-        let task = self
-            .inner
-            .listener_task
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take();
-        if let Some(task) = task
-            && tokio::time::timeout(Duration::from_secs(5), task)
-                .await
-                .is_err()
-        {
-            tracing::warn!("the notification listener did not stop within 5 s");
-        }
     }
 }

@@ -7,7 +7,7 @@ use crate::{
         column, documents, execution_columns, execution_row, json, micros, parsed, sub_micros,
     },
     error::map_pg_error,
-    pipeline::{self, Statement, Trips, for_ids, statement, unnest},
+    pipeline::{self, Statement, Trips, for_ids, params, statement, unnest},
     schedules,
 };
 use concepts::{
@@ -141,12 +141,9 @@ pub(crate) async fn load(
         keys.due.as_ref().map(|due| {
             let ffqns: Vec<String> = due.ffqns.iter().map(ToString::to_string).collect();
             let (at, limit) = (micros(due.pending_at_or_sooner), to_i64(due.limit));
-            statement(
-                SELECT_DUE,
-                vec![Box::new(at), Box::new(ffqns), Box::new(limit)],
-            )
+            statement(SELECT_DUE, params![at, ffqns, limit])
         }),
-        (!locked.is_empty()).then(|| statement(LOCK_EXECUTIONS, vec![Box::new(locked)])),
+        (!locked.is_empty()).then(|| statement(LOCK_EXECUTIONS, params![locked])),
         for_ids(SELECT_CREATED, &keys.new_executions),
         subtrees.statement(LOCK_SUBTREES),
         subtrees.statement(SUBTREE_MEMBERS),
@@ -321,7 +318,7 @@ impl SubtreeParams {
     fn statement(&self, sql: &'static str) -> Option<Statement<'static>> {
         (!self.lows.is_empty()).then(|| Statement {
             sql: sql.into(),
-            params: vec![Box::new(self.lows.clone()), Box::new(self.highs.clone())],
+            params: params![self.lows.clone(), self.highs.clone()],
         })
     }
 }
@@ -335,13 +332,13 @@ fn prune_statement(prune: &PruneQuery) -> Statement<'_> {
     let before = prune.finished_before;
     Statement {
         sql: SELECT_PRUNE.into(),
-        params: vec![
-            Box::new(micros(before)),
-            Box::new(sub_micros(before)),
-            Box::new(after_micros),
-            Box::new(after_sub),
-            Box::new(after_id),
-            Box::new(to_i64(prune.limit)),
+        params: params![
+            micros(before),
+            sub_micros(before),
+            after_micros,
+            after_sub,
+            after_id,
+            to_i64(prune.limit),
         ],
     }
 }

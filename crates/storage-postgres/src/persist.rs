@@ -1,18 +1,13 @@
 //! The write half of a write: a [`WritePlan`]'s changes (or those of a group of writes) as a
-//! handful of multi-row statements (`UNNEST` arrays, one statement per table and kind of
-//! change), the executions `prune` deletes in one more, then `COMMIT`, the notifications and
-//! what the write reads after its commit, all in one pipeline: one round trip.
-//!
-//! A write planned without a load checks its [`Assumption`] first, in the same pipeline
-//! ([`CHECK_ASSUMPTION`]); a refuted one stores nothing and raises nothing on the server (a
-//! repeated submit and a lease that another store ended are expected paths, no errors): its
-//! statements are those that may follow a check, each guarded by [`unless_refuted!`].
+//! handful of multi-row `UNNEST` statements, then `COMMIT`, the notifications and what the
+//! write reads after its commit, in one pipeline; a write planned without a load checks its
+//! [`Assumption`] first ([`CHECK_ASSUMPTION`]), and a refuted one stores nothing.
 
 use crate::{
     codec::{kind_to_i16, micros, sub_micros},
     error::map_pg_error,
     load,
-    pipeline::{self, Param, Statement, Trips, for_ids, statement, unnest},
+    pipeline::{self, Statement, Trips, for_ids, params, statement, unnest},
 };
 use concepts::{
     DbError, ExecutionEventInner, ExecutionId, PendingState,
@@ -312,12 +307,6 @@ fn check_assumption(assumed: &Assumption) -> Statement<'_> {
         .map(|(_, r)| to_i64(r.response_count))
         .collect();
     let absent: Vec<&str> = assumed.absent.iter().map(ExecutionId::as_str).collect();
-    let params: Vec<Param<'_>> = vec![
-        Box::new(ids),
-        Box::new(versions),
-        Box::new(finished),
-        Box::new(responses),
-        Box::new(absent),
-    ];
+    let params = params![ids, versions, finished, responses, absent];
     statement(CHECK_ASSUMPTION, params)
 }

@@ -26,6 +26,14 @@ impl Trips {
 /// A parameter of a statement.
 pub(crate) type Param<'a> = Box<dyn ToSql + Sync + Send + 'a>;
 
+/// The parameters of a statement: each value boxed as a [`Param`].
+macro_rules! params {
+    ($($param:expr),* $(,)?) => {
+        vec![$(Box::new($param) as crate::pipeline::Param<'_>),*]
+    };
+}
+pub(crate) use params;
+
 /// One statement of a pipeline.
 pub(crate) struct Statement<'a> {
     pub(crate) sql: std::borrow::Cow<'static, str>,
@@ -45,7 +53,7 @@ macro_rules! unnest {
         let rows = [$($column.len()),+][0];
         (rows > 0).then(|| crate::pipeline::Statement {
             sql: $sql.into(),
-            params: vec![$(Box::new($column) as crate::pipeline::Param<'_>),+],
+            params: crate::pipeline::params![$($column),+],
         })
     }};
 }
@@ -101,5 +109,5 @@ pub(crate) fn statement<'a>(
 /// `sql` over the ids `$1`, unless there are none.
 pub(crate) fn for_ids<'a>(sql: &'static str, ids: &'a [ExecutionId]) -> Option<Statement<'a>> {
     let ids: Vec<&str> = ids.iter().map(ExecutionId::as_str).collect();
-    (!ids.is_empty()).then(|| statement(sql, vec![Box::new(ids)]))
+    (!ids.is_empty()).then(|| statement(sql, params![ids]))
 }

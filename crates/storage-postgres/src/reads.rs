@@ -1,24 +1,34 @@
-//! The read paths: logs, states, listings, expired timers, and the checks of the waits.
+//! The store's [`kernel::Backend`]: writes and `lock_pending` go to the kernel's `Groups`
+//! (`writer.rs`); the reads, and the checks of the waits, are here, each one statement (or one
+//! pipeline) on a pooled connection: one round trip, one snapshot.
 
 use crate::{
+    PostgresStore,
     codec::{
         column, documents, execution_columns, execution_row, json, kind_to_i16, micros, parsed,
         sub_micros, timestamp,
     },
     error::map_pg_error,
-    pipeline::{self, Param, Statement, statement, unnest},
+    pipeline::{self, Param, Statement, params, statement, unnest},
+    schedules,
 };
 use chrono::{DateTime, Utc};
 use concepts::{
-    DbError, ExecutionEvent, ExecutionId, ExecutionLog, ExecutionSummary, ExpiredDelay,
+    DbError, DueBacklog, ExecutionEvent, ExecutionId, ExecutionLog, ExecutionSummary, ExpiredDelay,
     ExpiredTimer, FinishedExecutionResult, FunctionFqn, JoinSetResponseEventOuter,
-    ListExecutionsFilter, ListTerm, LockedExecution, Pagination, PendingStateKind, Version,
+    ListExecutionsFilter, ListTerm, LockPendingRequest, LockedExecution, Pagination,
+    PendingStateKind, Version,
     kernel::{
-        self, LockGrant, LogRows,
+        self, Forward, LockGrant, LogRows,
         stored::{self, corrupt, count, from_json, to_i64},
     },
+    schedule::{ScheduleName, ScheduleRow, Tick},
 };
 use deadpool_postgres::ClientWrapper;
+use std::{
+    sync::{Arc, PoisonError},
+    time::Duration,
+};
 use tokio_postgres::Row;
 
 /// The state of execution `$1`, its events and its responses from index `$2` on, in order: one
@@ -104,173 +114,6 @@ pub(crate) const ANY_DUE: &str = "SELECT EXISTS (SELECT 1 FROM UNNEST($2::text[]
     AND t.pending_at IS NOT NULL AND t.pending_at <= $1 \
     ORDER BY t.pending_at, t.execution_id LIMIT 1) AS due)";
 
-/// True when an execution of `ffqns` is due at `at`.
-pub(crate) async fn any_due(
-    client: &ClientWrapper,
-    at: DateTime<Utc>,
-    ffqns: &[FunctionFqn],
-) -> Result<bool, DbError> {
-    let names: Vec<String> = ffqns.iter().map(ToString::to_string).collect();
-    let rows = one(client, ANY_DUE, vec![Box::new(micros(at)), Box::new(names)]).await?;
-    rows.first().map_or(Ok(false), |row| column(row, 0))
-}
-
-/// The `pending_at` (to the microsecond) of the first `limit` executions of `ffqn` due at
-/// `at`, oldest first: the partial index on `(ffqn, pending_at, execution_id)`, in its order.
-pub(crate) async fn due_times(
-    client: &ClientWrapper,
-    ffqn: &FunctionFqn,
-    at: DateTime<Utc>,
-    limit: usize,
-) -> Result<Vec<DateTime<Utc>>, DbError> {
-    const DUE_TIMES: &str = "SELECT pending_at FROM t_execution WHERE ffqn = $1 \
-        AND pending_at IS NOT NULL AND pending_at <= $2 ORDER BY pending_at, execution_id LIMIT $3";
-    let limit = to_i64(limit);
-    let params = vec![
-        Box::new(ffqn.to_string()) as Param<'_>,
-        Box::new(micros(at)),
-        Box::new(limit),
-    ];
-    let rows = one(client, DUE_TIMES, params).await?;
-    rows.iter()
-        .map(|row| timestamp(column(row, 0)?, 0))
-        .collect()
-}
-
-/// Responses of an execution from `start_idx` on; `NotFound` for an unknown execution.
-pub(crate) async fn responses_from(
-    client: &ClientWrapper,
-    execution_id: &ExecutionId,
-    start_idx: usize,
-) -> Result<Vec<JoinSetResponseEventOuter>, DbError> {
-    let row = log(client, execution_id, to_i64(start_idx), false).await?;
-    documents(&row, 3, "response")
-}
-
-/// Every lease with `lock_expires_at <= at` and every open delay with `expires_at <= at`, in
-/// the kernel's order ([`kernel::expired_timers`]).
-pub(crate) async fn expired_timers(
-    client: &ClientWrapper,
-    at: DateTime<Utc>,
-) -> Result<Vec<ExpiredTimer>, DbError> {
-    let statements = [
-        statement(SELECT_EXPIRED_LOCKS, vec![Box::new(micros(at))]),
-        statement(SELECT_EXPIRED_DELAYS, vec![Box::new(micros(at))]),
-    ];
-    let [locks, delays] = all(client, statements).await?;
-    let locks = locks
-        .iter()
-        .map(execution_row)
-        .collect::<Result<Vec<_>, _>>()?;
-    let delays = (delays.iter())
-        .map(|row| {
-            Ok(ExpiredDelay {
-                execution_id: parsed(row, 0, "execution id")?,
-                join_set_id: parsed(row, 2, "join set id")?,
-                delay_id: parsed(row, 1, "delay id")?,
-                expires_at: timestamp(column(row, 3)?, column(row, 4)?)?,
-            })
-        })
-        .collect::<Result<Vec<_>, DbError>>()?;
-    kernel::expired_timers(at, locks, delays)
-}
-
-/// The whole log, its responses and its state, from one snapshot.
-pub(crate) async fn get(
-    client: &ClientWrapper,
-    execution_id: &ExecutionId,
-) -> Result<ExecutionLog, DbError> {
-    let row = log(client, execution_id, 0, true).await?;
-    Ok(ExecutionLog {
-        execution_id: execution_id.clone(),
-        events: documents(&row, 2, "event")?,
-        responses: documents(&row, 3, "response")?,
-        next_version: Version(count(column(&row, 0)?, "next_version")?),
-        pending_state: json(&row, 1, "pending state")?,
-    })
-}
-
-/// The row of [`SELECT_LOG`]: the responses from index `responses_from` on, the events when
-/// `events`; `NotFound` for an unknown execution.
-async fn log(
-    client: &ClientWrapper,
-    execution_id: &ExecutionId,
-    responses_from: i64,
-    events: bool,
-) -> Result<Row, DbError> {
-    let params: Vec<Param<'_>> = vec![
-        Box::new(execution_id.as_str()),
-        Box::new(responses_from),
-        Box::new(events),
-    ];
-    let rows = one(client, SELECT_LOG, params).await?;
-    rows.into_iter()
-        .next()
-        .ok_or_else(|| DbError::execution_not_found(execution_id))
-}
-
-/// Up to `limit` events from version `from` on, in version order; `NotFound` for an unknown
-/// execution.
-pub(crate) async fn list_events(
-    client: &ClientWrapper,
-    execution_id: &ExecutionId,
-    from: Version,
-    limit: usize,
-) -> Result<Vec<ExecutionEvent>, DbError> {
-    let params: Vec<Param<'_>> = vec![
-        Box::new(execution_id.as_str()),
-        Box::new(to_i64(from.0)),
-        Box::new(to_i64(limit)),
-    ];
-    let rows = one(client, LIST_EVENTS, params).await?;
-    if rows.is_empty() {
-        return Err(DbError::execution_not_found(execution_id));
-    }
-    (rows.iter())
-        .filter_map(|row| column::<Option<&str>>(row, 1).transpose())
-        .map(|json| from_json(json?, "event"))
-        .collect()
-}
-
-/// The `Created` events of `execution_ids` that are stored, with their ids, in one statement.
-pub(crate) async fn created_events(
-    client: &ClientWrapper,
-    execution_ids: &[ExecutionId],
-) -> Result<Vec<(ExecutionId, ExecutionEvent)>, DbError> {
-    let sql = "SELECT execution_id, event_json FROM t_event \
-               WHERE execution_id = ANY($1) AND version = 0";
-    let ids: Vec<&str> = execution_ids.iter().map(ExecutionId::as_str).collect();
-    let rows = one(client, sql, vec![Box::new(ids)]).await?;
-    (rows.iter())
-        .map(|row| Ok((parsed(row, 0, "execution id")?, json(row, 1, "event")?)))
-        .collect()
-}
-
-/// Executions newest first that pass `filter`, after the cursor.
-pub(crate) async fn list_executions(
-    client: &ClientWrapper,
-    filter: &ListExecutionsFilter,
-    pagination: &Pagination,
-) -> Result<Vec<ExecutionSummary>, DbError> {
-    if pagination.length == 0 {
-        return Ok(Vec::new());
-    }
-    let (sql, params) = listing(filter, pagination);
-    let rows = one(client, sql, params).await?;
-    rows.iter()
-        .map(|row| {
-            Ok(ExecutionSummary {
-                execution_id: parsed(row, 0, "execution id")?,
-                ffqn: parsed(row, 1, "function name")?,
-                created_at: timestamp(column(row, 2)?, column(row, 3)?)?,
-                scheduled_at: timestamp(column(row, 4)?, column(row, 5)?)?,
-                pending_state: json(row, 6, "pending state")?,
-                next_version: Version(count(column(row, 7)?, "next_version")?),
-            })
-        })
-        .collect()
-}
-
 /// The statement of a listing: only the filters given are in it, so that its plan reads the
 /// index they name (a state but `Finished` the partial index of unfinished executions, whose
 /// condition the statement repeats with the kind as a literal; a parent the index of children;
@@ -290,21 +133,17 @@ pub(crate) fn listing<'a>(
         sql.push_str(" AND ");
         sql.push_str(&clause);
     };
-    let at = |at: DateTime<Utc>| -> Vec<Param<'a>> {
-        vec![Box::new(micros(at)), Box::new(sub_micros(at))]
-    };
+    let at = |at: DateTime<Utc>| -> Vec<Param<'a>> { params![micros(at), sub_micros(at)] };
     for list_term in filter.terms(pagination.cursor.as_ref()) {
         match list_term {
-            ListTerm::Function(ffqn) => term("ffqn = ?", vec![Box::new(ffqn.to_string())]),
+            ListTerm::Function(ffqn) => term("ffqn = ?", params![ffqn.to_string()]),
             ListTerm::State(kind) => term(&format!("state_kind = {}", kind_to_i16(kind)), vec![]),
             ListTerm::Unfinished => {
                 let finished = kind_to_i16(PendingStateKind::Finished);
                 term(&format!("state_kind <> {finished}"), vec![]);
             }
             ListTerm::TopLevel => term("is_top_level", vec![]),
-            ListTerm::Parent(parent) => {
-                term("parent_execution_id = ?", vec![Box::new(parent.as_str())])
-            }
+            ListTerm::Parent(parent) => term("parent_execution_id = ?", params![parent.as_str()]),
             ListTerm::CreatedAfter(after) => {
                 term("(created_at, created_at_ns) > (?, ?)", at(after))
             }
@@ -314,8 +153,8 @@ pub(crate) fn listing<'a>(
             // Inlined, as the state is: the planner sees how few executions the range holds
             // (the parked ones are pending from a time no clock reaches).
             ListTerm::PendingFrom(from) => term(&format!("pending_at >= {}", micros(from)), vec![]),
-            ListTerm::IdFrom(low) => term("execution_id >= ?", vec![Box::new(low)]),
-            ListTerm::IdBelow(high) => term("execution_id < ?", vec![Box::new(high)]),
+            ListTerm::IdFrom(low) => term("execution_id >= ?", params![low]),
+            ListTerm::IdBelow(high) => term("execution_id < ?", params![high]),
             ListTerm::Before(cursor_at, id) => {
                 let mut bound = at(cursor_at);
                 bound.push(Box::new(id.as_str()));
@@ -334,35 +173,6 @@ pub(crate) fn listing<'a>(
     (sql, params)
 }
 
-/// The finished result, or `None` while the execution runs; `NotFound` for an unknown one.
-pub(crate) async fn finished_result(
-    client: &ClientWrapper,
-    execution_id: &ExecutionId,
-) -> Result<Option<FinishedExecutionResult>, DbError> {
-    let rows = one(
-        client,
-        SELECT_FINISHED_EVENT,
-        vec![Box::new(execution_id.as_str())],
-    )
-    .await?;
-    let row = rows
-        .first()
-        .ok_or_else(|| DbError::execution_not_found(execution_id))?;
-    (column::<Option<&str>>(row, 0)?)
-        .map(|json| stored::finished_result(execution_id, json))
-        .transpose()
-}
-
-/// The rows of one statement.
-async fn one(
-    client: &ClientWrapper,
-    sql: impl Into<std::borrow::Cow<'static, str>>,
-    params: Vec<Param<'_>>,
-) -> Result<Vec<Row>, DbError> {
-    let [rows] = all(client, [statement(sql, params)]).await?;
-    Ok(rows)
-}
-
 /// The rows of each of `statements`, sent in one pipeline, outside a transaction.
 async fn all<const N: usize>(
     client: &ClientWrapper,
@@ -372,4 +182,244 @@ async fn all<const N: usize>(
     let rows = (pipeline::run(client, &statements, &prepared).await).map_err(map_pg_error)?;
     <[Vec<Row>; N]>::try_from(rows)
         .map_err(|rows| corrupt(format!("{} answers to {N} statements", rows.len())))
+}
+
+/// The `pending_at` (to the microsecond) of the first `$3` executions of function `$1` due at
+/// `$2`, oldest first: the partial index on `(ffqn, pending_at, execution_id)`, in its order.
+const DUE_TIMES: &str = "SELECT pending_at FROM t_execution WHERE ffqn = $1 \
+    AND pending_at IS NOT NULL AND pending_at <= $2 ORDER BY pending_at, execution_id LIMIT $3";
+
+/// The `Created` events of the executions `$1` that are stored, with their ids.
+const SELECT_CREATED_EVENTS: &str = "SELECT execution_id, event_json FROM t_event \
+    WHERE execution_id = ANY($1) AND version = 0";
+
+impl PostgresStore {
+    /// The rows of one statement on a pooled connection.
+    async fn query(
+        &self,
+        sql: impl Into<std::borrow::Cow<'static, str>>,
+        params: Vec<Param<'_>>,
+    ) -> Result<Vec<Row>, DbError> {
+        let [rows] = all(&*self.reader().await?, [statement(sql, params)]).await?;
+        Ok(rows)
+    }
+
+    /// The row of [`SELECT_LOG`]: the responses from index `responses_from` on, the events when
+    /// `events`; `NotFound` for an unknown execution.
+    async fn log(
+        &self,
+        execution_id: &ExecutionId,
+        responses_from: i64,
+        events: bool,
+    ) -> Result<Row, DbError> {
+        let params = params![execution_id.as_str(), responses_from, events];
+        let rows = self.query(SELECT_LOG, params).await?;
+        rows.into_iter()
+            .next()
+            .ok_or_else(|| DbError::execution_not_found(execution_id))
+    }
+}
+
+impl kernel::Backend for PostgresStore {
+    async fn write<W: Forward>(&self, write: W) -> Result<W::Reply, DbError> {
+        self.inner.writer.hub.ensure_open()?;
+        self.inner.groups.write(&*self.inner.writer, write).await
+    }
+
+    async fn lock_pending(&self, req: LockPendingRequest) -> Result<Vec<LockedExecution>, DbError> {
+        self.inner.writer.hub.ensure_open()?;
+        self.inner.groups.lock(&*self.inner.writer, req).await
+    }
+
+    async fn wait_for_pending(
+        &self,
+        pending_at_or_sooner: DateTime<Utc>,
+        ffqns: Arc<[FunctionFqn]>,
+        max_wait: Duration,
+    ) {
+        let is_due = async {
+            let names: Vec<String> = ffqns.iter().map(ToString::to_string).collect();
+            let rows = self.query(ANY_DUE, params![micros(pending_at_or_sooner), names]);
+            rows.await?.first().map_or(Ok(false), |row| column(row, 0))
+        };
+        let hub = &self.inner.writer.hub;
+        hub.wait_for_pending(pending_at_or_sooner, Arc::clone(&ffqns), max_wait, is_due)
+            .await;
+    }
+
+    async fn subscribe_to_next_responses(
+        &self,
+        execution_id: &ExecutionId,
+        start_idx: usize,
+    ) -> Result<Vec<JoinSetResponseEventOuter>, DbError> {
+        let check = || async {
+            let row = self.log(execution_id, to_i64(start_idx), false).await?;
+            let responses: Vec<_> = documents(&row, 3, "response")?;
+            Ok((!responses.is_empty()).then_some(responses))
+        };
+        let hub = &self.inner.writer.hub;
+        hub.wait_for_responses(execution_id, check).await
+    }
+
+    async fn wait_for_finished_result(
+        &self,
+        execution_id: &ExecutionId,
+        timeout: Option<Duration>,
+    ) -> Result<FinishedExecutionResult, DbError> {
+        let check = || async {
+            let rows = self.query(SELECT_FINISHED_EVENT, params![execution_id.as_str()]);
+            let rows = rows.await?;
+            let row = (rows.first()).ok_or_else(|| DbError::execution_not_found(execution_id))?;
+            (column::<Option<&str>>(row, 0)?)
+                .map(|json| stored::finished_result(execution_id, json))
+                .transpose()
+        };
+        let hub = &self.inner.writer.hub;
+        hub.wait_for_finished(execution_id, timeout, check).await
+    }
+
+    /// Every lease with `lock_expires_at <= at` and every open delay with `expires_at <= at`,
+    /// read in one pipeline.
+    async fn get_expired_timers(&self, at: DateTime<Utc>) -> Result<Vec<ExpiredTimer>, DbError> {
+        let statements = [
+            statement(SELECT_EXPIRED_LOCKS, params![micros(at)]),
+            statement(SELECT_EXPIRED_DELAYS, params![micros(at)]),
+        ];
+        let [locks, delays] = all(&*self.reader().await?, statements).await?;
+        let locks = (locks.iter())
+            .map(execution_row)
+            .collect::<Result<Vec<_>, _>>()?;
+        let delays = (delays.iter())
+            .map(|row| {
+                Ok(ExpiredDelay {
+                    execution_id: parsed(row, 0, "execution id")?,
+                    join_set_id: parsed(row, 2, "join set id")?,
+                    delay_id: parsed(row, 1, "delay id")?,
+                    expires_at: timestamp(column(row, 3)?, column(row, 4)?)?,
+                })
+            })
+            .collect::<Result<Vec<_>, DbError>>()?;
+        kernel::expired_timers(at, locks, delays)
+    }
+
+    async fn due_backlog(
+        &self,
+        ffqn: &FunctionFqn,
+        at: DateTime<Utc>,
+        limit: usize,
+    ) -> Result<DueBacklog, DbError> {
+        let params = params![
+            ffqn.to_string(),
+            micros(at),
+            to_i64(limit.saturating_add(1))
+        ];
+        let rows = self.query(DUE_TIMES, params).await?;
+        let due = (rows.iter())
+            .map(|row| timestamp(column(row, 0)?, 0))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(DueBacklog::of_due_times(&due, limit))
+    }
+
+    async fn get(&self, execution_id: &ExecutionId) -> Result<ExecutionLog, DbError> {
+        let row = self.log(execution_id, 0, true).await?;
+        Ok(ExecutionLog {
+            execution_id: execution_id.clone(),
+            events: documents(&row, 2, "event")?,
+            responses: documents(&row, 3, "response")?,
+            next_version: Version(count(column(&row, 0)?, "next_version")?),
+            pending_state: json(&row, 1, "pending state")?,
+        })
+    }
+
+    async fn list_events(
+        &self,
+        execution_id: &ExecutionId,
+        from: Version,
+        limit: usize,
+    ) -> Result<Vec<ExecutionEvent>, DbError> {
+        let params = params![execution_id.as_str(), to_i64(from.0), to_i64(limit)];
+        let rows = self.query(LIST_EVENTS, params).await?;
+        if rows.is_empty() {
+            return Err(DbError::execution_not_found(execution_id));
+        }
+        (rows.iter())
+            .filter_map(|row| column::<Option<&str>>(row, 1).transpose())
+            .map(|json| from_json(json?, "event"))
+            .collect()
+    }
+
+    async fn created_events(
+        &self,
+        execution_ids: &[ExecutionId],
+    ) -> Result<Vec<(ExecutionId, ExecutionEvent)>, DbError> {
+        let ids: Vec<&str> = execution_ids.iter().map(ExecutionId::as_str).collect();
+        let rows = self.query(SELECT_CREATED_EVENTS, params![ids]).await?;
+        (rows.iter())
+            .map(|row| Ok((parsed(row, 0, "execution id")?, json(row, 1, "event")?)))
+            .collect()
+    }
+
+    async fn list_executions(
+        &self,
+        filter: ListExecutionsFilter,
+        pagination: Pagination,
+    ) -> Result<Vec<ExecutionSummary>, DbError> {
+        if pagination.length == 0 {
+            return Ok(Vec::new());
+        }
+        let (sql, params) = listing(&filter, &pagination);
+        let rows = self.query(sql, params).await?;
+        rows.iter()
+            .map(|row| {
+                Ok(ExecutionSummary {
+                    execution_id: parsed(row, 0, "execution id")?,
+                    ffqn: parsed(row, 1, "function name")?,
+                    created_at: timestamp(column(row, 2)?, column(row, 3)?)?,
+                    scheduled_at: timestamp(column(row, 4)?, column(row, 5)?)?,
+                    pending_state: json(row, 6, "pending state")?,
+                    next_version: Version(count(column(row, 7)?, "next_version")?),
+                })
+            })
+            .collect()
+    }
+
+    async fn list_schedules(
+        &self,
+        from: Option<&ScheduleName>,
+        limit: usize,
+    ) -> Result<Vec<ScheduleRow>, DbError> {
+        let from = from.map_or("", ScheduleName::as_str);
+        let rows = self
+            .query(schedules::LIST, params![from, to_i64(limit)])
+            .await?;
+        rows.iter().map(|row| json(row, 0, "schedule")).collect()
+    }
+
+    async fn schedule_ticks(
+        &self,
+        name: &ScheduleName,
+        limit: usize,
+    ) -> Result<Vec<Tick>, DbError> {
+        let params = params![name.as_str(), to_i64(limit)];
+        let rows = self.query(schedules::TICKS, params).await?;
+        rows.iter().map(|row| json(row, 0, "tick")).collect()
+    }
+
+    async fn close(&self) {
+        if !self.inner.writer.hub.close() {
+            return;
+        }
+        self.inner.writer.pool.close();
+        let _ = self.inner.shutdown.send(true);
+        let task = (self.inner.listener_task.lock())
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(task) = task
+            && tokio::time::timeout(Duration::from_secs(5), task)
+                .await
+                .is_err()
+        {
+            tracing::warn!("the notification listener did not stop within 5 s");
+        }
+    }
 }

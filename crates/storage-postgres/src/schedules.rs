@@ -5,8 +5,7 @@
 
 use crate::{
     codec::{json, micros},
-    error::map_pg_error,
-    pipeline::{Statement, statement, unnest},
+    pipeline::{Statement, params, statement, unnest},
 };
 use concepts::{
     DbError,
@@ -14,9 +13,8 @@ use concepts::{
         Keys, Snapshot, WritePlan,
         stored::{to_i64, to_json},
     },
-    schedule::{ScheduleName, ScheduleRow, Tick},
+    schedule::ScheduleName,
 };
-use deadpool_postgres::ClientWrapper;
 use tokio_postgres::Row;
 
 const LOCK_SCHEDULES: &str =
@@ -45,13 +43,10 @@ const FORGET_TICKS: &str = "DELETE FROM t_schedule_tick AS t \
 pub(crate) fn load_statements(keys: &Keys) -> [Option<Statement<'_>>; 2] {
     let names: Vec<&str> = keys.schedules.iter().map(ScheduleName::as_str).collect();
     [
-        (!names.is_empty()).then(|| statement(LOCK_SCHEDULES, vec![Box::new(names)])),
+        (!names.is_empty()).then(|| statement(LOCK_SCHEDULES, params![names])),
         keys.due_schedules.as_ref().map(|due| {
             let limit = to_i64(due.limit);
-            statement(
-                LOCK_DUE_SCHEDULES,
-                vec![Box::new(micros(due.at)), Box::new(limit)],
-            )
+            statement(LOCK_DUE_SCHEDULES, params![micros(due.at), limit])
         }),
     ]
 }
@@ -95,7 +90,7 @@ pub(crate) fn statements(plan: &WritePlan) -> Result<Vec<Statement<'_>>, DbError
             due: Option<i64> = row.next_due_at.map(micros),
             rows: String = to_json(row)?,
         }),
-        (!deleted.is_empty()).then(|| statement(DELETE_SCHEDULES, vec![Box::new(deleted)])),
+        (!deleted.is_empty()).then(|| statement(DELETE_SCHEDULES, params![deleted])),
         unnest!(INSERT_TICKS, ticks, |(write, tick)| {
             names: &str = write.name.as_str(),
             seqs: i64 = to_i64(tick.seq),
@@ -109,28 +104,10 @@ pub(crate) fn statements(plan: &WritePlan) -> Result<Vec<Statement<'_>>, DbError
     Ok(statements.into_iter().flatten().collect())
 }
 
-/// The schedules from `from` on in name order, at most `limit`.
-pub(crate) async fn list(
-    client: &ClientWrapper,
-    from: &str,
-    limit: usize,
-) -> Result<Vec<ScheduleRow>, DbError> {
-    let sql = "SELECT row_json FROM t_schedule WHERE name >= $1 ORDER BY name LIMIT $2";
-    let rows = client
-        .query(sql, &[&from, &to_i64(limit)])
-        .await
-        .map_err(map_pg_error)?;
-    rows.iter().map(|row| json(row, 0, "schedule")).collect()
-}
+/// The schedules from `$1` on in name order, at most `$2`.
+pub(crate) const LIST: &str =
+    "SELECT row_json FROM t_schedule WHERE name >= $1 ORDER BY name LIMIT $2";
 
-/// The last `limit` ticks of `name`, newest first.
-pub(crate) async fn ticks(
-    client: &ClientWrapper,
-    name: &ScheduleName,
-    limit: usize,
-) -> Result<Vec<Tick>, DbError> {
-    let sql = "SELECT tick_json FROM t_schedule_tick WHERE name = $1 ORDER BY seq DESC LIMIT $2";
-    let limit = to_i64(limit);
-    let rows = (client.query(sql, &[&name.as_str(), &limit]).await).map_err(map_pg_error)?;
-    rows.iter().map(|row| json(row, 0, "tick")).collect()
-}
+/// The last `$2` ticks of schedule `$1`, newest first.
+pub(crate) const TICKS: &str =
+    "SELECT tick_json FROM t_schedule_tick WHERE name = $1 ORDER BY seq DESC LIMIT $2";

@@ -265,35 +265,7 @@ pub(crate) async fn migrate(
     config: &PostgresConfig,
 ) -> Result<(), PostgresError> {
     let tx = client.transaction().await.map_err(map_pg_error)?;
-    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK_KEY])
-        .await
-        .map_err(map_pg_error)?;
-    if config.schema.create {
-        tx.batch_execute(
-            "CREATE TABLE IF NOT EXISTS t_schema_migration (
-                version     BIGINT PRIMARY KEY,
-                description TEXT NOT NULL
-            )",
-        )
-        .await
-        .map_err(map_pg_error)?;
-    }
-    // Resolved through `search_path`, as the `CREATE TABLE` above is; no table is version 0.
-    let newest = "SELECT COALESCE(MAX(version), 0) FROM t_schema_migration";
-    let exists = "SELECT to_regclass('t_schema_migration') IS NOT NULL";
-    let current: i64 = if tx
-        .query_one(exists, &[])
-        .await
-        .map_err(map_pg_error)?
-        .get(0)
-    {
-        tx.query_one(newest, &[])
-            .await
-            .map_err(map_pg_error)?
-            .get(0)
-    } else {
-        0
-    };
+    let current = (current_version(&tx, config.schema.create).await).map_err(map_pg_error)?;
     let version = |v: i64| u32::try_from(v).unwrap_or(u32::MAX);
     if let Err(refusal) =
         config
@@ -308,14 +280,39 @@ pub(crate) async fn migrate(
         .filter(|(v, _)| *v > current && *v <= up_to);
     for (version, (description, sql)) in missing {
         tracing::info!(version, description, "applying migration");
-        tx.batch_execute(sql).await.map_err(map_pg_error)?;
-        tx.execute(
-            "INSERT INTO t_schema_migration (version, description) VALUES ($1, $2)",
-            &[&version, &description],
-        )
-        .await
-        .map_err(map_pg_error)?;
+        let applied = async {
+            tx.batch_execute(sql).await?;
+            let sql = "INSERT INTO t_schema_migration (version, description) VALUES ($1, $2)";
+            tx.execute(sql, &[&version, &description]).await
+        };
+        applied.await.map_err(map_pg_error)?;
     }
     tx.commit().await.map_err(map_pg_error)?;
     Ok(())
+}
+
+/// Takes the migration lock and reads the schema version (creating `t_schema_migration` first
+/// when `create`); no table is version 0.
+async fn current_version(
+    tx: &tokio_postgres::Transaction<'_>,
+    create: bool,
+) -> Result<i64, tokio_postgres::Error> {
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK_KEY])
+        .await?;
+    if create {
+        tx.batch_execute(
+            "CREATE TABLE IF NOT EXISTS t_schema_migration (
+                version     BIGINT PRIMARY KEY,
+                description TEXT NOT NULL
+            )",
+        )
+        .await?;
+    }
+    // Resolved through `search_path`, as the `CREATE TABLE` above is.
+    let exists = "SELECT to_regclass('t_schema_migration') IS NOT NULL";
+    if !tx.query_one(exists, &[]).await?.get::<_, bool>(0) {
+        return Ok(0);
+    }
+    let newest = "SELECT COALESCE(MAX(version), 0) FROM t_schema_migration";
+    Ok(tx.query_one(newest, &[]).await?.get(0))
 }

@@ -1,18 +1,7 @@
-//! Commits of other connections to the store's file: other processes, or another store opened
-//! on the same file. The waiter hub hears only this store's own writes, so the writer also
-//! asks SQLite, every [`CHANGES_POLL`] while it is idle and between its transactions while it
-//! is busy, whether anyone else committed: `PRAGMA data_version` on the writer's connection
-//! changes exactly when another connection did (the writer's own commits leave it as it is),
-//! and costs a read of the WAL index in shared memory, no I/O. Only when it changed are the
-//! events and responses added since the last look read (by their row ids, both growing) and
-//! turned into the wake-ups the hub delivers: a response or an event of an execution that is
-//! now due wakes `wait_for_pending` callers of its function, a response its
-//! `subscribe_to_next_responses` callers, a `Finished` its `wait_for_finished_result` callers.
-//!
-//! A prune can delete the newest events, after which SQLite reuses their row ids: seen as a
-//! newest row id lower than the last one looked at, that wakes every waiter once (each looks
-//! again) and the detector starts over from there; so does a look that would read more than
-//! [`MOST_ROWS_READ`] rows.
+//! Commits of other connections to the store's file (other processes, or another store opened
+//! on it), turned into wake-ups: `PRAGMA data_version` tells the writer's connection that
+//! another one committed, and the events and responses added since (by their growing row ids)
+//! say whom it concerns (`docs/ARCHITECTURE.md`, section `storage-sqlite`, says when it looks).
 
 use crate::{
     codec::{parsed, time},

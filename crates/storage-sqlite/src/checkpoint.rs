@@ -1,11 +1,7 @@
-//! WAL checkpoints off the writer's commit path, on a thread with a connection of its own.
-//!
-//! SQLite's automatic checkpoint runs inside the `COMMIT` that crosses its threshold, and
-//! everything batched with it or queued behind it waits for the copy and the sync: a periodic
-//! latency spike. The writer's WAL hook replaces it and only notes the log's length; a passive
-//! checkpoint beside the writer blocks neither it nor the readers. A checkpointer overtaken by
-//! a steady stream of commits never copies the log to its end, which then never restarts: at
-//! [`INLINE_CHECKPOINT_FRAMES`] the writer checkpoints it itself, between two transactions.
+//! WAL checkpoints off the writer's commit path, on a thread with a connection of its own:
+//! SQLite's automatic checkpoint, inside the `COMMIT` that crosses its threshold, would hold up
+//! everything batched with it. A checkpointer overtaken by a steady stream of commits never
+//! copies the log to its end, so at [`INLINE_CHECKPOINT_FRAMES`] the writer checkpoints itself.
 
 use rusqlite::{Connection, OpenFlags};
 use std::{

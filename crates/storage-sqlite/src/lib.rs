@@ -44,25 +44,13 @@
 //! A read of several statements runs in one read transaction and sees one snapshot; since a
 //! write is acknowledged only after its commit, a read issued after a write's reply sees it.
 //!
-//! # Schema
+//! # Schema and settings
 //!
-//! Opening migrates a fresh file or one of an older schema version (this build writes
-//! version 4) and refuses, with a typed [`SqliteOpenError`] naming the path, a file of a newer
-//! version, a SQLite file of another application and a file that is not a database. A tool
-//! that must not change what it opens says so: [`SqliteConfig::existing_only`] creates no file
-//! and no schema, [`SqliteConfig::without_migrations`] refuses an older version.
-//!
-//! The JSON documents (events, responses, the pending state) keep the caller's timestamps to
-//! full precision; values read from columns only (`ExecutionSummary::created_at` /
-//! `scheduled_at`, `ExpiredDelay::expires_at`) are microseconds. Ids are ordered as
-//! `ExecutionId`'s `Ord` orders them, so ties break alike on every backend.
-//!
-//! # Durability defaults
-//!
-//! `journal_mode=WAL`, `synchronous=FULL` (see [`Synchronous`]), `busy_timeout` 5 s, no
-//! foreign keys (the writer keeps the tables consistent). `journal_mode` and `synchronous` are
-//! read back after opening ([`SqlitePool::effective_settings`]); a file that cannot be put in
-//! WAL mode is refused with [`SqliteOpenError::WalUnavailable`].
+//! Opening migrates a fresh file or one of an older schema version and refuses, with a typed
+//! [`SqliteOpenError`] naming the path, a file of a newer version, a SQLite file of another
+//! application and a file that is not a database; [`SqliteConfig::existing_only`] and
+//! [`SqliteConfig::without_migrations`] open without changing it. The durable defaults
+//! ([`SqliteConfig::new`]) are read back after opening ([`SqlitePool::effective_settings`]).
 //!
 //! # Backups
 //!
@@ -88,13 +76,9 @@
 //!
 //! # Notifications and closing
 //!
-//! The waits are on the store's [`concepts::kernel::WaiterHub`], which the writer thread wakes
-//! after a commit and its replies, and when another connection (another process, say)
-//! committed to the file: the writer asks `PRAGMA data_version` every 10 ms and reads only
-//! what was added since (`changes.rs`), so a promise completed, an execution cancelled or a
-//! child finished by another process reaches its waiters within about 10 ms. `close` is idempotent: it refuses new
-//! calls ([`concepts::DbError::Closed`]), releases every waiter, lets the writer finish the
-//! queued commands and checkpoint the WAL, and returns once the writer thread has stopped.
+//! Waiters hear this store's commits at once and other connections' (another process's)
+//! within about 10 ms. `close` lets the writer finish the queued commands and checkpoint the
+//! WAL, and returns once the writer thread has stopped.
 
 mod backup;
 mod changes;

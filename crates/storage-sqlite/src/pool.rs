@@ -299,7 +299,9 @@ impl kernel::Backend for SqlitePool {
     ) {
         // The hub returns at once, without checking, once the store is closed.
         let (at, check_ffqns) = (pending_at_or_sooner, Arc::clone(&ffqns));
-        let is_due = self.read(move |conn| reads::any_due(conn, &check_ffqns, at));
+        // To the microsecond: a spurious `true` only makes a waiter look again.
+        let is_due =
+            self.read(move |conn| Ok(!reads::due_rows(conn, &check_ffqns, at, 1)?.is_empty()));
         let hub = &self.inner.hub;
         hub.wait_for_pending(at, ffqns, max_wait, is_due).await;
     }
@@ -310,7 +312,12 @@ impl kernel::Backend for SqlitePool {
     ) -> Result<Vec<JoinSetResponseEventOuter>, DbError> {
         let check = || {
             let id = execution_id.clone();
-            self.read(move |conn| reads::next_responses(conn, &id, start_idx))
+            self.read(move |conn| {
+                let responses = reads::of_existing(conn, &id, |tx| {
+                    reads::responses_up_to(tx, &id, start_idx, usize::MAX)
+                })?;
+                Ok((!responses.is_empty()).then_some(responses))
+            })
         };
         self.inner.hub.wait_for_responses(execution_id, check).await
     }
@@ -342,8 +349,12 @@ impl kernel::Backend for SqlitePool {
         limit: usize,
     ) -> Result<Vec<ExecutionEvent>, DbError> {
         let execution_id = execution_id.clone();
-        self.read(move |conn| reads::list_events(conn, &execution_id, from, limit))
-            .await
+        self.read(move |conn| {
+            reads::of_existing(conn, &execution_id, |tx| {
+                reads::events(tx, &execution_id, from, limit)
+            })
+        })
+        .await
     }
 
     async fn created_events(

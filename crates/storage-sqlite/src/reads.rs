@@ -40,7 +40,7 @@ pub(crate) fn execution_row(
 
 /// What `read` finds, from one snapshot; `NotFound` when it finds nothing of an unknown
 /// execution.
-fn of_existing<T>(
+pub(crate) fn of_existing<T>(
     conn: &mut Connection,
     execution_id: &ExecutionId,
     read: impl FnOnce(&Connection) -> Result<Vec<T>>,
@@ -91,18 +91,6 @@ pub(crate) fn created_events(
     Ok(found)
 }
 
-/// [`events`] of a known execution, from one snapshot.
-pub(crate) fn list_events(
-    conn: &mut Connection,
-    execution_id: &ExecutionId,
-    from: Version,
-    limit: usize,
-) -> Result<Vec<ExecutionEvent>> {
-    of_existing(conn, execution_id, |tx| {
-        events(tx, execution_id, from, limit)
-    })
-}
-
 /// Up to `max_length` responses from index `start_idx` on, in arrival order.
 pub(crate) fn responses_up_to(
     conn: &Connection,
@@ -119,18 +107,6 @@ pub(crate) fn responses_up_to(
         params![execution_id.as_str(), offset, limit],
         |row| json(row, 0),
     )
-}
-
-/// The responses from index `start_idx` on, `None` while there are none, from one snapshot.
-pub(crate) fn next_responses(
-    conn: &mut Connection,
-    execution_id: &ExecutionId,
-    start_idx: usize,
-) -> Result<Option<Vec<JoinSetResponseEventOuter>>> {
-    let responses = of_existing(conn, execution_id, |tx| {
-        responses_up_to(tx, execution_id, start_idx, usize::MAX)
-    })?;
-    Ok((!responses.is_empty()).then_some(responses))
 }
 
 pub(crate) fn execution_log(
@@ -211,12 +187,6 @@ pub(crate) fn due_times(
                ORDER BY pending_at, execution_id LIMIT ?3";
     let values = params![ffqn.to_string(), micros(at), to_i64(limit)];
     rows(conn, sql, values, |row| time(row, 0))
-}
-
-/// True when an execution of `ffqns` is due at `at` (to the microsecond; a spurious `true`
-/// only makes a waiter look again).
-pub(crate) fn any_due(conn: &Connection, ffqns: &[FunctionFqn], at: DateTime<Utc>) -> Result<bool> {
-    Ok(!due_rows(conn, ffqns, at, 1)?.is_empty())
 }
 
 /// Every lease and open delay that expired at or before `at`, in the kernel's order.

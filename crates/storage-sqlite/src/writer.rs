@@ -314,13 +314,10 @@ impl Writer<'_> {
         }
     }
 
-    /// Runs the first commands of `batch` in one transaction (normally all of them); returns
-    /// how many ran (they have their outcomes) and the wake-ups of what committed. Commands run
-    /// without savepoints: a refused one wrote nothing (the kernel refuses before anything is
-    /// persisted). One that failed after writing, or panicked, or an error after which SQLite
-    /// rolled the transaction back, costs a rollback, and the plans of the commands that had
-    /// succeeded in it are persisted again in a new one ([`Writer::replay`]). While contended,
-    /// it commits after [`MAX_CONTENDED_TRANSACTION`] and leaves the rest to the next one.
+    /// Runs the first commands of `batch` in one transaction (normally all of them, without
+    /// savepoints: see [`Writer::replay`]); returns how many ran (they have their outcomes) and
+    /// the wake-ups of what committed. While contended, it commits after
+    /// [`MAX_CONTENDED_TRANSACTION`] and leaves the rest to the next one.
     fn run_group(&mut self, batch: &mut [Box<dyn Command>]) -> (usize, Vec<Wakeup>) {
         let path = self.path;
         // The wake-ups of the commands that succeeded in the current transaction.
