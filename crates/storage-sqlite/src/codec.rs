@@ -113,8 +113,8 @@ pub(crate) const STATE_ROW_COLUMNS: &str = "execution_id, ffqn, next_version, st
      parent_join_set_id";
 
 /// Decodes a row of `t_execution_state` selected with [`STATE_ROW_COLUMNS`]. `response_count`
-/// is not stored (0): responses are numbered by the autoincrement id of `t_response`, so
-/// nothing here uses [`PlannedResponse::idx`](concepts::kernel::PlannedResponse).
+/// is not stored (0): a response's place is numbered as it is stored, after the last one of
+/// its execution, so nothing here uses [`PlannedResponse::idx`](concepts::kernel::PlannedResponse).
 pub(crate) fn execution_row(row: &rusqlite::Row<'_>) -> Result<ExecutionRow> {
     let text = |idx| row.get::<_, String>(idx);
     let (execution_id, ffqn, state) = (text(0)?, text(1)?, text(3)?);

@@ -98,8 +98,8 @@ pub(crate) fn responses_up_to(
     start_idx: usize,
     max_length: usize,
 ) -> Result<Vec<JoinSetResponseEventOuter>> {
-    let sql = "SELECT response_json FROM t_response WHERE execution_id = ?1 ORDER BY id \
-               LIMIT ?3 OFFSET ?2";
+    let sql = "SELECT response_json FROM t_response WHERE execution_id = ?1 AND idx >= ?2 \
+               ORDER BY idx LIMIT ?3";
     let (offset, limit) = (to_i64(start_idx), to_i64(max_length));
     rows(
         conn,

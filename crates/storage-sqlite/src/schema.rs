@@ -146,6 +146,17 @@ CREATE TABLE t_schedule_tick (
     PRIMARY KEY (name, seq)
 ) WITHOUT ROWID;
 ",
+    // Version 7: each response's place among its execution's responses, indexed, so that a
+    // read from the n-th response seeks to it instead of stepping over the n before it.
+    r"
+ALTER TABLE t_response ADD COLUMN idx INTEGER;
+UPDATE t_response SET idx = numbered.idx FROM (
+    SELECT id, ROW_NUMBER() OVER (PARTITION BY execution_id ORDER BY id) - 1 AS idx
+    FROM t_response
+) AS numbered WHERE numbered.id = t_response.id;
+DROP INDEX ix_response_execution;
+CREATE UNIQUE INDEX ux_response_idx ON t_response (execution_id, idx);
+",
 ];
 
 pub(crate) fn current_version() -> u32 {

@@ -137,6 +137,11 @@ fn delay_finished(join_set_id: &JoinSetId, delay_id: DelayId) -> JoinSetResponse
 /// have left it: the rows are the same, less what later migrations added.
 fn downgrade(path: &Path, to: u32) {
     let conn = rusqlite::Connection::open(path).expect("opens");
+    conn.execute_batch(
+        "DROP INDEX ux_response_idx; ALTER TABLE t_response DROP COLUMN idx; \
+         CREATE INDEX ix_response_execution ON t_response (execution_id, id);",
+    )
+    .expect("drops version 7");
     conn.execute_batch("DROP TABLE t_schedule; DROP TABLE t_schedule_tick;")
         .expect("drops version 6");
     conn.execute_batch("DROP INDEX ix_state_unfinished; DROP INDEX ix_state_parent;")
@@ -177,6 +182,18 @@ fn join_set_idxs(path: &Path) -> Vec<Option<i64>> {
     let conn = rusqlite::Connection::open(path).expect("opens");
     let mut stmt = conn
         .prepare("SELECT join_set_idx FROM t_response ORDER BY id")
+        .expect("prepares");
+    stmt.query_map([], |row| row.get(0))
+        .expect("queries")
+        .collect::<Result<_, _>>()
+        .expect("reads")
+}
+
+/// The place of every response among its execution's, in arrival order.
+fn response_idxs(path: &Path) -> Vec<Option<i64>> {
+    let conn = rusqlite::Connection::open(path).expect("opens");
+    let mut stmt = conn
+        .prepare("SELECT idx FROM t_response ORDER BY id")
         .expect("prepares");
     stmt.query_map([], |row| row.get(0))
         .expect("queries")
@@ -293,6 +310,16 @@ async fn an_older_schema_is_migrated_and_keeps_its_data() {
             "migration 3 counted the join sets from version {from}"
         );
         assert_eq!(join_set_idxs(&path), vec![Some(0), Some(0), Some(1)]);
+        assert_eq!(response_idxs(&path), vec![Some(0), Some(1), Some(2)]);
+        let from_third = store
+            .subscribe_to_next_responses(&id(8), 2)
+            .await
+            .expect("reads");
+        assert_eq!(
+            from_third.iter().map(|r| &r.event).collect::<Vec<_>>(),
+            vec![&delay_finished(&join_set, delays[1])],
+            "migration 7 numbered the responses in arrival order"
+        );
 
         // The next JoinNext consumes the join set's second response (of t0 + 2 s), the one
         // after that blocks, and the response that follows gets the next index and unblocks it.
@@ -347,6 +374,10 @@ async fn an_older_schema_is_migrated_and_keeps_its_data() {
         assert_eq!(
             join_set_idxs(&path),
             vec![Some(0), Some(0), Some(1), Some(2)]
+        );
+        assert_eq!(
+            response_idxs(&path),
+            vec![Some(0), Some(1), Some(2), Some(3)]
         );
         assert_eq!(
             join_set_rows(&path),
