@@ -326,9 +326,12 @@ impl<'c> WriteCtx<'c> {
         }
         for planned in &change.responses {
             let (delay_id, child_id) = response_keys(&planned.response.event.event);
+            // The row keeps no response count (see `codec::execution_row`): the place follows
+            // the last stored one, one seek of `ux_response_idx`.
             let sql = "INSERT INTO t_response (execution_id, created_at, join_set_id, \
-                 join_set_idx, delay_id, child_execution_id, response_json) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)";
+                 join_set_idx, delay_id, child_execution_id, response_json, idx) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, (SELECT COALESCE(MAX(idx) + 1, 0) \
+                 FROM t_response WHERE execution_id = ?1))";
             let params = params![
                 execution_id,
                 micros(planned.response.created_at),
