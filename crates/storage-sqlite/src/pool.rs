@@ -436,7 +436,7 @@ impl kernel::Backend for SqlitePool {
         .await
     }
 
-    /// One statement ([`reads::listing`]).
+    /// One statement (`reads::listing`).
     async fn list_executions(
         &self,
         filter: ListExecutionsFilter,

@@ -1,5 +1,5 @@
 //! A store that forwards every call of the public storage traits to another one (a decorator
-//! of [`DbConnection`](concepts::DbConnection)), with a hook that decides the fate of each
+//! of [`concepts::DbConnection`]), with a hook that decides the fate of each
 //! write: let it through, refuse it without writing, or write it and then lose the reply
 //! (an ambiguous commit: the caller sees an error although the write landed).
 //!

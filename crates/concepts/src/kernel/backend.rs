@@ -226,7 +226,7 @@ pub trait Backend: Send + Sync + 'static {
     ) -> impl Future<Output = Result<Option<FinishedExecutionResult>, DbError>> + Send;
 
     /// The state rows of the leases that expired at or before `at`, and the open delays that
-    /// did, from one snapshot, in any order: [`expired_timers`] makes them
+    /// did, from one snapshot, in any order: [`expired_timers`](super::expired_timers) makes them
     /// [`DbTimers::get_expired_timers`]'s answer.
     fn expired(
         &self,
