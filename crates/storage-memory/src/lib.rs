@@ -45,18 +45,14 @@ mod tests;
 
 use chrono::{DateTime, Utc};
 use concepts::{
-    DbError, DueBacklog, ExecutionEvent, ExecutionId, ExecutionLog, ExecutionSummary, ExpiredDelay,
-    ExpiredTimer, FinishedExecutionResult, FunctionFqn, JoinSetResponseEventOuter,
-    ListExecutionsFilter, LockPendingRequest, LockedExecution, Pagination, Version,
-    kernel::{self, Forward, WaiterCounts, WaiterHub, Write},
+    DbError, ExecutionEvent, ExecutionId, ExecutionLog, ExecutionSummary, ExpiredDelay,
+    FinishedExecutionResult, FunctionFqn, JoinSetResponseEventOuter, ListExecutionsFilter,
+    LockPendingRequest, LockedExecution, Pagination, Version,
+    kernel::{self, ExecutionRow, WaiterCounts, WaiterHub, Write},
     schedule::{ScheduleName, ScheduleRow, Tick},
 };
 use state::{At, Record, State, TimerKind};
-use std::{
-    future::ready,
-    sync::{Arc, Mutex, MutexGuard, PoisonError},
-    time::Duration,
-};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 /// The largest snapshot a store keeps between writes (entries of its largest table): a write
 /// of a few executions fits; a batch's is dropped, since clearing a table walks all its room.
@@ -139,7 +135,7 @@ impl MemoryStore {
 }
 
 impl kernel::Backend for MemoryStore {
-    async fn write<W: Forward>(&self, write: W) -> Result<W::Reply, DbError> {
+    async fn write<W: Write>(&self, write: W) -> Result<W::Reply, DbError> {
         self.run(write)
     }
 
@@ -157,31 +153,35 @@ impl kernel::Backend for MemoryStore {
             .collect()
     }
 
-    async fn wait_for_pending(
-        &self,
-        pending_at_or_sooner: DateTime<Utc>,
-        ffqns: Arc<[FunctionFqn]>,
-        max_wait: Duration,
-    ) {
-        let is_due = async { Ok(self.lock_state().any_due(&ffqns, pending_at_or_sooner)) };
-        (self.hub)
-            .wait_for_pending(pending_at_or_sooner, Arc::clone(&ffqns), max_wait, is_due)
-            .await;
+    fn hub(&self) -> &WaiterHub {
+        &self.hub
     }
-    async fn subscribe_to_next_responses(
+
+    async fn any_due(&self, ffqns: &[FunctionFqn], at: DateTime<Utc>) -> Result<bool, DbError> {
+        Ok(self.lock_state().any_due(ffqns, at))
+    }
+
+    async fn responses(
         &self,
         execution_id: &ExecutionId,
         start_idx: usize,
     ) -> Result<Vec<JoinSetResponseEventOuter>, DbError> {
-        let check = || {
-            ready(self.read(execution_id, |record| {
-                let new = record.responses.get(start_idx..).unwrap_or_default();
-                (!new.is_empty()).then(|| new.to_vec())
-            }))
-        };
-        self.hub.wait_for_responses(execution_id, check).await
+        self.read(execution_id, |record| {
+            (record.responses.get(start_idx..).unwrap_or_default()).to_vec()
+        })
     }
-    async fn get_expired_timers(&self, at: DateTime<Utc>) -> Result<Vec<ExpiredTimer>, DbError> {
+
+    async fn finished_result(
+        &self,
+        execution_id: &ExecutionId,
+    ) -> Result<Option<FinishedExecutionResult>, DbError> {
+        self.read(execution_id, Record::finished_result)
+    }
+
+    async fn expired(
+        &self,
+        at: DateTime<Utc>,
+    ) -> Result<(Vec<ExecutionRow>, Vec<ExpiredDelay>), DbError> {
         let state = self.open_state()?;
         let (mut locked, mut delays) = (Vec::new(), Vec::new());
         for (expires_at, execution_id, kind) in state.timers.oldest_first() {
@@ -198,23 +198,22 @@ impl kernel::Backend for MemoryStore {
                 }),
             }
         }
-        kernel::expired_timers(at, locked, delays)
+        Ok((locked, delays))
     }
 
-    async fn due_backlog(
+    async fn due_times(
         &self,
         ffqn: &FunctionFqn,
         at: DateTime<Utc>,
         limit: usize,
-    ) -> Result<DueBacklog, DbError> {
+    ) -> Result<Vec<DateTime<Utc>>, DbError> {
         let state = self.open_state()?;
-        let due = (state.pending.get(ffqn).into_iter())
+        Ok((state.pending.get(ffqn).into_iter())
             .flat_map(|set| set.oldest_first())
             .take_while(|(t, _)| t.at_or_before(at))
-            .take(limit.saturating_add(1))
+            .take(limit)
             .map(|(t, _)| t.time())
-            .collect::<Vec<_>>();
-        Ok(DueBacklog::of_due_times(&due, limit))
+            .collect())
     }
 
     async fn get(&self, execution_id: &ExecutionId) -> Result<ExecutionLog, DbError> {
@@ -303,16 +302,6 @@ impl kernel::Backend for MemoryStore {
         Ok(out)
     }
 
-    async fn wait_for_finished_result(
-        &self,
-        execution_id: &ExecutionId,
-        timeout: Option<Duration>,
-    ) -> Result<FinishedExecutionResult, DbError> {
-        let check = || ready(self.read(execution_id, Record::finished_result));
-        self.hub
-            .wait_for_finished(execution_id, timeout, check)
-            .await
-    }
     async fn list_schedules(
         &self,
         from: Option<&ScheduleName>,

@@ -8,11 +8,12 @@ use chrono::TimeZone;
 use concepts::{
     AppendBatchRequest, CancelOutcome, CancelRequest, CreateRequest, DbAwait, DbClient,
     DbConnection, DbErrorKind, DbExecutor, DbTimers, DbWorkflow, DelayId, ExecutionEventInner,
-    ExecutionIdTopLevel, ExecutionMetadata, ExecutorId, HistoryEvent, JoinSetId, JoinSetRequest,
-    JoinSetResponse, JoinSetResponseEvent, Json, Locked, OutcomeWrite, PruneOutcome, PruneRequest,
-    RunId, SupportedFunctionReturnValue, ValidationError,
+    ExecutionIdTopLevel, ExecutionMetadata, ExecutorId, ExpiredTimer, HistoryEvent, JoinSetId,
+    JoinSetRequest, JoinSetResponse, JoinSetResponseEvent, Json, Locked, OutcomeWrite,
+    PruneOutcome, PruneRequest, RunId, SupportedFunctionReturnValue, ValidationError,
 };
 use state::TimerKey;
+use std::time::Duration;
 
 fn t0() -> DateTime<Utc> {
     Utc.with_ymd_and_hms(2000, 1, 1, 0, 0, 0)

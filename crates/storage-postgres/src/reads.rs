@@ -14,21 +14,17 @@ use crate::{
 };
 use chrono::{DateTime, Utc};
 use concepts::{
-    DbError, DueBacklog, ExecutionEvent, ExecutionId, ExecutionLog, ExecutionSummary, ExpiredDelay,
-    ExpiredTimer, FinishedExecutionResult, FunctionFqn, JoinSetResponseEventOuter,
-    ListExecutionsFilter, ListTerm, LockPendingRequest, LockedExecution, Pagination,
-    PendingStateKind, Version,
+    DbError, ExecutionEvent, ExecutionId, ExecutionLog, ExecutionSummary, ExpiredDelay,
+    FinishedExecutionResult, FunctionFqn, JoinSetResponseEventOuter, ListExecutionsFilter,
+    ListTerm, LockPendingRequest, LockedExecution, Pagination, PendingStateKind, Version,
     kernel::{
-        self, Forward, LockGrant, LogRows,
+        self, ExecutionRow, LockGrant, LogRows, WaiterHub, Write,
         stored::{self, corrupt, count, from_json, to_i64},
     },
     schedule::{ScheduleName, ScheduleRow, Tick},
 };
 use deadpool_postgres::ClientWrapper;
-use std::{
-    sync::{Arc, PoisonError},
-    time::Duration,
-};
+use std::{sync::PoisonError, time::Duration};
 use tokio_postgres::Row;
 
 /// The state of execution `$1`, its events and its responses from index `$2` on, in order: one
@@ -221,7 +217,7 @@ impl PostgresStore {
 }
 
 impl kernel::Backend for PostgresStore {
-    async fn write<W: Forward>(&self, write: W) -> Result<W::Reply, DbError> {
+    async fn write<W: Write>(&self, write: W) -> Result<W::Reply, DbError> {
         self.inner.writer.hub.ensure_open()?;
         self.inner.groups.write(&*self.inner.writer, write).await
     }
@@ -231,56 +227,42 @@ impl kernel::Backend for PostgresStore {
         self.inner.groups.lock(&*self.inner.writer, req).await
     }
 
-    async fn wait_for_pending(
-        &self,
-        pending_at_or_sooner: DateTime<Utc>,
-        ffqns: Arc<[FunctionFqn]>,
-        max_wait: Duration,
-    ) {
-        let is_due = async {
-            let names: Vec<String> = ffqns.iter().map(ToString::to_string).collect();
-            let rows = self.query(ANY_DUE, params![micros(pending_at_or_sooner), names]);
-            rows.await?.first().map_or(Ok(false), |row| column(row, 0))
-        };
-        let hub = &self.inner.writer.hub;
-        hub.wait_for_pending(pending_at_or_sooner, Arc::clone(&ffqns), max_wait, is_due)
-            .await;
+    fn hub(&self) -> &WaiterHub {
+        &self.inner.writer.hub
     }
 
-    async fn subscribe_to_next_responses(
+    async fn any_due(&self, ffqns: &[FunctionFqn], at: DateTime<Utc>) -> Result<bool, DbError> {
+        let names: Vec<String> = ffqns.iter().map(ToString::to_string).collect();
+        let rows = self.query(ANY_DUE, params![micros(at), names]).await?;
+        rows.first().map_or(Ok(false), |row| column(row, 0))
+    }
+
+    async fn responses(
         &self,
         execution_id: &ExecutionId,
         start_idx: usize,
     ) -> Result<Vec<JoinSetResponseEventOuter>, DbError> {
-        let check = || async {
-            let row = self.log(execution_id, to_i64(start_idx), false).await?;
-            let responses: Vec<_> = documents(&row, 3, "response")?;
-            Ok((!responses.is_empty()).then_some(responses))
-        };
-        let hub = &self.inner.writer.hub;
-        hub.wait_for_responses(execution_id, check).await
+        let row = self.log(execution_id, to_i64(start_idx), false).await?;
+        documents(&row, 3, "response")
     }
 
-    async fn wait_for_finished_result(
+    async fn finished_result(
         &self,
         execution_id: &ExecutionId,
-        timeout: Option<Duration>,
-    ) -> Result<FinishedExecutionResult, DbError> {
-        let check = || async {
-            let rows = self.query(SELECT_FINISHED_EVENT, params![execution_id.as_str()]);
-            let rows = rows.await?;
-            let row = (rows.first()).ok_or_else(|| DbError::execution_not_found(execution_id))?;
-            (column::<Option<&str>>(row, 0)?)
-                .map(|json| stored::finished_result(execution_id, json))
-                .transpose()
-        };
-        let hub = &self.inner.writer.hub;
-        hub.wait_for_finished(execution_id, timeout, check).await
+    ) -> Result<Option<FinishedExecutionResult>, DbError> {
+        let rows = self.query(SELECT_FINISHED_EVENT, params![execution_id.as_str()]);
+        let rows = rows.await?;
+        let row = (rows.first()).ok_or_else(|| DbError::execution_not_found(execution_id))?;
+        (column::<Option<&str>>(row, 0)?)
+            .map(|json| stored::finished_result(execution_id, json))
+            .transpose()
     }
 
-    /// Every lease with `lock_expires_at <= at` and every open delay with `expires_at <= at`,
-    /// read in one pipeline.
-    async fn get_expired_timers(&self, at: DateTime<Utc>) -> Result<Vec<ExpiredTimer>, DbError> {
+    /// Read in one pipeline.
+    async fn expired(
+        &self,
+        at: DateTime<Utc>,
+    ) -> Result<(Vec<ExecutionRow>, Vec<ExpiredDelay>), DbError> {
         let statements = [
             statement(SELECT_EXPIRED_LOCKS, params![micros(at)]),
             statement(SELECT_EXPIRED_DELAYS, params![micros(at)]),
@@ -299,25 +281,20 @@ impl kernel::Backend for PostgresStore {
                 })
             })
             .collect::<Result<Vec<_>, DbError>>()?;
-        kernel::expired_timers(at, locks, delays)
+        Ok((locks, delays))
     }
 
-    async fn due_backlog(
+    async fn due_times(
         &self,
         ffqn: &FunctionFqn,
         at: DateTime<Utc>,
         limit: usize,
-    ) -> Result<DueBacklog, DbError> {
-        let params = params![
-            ffqn.to_string(),
-            micros(at),
-            to_i64(limit.saturating_add(1))
-        ];
+    ) -> Result<Vec<DateTime<Utc>>, DbError> {
+        let params = params![ffqn.to_string(), micros(at), to_i64(limit)];
         let rows = self.query(DUE_TIMES, params).await?;
-        let due = (rows.iter())
+        (rows.iter())
             .map(|row| timestamp(column(row, 0)?, 0))
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(DueBacklog::of_due_times(&due, limit))
+            .collect()
     }
 
     async fn get(&self, execution_id: &ExecutionId) -> Result<ExecutionLog, DbError> {

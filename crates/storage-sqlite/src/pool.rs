@@ -1,24 +1,31 @@
-//! [`SqlitePool`]: the store handle. Writes go to the writer thread, reads to a pool of
-//! read-only connections, waits to the store's [`WaiterHub`].
+//! [`SqlitePool`]: the store handle, and its [`kernel::Backend`]. Writes go to the writer
+//! thread; each read is written once, in its trait method, on a pooled read-only connection
+//! (inside one read transaction when it takes several statements, so it sees one snapshot);
+//! the kernel's waits register on the store's [`WaiterHub`].
 
 use crate::{
     EffectiveSettings, SqliteConfig, SqliteOpenError,
+    codec::{self, STATE_ROW_COLUMNS, json, parsed, time},
     error::SqliteError,
     ops::Written,
-    reads, schedules, schema,
+    reads::{self, rows},
+    schema,
     writer::{self, Command, FnCommand, Message},
 };
 use chrono::{DateTime, Utc};
 use concepts::{
-    DbError, DueBacklog, ExecutionEvent, ExecutionId, ExecutionLog, ExecutionSummary, ExpiredTimer,
+    DbError, ExecutionEvent, ExecutionId, ExecutionLog, ExecutionSummary, ExpiredDelay,
     FinishedExecutionResult, FunctionFqn, JoinSetResponseEventOuter, ListExecutionsFilter,
     LockPendingRequest, LockedExecution, Pagination, Version,
-    kernel::{self, Forward, WaiterCounts, WaiterHub, Write},
+    kernel::{
+        self, ExecutionRow, WaiterCounts, WaiterHub, Write,
+        stored::{count, micros, to_i64},
+    },
     schedule::{ScheduleName, ScheduleRow, Tick},
 };
 use deadpool_sqlite::{Hook, HookError, Runtime};
-use rusqlite::config::DbConfig;
-use std::{path::Path, sync::Arc, time::Duration};
+use rusqlite::{config::DbConfig, params, params_from_iter};
+use std::{path::Path, sync::Arc};
 use tokio::sync::{mpsc, oneshot, watch};
 
 /// A SQLite store. Cheap to clone: clones share the writer thread, the reader pool and the
@@ -278,7 +285,7 @@ async fn open_readers(config: &SqliteConfig) -> Result<deadpool_sqlite::Pool, Sq
 }
 
 impl kernel::Backend for SqlitePool {
-    async fn write<W: Forward>(&self, write: W) -> Result<W::Reply, DbError> {
+    async fn write<W: Write>(&self, write: W) -> Result<W::Reply, DbError> {
         self.run(write, |_, _, reply| reply).await
     }
 
@@ -291,55 +298,101 @@ impl kernel::Backend for SqlitePool {
         Ok(ready)
     }
 
-    async fn wait_for_pending(
-        &self,
-        pending_at_or_sooner: DateTime<Utc>,
-        ffqns: Arc<[FunctionFqn]>,
-        max_wait: Duration,
-    ) {
-        // The hub returns at once, without checking, once the store is closed.
-        let (at, check_ffqns) = (pending_at_or_sooner, Arc::clone(&ffqns));
-        // To the microsecond: a spurious `true` only makes a waiter look again.
-        let is_due =
-            self.read(move |conn| Ok(!reads::due_rows(conn, &check_ffqns, at, 1)?.is_empty()));
-        let hub = &self.inner.hub;
-        hub.wait_for_pending(at, ffqns, max_wait, is_due).await;
+    fn hub(&self) -> &WaiterHub {
+        &self.inner.hub
     }
-    async fn subscribe_to_next_responses(
+
+    async fn any_due(&self, ffqns: &[FunctionFqn], at: DateTime<Utc>) -> Result<bool, DbError> {
+        let ffqns = ffqns.to_vec();
+        self.read(move |conn| Ok(!reads::due_rows(conn, &ffqns, at, 1)?.is_empty()))
+            .await
+    }
+
+    async fn responses(
         &self,
         execution_id: &ExecutionId,
         start_idx: usize,
     ) -> Result<Vec<JoinSetResponseEventOuter>, DbError> {
-        let check = || {
-            let id = execution_id.clone();
-            self.read(move |conn| {
-                let responses = reads::of_existing(conn, &id, |tx| {
-                    reads::responses_up_to(tx, &id, start_idx, usize::MAX)
-                })?;
-                Ok((!responses.is_empty()).then_some(responses))
+        let id = execution_id.clone();
+        self.read(move |conn| {
+            reads::of_existing(conn, &id, |tx| {
+                reads::responses_up_to(tx, &id, start_idx, usize::MAX)
             })
-        };
-        self.inner.hub.wait_for_responses(execution_id, check).await
-    }
-    async fn get_expired_timers(&self, at: DateTime<Utc>) -> Result<Vec<ExpiredTimer>, DbError> {
-        self.read(move |conn| reads::expired_timers(conn, at)).await
+        })
+        .await
     }
 
-    async fn due_backlog(
+    async fn finished_result(
+        &self,
+        execution_id: &ExecutionId,
+    ) -> Result<Option<FinishedExecutionResult>, DbError> {
+        let id = execution_id.clone();
+        self.read(move |conn| reads::finished_result(conn, &id))
+            .await
+    }
+
+    async fn expired(
+        &self,
+        at: DateTime<Utc>,
+    ) -> Result<(Vec<ExecutionRow>, Vec<ExpiredDelay>), DbError> {
+        self.read(move |conn| {
+            let tx = conn.transaction()?;
+            let sql = format!(
+                "SELECT {STATE_ROW_COLUMNS} FROM t_execution_state \
+                 WHERE state = 'Locked' AND lock_expires_at <= ?1"
+            );
+            let locks = rows(&tx, &sql, [micros(at)], codec::execution_row)?;
+            let sql = "SELECT execution_id, delay_id, join_set_id, expires_at FROM t_delay \
+                       WHERE is_open = 1 AND expires_at <= ?1";
+            let delays = rows(&tx, sql, [micros(at)], |row| {
+                Ok(ExpiredDelay {
+                    execution_id: parsed(row, 0, "execution id")?,
+                    join_set_id: parsed(row, 2, "join set id")?,
+                    delay_id: parsed(row, 1, "delay id")?,
+                    expires_at: time(row, 3)?,
+                })
+            })?;
+            tx.finish()?;
+            Ok((locks, delays))
+        })
+        .await
+    }
+
+    /// To the microsecond: `ix_state_pending`'s range, in its order.
+    async fn due_times(
         &self,
         ffqn: &FunctionFqn,
         at: DateTime<Utc>,
         limit: usize,
-    ) -> Result<DueBacklog, DbError> {
-        let ffqn = ffqn.clone();
-        let due = self.read(move |conn| reads::due_times(conn, &ffqn, at, limit.saturating_add(1)));
-        Ok(DueBacklog::of_due_times(&due.await?, limit))
+    ) -> Result<Vec<DateTime<Utc>>, DbError> {
+        let ffqn = ffqn.to_string();
+        self.read(move |conn| {
+            let sql = "SELECT pending_at FROM t_execution_state \
+                       WHERE state = 'PendingAt' AND ffqn = ?1 AND pending_at <= ?2 \
+                       ORDER BY pending_at, execution_id LIMIT ?3";
+            let values = params![ffqn, micros(at), to_i64(limit)];
+            rows(conn, sql, values, |row| time(row, 0))
+        })
+        .await
     }
 
     async fn get(&self, execution_id: &ExecutionId) -> Result<ExecutionLog, DbError> {
         let execution_id = execution_id.clone();
-        self.read(move |conn| reads::execution_log(conn, &execution_id))
-            .await
+        self.read(move |conn| {
+            let tx = conn.transaction()?;
+            let row = reads::execution_row(&tx, &execution_id)?;
+            let row = row.ok_or_else(|| DbError::execution_not_found(&execution_id))?;
+            let log = ExecutionLog {
+                events: reads::events(&tx, &execution_id, Version(0), usize::MAX)?,
+                responses: reads::responses_up_to(&tx, &execution_id, 0, usize::MAX)?,
+                next_version: row.state.next_version,
+                pending_state: row.state.pending_state,
+                execution_id,
+            };
+            tx.finish()?;
+            Ok(log)
+        })
+        .await
     }
 
     async fn list_events(
@@ -357,43 +410,65 @@ impl kernel::Backend for SqlitePool {
         .await
     }
 
+    /// From one snapshot: one statement per thousand ids.
     async fn created_events(
         &self,
         execution_ids: &[ExecutionId],
     ) -> Result<Vec<(ExecutionId, ExecutionEvent)>, DbError> {
         let ids = execution_ids.to_vec();
-        self.read(move |conn| reads::created_events(conn, &ids))
-            .await
+        self.read(move |conn| {
+            let tx = conn.transaction()?;
+            let mut found = Vec::with_capacity(ids.len());
+            for chunk in ids.chunks(1_000) {
+                let sql = format!(
+                    "SELECT execution_id, event_json FROM t_event WHERE version = 0 AND \
+                     execution_id IN ({})",
+                    vec!["?"; chunk.len()].join(", ")
+                );
+                let ids = chunk.iter().map(ExecutionId::as_str);
+                found.extend(rows(&tx, &sql, params_from_iter(ids), |row| {
+                    Ok((parsed(row, 0, "execution id")?, json(row, 1)?))
+                })?);
+            }
+            tx.finish()?;
+            Ok(found)
+        })
+        .await
     }
 
+    /// One statement (`reads::listing`).
     async fn list_executions(
         &self,
         filter: ListExecutionsFilter,
         pagination: Pagination,
     ) -> Result<Vec<ExecutionSummary>, DbError> {
-        self.read(move |conn| reads::list_executions(conn, &filter, &pagination))
-            .await
+        self.read(move |conn| {
+            let (sql, values) = reads::listing(&filter, &pagination);
+            rows(conn, &sql, params_from_iter(values), |row| {
+                Ok(ExecutionSummary {
+                    execution_id: parsed(row, 0, "execution id")?,
+                    ffqn: parsed(row, 1, "function name")?,
+                    created_at: time(row, 2)?,
+                    scheduled_at: time(row, 3)?,
+                    pending_state: json(row, 4)?,
+                    next_version: Version(count(row.get(5)?, "next version")?),
+                })
+            })
+        })
+        .await
     }
-    async fn wait_for_finished_result(
-        &self,
-        execution_id: &ExecutionId,
-        timeout: Option<Duration>,
-    ) -> Result<FinishedExecutionResult, DbError> {
-        let check = || {
-            let id = execution_id.clone();
-            self.read(move |conn| reads::finished_result(conn, &id))
-        };
-        let hub = &self.inner.hub;
-        hub.wait_for_finished(execution_id, timeout, check).await
-    }
+
     async fn list_schedules(
         &self,
         from: Option<&ScheduleName>,
         limit: usize,
     ) -> Result<Vec<ScheduleRow>, DbError> {
         let from = from.map_or_else(String::new, ToString::to_string);
-        self.read(move |conn| schedules::list(conn, &from, limit))
-            .await
+        self.read(move |conn| {
+            let sql = "SELECT row_json FROM t_schedule WHERE name >= ?1 ORDER BY name LIMIT ?2";
+            rows(conn, sql, params![from, to_i64(limit)], |row| json(row, 0))
+        })
+        .await
     }
 
     async fn schedule_ticks(
@@ -401,9 +476,13 @@ impl kernel::Backend for SqlitePool {
         name: &ScheduleName,
         limit: usize,
     ) -> Result<Vec<Tick>, DbError> {
-        let name = name.clone();
-        self.read(move |conn| schedules::ticks(conn, &name, limit))
-            .await
+        let name = name.to_string();
+        self.read(move |conn| {
+            let sql = "SELECT tick_json FROM t_schedule_tick WHERE name = ?1 ORDER BY seq DESC \
+                       LIMIT ?2";
+            rows(conn, sql, params![name, to_i64(limit)], |row| json(row, 0))
+        })
+        .await
     }
 
     async fn close(&self) {

@@ -1,18 +1,19 @@
-//! Queries that only read: on a reader connection (inside one read transaction when they take
+//! Queries that only read, shared by the store's reads (`pool.rs`), the writer's loads and the
+//! hand-over of a lock: on a reader connection (inside one read transaction when they take
 //! several statements, so they see one snapshot) or on the writer's, inside its transaction.
 
 use crate::{
-    codec::{self, STATE_ROW_COLUMNS, json, parsed, time},
+    codec::{self, STATE_ROW_COLUMNS, json},
     error::Result,
 };
 use chrono::{DateTime, Utc};
 use concepts::{
-    DbError, ExecutionEvent, ExecutionId, ExecutionLog, ExecutionSummary, ExpiredDelay,
-    ExpiredTimer, FinishedExecutionResult, FunctionFqn, JoinSetResponseEventOuter,
-    ListExecutionsFilter, ListTerm, LockedExecution, Pagination, Version,
+    DbError, ExecutionEvent, ExecutionId, FinishedExecutionResult, FunctionFqn,
+    JoinSetResponseEventOuter, ListExecutionsFilter, ListTerm, LockedExecution, Pagination,
+    Version,
     kernel::{
         self, ExecutionRow, LockGrant, LogRows,
-        stored::{self, corrupt, count, micros, to_i64},
+        stored::{self, corrupt, micros, to_i64},
     },
 };
 use rusqlite::{Connection, Params, Row, params, params_from_iter, types::Value};
@@ -68,29 +69,6 @@ pub(crate) fn events(
     rows(conn, sql, params, |row| json(row, 0))
 }
 
-/// The `Created` events of `execution_ids` that are stored, with their ids, from one
-/// snapshot: one statement per thousand ids.
-pub(crate) fn created_events(
-    conn: &mut Connection,
-    execution_ids: &[ExecutionId],
-) -> Result<Vec<(ExecutionId, ExecutionEvent)>> {
-    let tx = conn.transaction()?;
-    let mut found = Vec::with_capacity(execution_ids.len());
-    for chunk in execution_ids.chunks(1_000) {
-        let sql = format!(
-            "SELECT execution_id, event_json FROM t_event WHERE version = 0 AND execution_id IN \
-             ({})",
-            vec!["?"; chunk.len()].join(", ")
-        );
-        let ids = chunk.iter().map(ExecutionId::as_str);
-        found.extend(rows(&tx, &sql, params_from_iter(ids), |row| {
-            Ok((parsed(row, 0, "execution id")?, json(row, 1)?))
-        })?);
-    }
-    tx.finish()?;
-    Ok(found)
-}
-
 /// Up to `max_length` responses from index `start_idx` on, in arrival order.
 pub(crate) fn responses_up_to(
     conn: &Connection,
@@ -107,24 +85,6 @@ pub(crate) fn responses_up_to(
         params![execution_id.as_str(), offset, limit],
         |row| json(row, 0),
     )
-}
-
-pub(crate) fn execution_log(
-    conn: &mut Connection,
-    execution_id: &ExecutionId,
-) -> Result<ExecutionLog> {
-    let tx = conn.transaction()?;
-    let row = execution_row(&tx, execution_id)?;
-    let row = row.ok_or_else(|| DbError::execution_not_found(execution_id))?;
-    let log = ExecutionLog {
-        execution_id: execution_id.clone(),
-        events: events(&tx, execution_id, Version(0), usize::MAX)?,
-        responses: responses_up_to(&tx, execution_id, 0, usize::MAX)?,
-        next_version: row.state.next_version,
-        pending_state: row.state.pending_state,
-    };
-    tx.finish()?;
-    Ok(log)
 }
 
 /// The result of `execution_id` if it finished: its `Finished` event, stored at the version the
@@ -172,65 +132,6 @@ pub(crate) fn due_rows(
     let ffqns = ffqns.iter().map(|ffqn| Value::Text(ffqn.to_string()));
     let values = ffqns.chain([micros(at).into(), to_i64(limit).into()]);
     rows(conn, &sql, params_from_iter(values), codec::execution_row)
-}
-
-/// The `pending_at` (to the microsecond) of the first `limit` executions of `ffqn` due at
-/// `at`, oldest first: `ix_state_pending`'s range, in its order.
-pub(crate) fn due_times(
-    conn: &Connection,
-    ffqn: &FunctionFqn,
-    at: DateTime<Utc>,
-    limit: usize,
-) -> Result<Vec<DateTime<Utc>>> {
-    let sql = "SELECT pending_at FROM t_execution_state \
-               WHERE state = 'PendingAt' AND ffqn = ?1 AND pending_at <= ?2 \
-               ORDER BY pending_at, execution_id LIMIT ?3";
-    let values = params![ffqn.to_string(), micros(at), to_i64(limit)];
-    rows(conn, sql, values, |row| time(row, 0))
-}
-
-/// Every lease and open delay that expired at or before `at`, in the kernel's order.
-pub(crate) fn expired_timers(
-    conn: &mut Connection,
-    at: DateTime<Utc>,
-) -> Result<Vec<ExpiredTimer>> {
-    let tx = conn.transaction()?;
-    let sql = format!(
-        "SELECT {STATE_ROW_COLUMNS} FROM t_execution_state \
-         WHERE state = 'Locked' AND lock_expires_at <= ?1"
-    );
-    let locks = rows(&tx, &sql, [micros(at)], codec::execution_row)?;
-    let sql = "SELECT execution_id, delay_id, join_set_id, expires_at FROM t_delay \
-               WHERE is_open = 1 AND expires_at <= ?1";
-    let delays = rows(&tx, sql, [micros(at)], |row| {
-        Ok(ExpiredDelay {
-            execution_id: parsed(row, 0, "execution id")?,
-            join_set_id: parsed(row, 2, "join set id")?,
-            delay_id: parsed(row, 1, "delay id")?,
-            expires_at: time(row, 3)?,
-        })
-    })?;
-    tx.finish()?;
-    Ok(kernel::expired_timers(at, locks, delays)?)
-}
-
-/// Executions newest first that pass `filter`, after the cursor ([`listing`]).
-pub(crate) fn list_executions(
-    conn: &Connection,
-    filter: &ListExecutionsFilter,
-    pagination: &Pagination,
-) -> Result<Vec<ExecutionSummary>> {
-    let (sql, values) = listing(filter, pagination);
-    rows(conn, &sql, params_from_iter(values), |row| {
-        Ok(ExecutionSummary {
-            execution_id: parsed(row, 0, "execution id")?,
-            ffqn: parsed(row, 1, "function name")?,
-            created_at: time(row, 2)?,
-            scheduled_at: time(row, 3)?,
-            pending_state: json(row, 4)?,
-            next_version: Version(count(row.get(5)?, "next version")?),
-        })
-    })
 }
 
 /// The statement of a listing and its values: only the filters given are in it, so that its

@@ -8,7 +8,7 @@ use concepts::{
         Keys, ScheduleWrite, Snapshot,
         stored::{micros, to_i64, to_json},
     },
-    schedule::{ScheduleName, ScheduleRow, Tick},
+    schedule::{ScheduleName, ScheduleRow},
 };
 use rusqlite::{Connection, params};
 
@@ -63,18 +63,4 @@ impl WriteCtx<'_> {
 pub(crate) fn schedule(conn: &Connection, name: &ScheduleName) -> Result<Option<ScheduleRow>> {
     let sql = "SELECT row_json FROM t_schedule WHERE name = ?1";
     Ok(rows(conn, sql, [name.as_str()], |row| json(row, 0))?.pop())
-}
-
-/// The schedules from `from` on in name order, at most `limit`.
-pub(crate) fn list(conn: &Connection, from: &str, limit: usize) -> Result<Vec<ScheduleRow>> {
-    let sql = "SELECT row_json FROM t_schedule WHERE name >= ?1 ORDER BY name LIMIT ?2";
-    rows(conn, sql, params![from, to_i64(limit)], |row| json(row, 0))
-}
-
-/// The last `limit` ticks of `name`, newest first.
-pub(crate) fn ticks(conn: &Connection, name: &ScheduleName, limit: usize) -> Result<Vec<Tick>> {
-    let sql = "SELECT tick_json FROM t_schedule_tick WHERE name = ?1 ORDER BY seq DESC LIMIT ?2";
-    rows(conn, sql, params![name.as_str(), to_i64(limit)], |row| {
-        json(row, 0)
-    })
 }

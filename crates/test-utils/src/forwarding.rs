@@ -1,4 +1,5 @@
-//! A store that forwards every call to another one, with a hook that decides the fate of each
+//! A store that forwards every call of the public storage traits to another one (a decorator
+//! of [`concepts::DbConnection`]), with a hook that decides the fate of each
 //! write: let it through, refuse it without writing, or write it and then lose the reply
 //! (an ambiguous commit: the caller sees an error although the write landed).
 //!
@@ -22,23 +23,29 @@
 //! # let _ = lose_every_outcome_reply;
 //! ```
 
+use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use concepts::{
-    AppendBatchRequest, CancelRequest, CompleteRequest, CreateRequest, DbConnection, DbError,
-    DueBacklog, ExecutionEvent, ExecutionId, ExecutionLog, ExecutionSummary, ExpiredTimer,
-    FinishedExecutionResult, FunctionFqn, JoinSetResponseEvent, JoinSetResponseEventOuter,
-    ListExecutionsFilter, LockPendingRequest, LockedExecution, OutcomeWrite, Pagination,
-    PruneRequest, Version,
-    kernel::{AppendOutcomes, AppendResponse, Backend, CreateBatch, Forward},
-    schedule::{FireSchedulesRequest, ScheduleName, ScheduleRow, Tick},
+    AppendBatchRequest, CancelOutcome, CancelRequest, CompleteOutcome, CompleteRequest,
+    CreateOutcome, CreateRequest, DbAwait, DbClient, DbConnection, DbError, DbExecutor,
+    DbSchedules, DbTimers, DbWorkflow, DueBacklog, ExecutionEvent, ExecutionId, ExecutionLog,
+    ExecutionSummary, ExpiredTimer, FinishedExecutionResult, FunctionFqn, JoinSetResponseEvent,
+    JoinSetResponseEventOuter, ListExecutionsFilter, LockPendingRequest, LockedExecution,
+    OutcomeWrite, Pagination, PruneOutcome, PruneRequest, Version,
+    schedule::{
+        ChangeScheduleRequest, CreateScheduleRequest, FireOutcome, FireSchedulesRequest,
+        ScheduleChanged, ScheduleCreated, ScheduleName, ScheduleRow, Tick, TriggerScheduleRequest,
+        Triggered,
+    },
 };
-use std::{any::Any, future::Future, pin::Pin, sync::Arc, time::Duration};
+use std::{future::Future, pin::Pin, sync::Arc, time::Duration};
 
 /// A write on its way to the store, as the hook sees it.
 #[derive(Debug, Clone, Copy)]
 #[non_exhaustive]
 pub enum Write<'a> {
-    /// A kind of write the hook has no name for yet.
+    /// A kind of write the hook has no name for (`create_schedule`, `change_schedule`,
+    /// `trigger_schedule`).
     Other(&'a (dyn std::fmt::Debug + Sync)),
     /// `create`.
     Create(&'a CreateRequest),
@@ -70,40 +77,6 @@ pub enum Write<'a> {
     Prune(&'a PruneRequest),
     /// `fire_schedules`.
     FireSchedules(&'a FireSchedulesRequest),
-}
-
-impl<'a> Write<'a> {
-    /// The view of `write`, a write of the kernel's kinds.
-    fn of<W: Forward>(write: &'a W) -> Self {
-        let any: &dyn Any = write;
-        if let Some(req) = any.downcast_ref::<CreateRequest>() {
-            Self::Create(req)
-        } else if let Some(CreateBatch(reqs)) = any.downcast_ref() {
-            Self::CreateBatch(reqs)
-        } else if let Some(req) = any.downcast_ref::<AppendBatchRequest>() {
-            Self::AppendBatch(req)
-        } else if let Some(write) = any.downcast_ref::<OutcomeWrite>() {
-            Self::Outcome(write)
-        } else if let Some(AppendOutcomes(writes)) = any.downcast_ref() {
-            Self::Outcomes(writes)
-        } else if let Some(response) = any.downcast_ref::<AppendResponse>() {
-            Self::Response {
-                now: response.now,
-                execution_id: &response.execution_id,
-                response: &response.response,
-            }
-        } else if let Some(req) = any.downcast_ref::<CancelRequest>() {
-            Self::Cancel(req)
-        } else if let Some(req) = any.downcast_ref::<CompleteRequest>() {
-            Self::Complete(req)
-        } else if let Some(req) = any.downcast_ref::<PruneRequest>() {
-            Self::Prune(req)
-        } else if let Some(req) = any.downcast_ref::<FireSchedulesRequest>() {
-            Self::FireSchedules(req)
-        } else {
-            Self::Other(write)
-        }
-    }
 }
 
 /// What happens to one write.
@@ -284,25 +257,33 @@ impl ForwardingDb {
     }
 }
 
-impl Backend for ForwardingDb {
-    async fn write<W: Forward>(&self, write: W) -> Result<W::Reply, DbError> {
-        let copy = write.clone();
-        let view = Write::of(&copy);
-        let reply = self.apply(view, write.forward(self.inner.as_ref())).await?;
-        // Each item `append_outcomes` accepted is an acknowledged outcome of its own.
-        if let (Write::Outcomes(writes), Some(replies)) = (view, downcast::<Replies>(&reply)) {
-            for (write, reply) in writes.iter().zip(replies) {
-                if reply.is_ok() {
-                    self.hook.acknowledged(&Write::Outcome(write));
-                }
-            }
-        }
-        Ok(reply)
+#[async_trait]
+impl DbAwait for ForwardingDb {
+    async fn wait_for_finished_result(
+        &self,
+        execution_id: &ExecutionId,
+        timeout: Option<Duration>,
+    ) -> Result<FinishedExecutionResult, DbError> {
+        self.hook.read(&Read::FinishedResult {
+            execution_id,
+            timeout,
+        })?;
+        self.inner
+            .wait_for_finished_result(execution_id, timeout)
+            .await
     }
+}
 
+#[async_trait]
+impl DbExecutor for ForwardingDb {
     async fn lock_pending(&self, req: LockPendingRequest) -> Result<Vec<LockedExecution>, DbError> {
         let copy = req.clone();
         (self.apply(Write::LockPending(&copy), self.inner.lock_pending(req))).await
+    }
+
+    async fn append_outcome(&self, write: OutcomeWrite) -> Result<Version, DbError> {
+        let copy = write.clone();
+        (self.apply(Write::Outcome(&copy), self.inner.append_outcome(write))).await
     }
 
     async fn wait_for_pending(
@@ -320,6 +301,14 @@ impl Backend for ForwardingDb {
             .wait_for_pending(pending_at_or_sooner, ffqns.clone(), max_wait);
         self.wait(what, wait, tokio::time::sleep(max_wait)).await;
     }
+}
+
+#[async_trait]
+impl DbWorkflow for ForwardingDb {
+    async fn append_batch(&self, req: AppendBatchRequest) -> Result<Version, DbError> {
+        let copy = req.clone();
+        (self.apply(Write::AppendBatch(&copy), self.inner.append_batch(req))).await
+    }
 
     async fn subscribe_to_next_responses(
         &self,
@@ -332,29 +321,95 @@ impl Backend for ForwardingDb {
         let what = Wait::Responses { execution_id };
         self.wait(what, wait, std::future::pending()).await
     }
+}
 
-    async fn wait_for_finished_result(
-        &self,
-        execution_id: &ExecutionId,
-        timeout: Option<Duration>,
-    ) -> Result<FinishedExecutionResult, DbError> {
-        self.hook.read(&Read::FinishedResult {
-            execution_id,
-            timeout,
-        })?;
-        self.inner
-            .wait_for_finished_result(execution_id, timeout)
-            .await
-    }
-
+#[async_trait]
+impl DbTimers for ForwardingDb {
     async fn get_expired_timers(&self, at: DateTime<Utc>) -> Result<Vec<ExpiredTimer>, DbError> {
         self.hook.read(&Read::ExpiredTimers)?;
         self.inner.get_expired_timers(at).await
     }
 
+    async fn append_outcomes(
+        &self,
+        writes: Vec<OutcomeWrite>,
+    ) -> Result<Vec<Result<Version, DbError>>, DbError> {
+        let copy = writes.clone();
+        let call = self.inner.append_outcomes(writes);
+        let replies = self.apply(Write::Outcomes(&copy), call).await?;
+        // Each item it accepted is an acknowledged outcome of its own.
+        for (write, reply) in copy.iter().zip(&replies) {
+            if reply.is_ok() {
+                self.hook.acknowledged(&Write::Outcome(write));
+            }
+        }
+        Ok(replies)
+    }
+
+    async fn append_response(
+        &self,
+        now: DateTime<Utc>,
+        execution_id: &ExecutionId,
+        response: JoinSetResponseEvent,
+    ) -> Result<(), DbError> {
+        let copy = response.clone();
+        let write = Write::Response {
+            now,
+            execution_id,
+            response: &copy,
+        };
+        let call = self.inner.append_response(now, execution_id, response);
+        self.apply(write, call).await
+    }
+}
+
+#[async_trait]
+impl DbClient for ForwardingDb {
+    async fn create(&self, req: CreateRequest) -> Result<CreateOutcome, DbError> {
+        let copy = req.clone();
+        (self.apply(Write::Create(&copy), self.inner.create(req))).await
+    }
+
+    async fn create_batch(&self, reqs: Vec<CreateRequest>) -> Result<(), DbError> {
+        let copy = reqs.clone();
+        (self.apply(Write::CreateBatch(&copy), self.inner.create_batch(reqs))).await
+    }
+
+    async fn cancel(&self, req: CancelRequest) -> Result<CancelOutcome, DbError> {
+        let copy = req.clone();
+        (self.apply(Write::Cancel(&copy), self.inner.cancel(req))).await
+    }
+
+    async fn complete(&self, req: CompleteRequest) -> Result<CompleteOutcome, DbError> {
+        let copy = req.clone();
+        (self.apply(Write::Complete(&copy), self.inner.complete(req))).await
+    }
+
+    async fn prune(&self, req: PruneRequest) -> Result<PruneOutcome, DbError> {
+        let copy = req.clone();
+        (self.apply(Write::Prune(&copy), self.inner.prune(req))).await
+    }
+
     async fn get(&self, execution_id: &ExecutionId) -> Result<ExecutionLog, DbError> {
         self.hook.read(&Read::Get(execution_id))?;
         self.inner.get(execution_id).await
+    }
+
+    async fn get_execution_event(
+        &self,
+        execution_id: &ExecutionId,
+        version: Version,
+    ) -> Result<ExecutionEvent, DbError> {
+        self.hook.read(&Read::ListEvents(execution_id))?;
+        self.inner.get_execution_event(execution_id, version).await
+    }
+
+    async fn created_events(
+        &self,
+        execution_ids: &[ExecutionId],
+    ) -> Result<Vec<ExecutionEvent>, DbError> {
+        self.hook.read(&Read::CreatedEvents)?;
+        self.inner.created_events(execution_ids).await
     }
 
     async fn list_events(
@@ -365,15 +420,6 @@ impl Backend for ForwardingDb {
     ) -> Result<Vec<ExecutionEvent>, DbError> {
         self.hook.read(&Read::ListEvents(execution_id))?;
         self.inner.list_events(execution_id, from, limit).await
-    }
-
-    async fn created_events(
-        &self,
-        execution_ids: &[ExecutionId],
-    ) -> Result<Vec<(ExecutionId, ExecutionEvent)>, DbError> {
-        self.hook.read(&Read::CreatedEvents)?;
-        let events = self.inner.created_events(execution_ids).await?;
-        Ok(execution_ids.iter().cloned().zip(events).collect())
     }
 
     async fn list_executions(
@@ -393,25 +439,48 @@ impl Backend for ForwardingDb {
     ) -> Result<DueBacklog, DbError> {
         self.inner.due_backlog(ffqn, at, limit).await
     }
+}
+
+#[async_trait]
+impl DbSchedules for ForwardingDb {
+    async fn create_schedule(
+        &self,
+        req: CreateScheduleRequest,
+    ) -> Result<ScheduleCreated, DbError> {
+        let copy = req.clone();
+        (self.apply(Write::Other(&copy), self.inner.create_schedule(req))).await
+    }
+
+    async fn change_schedule(
+        &self,
+        req: ChangeScheduleRequest,
+    ) -> Result<ScheduleChanged, DbError> {
+        let copy = req.clone();
+        (self.apply(Write::Other(&copy), self.inner.change_schedule(req))).await
+    }
+
+    async fn fire_schedules(&self, req: FireSchedulesRequest) -> Result<FireOutcome, DbError> {
+        let copy = req.clone();
+        (self.apply(Write::FireSchedules(&copy), self.inner.fire_schedules(req))).await
+    }
+
+    async fn trigger_schedule(&self, req: TriggerScheduleRequest) -> Result<Triggered, DbError> {
+        let copy = req.clone();
+        (self.apply(Write::Other(&copy), self.inner.trigger_schedule(req))).await
+    }
+
+    async fn get_schedule(&self, name: &ScheduleName) -> Result<ScheduleRow, DbError> {
+        self.hook.read(&Read::ListSchedules)?;
+        self.inner.get_schedule(name).await
+    }
 
     async fn list_schedules(
         &self,
-        from: Option<&ScheduleName>,
+        after: Option<&ScheduleName>,
         limit: usize,
     ) -> Result<Vec<ScheduleRow>, DbError> {
         self.hook.read(&Read::ListSchedules)?;
-        let mut rows = Vec::new();
-        if let Some(name) = from {
-            match self.inner.get_schedule(name).await {
-                Ok(row) => rows.push(row),
-                Err(DbError::NotFound(_)) => {}
-                Err(err) => return Err(err),
-            }
-        }
-        let rest = limit.saturating_sub(rows.len());
-        rows.extend(self.inner.list_schedules(from, rest).await?);
-        rows.truncate(limit);
-        Ok(rows)
+        self.inner.list_schedules(after, limit).await
     }
 
     async fn schedule_ticks(
@@ -422,15 +491,11 @@ impl Backend for ForwardingDb {
         self.hook.read(&Read::ScheduleTicks(name))?;
         self.inner.schedule_ticks(name, limit).await
     }
+}
 
+#[async_trait]
+impl DbConnection for ForwardingDb {
     async fn close(&self) {
         self.inner.close().await;
     }
-}
-
-/// The reply of `append_outcomes`.
-type Replies = Vec<Result<Version, DbError>>;
-
-fn downcast<T: Any>(value: &dyn Any) -> Option<&T> {
-    value.downcast_ref()
 }

@@ -3,8 +3,9 @@
 //! public traits being [`Backend::write`] of its write kind.
 
 use super::{
-    snapshot::FastHash,
-    write::Forward,
+    snapshot::{ExecutionRow, FastHash},
+    waiters::WaiterHub,
+    write::Write,
     writes::{AppendOutcomes, AppendResponse, CreateBatch},
 };
 use crate::metrics as m;
@@ -12,9 +13,9 @@ use crate::{
     AppendBatchRequest, CancelOutcome, CancelRequest, CompleteOutcome, CompleteRequest,
     CreateOutcome, CreateRequest, DbAwait, DbClient, DbConnection, DbError, DbExecutor,
     DbSchedules, DbTimers, DbWorkflow, DueBacklog, ExecutionEvent, ExecutionId, ExecutionLog,
-    ExecutionSummary, ExpiredTimer, FinishedExecutionResult, FunctionFqn, JoinSetResponseEvent,
-    JoinSetResponseEventOuter, ListExecutionsFilter, LockPendingRequest, LockedExecution,
-    OutcomeWrite, Pagination, PruneOutcome, PruneRequest, Version,
+    ExecutionSummary, ExpiredDelay, ExpiredTimer, FinishedExecutionResult, FunctionFqn,
+    JoinSetResponseEvent, JoinSetResponseEventOuter, ListExecutionsFilter, LockPendingRequest,
+    LockedExecution, OutcomeWrite, Pagination, PruneOutcome, PruneRequest, Version,
     schedule::{
         ChangeScheduleRequest, CreateScheduleRequest, FireOutcome, FireSchedulesRequest,
         ScheduleChanged, ScheduleCreated, ScheduleName, ScheduleRow, Tick, TriggerScheduleRequest,
@@ -169,20 +170,23 @@ fn count_created(created: &[(FunctionFqn, usize)]) {
     }
 }
 
-/// A storage backend: how it runs a write, its reads, its waits, and closing. Implement it
-/// and the store is a [`DbConnection`]: the public traits' write methods are
-/// [`Backend::write`] of their write kinds, the rest call the method of the same name.
+/// A storage backend: how it runs a write, its reads, its [`WaiterHub`], and closing.
+/// Implement it and the store is a [`DbConnection`]: the public traits' write methods are
+/// [`Backend::write`] of their write kinds; the three waits are written here once, on the
+/// backend's hub and its check reads ([`Backend::any_due`], [`Backend::responses`],
+/// [`Backend::finished_result`]); `get_expired_timers` and `due_backlog` are made here from the
+/// backend's rows ([`Backend::expired`], [`Backend::due_times`]); the other reads call the
+/// method of the same name.
 ///
 /// A backend writes every kind of write the same way, with the kernel's steps
-/// ([`Write`](super::Write)): the keys, the load under its own locking, the plan
+/// ([`Write`]): the keys, the load under its own locking, the plan
 /// ([`plan`](super::plan) or a [`GroupPlanner`](super::GroupPlanner)), the atomic persist,
 /// the wake-ups after the commit. It knows no kind by name, so a new kind of write reaches
 /// every backend without a change to any of them, unless it needs rows they do not store yet.
 pub trait Backend: Send + Sync + 'static {
     /// Runs `write` and answers its reply once it committed, or the error that refused it
     /// (nothing written).
-    fn write<W: Forward>(&self, write: W)
-    -> impl Future<Output = Result<W::Reply, DbError>> + Send;
+    fn write<W: Write>(&self, write: W) -> impl Future<Output = Result<W::Reply, DbError>> + Send;
 
     /// [`DbExecutor::lock_pending`]: the [`LockPendingRequest`] write, whose grants the
     /// backend hands over with the histories read after its commit
@@ -192,33 +196,42 @@ pub trait Backend: Send + Sync + 'static {
         req: LockPendingRequest,
     ) -> impl Future<Output = Result<Vec<LockedExecution>, DbError>> + Send;
 
-    /// [`DbExecutor::wait_for_pending`].
-    fn wait_for_pending(
-        &self,
-        pending_at_or_sooner: DateTime<Utc>,
-        ffqns: Arc<[FunctionFqn]>,
-        max_wait: Duration,
-    ) -> impl Future<Output = ()> + Send;
+    /// The store's waiters: the kernel's waits register there, and the backend delivers each
+    /// committed write's wake-ups to it.
+    fn hub(&self) -> &WaiterHub;
 
+    /// Whether an execution of one of `ffqns` is pending and due at `at`: the check of
+    /// [`DbExecutor::wait_for_pending`] (to the microsecond on the SQL backends: a spurious
+    /// `true` only makes a waiter look again).
+    fn any_due(
+        &self,
+        ffqns: &[FunctionFqn],
+        at: DateTime<Utc>,
+    ) -> impl Future<Output = Result<bool, DbError>> + Send;
+
+    /// The responses of `execution_id` from index `start_idx` on, in arrival order, from one
+    /// snapshot; `NotFound` for an unknown execution: the check of
     /// [`DbWorkflow::subscribe_to_next_responses`].
-    fn subscribe_to_next_responses(
+    fn responses(
         &self,
         execution_id: &ExecutionId,
         start_idx: usize,
     ) -> impl Future<Output = Result<Vec<JoinSetResponseEventOuter>, DbError>> + Send;
 
-    /// [`DbAwait::wait_for_finished_result`].
-    fn wait_for_finished_result(
+    /// The result of `execution_id` if it finished (its `Finished` event); `NotFound` for an
+    /// unknown execution: the check of [`DbAwait::wait_for_finished_result`].
+    fn finished_result(
         &self,
         execution_id: &ExecutionId,
-        timeout: Option<Duration>,
-    ) -> impl Future<Output = Result<FinishedExecutionResult, DbError>> + Send;
+    ) -> impl Future<Output = Result<Option<FinishedExecutionResult>, DbError>> + Send;
 
-    /// [`DbTimers::get_expired_timers`].
-    fn get_expired_timers(
+    /// The state rows of the leases that expired at or before `at`, and the open delays that
+    /// did, from one snapshot, in any order: [`expired_timers`](super::expired_timers) makes them
+    /// [`DbTimers::get_expired_timers`]'s answer.
+    fn expired(
         &self,
         at: DateTime<Utc>,
-    ) -> impl Future<Output = Result<Vec<ExpiredTimer>, DbError>> + Send;
+    ) -> impl Future<Output = Result<(Vec<ExecutionRow>, Vec<ExpiredDelay>), DbError>> + Send;
 
     /// [`DbClient::get`].
     fn get(
@@ -248,15 +261,15 @@ pub trait Backend: Send + Sync + 'static {
         pagination: Pagination,
     ) -> impl Future<Output = Result<Vec<ExecutionSummary>, DbError>> + Send;
 
-    /// [`DbClient::due_backlog`]: [`DueBacklog::of_due_times`] of the `scheduled_at` of the
-    /// first `limit + 1` executions of `ffqn` pending and due at `at`, oldest first, read in
-    /// the order of the index the locks read.
-    fn due_backlog(
+    /// The `scheduled_at` of the first `limit` executions of `ffqn` pending and due at `at`,
+    /// oldest first, read in the order of the index the locks read: what
+    /// [`DbClient::due_backlog`] counts ([`DueBacklog::of_due_times`]).
+    fn due_times(
         &self,
         ffqn: &FunctionFqn,
         at: DateTime<Utc>,
         limit: usize,
-    ) -> impl Future<Output = Result<DueBacklog, DbError>> + Send;
+    ) -> impl Future<Output = Result<Vec<DateTime<Utc>>, DbError>> + Send;
 
     /// The schedules from `from` on (`from` too, if stored), in name order, at most `limit`:
     /// [`DbSchedules::list_schedules`] and [`DbSchedules::get_schedule`].
@@ -284,7 +297,10 @@ impl<B: Backend> DbAwait for B {
         execution_id: &ExecutionId,
         timeout: Option<Duration>,
     ) -> Result<FinishedExecutionResult, DbError> {
-        Backend::wait_for_finished_result(self, execution_id, timeout).await
+        let check = || async move { self.finished_result(execution_id).await };
+        (self.hub())
+            .wait_for_finished(execution_id, timeout, check)
+            .await
     }
 }
 
@@ -304,7 +320,10 @@ impl<B: Backend> DbExecutor for B {
         ffqns: Arc<[FunctionFqn]>,
         max_wait: Duration,
     ) {
-        Backend::wait_for_pending(self, pending_at_or_sooner, ffqns, max_wait).await;
+        let is_due = self.any_due(&ffqns, pending_at_or_sooner);
+        (self.hub())
+            .wait_for_pending(pending_at_or_sooner, Arc::clone(&ffqns), max_wait, is_due)
+            .await;
     }
 }
 
@@ -323,14 +342,19 @@ impl<B: Backend> DbWorkflow for B {
         execution_id: &ExecutionId,
         start_idx: usize,
     ) -> Result<Vec<JoinSetResponseEventOuter>, DbError> {
-        Backend::subscribe_to_next_responses(self, execution_id, start_idx).await
+        let check = || async move {
+            let responses = self.responses(execution_id, start_idx).await?;
+            Ok((!responses.is_empty()).then_some(responses))
+        };
+        self.hub().wait_for_responses(execution_id, check).await
     }
 }
 
 #[async_trait]
 impl<B: Backend> DbTimers for B {
     async fn get_expired_timers(&self, at: DateTime<Utc>) -> Result<Vec<ExpiredTimer>, DbError> {
-        Backend::get_expired_timers(self, at).await
+        let (locks, delays) = self.expired(at).await?;
+        super::expired_timers(at, locks, delays)
     }
 
     async fn append_outcomes(
@@ -452,7 +476,8 @@ impl<B: Backend> DbClient for B {
         at: DateTime<Utc>,
         limit: usize,
     ) -> Result<DueBacklog, DbError> {
-        Backend::due_backlog(self, ffqn, at, limit).await
+        let due = self.due_times(ffqn, at, limit.saturating_add(1)).await?;
+        Ok(DueBacklog::of_due_times(&due, limit))
     }
 }
 

@@ -85,7 +85,7 @@ pub use snapshot::{
     expired_timers,
 };
 pub use waiters::{WaiterCounts, WaiterHub};
-pub use write::{Forward, Forwarded, Write};
+pub use write::Write;
 pub use writes::{
     AppendOutcomes, AppendResponse, BUFFER_RECHECK, CreateBatch, LockGrant, MAX_BACKFILL_TICKS,
     TICKS_KEPT, TICKS_PER_PASS, hand_over, hand_over_cloned, hand_over_created,

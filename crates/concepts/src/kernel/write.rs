@@ -1,11 +1,9 @@
 //! What a kind of write is: the [`Write`] trait that every write kind of `writes/` implements
-//! (its keys, how it is planned, what it answers), and [`Forward`], how a write that a caller
-//! makes through the public traits is made again through them (a decorator's way of passing a
-//! write on without naming its kind).
+//! (its keys, how it is planned, what it answers).
 
 use super::{keys::Keys, plan::Planner, snapshot::Snapshot, writes::LockGrant};
-use crate::{DbConnection, DbError};
-use std::{fmt::Debug, future::Future, pin::Pin};
+use crate::DbError;
+use std::fmt::Debug;
 
 /// One kind of write. Each kind is one module of the kernel's `writes/`, and its rules live
 /// there: a backend runs every kind the same way, knowing only these methods.
@@ -60,17 +58,6 @@ pub trait Write: Clone + Debug + Send + Sync + sealed::Sealed + 'static {
         let _ = reply;
         Vec::new()
     }
-}
-
-/// A future a decorator awaits.
-pub type Forwarded<'a, T> = Pin<Box<dyn Future<Output = Result<T, DbError>> + Send + 'a>>;
-
-/// A write a caller makes through the public storage traits: how it is made again, through
-/// them, on another store (what a store that decorates another does with a write it lets
-/// through, whatever its kind).
-pub trait Forward: Write {
-    /// Makes this write on `db`, through the public method a caller uses for it.
-    fn forward(self, db: &dyn DbConnection) -> Forwarded<'_, Self::Reply>;
 }
 
 pub(crate) mod sealed {

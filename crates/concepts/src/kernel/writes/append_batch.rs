@@ -7,9 +7,9 @@
 
 use super::create::validate_create;
 use crate::{
-    AppendBatchRequest, DbConnection, DbError, ExecutionEventInner, ExecutionId, HistoryEvent,
-    JoinSetId, JoinSetRequest, ValidationError, Version,
-    kernel::{Forward, Forwarded, Keys, Planner, Write, snapshot::FastHash, write::sealed::Sealed},
+    AppendBatchRequest, DbError, ExecutionEventInner, ExecutionId, HistoryEvent, JoinSetId,
+    JoinSetRequest, ValidationError, Version,
+    kernel::{Keys, Planner, Write, snapshot::FastHash, write::sealed::Sealed},
 };
 use std::collections::HashSet;
 
@@ -57,12 +57,6 @@ impl Write for AppendBatchRequest {
             planner.append(&lease.execution_id, Version(1), now, locked)?;
         }
         Ok(version)
-    }
-}
-
-impl Forward for AppendBatchRequest {
-    fn forward(self, db: &dyn DbConnection) -> Forwarded<'_, Version> {
-        db.append_batch(self)
     }
 }
 

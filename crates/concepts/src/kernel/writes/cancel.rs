@@ -3,11 +3,10 @@
 //! finished execution is left alone.
 
 use crate::{
-    CancelOutcome, CancelRequest, DbConnection, DbError, ExecutionEventInner, ExecutionId,
+    CancelOutcome, CancelRequest, DbError, ExecutionEventInner, ExecutionId,
     FinishedExecutionError, OutcomeWrite, ValidationError,
     kernel::{
-        Forward, Forwarded, JoinSetKey, Keys, Planner, Snapshot, Write, snapshot::FastHash,
-        write::sealed::Sealed,
+        JoinSetKey, Keys, Planner, Snapshot, Write, snapshot::FastHash, write::sealed::Sealed,
     },
 };
 use std::collections::HashSet;
@@ -110,12 +109,6 @@ impl Write for CancelRequest {
         Ok(CancelOutcome::Cancelled {
             executions: members.len(),
         })
-    }
-}
-
-impl Forward for CancelRequest {
-    fn forward(self, db: &dyn DbConnection) -> Forwarded<'_, CancelOutcome> {
-        db.cancel(self)
     }
 }
 

@@ -3,13 +3,9 @@
 //! done, with another value refused; an execution that is not a stub is refused.
 
 use crate::{
-    CompleteOutcome, CompleteRequest, DbConnection, DbError, DuplicateKind, ExecutionEventInner,
-    ExecutionId, FinishedExecutionResult, JoinSetResponse, JoinSetResponseEvent, OutcomeWrite,
-    ValidationError,
-    kernel::{
-        Forward, Forwarded, Keys, Planner, Snapshot, Write, snapshot::inconsistent,
-        write::sealed::Sealed,
-    },
+    CompleteOutcome, CompleteRequest, DbError, DuplicateKind, ExecutionEventInner, ExecutionId,
+    FinishedExecutionResult, JoinSetResponse, JoinSetResponseEvent, OutcomeWrite, ValidationError,
+    kernel::{Keys, Planner, Snapshot, Write, snapshot::inconsistent, write::sealed::Sealed},
 };
 
 impl Sealed for CompleteRequest {}
@@ -78,12 +74,6 @@ impl Write for CompleteRequest {
             parent: row.parent.clone(),
         })?;
         Ok(CompleteOutcome::Completed)
-    }
-}
-
-impl Forward for CompleteRequest {
-    fn forward(self, db: &dyn DbConnection) -> Forwarded<'_, CompleteOutcome> {
-        db.complete(self)
     }
 }
 

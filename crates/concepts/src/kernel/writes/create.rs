@@ -5,11 +5,11 @@
 //! a dot.
 
 use crate::{
-    CreateConflict, CreateOutcome, CreateRequest, DbConnection, DbError, DuplicateKind,
-    ExecutionEvent, ExecutionEventInner, ExecutionId, PendingState, ValidationError, Version,
+    CreateConflict, CreateOutcome, CreateRequest, DbError, DuplicateKind, ExecutionEvent,
+    ExecutionEventInner, ExecutionId, PendingState, ValidationError, Version,
     kernel::{
-        ExecutionChange, ExecutionRow, Forward, Forwarded, Keys, Planner, Snapshot, Write,
-        snapshot::inconsistent, write::sealed::Sealed,
+        ExecutionChange, ExecutionRow, Keys, Planner, Snapshot, Write, snapshot::inconsistent,
+        write::sealed::Sealed,
     },
 };
 use smallvec::smallvec;
@@ -44,12 +44,6 @@ impl Write for CreateRequest {
     }
 }
 
-impl Forward for CreateRequest {
-    fn forward(self, db: &dyn DbConnection) -> Forwarded<'_, CreateOutcome> {
-        db.create(self)
-    }
-}
-
 /// `create_batch`: many executions, all or nothing, each item idempotent as `create` is.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CreateBatch(pub Vec<CreateRequest>);
@@ -79,12 +73,6 @@ impl Write for CreateBatch {
             planner.create(req, true)?;
         }
         Ok(())
-    }
-}
-
-impl Forward for CreateBatch {
-    fn forward(self, db: &dyn DbConnection) -> Forwarded<'_, ()> {
-        db.create_batch(self.0)
     }
 }
 

@@ -4,8 +4,8 @@
 //! the other as a group of their own, each accepted or refused on its own.
 
 use crate::{
-    DbConnection, DbError, ExecutionId, JoinSetId, OutcomeWrite, ValidationError, Version,
-    kernel::{Forward, Forwarded, GroupPlanner, Keys, Planner, Write, write::sealed::Sealed},
+    DbError, ExecutionId, JoinSetId, OutcomeWrite, ValidationError, Version,
+    kernel::{GroupPlanner, Keys, Planner, Write, write::sealed::Sealed},
 };
 
 impl Sealed for OutcomeWrite {}
@@ -24,12 +24,6 @@ impl Write for OutcomeWrite {
             .changes
             .reserve_exact(1 + usize::from(self.parent.is_some()));
         planner.outcome(self)
-    }
-}
-
-impl Forward for OutcomeWrite {
-    fn forward(self, db: &dyn DbConnection) -> Forwarded<'_, Version> {
-        db.append_outcome(self)
     }
 }
 
@@ -60,12 +54,6 @@ impl Write for AppendOutcomes {
         let replies = self.0.into_iter().map(|write| group.plan(write)).collect();
         planner.adopt(group.into_changes());
         Ok(replies)
-    }
-}
-
-impl Forward for AppendOutcomes {
-    fn forward(self, db: &dyn DbConnection) -> Forwarded<'_, Self::Reply> {
-        db.append_outcomes(self.0)
     }
 }
 

@@ -3,10 +3,9 @@
 //! tree, with a cursor past the trees examined.
 
 use crate::{
-    DbConnection, DbError, ExecutionId, PendingState, PruneOutcome, PruneRequest, ValidationError,
+    DbError, ExecutionId, PendingState, PruneOutcome, PruneRequest, ValidationError,
     kernel::{
-        Forward, Forwarded, Keys, Planner, PruneQuery, Snapshot, Write, snapshot::inconsistent,
-        write::sealed::Sealed,
+        Keys, Planner, PruneQuery, Snapshot, Write, snapshot::inconsistent, write::sealed::Sealed,
     },
 };
 
@@ -50,12 +49,6 @@ impl Write for PruneRequest {
         let (outcome, deleted) = plan_prune(planner.snapshot, &self)?;
         planner.deleted = deleted;
         Ok(outcome)
-    }
-}
-
-impl Forward for PruneRequest {
-    fn forward(self, db: &dyn DbConnection) -> Forwarded<'_, PruneOutcome> {
-        db.prune(self)
     }
 }
 

@@ -3,8 +3,8 @@
 //! response for the same delay, or from the same child, is a duplicate.
 
 use crate::{
-    DbConnection, DbError, ExecutionId, JoinSetResponseEvent,
-    kernel::{Forward, Forwarded, Keys, Planner, Write, write::sealed::Sealed},
+    DbError, ExecutionId, JoinSetResponseEvent,
+    kernel::{Keys, Planner, Write, write::sealed::Sealed},
 };
 use chrono::{DateTime, Utc};
 
@@ -34,14 +34,5 @@ impl Write for AppendResponse {
     fn plan(self, planner: &mut Planner<'_>) -> Result<(), DbError> {
         planner.changes.reserve_exact(1);
         planner.respond(self.now, &self.execution_id, self.response)
-    }
-}
-
-impl Forward for AppendResponse {
-    fn forward(self, db: &dyn DbConnection) -> Forwarded<'_, ()> {
-        Box::pin(async move {
-            db.append_response(self.now, &self.execution_id, self.response)
-                .await
-        })
     }
 }

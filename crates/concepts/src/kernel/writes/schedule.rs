@@ -7,11 +7,10 @@
 //! transaction: a tick is handled and its execution created together, or neither.
 
 use crate::{
-    CreateRequest, DbConnection, DbError, DuplicateKind, ExecutionId, ExecutionMetadata,
-    FunctionFqn, ValidationError,
+    CreateRequest, DbError, DuplicateKind, ExecutionId, ExecutionMetadata, FunctionFqn,
+    ValidationError,
     kernel::{
-        Forward, Forwarded, Keys, Planner, ScheduleDueQuery, ScheduleWrite, Snapshot, Write,
-        write::sealed::Sealed,
+        Keys, Planner, ScheduleDueQuery, ScheduleWrite, Snapshot, Write, write::sealed::Sealed,
     },
     schedule::{
         ChangeScheduleRequest, CreateScheduleRequest, FireOutcome, FireSchedulesRequest, FiredBy,
@@ -82,12 +81,6 @@ impl Write for CreateScheduleRequest {
         row.next_due_at = next_due(&row, None, self.now);
         planner.schedules.push(ScheduleWrite::new(row, true));
         Ok(ScheduleCreated::Created)
-    }
-}
-
-impl Forward for CreateScheduleRequest {
-    fn forward(self, db: &dyn DbConnection) -> Forwarded<'_, ScheduleCreated> {
-        db.create_schedule(self)
     }
 }
 
@@ -193,12 +186,6 @@ impl Write for ChangeScheduleRequest {
     }
 }
 
-impl Forward for ChangeScheduleRequest {
-    fn forward(self, db: &dyn DbConnection) -> Forwarded<'_, ScheduleChanged> {
-        db.change_schedule(self)
-    }
-}
-
 impl Sealed for FireSchedulesRequest {}
 
 impl Write for FireSchedulesRequest {
@@ -249,12 +236,6 @@ impl Write for FireSchedulesRequest {
             outcome.schedules += 1;
         }
         Ok(outcome)
-    }
-}
-
-impl Forward for FireSchedulesRequest {
-    fn forward(self, db: &dyn DbConnection) -> Forwarded<'_, FireOutcome> {
-        db.fire_schedules(self)
     }
 }
 
@@ -318,12 +299,6 @@ impl Write for TriggerScheduleRequest {
         write.row = Some(row);
         planner.schedules.push(write);
         Ok(triggered)
-    }
-}
-
-impl Forward for TriggerScheduleRequest {
-    fn forward(self, db: &dyn DbConnection) -> Forwarded<'_, Triggered> {
-        db.trigger_schedule(self)
     }
 }
 
