@@ -157,10 +157,6 @@ impl kernel::Backend for MemoryStore {
         &self.hub
     }
 
-    async fn any_due(&self, ffqns: &[FunctionFqn], at: DateTime<Utc>) -> Result<bool, DbError> {
-        Ok(self.lock_state().any_due(ffqns, at))
-    }
-
     async fn responses(
         &self,
         execution_id: &ExecutionId,
@@ -203,15 +199,12 @@ impl kernel::Backend for MemoryStore {
 
     async fn due_times(
         &self,
-        ffqn: &FunctionFqn,
+        ffqns: &[FunctionFqn],
         at: DateTime<Utc>,
         limit: usize,
     ) -> Result<Vec<DateTime<Utc>>, DbError> {
         let state = self.open_state()?;
-        Ok((state.pending.get(ffqn).into_iter())
-            .flat_map(|set| set.oldest_first())
-            .take_while(|(t, _)| t.at_or_before(at))
-            .take(limit)
+        Ok((state.due(ffqns, at, limit).into_iter())
             .map(|(t, _)| t.time())
             .collect())
     }

@@ -302,12 +302,6 @@ impl kernel::Backend for SqlitePool {
         &self.inner.hub
     }
 
-    async fn any_due(&self, ffqns: &[FunctionFqn], at: DateTime<Utc>) -> Result<bool, DbError> {
-        let ffqns = ffqns.to_vec();
-        self.read(move |conn| Ok(!reads::due_rows(conn, &ffqns, at, 1)?.is_empty()))
-            .await
-    }
-
     async fn responses(
         &self,
         execution_id: &ExecutionId,
@@ -361,17 +355,13 @@ impl kernel::Backend for SqlitePool {
     /// To the microsecond: `ix_state_pending`'s range, in its order.
     async fn due_times(
         &self,
-        ffqn: &FunctionFqn,
+        ffqns: &[FunctionFqn],
         at: DateTime<Utc>,
         limit: usize,
     ) -> Result<Vec<DateTime<Utc>>, DbError> {
-        let ffqn = ffqn.to_string();
+        let ffqns = ffqns.to_vec();
         self.read(move |conn| {
-            let sql = "SELECT pending_at FROM t_execution_state \
-                       WHERE state = 'PendingAt' AND ffqn = ?1 AND pending_at <= ?2 \
-                       ORDER BY pending_at, execution_id LIMIT ?3";
-            let values = params![ffqn, micros(at), to_i64(limit)];
-            rows(conn, sql, values, |row| time(row, 0))
+            reads::due(conn, "pending_at", (&ffqns, at, limit), |row| time(row, 0))
         })
         .await
     }

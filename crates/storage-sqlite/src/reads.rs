@@ -110,28 +110,28 @@ pub(crate) fn finished_result(
     }
 }
 
-/// The state rows of up to `limit` executions of `ffqns` whose `pending_at` is at or before
-/// `at` (to the microsecond), oldest first, ties by execution id.
-pub(crate) fn due_rows(
+/// The `columns` of the state rows of up to `limit` executions of `ffqns` whose `pending_at` is
+/// at or before `at` (to the microsecond), oldest first, ties by execution id, as `decode` reads them.
+pub(crate) fn due<T>(
     conn: &Connection,
-    ffqns: &[FunctionFqn],
-    at: DateTime<Utc>,
-    limit: usize,
-) -> Result<Vec<ExecutionRow>> {
+    columns: &str,
+    (ffqns, at, limit): (&[FunctionFqn], DateTime<Utc>, usize),
+    decode: impl FnMut(&Row<'_>) -> Result<T>,
+) -> Result<Vec<T>> {
     if ffqns.is_empty() || limit == 0 {
         return Ok(Vec::new());
     }
     // The partial index `ix_state_pending` serves each function; the literal
     // `state = 'PendingAt'` lets the planner use it.
     let sql = format!(
-        "SELECT {STATE_ROW_COLUMNS} FROM t_execution_state \
+        "SELECT {columns} FROM t_execution_state \
          WHERE state = 'PendingAt' AND ffqn IN ({}) AND pending_at <= ? \
          ORDER BY pending_at, execution_id LIMIT ?",
         vec!["?"; ffqns.len()].join(", ")
     );
     let ffqns = ffqns.iter().map(|ffqn| Value::Text(ffqn.to_string()));
     let values = ffqns.chain([micros(at).into(), to_i64(limit).into()]);
-    rows(conn, &sql, params_from_iter(values), codec::execution_row)
+    rows(conn, &sql, params_from_iter(values), decode)
 }
 
 /// The statement of a listing and its values: only the filters given are in it, so that its
