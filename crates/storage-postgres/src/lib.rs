@@ -45,8 +45,8 @@
 //! [`PostgresStore::connect`] applies the embedded migrations, once however many processes
 //! start at once, and refuses a schema newer than the binary's ([`SCHEMA_VERSION`]) with a
 //! [`SchemaRefusal`](concepts::SchemaRefusal); [`admin::migrate_to`] applies them up to a given
-//! version without opening a store. [`PostgresConfig::existing_only`] and
-//! [`PostgresConfig::without_migrations`] connect without changing the schema.
+//! version without opening a store. [`SchemaOptions`](concepts::SchemaOptions) (`existing_only`,
+//! `without_migrations`) connects without changing the schema.
 //!
 //! # How it works
 //!

@@ -12,8 +12,8 @@ use chrono::{DateTime, TimeZone, Utc};
 use concepts::{
     ComponentId, CreateOutcome, CreateRequest, DbAwait, DbClient, DbConnection, DbError,
     DbExecutor, DbTimers, DbWorkflow, DelayId, DuplicateKind, ExecutionId, ExecutionMetadata,
-    FunctionFqn, JoinSetId, JoinSetResponse, JoinSetResponseEvent, Json, SchemaRefusal,
-    derive_pending_state, kernel::WaiterCounts,
+    FunctionFqn, JoinSetId, JoinSetResponse, JoinSetResponseEvent, Json, SchemaOptions,
+    SchemaRefusal, derive_pending_state, kernel::WaiterCounts,
 };
 use std::{sync::Arc, time::Duration};
 use storage_postgres::{PostgresError, PostgresStore, SCHEMA_VERSION, admin};

@@ -14,7 +14,7 @@ use concepts::{
     DbError, DbErrorKind, DbExecutor, DbTimers, DbWorkflow, DelayId, ExecutionEventInner,
     ExecutionId, ExecutionMetadata, ExecutorId, FunctionFqn, HistoryEvent, JoinSetId,
     JoinSetRequest, JoinSetResponse, JoinSetResponseEvent, Json, LockPendingRequest, PendingState,
-    SchemaRefusal, SupportedFunctionReturnValue, Version,
+    SchemaOptions, SchemaRefusal, SupportedFunctionReturnValue, Version,
     kernel::{WaiterCounts, WaiterHub, Write},
 };
 use std::{path::Path, sync::Arc, time::Duration};
