@@ -48,7 +48,7 @@ use concepts::{
     DbError, ExecutionEvent, ExecutionId, ExecutionLog, ExecutionSummary, ExpiredDelay,
     FinishedExecutionResult, FunctionFqn, JoinSetResponseEventOuter, ListExecutionsFilter,
     LockPendingRequest, LockedExecution, Pagination, Version,
-    kernel::{self, ExecutionRow, WaiterCounts, WaiterHub, Write},
+    kernel::{self, ExecutionRow, WaiterHub, Write},
     schedule::{ScheduleName, ScheduleRow, Tick},
 };
 use state::{At, Record, State, TimerKind};
@@ -125,12 +125,6 @@ impl MemoryStore {
         drop(state);
         self.hub.deliver(&plan.wakeups);
         Ok(reply)
-    }
-
-    /// The number of registered waiters of each kind.
-    #[must_use]
-    pub fn waiter_counts(&self) -> WaiterCounts {
-        self.hub.counts()
     }
 }
 

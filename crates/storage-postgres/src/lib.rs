@@ -81,7 +81,7 @@ pub use tls::{RootCertificates, SslMode};
 
 use concepts::{
     DbError,
-    kernel::{self, WaiterCounts, WaiterHub},
+    kernel::{self, WaiterHub},
 };
 use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod, Runtime};
 use error::map_pool_error;
@@ -228,12 +228,6 @@ impl PostgresStore {
     #[must_use]
     pub fn round_trips(&self) -> u64 {
         self.inner.writer.trips.count()
-    }
-
-    /// The number of registered waiters of each kind.
-    #[must_use]
-    pub fn waiter_counts(&self) -> WaiterCounts {
-        self.inner.writer.hub.counts()
     }
 
     /// A pooled connection for a read of one round trip.

@@ -18,7 +18,7 @@ use concepts::{
     FinishedExecutionResult, FunctionFqn, JoinSetResponseEventOuter, ListExecutionsFilter,
     LockPendingRequest, LockedExecution, Pagination, Version,
     kernel::{
-        self, ExecutionRow, WaiterCounts, WaiterHub, Write,
+        self, ExecutionRow, WaiterHub, Write,
         stored::{count, micros, to_i64},
     },
     schedule::{ScheduleName, ScheduleRow, Tick},
@@ -173,13 +173,6 @@ impl SqlitePool {
     #[cfg(test)]
     pub(crate) fn reads_sent(&self) -> u64 {
         self.inner.reads.load(std::sync::atomic::Ordering::Relaxed)
-    }
-
-    /// The number of registered waiters of each kind (they are removed when their callers
-    /// leave; this lets tests check that nothing only grows).
-    #[must_use]
-    pub fn waiter_counts(&self) -> WaiterCounts {
-        self.inner.hub.counts()
     }
 
     fn stopped_error(&self) -> DbError {

@@ -200,6 +200,12 @@ pub trait Backend: Send + Sync + 'static {
     /// committed write's wake-ups to it.
     fn hub(&self) -> &WaiterHub;
 
+    /// The number of registered waiters of each kind (they are removed when their callers
+    /// leave; this lets tests check that nothing only grows).
+    fn waiter_counts(&self) -> super::WaiterCounts {
+        self.hub().counts()
+    }
+
     /// The responses of `execution_id` from index `start_idx` on, in arrival order, from one
     /// snapshot; `NotFound` for an unknown execution: the check of
     /// [`DbWorkflow::subscribe_to_next_responses`].
