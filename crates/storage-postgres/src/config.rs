@@ -215,8 +215,7 @@ impl PostgresConfig {
     /// the planner overestimates (a fresh table without statistics, a batch of a few hundred
     /// keys) would otherwise be compiled first, which costs more than running it.
     pub(crate) fn pool_pg_config(&self) -> tokio_postgres::Config {
-        let mut pg = self.pg.clone();
-        self.apply_common(&mut pg);
+        let mut pg = self.listener_pg_config();
         let mut options = format!("{} -c jit=off", pg.get_options().unwrap_or_default());
         if let Some(timeout) = self.statement_timeout {
             let ms = timeout.as_millis().max(1);
@@ -229,15 +228,11 @@ impl PostgresConfig {
     /// The driver configuration of the listener connection (and of admin connections).
     pub(crate) fn listener_pg_config(&self) -> tokio_postgres::Config {
         let mut pg = self.pg.clone();
-        self.apply_common(&mut pg);
-        pg
-    }
-
-    fn apply_common(&self, pg: &mut tokio_postgres::Config) {
         pg.connect_timeout(self.connect_timeout);
         if pg.get_application_name().is_none() {
             pg.application_name("stele");
         }
+        pg
     }
 }
 

@@ -138,9 +138,9 @@ impl PostgresStore {
             .runtime(Runtime::Tokio1)
             .create_timeout(Some(config.connect_timeout))
             .build()
-            .map_err(|e| PostgresError::InvalidConfig {
-                url: config.redacted_url().to_string(),
-                problem: format!("cannot build the connection pool: {e}"),
+            .map_err(|e| {
+                let problem = format!("cannot build the connection pool: {e}");
+                error::invalid_config(config.redacted_url(), problem)
             })?;
         {
             let mut client = first_connection(&pool, &config).await?;
