@@ -1,6 +1,5 @@
-//! The store's [`kernel::Backend`]: writes and `lock_pending` go to the kernel's `Groups`
-//! (`writer.rs`); the reads, and the checks of the waits, are here, each one statement (or one
-//! pipeline) on a pooled connection: one round trip, one snapshot.
+//! The store's [`kernel::Backend`]: writes go to the kernel's `Groups` (`writer.rs`); each
+//! read is one statement (or one pipeline) on a pooled connection: one round trip, one snapshot.
 
 use crate::{
     PostgresStore,

@@ -1,7 +1,5 @@
-//! [`SqlitePool`]: the store handle, and its [`kernel::Backend`]. Writes go to the writer
-//! thread; each read is written once, in its trait method, on a pooled read-only connection
-//! (inside one read transaction when it takes several statements, so it sees one snapshot);
-//! the kernel's waits register on the store's [`WaiterHub`].
+//! [`SqlitePool`]: the store handle, and its [`kernel::Backend`]: writes go to the writer
+//! thread, each read is written once, in its trait method, on a pooled read-only connection.
 
 use crate::{
     EffectiveSettings, SqliteConfig, SqliteOpenError,

@@ -1,6 +1,5 @@
 //! Queries that only read, shared by the store's reads (`pool.rs`), the writer's loads and the
-//! hand-over of a lock: on a reader connection (inside one read transaction when they take
-//! several statements, so they see one snapshot) or on the writer's, inside its transaction.
+//! hand-over of a lock, on a reader connection or on the writer's, inside its transaction.
 
 use crate::{
     codec::{self, STATE_ROW_COLUMNS, json},
