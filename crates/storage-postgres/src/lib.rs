@@ -126,13 +126,10 @@ impl PostgresStore {
     /// the notification listener, returning once it listens.
     pub async fn connect(config: PostgresConfig) -> Result<Self, PostgresError> {
         let tls = tls::Tls::new(&config)?;
-        let manager = Manager::from_connect(
-            config.pool_pg_config(),
-            tls.clone(),
-            ManagerConfig {
-                recycling_method: RecyclingMethod::Fast,
-            },
-        );
+        let recycling = ManagerConfig {
+            recycling_method: RecyclingMethod::Fast,
+        };
+        let manager = Manager::from_connect(config.pool_pg_config(), tls.clone(), recycling);
         let pool = Pool::builder(manager)
             .max_size(config.pool_size.max(1))
             .runtime(Runtime::Tokio1)

@@ -77,13 +77,8 @@ pub(crate) fn responses_up_to(
 ) -> Result<Vec<JoinSetResponseEventOuter>> {
     let sql = "SELECT response_json FROM t_response WHERE execution_id = ?1 AND idx >= ?2 \
                ORDER BY idx LIMIT ?3";
-    let (offset, limit) = (to_i64(start_idx), to_i64(max_length));
-    rows(
-        conn,
-        sql,
-        params![execution_id.as_str(), offset, limit],
-        |row| json(row, 0),
-    )
+    let params = params![execution_id.as_str(), to_i64(start_idx), to_i64(max_length)];
+    rows(conn, sql, params, |row| json(row, 0))
 }
 
 /// The result of `execution_id` if it finished: its `Finished` event, stored at the version the
