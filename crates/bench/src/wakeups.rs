@@ -54,7 +54,7 @@ pub(crate) async fn measure(
                 (result, Instant::now())
             })
         };
-        while waiting.waiter_counts().finished == 0 {
+        while concepts::kernel::Backend::waiter_counts(&waiting).finished == 0 {
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
         let now = Now.now();

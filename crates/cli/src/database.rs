@@ -8,7 +8,7 @@
 //! | `sqlite://PATH` or `sqlite:PATH` | the SQLite file at `PATH` (`sqlite:///abs/path` for an absolute path) |
 //! | `postgres://...` or `postgresql://...` | a PostgreSQL database (see `storage_postgres::PostgresConfig::from_url` for the options) |
 
-use concepts::DbConnection;
+use concepts::{DbConnection, SchemaOptions};
 use std::{fmt, path::PathBuf, str::FromStr, sync::Arc};
 use storage_postgres::{PostgresConfig, PostgresError, PostgresStore};
 use storage_sqlite::{SqliteConfig, SqliteOpenError, SqlitePool};

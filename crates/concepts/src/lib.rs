@@ -71,7 +71,7 @@ pub use pending_state::{
     ExecutionState, PARKED_EXPLAINED, PARKED_UNTIL, PendingState, PendingStateKind, WarmRun,
     count_join_next, derive_pending_state, temporary_event_count, warm_run,
 };
-pub use schema::{SchemaPolicy, SchemaRefusal};
+pub use schema::{SchemaOptions, SchemaPolicy, SchemaRefusal};
 pub use storage::{
     AppendBatchRequest, CreateRequest, DbAwait, DbClient, DbClientExt, DbConnection, DbExecutor,
     DbSchedules, DbTimers, DbWorkflow, DueBacklog, ExecutionLog, ExecutionSummary, ExpiredDelay,

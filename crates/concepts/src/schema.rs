@@ -3,8 +3,7 @@
 //! store holds and apply the migrations; whether they may is decided here, once.
 
 /// What an opening was asked to do with the schema it finds; by default both (a tool that
-/// must not change what it opens asks for less: the backends' `existing_only` and
-/// `without_migrations`).
+/// must not change what it opens asks for less: [`SchemaOptions`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SchemaPolicy {
     /// Create the schema in a store that has none; when false such a store is refused
@@ -21,6 +20,29 @@ impl Default for SchemaPolicy {
             create: true,
             migrate: true,
         }
+    }
+}
+
+/// A store's configuration that holds a [`SchemaPolicy`] (the SQL backends' configurations):
+/// how a tool that must not change what it opens asks for less than creating and migrating.
+pub trait SchemaOptions: Sized {
+    /// The configuration's policy.
+    fn schema_mut(&mut self) -> &mut SchemaPolicy;
+
+    /// The same configuration, opening only a store that already holds Stele's schema:
+    /// nothing is created (`create = false`; a store without it is [`SchemaRefusal::NoSchema`]).
+    #[must_use]
+    fn existing_only(mut self) -> Self {
+        self.schema_mut().create = false;
+        self
+    }
+
+    /// The same configuration, never migrating an older schema (`migrate = false`; such a
+    /// store is [`SchemaRefusal::TooOld`] and left at its version).
+    #[must_use]
+    fn without_migrations(mut self) -> Self {
+        self.schema_mut().migrate = false;
+        self
     }
 }
 

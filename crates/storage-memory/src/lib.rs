@@ -48,7 +48,7 @@ use concepts::{
     DbError, ExecutionEvent, ExecutionId, ExecutionLog, ExecutionSummary, ExpiredDelay,
     FinishedExecutionResult, FunctionFqn, JoinSetResponseEventOuter, ListExecutionsFilter,
     LockPendingRequest, LockedExecution, Pagination, Version,
-    kernel::{self, ExecutionRow, WaiterCounts, WaiterHub, Write},
+    kernel::{self, ExecutionRow, WaiterHub, Write},
     schedule::{ScheduleName, ScheduleRow, Tick},
 };
 use state::{At, Record, State, TimerKind};
@@ -126,12 +126,6 @@ impl MemoryStore {
         self.hub.deliver(&plan.wakeups);
         Ok(reply)
     }
-
-    /// The number of registered waiters of each kind.
-    #[must_use]
-    pub fn waiter_counts(&self) -> WaiterCounts {
-        self.hub.counts()
-    }
 }
 
 impl kernel::Backend for MemoryStore {
@@ -155,10 +149,6 @@ impl kernel::Backend for MemoryStore {
 
     fn hub(&self) -> &WaiterHub {
         &self.hub
-    }
-
-    async fn any_due(&self, ffqns: &[FunctionFqn], at: DateTime<Utc>) -> Result<bool, DbError> {
-        Ok(self.lock_state().any_due(ffqns, at))
     }
 
     async fn responses(
@@ -203,15 +193,12 @@ impl kernel::Backend for MemoryStore {
 
     async fn due_times(
         &self,
-        ffqn: &FunctionFqn,
+        ffqns: &[FunctionFqn],
         at: DateTime<Utc>,
         limit: usize,
     ) -> Result<Vec<DateTime<Utc>>, DbError> {
         let state = self.open_state()?;
-        Ok((state.pending.get(ffqn).into_iter())
-            .flat_map(|set| set.oldest_first())
-            .take_while(|(t, _)| t.at_or_before(at))
-            .take(limit)
+        Ok((state.due(ffqns, at, limit).into_iter())
             .map(|(t, _)| t.time())
             .collect())
     }

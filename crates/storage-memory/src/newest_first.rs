@@ -31,11 +31,6 @@ impl<K: Ord> NewestFirst<K> {
         }
     }
 
-    /// The oldest key.
-    pub(crate) fn oldest(&self) -> Option<&K> {
-        self.0.last().map(|key| &key.0)
-    }
-
     /// True when the set holds no key.
     pub(crate) fn is_empty(&self) -> bool {
         self.0.is_empty()

@@ -232,14 +232,24 @@ impl State {
         keys.into_iter().rev()
     }
 
-    /// True when an execution of `ffqns` is due at `at`.
-    pub(crate) fn any_due(&self, ffqns: &[FunctionFqn], at: DateTime<Utc>) -> bool {
-        ffqns.iter().any(|ffqn| {
-            self.pending
-                .get(ffqn)
-                .and_then(NewestFirst::oldest)
-                .is_some_and(|(t, _)| t.at_or_before(at))
-        })
+    /// The keys of the first `limit` executions of `ffqns` due at `at`, oldest first.
+    pub(crate) fn due(
+        &self,
+        ffqns: &[FunctionFqn],
+        at: DateTime<Utc>,
+        limit: usize,
+    ) -> Vec<&TimeKey> {
+        let mut due: Vec<&TimeKey> = Vec::new();
+        for set in ffqns.iter().filter_map(|ffqn| self.pending.get(ffqn)) {
+            let due_now = set.oldest_first().take_while(|(t, _)| t.at_or_before(at));
+            due.extend(due_now.take(limit));
+        }
+        if ffqns.len() > 1 {
+            // Each set is ordered already; merging several needs one sort.
+            due.sort_unstable();
+        }
+        due.truncate(limit);
+        due
     }
 
     /// Loads the rows `keys` name, as they are now, into `snapshot` (which may hold the rows
@@ -292,18 +302,7 @@ impl State {
             }
         }
         if let Some(query) = &keys.due {
-            let mut due: Vec<&TimeKey> = Vec::new();
-            for set in query.ffqns.iter().filter_map(|ffqn| self.pending.get(ffqn)) {
-                let due_now = set
-                    .oldest_first()
-                    .take_while(|(t, _)| t.at_or_before(query.pending_at_or_sooner));
-                due.extend(due_now.take(query.limit));
-            }
-            if query.ffqns.len() > 1 {
-                // Each set is ordered already; merging several needs one sort.
-                due.sort_unstable();
-            }
-            due.truncate(query.limit);
+            let due = self.due(&query.ffqns, query.pending_at_or_sooner, query.limit);
             // A batch of hundreds: grow the maps once, not a doubling at a time.
             snapshot.executions.reserve(due.len());
             for record in due.into_iter().filter_map(|(_, id)| self.records.get(id)) {

@@ -5,6 +5,7 @@
 
 use super::*;
 use chrono::TimeZone;
+use concepts::kernel::WaiterCounts;
 use concepts::{
     AppendBatchRequest, CancelOutcome, CancelRequest, CreateRequest, DbAwait, DbClient,
     DbConnection, DbErrorKind, DbExecutor, DbTimers, DbWorkflow, DelayId, ExecutionEventInner,
@@ -82,7 +83,10 @@ async fn waiters_leave_no_entry_behind() {
             Duration::from_millis(10),
         )
         .await;
-    assert_eq!(store.waiter_counts(), WaiterCounts::default());
+    assert_eq!(
+        concepts::kernel::Backend::waiter_counts(&store),
+        WaiterCounts::default()
+    );
 
     // Woken waits.
     let responses = tokio::spawn({
@@ -125,7 +129,10 @@ async fn waiters_leave_no_entry_behind() {
         finished.await.unwrap().unwrap(),
         Ok(SupportedFunctionReturnValue::None)
     );
-    assert_eq!(store.waiter_counts(), WaiterCounts::default());
+    assert_eq!(
+        concepts::kernel::Backend::waiter_counts(&store),
+        WaiterCounts::default()
+    );
 }
 
 fn counts(pending: usize, responses: usize, finished: usize) -> WaiterCounts {
@@ -139,7 +146,7 @@ fn counts(pending: usize, responses: usize, finished: usize) -> WaiterCounts {
 /// Waits (with a real-time safety net) until the expected waiters registered.
 async fn wait_until_registered(store: &MemoryStore, expected: WaiterCounts) {
     tokio::time::timeout(SAFETY, async {
-        while store.waiter_counts() != expected {
+        while concepts::kernel::Backend::waiter_counts(store) != expected {
             tokio::task::yield_now().await;
         }
     })
@@ -188,7 +195,10 @@ async fn close_releases_every_waiter() {
     .expect("close releases the waiters");
     assert_eq!(released.0.unwrap_err().kind(), DbErrorKind::Closed);
     assert_eq!(released.1.unwrap_err().kind(), DbErrorKind::Closed);
-    assert_eq!(store.waiter_counts(), WaiterCounts::default());
+    assert_eq!(
+        concepts::kernel::Backend::waiter_counts(&store),
+        WaiterCounts::default()
+    );
 }
 
 #[tokio::test]

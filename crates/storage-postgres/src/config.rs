@@ -4,7 +4,7 @@ use crate::{
     error::{PostgresError, invalid_config},
     tls::{RootCertificates, SslMode},
 };
-use concepts::SchemaPolicy;
+use concepts::{SchemaOptions, SchemaPolicy};
 use rustls::pki_types::CertificateDer;
 use std::{str::FromStr, time::Duration};
 
@@ -75,8 +75,7 @@ pub struct PostgresConfig {
     /// The longest delay between two reconnection attempts of the listener.
     pub listener_max_backoff: Duration,
     /// Whether a database without Stele's schema gets it when connecting and an older schema
-    /// is migrated; by default both ([`existing_only`](Self::existing_only),
-    /// [`without_migrations`](Self::without_migrations)).
+    /// is migrated; by default both ([`SchemaOptions`]).
     pub schema: SchemaPolicy,
     /// How every connection of the store uses TLS (`sslmode`; default `prefer`).
     pub ssl_mode: SslMode,
@@ -186,21 +185,6 @@ impl PostgresConfig {
         self
     }
 
-    /// The same configuration, connecting only to a database that already holds Stele's
-    /// schema and creating nothing (`schema.create = false`).
-    #[must_use]
-    pub fn existing_only(mut self) -> Self {
-        self.schema.create = false;
-        self
-    }
-
-    /// The same configuration, never migrating an older schema (`schema.migrate = false`).
-    #[must_use]
-    pub fn without_migrations(mut self) -> Self {
-        self.schema.migrate = false;
-        self
-    }
-
     /// The database the URL names (`None`: the server's default, the user's name).
     #[must_use]
     pub fn database_name(&self) -> Option<&str> {
@@ -231,8 +215,7 @@ impl PostgresConfig {
     /// the planner overestimates (a fresh table without statistics, a batch of a few hundred
     /// keys) would otherwise be compiled first, which costs more than running it.
     pub(crate) fn pool_pg_config(&self) -> tokio_postgres::Config {
-        let mut pg = self.pg.clone();
-        self.apply_common(&mut pg);
+        let mut pg = self.listener_pg_config();
         let mut options = format!("{} -c jit=off", pg.get_options().unwrap_or_default());
         if let Some(timeout) = self.statement_timeout {
             let ms = timeout.as_millis().max(1);
@@ -245,15 +228,17 @@ impl PostgresConfig {
     /// The driver configuration of the listener connection (and of admin connections).
     pub(crate) fn listener_pg_config(&self) -> tokio_postgres::Config {
         let mut pg = self.pg.clone();
-        self.apply_common(&mut pg);
-        pg
-    }
-
-    fn apply_common(&self, pg: &mut tokio_postgres::Config) {
         pg.connect_timeout(self.connect_timeout);
         if pg.get_application_name().is_none() {
             pg.application_name("stele");
         }
+        pg
+    }
+}
+
+impl SchemaOptions for PostgresConfig {
+    fn schema_mut(&mut self) -> &mut SchemaPolicy {
+        &mut self.schema
     }
 }
 

@@ -1,7 +1,7 @@
 //! Errors: the store's own (configuration, schema) and the ONE place where driver and pool
 //! errors become the portable [`DbError`] kinds.
 
-use concepts::{DbError, DuplicateKind, SchemaRefusal};
+use concepts::{DbError, DuplicateKind, SchemaRefusal, kernel::stored::UniqueKey};
 use std::sync::Arc;
 use tokio_postgres::error::SqlState;
 
@@ -174,32 +174,20 @@ fn causes(err: &tokio_postgres::Error) -> impl Iterator<Item = &(dyn std::error:
     std::iter::successors(std::error::Error::source(err), |cause| cause.source())
 }
 
-/// The duplicate a unique violation of `constraint` means, with the key from `detail`
-/// (`Key (a, b)=(x, y) already exists.`); `None` when the constraint is not one of ours or
-/// the detail cannot be read.
+/// The duplicate a unique violation of `constraint` means ([`UniqueKey::duplicate`]), with the
+/// key from `detail` (`Key (a, b)=(x, y) already exists.`); `None` when the constraint is not
+/// one of ours or the detail cannot be read.
 pub(crate) fn duplicate_kind(constraint: &str, detail: &str) -> Option<DuplicateKind> {
-    let values = key_values(detail)?;
-    match (constraint, values.as_slice()) {
-        // `t_execution (execution_id)`, or `t_event (execution_id, version)` at version 0
-        // (`Created`): a duplicate execution.
-        ("t_execution_pkey", [id]) | ("t_event_pkey", [id, "0"]) => {
-            Some(DuplicateKind::Execution(id.parse().ok()?))
-        }
-        // `t_response (execution_id, delay_id) WHERE delay_id IS NOT NULL`
-        ("t_response_delay_uq", [execution_id, delay_id]) => Some(DuplicateKind::DelayResponse {
-            execution_id: execution_id.parse().ok()?,
-            delay_id: delay_id.parse().ok()?,
-        }),
-        // `t_response (execution_id, child_execution_id) WHERE child_execution_id IS NOT NULL`
-        ("t_response_child_uq", [execution_id, child_execution_id]) => {
-            Some(DuplicateKind::ChildResponse {
-                execution_id: execution_id.parse().ok()?,
-                child_execution_id: child_execution_id.parse().ok()?,
-            })
-        }
-        ("t_schedule_pkey", [name]) => Some(DuplicateKind::Schedule(name.parse().ok()?)),
-        _ => None,
-    }
+    let key = match constraint {
+        "t_execution_pkey" => UniqueKey::Execution,
+        "t_event_pkey" => UniqueKey::Event,
+        // `t_response (execution_id, delay_id) WHERE delay_id IS NOT NULL`, and of the child.
+        "t_response_delay_uq" => UniqueKey::DelayResponse,
+        "t_response_child_uq" => UniqueKey::ChildResponse,
+        "t_schedule_pkey" => UniqueKey::Schedule,
+        _ => return None,
+    };
+    key.duplicate(&key_values(detail)?)
 }
 
 /// The key values of a unique violation's detail. Ids never contain `, ` or `)`.

@@ -45,8 +45,8 @@
 //! [`PostgresStore::connect`] applies the embedded migrations, once however many processes
 //! start at once, and refuses a schema newer than the binary's ([`SCHEMA_VERSION`]) with a
 //! [`SchemaRefusal`](concepts::SchemaRefusal); [`admin::migrate_to`] applies them up to a given
-//! version without opening a store. [`PostgresConfig::existing_only`] and
-//! [`PostgresConfig::without_migrations`] connect without changing the schema.
+//! version without opening a store. [`SchemaOptions`](concepts::SchemaOptions) (`existing_only`,
+//! `without_migrations`) connects without changing the schema.
 //!
 //! # How it works
 //!
@@ -81,7 +81,7 @@ pub use tls::{RootCertificates, SslMode};
 
 use concepts::{
     DbError,
-    kernel::{self, WaiterCounts, WaiterHub},
+    kernel::{self, WaiterHub},
 };
 use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod, Runtime};
 use error::map_pool_error;
@@ -126,21 +126,18 @@ impl PostgresStore {
     /// the notification listener, returning once it listens.
     pub async fn connect(config: PostgresConfig) -> Result<Self, PostgresError> {
         let tls = tls::Tls::new(&config)?;
-        let manager = Manager::from_connect(
-            config.pool_pg_config(),
-            tls.clone(),
-            ManagerConfig {
-                recycling_method: RecyclingMethod::Fast,
-            },
-        );
+        let recycling = ManagerConfig {
+            recycling_method: RecyclingMethod::Fast,
+        };
+        let manager = Manager::from_connect(config.pool_pg_config(), tls.clone(), recycling);
         let pool = Pool::builder(manager)
             .max_size(config.pool_size.max(1))
             .runtime(Runtime::Tokio1)
             .create_timeout(Some(config.connect_timeout))
             .build()
-            .map_err(|e| PostgresError::InvalidConfig {
-                url: config.redacted_url().to_string(),
-                problem: format!("cannot build the connection pool: {e}"),
+            .map_err(|e| {
+                let problem = format!("cannot build the connection pool: {e}");
+                error::invalid_config(config.redacted_url(), problem)
             })?;
         {
             let mut client = first_connection(&pool, &config).await?;
@@ -228,12 +225,6 @@ impl PostgresStore {
     #[must_use]
     pub fn round_trips(&self) -> u64 {
         self.inner.writer.trips.count()
-    }
-
-    /// The number of registered waiters of each kind.
-    #[must_use]
-    pub fn waiter_counts(&self) -> WaiterCounts {
-        self.inner.writer.hub.counts()
     }
 
     /// A pooled connection for a read of one round trip.

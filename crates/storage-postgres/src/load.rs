@@ -216,15 +216,13 @@ pub(crate) async fn load(
         snapshot.add_join_set(key, counters, next_response_times);
     }
     for row in &delays {
-        let (requested, answered) = (column(row, 1)?, column(row, 2)?);
         let key = &keys.delays[ordinal(row, 0, keys.delays.len())?];
-        snapshot.add_delay(
-            key,
-            DelayRow {
-                requested,
-                answered,
-            },
-        );
+        let (requested, answered) = (column(row, 1)?, column(row, 2)?);
+        let delay = DelayRow {
+            requested,
+            answered,
+        };
+        snapshot.add_delay(key, delay);
     }
     for row in &children {
         let key = keys.child_responses[ordinal(row, 0, keys.child_responses.len())?].clone();

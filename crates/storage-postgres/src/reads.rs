@@ -1,6 +1,5 @@
-//! The store's [`kernel::Backend`]: writes and `lock_pending` go to the kernel's `Groups`
-//! (`writer.rs`); the reads, and the checks of the waits, are here, each one statement (or one
-//! pipeline) on a pooled connection: one round trip, one snapshot.
+//! The store's [`kernel::Backend`]: writes go to the kernel's `Groups` (`writer.rs`); each
+//! read is one statement (or one pipeline) on a pooled connection: one round trip, one snapshot.
 
 use crate::{
     PostgresStore,
@@ -101,15 +100,6 @@ pub(crate) async fn locked_executions(
         .collect()
 }
 
-/// Whether an execution of one of the functions `$2` is due at `$1`: per function, the first
-/// entry of the partial index on `(ffqn, pending_at, execution_id)`. `ORDER BY ... LIMIT 1`
-/// makes that index the plan whatever the statistics say: a plain `EXISTS` over the table,
-/// planned while it was small, stayed a scan of the whole table once it held a million rows.
-pub(crate) const ANY_DUE: &str = "SELECT EXISTS (SELECT 1 FROM UNNEST($2::text[]) AS f(ffqn) \
-    CROSS JOIN LATERAL (SELECT 1 FROM t_execution t WHERE t.ffqn = f.ffqn \
-    AND t.pending_at IS NOT NULL AND t.pending_at <= $1 \
-    ORDER BY t.pending_at, t.execution_id LIMIT 1) AS due)";
-
 /// The statement of a listing: only the filters given are in it, so that its plan reads the
 /// index they name (a state but `Finished` the partial index of unfinished executions, whose
 /// condition the statement repeats with the kind as a literal; a parent the index of children;
@@ -180,10 +170,16 @@ async fn all<const N: usize>(
         .map_err(|rows| corrupt(format!("{} answers to {N} statements", rows.len())))
 }
 
-/// The `pending_at` (to the microsecond) of the first `$3` executions of function `$1` due at
-/// `$2`, oldest first: the partial index on `(ffqn, pending_at, execution_id)`, in its order.
-const DUE_TIMES: &str = "SELECT pending_at FROM t_execution WHERE ffqn = $1 \
-    AND pending_at IS NOT NULL AND pending_at <= $2 ORDER BY pending_at, execution_id LIMIT $3";
+/// The `pending_at` (to the microsecond) of the first `$3` executions of the functions `$1` due
+/// at `$2`, oldest first: per function, the partial index on `(ffqn, pending_at, execution_id)`
+/// in its order. `ORDER BY ... LIMIT` makes that index the plan whatever the statistics say: a
+/// plain `EXISTS` over the table, planned while it was small, stayed a scan of the whole table
+/// once it held a million rows.
+pub(crate) const DUE_TIMES: &str = "SELECT due.pending_at FROM UNNEST($1::text[]) AS f(ffqn) \
+    CROSS JOIN LATERAL (SELECT t.pending_at, t.execution_id FROM t_execution t \
+    WHERE t.ffqn = f.ffqn AND t.pending_at IS NOT NULL AND t.pending_at <= $2 \
+    ORDER BY t.pending_at, t.execution_id LIMIT $3) AS due \
+    ORDER BY due.pending_at, due.execution_id LIMIT $3";
 
 /// The `Created` events of the executions `$1` that are stored, with their ids.
 const SELECT_CREATED_EVENTS: &str = "SELECT execution_id, event_json FROM t_event \
@@ -229,12 +225,6 @@ impl kernel::Backend for PostgresStore {
 
     fn hub(&self) -> &WaiterHub {
         &self.inner.writer.hub
-    }
-
-    async fn any_due(&self, ffqns: &[FunctionFqn], at: DateTime<Utc>) -> Result<bool, DbError> {
-        let names: Vec<String> = ffqns.iter().map(ToString::to_string).collect();
-        let rows = self.query(ANY_DUE, params![micros(at), names]).await?;
-        rows.first().map_or(Ok(false), |row| column(row, 0))
     }
 
     async fn responses(
@@ -286,11 +276,12 @@ impl kernel::Backend for PostgresStore {
 
     async fn due_times(
         &self,
-        ffqn: &FunctionFqn,
+        ffqns: &[FunctionFqn],
         at: DateTime<Utc>,
         limit: usize,
     ) -> Result<Vec<DateTime<Utc>>, DbError> {
-        let params = params![ffqn.to_string(), micros(at), to_i64(limit)];
+        let names: Vec<String> = ffqns.iter().map(ToString::to_string).collect();
+        let params = params![names, micros(at), to_i64(limit)];
         let rows = self.query(DUE_TIMES, params).await?;
         (rows.iter())
             .map(|row| timestamp(column(row, 0)?, 0))

@@ -1,7 +1,5 @@
-//! Schedules in `t_schedule` (the row as JSON, beside its name and the due time its index
-//! orders) and their ticks in `t_schedule_tick`: the statements that load them for a write
-//! (locked: two nodes never fire one schedule at once; a due schedule another transaction
-//! holds is skipped until the next pass), that persist a plan's changes, and the reads.
+//! Schedules (`t_schedule`) and their ticks (`t_schedule_tick`): the statements that load them
+//! for a write, locked (`docs/ARCHITECTURE.md` says how), that persist a plan's, and the reads.
 
 use crate::{
     codec::{json, micros},

@@ -49,24 +49,19 @@ impl SslMode {
     /// The values `sslmode` accepts, for messages.
     pub const VALUES: &'static str = "disable, prefer, require, verify-ca, verify-full";
 
-    const ALL: [Self; 5] = [
-        Self::Disable,
-        Self::Prefer,
-        Self::Require,
-        Self::VerifyCa,
-        Self::VerifyFull,
+    /// Each mode and its name in a URL, in the order of declaration.
+    const NAMES: [(Self, &'static str); 5] = [
+        (Self::Disable, "disable"),
+        (Self::Prefer, "prefer"),
+        (Self::Require, "require"),
+        (Self::VerifyCa, "verify-ca"),
+        (Self::VerifyFull, "verify-full"),
     ];
 
     /// The mode's name in a URL.
     #[must_use]
     pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Disable => "disable",
-            Self::Prefer => "prefer",
-            Self::Require => "require",
-            Self::VerifyCa => "verify-ca",
-            Self::VerifyFull => "verify-full",
-        }
+        Self::NAMES[self as usize].1
     }
 
     /// What the driver is told: whether to ask for TLS, and whether to insist.
@@ -91,9 +86,9 @@ impl FromStr for SslMode {
     type Err = String;
 
     fn from_str(value: &str) -> Result<Self, Self::Err> {
-        Self::ALL
-            .into_iter()
-            .find(|mode| mode.as_str() == value)
+        let named = Self::NAMES.into_iter().find(|(_, name)| *name == value);
+        named
+            .map(|(mode, _)| mode)
             .ok_or_else(|| format!("`sslmode` must be one of {}, not `{value}`", Self::VALUES))
     }
 }

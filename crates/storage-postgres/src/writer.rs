@@ -1,7 +1,5 @@
-//! Running writes: one attempt of one write in one transaction, and of a group of writes
-//! planned together by the kernel's [`GroupPlanner`], for the kernel's `Groups`, which lets
-//! concurrent writes share one transaction and one commit and runs an attempt again when it
-//! may (`docs/ARCHITECTURE.md` describes both).
+//! Running writes for the kernel's `Groups`: one attempt of one write in one transaction, or of
+//! a group planned together by its [`GroupPlanner`] (`docs/ARCHITECTURE.md` describes both).
 
 use crate::{
     error::{is_transaction_retriable, map_pool_error},

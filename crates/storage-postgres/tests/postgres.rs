@@ -12,8 +12,8 @@ use chrono::{DateTime, TimeZone, Utc};
 use concepts::{
     ComponentId, CreateOutcome, CreateRequest, DbAwait, DbClient, DbConnection, DbError,
     DbExecutor, DbTimers, DbWorkflow, DelayId, DuplicateKind, ExecutionId, ExecutionMetadata,
-    FunctionFqn, JoinSetId, JoinSetResponse, JoinSetResponseEvent, Json, SchemaRefusal,
-    derive_pending_state, kernel::WaiterCounts,
+    FunctionFqn, JoinSetId, JoinSetResponse, JoinSetResponseEvent, Json, SchemaOptions,
+    SchemaRefusal, derive_pending_state, kernel::WaiterCounts,
 };
 use std::{sync::Arc, time::Duration};
 use storage_postgres::{PostgresError, PostgresStore, SCHEMA_VERSION, admin};
@@ -72,7 +72,7 @@ async fn open(database: &TestDatabase) -> PostgresStore {
 /// Waits (with the safety net) until `cond` holds for the store's waiter counts.
 async fn until_waiters(store: &PostgresStore, cond: impl Fn(WaiterCounts) -> bool) {
     tokio::time::timeout(SAFETY, async {
-        while !cond(store.waiter_counts()) {
+        while !cond(concepts::kernel::Backend::waiter_counts(store)) {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
     })
@@ -382,7 +382,7 @@ async fn another_store_is_woken_through_notify() {
     assert!(started.elapsed() < long_wait / 4, "{:?}", started.elapsed());
     assert!(waiter.listener_state().notifications > notifications_before);
     assert_eq!(
-        waiter.waiter_counts(),
+        concepts::kernel::Backend::waiter_counts(&waiter),
         WaiterCounts::default(),
         "the waiter left its registry"
     );

@@ -1,7 +1,5 @@
-//! Commits of other connections to the store's file (other processes, or another store opened
-//! on it), turned into wake-ups: `PRAGMA data_version` tells the writer's connection that
-//! another one committed, and the events and responses added since (by their growing row ids)
-//! say whom it concerns (`docs/ARCHITECTURE.md`, section `storage-sqlite`, says when it looks).
+//! Commits of other connections to the store's file, turned into wake-ups
+//! (`docs/ARCHITECTURE.md`, section `storage-sqlite`, says how and when it looks).
 
 use crate::{
     codec::{parsed, time},

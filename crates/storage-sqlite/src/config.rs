@@ -1,7 +1,7 @@
 //! What the user chooses when opening a store ([`SqliteConfig`]) and what the connection
 //! reports back after opening ([`EffectiveSettings`]).
 
-use concepts::SchemaPolicy;
+use concepts::{SchemaOptions, SchemaPolicy};
 use std::{path::PathBuf, time::Duration};
 
 /// SQLite's `synchronous` level: how hard a commit waits for the disk.
@@ -54,7 +54,7 @@ pub struct SqliteConfig {
     /// is false.
     pub path: PathBuf,
     /// Whether a file without any schema (new, empty) gets Stele's and a file of an older
-    /// schema is migrated; by default both.
+    /// schema is migrated; by default both ([`SchemaOptions`]).
     pub schema: SchemaPolicy,
     /// The `synchronous` level; default [`Synchronous::Full`].
     pub synchronous: Synchronous,
@@ -72,6 +72,12 @@ pub struct SqliteConfig {
     pub busy_timeout: Duration,
 }
 
+impl SchemaOptions for SqliteConfig {
+    fn schema_mut(&mut self) -> &mut SchemaPolicy {
+        &mut self.schema
+    }
+}
+
 impl SqliteConfig {
     /// The durable defaults for a database at `path`: WAL, `synchronous=FULL`.
     #[must_use]
@@ -85,21 +91,6 @@ impl SqliteConfig {
             reader_pool_size: 4,
             busy_timeout: Duration::from_secs(5),
         }
-    }
-
-    /// The same configuration, opening only a file that already is a Stele database: nothing
-    /// is created (`schema.create = false`).
-    #[must_use]
-    pub fn existing_only(mut self) -> Self {
-        self.schema.create = false;
-        self
-    }
-
-    /// The same configuration, never migrating an older schema (`schema.migrate = false`).
-    #[must_use]
-    pub fn without_migrations(mut self) -> Self {
-        self.schema.migrate = false;
-        self
     }
 
     /// The same configuration with another `synchronous` level.

@@ -48,8 +48,8 @@
 //!
 //! Opening migrates a fresh file or one of an older schema version and refuses, with a typed
 //! [`SqliteOpenError`] naming the path, a file of a newer version, a SQLite file of another
-//! application and a file that is not a database; [`SqliteConfig::existing_only`] and
-//! [`SqliteConfig::without_migrations`] open without changing it. The durable defaults
+//! application and a file that is not a database; [`SchemaOptions`](concepts::SchemaOptions) (`existing_only`,
+//! `without_migrations`) opens without changing it. The durable defaults
 //! ([`SqliteConfig::new`]) are read back after opening ([`SqlitePool::effective_settings`]).
 //!
 //! # Backups

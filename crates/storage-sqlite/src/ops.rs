@@ -164,8 +164,8 @@ impl<'c> WriteCtx<'c> {
         if let Some(due) = &keys.due {
             // Only the rows: the histories are read after the commit
             // (`reads::locked_executions`), so that the writer never waits for a long log.
-            let at = due.pending_at_or_sooner;
-            for row in reads::due_rows(conn, &due.ffqns, at, due.limit)? {
+            let query = (&due.ffqns[..], due.pending_at_or_sooner, due.limit);
+            for row in reads::due(conn, STATE_ROW_COLUMNS, query, codec::execution_row)? {
                 snapshot.add_due(row);
             }
         }

@@ -1,7 +1,5 @@
-//! [`SqlitePool`]: the store handle, and its [`kernel::Backend`]. Writes go to the writer
-//! thread; each read is written once, in its trait method, on a pooled read-only connection
-//! (inside one read transaction when it takes several statements, so it sees one snapshot);
-//! the kernel's waits register on the store's [`WaiterHub`].
+//! [`SqlitePool`]: the store handle, and its [`kernel::Backend`]: writes go to the writer
+//! thread, each read is written once, in its trait method, on a pooled read-only connection.
 
 use crate::{
     EffectiveSettings, SqliteConfig, SqliteOpenError,
@@ -18,7 +16,7 @@ use concepts::{
     FinishedExecutionResult, FunctionFqn, JoinSetResponseEventOuter, ListExecutionsFilter,
     LockPendingRequest, LockedExecution, Pagination, Version,
     kernel::{
-        self, ExecutionRow, WaiterCounts, WaiterHub, Write,
+        self, ExecutionRow, WaiterHub, Write,
         stored::{count, micros, to_i64},
     },
     schedule::{ScheduleName, ScheduleRow, Tick},
@@ -175,13 +173,6 @@ impl SqlitePool {
         self.inner.reads.load(std::sync::atomic::Ordering::Relaxed)
     }
 
-    /// The number of registered waiters of each kind (they are removed when their callers
-    /// leave; this lets tests check that nothing only grows).
-    #[must_use]
-    pub fn waiter_counts(&self) -> WaiterCounts {
-        self.inner.hub.counts()
-    }
-
     fn stopped_error(&self) -> DbError {
         if self.inner.hub.is_closed() {
             DbError::Closed
@@ -302,12 +293,6 @@ impl kernel::Backend for SqlitePool {
         &self.inner.hub
     }
 
-    async fn any_due(&self, ffqns: &[FunctionFqn], at: DateTime<Utc>) -> Result<bool, DbError> {
-        let ffqns = ffqns.to_vec();
-        self.read(move |conn| Ok(!reads::due_rows(conn, &ffqns, at, 1)?.is_empty()))
-            .await
-    }
-
     async fn responses(
         &self,
         execution_id: &ExecutionId,
@@ -361,17 +346,13 @@ impl kernel::Backend for SqlitePool {
     /// To the microsecond: `ix_state_pending`'s range, in its order.
     async fn due_times(
         &self,
-        ffqn: &FunctionFqn,
+        ffqns: &[FunctionFqn],
         at: DateTime<Utc>,
         limit: usize,
     ) -> Result<Vec<DateTime<Utc>>, DbError> {
-        let ffqn = ffqn.to_string();
+        let ffqns = ffqns.to_vec();
         self.read(move |conn| {
-            let sql = "SELECT pending_at FROM t_execution_state \
-                       WHERE state = 'PendingAt' AND ffqn = ?1 AND pending_at <= ?2 \
-                       ORDER BY pending_at, execution_id LIMIT ?3";
-            let values = params![ffqn, micros(at), to_i64(limit)];
-            rows(conn, sql, values, |row| time(row, 0))
+            reads::due(conn, "pending_at", (&ffqns, at, limit), |row| time(row, 0))
         })
         .await
     }

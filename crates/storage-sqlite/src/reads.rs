@@ -1,6 +1,5 @@
 //! Queries that only read, shared by the store's reads (`pool.rs`), the writer's loads and the
-//! hand-over of a lock: on a reader connection (inside one read transaction when they take
-//! several statements, so they see one snapshot) or on the writer's, inside its transaction.
+//! hand-over of a lock, on a reader connection or on the writer's, inside its transaction.
 
 use crate::{
     codec::{self, STATE_ROW_COLUMNS, json},
@@ -78,13 +77,8 @@ pub(crate) fn responses_up_to(
 ) -> Result<Vec<JoinSetResponseEventOuter>> {
     let sql = "SELECT response_json FROM t_response WHERE execution_id = ?1 AND idx >= ?2 \
                ORDER BY idx LIMIT ?3";
-    let (offset, limit) = (to_i64(start_idx), to_i64(max_length));
-    rows(
-        conn,
-        sql,
-        params![execution_id.as_str(), offset, limit],
-        |row| json(row, 0),
-    )
+    let params = params![execution_id.as_str(), to_i64(start_idx), to_i64(max_length)];
+    rows(conn, sql, params, |row| json(row, 0))
 }
 
 /// The result of `execution_id` if it finished: its `Finished` event, stored at the version the
@@ -110,28 +104,28 @@ pub(crate) fn finished_result(
     }
 }
 
-/// The state rows of up to `limit` executions of `ffqns` whose `pending_at` is at or before
-/// `at` (to the microsecond), oldest first, ties by execution id.
-pub(crate) fn due_rows(
+/// The `columns` of the state rows of up to `limit` executions of `ffqns` whose `pending_at` is
+/// at or before `at` (to the microsecond), oldest first, ties by execution id, as `decode` reads them.
+pub(crate) fn due<T>(
     conn: &Connection,
-    ffqns: &[FunctionFqn],
-    at: DateTime<Utc>,
-    limit: usize,
-) -> Result<Vec<ExecutionRow>> {
+    columns: &str,
+    (ffqns, at, limit): (&[FunctionFqn], DateTime<Utc>, usize),
+    decode: impl FnMut(&Row<'_>) -> Result<T>,
+) -> Result<Vec<T>> {
     if ffqns.is_empty() || limit == 0 {
         return Ok(Vec::new());
     }
     // The partial index `ix_state_pending` serves each function; the literal
     // `state = 'PendingAt'` lets the planner use it.
     let sql = format!(
-        "SELECT {STATE_ROW_COLUMNS} FROM t_execution_state \
+        "SELECT {columns} FROM t_execution_state \
          WHERE state = 'PendingAt' AND ffqn IN ({}) AND pending_at <= ? \
          ORDER BY pending_at, execution_id LIMIT ?",
         vec!["?"; ffqns.len()].join(", ")
     );
     let ffqns = ffqns.iter().map(|ffqn| Value::Text(ffqn.to_string()));
     let values = ffqns.chain([micros(at).into(), to_i64(limit).into()]);
-    rows(conn, &sql, params_from_iter(values), codec::execution_row)
+    rows(conn, &sql, params_from_iter(values), decode)
 }
 
 /// The statement of a listing and its values: only the filters given are in it, so that its

@@ -1,6 +1,5 @@
-//! Schedules in `t_schedule` (the row as JSON, beside its name and the due time its index
-//! orders) and their ticks in `t_schedule_tick`: loaded for a write, persisted from its plan,
-//! and read.
+//! Schedules (`t_schedule`) and their ticks (`t_schedule_tick`): loaded for a write, persisted
+//! from its plan, and read.
 
 use crate::{codec::json, error::Result, ops::WriteCtx, reads::rows};
 use concepts::{

@@ -14,7 +14,7 @@ use concepts::{
     DbError, DbErrorKind, DbExecutor, DbTimers, DbWorkflow, DelayId, ExecutionEventInner,
     ExecutionId, ExecutionMetadata, ExecutorId, FunctionFqn, HistoryEvent, JoinSetId,
     JoinSetRequest, JoinSetResponse, JoinSetResponseEvent, Json, LockPendingRequest, PendingState,
-    SchemaRefusal, SupportedFunctionReturnValue, Version,
+    SchemaOptions, SchemaRefusal, SupportedFunctionReturnValue, Version,
     kernel::{WaiterCounts, WaiterHub, Write},
 };
 use std::{path::Path, sync::Arc, time::Duration};
@@ -763,13 +763,13 @@ async fn close_is_idempotent_releases_waiters_and_refuses_calls() {
         finished: 1,
     };
     for _ in 0..1000 {
-        if store.waiter_counts() == both {
+        if concepts::kernel::Backend::waiter_counts(&store) == both {
             break;
         }
         tokio::task::yield_now().await;
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
-    assert_eq!(store.waiter_counts(), both);
+    assert_eq!(concepts::kernel::Backend::waiter_counts(&store), both);
     store.close().await;
     store.close().await;
     let released = tokio::time::timeout(Duration::from_secs(10), waiter)
@@ -787,7 +787,7 @@ async fn close_is_idempotent_releases_waiters_and_refuses_calls() {
         DbErrorKind::Closed
     );
     assert_eq!(
-        store.waiter_counts(),
+        concepts::kernel::Backend::waiter_counts(&store),
         WaiterCounts::default(),
         "waiters that left are unregistered"
     );
@@ -821,7 +821,10 @@ async fn timed_out_waiters_leave_no_registration() {
             .expect_err("times out");
         assert_eq!(err.kind(), DbErrorKind::Timeout);
     }
-    assert_eq!(store.waiter_counts(), WaiterCounts::default());
+    assert_eq!(
+        concepts::kernel::Backend::waiter_counts(&store),
+        WaiterCounts::default()
+    );
     store.close().await;
 }
 
@@ -879,6 +882,20 @@ impl SqlitePool {
     {
         let op = move |ctx: &mut WriteCtx<'_>| op(ctx.conn).map_err(SqliteError::from);
         self.send(fn_command(op)).await
+    }
+}
+
+/// A closure as a writer's operation: how the tests inject commands that fail or panic.
+impl<R, F> writer::Op for F
+where
+    F: FnOnce(&mut WriteCtx<'_>) -> Result<R, SqliteError> + Send + 'static,
+{
+    type Output = R;
+    fn run(self, ctx: &mut WriteCtx<'_>) -> Result<R, SqliteError> {
+        self(ctx)
+    }
+    fn answer_from_read(&self, _: &rusqlite::Connection) -> Option<Result<R, SqliteError>> {
+        None
     }
 }
 

@@ -37,25 +37,12 @@ pub(crate) trait Command: Send {
     fn reply(self: Box<Self>, conn: &Connection, path: &Path);
 }
 
-/// What a [`FnCommand`] runs: a closure, or a kernel write ([`crate::ops::Written`]), which
-/// may also be answered from a read.
+/// What a [`FnCommand`] runs: a kernel write ([`crate::ops::Written`]), which may also be
+/// answered from a read (the unit tests run closures too).
 pub(crate) trait Op: Send + 'static {
     type Output;
     fn run(self, ctx: &mut WriteCtx<'_>) -> Result<Self::Output, SqliteError>;
     fn answer_from_read(&self, conn: &Connection) -> Option<Result<Self::Output, SqliteError>>;
-}
-
-impl<R, F> Op for F
-where
-    F: FnOnce(&mut WriteCtx<'_>) -> Result<R, SqliteError> + Send + 'static,
-{
-    type Output = R;
-    fn run(self, ctx: &mut WriteCtx<'_>) -> Result<R, SqliteError> {
-        self(ctx)
-    }
-    fn answer_from_read(&self, _: &Connection) -> Option<Result<R, SqliteError>> {
-        None
-    }
 }
 
 /// A [`Command`] made of an [`Op`], what it does with a committed outcome `R` on the writer's

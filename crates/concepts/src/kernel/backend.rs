@@ -173,7 +173,7 @@ fn count_created(created: &[(FunctionFqn, usize)]) {
 /// A storage backend: how it runs a write, its reads, its [`WaiterHub`], and closing.
 /// Implement it and the store is a [`DbConnection`]: the public traits' write methods are
 /// [`Backend::write`] of their write kinds; the three waits are written here once, on the
-/// backend's hub and its check reads ([`Backend::any_due`], [`Backend::responses`],
+/// backend's hub and its check reads ([`Backend::due_times`], [`Backend::responses`],
 /// [`Backend::finished_result`]); `get_expired_timers` and `due_backlog` are made here from the
 /// backend's rows ([`Backend::expired`], [`Backend::due_times`]); the other reads call the
 /// method of the same name.
@@ -200,14 +200,11 @@ pub trait Backend: Send + Sync + 'static {
     /// committed write's wake-ups to it.
     fn hub(&self) -> &WaiterHub;
 
-    /// Whether an execution of one of `ffqns` is pending and due at `at`: the check of
-    /// [`DbExecutor::wait_for_pending`] (to the microsecond on the SQL backends: a spurious
-    /// `true` only makes a waiter look again).
-    fn any_due(
-        &self,
-        ffqns: &[FunctionFqn],
-        at: DateTime<Utc>,
-    ) -> impl Future<Output = Result<bool, DbError>> + Send;
+    /// The number of registered waiters of each kind (they are removed when their callers
+    /// leave; this lets tests check that nothing only grows).
+    fn waiter_counts(&self) -> super::WaiterCounts {
+        self.hub().counts()
+    }
 
     /// The responses of `execution_id` from index `start_idx` on, in arrival order, from one
     /// snapshot; `NotFound` for an unknown execution: the check of
@@ -261,12 +258,14 @@ pub trait Backend: Send + Sync + 'static {
         pagination: Pagination,
     ) -> impl Future<Output = Result<Vec<ExecutionSummary>, DbError>> + Send;
 
-    /// The `scheduled_at` of the first `limit` executions of `ffqn` pending and due at `at`,
-    /// oldest first, read in the order of the index the locks read: what
-    /// [`DbClient::due_backlog`] counts ([`DueBacklog::of_due_times`]).
+    /// The `scheduled_at` of the first `limit` executions of `ffqns` pending and due at `at`,
+    /// oldest first (ties by id), read in the order of the index the locks read: what
+    /// [`DbClient::due_backlog`] counts ([`DueBacklog::of_due_times`]), and, with a limit of
+    /// one, the check of [`DbExecutor::wait_for_pending`] (to the microsecond on the SQL
+    /// backends: a spurious find only makes a waiter look again).
     fn due_times(
         &self,
-        ffqn: &FunctionFqn,
+        ffqns: &[FunctionFqn],
         at: DateTime<Utc>,
         limit: usize,
     ) -> impl Future<Output = Result<Vec<DateTime<Utc>>, DbError>> + Send;
@@ -320,7 +319,8 @@ impl<B: Backend> DbExecutor for B {
         ffqns: Arc<[FunctionFqn]>,
         max_wait: Duration,
     ) {
-        let is_due = self.any_due(&ffqns, pending_at_or_sooner);
+        let is_due =
+            async { Ok(!(self.due_times(&ffqns, pending_at_or_sooner, 1).await?).is_empty()) };
         (self.hub())
             .wait_for_pending(pending_at_or_sooner, Arc::clone(&ffqns), max_wait, is_due)
             .await;
@@ -476,7 +476,8 @@ impl<B: Backend> DbClient for B {
         at: DateTime<Utc>,
         limit: usize,
     ) -> Result<DueBacklog, DbError> {
-        let due = self.due_times(ffqn, at, limit.saturating_add(1)).await?;
+        let ffqns = std::slice::from_ref(ffqn);
+        let due = self.due_times(ffqns, at, limit.saturating_add(1)).await?;
         Ok(DueBacklog::of_due_times(&due, limit))
     }
 }

@@ -7,7 +7,7 @@
 
 use super::snapshot::ExecutionRow;
 use crate::{
-    DbError, ExecutionEvent, ExecutionEventInner, ExecutionId, ExecutionState,
+    DbError, DuplicateKind, ExecutionEvent, ExecutionEventInner, ExecutionId, ExecutionState,
     FinishedExecutionResult, Version,
 };
 use chrono::{DateTime, Utc};
@@ -87,6 +87,47 @@ pub fn finished_result(
             "{execution_id} is finished, but the event at its finished version is {}",
             other.variant_name()
         ))),
+    }
+}
+
+/// A stored key that a backend keeps unique, whose violation by a write that lost a race is a
+/// duplicate the kernel names ([`UniqueKey::duplicate`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UniqueKey {
+    /// An execution's row: `(execution_id)`.
+    Execution,
+    /// An event of an execution's log: `(execution_id, version)`; at version 0, the `Created`
+    /// event, a duplicate execution.
+    Event,
+    /// The response to a delay: `(execution_id, delay_id)`.
+    DelayResponse,
+    /// The response of a child: `(execution_id, child_execution_id)`.
+    ChildResponse,
+    /// A schedule: `(name)`.
+    Schedule,
+}
+
+impl UniqueKey {
+    /// The duplicate that a violation of this key with `values` (its columns' text, in order)
+    /// means; `None` for an event after version 0, or values that are not this key's.
+    #[must_use]
+    pub fn duplicate(self, values: &[&str]) -> Option<DuplicateKind> {
+        let id = |text: &str| text.parse::<ExecutionId>().ok();
+        match (self, values) {
+            (Self::Execution, [execution_id]) | (Self::Event, [execution_id, "0"]) => {
+                Some(DuplicateKind::Execution(id(execution_id)?))
+            }
+            (Self::DelayResponse, [execution_id, delay_id]) => Some(DuplicateKind::DelayResponse {
+                execution_id: id(execution_id)?,
+                delay_id: delay_id.parse().ok()?,
+            }),
+            (Self::ChildResponse, [execution_id, child]) => Some(DuplicateKind::ChildResponse {
+                execution_id: id(execution_id)?,
+                child_execution_id: id(child)?,
+            }),
+            (Self::Schedule, [name]) => Some(DuplicateKind::Schedule(name.parse().ok()?)),
+            _ => None,
+        }
     }
 }
 
@@ -197,5 +238,24 @@ mod tests {
         assert!(from_micros(i64::MAX).is_err());
         assert_eq!(to_i64(u64::MAX), i64::MAX);
         assert!(count::<u32>(i64::from(u32::MAX) + 1, "n").is_err());
+    }
+
+    #[test]
+    fn a_unique_key_names_its_duplicate_or_none() {
+        let id = "E_01JZ8ZK3F8G3N9Q7V5W2X4Y6Z0";
+        let execution = Some(DuplicateKind::Execution(id.parse().unwrap()));
+        assert_eq!(UniqueKey::Execution.duplicate(&[id]), execution);
+        assert_eq!(UniqueKey::Event.duplicate(&[id, "0"]), execution);
+        assert_eq!(UniqueKey::Event.duplicate(&[id, "3"]), None);
+        assert_eq!(UniqueKey::Execution.duplicate(&[id, "0"]), None);
+        assert_eq!(UniqueKey::Execution.duplicate(&["not an id"]), None);
+        let child = format!("{id}.n:batch_1");
+        assert_eq!(
+            UniqueKey::ChildResponse.duplicate(&[id, &child]),
+            Some(DuplicateKind::ChildResponse {
+                execution_id: id.parse().unwrap(),
+                child_execution_id: child.parse().unwrap(),
+            })
+        );
     }
 }

@@ -113,7 +113,7 @@ async fn reads_of_logs_and_due_executions_use_indexes_without_statistics() {
                 (reads::SELECT_LOCKED, locked, "t_response"),
                 (reads::SELECT_LOG, "'E_1', 0, true", "t_event"),
                 (reads::SELECT_LOG, "'E_1', 0, true", "t_response"),
-                (reads::ANY_DUE, "1, '{f}'", "t_execution"),
+                (reads::DUE_TIMES, "'{f}', 1, 1", "t_execution"),
                 (load::SELECT_CREATED, "'{E_1,E_2}'", "t_event"),
             ];
             let mut scanned = Vec::new();

@@ -4,6 +4,7 @@
 //! spare server asks its role `stele_password_user` for a password (SCRAM); a URL that does
 //! not parse is covered by the unit tests.
 
+use concepts::SchemaOptions;
 use std::{
     io::Write,
     sync::{Arc, Mutex},

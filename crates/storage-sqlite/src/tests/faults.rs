@@ -6,7 +6,7 @@ use super::{create_request, id, integrity_check, t0};
 use crate::{SqliteConfig, SqlitePool};
 use concepts::{
     DbClient, DbConnection, DbError, DbErrorKind, DbExecutor, ExecutionEventInner, ExecutionId,
-    ExecutorId, FunctionFqn, Json, LockPendingRequest, OutcomeWrite, PendingState,
+    ExecutorId, FunctionFqn, Json, LockPendingRequest, OutcomeWrite, PendingState, SchemaOptions,
     SupportedFunctionReturnValue, derive_pending_state,
 };
 use std::{path::Path, sync::Arc, time::Duration};
