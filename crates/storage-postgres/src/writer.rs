@@ -143,7 +143,7 @@ impl Transactions for Writer {
         let granted = write.granted();
         let handed_over = tx.commit(&self.trips, assumed, &plan, granted).await?;
         // Committed: from here on nothing turns the call into an error.
-        self.hub.deliver(&plan.wakeups);
+        self.hub.deliver_plans([&plan]);
         Ok((plan, handed_over))
     }
 
@@ -161,7 +161,7 @@ impl Transactions for Writer {
         }
         let plan = group.finish();
         (tx.commit(&self.trips, None, &plan, Vec::new()).await?).map_err(NotCommitted::Unknown)?;
-        self.hub.deliver(&plan.wakeups);
+        self.hub.deliver_plans([&plan]);
         Ok(())
     }
 }

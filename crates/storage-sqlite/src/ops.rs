@@ -15,19 +15,17 @@ use concepts::{
     DbError, DelayId, DuplicateKind, ExecutionEvent, ExecutionId, Version,
     kernel::{
         self, DelayRow, ExecutionChange, ExecutionRow, JoinSetCounters, JoinSetKey, Keys,
-        NewExecution, PruneQuery, Snapshot, Wakeup, Write, WritePlan, descendant_bounds,
+        NewExecution, PruneQuery, Snapshot, Write, WritePlan, descendant_bounds,
         stored::{corrupt, count, from_json, micros, to_i64, to_json},
     },
 };
 use rusqlite::{CachedStatement, Connection, Params, params, params_from_iter};
 
 /// The writer's view of one command: its connection (inside the batch transaction) and the
-/// wake-ups that are delivered if the batch commits.
+/// plans persisted in the transaction so far: what the writer persists again if it must roll
+/// back another command's writes, and whose wake-ups it delivers once they commit.
 pub(crate) struct WriteCtx<'a> {
     pub(crate) conn: &'a Connection,
-    pub(crate) wakeups: &'a mut Vec<Wakeup>,
-    /// The plans persisted in the transaction so far: what the writer persists again if it
-    /// must roll back another command's writes.
     pub(crate) plans: &'a mut Vec<WritePlan>,
 }
 
@@ -99,11 +97,9 @@ impl<W: Write> Op for Written<W> {
         if !W::ANSWERED_FROM_READ {
             return None;
         }
-        let (mut wakeups, mut plans) = (Vec::new(), Vec::new());
         let ctx = WriteCtx {
             conn,
-            wakeups: &mut wakeups,
-            plans: &mut plans,
+            plans: &mut Vec::new(),
         };
         let mut snapshot = Snapshot::default();
         ctx.load(&self.keys, &mut snapshot).ok()?;
@@ -113,16 +109,15 @@ impl<W: Write> Op for Written<W> {
 }
 
 impl<'c> WriteCtx<'c> {
-    /// Loads, plans and persists `write` (whose keys are `keys`); its wake-ups wait for the
-    /// commit.
+    /// Loads, plans and persists `write` (whose keys are `keys`); its wake-ups wait, with its
+    /// plan, for the commit.
     pub(crate) fn write<W: Write>(&mut self, write: W, keys: &Keys) -> Result<W::Reply> {
         let mut snapshot = Snapshot::default();
         self.load(keys, &mut snapshot)?;
         if let Some(more) = write.follow_up_keys(&snapshot) {
             self.load(&more, &mut snapshot)?;
         }
-        let (mut plan, reply) = kernel::plan(&snapshot, write)?;
-        self.wakeups.extend(plan.wakeups.drain(..));
+        let (plan, reply) = kernel::plan(&snapshot, write)?;
         let persisted = self.persist(&plan);
         // Kept even when it failed halfway: the writer then knows there is something to undo.
         self.plans.push(plan);

@@ -10,7 +10,7 @@ use crate::{
 };
 use concepts::{
     DbError,
-    kernel::{WaiterHub, Wakeup, WritePlan},
+    kernel::{WaiterHub, WritePlan},
 };
 use rusqlite::Connection;
 use std::{
@@ -209,11 +209,11 @@ pub(crate) fn run(
         if batch.is_empty() {
             continue;
         }
-        let (done, wakeups) = writer.run_group(&mut batch);
+        let (done, committed) = writer.run_group(&mut batch);
         for command in batch.drain(..done) {
             command.reply(&conn, path);
         }
-        hub.deliver(&wakeups);
+        hub.deliver_plans(&committed);
         if let Some(checkpointer) = &mut checkpointer {
             checkpointer.after_commit(&conn, path);
         }
@@ -303,13 +303,11 @@ impl Writer<'_> {
 
     /// Runs the first commands of `batch` in one transaction (normally all of them, without
     /// savepoints: see [`Writer::replay`]); returns how many ran (they have their outcomes) and
-    /// the wake-ups of what committed. While contended, it commits after
+    /// the plans that committed. While contended, it commits after
     /// [`MAX_CONTENDED_TRANSACTION`] and leaves the rest to the next one.
-    fn run_group(&mut self, batch: &mut [Box<dyn Command>]) -> (usize, Vec<Wakeup>) {
+    fn run_group(&mut self, batch: &mut [Box<dyn Command>]) -> (usize, Vec<WritePlan>) {
         let path = self.path;
-        // The wake-ups of the commands that succeeded in the current transaction.
-        let mut woken = Vec::new();
-        // The plans those commands persisted, in their order.
+        // The plans of the commands that succeeded in the current transaction, in their order.
         let mut plans = Vec::new();
         // The first command of the open transaction, and when it began.
         let mut open: Option<(usize, Instant)> = None;
@@ -337,15 +335,14 @@ impl Writer<'_> {
             };
             open = Some((start, began));
             let kept = plans.len();
-            match self.run_command(&mut batch[idx], &mut woken, &mut plans) {
+            match self.run_command(&mut batch[idx], &mut plans) {
                 Ran::Succeeded => continue,
                 // Refused before it wrote anything, and the transaction is intact.
                 Ran::Failed if plans.len() == kept && !self.conn.is_autocommit() => continue,
                 Ran::Failed | Ran::Panicked => plans.truncate(kept),
             }
             if let Err(err) = self.replay(&plans) {
-                self.abort(&mut batch[start..idx], &mut woken, &err);
-                plans.clear();
+                self.abort(&mut batch[start..idx], &mut plans, &err);
                 open = None;
             }
         }
@@ -353,10 +350,10 @@ impl Writer<'_> {
             && let Err(err) = exec(self.conn, "COMMIT")
         {
             let err = SqliteError::from(err).into_db_error(path);
-            self.abort(&mut batch[start..end], &mut woken, &err);
+            self.abort(&mut batch[start..end], &mut plans, &err);
         }
         self.ended_at = Some(Instant::now());
-        (end, woken)
+        (end, plans)
     }
 
     /// Undoes what a failed command left in the open transaction: rolls it back (unless SQLite
@@ -370,7 +367,6 @@ impl Writer<'_> {
         self.begin()?;
         let ctx = WriteCtx {
             conn: self.conn,
-            wakeups: &mut Vec::new(),
             plans: &mut Vec::new(),
         };
         for plan in plans {
@@ -380,41 +376,30 @@ impl Writer<'_> {
     }
 
     /// The current transaction is lost: roll it back and fail the commands that had succeeded.
-    fn abort(&self, segment: &mut [Box<dyn Command>], woken: &mut Vec<Wakeup>, err: &DbError) {
+    fn abort(&self, segment: &mut [Box<dyn Command>], plans: &mut Vec<WritePlan>, err: &DbError) {
         tracing::error!(path = %self.path.display(), "SQLite transaction failed: {err}");
         if !self.conn.is_autocommit() {
             let _ = self.conn.execute_batch("ROLLBACK");
         }
         fail_all(segment, err);
-        woken.clear();
+        plans.clear();
     }
 
-    /// Runs `command` in the current transaction; when it succeeded, its wake-ups are added to
-    /// `woken`. The plans it persisted are added to `plans` however it ends (a failed command may
-    /// have persisted some before failing).
-    fn run_command(
-        &self,
-        command: &mut Box<dyn Command>,
-        woken: &mut Vec<Wakeup>,
-        plans: &mut Vec<WritePlan>,
-    ) -> Ran {
+    /// Runs `command` in the current transaction. The plans it persisted are added to `plans`
+    /// however it ends (a failed command may have persisted some before failing).
+    fn run_command(&self, command: &mut Box<dyn Command>, plans: &mut Vec<WritePlan>) -> Ran {
         let (conn, path) = (self.conn, self.path);
-        let mut wakeups = Vec::new();
         // A bug that panics inside one command must not take the writer (and every other
         // caller) down with it: the command fails and what it wrote is undone.
         let ran = std::panic::catch_unwind(AssertUnwindSafe(|| {
             let mut ctx = WriteCtx {
                 conn,
-                wakeups: &mut wakeups,
                 plans: &mut *plans,
             };
             command.run(&mut ctx, path)
         }));
         match ran {
-            Ok(true) => {
-                woken.append(&mut wakeups);
-                Ran::Succeeded
-            }
+            Ok(true) => Ran::Succeeded,
             Ok(false) => Ran::Failed,
             Err(_) => {
                 tracing::error!(path = %path.display(), "a SQLite write command panicked");

@@ -674,7 +674,7 @@ async fn the_hub_loses_no_wakeup_between_check_and_wait_and_close_releases_every
     let finished = {
         let (hub, id) = (Arc::clone(&hub), id.clone());
         tokio::spawn(async move {
-            hub.wait_for_finished(&id, None, || async { Ok(None::<()>) })
+            hub.wait_for_finished(&id, None, || async { Ok(None) })
                 .await
         })
     };
@@ -683,14 +683,12 @@ async fn the_hub_loses_no_wakeup_between_check_and_wait_and_close_releases_every
     hub.close();
     assert!(matches!(finished.await.unwrap(), Err(DbError::Closed)));
     assert!(matches!(
-        hub.wait_for_finished(&id, None, || async { Ok(None::<()>) })
+        hub.wait_for_finished(&id, None, || async { Ok(None) })
             .await,
         Err(DbError::Closed)
     ));
     let timed_out = WaiterHub::new()
-        .wait_for_finished(&id, Some(Duration::from_secs(1)), || async {
-            Ok(None::<()>)
-        })
+        .wait_for_finished(&id, Some(Duration::from_secs(1)), || async { Ok(None) })
         .await;
     assert!(matches!(timed_out, Err(DbError::Timeout)));
 }
@@ -701,18 +699,23 @@ async fn a_timeout_bounds_the_wait_for_a_finish_never_the_check() {
     let id = ExecutionId::generate_at(at(0));
     // A check that takes time (a database read) finds the execution finished: even a zero
     // timeout reports it.
+    let seven = || {
+        Ok(crate::SupportedFunctionReturnValue::InfallibleOrResultOk(
+            serde_json::json!(7).into(),
+        ))
+    };
     let slow_check = || async {
         tokio::time::sleep(Duration::from_millis(5)).await;
-        Ok(Some(7))
+        Ok(Some(seven()))
     };
     let found = hub
         .wait_for_finished(&id, Some(Duration::ZERO), slow_check)
         .await;
-    assert_eq!(found.unwrap(), 7);
+    assert_eq!(found.unwrap(), seven());
     // The timeout runs from the call: a slow first check counts against it.
     let slow_miss = || async {
         tokio::time::sleep(Duration::from_millis(5)).await;
-        Ok(None::<()>)
+        Ok(None)
     };
     let started = tokio::time::Instant::now();
     let missed = hub
@@ -720,6 +723,55 @@ async fn a_timeout_bounds_the_wait_for_a_finish_never_the_check() {
         .await;
     assert!(matches!(missed, Err(DbError::Timeout)), "{missed:?}");
     assert_eq!(started.elapsed(), Duration::from_millis(20));
+    assert_eq!(hub.counts(), WaiterCounts::default());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_committed_finish_hands_its_result_to_the_waiter_without_a_read() {
+    let hub = Arc::new(WaiterHub::new());
+    let id = ExecutionId::generate_at(at(0));
+    let locked = PendingState::Locked {
+        executor_id: ExecutorId::generate_at(at(0)),
+        run_id: crate::RunId::generate_at(at(0)),
+        lock_expires_at: at(10),
+    };
+    let snapshot = snapshot_of([row(&id, 2, locked)]);
+    let value = || {
+        Ok(crate::SupportedFunctionReturnValue::InfallibleOrResultOk(
+            serde_json::json!(7).into(),
+        ))
+    };
+    let finished = ExecutionEventInner::Finished { result: value() };
+    let write = OutcomeWrite::new(id.clone(), Version(2), at(4), finished, None);
+    let plan = run(&snapshot, write).unwrap().plan;
+    let checks = Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let wait = |hub: Arc<WaiterHub>| {
+        let (id, checks) = (id.clone(), Arc::clone(&checks));
+        tokio::spawn(async move {
+            let check = || {
+                checks.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                async { Ok(None) }
+            };
+            hub.wait_for_finished(&id, Some(Duration::from_secs(1)), check)
+                .await
+        })
+    };
+    let waiter = wait(Arc::clone(&hub));
+    tokio::task::yield_now().await;
+    assert_eq!(checks.load(std::sync::atomic::Ordering::SeqCst), 1);
+    hub.deliver_plans([&plan]);
+    assert_eq!(waiter.await.unwrap().unwrap(), value());
+    assert_eq!(
+        checks.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "the handed result is the answer: no second read"
+    );
+    // A wake-up without the plan (another process's commit) is followed by a read.
+    let waiter = wait(Arc::clone(&hub));
+    tokio::task::yield_now().await;
+    hub.deliver(&plan.wakeups);
+    assert!(matches!(waiter.await.unwrap(), Err(DbError::Timeout)));
+    assert_eq!(checks.load(std::sync::atomic::Ordering::SeqCst), 3);
     assert_eq!(hub.counts(), WaiterCounts::default());
 }
 

@@ -1,9 +1,16 @@
 //! The waiter hub: in-process notifications for every backend. A waiter registers, checks the
 //! store, and only then waits; a committed write's [`Wakeup`]s wake the waiters they concern;
-//! a waiter that leaves, however it leaves, removes its registration.
+//! a waiter that leaves, however it leaves, removes its registration. A waiter of a finish
+//! woken by a committed plan of this process is handed the result with the wake-up, so it
+//! reads nothing.
 
-use super::{plan::Wakeup, snapshot::FastHash};
-use crate::{DbError, ExecutionId, FunctionFqn, add_saturating};
+use super::{
+    plan::{Wakeup, WritePlan},
+    snapshot::FastHash,
+};
+use crate::{
+    DbError, ExecutionEventInner, ExecutionId, FinishedExecutionResult, FunctionFqn, add_saturating,
+};
 use chrono::{DateTime, Utc};
 use std::{
     collections::HashMap,
@@ -32,7 +39,27 @@ struct PendingWaiter {
     ffqns: Arc<[FunctionFqn]>,
     pending_at_or_sooner: DateTime<Utc>,
     since: tokio::time::Instant,
-    notify: Arc<Notify>,
+    waiter: Arc<Waiter>,
+}
+
+/// One registered waiter: how it is woken, and the result handed to a waiter of a finish.
+#[derive(Debug, Default)]
+struct Waiter {
+    notify: Notify,
+    finished: Mutex<Option<FinishedExecutionResult>>,
+}
+
+impl Waiter {
+    fn hand(&self, result: FinishedExecutionResult) {
+        *self.finished.lock().unwrap_or_else(PoisonError::into_inner) = Some(result);
+    }
+
+    fn handed(&self) -> Option<FinishedExecutionResult> {
+        self.finished
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+    }
 }
 
 impl PendingWaiter {
@@ -41,7 +68,7 @@ impl PendingWaiter {
     }
 }
 
-type ExecutionWaiters = HashMap<ExecutionId, Vec<(u64, Arc<Notify>)>, FastHash>;
+type ExecutionWaiters = HashMap<ExecutionId, Vec<(u64, Arc<Waiter>)>, FastHash>;
 
 #[derive(Debug, Default)]
 struct Registry {
@@ -79,7 +106,7 @@ enum Key {
 struct Registration<'h> {
     hub: &'h WaiterHub,
     key: Key,
-    notify: Arc<Notify>,
+    waiter: Arc<Waiter>,
 }
 
 impl Drop for Registration<'_> {
@@ -110,11 +137,27 @@ fn unregister(waiters: &mut ExecutionWaiters, execution_id: &ExecutionId, id: u6
 
 fn wake(waiters: &ExecutionWaiters, execution_id: &ExecutionId) {
     if let Some(entries) = waiters.get(execution_id) {
-        for (_, notify) in entries {
+        for (_, waiter) in entries {
             // A permit is kept when the waiter is not waiting yet: no wake-up is lost.
-            notify.notify_one();
+            waiter.notify.notify_one();
         }
     }
+}
+
+/// The result `plan` stored with `execution_id`'s `Finished`, if it did.
+fn finished_in<'p>(
+    plan: &'p WritePlan,
+    execution_id: &ExecutionId,
+) -> Option<&'p FinishedExecutionResult> {
+    let mut changes = plan.changes.iter();
+    let change = changes.find(|change| change.row.execution_id == *execution_id)?;
+    change
+        .events
+        .iter()
+        .find_map(|(_, event)| match &event.event {
+            ExecutionEventInner::Finished { result } => Some(result),
+            _ => None,
+        })
 }
 
 impl WaiterHub {
@@ -131,6 +174,23 @@ impl WaiterHub {
 
     /// Wakes the waiters that committed writes concern. Call it only after the commit.
     pub fn deliver(&self, wakeups: &[Wakeup]) {
+        self.deliver_with(wakeups, |_| None);
+    }
+
+    /// Wakes the waiters that the committed `plans` concern, as [`WaiterHub::deliver`] does
+    /// with their wake-ups, and hands each waiter of a finish the result its plan stored
+    /// (cloned only for a finish that someone waits for). Call it only after the commit.
+    pub fn deliver_plans<'p>(&self, plans: impl IntoIterator<Item = &'p WritePlan>) {
+        for plan in plans {
+            self.deliver_with(&plan.wakeups, |id| finished_in(plan, id));
+        }
+    }
+
+    fn deliver_with<'r>(
+        &self,
+        wakeups: &[Wakeup],
+        finished: impl Fn(&ExecutionId) -> Option<&'r FinishedExecutionResult>,
+    ) {
         if wakeups.is_empty() {
             return;
         }
@@ -150,7 +210,16 @@ impl WaiterHub {
                         .or_insert(*at);
                 }
                 Wakeup::Responses(execution_id) => wake(&registry.responses, execution_id),
-                Wakeup::Finished(execution_id) => wake(&registry.finished, execution_id),
+                Wakeup::Finished(execution_id) => {
+                    if let Some(entries) = registry.finished.get(execution_id)
+                        && let Some(result) = finished(execution_id)
+                    {
+                        for (_, waiter) in entries {
+                            waiter.hand(result.clone());
+                        }
+                    }
+                    wake(&registry.finished, execution_id);
+                }
             }
         }
         if earliest.is_empty() {
@@ -163,7 +232,7 @@ impl WaiterHub {
                 .filter_map(|ffqn| earliest.get(ffqn))
                 .any(|at| waiter.covers(*at))
             {
-                waiter.notify.notify_one();
+                waiter.waiter.notify.notify_one();
             }
         }
     }
@@ -173,15 +242,15 @@ impl WaiterHub {
     pub fn wake_everyone(&self) {
         let registry = self.lock();
         for waiter in registry.pending.values() {
-            waiter.notify.notify_one();
+            waiter.waiter.notify.notify_one();
         }
         for entries in registry
             .responses
             .values()
             .chain(registry.finished.values())
         {
-            for (_, notify) in entries {
-                notify.notify_one();
+            for (_, waiter) in entries {
+                waiter.notify.notify_one();
             }
         }
     }
@@ -235,20 +304,20 @@ impl WaiterHub {
             return None;
         }
         let id = registry.next_id();
-        let notify = Arc::new(Notify::new());
+        let waiter = Arc::new(Waiter::default());
         registry.pending.insert(
             id,
             PendingWaiter {
                 ffqns,
                 pending_at_or_sooner,
                 since: tokio::time::Instant::now(),
-                notify: Arc::clone(&notify),
+                waiter: Arc::clone(&waiter),
             },
         );
         Some(Registration {
             hub: self,
             key: Key::Pending(id),
-            notify,
+            waiter,
         })
     }
 
@@ -262,7 +331,7 @@ impl WaiterHub {
             return None;
         }
         let id = registry.next_id();
-        let notify = Arc::new(Notify::new());
+        let waiter = Arc::new(Waiter::default());
         let waiters = if finished {
             &mut registry.finished
         } else {
@@ -271,7 +340,7 @@ impl WaiterHub {
         waiters
             .entry(execution_id.clone())
             .or_default()
-            .push((id, Arc::clone(&notify)));
+            .push((id, Arc::clone(&waiter)));
         let key = if finished {
             Key::Finished(execution_id.clone(), id)
         } else {
@@ -280,7 +349,7 @@ impl WaiterHub {
         Some(Registration {
             hub: self,
             key,
-            notify,
+            waiter,
         })
     }
 
@@ -309,7 +378,7 @@ impl WaiterHub {
             return;
         }
         // Woken, closed or timed out: all mean "look again".
-        let _ = tokio::time::timeout(max_wait, registration.notify.notified()).await;
+        let _ = tokio::time::timeout(max_wait, registration.waiter.notify.notified()).await;
     }
 
     /// `subscribe_to_next_responses`: registers, then runs `check` until it returns something,
@@ -324,35 +393,40 @@ impl WaiterHub {
         Fut: Future<Output = Result<Option<T>, DbError>>,
     {
         let registration = self.register_execution(execution_id, false);
-        self.check_and_wait(registration, check, None).await
+        self.check_and_wait(registration, check, None, |_| None)
+            .await
     }
 
     /// `wait_for_finished_result`: as [`WaiterHub::wait_for_responses`] for the finish of
     /// `execution_id`, and [`DbError::Timeout`] once `timeout` has passed without a wake-up
     /// that found it finished (`None` waits forever). The timeout bounds the waiting, never a
     /// check: an execution that has finished is reported even with a zero timeout, however
-    /// long the backend's read takes.
-    pub async fn wait_for_finished<T, F, Fut>(
+    /// long the backend's read takes. A wake-up that hands the result
+    /// ([`WaiterHub::deliver_plans`]) answers without a check.
+    pub async fn wait_for_finished<F, Fut>(
         &self,
         execution_id: &ExecutionId,
         timeout: Option<Duration>,
         check: F,
-    ) -> Result<T, DbError>
+    ) -> Result<FinishedExecutionResult, DbError>
     where
         F: FnMut() -> Fut,
-        Fut: Future<Output = Result<Option<T>, DbError>>,
+        Fut: Future<Output = Result<Option<FinishedExecutionResult>, DbError>>,
     {
         let registration = self.register_execution(execution_id, true);
         let deadline = timeout.map(tokio::time::sleep);
-        self.check_and_wait(registration, check, deadline).await
+        self.check_and_wait(registration, check, deadline, Waiter::handed)
+            .await
     }
 
-    /// Checks, then waits for a wake-up (until `deadline`, when given), and again.
+    /// Checks, then waits for a wake-up (until `deadline`, when given), and again, unless the
+    /// wake-up `handed` something.
     async fn check_and_wait<T, F, Fut>(
         &self,
         registration: Option<Registration<'_>>,
         mut check: F,
         deadline: Option<tokio::time::Sleep>,
+        handed: impl Fn(&Waiter) -> Option<T>,
     ) -> Result<T, DbError>
     where
         F: FnMut() -> Fut,
@@ -362,6 +436,7 @@ impl WaiterHub {
             return Err(DbError::Closed);
         };
         let mut deadline = std::pin::pin!(deadline);
+        let waiter = &registration.waiter;
         loop {
             if let Some(found) = check().await? {
                 return Ok(found);
@@ -372,10 +447,13 @@ impl WaiterHub {
             match deadline.as_mut().as_pin_mut() {
                 Some(deadline) => tokio::select! {
                     biased;
-                    () = registration.notify.notified() => {}
+                    () = waiter.notify.notified() => {}
                     () = deadline => return Err(DbError::Timeout),
                 },
-                None => registration.notify.notified().await,
+                None => waiter.notify.notified().await,
+            }
+            if let Some(found) = handed(waiter) {
+                return Ok(found);
             }
         }
     }
