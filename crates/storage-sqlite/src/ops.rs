@@ -117,8 +117,8 @@ impl<'c> WriteCtx<'c> {
         if let Some(more) = write.follow_up_keys(&snapshot) {
             self.load(&more, &mut snapshot)?;
         }
-        let (plan, reply) = kernel::plan(&snapshot, write)?;
-        let persisted = self.persist(&plan);
+        let (mut plan, reply) = kernel::plan(&snapshot, write)?;
+        let persisted = self.persist(&mut plan);
         // Kept even when it failed halfway: the writer then knows there is something to undo.
         self.plans.push(plan);
         persisted?;
@@ -286,10 +286,11 @@ impl<'c> WriteCtx<'c> {
         })
     }
 
-    /// Writes every change of `plan`, then deletes what it prunes.
-    pub(crate) fn persist(&self, plan: &WritePlan) -> Result<()> {
+    /// Writes every change of `plan`, then deletes what it prunes; each response's place in
+    /// the plan becomes the one it was stored at.
+    pub(crate) fn persist(&self, plan: &mut WritePlan) -> Result<()> {
         let (mut insert_state, mut update_state, mut insert_event) = (None, None, None);
-        for change in &plan.changes {
+        for change in &mut plan.changes {
             if let Some(created) = change.created() {
                 self.insert_execution(&mut insert_state, &change.row, created)?;
             } else if !change.events.is_empty() || change.state_changed() {
@@ -305,7 +306,7 @@ impl<'c> WriteCtx<'c> {
     }
 
     /// The responses, join-set counters, requested and closed delays of one execution's change.
-    fn persist_responses_and_delays(&self, change: &ExecutionChange) -> Result<()> {
+    fn persist_responses_and_delays(&self, change: &mut ExecutionChange) -> Result<()> {
         let execution_id = change.row.execution_id.as_str();
         for (join_set_id, counters) in &change.join_sets {
             let sql = "INSERT INTO t_join_set (execution_id, join_set_id, join_next_count, \
@@ -319,14 +320,15 @@ impl<'c> WriteCtx<'c> {
             ];
             self.execute(sql, params)?;
         }
-        for planned in &change.responses {
+        for planned in &mut change.responses {
             let (delay_id, child_id) = response_keys(&planned.response.event.event);
             // The row keeps no response count (see `codec::execution_row`): the place follows
-            // the last stored one, one seek of `ux_response_idx`.
+            // the last stored one, one seek of `ux_response_idx`, and the plan learns it (the
+            // waiter hub hands the response to whoever waits for that place).
             let sql = "INSERT INTO t_response (execution_id, created_at, join_set_id, \
                  join_set_idx, delay_id, child_execution_id, response_json, idx) \
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, (SELECT COALESCE(MAX(idx) + 1, 0) \
-                 FROM t_response WHERE execution_id = ?1))";
+                 FROM t_response WHERE execution_id = ?1)) RETURNING idx";
             let params = params![
                 execution_id,
                 micros(planned.response.created_at),
@@ -336,7 +338,9 @@ impl<'c> WriteCtx<'c> {
                 child_id,
                 to_json(&planned.response)?,
             ];
-            self.execute(sql, params)?;
+            let mut stmt = self.conn.prepare_cached(sql)?;
+            let idx: i64 = stmt.query_row(params, |row| row.get(0))?;
+            planned.idx = idx.cast_unsigned();
         }
         for delay in &change.delays_requested {
             let sql = "INSERT INTO t_delay (execution_id, delay_id, join_set_id, expires_at, \

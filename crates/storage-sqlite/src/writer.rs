@@ -341,7 +341,7 @@ impl Writer<'_> {
                 Ran::Failed if plans.len() == kept && !self.conn.is_autocommit() => continue,
                 Ran::Failed | Ran::Panicked => plans.truncate(kept),
             }
-            if let Err(err) = self.replay(&plans) {
+            if let Err(err) = self.replay(&mut plans) {
                 self.abort(&mut batch[start..idx], &mut plans, &err);
                 open = None;
             }
@@ -359,7 +359,7 @@ impl Writer<'_> {
     /// Undoes what a failed command left in the open transaction: rolls it back (unless SQLite
     /// did) and persists `plans`, those of the commands that succeeded before it, again in a new
     /// one, which stays open.
-    fn replay(&mut self, plans: &[WritePlan]) -> Result<(), DbError> {
+    fn replay(&mut self, plans: &mut [WritePlan]) -> Result<(), DbError> {
         let path = self.path;
         if !self.conn.is_autocommit() {
             exec(self.conn, "ROLLBACK").map_err(|e| SqliteError::from(e).into_db_error(path))?;

@@ -346,7 +346,9 @@ impl<B: Backend> DbWorkflow for B {
             let responses = self.responses(execution_id, start_idx).await?;
             Ok((!responses.is_empty()).then_some(responses))
         };
-        self.hub().wait_for_responses(execution_id, check).await
+        (self.hub())
+            .wait_for_responses(execution_id, start_idx, check)
+            .await
     }
 }
 

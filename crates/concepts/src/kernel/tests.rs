@@ -651,7 +651,7 @@ async fn the_hub_loses_no_wakeup_between_check_and_wait_and_close_releases_every
     let waiter = {
         let (hub, id, checks) = (Arc::clone(&hub), id.clone(), Arc::clone(&checks));
         tokio::spawn(async move {
-            hub.wait_for_responses(&id, || {
+            hub.wait_for_responses(&id, 0, || {
                 let n = checks.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                 let hub = Arc::clone(&hub);
                 let id = id.clone();
@@ -661,14 +661,15 @@ async fn the_hub_loses_no_wakeup_between_check_and_wait_and_close_releases_every
                         hub.deliver(&[Wakeup::Responses(id)]);
                         Ok(None)
                     } else {
-                        Ok(Some(n))
+                        Ok(Some(Vec::new()))
                     }
                 }
             })
             .await
         })
     };
-    assert_eq!(waiter.await.unwrap().unwrap(), 1);
+    assert_eq!(waiter.await.unwrap().unwrap(), Vec::new());
+    assert_eq!(checks.load(std::sync::atomic::Ordering::SeqCst), 2);
     assert_eq!(hub.counts(), WaiterCounts::default());
 
     let finished = {
@@ -772,6 +773,67 @@ async fn a_committed_finish_hands_its_result_to_the_waiter_without_a_read() {
     hub.deliver(&plan.wakeups);
     assert!(matches!(waiter.await.unwrap(), Err(DbError::Timeout)));
     assert_eq!(checks.load(std::sync::atomic::Ordering::SeqCst), 3);
+    assert_eq!(hub.counts(), WaiterCounts::default());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_committed_response_is_handed_to_the_waiter_of_its_place_alone() {
+    let hub = Arc::new(WaiterHub::new());
+    let parent = ExecutionId::generate_at(at(0));
+    let child = parent.next_level(&join_set(), 1);
+    let child_row = ExecutionRow {
+        parent: Some((parent.clone(), join_set())),
+        ..row(
+            &child,
+            2,
+            PendingState::Locked {
+                executor_id: ExecutorId::generate_at(at(0)),
+                run_id: crate::RunId::generate_at(at(0)),
+                lock_expires_at: at(10),
+            },
+        )
+    };
+    // The parent has three responses: this one is its fourth (index 3).
+    let parent_row = ExecutionRow {
+        response_count: 3,
+        ..row(&parent, 3, pending(20))
+    };
+    let snapshot = snapshot_of([child_row.clone(), parent_row]);
+    let finished = ExecutionEventInner::Finished {
+        result: Ok(crate::SupportedFunctionReturnValue::None),
+    };
+    let write = OutcomeWrite::new(
+        child.clone(),
+        Version(2),
+        at(4),
+        finished,
+        child_row.parent.as_ref(),
+    );
+    let plan = run(&snapshot, write).unwrap().plan;
+    let response = plan.changes[1].responses[0].response.clone();
+    let reads = Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let subscribe = |from_idx: usize| {
+        let (hub, parent, reads) = (Arc::clone(&hub), parent.clone(), Arc::clone(&reads));
+        tokio::spawn(async move {
+            let check = || {
+                reads.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                async { Ok(None) }
+            };
+            let waited = hub.wait_for_responses(&parent, from_idx, check);
+            tokio::time::timeout(Duration::from_secs(1), waited).await
+        })
+    };
+    let (before, at_its_place, after) = (subscribe(2), subscribe(3), subscribe(4));
+    tokio::task::yield_now().await;
+    assert_eq!(reads.load(std::sync::atomic::Ordering::SeqCst), 3);
+    hub.deliver_plans([&plan]);
+    let handed = at_its_place.await.unwrap().unwrap().unwrap();
+    assert_eq!(handed, vec![response]);
+    // The waiter of index 2 lacks one the plan does not hold, the waiter of index 4 waits for
+    // one it does not hold: both read the store again, and find nothing.
+    assert!(before.await.unwrap().is_err());
+    assert!(after.await.unwrap().is_err());
+    assert_eq!(reads.load(std::sync::atomic::Ordering::SeqCst), 5);
     assert_eq!(hub.counts(), WaiterCounts::default());
 }
 

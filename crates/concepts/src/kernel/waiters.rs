@@ -1,15 +1,16 @@
 //! The waiter hub: in-process notifications for every backend. A waiter registers, checks the
 //! store, and only then waits; a committed write's [`Wakeup`]s wake the waiters they concern;
-//! a waiter that leaves, however it leaves, removes its registration. A waiter of a finish
-//! woken by a committed plan of this process is handed the result with the wake-up, so it
-//! reads nothing.
+//! a waiter that leaves, however it leaves, removes its registration. A waiter woken by a
+//! committed plan of this process is handed what it waits for with the wake-up (a finish's
+//! result, the responses from the one it waits for on), so it reads nothing.
 
 use super::{
-    plan::{Wakeup, WritePlan},
+    plan::{ExecutionChange, PlannedResponse, Wakeup, WritePlan},
     snapshot::FastHash,
 };
 use crate::{
-    DbError, ExecutionEventInner, ExecutionId, FinishedExecutionResult, FunctionFqn, add_saturating,
+    DbError, ExecutionEventInner, ExecutionId, FinishedExecutionResult, FunctionFqn,
+    JoinSetResponseEventOuter, add_saturating,
 };
 use chrono::{DateTime, Utc};
 use std::{
@@ -42,23 +43,79 @@ struct PendingWaiter {
     waiter: Arc<Waiter>,
 }
 
-/// One registered waiter: how it is woken, and the result handed to a waiter of a finish.
+/// One registered waiter: how it is woken, and what a committed plan handed it.
 #[derive(Debug, Default)]
 struct Waiter {
     notify: Notify,
-    finished: Mutex<Option<FinishedExecutionResult>>,
+    /// A waiter of responses: the index of the first one it waits for.
+    from_idx: u64,
+    handed: Mutex<Handed>,
+}
+
+/// What a waiter was handed with its wake-ups.
+#[derive(Debug, Default)]
+enum Handed {
+    #[default]
+    Nothing,
+    Finished(FinishedExecutionResult),
+    /// The responses from the waiter's `from_idx` on, without a gap.
+    Responses(Vec<JoinSetResponseEventOuter>),
 }
 
 impl Waiter {
-    fn hand(&self, result: FinishedExecutionResult) {
-        *self.finished.lock().unwrap_or_else(PoisonError::into_inner) = Some(result);
+    fn handed(&self) -> MutexGuard<'_, Handed> {
+        self.handed.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn handed(&self) -> Option<FinishedExecutionResult> {
-        self.finished
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take()
+    fn hand_finished(&self, change: &ExecutionChange) {
+        let result = change
+            .events
+            .iter()
+            .find_map(|(_, event)| match &event.event {
+                ExecutionEventInner::Finished { result } => Some(result),
+                _ => None,
+            });
+        if let Some(result) = result {
+            *self.handed() = Handed::Finished(result.clone());
+        }
+    }
+
+    /// Adds the `planned` responses that continue what the waiter has: from the index it waits
+    /// for next, in order, without a gap; none when that index is not among them (the waiter
+    /// then reads the store).
+    fn hand_responses(&self, planned: &[PlannedResponse]) {
+        let mut handed = self.handed();
+        let have = match &*handed {
+            Handed::Responses(responses) => responses.len() as u64,
+            _ => 0,
+        };
+        let next = self.from_idx + have;
+        let Some(start) = planned.iter().position(|p| p.idx == next) else {
+            return;
+        };
+        let more: Vec<_> = (next..)
+            .zip(&planned[start..])
+            .take_while(|(idx, p)| p.idx == *idx)
+            .map(|(_, p)| p.response.clone())
+            .collect();
+        match &mut *handed {
+            Handed::Responses(responses) => responses.extend(more),
+            other => *other = Handed::Responses(more),
+        }
+    }
+
+    fn take_finished(&self) -> Option<FinishedExecutionResult> {
+        match std::mem::take(&mut *self.handed()) {
+            Handed::Finished(result) => Some(result),
+            _ => None,
+        }
+    }
+
+    fn take_responses(&self) -> Option<Vec<JoinSetResponseEventOuter>> {
+        match std::mem::take(&mut *self.handed()) {
+            Handed::Responses(responses) => Some(responses),
+            _ => None,
+        }
     }
 }
 
@@ -144,20 +201,22 @@ fn wake(waiters: &ExecutionWaiters, execution_id: &ExecutionId) {
     }
 }
 
-/// The result `plan` stored with `execution_id`'s `Finished`, if it did.
-fn finished_in<'p>(
-    plan: &'p WritePlan,
+/// Hands each of the `waiters` of `execution_id` what a committed plan did to it (`change`,
+/// looked up only when someone waits), by `hand`, then wakes them.
+fn hand_and_wake<'c>(
+    waiters: &ExecutionWaiters,
     execution_id: &ExecutionId,
-) -> Option<&'p FinishedExecutionResult> {
-    let mut changes = plan.changes.iter();
-    let change = changes.find(|change| change.row.execution_id == *execution_id)?;
-    change
-        .events
-        .iter()
-        .find_map(|(_, event)| match &event.event {
-            ExecutionEventInner::Finished { result } => Some(result),
-            _ => None,
-        })
+    change: impl FnOnce() -> Option<&'c ExecutionChange>,
+    hand: impl Fn(&Waiter, &ExecutionChange),
+) {
+    if let Some(entries) = waiters.get(execution_id)
+        && let Some(change) = change()
+    {
+        for (_, waiter) in entries {
+            hand(waiter, change);
+        }
+    }
+    wake(waiters, execution_id);
 }
 
 impl WaiterHub {
@@ -178,18 +237,22 @@ impl WaiterHub {
     }
 
     /// Wakes the waiters that the committed `plans` concern, as [`WaiterHub::deliver`] does
-    /// with their wake-ups, and hands each waiter of a finish the result its plan stored
-    /// (cloned only for a finish that someone waits for). Call it only after the commit.
+    /// with their wake-ups, and hands each what its plan stored: a waiter of a finish the
+    /// result, a waiter of responses the new ones from the index it waits for (cloned only
+    /// for someone who waits). The plans' responses must carry their stored places. Call it
+    /// only after the commit.
     pub fn deliver_plans<'p>(&self, plans: impl IntoIterator<Item = &'p WritePlan>) {
         for plan in plans {
-            self.deliver_with(&plan.wakeups, |id| finished_in(plan, id));
+            self.deliver_with(&plan.wakeups, |id| {
+                (plan.changes.iter()).find(|change| change.row.execution_id == *id)
+            });
         }
     }
 
-    fn deliver_with<'r>(
+    fn deliver_with<'c>(
         &self,
         wakeups: &[Wakeup],
-        finished: impl Fn(&ExecutionId) -> Option<&'r FinishedExecutionResult>,
+        change_of: impl Fn(&ExecutionId) -> Option<&'c ExecutionChange>,
     ) {
         if wakeups.is_empty() {
             return;
@@ -209,16 +272,15 @@ impl WaiterHub {
                         .and_modify(|t| *t = (*t).min(*at))
                         .or_insert(*at);
                 }
-                Wakeup::Responses(execution_id) => wake(&registry.responses, execution_id),
-                Wakeup::Finished(execution_id) => {
-                    if let Some(entries) = registry.finished.get(execution_id)
-                        && let Some(result) = finished(execution_id)
-                    {
-                        for (_, waiter) in entries {
-                            waiter.hand(result.clone());
-                        }
-                    }
-                    wake(&registry.finished, execution_id);
+                Wakeup::Responses(id) => {
+                    let hand = |waiter: &Waiter, change: &ExecutionChange| {
+                        waiter.hand_responses(&change.responses);
+                    };
+                    hand_and_wake(&registry.responses, id, || change_of(id), hand);
+                }
+                Wakeup::Finished(id) => {
+                    let hand = Waiter::hand_finished;
+                    hand_and_wake(&registry.finished, id, || change_of(id), hand);
                 }
             }
         }
@@ -321,17 +383,22 @@ impl WaiterHub {
         })
     }
 
+    /// Registers a waiter of `execution_id`'s finish, or of its responses from `from_idx` on.
     fn register_execution(
         &self,
         execution_id: &ExecutionId,
         finished: bool,
+        from_idx: u64,
     ) -> Option<Registration<'_>> {
         let mut registry = self.lock();
         if registry.closed {
             return None;
         }
         let id = registry.next_id();
-        let waiter = Arc::new(Waiter::default());
+        let waiter = Arc::new(Waiter {
+            from_idx,
+            ..Waiter::default()
+        });
         let waiters = if finished {
             &mut registry.finished
         } else {
@@ -381,19 +448,23 @@ impl WaiterHub {
         let _ = tokio::time::timeout(max_wait, registration.waiter.notify.notified()).await;
     }
 
-    /// `subscribe_to_next_responses`: registers, then runs `check` until it returns something,
-    /// waiting for a wake-up of `execution_id`'s responses between two checks.
-    pub async fn wait_for_responses<T, F, Fut>(
+    /// `subscribe_to_next_responses`: registers, then runs `check` (the backend's read of the
+    /// responses from `from_idx` on) until it returns something, waiting for a wake-up of
+    /// `execution_id`'s responses between two checks. A wake-up that hands the responses from
+    /// `from_idx` on ([`WaiterHub::deliver_plans`]) answers without a check.
+    pub async fn wait_for_responses<F, Fut>(
         &self,
         execution_id: &ExecutionId,
+        from_idx: usize,
         check: F,
-    ) -> Result<T, DbError>
+    ) -> Result<Vec<JoinSetResponseEventOuter>, DbError>
     where
         F: FnMut() -> Fut,
-        Fut: Future<Output = Result<Option<T>, DbError>>,
+        Fut: Future<Output = Result<Option<Vec<JoinSetResponseEventOuter>>, DbError>>,
     {
-        let registration = self.register_execution(execution_id, false);
-        self.check_and_wait(registration, check, None, |_| None)
+        let from_idx = u64::try_from(from_idx).unwrap_or(u64::MAX);
+        let registration = self.register_execution(execution_id, false, from_idx);
+        self.check_and_wait(registration, check, None, Waiter::take_responses)
             .await
     }
 
@@ -413,9 +484,9 @@ impl WaiterHub {
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<Option<FinishedExecutionResult>, DbError>>,
     {
-        let registration = self.register_execution(execution_id, true);
+        let registration = self.register_execution(execution_id, true, 0);
         let deadline = timeout.map(tokio::time::sleep);
-        self.check_and_wait(registration, check, deadline, Waiter::handed)
+        self.check_and_wait(registration, check, deadline, Waiter::take_finished)
             .await
     }
 

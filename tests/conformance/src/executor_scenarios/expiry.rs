@@ -7,10 +7,14 @@
 use super::{BACKOFF, Fixture};
 use crate::{
     StoreFactory, checked_log,
-    storage_scenarios::helpers::{
-        batch, batch_creating, child_execution_request, child_request, create_request,
-        delay_request, execution_id, executor_id, expect_validation, ffqn, finished_ok, join_next,
-        join_set, join_set_create, lock_pending_now, plus,
+    storage_scenarios::{
+        assert_still_waiting,
+        helpers::{
+            batch, batch_creating, child_execution_request, child_request, create_request,
+            delay_finished, delay_id, delay_request, execution_id, executor_id, expect_validation,
+            ffqn, finished_ok, join_next, join_set, join_set_create, lock_pending_now, plus,
+        },
+        join_within_safety,
     },
 };
 use concepts::{
@@ -130,13 +134,24 @@ fn answered_children(log: &concepts::ExecutionLog) -> Vec<(ExecutionId, bool)> {
 
 /// E22: more leases than one write takes expire at once: one watcher pass times out every one
 /// of them, a retry left or not, and the three children of one parent, timed out for good in
-/// the same write, answer it with three responses in their order.
+/// the same write, answer it with three responses in their order; a subscriber of the parent's
+/// responses from its third on (one response was stored before) gets the last two.
 pub async fn e22_many_leases_time_out_in_one_pass<F: StoreFactory>(factory: &F) {
     let f = Fixture::new(factory).await;
     let count = u128::try_from(LEASES_PER_WRITE).expect("fits") + 100;
     let work = f.create_work(1, count).await;
     let (parent, j, children) = f.parent(count + 1, 3, None).await;
     f.lock_all(work.len() + children.len()).await;
+    let nap = join_set("n:nap");
+    (f.db
+        .append_response(f.clock.now(), &parent, delay_finished(&nap, delay_id(1))))
+    .await
+    .expect("a response before the children's");
+    let mut subscriber = tokio::spawn({
+        let (db, parent) = (Arc::clone(&f.db), parent.clone());
+        async move { db.subscribe_to_next_responses(&parent, 2).await }
+    });
+    assert_still_waiting(&mut subscriber, "a subscriber from the third response").await;
 
     f.clock.move_time_forward(LEASE).await;
     let now = f.clock.now();
@@ -165,6 +180,8 @@ pub async fn e22_many_leases_time_out_in_one_pass<F: StoreFactory>(factory: &F) 
     let parent_log = checked_log(f.db.as_ref(), &parent).await;
     let expected: Vec<_> = children.iter().map(|c| (c.clone(), true)).collect();
     assert_eq!(answered_children(&parent_log), expected);
+    let from_third = join_within_safety(subscriber, "a subscriber from the third response").await;
+    assert_eq!(from_third.expect("responses"), parent_log.responses[2..]);
     assert!(matches!(
         parent_log.pending_state,
         PendingState::PendingAt { .. }

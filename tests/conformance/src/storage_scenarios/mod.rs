@@ -96,7 +96,7 @@ fn ffqns_of(ffqn: &FunctionFqn) -> Arc<[FunctionFqn]> {
 
 /// Asserts that `handle` is still running after a short real-time wait (it has nothing to
 /// return yet), which also gives it time to subscribe.
-async fn assert_still_waiting<T: std::fmt::Debug>(
+pub(crate) async fn assert_still_waiting<T: std::fmt::Debug>(
     handle: &mut tokio::task::JoinHandle<T>,
     what: &str,
 ) {
@@ -106,7 +106,7 @@ async fn assert_still_waiting<T: std::fmt::Debug>(
 }
 
 /// Awaits `handle` with the real-time safety net.
-async fn join_within_safety<T>(handle: tokio::task::JoinHandle<T>, what: &str) -> T {
+pub(crate) async fn join_within_safety<T>(handle: tokio::task::JoinHandle<T>, what: &str) -> T {
     tokio::time::timeout(SAFETY, handle)
         .await
         .unwrap_or_else(|_| panic!("{what}: no wake-up within {SAFETY:?}"))
