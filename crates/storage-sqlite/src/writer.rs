@@ -182,6 +182,11 @@ pub(crate) fn run(
         if let Some(changes) = &mut changes {
             changes.check(&conn, path, hub);
         }
+        if batch.is_empty()
+            && let Some(message) = spin_for_next(&mut rx)
+        {
+            take(message, &mut batch, &mut rx);
+        }
         if batch.is_empty() {
             let received = match (&changes, &timer) {
                 (Some(changes), Ok(timer)) => {
@@ -249,6 +254,23 @@ fn start_changes(conn: &Connection, path: &Path) -> Option<Changes> {
 }
 
 /// Queues a received command, or stops receiving new ones at a shutdown.
+/// How long the idle writer looks for the next command before it sleeps: a caller that
+/// answers a reply with its next write (a workflow's step, an executor's next outcome) usually
+/// sends it within this, and finds the writer awake.
+const SPIN: Duration = Duration::from_micros(50);
+
+fn spin_for_next(rx: &mut mpsc::Receiver<Message>) -> Option<Message> {
+    let started = Instant::now();
+    while started.elapsed() < SPIN {
+        match rx.try_recv() {
+            Ok(message) => return Some(message),
+            Err(mpsc::error::TryRecvError::Empty) => std::thread::yield_now(),
+            Err(mpsc::error::TryRecvError::Disconnected) => return None,
+        }
+    }
+    None
+}
+
 fn take(message: Message, batch: &mut Vec<Box<dyn Command>>, rx: &mut mpsc::Receiver<Message>) {
     match message {
         Message::Command(command) => batch.push(command),
