@@ -66,18 +66,25 @@ const INSERT_EVENTS: &str = concat!(
     " ORDER BY u.ord"
 );
 
-const INSERT_RESPONSES: &str = "INSERT INTO t_response (execution_id, idx, join_set_id, \
+const INSERT_RESPONSES: &str = concat!(
+    "INSERT INTO t_response (execution_id, idx, join_set_id, \
     join_set_idx, delay_id, child_execution_id, response_json) \
     SELECT u.id, u.idx, u.join_set_id, u.join_set_idx, u.delay_id, u.child_id, u.json \
     FROM UNNEST($1::text[], $2::int8[], $3::text[], $4::int8[], $5::text[], $6::text[], \
     $7::text[]) WITH ORDINALITY AS u(id, idx, join_set_id, join_set_idx, delay_id, child_id, \
-    json, ord) ORDER BY u.ord";
+    json, ord) WHERE ",
+    unless_refuted!(),
+    " ORDER BY u.ord"
+);
 
-const UPSERT_JOIN_SETS: &str = "INSERT INTO t_join_set (execution_id, join_set_id, \
+const UPSERT_JOIN_SETS: &str = concat!(
+    "INSERT INTO t_join_set (execution_id, join_set_id, \
     join_next_count, response_count) \
-    SELECT * FROM UNNEST($1::text[], $2::text[], $3::int8[], $4::int8[]) \
-    ON CONFLICT (execution_id, join_set_id) DO UPDATE \
-    SET join_next_count = EXCLUDED.join_next_count, response_count = EXCLUDED.response_count";
+    SELECT * FROM UNNEST($1::text[], $2::text[], $3::int8[], $4::int8[]) WHERE ",
+    unless_refuted!(),
+    " ON CONFLICT (execution_id, join_set_id) DO UPDATE \
+    SET join_next_count = EXCLUDED.join_next_count, response_count = EXCLUDED.response_count"
+);
 
 const INSERT_DELAYS: &str = "INSERT INTO t_delay (execution_id, delay_id, join_set_id, \
     expires_at, expires_at_ns, is_open) \
@@ -196,8 +203,8 @@ fn locked_until(state: &PendingState) -> Option<i64> {
 /// The statements that persist `plan` after checking what it `assumed`, each only when it has
 /// rows: new executions in the order given (so that a duplicate the database finds is the
 /// first one), updated rows, events, responses, join-set counters, delays requested and closed,
-/// and the deleted executions. A plan on an assumption changes rows and events only, each
-/// statement of which is guarded ([`unless_refuted!`]).
+/// and the deleted executions. Each statement a plan on an assumption may hold (rows, events,
+/// responses, join sets) is guarded ([`unless_refuted!`]).
 fn statements<'a>(
     assumed: Option<&'a Assumption>,
     plan: &'a WritePlan,

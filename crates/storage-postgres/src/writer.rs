@@ -116,6 +116,10 @@ impl Writer {
 }
 
 impl Transactions for Writer {
+    fn hub(&self) -> &WaiterHub {
+        &self.hub
+    }
+
     fn max_retries(&self) -> u32 {
         self.max_transaction_retries
     }
@@ -143,11 +147,13 @@ impl Transactions for Writer {
         let granted = write.granted();
         let handed_over = tx.commit(&self.trips, assumed, &plan, granted).await?;
         // Committed: from here on nothing turns the call into an error.
-        self.hub.deliver_plans([&plan]);
         Ok((plan, handed_over))
     }
 
-    async fn attempt_group(&self, writes: &mut [Box<dyn Queued>]) -> Result<(), NotCommitted> {
+    async fn attempt_group(
+        &self,
+        writes: &mut [Box<dyn Queued>],
+    ) -> Result<WritePlan, NotCommitted> {
         let tx = self.begin().await.map_err(NotCommitted::RolledBack)?;
         let keys = Keys::union(writes.iter().map(|write| write.keys()));
         let mut snapshot = Snapshot::default();
@@ -161,7 +167,6 @@ impl Transactions for Writer {
         }
         let plan = group.finish();
         (tx.commit(&self.trips, None, &plan, Vec::new()).await?).map_err(NotCommitted::Unknown)?;
-        self.hub.deliver_plans([&plan]);
-        Ok(())
+        Ok(plan)
     }
 }

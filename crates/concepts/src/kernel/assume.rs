@@ -3,13 +3,18 @@
 //! would have given exactly when the assumption holds, which the backend checks as it writes
 //! (each row's [`Revision`] under the row's lock, each new id by its primary key); when it does
 //! not hold, nothing of the write is stored, and the write runs again with the load.
+//!
+//! A row's revision also vouches for the counters of the join sets the same plan wrote with
+//! it: a counter moves only with a `JoinNext` (an event) or a response, and both move the
+//! revision. And a child whose known row has not finished has not answered its parent: a
+//! child's response is stored only with its finish.
 
 use super::{
     keys::Keys,
-    plan::WritePlan,
-    snapshot::{ExecutionRow, FastHash, Revision, Snapshot},
+    plan::{ExecutionChange, WritePlan},
+    snapshot::{ExecutionRow, FastHash, JoinSetCounters, JoinSetRow, Revision, Snapshot},
 };
-use crate::{DbError, DuplicateKind, ExecutionId};
+use crate::{DbError, DuplicateKind, ExecutionId, JoinSetId};
 use std::{
     collections::HashMap,
     sync::{Mutex, PoisonError},
@@ -37,13 +42,31 @@ impl Assumption {
     }
 }
 
-/// The rows of executions a store wrote itself (the leases its `lock_pending` took, say), kept
-/// so that the next write of those executions (the outcome of the lease) can be planned
-/// without loading them. Each row is used once; at most `capacity` are kept.
+/// The rows of executions a store wrote itself (the leases its `lock_pending` took, a
+/// workflow's last write, say), each with the counters of the join sets its plan wrote, kept so
+/// that the next write of those executions (the outcome of the lease, the workflow's next
+/// step) can be planned without loading them. Each row is used once; at most `capacity` are
+/// kept.
 #[derive(Debug)]
 pub struct KnownRows {
-    rows: Mutex<HashMap<ExecutionId, ExecutionRow, FastHash>>,
+    rows: Mutex<HashMap<ExecutionId, Known, FastHash>>,
     capacity: usize,
+}
+
+/// A known row, and the join sets its plan wrote.
+#[derive(Debug)]
+struct Known {
+    row: ExecutionRow,
+    join_sets: Vec<(JoinSetId, JoinSetCounters)>,
+}
+
+impl Known {
+    fn of(change: &ExecutionChange) -> Self {
+        Self {
+            row: change.row.clone(),
+            join_sets: change.join_sets.clone(),
+        }
+    }
 }
 
 impl KnownRows {
@@ -63,18 +86,21 @@ impl KnownRows {
             rows.clear();
         }
         for change in &plan.changes {
-            rows.insert(change.row.execution_id.clone(), change.row.clone());
+            rows.insert(change.row.execution_id.clone(), Known::of(change));
         }
     }
 
     /// The snapshot a write with `keys` can be planned on without a load, and what that
-    /// assumes; `None` when it cannot: its keys name more than execution rows, or (with
-    /// `use_known`) a row that is not known, or (without) any existing row. A write that only
-    /// creates is planned on the empty snapshot. The rows of `keys` are forgotten either way:
-    /// a known row is used once.
+    /// assumes; `None` when it cannot: its keys name more than execution rows, join sets and
+    /// children's responses, or (with `use_known`) a row that is not known, a join set its
+    /// known row's plan did not write, a join set whose unconsumed responses the write would
+    /// consume (their times are not known), a child's response from a child whose row is not
+    /// known unfinished, or (without `use_known`) any existing row. A write that only creates
+    /// is planned on the empty snapshot. The rows of `keys` are forgotten either way: a known
+    /// row is used once.
     #[must_use]
     pub fn assume(&self, keys: &Keys, use_known: bool) -> Option<(Snapshot, Assumption)> {
-        if !keys.names_rows_only() {
+        if !keys.plannable_on_known_rows() {
             return None;
         }
         let mut snapshot = Snapshot::default();
@@ -91,11 +117,39 @@ impl KnownRows {
             if !use_known || found.len() != keys.executions.len() {
                 return None;
             }
-            for row in found {
+            for Known { row, join_sets } in found {
+                for (join_set_id, counters) in join_sets {
+                    let id = (row.execution_id.clone(), join_set_id);
+                    snapshot.join_sets.insert(
+                        id,
+                        JoinSetRow {
+                            counters,
+                            next_response_times: Vec::new(),
+                        },
+                    );
+                }
                 assumption
                     .revisions
                     .push((row.execution_id.clone(), row.revision()));
                 snapshot.add_execution(row);
+            }
+        }
+        for key in &keys.join_sets {
+            let id = (key.execution_id.clone(), key.join_set_id.clone());
+            let counters = snapshot.join_sets.get(&id)?.counters;
+            if key.next_responses > 0 && counters.response_count > counters.join_next_count {
+                return None;
+            }
+        }
+        // Only the join sets the keys name: the snapshot is what a load would have given.
+        (snapshot.join_sets).retain(|(execution_id, join_set_id), _| {
+            (keys.join_sets.iter())
+                .any(|k| k.execution_id == *execution_id && k.join_set_id == *join_set_id)
+        });
+        for (_, child) in &keys.child_responses {
+            let row = snapshot.executions.get(child);
+            if row.is_none_or(|row| row.state.pending_state.is_finished()) {
+                return None;
             }
         }
         if (assumption.absent.iter()).any(|id| snapshot.executions.contains_key(id)) {

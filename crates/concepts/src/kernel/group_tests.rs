@@ -216,3 +216,87 @@ fn known_rows_plan_a_write_without_a_load_once_and_say_what_they_assume() {
     assert!(assumption.refuted_by(&crate::DuplicateKind::Execution(other).into()));
     assert!(!assumption.refuted_by(&crate::DuplicateKind::Execution(id).into()));
 }
+
+#[test]
+fn known_rows_carry_the_join_sets_their_plan_wrote_for_the_next_step_of_a_workflow() {
+    let parent = ExecutionId::generate_at(at(0));
+    let child = parent.next_level(&join_set(), 1);
+    let link = (parent.clone(), join_set());
+    let child_row = ExecutionRow {
+        parent: Some(link.clone()),
+        ..row(&child, 2, locked())
+    };
+    let mut loaded = Snapshot::default();
+    loaded.add_execution(row(&parent, 3, locked()));
+    loaded.add_execution(child_row);
+    let counters = |join_next_count, response_count| JoinSetCounters {
+        join_next_count,
+        response_count,
+    };
+    loaded.join_sets.insert(
+        link.clone(),
+        JoinSetRow {
+            counters: counters(1, 0),
+            next_response_times: Vec::new(),
+        },
+    );
+    // The child's outcome answers the parent's one `JoinNext`: its plan wrote the join set.
+    let (outcome_plan, _) = plan(&loaded, finish(&child, 2, Some(&link))).unwrap();
+    let known = KnownRows::new(16);
+    known.remember(&outcome_plan);
+    // The parent's next step, a `JoinNext` for a response not there yet: planned on the known
+    // row and counters, as on a load.
+    let step = AppendBatchRequest::events(parent.clone(), Version(3), at(6), vec![join_next()]);
+    let keys = step.keys().unwrap();
+    let (snapshot, assumption) = known.assume(&keys, true).expect("all of it is known");
+    assert_eq!(assumption.revisions.len(), 1);
+    assert_eq!(snapshot.join_sets[&link].counters, counters(1, 1));
+    let mut reloaded = Snapshot::default();
+    reloaded.add_execution(outcome_plan.changes[1].row.clone());
+    reloaded.join_sets.insert(
+        link.clone(),
+        JoinSetRow {
+            counters: counters(1, 1),
+            next_response_times: Vec::new(),
+        },
+    );
+    assert_eq!(
+        plan(&snapshot, step.clone()).unwrap().0,
+        plan(&reloaded, step.clone()).unwrap().0
+    );
+
+    // A `JoinNext` that would consume a response already there needs its time: a load.
+    let mut early = outcome_plan.clone();
+    early.changes[1].join_sets[0].1 = counters(0, 1);
+    known.remember(&early);
+    assert!(known.assume(&keys, true).is_none());
+    // A join set the known row's plan did not write: a load.
+    let mut unwritten = outcome_plan.clone();
+    unwritten.changes[1].join_sets.clear();
+    known.remember(&unwritten);
+    assert!(known.assume(&keys, true).is_none());
+    // A child's outcome asks whether the parent holds its response: known only from the
+    // child's unfinished row.
+    let second = parent.next_level(&join_set(), 2);
+    let answer = finish(&second, 2, Some(&link)).keys().unwrap();
+    known.remember(&outcome_plan);
+    assert!(
+        known.assume(&answer, true).is_none(),
+        "the child's row is unknown"
+    );
+    let mut with_child = outcome_plan.clone();
+    with_child.changes[0].row = ExecutionRow {
+        parent: Some(link.clone()),
+        ..row(&second, 2, locked())
+    };
+    known.remember(&with_child);
+    let (snapshot, _) = known.assume(&answer, true).expect("an unfinished child");
+    assert!(snapshot.child_responses.is_empty());
+    with_child.changes[0].row.state.pending_state = PendingState::Finished {
+        version: Version(2),
+        finished_at: at(5),
+        result_kind: crate::ResultKind::Ok,
+    };
+    known.remember(&with_child);
+    assert!(known.assume(&answer, true).is_none(), "a finished child");
+}

@@ -40,6 +40,11 @@ pub enum NotCommitted {
 
 /// How a backend runs writes in transactions of its own, for [`Groups`].
 pub trait Transactions: Send + Sync + 'static {
+    /// The store's waiter hub: the kernel delivers each committed plan to it
+    /// ([`WaiterHub::deliver_plans`](super::WaiterHub::deliver_plans)), once it kept the rows
+    /// the next write is planned on.
+    fn hub(&self) -> &super::WaiterHub;
+
     /// How many times a write runs again after a conflict ([`Transactions::reruns`]) or a raced
     /// create before its error is returned.
     fn max_retries(&self) -> u32;
@@ -61,10 +66,11 @@ pub trait Transactions: Send + Sync + 'static {
 
     /// `writes` in one transaction: loaded for the [`union`](super::Keys::union) of their keys
     /// and planned by a [`GroupPlanner`](super::GroupPlanner), each write's reply kept in it.
+    /// Answers the plan committed.
     fn attempt_group(
         &self,
         writes: &mut [Box<dyn Queued>],
-    ) -> impl Future<Output = Result<(), NotCommitted>> + Send;
+    ) -> impl Future<Output = Result<WritePlan, NotCommitted>> + Send;
 }
 
 /// What an attempt committed: its plan, and the leases it handed over (or why reading their
@@ -73,14 +79,16 @@ pub type Attempted = (WritePlan, Result<Vec<LockedExecution>, DbError>);
 
 /// Runs one write alone until it commits or fails for good: first planned without a load when
 /// [`KnownRows::assume`] allows (with `use_known`, on the rows of `known`), then with the load
-/// as often as an attempt is refuted or may run again (see the module docs). Answers its plan
-/// and the leases it handed over.
+/// as often as an attempt is refuted or may run again (see the module docs). Once it commits,
+/// keeps its plan's rows in `known` when `keep` says so, then delivers the plan to the
+/// waiters, who may write next. Answers the leases it handed over.
 async fn transact<T: Transactions>(
     backend: &T,
     known: &KnownRows,
     write: &mut Box<dyn Queued>,
     use_known: bool,
-) -> Result<(WritePlan, Vec<LockedExecution>), DbError> {
+    keep: impl FnOnce(&WritePlan) -> bool,
+) -> Result<Vec<LockedExecution>, DbError> {
     let mut retries: u32 = 0;
     let mut assumed = known.assume(write.keys(), use_known);
     loop {
@@ -91,7 +99,13 @@ async fn transact<T: Transactions>(
         // kilobytes, which every future awaiting it would hold inline and move at each layer
         // (the caller's write, its metering, the public trait's box).
         let e = match Box::pin(backend.attempt(write, planned)).await {
-            Ok((plan, handed_over)) => return Ok((plan, handed_over?)),
+            Ok((plan, handed_over)) => {
+                if keep(&plan) {
+                    known.remember(&plan);
+                }
+                backend.hub().deliver_plans([&plan]);
+                return handed_over;
+            }
             Err(NotCommitted::Refuted) => {
                 assumed = None;
                 continue;
@@ -119,7 +133,10 @@ async fn run_alone<T: Transactions>(
     mut write: Box<dyn Queued>,
     use_known: bool,
 ) {
-    match transact(backend, &shared.known, &mut write, use_known).await {
+    // A workflow's write (one that wrote join sets), while nothing else is in flight: its
+    // next one, or its child's outcome, is planned on what it left.
+    let keep = |plan: &WritePlan| use_known && plan.changes.iter().any(|c| !c.join_sets.is_empty());
+    match transact(backend, &shared.known, &mut write, use_known, keep).await {
         Ok(_) => write.answer(),
         Err(e) => write.fail(e),
     }
@@ -194,11 +211,9 @@ impl Groups {
             return Ok(Vec::new());
         }
         let (mut lock, _) = queue(req, keys);
-        let (plan, locked) = transact(backend, &self.shared.known, &mut lock, false).await?;
-        if self.shared.slots.available_permits() == self.shared.all_slots {
-            self.shared.known.remember(&plan);
-        }
-        Ok(locked)
+        let shared = &self.shared;
+        let idle = |_: &WritePlan| shared.slots.available_permits() == shared.all_slots;
+        transact(backend, &shared.known, &mut lock, false, idle).await
     }
 }
 
@@ -239,7 +254,10 @@ async fn run_group<T: Transactions>(
         return run_alone(&**backend, shared, write, false).await;
     }
     match backend.attempt_group(&mut writes).await {
-        Ok(()) => writes.into_iter().for_each(Queued::answer),
+        Ok(plan) => {
+            backend.hub().deliver_plans([&plan]);
+            writes.into_iter().for_each(Queued::answer);
+        }
         Err(NotCommitted::Unknown(e)) => writes.into_iter().for_each(|w| w.fail(e.clone())),
         // A group assumes nothing: only the database refuses it.
         Err(refused) => {

@@ -141,12 +141,13 @@ impl Keys {
             && due_schedules.is_none()
     }
 
-    /// True when the keys name nothing but execution rows, to change or to create: a write
-    /// with such keys can be planned on rows the store already knows
-    /// ([`KnownRows`](super::KnownRows)) and on the assumption that the executions it
-    /// creates do not exist, both checked by the backend when it writes.
+    /// True when the keys name nothing but execution rows, to change or to create, the
+    /// counters of their join sets and whether they hold a child's response: a write with such
+    /// keys can be planned on rows the store already knows ([`KnownRows`](super::KnownRows))
+    /// and on the assumption that the executions it creates do not exist, both checked by the
+    /// backend when it writes.
     #[must_use]
-    pub fn names_rows_only(&self) -> bool {
+    pub fn plannable_on_known_rows(&self) -> bool {
         // Destructured: a field added to the keys must be classified here.
         let Self {
             executions: _,
@@ -155,9 +156,9 @@ impl Keys {
             finished_results,
             open_delays,
             prune,
-            join_sets,
+            join_sets: _,
             delays,
-            child_responses,
+            child_responses: _,
             due,
             schedules,
             due_schedules,
@@ -168,9 +169,7 @@ impl Keys {
             && finished_results.is_empty()
             && open_delays.is_empty()
             && prune.is_none()
-            && join_sets.is_empty()
             && delays.is_empty()
-            && child_responses.is_empty()
             && due.is_none()
     }
 
