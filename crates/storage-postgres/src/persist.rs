@@ -104,8 +104,9 @@ const DELETE_EXECUTIONS: &str = "WITH \
     DELETE FROM t_execution WHERE execution_id = ANY($1)";
 
 /// Locks the rows `$1` of a write planned without a load and answers `true` when it is
-/// refuted: one of them no longer has the revision it was planned on, `($2, $3, $4)`, or one of
-/// the executions `$5` it creates is stored. The answer is kept for the transaction
+/// refuted: one of them no longer has the revision it was planned on, `($2, $3, $4)`, one of
+/// the executions `$5` it creates is stored, or one of the join sets `($6, $7)` it creates has
+/// counters stored. The answer is kept for the transaction
 /// (`stele.refuted`), whose later statements read it ([`unless_refuted!`]).
 const CHECK_ASSUMPTION: &str = "SELECT set_config('stele.refuted', ((SELECT count(*) \
     FROM (SELECT 1 FROM t_execution t JOIN UNNEST($1::text[], $2::int8[], $3::bool[], \
@@ -113,7 +114,9 @@ const CHECK_ASSUMPTION: &str = "SELECT set_config('stele.refuted', ((SELECT coun
     AND t.next_version = k.next_version AND (t.state_kind = 3) = k.finished \
     AND t.response_count = k.response_count ORDER BY t.execution_id FOR UPDATE OF t) AS held) \
     <> cardinality($1::text[]) \
-    OR EXISTS (SELECT 1 FROM t_execution WHERE execution_id = ANY($5::text[])))::text, true)";
+    OR EXISTS (SELECT 1 FROM t_execution WHERE execution_id = ANY($5::text[])) \
+    OR EXISTS (SELECT 1 FROM t_join_set j JOIN UNNEST($6::text[], $7::text[]) AS a(id, js) \
+    ON j.execution_id = a.id AND j.join_set_id = a.js))::text, true)";
 
 /// What goes out with a write's `COMMIT`.
 pub(crate) struct Commit<'a> {
@@ -314,6 +317,12 @@ fn check_assumption(assumed: &Assumption) -> Statement<'_> {
         .map(|(_, r)| to_i64(r.response_count))
         .collect();
     let absent: Vec<&str> = assumed.absent.iter().map(ExecutionId::as_str).collect();
-    let params = params![ids, versions, finished, responses, absent];
+    let absent_join_sets = &assumed.absent_join_sets;
+    let js_ids: Vec<&str> = absent_join_sets.iter().map(|(id, _)| id.as_str()).collect();
+    let js: Vec<String> = absent_join_sets
+        .iter()
+        .map(|(_, js)| js.to_string())
+        .collect();
+    let params = params![ids, versions, finished, responses, absent, js_ids, js];
     statement(CHECK_ASSUMPTION, params)
 }

@@ -30,6 +30,8 @@ pub struct Assumption {
     /// Executions the write creates, assumed not stored: a stored one refutes it (the
     /// backend's unique key on the execution id reports it as a duplicate).
     pub absent: Vec<ExecutionId>,
+    /// Join sets the write creates, assumed to have no counters stored: stored ones refute it.
+    pub absent_join_sets: Vec<(ExecutionId, JoinSetId)>,
 }
 
 impl Assumption {
@@ -136,7 +138,16 @@ impl KnownRows {
         }
         for key in &keys.join_sets {
             let id = (key.execution_id.clone(), key.join_set_id.clone());
-            let counters = snapshot.join_sets.get(&id)?.counters;
+            let counters = match snapshot.join_sets.get(&id) {
+                Some(row) => row.counters,
+                // One the write creates has, as far as the check finds, no counters yet.
+                None if key.created && snapshot.executions.contains_key(&key.execution_id) => {
+                    assumption.absent_join_sets.push(id.clone());
+                    snapshot.join_sets.insert(id, JoinSetRow::default());
+                    continue;
+                }
+                None => return None,
+            };
             if key.next_responses > 0 && counters.response_count > counters.join_next_count {
                 return None;
             }

@@ -300,3 +300,50 @@ fn known_rows_carry_the_join_sets_their_plan_wrote_for_the_next_step_of_a_workfl
     known.remember(&with_child);
     assert!(known.assume(&answer, true).is_none(), "a finished child");
 }
+
+#[test]
+fn a_join_set_the_write_creates_is_assumed_without_counters_and_the_backend_checks_it() {
+    let parent = ExecutionId::generate_at(at(0));
+    let known = KnownRows::new(16);
+    let locked_parent = ExecutionChange {
+        row: row(&parent, 3, locked()),
+        old_state: Some(locked()),
+        events: smallvec::SmallVec::new(),
+        responses: Vec::new(),
+        join_sets: Vec::new(),
+        delays_requested: Vec::new(),
+        delays_closed: Vec::new(),
+    };
+    let create = ExecutionEventInner::HistoryEvent {
+        event: HistoryEvent::JoinSetCreate {
+            join_set_id: join_set(),
+            closing_strategy: crate::ClosingStrategy::Complete,
+        },
+    };
+    let step =
+        AppendBatchRequest::events(parent.clone(), Version(3), at(6), vec![create, join_next()]);
+    let keys = step.keys().unwrap();
+    assert!(keys.join_sets[0].created && keys.join_sets[0].next_responses == 1);
+    known.remember(&WritePlan {
+        changes: vec![locked_parent.clone()],
+        ..WritePlan::default()
+    });
+    let (snapshot, assumption) = known.assume(&keys, true).expect("a new join set");
+    assert_eq!(
+        assumption.absent_join_sets,
+        [(parent.clone(), join_set())],
+        "the backend checks that it has no counters"
+    );
+    assert_eq!(
+        snapshot.join_sets[&(parent.clone(), join_set())],
+        JoinSetRow::default()
+    );
+    plan(&snapshot, step).unwrap();
+    // A `JoinNext` alone names a join set it does not create: unknown counters, a load.
+    let next = AppendBatchRequest::events(parent.clone(), Version(3), at(6), vec![join_next()]);
+    known.remember(&WritePlan {
+        changes: vec![locked_parent],
+        ..WritePlan::default()
+    });
+    assert!(known.assume(&next.keys().unwrap(), true).is_none());
+}

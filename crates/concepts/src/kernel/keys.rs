@@ -25,6 +25,9 @@ pub struct JoinSetKey {
     /// How many of the next unconsumed responses' times the write needs (the number of its
     /// `JoinNext` events for this join set).
     pub next_responses: usize,
+    /// The write's own events create the join set (`JoinSetCreate`): a write planned without
+    /// a load assumes it has no counters yet ([`Assumption`](super::Assumption)).
+    pub created: bool,
 }
 
 /// Which due executions a `lock_pending` must find.
@@ -209,7 +212,10 @@ impl Keys {
             for key in join_sets {
                 let id = (key.execution_id.clone(), key.join_set_id.clone());
                 match seen.join_sets.get(&id) {
-                    Some(&idx) => union.join_sets[idx].next_responses += key.next_responses,
+                    Some(&idx) => {
+                        union.join_sets[idx].next_responses += key.next_responses;
+                        union.join_sets[idx].created |= key.created;
+                    }
                     None => {
                         seen.join_sets.insert(id, union.join_sets.len());
                         union.join_sets.push(key.clone());
@@ -258,6 +264,9 @@ impl Keys {
                 continue;
             };
             match event {
+                HistoryEvent::JoinSetCreate { join_set_id, .. } => {
+                    add_join_set(self, execution_id, join_set_id, 0).created = true;
+                }
                 HistoryEvent::JoinNext { join_set_id, .. } => {
                     add_join_set(self, execution_id, join_set_id, 1);
                 }
@@ -340,17 +349,24 @@ fn dedup_in_order<T: Clone + Eq + Hash>(mut items: Vec<T>) -> Vec<T> {
     items
 }
 
-fn add_join_set(keys: &mut Keys, execution_id: &ExecutionId, join_set_id: &JoinSetId, n: usize) {
-    match keys
-        .join_sets
-        .iter_mut()
-        .find(|k| k.execution_id == *execution_id && k.join_set_id == *join_set_id)
-    {
-        Some(key) => key.next_responses += n,
-        None => keys.join_sets.push(JoinSetKey {
+fn add_join_set<'k>(
+    keys: &'k mut Keys,
+    execution_id: &ExecutionId,
+    join_set_id: &JoinSetId,
+    n: usize,
+) -> &'k mut JoinSetKey {
+    let found = (keys.join_sets.iter())
+        .position(|k| k.execution_id == *execution_id && k.join_set_id == *join_set_id);
+    let idx = found.unwrap_or_else(|| {
+        keys.join_sets.push(JoinSetKey {
             execution_id: execution_id.clone(),
             join_set_id: join_set_id.clone(),
-            next_responses: n,
-        }),
-    }
+            next_responses: 0,
+            created: false,
+        });
+        keys.join_sets.len() - 1
+    });
+    let key = &mut keys.join_sets[idx];
+    key.next_responses += n;
+    key
 }

@@ -397,7 +397,8 @@ fn keys_name_each_join_set_once_with_the_responses_it_consumes() {
         vec![JoinSetKey {
             execution_id: id,
             join_set_id: join_set(),
-            next_responses: 2
+            next_responses: 2,
+            created: false,
         }]
     );
 }

@@ -9,11 +9,13 @@
 use super::open;
 use chrono::{DateTime, TimeZone, Utc};
 use concepts::{
-    CreateOutcome, DbAwait, DbClient, DbConnection, DbError, DbExecutor, DuplicateKind,
-    LockPendingRequest, LockedExecution, OutcomeWrite, is_lost_race,
+    CreateOutcome, DbAwait, DbClient, DbConnection, DbError, DbExecutor, DbTimers, DbWorkflow,
+    DuplicateKind, LockPendingRequest, LockedExecution, OutcomeWrite, PendingState, Version,
+    is_lost_race,
 };
 use conformance::storage_scenarios::helpers::{
-    component_id, create_request, execution_id, executor_id, ffqn, finished_ok, plus,
+    batch, component_id, create_request, delay_finished, delay_id, execution_id, executor_id, ffqn,
+    finished_ok, join_next, join_set, join_set_create, plus,
 };
 use std::{sync::Arc, time::Duration};
 use storage_postgres::{PostgresConfig, PostgresStore};
@@ -216,4 +218,54 @@ async fn refuted_assumptions_leave_no_error_in_the_server_log() {
         .map(str::to_string)
         .collect();
     assert!(errors.is_empty(), "the server logged: {errors:#?}");
+}
+
+/// A write that creates a join set is planned, on its execution's known row, on the assumption
+/// that the join set has no counters yet; the write checks that, and a join set created again
+/// (by a workflow whose code changed, say) while its counters are stored is refuted, loaded and
+/// answered on what the load found.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_join_set_created_again_is_refuted_by_its_stored_counters() {
+    let Some(server) =
+        TestServer::or_skip("a_join_set_created_again_is_refuted_by_its_stored_counters")
+    else {
+        return;
+    };
+    let database = TestDatabase::create(&server).await;
+    let store = without_retries(&database.config).await;
+    let (_, _, locked) = create_and_lock(&store, 1).await;
+    let id = locked.execution_id.clone();
+    let (one, two) = (join_set("g:one"), join_set("g:two"));
+    // Each response stores its join set's counters; the row is kept with the last one only.
+    for (j, n) in [(&one, 1), (&two, 2)] {
+        (store.append_response(start(), &id, delay_finished(j, delay_id(n))))
+            .await
+            .unwrap();
+    }
+    let events = vec![join_set_create(&two)];
+    let known = batch(&id, locked.next_version, start(), events);
+    let (trips, version) = trips_of(&store, store.append_batch(known)).await;
+    let version = version.unwrap();
+    assert_eq!(trips, 1, "the join set the row was kept with: no load");
+    let response = delay_finished(&two, delay_id(3));
+    store.append_response(start(), &id, response).await.unwrap();
+    let again = batch(&id, version, start(), vec![join_set_create(&one)]);
+    let (trips, appended) = trips_of(&store, store.append_batch(again)).await;
+    appended.unwrap();
+    assert_eq!(trips, 3, "the refuted write, then the load and its answer");
+    // The counters stored are those of the log: one's response is there for its `JoinNext`.
+    let run_ends = plus(start(), Duration::from_secs(60));
+    let next = batch(
+        &id,
+        Version(version.0 + 1),
+        start(),
+        vec![join_next(&one, run_ends)],
+    );
+    store.append_batch(next).await.unwrap();
+    let log = store.get(&id).await.unwrap();
+    assert!(
+        !matches!(log.pending_state, PendingState::BlockedByJoinSet { .. }),
+        "{:?}",
+        log.pending_state
+    );
 }

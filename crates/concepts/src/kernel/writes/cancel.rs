@@ -60,6 +60,7 @@ impl Write for CancelRequest {
                         execution_id: parent_id.clone(),
                         join_set_id: join_set_id.clone(),
                         next_responses: 0,
+                        created: false,
                     });
                 }
                 keys.child_responses
