@@ -465,33 +465,45 @@ fn a_response_unblocks_its_join_set_and_duplicates_are_refused() {
     );
 }
 
+/// The `Finished` (`Ok(None)`) of the locked child of `row`, at its version 2, answering its
+/// parent.
+fn finishes(row: &ExecutionRow) -> OutcomeWrite {
+    let finished = ExecutionEventInner::Finished {
+        result: Ok(crate::SupportedFunctionReturnValue::None),
+    };
+    let parent = row.parent.as_ref();
+    OutcomeWrite::new(
+        row.execution_id.clone(),
+        Version(2),
+        at(4),
+        finished,
+        parent,
+    )
+}
+
+/// The row of `child` of `parent` (in `join_set()`), locked at version 2.
+fn locked_child(parent: &ExecutionId, child: &ExecutionId) -> ExecutionRow {
+    let locked = PendingState::Locked {
+        executor_id: ExecutorId::generate_at(at(0)),
+        run_id: crate::RunId::generate_at(at(0)),
+        lock_expires_at: at(10),
+    };
+    ExecutionRow {
+        parent: Some((parent.clone(), join_set())),
+        ..row(child, 2, locked)
+    }
+}
+
 #[test]
 fn a_finished_child_answers_its_parent_in_the_same_plan() {
     let parent = ExecutionId::generate_at(at(0));
     let child = parent.next_level(&join_set(), 1);
-    let child_row = ExecutionRow {
-        parent: Some((parent.clone(), join_set())),
-        ..row(
-            &child,
-            2,
-            PendingState::Locked {
-                executor_id: ExecutorId::generate_at(at(0)),
-                run_id: crate::RunId::generate_at(at(0)),
-                lock_expires_at: at(10),
-            },
-        )
-    };
+    let child_row = locked_child(&parent, &child);
     let snapshot = snapshot_of([child_row.clone(), row(&parent, 3, pending(20))]);
     let finished = ExecutionEventInner::Finished {
         result: Ok(crate::SupportedFunctionReturnValue::None),
     };
-    let write = OutcomeWrite::new(
-        child.clone(),
-        Version(2),
-        at(4),
-        finished.clone(),
-        child_row.parent.as_ref(),
-    );
+    let write = finishes(&child_row);
     let keys = (write.clone()).keys().unwrap();
     assert_eq!(
         keys.executions[..],
@@ -782,35 +794,14 @@ async fn a_committed_response_is_handed_to_the_waiter_of_its_place_alone() {
     let hub = Arc::new(WaiterHub::new());
     let parent = ExecutionId::generate_at(at(0));
     let child = parent.next_level(&join_set(), 1);
-    let child_row = ExecutionRow {
-        parent: Some((parent.clone(), join_set())),
-        ..row(
-            &child,
-            2,
-            PendingState::Locked {
-                executor_id: ExecutorId::generate_at(at(0)),
-                run_id: crate::RunId::generate_at(at(0)),
-                lock_expires_at: at(10),
-            },
-        )
-    };
+    let child_row = locked_child(&parent, &child);
     // The parent has three responses: this one is its fourth (index 3).
     let parent_row = ExecutionRow {
         response_count: 3,
         ..row(&parent, 3, pending(20))
     };
     let snapshot = snapshot_of([child_row.clone(), parent_row]);
-    let finished = ExecutionEventInner::Finished {
-        result: Ok(crate::SupportedFunctionReturnValue::None),
-    };
-    let write = OutcomeWrite::new(
-        child.clone(),
-        Version(2),
-        at(4),
-        finished,
-        child_row.parent.as_ref(),
-    );
-    let plan = run(&snapshot, write).unwrap().plan;
+    let plan = run(&snapshot, finishes(&child_row)).unwrap().plan;
     let response = plan.changes[1].responses[0].response.clone();
     let reads = Arc::new(std::sync::atomic::AtomicU32::new(0));
     let subscribe = |from_idx: usize| {
