@@ -20,9 +20,9 @@ use tokio::sync::{Semaphore, mpsc};
 /// At most this many writes share one transaction.
 pub const MAX_GROUP: usize = 512;
 
-/// At most this many rows of the leases a store took are kept, for their outcomes to be
-/// planned on (a lease whose outcome another process writes is never taken out): past it,
-/// they are all dropped.
+/// At most this many rows of the leases a store took and of its workflows' last steps are kept,
+/// for their next writes to be planned on (a lease whose outcome another process writes is
+/// never taken out): past it, they are all dropped.
 const MAX_KNOWN_ROWS: usize = 4_096;
 
 /// Why a transaction did not commit.

@@ -23,8 +23,10 @@
 //!    the [`Wakeup`]s the write causes) with the write's typed reply; or the error that refuses
 //!    the whole write.
 //! 4. **Persist, then wake.** The backend writes the plan atomically, and only after it
-//!    committed hands the wake-ups to its [`WaiterHub`] (and, across processes, to whatever
-//!    carries them). A `lock_pending` plan grants leases from the state rows alone
+//!    committed hands the wake-ups to its [`WaiterHub`], or the plan itself, whose finish's
+//!    result and responses the hub hands to whoever waits for them
+//!    ([`WaiterHub::deliver_plans`]); and, across processes, the wake-ups to whatever carries
+//!    them. A `lock_pending` plan grants leases from the state rows alone
 //!    ([`LockGrant`]); after the commit the backend reads each granted execution's history and
 //!    [`hand_over`] assembles what its worker gets, so no write transaction reads a log.
 //!
