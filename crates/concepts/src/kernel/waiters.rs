@@ -233,28 +233,25 @@ impl WaiterHub {
 
     /// Wakes the waiters that committed writes concern. Call it only after the commit.
     pub fn deliver(&self, wakeups: &[Wakeup]) {
-        self.deliver_with(wakeups, |_| None);
+        self.deliver_with(wakeups.iter().map(|wakeup| (wakeup, None)));
     }
 
     /// Wakes the waiters that the committed `plans` concern, as [`WaiterHub::deliver`] does
     /// with their wake-ups, and hands each what its plan stored: a waiter of a finish the
     /// result, a waiter of responses the new ones from the index it waits for (cloned only
     /// for someone who waits). The plans' responses must carry their stored places. Call it
-    /// only after the commit.
+    /// only after the commit. The plans of one group commit are delivered together, under one
+    /// lock of the registry.
     pub fn deliver_plans<'p>(&self, plans: impl IntoIterator<Item = &'p WritePlan>) {
-        for plan in plans {
-            self.deliver_with(&plan.wakeups, |id| {
-                (plan.changes.iter()).find(|change| change.row.execution_id == *id)
-            });
-        }
+        let wakeups = (plans.into_iter())
+            .flat_map(|plan| plan.wakeups.iter().map(move |wakeup| (wakeup, Some(plan))));
+        self.deliver_with(wakeups);
     }
 
-    fn deliver_with<'c>(
-        &self,
-        wakeups: &[Wakeup],
-        change_of: impl Fn(&ExecutionId) -> Option<&'c ExecutionChange>,
-    ) {
-        if wakeups.is_empty() {
+    /// Delivers each wake-up, with the plan it came from when there is one.
+    fn deliver_with<'p>(&self, wakeups: impl Iterator<Item = (&'p Wakeup, Option<&'p WritePlan>)>) {
+        let mut wakeups = wakeups.peekable();
+        if wakeups.peek().is_none() {
             return;
         }
         let registry = self.lock();
@@ -263,7 +260,10 @@ impl WaiterHub {
         // work, as while a batch is submitted before any executor runs).
         let pending_waiters = !registry.pending.is_empty();
         let mut earliest: HashMap<&FunctionFqn, DateTime<Utc>, FastHash> = HashMap::default();
-        for wakeup in wakeups {
+        for (wakeup, plan) in wakeups {
+            let change_of = |id: &ExecutionId| {
+                (plan?.changes.iter()).find(|change| change.row.execution_id == *id)
+            };
             match wakeup {
                 Wakeup::Pending { .. } if !pending_waiters => {}
                 Wakeup::Pending { ffqn, at } => {
