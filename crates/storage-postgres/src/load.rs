@@ -28,13 +28,9 @@ pub(crate) const SELECT_DUE: &str = "SELECT * FROM f_due_executions($1, $2, $3)"
 
 /// Begins a write transaction whose statements reach rows by key or index range only: with
 /// missing or stale statistics the planner otherwise sometimes scans a whole table while the
-/// transaction holds its row locks. Its prepared statements run their generic plan, made once
-/// per connection: each one's rows come from `UNNEST` of arrays or a key, so the plan does not
-/// depend on the values bound, but a custom plan, costed on the arrays' real lengths, looked
-/// cheaper to the server and was made again at every run (0.06–0.17 ms each, more than
-/// running the statement).
+/// transaction holds its row locks.
 const BEGIN_WRITE: &str = "BEGIN; SET LOCAL enable_seqscan = off; \
-    SET LOCAL enable_bitmapscan = off; SET LOCAL plan_cache_mode = force_generic_plan";
+    SET LOCAL enable_bitmapscan = off";
 
 /// Sends [`BEGIN_WRITE`] when `begin` (a pipeline's first statement).
 pub(crate) async fn begin_write(client: &ClientWrapper, begin: bool) -> Result<(), PgError> {

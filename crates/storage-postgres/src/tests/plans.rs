@@ -291,3 +291,68 @@ async fn listings_read_the_index_of_their_filter_up_to_their_page() {
         })
         .await;
 }
+
+/// A pooled connection plans each statement once: after executions were created, locked,
+/// finished and listed on a store of one pooled connection, no statement prepared on it was
+/// ever planned for the values of a run (PostgreSQL plans the first five runs of a statement
+/// that way, and went on for every `UNNEST` of arrays, whose real lengths made the custom plan
+/// look cheaper).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pooled_connections_plan_each_statement_once() {
+    use concepts::{DbClient, DbExecutor, LockPendingRequest, OutcomeWrite};
+    use conformance::storage_scenarios::helpers::{
+        component_id, create_request, execution_id, executor_id, ffqn, finished_ok, plus,
+    };
+    let Some(database) = database("pooled_connections_plan_each_statement_once").await else {
+        return;
+    };
+    let mut config = PostgresConfig::from_url(&database.url).unwrap();
+    config.pool_size = 1;
+    let store = PostgresStore::connect(config).await.unwrap();
+    let at = DateTime::UNIX_EPOCH;
+    for n in 1..=8 {
+        let created = store.create(create_request(execution_id(n), ffqn("f"), at));
+        created.await.unwrap();
+        let request = LockPendingRequest {
+            batch_size: 1,
+            pending_at_or_sooner: at,
+            ffqns: std::sync::Arc::from([ffqn("f")]),
+            now: at,
+            component_id: component_id(),
+            executor_id: executor_id(1),
+            lock_expires_at: plus(at, std::time::Duration::from_secs(60)),
+        };
+        let locked = store.lock_pending(request).await.unwrap().remove(0);
+        let finished = OutcomeWrite {
+            execution_id: locked.execution_id.clone(),
+            version: locked.next_version,
+            now: at,
+            event: finished_ok(serde_json::json!(n.to_string())),
+            parent: None,
+        };
+        store.append_outcome(finished).await.unwrap();
+        let listed = store.list_executions(Default::default(), Default::default());
+        assert!(!listed.await.unwrap().is_empty());
+    }
+    let client = store.reader().await.unwrap();
+    let rows = client
+        .query(
+            "SELECT statement, custom_plans, generic_plans FROM pg_prepared_statements",
+            &[],
+        )
+        .await
+        .unwrap();
+    let planned: Vec<(String, i64, i64)> = (rows.iter())
+        .map(|row| (row.get(0), row.get(1), row.get(2)))
+        .collect();
+    assert!(
+        planned.iter().any(|(_, _, generic)| *generic >= 8),
+        "{planned:#?}"
+    );
+    let custom: Vec<_> = (planned.iter())
+        .filter(|(_, custom, _)| *custom > 0)
+        .collect();
+    assert!(custom.is_empty(), "planned per run: {custom:#?}");
+    drop(client);
+    store.close().await;
+}
