@@ -29,7 +29,7 @@ pub(crate) const SELECT_DUE: &str = "SELECT * FROM f_due_executions($1, $2, $3)"
 /// Begins a write transaction whose statements reach rows by key or index range only: with
 /// missing or stale statistics the planner otherwise sometimes scans a whole table while the
 /// transaction holds its row locks.
-const BEGIN_WRITE: &str = "BEGIN; SET LOCAL enable_seqscan = off; \
+pub(crate) const BEGIN_WRITE: &str = "BEGIN; SET LOCAL enable_seqscan = off; \
     SET LOCAL enable_bitmapscan = off";
 
 /// Sends [`BEGIN_WRITE`] when `begin` (a pipeline's first statement).

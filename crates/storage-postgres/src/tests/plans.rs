@@ -4,7 +4,8 @@
 //! `ANALYZE` that saw other data than there is now, with custom plans, the lookups of many ids
 //! still go through the index. The due executions are read through the index and only up to
 //! the limit in both cases (counted by the transaction's table statistics, as the statement is
-//! a function whose plan `EXPLAIN` does not show).
+//! a function whose plan `EXPLAIN` does not show), also past another function's backlog. A
+//! pooled connection plans each statement once.
 //! Needs the server of `STELE_TEST_POSTGRES_URL` (skipped without it, except under `CI=true`).
 
 use crate::{PostgresConfig, PostgresStore, load, reads};
@@ -33,7 +34,7 @@ async fn plan(client: &tokio_postgres::Client, (sql, args): (&str, &str), mode: 
 }
 
 /// Runs `SELECT_DUE` with `args` (SQL literals) in `mode` (`generic` or `custom`) in a
-/// transaction it rolls back, and returns the whole-table scans of `t_execution` and the rows
+/// write transaction (`BEGIN_WRITE`, as a lock runs it) that it rolls back, and returns the whole-table scans of `t_execution` and the rows
 /// it fetched from `t_execution` by index, as that transaction's statistics count them.
 async fn due_reads(client: &tokio_postgres::Client, args: &str, mode: &str) -> (i64, i64) {
     client
@@ -43,7 +44,7 @@ async fn due_reads(client: &tokio_postgres::Client, args: &str, mode: &str) -> (
         ))
         .await
         .unwrap();
-    client.batch_execute("BEGIN").await.unwrap();
+    client.batch_execute(load::BEGIN_WRITE).await.unwrap();
     client
         .batch_execute(&format!("EXECUTE s({args})"))
         .await
@@ -355,4 +356,44 @@ async fn pooled_connections_plan_each_statement_once() {
     assert!(custom.is_empty(), "planned per run: {custom:#?}");
     drop(client);
     store.close().await;
+}
+
+/// The due executions of one function are found past another function's backlog, by the
+/// index of `(ffqn, pending_at)`, before and after an `ANALYZE`, as generic plans: the due
+/// times read one row, a lock as many as it takes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn due_executions_of_a_function_skip_another_functions_backlog() {
+    let Some(database) =
+        database("due_executions_of_a_function_skip_another_functions_backlog").await
+    else {
+        return;
+    };
+    let backlog = insert_executions("E_G", 20_000, true).replace("'f'", "'g'");
+    // Due after the whole backlog: an index in `pending_at` order reads it all first.
+    let due = insert_executions("E_P", 10, true)
+        .replace("generate_series(1, 10)", "generate_series(30001, 30010)");
+    let fill = format!("{backlog} {due}");
+    database
+        .with_client(async |client| client.batch_execute(&fill).await.unwrap())
+        .await;
+    for analyzed in [false, true] {
+        if analyzed {
+            let analyze = async |client: &tokio_postgres::Client| {
+                client.batch_execute("ANALYZE").await.unwrap();
+            };
+            database.with_client(analyze).await;
+        }
+        // A session of its own: the statistics `due_reads` counts are the session's.
+        database
+            .with_client(async |client| {
+                let times = plan(client, (reads::DUE_TIMES, "'{f}', 1000000, 1"), "generic").await;
+                assert!(
+                    times.contains("t_execution_pending_ffqn_idx"),
+                    "analyzed: {analyzed}: {times}"
+                );
+                let reads = due_reads(client, "1000000, '{f}', 10", "generic").await;
+                assert_eq!(reads, (0, 10), "analyzed: {analyzed}");
+            })
+            .await;
+    }
 }
