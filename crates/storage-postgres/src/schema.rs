@@ -33,7 +33,8 @@ const MIGRATIONS: [(&str, &str); 7] = [
     ),
     ("schedules and their ticks", SCHEMA_V6),
     (
-        "the due executions read by a function whose plan is made once per connection",
+        "the due executions read by a function whose plan is made once per connection; \
+         f_check_revisions dropped",
         SCHEMA_V7,
     ),
 ];
@@ -42,29 +43,27 @@ const MIGRATIONS: [(&str, &str); 7] = [
 #[expect(clippy::cast_possible_wrap, reason = "a few migrations fit in an i64")]
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
 
-/// Version 7: `f_due_executions` (version 3) in PL/pgSQL, same arguments, rows and settings.
-/// A `LANGUAGE sql` function with `SET` clauses is never inlined, and PostgreSQL 15 plans the
-/// body of such a function again at every call (about 0.1 ms, half the cost of a lock of one
-/// execution); PL/pgSQL keeps the plan of its query for the session, and the generic plan is
-/// the index-ordered scan the settings leave as the only one.
-const SCHEMA_V7: &str = r#"
-CREATE OR REPLACE FUNCTION f_due_executions(due_at BIGINT, ffqns TEXT[], max_rows BIGINT)
+/// The signature of `f_due_executions` and the rows it returns (versions 3 and 7).
+macro_rules! due_executions_signature {
+    () => {
+        "f_due_executions(due_at BIGINT, ffqns TEXT[], max_rows BIGINT)
 RETURNS TABLE (
     execution_id TEXT, ffqn TEXT, next_version BIGINT, state_json TEXT,
     temporary_event_count BIGINT, response_count BIGINT, max_retries BIGINT,
     retry_exp_backoff_ns BIGINT, parent_execution_id TEXT, parent_join_set_id TEXT,
     pending_at BIGINT
 )
-LANGUAGE plpgsql VOLATILE
 SET enable_bitmapscan = off
 SET enable_sort = off
 SET jit = off
-SET plan_cache_mode = force_generic_plan
-AS $$
-#variable_conflict use_column
-BEGIN
-RETURN QUERY
-SELECT d.* FROM (SELECT DISTINCT u.f FROM UNNEST(ffqns) AS u(f)) AS f
+"
+    };
+}
+
+/// The query of `f_due_executions` (versions 3 and 7).
+macro_rules! due_executions_query {
+    () => {
+        "SELECT d.* FROM (SELECT DISTINCT u.f FROM UNNEST(ffqns) AS u(f)) AS f
 CROSS JOIN LATERAL (
     SELECT x.execution_id, x.ffqn, x.next_version, x.state_json, x.temporary_event_count,
         x.response_count, x.max_retries, x.retry_exp_backoff_ns, x.parent_execution_id,
@@ -73,10 +72,27 @@ CROSS JOIN LATERAL (
     WHERE x.ffqn = f.f AND x.pending_at IS NOT NULL AND x.pending_at <= due_at
     ORDER BY x.pending_at, x.execution_id LIMIT max_rows FOR UPDATE SKIP LOCKED
 ) AS d
-ORDER BY d.pending_at, d.execution_id LIMIT max_rows;
-END
-$$;
-"#;
+ORDER BY d.pending_at, d.execution_id LIMIT max_rows"
+    };
+}
+
+/// Version 7: `f_due_executions` (version 3) in PL/pgSQL, same arguments, rows and settings;
+/// `f_check_revisions` (version 4) dropped, as writes check their revisions in a statement.
+/// A `LANGUAGE sql` function with `SET` clauses is never inlined, and PostgreSQL 15 plans the
+/// body of such a function again at every call (about 0.1 ms, half the cost of a lock of one
+/// execution); PL/pgSQL keeps the plan of its query for the session, and the generic plan is
+/// the index-ordered scan the settings leave as the only one.
+const SCHEMA_V7: &str = concat!(
+    "DROP FUNCTION f_check_revisions;\nCREATE OR REPLACE FUNCTION ",
+    due_executions_signature!(),
+    "SET plan_cache_mode = force_generic_plan
+LANGUAGE plpgsql VOLATILE AS $$
+#variable_conflict use_column
+BEGIN
+RETURN QUERY ",
+    due_executions_query!(),
+    ";\nEND\n$$;\n"
+);
 
 /// Version 6: schedules (the row as JSON, beside its name and the due time a pass seeks) and
 /// their recorded ticks.
@@ -244,33 +260,15 @@ CREATE INDEX t_execution_finished_top_level_idx
 /// scans and with sorts priced out, the only plan left reads the index in order and stops after
 /// `n`, and without JIT (which the priced-out sort would buy at every call, for about 250 ms).
 /// Rows of one function beyond the first `n` overall stay locked, unchanged, until the commit.
-const SCHEMA_V3: &str = r#"
-ALTER TABLE t_execution
+const SCHEMA_V3: &str = concat!(
+    "ALTER TABLE t_execution
     SET (autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 50000);
-CREATE FUNCTION f_due_executions(due_at BIGINT, ffqns TEXT[], max_rows BIGINT)
-RETURNS TABLE (
-    execution_id TEXT, ffqn TEXT, next_version BIGINT, state_json TEXT,
-    temporary_event_count BIGINT, response_count BIGINT, max_retries BIGINT,
-    retry_exp_backoff_ns BIGINT, parent_execution_id TEXT, parent_join_set_id TEXT,
-    pending_at BIGINT
-)
-LANGUAGE sql VOLATILE
-SET enable_bitmapscan = off
-SET enable_sort = off
-SET jit = off
-AS $$
-SELECT d.* FROM (SELECT DISTINCT u.f FROM UNNEST(ffqns) AS u(f)) AS f
-CROSS JOIN LATERAL (
-    SELECT x.execution_id, x.ffqn, x.next_version, x.state_json, x.temporary_event_count,
-        x.response_count, x.max_retries, x.retry_exp_backoff_ns, x.parent_execution_id,
-        x.parent_join_set_id, x.pending_at
-    FROM t_execution x
-    WHERE x.ffqn = f.f AND x.pending_at IS NOT NULL AND x.pending_at <= due_at
-    ORDER BY x.pending_at, x.execution_id LIMIT max_rows FOR UPDATE SKIP LOCKED
-) AS d
-ORDER BY d.pending_at, d.execution_id LIMIT max_rows
-$$;
-"#;
+CREATE FUNCTION ",
+    due_executions_signature!(),
+    "LANGUAGE sql VOLATILE AS $$\n",
+    due_executions_query!(),
+    "\n$$;\n"
+);
 
 /// Version 4: `f_check_revisions(ids, versions, finished, response counts)`, which locks the
 /// rows of `ids` in id order and raises SQLSTATE `SR001` unless each still has that revision.
