@@ -210,19 +210,13 @@ impl PostgresConfig {
         other
     }
 
-    /// The driver configuration of pooled connections: `statement_timeout` applied, JIT
-    /// compilation off, and generic plans. Every statement of the store is small and keyed; a
-    /// plan whose cost the planner overestimates (a fresh table without statistics, a batch of
-    /// a few hundred keys) would otherwise be compiled first, which costs more than running it.
-    /// A prepared statement is planned once per connection: its rows come from keys, `UNNEST`
-    /// of arrays or the index its filter names, so its plan does not depend on the values
-    /// bound (`tests/plans.rs` reads each generic plan), but the server found a custom plan,
-    /// costed on the arrays' real lengths, cheaper and made it again at every run (0.06 to
-    /// 0.17 ms each, more than running most of them).
+    /// The driver configuration of pooled connections: `statement_timeout` applied, and JIT
+    /// compilation off. Every statement of the store is small and keyed; a plan whose cost
+    /// the planner overestimates (a fresh table without statistics, a batch of a few hundred
+    /// keys) would otherwise be compiled first, which costs more than running it.
     pub(crate) fn pool_pg_config(&self) -> tokio_postgres::Config {
         let mut pg = self.listener_pg_config();
-        let mut options = pg.get_options().unwrap_or_default().to_string();
-        options.push_str(" -c jit=off -c plan_cache_mode=force_generic_plan");
+        let mut options = format!("{} -c jit=off", pg.get_options().unwrap_or_default());
         if let Some(timeout) = self.statement_timeout {
             let ms = timeout.as_millis().max(1);
             options.push_str(&format!(" -c statement_timeout={ms}"));
