@@ -12,21 +12,24 @@ use crate::{
     writer::Op,
 };
 use concepts::{
-    DbError, DelayId, DuplicateKind, ExecutionEvent, ExecutionId, Version,
+    DbError, DelayId, DuplicateKind, ExecutionEvent, ExecutionId, JoinSetResponse, Version,
     kernel::{
-        self, DelayRow, ExecutionChange, ExecutionRow, JoinSetCounters, JoinSetKey, Keys,
-        NewExecution, PruneQuery, Snapshot, Write, WritePlan, descendant_bounds,
+        self, Assumption, DelayRow, ExecutionChange, ExecutionRow, JoinSetCounters, JoinSetKey,
+        Keys, KnownRows, NewExecution, PruneQuery, Snapshot, Write, WritePlan, descendant_bounds,
         stored::{corrupt, count, from_json, micros, to_i64, to_json},
     },
 };
 use rusqlite::{CachedStatement, Connection, Params, params, params_from_iter};
 
-/// The writer's view of one command: its connection (inside the batch transaction) and the
-/// plans persisted in the transaction so far: what the writer persists again if it must roll
-/// back another command's writes, and whose wake-ups it delivers once they commit.
+/// The writer's view of one command: its connection (inside the batch transaction), the
+/// plans persisted in the transaction so far (what the writer persists again if it must roll
+/// back another command's writes, and whose wake-ups it delivers once they commit), and the
+/// rows the writer committed itself and nobody changed since (`writer.rs`), on which a write
+/// is planned without loading them.
 pub(crate) struct WriteCtx<'a> {
     pub(crate) conn: &'a Connection,
     pub(crate) plans: &'a mut Vec<WritePlan>,
+    pub(crate) known: Option<&'a KnownRows>,
 }
 
 /// A statement taken from the connection's cache once per write, not once per row: a lookup
@@ -100,6 +103,7 @@ impl<W: Write> Op for Written<W> {
         let ctx = WriteCtx {
             conn,
             plans: &mut Vec::new(),
+            known: None,
         };
         let mut snapshot = Snapshot::default();
         ctx.load(&self.keys, &mut snapshot).ok()?;
@@ -109,20 +113,45 @@ impl<W: Write> Op for Written<W> {
 }
 
 impl<'c> WriteCtx<'c> {
-    /// Loads, plans and persists `write` (whose keys are `keys`); its wake-ups wait, with its
-    /// plan, for the commit.
+    /// Loads (or takes from the known rows), plans and persists `write` (whose keys are
+    /// `keys`); its wake-ups wait, with its plan, for the commit.
     pub(crate) fn write<W: Write>(&mut self, write: W, keys: &Keys) -> Result<W::Reply> {
         let mut snapshot = Snapshot::default();
-        self.load(keys, &mut snapshot)?;
+        match self.known.and_then(|known| known.assume(keys, true)) {
+            Some((assumed, assumption)) if self.absent(&assumption)? => snapshot = assumed,
+            _ => self.load(keys, &mut snapshot)?,
+        }
         if let Some(more) = write.follow_up_keys(&snapshot) {
             self.load(&more, &mut snapshot)?;
         }
         let (mut plan, reply) = kernel::plan(&snapshot, write)?;
         let persisted = self.persist(&mut plan);
+        if let Some(known) = self.known {
+            known.forget(&plan);
+        }
         // Kept even when it failed halfway: the writer then knows there is something to undo.
         self.plans.push(plan);
         persisted?;
         Ok(reply)
+    }
+
+    /// True when the executions and join sets a write planned on known rows creates are not
+    /// stored (what a load would have found; the rows themselves are as this writer left them).
+    fn absent(&self, assumption: &Assumption) -> Result<bool> {
+        for id in &assumption.absent {
+            let sql = "SELECT 1 FROM t_execution_state WHERE execution_id = ?1";
+            if self.conn.prepare_cached(sql)?.exists([id.as_str()])? {
+                return Ok(false);
+            }
+        }
+        for (id, join_set_id) in &assumption.absent_join_sets {
+            let sql = "SELECT 1 FROM t_join_set WHERE execution_id = ?1 AND join_set_id = ?2";
+            let params = (id.as_str(), join_set_id.to_string());
+            if self.conn.prepare_cached(sql)?.exists(params)? {
+                return Ok(false);
+            }
+        }
+        Ok(true)
     }
 
     pub(crate) fn execute(&self, sql: &str, params: impl Params) -> Result<usize> {
@@ -338,8 +367,23 @@ impl<'c> WriteCtx<'c> {
                 child_id,
                 to_json(&planned.response)?,
             ];
+            // A unique key met here is the response's own: the write was planned on the rows
+            // the writer knew, and a child's response another write stored is not among them.
+            let duplicate = || match &planned.response.event.event {
+                JoinSetResponse::DelayFinished { delay_id } => DuplicateKind::DelayResponse {
+                    execution_id: change.row.execution_id.clone(),
+                    delay_id: *delay_id,
+                },
+                JoinSetResponse::ChildExecutionFinished {
+                    child_execution_id, ..
+                } => DuplicateKind::ChildResponse {
+                    execution_id: change.row.execution_id.clone(),
+                    child_execution_id: child_execution_id.clone(),
+                },
+            };
             let mut stmt = self.conn.prepare_cached(sql)?;
-            let idx: i64 = stmt.query_row(params, |row| row.get(0))?;
+            let idx: i64 = (stmt.query_row(params, |row| row.get(0)))
+                .map_err(|err| SqliteError::from_insert(err, duplicate))?;
             planned.idx = idx.cast_unsigned();
         }
         for delay in &change.delays_requested {

@@ -1629,3 +1629,73 @@ async fn cancel_closes_the_open_delays_in_t_delay() {
     );
     store.close().await;
 }
+
+/// The writer keeps the row of a lease it took for the lease's outcome, which is then planned
+/// without loading it; but a row another connection committed to since is loaded again: an
+/// outcome whose row another store finished meanwhile loses its race, and the other store's
+/// outcome stands.
+#[tokio::test]
+async fn a_known_row_another_connection_changed_is_loaded_again() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("known.db");
+    let (a, b) = (open(&path).await, open(&path).await);
+    let finished = |value: &str, version: Version| concepts::OutcomeWrite {
+        execution_id: id(1),
+        version,
+        now: t0(),
+        event: ExecutionEventInner::Finished {
+            result: Ok(SupportedFunctionReturnValue::InfallibleOrResultOk(Json(
+                serde_json::json!(value),
+            ))),
+        },
+        parent: None,
+    };
+    for (store, n) in [(&a, 1), (&a, 2)] {
+        // The first lease's outcome comes from the store that took it; the second's from the
+        // other store first.
+        let execution_id = id(n);
+        store
+            .create(create_request(execution_id.clone(), t0()))
+            .await
+            .expect("created");
+        let locked = (store.lock_pending(LockPendingRequest {
+            batch_size: 1,
+            pending_at_or_sooner: t0(),
+            ffqns: Arc::from([ffqn()]),
+            now: t0(),
+            component_id: ComponentId::new("activity", "test").expect("valid"),
+            executor_id: ExecutorId::generate_at(t0()),
+            lock_expires_at: t0() + Duration::from_secs(60),
+        }))
+        .await
+        .expect("locks")
+        .remove(0);
+        assert_eq!(locked.execution_id, execution_id);
+        let outcome = |value| concepts::OutcomeWrite {
+            execution_id: execution_id.clone(),
+            ..finished(value, locked.next_version)
+        };
+        if n == 2 {
+            b.append_outcome(outcome("b"))
+                .await
+                .expect("the other store's outcome");
+            let err = (a.append_outcome(outcome("a")).await).expect_err("lost its race");
+            assert!(concepts::is_lost_race(&err), "{err:?}");
+        } else {
+            a.append_outcome(outcome("a"))
+                .await
+                .expect("the lease's own outcome");
+        }
+        let expected = if n == 2 { "b" } else { "a" };
+        let log = a.get(&execution_id).await.expect("stored");
+        assert!(
+            matches!(&log.events.last().expect("events").event,
+                ExecutionEventInner::Finished { result: Ok(SupportedFunctionReturnValue::InfallibleOrResultOk(Json(v))) }
+                if *v == serde_json::json!(expected)),
+            "{log:?}"
+        );
+        assert_eq!(log.events.len(), 3, "created, locked, one finish: {log:?}");
+    }
+    a.close().await;
+    b.close().await;
+}

@@ -10,7 +10,7 @@ use crate::{
 };
 use concepts::{
     DbError,
-    kernel::{WaiterHub, WritePlan},
+    kernel::{KnownRows, WaiterHub, WritePlan},
 };
 use rusqlite::Connection;
 use std::{
@@ -131,6 +131,9 @@ const LOCK_POLL: Duration = Duration::from_millis(1);
 /// After meeting another connection's lock, a writer leaves the lock free this long between
 /// its own transactions, so that a waiting writer (polling every [`LOCK_POLL`]) gets its turn.
 const COURTESY_GAP: Duration = Duration::from_millis(3);
+/// At most this many rows the writer committed are kept for the next writes
+/// ([`Writer::known`]).
+const KNOWN_ROWS: usize = 4_096;
 /// How long the writer behaves as contended after it last found the lock taken.
 const CONTENTION_MEMORY: Duration = Duration::from_secs(1);
 /// While contended, a transaction takes no further queued command once it has held the lock
@@ -148,6 +151,13 @@ struct Writer<'a> {
     /// When `BEGIN IMMEDIATE` last found the lock held by another connection.
     contended_at: Option<Instant>,
     ended_at: Option<Instant>,
+    /// The rows this writer committed, for the next write of their executions (a lease's
+    /// outcome, a workflow's next step) to be planned without loading them; all forgotten when
+    /// another connection committed since (`data_version`).
+    known: KnownRows,
+    /// `PRAGMA data_version` when the last transaction began: it changes with the commits of
+    /// other connections only.
+    data_version: Option<i64>,
 }
 
 /// The writer thread's loop: runs until every sender is gone or a shutdown was processed.
@@ -170,6 +180,8 @@ pub(crate) fn run(
         busy_timeout,
         contended_at: None,
         ended_at: None,
+        known: KnownRows::new(KNOWN_ROWS),
+        data_version: None,
     };
     let mut checkpointer = Checkpointer::start(&conn, path, busy_timeout);
     let mut changes = start_changes(&conn, path);
@@ -300,7 +312,10 @@ impl Writer<'_> {
         let mut closing_since: Option<Instant> = None;
         loop {
             let err = match exec(self.conn, "BEGIN IMMEDIATE") {
-                Ok(()) => return Ok(()),
+                Ok(()) => {
+                    self.see_other_connections();
+                    return Ok(());
+                }
                 Err(err) if is_busy(&err) => err,
                 Err(err) => return Err(SqliteError::from(err).into_db_error(self.path)),
             };
@@ -321,6 +336,20 @@ impl Writer<'_> {
             }
             std::thread::sleep(LOCK_POLL);
         }
+    }
+
+    /// Forgets the known rows when another connection committed since the last transaction
+    /// began (or when that cannot be read): any of them may have changed. Run under the write
+    /// lock, so nobody else commits until this transaction ends.
+    fn see_other_connections(&mut self) {
+        let version = self
+            .conn
+            .query_row("PRAGMA data_version", [], |row| row.get(0));
+        let version = version.ok();
+        if version.is_none() || version != self.data_version {
+            self.known.clear();
+        }
+        self.data_version = version;
     }
 
     /// Runs the first commands of `batch` in one transaction (normally all of them, without
@@ -368,11 +397,16 @@ impl Writer<'_> {
                 open = None;
             }
         }
-        if let Some((start, _)) = open
-            && let Err(err) = exec(self.conn, "COMMIT")
-        {
-            let err = SqliteError::from(err).into_db_error(path);
-            self.abort(&mut batch[start..end], &mut plans, &err);
+        if let Some((start, _)) = open {
+            match exec(self.conn, "COMMIT") {
+                Ok(()) => plans
+                    .iter()
+                    .for_each(|plan| self.known.remember_for_next(plan)),
+                Err(err) => {
+                    let err = SqliteError::from(err).into_db_error(path);
+                    self.abort(&mut batch[start..end], &mut plans, &err);
+                }
+            }
         }
         self.ended_at = Some(Instant::now());
         (end, plans)
@@ -390,6 +424,7 @@ impl Writer<'_> {
         let ctx = WriteCtx {
             conn: self.conn,
             plans: &mut Vec::new(),
+            known: None,
         };
         for plan in plans {
             ctx.persist(plan).map_err(|err| err.into_db_error(path))?;
@@ -410,13 +445,14 @@ impl Writer<'_> {
     /// Runs `command` in the current transaction. The plans it persisted are added to `plans`
     /// however it ends (a failed command may have persisted some before failing).
     fn run_command(&self, command: &mut Box<dyn Command>, plans: &mut Vec<WritePlan>) -> Ran {
-        let (conn, path) = (self.conn, self.path);
+        let (conn, path, known) = (self.conn, self.path, &self.known);
         // A bug that panics inside one command must not take the writer (and every other
         // caller) down with it: the command fails and what it wrote is undone.
         let ran = std::panic::catch_unwind(AssertUnwindSafe(|| {
             let mut ctx = WriteCtx {
                 conn,
                 plans: &mut *plans,
+                known: Some(known),
             };
             command.run(&mut ctx, path)
         }));

@@ -7,18 +7,31 @@
 //! A row's revision also vouches for the counters of the join sets the same plan wrote with
 //! it: a counter moves only with a `JoinNext` (an event) or a response, and both move the
 //! revision. And a child whose known row has not finished has not answered its parent: a
-//! child's response is stored only with its finish.
+//! child's response is stored with its finish (a response appended for it by other means,
+//! `append_response`, is refused by the store's unique key on the child's response, as the
+//! duplicate a load would have found).
 
 use super::{
     keys::Keys,
     plan::{ExecutionChange, WritePlan},
     snapshot::{ExecutionRow, FastHash, JoinSetCounters, JoinSetRow, Revision, Snapshot},
 };
-use crate::{DbError, DuplicateKind, ExecutionId, JoinSetId};
+use crate::{DbError, DuplicateKind, ExecutionId, JoinSetId, PendingState};
 use std::{
     collections::HashMap,
     sync::{Mutex, PoisonError},
 };
+
+/// The most executions a workflow's step changes for its rows to be kept for its next write.
+const KEPT_STEP: usize = 8;
+
+/// True when `plan` is a workflow's step: a write of a few executions that wrote join sets,
+/// whose next one (or its child's outcome) is planned on what it left. A fan-out's thousands
+/// of children are not worth copying for one outcome each.
+#[must_use]
+pub fn is_step(plan: &WritePlan) -> bool {
+    plan.changes.len() <= KEPT_STEP && plan.changes.iter().any(|c| !c.join_sets.is_empty())
+}
 
 /// What a write planned without a load assumed about the store, for the backend to check in
 /// the same transaction before anything of the write is stored.
@@ -81,15 +94,53 @@ impl KnownRows {
         }
     }
 
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<ExecutionId, Known, FastHash>> {
+        self.rows.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     /// Keeps the rows `plan` left (after its commit).
     pub fn remember(&self, plan: &WritePlan) {
-        let mut rows = self.rows.lock().unwrap_or_else(PoisonError::into_inner);
+        self.remember_where(plan, |_| true);
+    }
+
+    /// Keeps, of the rows `plan` left (after its commit), what the next write of its
+    /// executions is planned on: every row of a workflow's step ([`is_step`]), otherwise the
+    /// rows it leased, whose outcome comes next.
+    pub fn remember_for_next(&self, plan: &WritePlan) {
+        if is_step(plan) {
+            self.remember(plan);
+        } else {
+            self.remember_where(plan, |change| {
+                matches!(change.row.state.pending_state, PendingState::Locked { .. })
+            });
+        }
+    }
+
+    fn remember_where(&self, plan: &WritePlan, keep: impl Fn(&ExecutionChange) -> bool) {
+        let mut rows = self.lock();
         if rows.len() + plan.changes.len() > self.capacity {
             rows.clear();
         }
-        for change in &plan.changes {
+        for change in plan.changes.iter().filter(|change| keep(change)) {
             rows.insert(change.row.execution_id.clone(), Known::of(change));
         }
+    }
+
+    /// Forgets the rows `plan` changes or deletes: written in a transaction that has not
+    /// committed, what is known of them may no longer be what is stored.
+    pub fn forget(&self, plan: &WritePlan) {
+        let mut rows = self.lock();
+        for change in &plan.changes {
+            rows.remove(&change.row.execution_id);
+        }
+        for execution_id in &plan.deleted {
+            rows.remove(execution_id);
+        }
+    }
+
+    /// Forgets every row: another connection may have changed any of them.
+    pub fn clear(&self) {
+        self.lock().clear();
     }
 
     /// The snapshot a write with `keys` can be planned on without a load, and what that
@@ -111,7 +162,7 @@ impl KnownRows {
             ..Assumption::default()
         };
         if !keys.executions.is_empty() {
-            let mut rows = self.rows.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut rows = self.lock();
             let found: Vec<_> = (keys.executions.iter())
                 .filter_map(|id| rows.remove(id))
                 .collect();

@@ -8,7 +8,7 @@
 //! up to the backend's budget; a group the database refused runs each of its writes alone.
 
 use super::{
-    assume::{Assumption, KnownRows},
+    assume::{Assumption, KnownRows, is_step},
     plan::WritePlan,
     queued::{Queued, queue},
     write::Write,
@@ -126,9 +126,6 @@ async fn transact<T: Transactions>(
     }
 }
 
-/// The most executions a write alone may change for its rows to be kept for the next one.
-const KEPT_STEP: usize = 8;
-
 /// One write alone, answered with its reply or its error.
 async fn run_alone<T: Transactions>(
     backend: &T,
@@ -136,14 +133,8 @@ async fn run_alone<T: Transactions>(
     mut write: Box<dyn Queued>,
     use_known: bool,
 ) {
-    // A workflow's step (a write of a few executions that wrote join sets), while nothing
-    // else is in flight: its next one, or its child's outcome, is planned on what it left. A
-    // fan-out's thousands of children are not worth copying for one outcome each.
-    let keep = |plan: &WritePlan| {
-        use_known
-            && plan.changes.len() <= KEPT_STEP
-            && plan.changes.iter().any(|c| !c.join_sets.is_empty())
-    };
+    // A workflow's step, while nothing else is in flight.
+    let keep = |plan: &WritePlan| use_known && is_step(plan);
     match transact(backend, &shared.known, &mut write, use_known, keep).await {
         Ok(_) => write.answer(),
         Err(e) => write.fail(e),
