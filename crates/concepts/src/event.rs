@@ -492,6 +492,25 @@ impl JoinSetResponse {
             Self::DelayFinished { .. } => None,
         }
     }
+
+    /// The duplicate this response is when `execution_id` holds it already: each delay and
+    /// each child answers once.
+    #[must_use]
+    pub fn duplicate_for(&self, execution_id: &ExecutionId) -> crate::DuplicateKind {
+        let execution_id = execution_id.clone();
+        match self {
+            Self::DelayFinished { delay_id } => crate::DuplicateKind::DelayResponse {
+                execution_id,
+                delay_id: *delay_id,
+            },
+            Self::ChildExecutionFinished {
+                child_execution_id, ..
+            } => crate::DuplicateKind::ChildResponse {
+                execution_id,
+                child_execution_id: child_execution_id.clone(),
+            },
+        }
+    }
 }
 
 /// A response with the join set it belongs to.

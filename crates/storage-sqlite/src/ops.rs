@@ -12,7 +12,7 @@ use crate::{
     writer::Op,
 };
 use concepts::{
-    DbError, DelayId, DuplicateKind, ExecutionEvent, ExecutionId, JoinSetResponse, Version,
+    DbError, DelayId, DuplicateKind, ExecutionEvent, ExecutionId, Version,
     kernel::{
         self, Assumption, DelayRow, ExecutionChange, ExecutionRow, JoinSetCounters, JoinSetKey,
         Keys, KnownRows, NewExecution, PruneQuery, Snapshot, Write, WritePlan, descendant_bounds,
@@ -369,18 +369,8 @@ impl<'c> WriteCtx<'c> {
             ];
             // A unique key met here is the response's own: the write was planned on the rows
             // the writer knew, and a child's response another write stored is not among them.
-            let duplicate = || match &planned.response.event.event {
-                JoinSetResponse::DelayFinished { delay_id } => DuplicateKind::DelayResponse {
-                    execution_id: change.row.execution_id.clone(),
-                    delay_id: *delay_id,
-                },
-                JoinSetResponse::ChildExecutionFinished {
-                    child_execution_id, ..
-                } => DuplicateKind::ChildResponse {
-                    execution_id: change.row.execution_id.clone(),
-                    child_execution_id: child_execution_id.clone(),
-                },
-            };
+            let duplicate =
+                || (planned.response.event.event).duplicate_for(&change.row.execution_id);
             let mut stmt = self.conn.prepare_cached(sql)?;
             let idx: i64 = (stmt.query_row(params, |row| row.get(0)))
                 .map_err(|err| SqliteError::from_insert(err, duplicate))?;

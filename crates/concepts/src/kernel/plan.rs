@@ -6,8 +6,8 @@
 
 use super::snapshot::{DelayRow, ExecutionRow, FastHash, JoinSetCounters, Snapshot, inconsistent};
 use crate::{
-    ComponentId, DbError, DelayId, DuplicateKind, ExecutionEvent, ExecutionEventInner, ExecutionId,
-    FunctionFqn, HistoryEvent, JoinSetId, JoinSetRequest, JoinSetResponse, JoinSetResponseEvent,
+    ComponentId, DbError, DelayId, ExecutionEvent, ExecutionEventInner, ExecutionId, FunctionFqn,
+    HistoryEvent, JoinSetId, JoinSetRequest, JoinSetResponse, JoinSetResponseEvent,
     JoinSetResponseEventOuter, PendingState, ValidationError, Version,
     schedule::{ScheduleName, ScheduleRow, Tick},
 };
@@ -484,11 +484,7 @@ impl<'s> Planner<'s> {
             JoinSetResponse::DelayFinished { delay_id } => {
                 let delay = self.delay(execution_id, *delay_id);
                 if delay.answered {
-                    return Err(DuplicateKind::DelayResponse {
-                        execution_id: execution_id.clone(),
-                        delay_id: *delay_id,
-                    }
-                    .into());
+                    return Err(response.event.duplicate_for(execution_id).into());
                 }
                 delay.answered = true;
                 let requested = delay.requested;
@@ -510,11 +506,7 @@ impl<'s> Planner<'s> {
                 if self.snapshot.child_responses.contains(&key)
                     || !self.answered_children.insert(key)
                 {
-                    return Err(DuplicateKind::ChildResponse {
-                        execution_id: execution_id.clone(),
-                        child_execution_id: child_execution_id.clone(),
-                    }
-                    .into());
+                    return Err(response.event.duplicate_for(execution_id).into());
                 }
             }
         }
