@@ -29,7 +29,7 @@ const KEPT_STEP: usize = 8;
 /// whose next one (or its child's outcome) is planned on what it left. A fan-out's thousands
 /// of children are not worth copying for one outcome each.
 #[must_use]
-pub fn is_step(plan: &WritePlan) -> bool {
+pub(crate) fn is_step(plan: &WritePlan) -> bool {
     plan.changes.len() <= KEPT_STEP && plan.changes.iter().any(|c| !c.join_sets.is_empty())
 }
 
@@ -104,8 +104,8 @@ impl KnownRows {
     }
 
     /// Keeps, of the rows `plan` left (after its commit), what the next write of its
-    /// executions is planned on: every row of a workflow's step ([`is_step`]), otherwise the
-    /// rows it leased, whose outcome comes next.
+    /// executions is planned on: every row of a workflow's step (a write of a few executions
+    /// that wrote join sets), otherwise the rows it leased, whose outcome comes next.
     pub fn remember_for_next(&self, plan: &WritePlan) {
         if is_step(plan) {
             self.remember(plan);

@@ -69,7 +69,7 @@ mod waiters;
 mod write;
 mod writes;
 
-pub use assume::{Assumption, KnownRows, is_step};
+pub use assume::{Assumption, KnownRows};
 pub use backend::Backend;
 pub use group::{GroupPlanner, plan};
 pub use groups::{Attempted, Groups, MAX_GROUP, NotCommitted, Transactions};
