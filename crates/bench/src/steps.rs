@@ -329,6 +329,14 @@ impl DbClient for StepTrace {
         self.inner.create(req).await
     }
 
+    async fn create_locked(
+        &self,
+        req: CreateRequest,
+        locked: concepts::Locked,
+    ) -> Result<CreateOutcome, DbError> {
+        self.inner.create_locked(req, locked).await
+    }
+
     async fn create_batch(&self, reqs: Vec<CreateRequest>) -> Result<(), DbError> {
         self.inner.create_batch(reqs).await
     }

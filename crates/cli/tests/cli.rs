@@ -1781,9 +1781,10 @@ fn serve_http_serves_its_metrics_in_prometheus_text_behind_the_token() {
         ("stele_schedule_to_start_seconds", flaky.to_string()),
         ("stele_attempt_duration_seconds", flaky.to_string()),
         ("stele_created_to_finished_seconds", flaky.to_string()),
+        // Submitted to an idle node: created locked by its executor.
         (
             "stele_store_write_duration_seconds",
-            r#"operation="create""#.to_string(),
+            r#"operation="create_locked""#.to_string(),
         ),
     ];
     for (name, labels) in recorded {

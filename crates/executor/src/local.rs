@@ -1,5 +1,6 @@
 //! The executors of one process on one store, by the functions they run: where an execution
-//! that a workflow's write creates is handed to run at once. A workflow about to create a
+//! that a workflow's write creates, or that a client of the process submits
+//! ([`LocalExecutors::create`]), is handed to run at once. A workflow about to create a
 //! child asks [`LocalExecutors::reserve`] for a free permit of an executor of the child's
 //! function; with one, its write creates the child already locked under that executor's lease
 //! ([`concepts::Lease`]), and once the write committed [`Reservation::start`] runs the child in
@@ -19,7 +20,8 @@
 use crate::exec_task::Run;
 use chrono::{DateTime, Utc};
 use concepts::{
-    ComponentId, CreateRequest, ExecutorId, FunctionFqn, Locked, RunId, add_saturating,
+    ComponentId, CreateOutcome, CreateRequest, DbClient, DbError, ExecutorId, FunctionFqn, Locked,
+    RunId, add_saturating,
 };
 use std::{
     fmt,
@@ -107,6 +109,38 @@ impl LocalExecutors {
                     locked,
                 })
             })
+    }
+
+    /// Creates the top-level execution `request` (`DbClient::create`, idempotent); when it is
+    /// due at its `created_at` and a registered executor runs its function with a permit
+    /// free, already locked under that executor's lease (`DbClient::create_locked`), which
+    /// runs it at once: one commit and one wake-up fewer than its `lock_pending`. Answers the
+    /// store's outcome and the lease the execution was created under, if any; a repeat is
+    /// answered as by `create`, and the permit given back. If the write's reply was lost after
+    /// it committed, an execution created locked runs once its lease expired, like one whose
+    /// executor died.
+    ///
+    /// # Errors
+    /// The store's.
+    pub async fn create(
+        &self,
+        db: &dyn DbClient,
+        request: CreateRequest,
+    ) -> Result<(CreateOutcome, Option<Locked>), DbError> {
+        let due_now = request.scheduled_at <= request.created_at;
+        let reserved = due_now
+            .then(|| self.reserve(&request.ffqn, request.created_at))
+            .flatten();
+        let Some(reservation) = reserved else {
+            return Ok((db.create(request).await?, None));
+        };
+        let locked = reservation.locked.clone();
+        let outcome = db.create_locked(request.clone(), locked.clone()).await?;
+        if !matches!(outcome, CreateOutcome::Created) {
+            return Ok((outcome, None));
+        }
+        reservation.start(request);
+        Ok((outcome, Some(locked)))
     }
 
     /// Registers `entry` until the returned guard is dropped.

@@ -439,7 +439,12 @@ impl<C: ClockFn> NodeBuilder<C> {
         if tokio::runtime::Handle::try_current().is_err() {
             return Err(NodeError::NoRuntime);
         }
-        let catalog = Arc::new(build_catalog(&entries, std::mem::take(&mut self.catalog))?);
+        // Its executors run the children its workflows create, and the executions submitted
+        // through its catalog, at once when one of them has a permit free
+        // (`executor::LocalExecutors`).
+        let local = LocalExecutors::new();
+        let catalog = build_catalog(&entries, std::mem::take(&mut self.catalog))?;
+        let catalog = Arc::new(catalog.with_local_executors(local.clone()));
         let schedules = std::mem::take(&mut self.schedules)
             .into_iter()
             .map(|definition| {
@@ -467,9 +472,6 @@ impl<C: ClockFn> NodeBuilder<C> {
         let mut takebacks = Vec::new();
         let probed: Vec<Arc<dyn Worker>> =
             entries.iter().map(|entry| entry.worker.clone()).collect();
-        // Its executors run the children its workflows create at once when one of them has a
-        // permit free (`executor::LocalExecutors`).
-        let local = LocalExecutors::new();
         let executors = entries
             .into_iter()
             .map(|entry| {

@@ -2,6 +2,7 @@
 //! submitted from outside (its component, its retries, a check of its parameters).
 
 use concepts::{ComponentId, FunctionFqn};
+use executor::LocalExecutors;
 use serde::de::DeserializeOwned;
 use std::{collections::BTreeMap, fmt, sync::Arc, time::Duration};
 
@@ -142,6 +143,10 @@ impl CatalogFunction {
 pub struct Catalog {
     functions: BTreeMap<FunctionFqn, CatalogFunction>,
     unknown: ExecutionDefaults,
+    /// The node's executors, which a submission due now is created locked for when one of
+    /// them runs its function with a permit free ([`crate::Prepared::submit`]); none in a
+    /// catalog built outside a node.
+    local: LocalExecutors,
 }
 
 impl Default for Catalog {
@@ -158,6 +163,7 @@ impl Catalog {
         Self {
             functions: BTreeMap::new(),
             unknown: ExecutionDefaults::unknown_function(),
+            local: LocalExecutors::new(),
         }
     }
 
@@ -203,5 +209,15 @@ impl Catalog {
     #[must_use]
     pub fn unknown_defaults(&self) -> &ExecutionDefaults {
         &self.unknown
+    }
+
+    /// The catalog of a node whose executors are `local`.
+    pub(crate) fn with_local_executors(mut self, local: LocalExecutors) -> Self {
+        self.local = local;
+        self
+    }
+
+    pub(crate) fn local_executors(&self) -> &LocalExecutors {
+        &self.local
     }
 }

@@ -49,7 +49,9 @@
 //!     .retention(Duration::from_secs(7 * 24 * 3600))
 //!     .start()?;
 //!
-//! let client = Client::new(db.clone(), executor::Now, "demo:hello".parse()?);
+//! // Submitted beside the node's executors: created locked by one with a permit free.
+//! let client = Client::new(db.clone(), executor::Now, "demo:hello".parse()?)
+//!     .with_local_executors(node.local_executors().clone());
 //! let greeting = client.submit(&GREET_LATER, &"ada".to_string()).await?;
 //! assert_eq!(greeting.result_within(Duration::from_secs(30)).await?, "hello, ada");
 //!

@@ -115,6 +115,15 @@ impl Node {
         &self.catalog
     }
 
+    /// The node's executors, by the functions they run: a [`workflow::Client`] given them
+    /// (`Client::with_local_executors`) submits an execution due now already locked by one
+    /// of them with a permit free, which runs it at once, as `node::submit` through the
+    /// node's [`catalog`](Self::catalog) does.
+    #[must_use]
+    pub fn local_executors(&self) -> &executor::LocalExecutors {
+        self.catalog.local_executors()
+    }
+
     /// Whether the node runs a timers watcher.
     #[must_use]
     pub fn runs_timers_watcher(&self) -> bool {

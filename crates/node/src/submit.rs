@@ -8,6 +8,7 @@ use concepts::{
     ClockFn, CreateConflict, CreateOutcome, CreateRequest, DbClient, DbError, DuplicateKind,
     ExecutionId, ExecutionMetadata, FinishedExecutionResult, FunctionFqn, Json, PendingState,
 };
+use executor::LocalExecutors;
 use std::time::Duration;
 
 /// A top-level execution to submit: the function, its parameters as JSON, and optionally the
@@ -90,6 +91,9 @@ pub enum Submitted {
     Created {
         /// Its id.
         execution_id: ExecutionId,
+        /// Where it stands after the write: due at its creation, or locked by an executor of
+        /// the node, which runs it at once.
+        pending_state: PendingState,
     },
     /// An execution with this id, function and parameters already existed: nothing was
     /// written.
@@ -106,7 +110,7 @@ impl Submitted {
     #[must_use]
     pub fn execution_id(&self) -> &ExecutionId {
         match self {
-            Self::Created { execution_id } | Self::AlreadyExisted { execution_id, .. } => {
+            Self::Created { execution_id, .. } | Self::AlreadyExisted { execution_id, .. } => {
                 execution_id
             }
         }
@@ -118,6 +122,8 @@ impl Submitted {
 #[derive(Debug, Clone)]
 pub struct Prepared {
     request: CreateRequest,
+    /// The catalog's executors ([`Catalog`]), one of which may run the execution at once.
+    local: LocalExecutors,
 }
 
 impl Prepared {
@@ -168,6 +174,7 @@ impl Prepared {
                 metadata: metadata.with_current_trace(),
                 scheduled_by: None,
             },
+            local: catalog.local_executors().clone(),
         })
     }
 
@@ -177,18 +184,38 @@ impl Prepared {
         &self.request.execution_id
     }
 
-    /// Creates the execution, idempotently (`DbClient::create`).
+    /// Creates the execution, idempotently; already locked by an executor of the catalog's
+    /// node that runs its function with a permit free, which then runs it at once
+    /// (`executor::LocalExecutors::create`).
     ///
     /// # Errors
     /// [`SubmitError::Conflict`] naming what differs, or [`SubmitError::Db`].
     pub async fn submit(self, db: &dyn DbClient) -> Result<Submitted, SubmitError> {
-        let execution_id = self.request.execution_id.clone();
-        match db.create(self.request).await {
-            Ok(CreateOutcome::Created) => Ok(Submitted::Created { execution_id }),
-            Ok(CreateOutcome::AlreadyExisted { pending_state }) => Ok(Submitted::AlreadyExisted {
+        let Self { request, local } = self;
+        let execution_id = request.execution_id.clone();
+        let scheduled_at = request.scheduled_at;
+        let outcome = local.create(db, request).await.map(|(outcome, locked)| {
+            let pending_state = match locked {
+                Some(locked) => PendingState::Locked {
+                    executor_id: locked.executor_id,
+                    run_id: locked.run_id,
+                    lock_expires_at: locked.lock_expires_at,
+                },
+                None => PendingState::PendingAt { scheduled_at },
+            };
+            (outcome, pending_state)
+        });
+        match outcome {
+            Ok((CreateOutcome::Created, pending_state)) => Ok(Submitted::Created {
                 execution_id,
                 pending_state,
             }),
+            Ok((CreateOutcome::AlreadyExisted { pending_state }, _)) => {
+                Ok(Submitted::AlreadyExisted {
+                    execution_id,
+                    pending_state,
+                })
+            }
             Err(DbError::Duplicate(DuplicateKind::ExecutionConflict {
                 execution_id,
                 differences,

@@ -3,7 +3,7 @@
 
 use super::*;
 use async_trait::async_trait;
-use concepts::{ComponentId, DbConnection, FunctionFqn};
+use concepts::{ComponentId, DbConnection, FunctionFqn, PendingState};
 use executor::{Now, Worker, WorkerContext, WorkerResult};
 use std::{
     sync::{
@@ -472,11 +472,10 @@ async fn submit_creates_once_and_refuses_a_conflict_a_child_id_and_refused_param
     };
 
     let created = submit_echo(serde_json::json!(5)).await.expect("created");
-    assert_eq!(
-        created,
-        Submitted::Created {
-            execution_id: id.parse().unwrap()
-        }
+    assert!(
+        matches!(&created, Submitted::Created { execution_id, pending_state: PendingState::PendingAt { .. } }
+            if execution_id.to_string() == id),
+        "{created:?}"
     );
     let log = db.get(created.execution_id()).await.expect("stored");
     match &log.events[0].event {
@@ -702,4 +701,77 @@ async fn a_node_takes_up_at_its_start_what_older_code_parked() {
     assert!(result.is_some_and(|result| result.is_ok()), "finished");
     node.shutdown(Duration::from_secs(5)).await;
     db.close().await;
+}
+
+/// A submission due now, through the catalog of a node whose executor of the function has a
+/// permit free, is created locked by that executor (`create_locked`, never `create`) and run
+/// at once: it finishes within the test's bound, where one left for its lease to expire
+/// would not, and its `Locked` event is written with its creation.
+#[tokio::test]
+async fn a_submission_is_created_locked_and_run_at_once_by_an_idle_executor() {
+    let creates = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = Arc::clone(&creates);
+    let hook = move |write: &test_utils::forwarding::Write<'_>| {
+        let kind = match write {
+            test_utils::forwarding::Write::Create(req) => {
+                Some(("create", req.execution_id.clone()))
+            }
+            test_utils::forwarding::Write::CreateLocked(req, _) => {
+                Some(("create_locked", req.execution_id.clone()))
+            }
+            _ => None,
+        };
+        seen.lock().unwrap().extend(kind);
+        test_utils::forwarding::Fault::Pass
+    };
+    let db: Arc<dyn DbConnection> = test_utils::forwarding::ForwardingDb::new(store().await, hook);
+    let node = Node::builder(Arc::clone(&db), Now)
+        .activity(&ECHO, echo)
+        .start()
+        .expect("a node");
+    let submitted = submit(
+        db.as_ref(),
+        node.catalog(),
+        &Now,
+        submission(ECHO.name(), serde_json::json!(7), None),
+    )
+    .await
+    .expect("submitted");
+    let id = submitted.execution_id().clone();
+    assert!(
+        matches!(
+            &submitted,
+            Submitted::Created {
+                pending_state: PendingState::Locked { .. },
+                ..
+            }
+        ),
+        "{submitted:?}"
+    );
+    let result = wait_for_result(
+        db.as_ref(),
+        &id,
+        Some(Duration::from_secs(10)),
+        DEFAULT_WAIT_SLICE,
+    )
+    .await
+    .expect("waited")
+    .expect("finished before its lease could expire");
+    assert!(result.is_ok(), "{result:?}");
+    assert_eq!(
+        *creates.lock().unwrap(),
+        vec![("create_locked", id.clone())]
+    );
+    let log = db.get(&id).await.expect("its log");
+    assert_eq!(log.events.len(), 3, "{:?}", log.events);
+    assert!(
+        matches!(
+            &log.events[1].event,
+            concepts::ExecutionEventInner::Locked(_)
+        ),
+        "{:?}",
+        log.events[1]
+    );
+    assert_eq!(log.events[1].created_at, log.events[0].created_at);
+    node.shutdown(Duration::from_secs(5)).await;
 }

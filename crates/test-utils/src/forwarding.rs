@@ -30,7 +30,7 @@ use concepts::{
     CreateOutcome, CreateRequest, DbAwait, DbClient, DbConnection, DbError, DbExecutor,
     DbSchedules, DbTimers, DbWorkflow, DueBacklog, ExecutionEvent, ExecutionId, ExecutionLog,
     ExecutionSummary, ExpiredTimer, FinishedExecutionResult, FunctionFqn, JoinSetResponseEvent,
-    JoinSetResponseEventOuter, ListExecutionsFilter, LockPendingRequest, LockedExecution,
+    JoinSetResponseEventOuter, ListExecutionsFilter, LockPendingRequest, Locked, LockedExecution,
     OutcomeWrite, Pagination, PruneOutcome, PruneRequest, Version,
     schedule::{
         ChangeScheduleRequest, CreateScheduleRequest, FireOutcome, FireSchedulesRequest,
@@ -49,6 +49,8 @@ pub enum Write<'a> {
     Other(&'a (dyn std::fmt::Debug + Sync)),
     /// `create`.
     Create(&'a CreateRequest),
+    /// `create_locked`: the request and the lease it is created under.
+    CreateLocked(&'a CreateRequest, &'a Locked),
     /// `create_batch`.
     CreateBatch(&'a [CreateRequest]),
     /// `append_batch`.
@@ -368,6 +370,16 @@ impl DbClient for ForwardingDb {
     async fn create(&self, req: CreateRequest) -> Result<CreateOutcome, DbError> {
         let copy = req.clone();
         (self.apply(Write::Create(&copy), self.inner.create(req))).await
+    }
+
+    async fn create_locked(
+        &self,
+        req: CreateRequest,
+        locked: Locked,
+    ) -> Result<CreateOutcome, DbError> {
+        let (copy, lease) = (req.clone(), locked.clone());
+        let write = Write::CreateLocked(&copy, &lease);
+        (self.apply(write, self.inner.create_locked(req, locked))).await
     }
 
     async fn create_batch(&self, reqs: Vec<CreateRequest>) -> Result<(), DbError> {

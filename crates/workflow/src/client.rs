@@ -12,6 +12,7 @@ use concepts::{
     CreateRequest, DbClient, DbError, DuplicateKind, ExecutionId, ExecutionMetadata, Json,
     SupportedFunctionReturnValue, ValidationError,
 };
+use executor::LocalExecutors;
 use serde::{Serialize, de::DeserializeOwned};
 use std::{fmt, marker::PhantomData, sync::Arc, time::Duration};
 
@@ -23,6 +24,9 @@ pub struct Client<C: ClockFn> {
     component_id: ComponentId,
     max_retries: u32,
     retry_exp_backoff: Duration,
+    /// The executors of this process, which a submission due now is created locked for
+    /// ([`Client::with_local_executors`]).
+    local: LocalExecutors,
 }
 
 impl<C: ClockFn> Client<C> {
@@ -36,7 +40,18 @@ impl<C: ClockFn> Client<C> {
             component_id,
             max_retries: 3,
             retry_exp_backoff: Duration::from_secs(1),
+            local: LocalExecutors::new(),
         }
+    }
+
+    /// Submits through `local`, the executors of this process (a node's:
+    /// `Node::local_executors`): an execution due now whose function one of them runs with a
+    /// permit free is created already locked by it and run at once
+    /// (`LocalExecutors::create`), one commit and one wake-up fewer.
+    #[must_use]
+    pub fn with_local_executors(mut self, local: LocalExecutors) -> Self {
+        self.local = local;
+        self
     }
 
     /// The retries of the executions this client creates.
@@ -103,9 +118,7 @@ impl<C: ClockFn> Client<C> {
             metadata: ExecutionMetadata::default().with_current_trace(),
             scheduled_by: None,
         };
-        let outcome = store::create(self.db.as_ref(), request)
-            .await
-            .map_err(refused)?;
+        let (outcome, _) = (self.local.create(self.db.as_ref(), request).await).map_err(refused)?;
         Ok(Submitted {
             created: outcome.is_created(),
             handle: self.handle(execution_id),

@@ -9,9 +9,9 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use concepts::{
     AppendBatchRequest, CancelOutcome, CancelRequest, CompleteOutcome, CompleteRequest,
-    CreateOutcome, CreateRequest, DbClient, DbConnection, DbError, ExecutionEventInner,
-    ExecutionId, FinishedExecutionResult, FunctionFqn, HistoryEvent, JoinSetResponseEventOuter,
-    Json, Lease, Version,
+    CreateRequest, DbClient, DbConnection, DbError, ExecutionEventInner, ExecutionId,
+    FinishedExecutionResult, FunctionFqn, HistoryEvent, JoinSetResponseEventOuter, Json, Lease,
+    Version,
 };
 use executor::{Cancellation, LocalExecutors, Reservation};
 use futures_util::{FutureExt as _, future::BoxFuture};
@@ -172,14 +172,6 @@ pub(crate) async fn children_created(
             _ => None,
         });
     Ok(created.collect())
-}
-
-/// Creates one execution, or finds it already created by the same request.
-pub(crate) async fn create(
-    db: &dyn DbClient,
-    request: CreateRequest,
-) -> Result<CreateOutcome, DbError> {
-    db.create(request).await
 }
 
 /// Cancels an execution and its unfinished descendants.

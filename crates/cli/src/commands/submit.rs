@@ -78,7 +78,7 @@ pub async fn run(url: &DatabaseUrl, args: SubmitArgs) -> Result<(), CliError> {
     })
     .await?;
     match submitted {
-        Submitted::Created { execution_id } => print(&format!("{execution_id} created\n")),
+        Submitted::Created { execution_id, .. } => print(&format!("{execution_id} created\n")),
         Submitted::AlreadyExisted {
             execution_id,
             pending_state,

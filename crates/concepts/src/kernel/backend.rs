@@ -6,7 +6,7 @@ use super::{
     snapshot::{ExecutionRow, FastHash},
     waiters::WaiterHub,
     write::Write,
-    writes::{AppendOutcomes, AppendResponse, CreateBatch},
+    writes::{AppendOutcomes, AppendResponse, CreateBatch, CreateLocked},
 };
 use crate::metrics as m;
 use crate::{
@@ -15,7 +15,7 @@ use crate::{
     DbSchedules, DbTimers, DbWorkflow, DueBacklog, ExecutionEvent, ExecutionId, ExecutionLog,
     ExecutionSummary, ExpiredDelay, ExpiredTimer, FinishedExecutionResult, FunctionFqn,
     JoinSetResponseEvent, JoinSetResponseEventOuter, ListExecutionsFilter, LockPendingRequest,
-    LockedExecution, OutcomeWrite, Pagination, PruneOutcome, PruneRequest, Version,
+    Locked, LockedExecution, OutcomeWrite, Pagination, PruneOutcome, PruneRequest, Version,
     schedule::{
         ChangeScheduleRequest, CreateScheduleRequest, FireOutcome, FireSchedulesRequest,
         ScheduleChanged, ScheduleCreated, ScheduleName, ScheduleRow, Tick, TriggerScheduleRequest,
@@ -72,6 +72,7 @@ impl Operation {
 }
 
 static CREATE: Operation = Operation::new("create");
+static CREATE_LOCKED: Operation = Operation::new("create_locked");
 static CREATE_BATCH: Operation = Operation::new("create_batch");
 static LOCK_PENDING: Operation = Operation::new("lock_pending");
 static APPEND_OUTCOME: Operation = Operation::new("append_outcome");
@@ -394,6 +395,20 @@ impl<B: Backend> DbClient for B {
     async fn create(&self, req: CreateRequest) -> Result<CreateOutcome, DbError> {
         let created = runs(std::iter::once(&req.ffqn));
         let outcome = metered(&CREATE, self.write(req)).await?;
+        if matches!(outcome, CreateOutcome::Created) {
+            count_created(&created);
+        }
+        Ok(outcome)
+    }
+
+    async fn create_locked(
+        &self,
+        request: CreateRequest,
+        locked: Locked,
+    ) -> Result<CreateOutcome, DbError> {
+        let created = runs(std::iter::once(&request.ffqn));
+        let write = self.write(CreateLocked { request, locked });
+        let outcome = metered(&CREATE_LOCKED, write).await?;
         if matches!(outcome, CreateOutcome::Created) {
             count_created(&created);
         }

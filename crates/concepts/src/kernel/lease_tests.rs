@@ -1,5 +1,6 @@
-//! Unit tests of the leases an `append_batch` creates executions with: the child's log and
-//! state, its hand-over without a read, and every refusal, planned on hand-built snapshots.
+//! Unit tests of the leases an `append_batch` or a `create_locked` creates executions with:
+//! the log and state, the hand-over without a read, and the refusals, planned on hand-built
+//! snapshots.
 
 use super::tests::{at, create_request, ffqn, join_set, pending, row, run};
 use super::*;
@@ -259,4 +260,58 @@ fn a_lease_of_a_child_due_later_is_refused_as_not_yet_pending() {
         ),
         "{refused:?}"
     );
+}
+
+#[test]
+fn a_submission_created_locked_wakes_no_executor_and_a_repeat_records_no_lease() {
+    let id = ExecutionId::generate_at(at(0));
+    let submitted = CreateRequest {
+        created_at: at(10),
+        scheduled_at: at(10),
+        ..create_request(&id, None)
+    };
+    let granted = lease(&id, 70).locked;
+    let write = || CreateLocked {
+        request: submitted.clone(),
+        locked: granted.clone(),
+    };
+    let plan = run(&Snapshot::default(), write()).unwrap();
+    assert_eq!(plan.reply, crate::CreateOutcome::Created);
+    let [change] = plan.changes.as_slice() else {
+        panic!("{:?}", plan.changes);
+    };
+    let versions: Vec<_> = change.events.iter().map(|(version, _)| *version).collect();
+    assert_eq!(versions, vec![Version(0), Version(1)]);
+    assert!(matches!(
+        change.row.state.pending_state,
+        PendingState::Locked { .. }
+    ));
+    assert!(
+        !(plan.wakeups.iter()).any(|wakeup| matches!(wakeup, Wakeup::Pending { .. })),
+        "{:?}",
+        plan.wakeups
+    );
+
+    // Stored already: answered as `create` answers a repeat, nothing written.
+    let mut snapshot = Snapshot::default();
+    snapshot.add_execution(row(&id, 2, change.row.state.pending_state.clone()));
+    (snapshot.created).insert(id.clone(), submitted.to_created_event());
+    let repeat = run(&snapshot, write()).unwrap();
+    assert!(
+        matches!(repeat.reply, crate::CreateOutcome::AlreadyExisted { .. }),
+        "{:?}",
+        repeat.reply
+    );
+    assert!(repeat.changes.is_empty(), "{:?}", repeat.changes);
+
+    // A child is created locked by its parent's batch only.
+    let child = child_of(&parent(), 1);
+    let refused = run(
+        &Snapshot::default(),
+        CreateLocked {
+            request: child,
+            locked: granted.clone(),
+        },
+    );
+    assert!(invalid_request(refused).contains("is a child"));
 }

@@ -14,7 +14,7 @@ use crate::{
 use axum::{Json, extract::State, http::StatusCode};
 use concepts::{
     CancelOutcome, CancelRequest, ClockFn, CompleteOutcome, CompleteRequest, ExecutionMetadata,
-    Json as Value, PendingState, SupportedFunctionReturnValue,
+    Json as Value, SupportedFunctionReturnValue,
 };
 use node::{HumanDuration, Submission, Submitted};
 use std::{collections::BTreeMap, time::Duration};
@@ -64,11 +64,10 @@ pub(crate) async fn submit<C: ClockFn>(
         .submit(state.db.as_ref())
         .await?;
     let (status, created, pending_state) = match submitted {
-        Submitted::Created { execution_id } => (
-            StatusCode::CREATED,
-            true,
-            (execution_id, PendingState::PendingAt { scheduled_at: now }),
-        ),
+        Submitted::Created {
+            execution_id,
+            pending_state,
+        } => (StatusCode::CREATED, true, (execution_id, pending_state)),
         Submitted::AlreadyExisted {
             execution_id,
             pending_state,

@@ -66,6 +66,14 @@ impl DbClient for FakeStore {
         Err(refused())
     }
 
+    async fn create_locked(
+        &self,
+        _req: CreateRequest,
+        _locked: concepts::Locked,
+    ) -> Result<CreateOutcome, DbError> {
+        Err(refused())
+    }
+
     async fn create_batch(&self, _reqs: Vec<CreateRequest>) -> Result<(), DbError> {
         Err(refused())
     }

@@ -215,15 +215,15 @@ pub async fn l19_ambiguous_watcher_write_is_not_repeated<F: StoreFactory>(factor
 /// A typed function for the client part of L20.
 const SUBMITTED: workflow::Function<u64, u64> = workflow::Function::new("test:pkg/ifc@1.0.0.typed");
 
-/// L20: a client's `create`, `create_batch`, typed `submit_with_id`, `cancel`, `complete` and
-/// `prune` commit but their replies are lost (a retriable `Connection` error); the caller
+/// L20: a client's `create`, `create_locked`, `create_batch`, typed `submit_with_id`, `cancel`,
+/// `complete` and `prune` commit but their replies are lost (a retriable `Connection` error); the caller
 /// sends each again and is answered as for a repeated request (`AlreadyExisted`, success,
 /// `AlreadyFinished`, `AlreadyCompleted`, nothing left to prune). Every log holds each write
 /// once: one `Created`, one `Finished`, one response per child.
 pub async fn l20_ambiguous_client_writes_are_safe_to_retry<F: StoreFactory>(factory: &F) {
     let f = Fixture::new(factory).await;
     let (store, _seen) = losing_first_replies(f.db.clone(), |write| match write {
-        Write::Create(req) => Some(req.execution_id.to_string()),
+        Write::Create(req) | Write::CreateLocked(req, _) => Some(req.execution_id.to_string()),
         Write::CreateBatch(_) => Some("create_batch".to_owned()),
         Write::Cancel(req) => Some(req.execution_id.to_string()),
         Write::Complete(req) => Some(req.execution_id.to_string()),
@@ -238,6 +238,28 @@ pub async fn l20_ambiguous_client_writes_are_safe_to_retry<F: StoreFactory>(fact
     assert_eq!(created.events, vec![req.to_created_event()]);
     assert_eq!(
         store.create(req.clone()).await.expect("retry"),
+        CreateOutcome::AlreadyExisted {
+            pending_state: created.pending_state.clone()
+        }
+    );
+    assert_eq!(f.log(&req.execution_id).await, created);
+
+    // Created locked: the repeat, under another lease, finds the first one.
+    let req = create_request(execution_id(7), ffqn("work"), now);
+    let lease = |n| concepts::Locked {
+        component_id: test_component_id(),
+        executor_id: crate::storage_scenarios::helpers::executor_id(n),
+        run_id: crate::storage_scenarios::helpers::run_id(n),
+        lock_expires_at: now + chrono::TimeDelta::seconds(1),
+    };
+    assert_lost(store.create_locked(req.clone(), lease(1)).await);
+    let created = f.log(&req.execution_id).await;
+    assert_eq!(created.events.len(), 2, "`Created` and the first lease");
+    assert_eq!(
+        store
+            .create_locked(req.clone(), lease(2))
+            .await
+            .expect("retry"),
         CreateOutcome::AlreadyExisted {
             pending_state: created.pending_state.clone()
         }

@@ -1,15 +1,17 @@
-//! S26: executions an `append_batch` creates already locked (`AppendBatchRequest::leases`):
-//! the lease is in the log, the execution is never due, its lease expires like any other (the
-//! watcher times it out), its outcome answers its parent, and a batch whose lease breaks a
-//! rule writes nothing.
+//! S26 and S27: executions created already locked, by an `append_batch`
+//! (`AppendBatchRequest::leases`) or by `create_locked`: the lease is in the log, the
+//! execution is never due, its lease expires like any other (the watcher times it out), its
+//! outcome answers its parent or finishes it, and a write whose lease breaks a rule writes
+//! nothing.
 
 use super::{LEASE, ffqns_of, helpers::*};
 use crate::StoreFactory;
 use chrono::{DateTime, Utc};
 use concepts::{
-    AppendBatchRequest, ClockFn, CreateRequest, DbErrorKind, ExecutionEvent, ExecutionEventInner,
-    ExecutionId, ExpiredTimer, FinishedExecutionError, FunctionFqn, JoinSetId, Lease,
-    LockPendingRequest, Locked, OutcomeWrite, PendingState, ValidationError, Version,
+    AppendBatchRequest, ClockFn, CreateOutcome, CreateRequest, DbConnection, DbErrorKind,
+    ExecutionEvent, ExecutionEventInner, ExecutionId, ExpiredTimer, FinishedExecutionError,
+    FunctionFqn, JoinSetId, Lease, LockPendingRequest, Locked, OutcomeWrite, PendingState,
+    ValidationError, Version,
 };
 use std::time::Duration;
 use test_utils::SimClock;
@@ -24,6 +26,26 @@ fn lease(execution_id: &ExecutionId, lock_expires_at: DateTime<Utc>) -> Lease {
             lock_expires_at,
         },
     }
+}
+
+/// The ids a `lock_pending` of `f` at `now` locks.
+async fn locked_ids(
+    db: &dyn DbConnection,
+    f: &FunctionFqn,
+    now: DateTime<Utc>,
+    expires: DateTime<Utc>,
+) -> Vec<ExecutionId> {
+    let request = LockPendingRequest {
+        batch_size: 10,
+        pending_at_or_sooner: now,
+        ffqns: ffqns_of(f),
+        now,
+        component_id: component_id(),
+        executor_id: executor_id(1),
+        lock_expires_at: expires,
+    };
+    let locked = db.lock_pending(request).await.expect("lock_pending");
+    locked.into_iter().map(|l| l.execution_id).collect()
 }
 
 /// The parent's batch at `version` opening `join_set_id` and announcing `children` in it, with
@@ -146,20 +168,12 @@ pub async fn s26_children_created_locked<F: StoreFactory>(factory: &F) {
             lock_expires_at: expires,
         }
     );
-    let locked = db
-        .lock_pending(LockPendingRequest {
-            batch_size: 10,
-            pending_at_or_sooner: now,
-            ffqns: ffqns_of(&child_f),
-            now,
-            component_id: component_id(),
-            executor_id: executor_id(1),
-            lock_expires_at: expires,
-        })
-        .await
-        .expect("lock_pending");
-    let ids: Vec<_> = locked.iter().map(|l| &l.execution_id).collect();
-    assert_eq!(ids, vec![&due.execution_id], "only the child created due");
+    let ids = locked_ids(db, &child_f, now, expires).await;
+    assert_eq!(
+        ids,
+        vec![due.execution_id.clone()],
+        "only the child created due"
+    );
 
     // Its lease expires like any other.
     let expired = db
@@ -234,4 +248,129 @@ pub async fn s26_children_created_locked<F: StoreFactory>(factory: &F) {
         parent_after.responses.len() + 1,
         "the parent is answered by the timeout"
     );
+}
+
+/// S27: a top-level execution created locked by `create_locked` (a submit a node's executor
+/// runs at once) has `Created` at version 0 and the lease's `Locked` at version 1 at its
+/// creation time, is `Locked` from its first commit (a `lock_pending` of its function finds
+/// only the execution created due beside it), its lease expires like any other, and its
+/// outcome at version 2 finishes it. A repeat, by `create_locked` with another lease or by
+/// `create`, is answered `AlreadyExisted` with the first lease's state and writes nothing; one
+/// with other parameters is a conflict. A lease ending at the creation time, a stub, a child
+/// or an execution due later is refused with the kernel's kind and writes nothing.
+pub async fn s27_submit_created_locked<F: StoreFactory>(factory: &F) {
+    let store = factory.fresh().await;
+    let db = store.db.as_ref();
+    let now = SimClock::epoch().now();
+    let f = ffqn("s27");
+    let expires = plus(now, LEASE);
+    let submitted = create_request(execution_id(1), f.clone(), now);
+    let id = submitted.execution_id.clone();
+    let granted = lease(&id, expires).locked;
+
+    // Each refusal writes nothing.
+    let stub = CreateRequest {
+        ffqn: FunctionFqn::stub("s27").expect("a stub"),
+        ..submitted.clone()
+    };
+    let later = CreateRequest {
+        scheduled_at: plus(now, Duration::from_secs(5)),
+        ..submitted.clone()
+    };
+    let parent = execution_id(9);
+    let child = child_request(&parent, &join_set("n:kids"), 1, f.clone(), now);
+    let refusals = [
+        (submitted.clone(), lease(&id, now).locked),
+        (stub, granted.clone()),
+        (later, granted.clone()),
+        (child.clone(), granted.clone()),
+    ];
+    for (n, (request, locked)) in refusals.into_iter().enumerate() {
+        let refusal = expect_validation(db.create_locked(request, locked).await);
+        let expected = match n {
+            0 => matches!(refusal, ValidationError::InvalidExpiryDate { .. }),
+            2 => matches!(refusal, ValidationError::NotYetPending { .. }),
+            _ => matches!(refusal, ValidationError::InvalidRequest(_)),
+        };
+        assert!(expected, "refusal {n}: {refusal:?}");
+        expect_kind(db.get(&id).await, DbErrorKind::NotFound);
+        expect_kind(db.get(&child.execution_id).await, DbErrorKind::NotFound);
+    }
+
+    // Created locked, beside an execution of the same function created due.
+    let due = create_request(execution_id(2), f.clone(), now);
+    db.create(due.clone()).await.expect("create the due one");
+    let outcome =
+        (db.create_locked(submitted.clone(), granted.clone()).await).expect("create_locked");
+    assert_eq!(outcome, CreateOutcome::Created);
+    let log = assert_state_matches_derivation(db, &id).await;
+    let locked_event = ExecutionEvent {
+        created_at: now,
+        event: ExecutionEventInner::Locked(granted.clone()),
+    };
+    assert_eq!(log.events, vec![submitted.to_created_event(), locked_event]);
+    assert_eq!(log.next_version, Version(2));
+    let locked_state = PendingState::Locked {
+        executor_id: granted.executor_id,
+        run_id: granted.run_id,
+        lock_expires_at: expires,
+    };
+    assert_eq!(log.pending_state, locked_state);
+
+    // Repeats write nothing and answer the first lease's state; other parameters conflict.
+    let other_lease = Locked {
+        executor_id: executor_id(8),
+        run_id: run_id(8),
+        ..granted.clone()
+    };
+    let repeated =
+        (db.create_locked(submitted.clone(), other_lease).await).expect("a repeated create_locked");
+    let already = CreateOutcome::AlreadyExisted {
+        pending_state: locked_state.clone(),
+    };
+    assert_eq!(repeated, already);
+    let repeated = db
+        .create(submitted.clone())
+        .await
+        .expect("a repeated create");
+    assert_eq!(repeated, already);
+    let conflicting = CreateRequest {
+        params: concepts::Json(serde_json::json!(["other"])),
+        ..submitted.clone()
+    };
+    expect_kind(
+        db.create_locked(conflicting, granted.clone()).await,
+        DbErrorKind::Duplicate,
+    );
+    assert_eq!(assert_state_matches_derivation(db, &id).await, log);
+
+    let ids = locked_ids(db, &f, now, expires).await;
+    assert_eq!(
+        ids,
+        vec![due.execution_id.clone()],
+        "only the execution created due"
+    );
+
+    // Its lease expires like any other.
+    let expired = (db.get_expired_timers(expires).await).expect("expired timers");
+    let lease_of = expired.iter().find_map(|timer| match timer {
+        ExpiredTimer::Lock(lock) if lock.execution_id == id => Some(lock),
+        _ => None,
+    });
+    let lease_of = lease_of.expect("the lease of the execution created locked expires");
+    assert_eq!(lease_of.executor_id, granted.executor_id);
+    assert_eq!(lease_of.next_version, Version(2));
+    assert_eq!(lease_of.parent, None);
+
+    // Its outcome finishes it.
+    let write = OutcomeWrite::new(
+        id.clone(),
+        Version(2),
+        now,
+        finished_ok(serde_json::json!(1)),
+        None,
+    );
+    db.append_outcome(write).await.expect("its outcome");
+    let log = assert_state_matches_derivation(db, &id).await;
+    assert!(log.pending_state.is_finished(), "{:?}", log.pending_state);
 }

@@ -3,7 +3,7 @@
 //! documentation says what it checks.
 //!
 //! One module per operation: `lifecycle` (S1, S18), `timers` (S2, S3), `lock` (S4, S5, S6,
-//! S13), `append` (S7, S8, S21), `lease` (S26), `responses` (S9, S10, S11), `create` (S12, S19), `listing` (S22, S23, S25), `waits`
+//! S13), `append` (S7, S8, S21), `lease` (S26, S27), `responses` (S9, S10, S11), `create` (S12, S19), `listing` (S22, S23, S25), `waits`
 //! (S14, S15, S16, S20, S24) and `close` (S17); the scenarios are re-exported here, where the
 //! [`storage_scenario_tests!`](crate::storage_scenario_tests) macro finds them.
 //!
@@ -32,7 +32,7 @@ pub use append::{
 };
 pub use close::s17_close;
 pub use create::{s12_json_key_order, s19_create_batch};
-pub use lease::s26_children_created_locked;
+pub use lease::{s26_children_created_locked, s27_submit_created_locked};
 pub use lifecycle::{s1_lifecycle, s18_state_matches_derivation};
 pub use listing::{s22_listings_filter_and_page, s23_events_in_pages, s25_due_backlog};
 pub use lock::{
@@ -86,6 +86,7 @@ macro_rules! storage_scenario_tests {
             s24_waits_hear_another_process,
             s25_due_backlog,
             s26_children_created_locked,
+            s27_submit_created_locked,
         );
     };
 }

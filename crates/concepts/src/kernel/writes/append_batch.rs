@@ -5,7 +5,7 @@
 //! `lock_pending` would, in the same transaction. A lease extension is a batch of one `Locked`
 //! event by the same run.
 
-use super::create::validate_create;
+use super::create::{validate_create, validate_lease};
 use crate::{
     AppendBatchRequest, DbError, ExecutionEventInner, ExecutionId, HistoryEvent, JoinSetId,
     JoinSetRequest, ValidationError, Version,
@@ -171,19 +171,7 @@ fn validate_leases(req: &AppendBatchRequest) -> Result<(), ValidationError> {
                 "execution {leased_id} is given two leases by the batch of {execution_id}"
             )));
         }
-        if child.ffqn.is_stub() {
-            return Err(ValidationError::InvalidRequest(format!(
-                "execution {leased_id} is of stub function {}: no executor runs it, \
-                 `complete` finishes it",
-                child.ffqn
-            )));
-        }
-        if lease.locked.lock_expires_at <= *now {
-            return Err(ValidationError::InvalidExpiryDate {
-                lock_expires_at: lease.locked.lock_expires_at,
-                now: *now,
-            });
-        }
+        validate_lease(child, &lease.locked, *now)?;
     }
     Ok(())
 }

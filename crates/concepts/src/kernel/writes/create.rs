@@ -2,11 +2,13 @@
 //! idempotent submit (a repeated `create` of an identical request is answered and writes
 //! nothing; one that differs is a conflict naming what differs). A child's id is derived from
 //! its parent's, so that the descendants of an execution are the ids that start with its id and
-//! a dot.
+//! a dot. `create_locked` ([`CreateLocked`]) is `create` with the `Locked` event of an
+//! executor's lease appended at version 1 in the same transaction, as an `append_batch` creates
+//! a child locked; a repeat is answered as `create`'s, without the lease.
 
 use crate::{
     CreateConflict, CreateOutcome, CreateRequest, DbError, DuplicateKind, ExecutionEvent,
-    ExecutionEventInner, ExecutionId, PendingState, ValidationError, Version,
+    ExecutionEventInner, ExecutionId, Locked, PendingState, ValidationError, Version,
     kernel::{
         ExecutionChange, ExecutionRow, Keys, Planner, Snapshot, Write, snapshot::inconsistent,
         write::sealed::Sealed,
@@ -42,6 +44,77 @@ impl Write for CreateRequest {
             Err(err) => Some(Err(err)),
         }
     }
+}
+
+/// `create_locked`: a new top-level execution due now, created under `locked`, the lease of an
+/// executor that runs it once the write committed (`DbClient::create_locked`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CreateLocked {
+    /// The execution, due at its `created_at`.
+    pub request: CreateRequest,
+    /// The lease its `Locked` event, at version 1, records.
+    pub locked: Locked,
+}
+
+impl Sealed for CreateLocked {}
+
+impl Write for CreateLocked {
+    type Reply = CreateOutcome;
+
+    fn keys(&self) -> Result<Keys, DbError> {
+        let Self { request, locked } = self;
+        validate_create(request)?;
+        if request.parent.is_some() {
+            return Err(ValidationError::InvalidRequest(format!(
+                "execution {} is a child: a child is created locked by its parent's \
+                 `append_batch`, which records the request",
+                request.execution_id
+            ))
+            .into());
+        }
+        validate_lease(request, locked, request.created_at)?;
+        request.keys()
+    }
+
+    fn plan(self, planner: &mut Planner<'_>) -> Result<CreateOutcome, DbError> {
+        planner.changes.reserve_exact(1);
+        let (execution_id, now) = (self.request.execution_id.clone(), self.request.created_at);
+        let outcome = planner.create(self.request, true)?;
+        if matches!(outcome, CreateOutcome::Created) {
+            // Checked as a lock of the new execution: due at `now`, the lease ending after it.
+            let locked = ExecutionEventInner::Locked(self.locked);
+            planner.append(&execution_id, Version(1), now, locked)?;
+        }
+        Ok(outcome)
+    }
+
+    const ANSWERED_FROM_READ: bool = true;
+
+    fn answer_from_read(&self, snapshot: &Snapshot) -> Option<Result<CreateOutcome, DbError>> {
+        self.request.answer_from_read(snapshot)
+    }
+}
+
+/// Checks the lease `locked` a new execution `req` is created under at `now`: of a function an
+/// executor may run (not a stub), ending after `now`.
+pub(crate) fn validate_lease(
+    req: &CreateRequest,
+    locked: &Locked,
+    now: chrono::DateTime<chrono::Utc>,
+) -> Result<(), ValidationError> {
+    if req.ffqn.is_stub() {
+        return Err(ValidationError::InvalidRequest(format!(
+            "execution {} is of stub function {}: no executor runs it, `complete` finishes it",
+            req.execution_id, req.ffqn
+        )));
+    }
+    if locked.lock_expires_at <= now {
+        return Err(ValidationError::InvalidExpiryDate {
+            lock_expires_at: locked.lock_expires_at,
+            now,
+        });
+    }
+    Ok(())
 }
 
 /// `create_batch`: many executions, all or nothing, each item idempotent as `create` is.

@@ -12,7 +12,7 @@ mod response;
 mod schedule;
 
 pub use append_batch::validate_append_batch;
-pub use create::{CreateBatch, validate_create};
+pub use create::{CreateBatch, CreateLocked, validate_create};
 pub use lock::{LockGrant, hand_over, hand_over_cloned, hand_over_created, validate_lock_pending};
 pub use outcome::AppendOutcomes;
 pub use response::AppendResponse;
