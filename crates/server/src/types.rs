@@ -32,7 +32,8 @@ pub struct SubmitAnswer {
     /// True when this request created it; false when an execution with this id, function and
     /// parameters already existed and nothing was written.
     pub created: bool,
-    /// Where it stands (pending at its creation).
+    /// Where it stands after the write: pending at its creation, or locked by an executor of
+    /// the node that runs it at once.
     pub state: StateView,
 }
 
