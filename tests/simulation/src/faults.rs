@@ -502,7 +502,9 @@ impl WriteHook for SimHook {
                 self.0.lock().passes.push(req.now);
                 return;
             }
-            Write::Create(req) => vec![Ack::Created(req.execution_id.clone())],
+            Write::Create(req) | Write::CreateLocked(req, _) => {
+                vec![Ack::Created(req.execution_id.clone())]
+            }
             Write::CreateBatch(reqs) => reqs
                 .iter()
                 .map(|req| Ack::Created(req.execution_id.clone()))
@@ -589,6 +591,7 @@ impl Future for UntilStep {
 fn describe(write: &Write<'_>) -> String {
     match write {
         Write::Create(req) => format!("create of {}", req.execution_id),
+        Write::CreateLocked(req, _) => format!("create_locked of {}", req.execution_id),
         Write::CreateBatch(reqs) => format!("create_batch of {}", reqs.len()),
         Write::AppendBatch(req) => format!("append_batch to {}", req.execution_id),
         Write::Outcome(write) => {

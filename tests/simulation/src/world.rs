@@ -655,7 +655,13 @@ impl World {
             format!("client submits {name}({n}) as {execution_id}, {retries} retries")
         });
         let records = self.records.clone();
-        let submit = components::submit(self.client(), execution_id, k, work, records);
+        // Every other submission is made beside a node's executors, as `node::submit` makes
+        // it: created locked by one with a permit free and run at once (`create_locked`).
+        let client = match k % 2 {
+            0 => (self.client()).with_local_executors(self.local[k as usize % NODES].clone()),
+            _ => self.client(),
+        };
+        let submit = components::submit(client, execution_id, k, work, records);
         self.push(
             Owner::Client,
             Role::Client,
