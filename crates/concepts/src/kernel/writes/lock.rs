@@ -188,9 +188,9 @@ pub fn hand_over_cloned(
     Ok(assemble(grant, created, event_history, responses.to_vec()))
 }
 
-/// The execution a worker is handed for one created already locked by an `append_batch`
-/// ([`Lease`](crate::Lease)) once the batch committed: its log is the `Created` event of
-/// `created` and `locked` after it, so the request and the lease are all of it, and nothing is
+/// The execution a worker is handed for one created already locked, by an `append_batch`
+/// ([`Lease`](crate::Lease)) or a `create_locked`, once the write committed: its log is the
+/// `Created` event of `created` and `locked` after it, so the request and the lease are all of it, and nothing is
 /// read. Its next append carries version 2.
 #[must_use]
 pub fn hand_over_created(created: CreateRequest, locked: Locked) -> LockedExecution {
