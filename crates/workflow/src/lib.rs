@@ -7,7 +7,7 @@
 //! ```
 //! use std::{sync::Arc, time::Duration};
 //! use concepts::{ComponentId, DbConnection};
-//! use executor::{ExecConfig, ExecTask, Now};
+//! use executor::Now;
 //! use serde::{Deserialize, Serialize};
 //! use workflow::{ActivityCtx, Client, Function, Response, WorkflowCtx, WorkflowError, WorkflowWorker, ActivityWorker};
 //!
@@ -36,25 +36,27 @@
 //!     Ok(sum + salt - salt)
 //! }
 //!
+//! // A program runs them in a node (the `node` crate), which registers the functions with its
+//! // executors and runs the timers watcher the durable sleep needs:
+//! //     let node = Node::builder(db.clone(), Now)
+//! //         .workflow(&SUM_OF_DOUBLES, sum_of_doubles)
+//! //         .activity(&DOUBLE, double)
+//! //         .start()?;
+//! // and submits through a client, from that process or any other:
 //! async fn run(db: Arc<dyn DbConnection>) -> anyhow::Result<u64> {
-//!     let config = |name| ExecConfig {
-//!         lock_expiry: Duration::from_secs(10),
-//!         tick_sleep: Duration::from_millis(200),
-//!         batch_size: 16,
-//!         component_id: ComponentId::new("demo", name).unwrap(),
-//!         task_limiter: None,
-//!     };
-//!     let workflows = WorkflowWorker::new(db.clone(), Now).register(&SUM_OF_DOUBLES, sum_of_doubles)?;
-//!     let activities = ActivityWorker::new().register(&DOUBLE, double)?;
-//!     let _workflows = ExecTask::spawn_new(Arc::new(workflows), config("flows"), Now, db.clone());
-//!     let _activities = ExecTask::spawn_new(Arc::new(activities), config("math"), Now, db.clone());
-//!     // (a timers watcher must run too, for the durable sleep: a program starts all three
-//!     // with the `node` crate's `Node::builder`, which registers the functions itself)
 //!     let client = Client::new(db, Now, ComponentId::new("demo", "flows")?);
 //!     let handle = client.submit(&SUM_OF_DOUBLES, &vec![1, 2, 3]).await?;
 //!     Ok(handle.result_within(Duration::from_secs(30)).await?)
 //! }
 //! # let _ = run;
+//!
+//! // Without a node, `WorkflowWorker` and `ActivityWorker` are the workers an executor runs:
+//! fn workers(db: Arc<dyn DbConnection>) -> anyhow::Result<(WorkflowWorker<Now>, ActivityWorker)> {
+//!     let workflows = WorkflowWorker::new(db, Now).register(&SUM_OF_DOUBLES, sum_of_doubles)?;
+//!     let activities = ActivityWorker::new().register(&DOUBLE, double)?;
+//!     Ok((workflows, activities))
+//! }
+//! # let _ = workers;
 //! ```
 //!
 //! # What each operation records
