@@ -20,8 +20,8 @@
 use crate::exec_task::Run;
 use chrono::{DateTime, Utc};
 use concepts::{
-    ComponentId, CreateOutcome, CreateRequest, DbClient, DbError, ExecutorId, FunctionFqn, Locked,
-    RunId, add_saturating,
+    ComponentId, CreateOutcome, CreateRequest, DbClient, DbError, ExecutionEventInner, ExecutorId,
+    FunctionFqn, Locked, RunId, Version, add_saturating,
 };
 use std::{
     fmt,
@@ -116,9 +116,9 @@ impl LocalExecutors {
     /// free, already locked under that executor's lease (`DbClient::create_locked`), which
     /// runs it at once: one commit and one wake-up fewer than its `lock_pending`. Answers the
     /// store's outcome and the lease the execution was created under, if any; a repeat is
-    /// answered as by `create`, and the permit given back. If the write's reply was lost after
-    /// it committed, an execution created locked runs once its lease expired, like one whose
-    /// executor died.
+    /// answered as by `create`, and the permit given back. If the write failed with an error
+    /// that may hide its commit (a lost reply), the execution runs at once all the same when its
+    /// log holds the lease ([`start_if_written`]).
     ///
     /// # Errors
     /// The store's.
@@ -135,7 +135,15 @@ impl LocalExecutors {
             return Ok((db.create(request).await?, None));
         };
         let locked = reservation.locked.clone();
-        let outcome = db.create_locked(request.clone(), locked.clone()).await?;
+        let outcome = match db.create_locked(request.clone(), locked.clone()).await {
+            Ok(outcome) => outcome,
+            Err(err) => {
+                if err.is_retriable() {
+                    start_if_written(db, vec![(reservation, request)]).await;
+                }
+                return Err(err);
+            }
+        };
         if !matches!(outcome, CreateOutcome::Created) {
             return Ok((outcome, None));
         }
@@ -189,6 +197,27 @@ impl Drop for Registered {
         (self.registry.entries.write())
             .unwrap_or_else(PoisonError::into_inner)
             .retain(|(id, _)| *id != self.id);
+    }
+}
+
+/// After a write that created `leased` executions under their reservations' leases failed
+/// with an error that may hide its commit (a lost reply): starts each whose log holds its lease
+/// at version 1, since the write did commit, so that it runs now instead of once its lease
+/// expired. The other reservations are dropped, their permits given back.
+pub async fn start_if_written(db: &dyn DbClient, leased: Vec<(Reservation, CreateRequest)>) {
+    for (reservation, created) in leased {
+        let lease = (db.get_execution_event(&created.execution_id, Version(1))).await;
+        let written = matches!(
+            lease.map(|event| event.event),
+            Ok(ExecutionEventInner::Locked(locked)) if locked == reservation.locked
+        );
+        if written {
+            tracing::debug!(
+                execution_id = %created.execution_id,
+                "the write that failed had committed: the execution runs under its lease"
+            );
+            reservation.start(created);
+        }
     }
 }
 

@@ -775,3 +775,61 @@ async fn a_submission_is_created_locked_and_run_at_once_by_an_idle_executor() {
     assert_eq!(log.events[1].created_at, log.events[0].created_at);
     node.shutdown(Duration::from_secs(5)).await;
 }
+
+/// A submission created locked whose reply is lost (the write committed) is answered with the
+/// error, and its executor runs it at once all the same, having read its lease in its log:
+/// it finishes long before its lease of a minute could expire.
+#[tokio::test]
+async fn a_submission_created_locked_whose_reply_is_lost_runs_at_once() {
+    use test_utils::forwarding::{Fault, ForwardingDb, Write};
+    let hook = |write: &Write<'_>| match write {
+        Write::CreateLocked(..) => {
+            Fault::LoseReply(concepts::DbError::Connection("reply lost".into()))
+        }
+        _ => Fault::Pass,
+    };
+    let db: Arc<dyn DbConnection> = ForwardingDb::new(store().await, hook);
+    let long_lease = ExecutorSettings {
+        lock_expiry: Duration::from_secs(60),
+        ..ExecutorSettings::default()
+    };
+    let node = Node::builder(Arc::clone(&db), Now)
+        .activity(&ECHO, echo)
+        .activity_settings(long_lease)
+        .start()
+        .expect("a node");
+    let id = "E_01KCZ8JPZ4NWNHBVH5M8T4D2QZ";
+    let lost = submit(
+        db.as_ref(),
+        node.catalog(),
+        &Now,
+        submission(ECHO.name(), serde_json::json!(3), Some(id)),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(&lost, SubmitError::Db(err) if err.is_retriable()),
+        "{lost:?}"
+    );
+    let id = id.parse().unwrap();
+    let result = wait_for_result(
+        db.as_ref(),
+        &id,
+        Some(Duration::from_secs(10)),
+        DEFAULT_WAIT_SLICE,
+    )
+    .await
+    .expect("waited")
+    .expect("finished before its lease could expire");
+    assert!(result.is_ok(), "{result:?}");
+    let log = db.get(&id).await.expect("its log");
+    assert!(
+        matches!(
+            &log.events[1].event,
+            concepts::ExecutionEventInner::Locked(_)
+        ),
+        "{:?}",
+        log.events
+    );
+    node.shutdown(Duration::from_secs(5)).await;
+}

@@ -62,7 +62,7 @@ impl RunIo for RunStore {
             }
             Err(err) => {
                 if err.is_retriable() && !leased.is_empty() {
-                    start_if_written(self.db.as_ref(), leased).await;
+                    executor::start_if_written(self.db.as_ref(), leased).await;
                 }
                 Err(err)
             }
@@ -132,29 +132,6 @@ fn reserve(
         }
     }
     leased
-}
-
-/// After a write with leases failed with an error that may hide its commit (a lost reply):
-/// starts each leased child whose log holds its lease, since the write did commit, so that the
-/// child runs now instead of waiting for its lease to expire. The others' reservations are
-/// dropped, their permits given back.
-async fn start_if_written(db: &dyn DbClient, leased: Vec<(Reservation, CreateRequest)>) {
-    for (reservation, child) in leased {
-        let lease = db
-            .get_execution_event(&child.execution_id, Version(1))
-            .await;
-        let written = matches!(
-            lease.map(|event| event.event),
-            Ok(ExecutionEventInner::Locked(locked)) if locked == *reservation.locked()
-        );
-        if written {
-            tracing::debug!(
-                child = %child.execution_id,
-                "the write that failed had committed: its child runs under its lease"
-            );
-            reservation.start(child);
-        }
-    }
 }
 
 /// The function and parameters of each of `children`, from their `Created` events, read at
