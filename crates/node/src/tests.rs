@@ -703,6 +703,15 @@ async fn a_node_takes_up_at_its_start_what_older_code_parked() {
     db.close().await;
 }
 
+/// Waits for `id` to finish successfully within 10 s, well before a lease could expire.
+async fn finishes_well_within_its_lease(db: &dyn DbConnection, id: &concepts::ExecutionId) {
+    let result = wait_for_result(db, id, Some(Duration::from_secs(10)), DEFAULT_WAIT_SLICE)
+        .await
+        .expect("waited")
+        .expect("finished before its lease could expire");
+    assert!(result.is_ok(), "{result:?}");
+}
+
 /// A submission due now, through the catalog of a node whose executor of the function has a
 /// permit free, is created locked by that executor (`create_locked`, never `create`) and run
 /// at once: it finishes within the test's bound, where one left for its lease to expire
@@ -748,16 +757,7 @@ async fn a_submission_is_created_locked_and_run_at_once_by_an_idle_executor() {
         ),
         "{submitted:?}"
     );
-    let result = wait_for_result(
-        db.as_ref(),
-        &id,
-        Some(Duration::from_secs(10)),
-        DEFAULT_WAIT_SLICE,
-    )
-    .await
-    .expect("waited")
-    .expect("finished before its lease could expire");
-    assert!(result.is_ok(), "{result:?}");
+    finishes_well_within_its_lease(db.as_ref(), &id).await;
     assert_eq!(
         *creates.lock().unwrap(),
         vec![("create_locked", id.clone())]
@@ -812,16 +812,7 @@ async fn a_submission_created_locked_whose_reply_is_lost_runs_at_once() {
         "{lost:?}"
     );
     let id = id.parse().unwrap();
-    let result = wait_for_result(
-        db.as_ref(),
-        &id,
-        Some(Duration::from_secs(10)),
-        DEFAULT_WAIT_SLICE,
-    )
-    .await
-    .expect("waited")
-    .expect("finished before its lease could expire");
-    assert!(result.is_ok(), "{result:?}");
+    finishes_well_within_its_lease(db.as_ref(), &id).await;
     let log = db.get(&id).await.expect("its log");
     assert!(
         matches!(
