@@ -158,7 +158,10 @@ async fn main() -> anyhow::Result<()> {
         .activity(&SHIP, ship)
         .start()?;
 
-    let client = Client::new(db.clone(), Now, component);
+    // Beside the node's executors: an order is created locked by the workflow executor and
+    // starts at once.
+    let client = Client::new(db.clone(), Now, component)
+        .with_local_executors(node.local_executors().clone());
     let orders = [
         ("ada", vec!["book", "lamp"]),
         ("bob", vec!["book", "glass vase"]),
