@@ -63,7 +63,7 @@ impl Write for CreateLocked {
 
     fn keys(&self) -> Result<Keys, DbError> {
         let Self { request, locked } = self;
-        validate_create(request)?;
+        let keys = request.keys()?;
         if request.parent.is_some() {
             return Err(ValidationError::InvalidRequest(format!(
                 "execution {} is a child: a child is created locked by its parent's \
@@ -73,7 +73,7 @@ impl Write for CreateLocked {
             .into());
         }
         validate_lease(request, locked, request.created_at)?;
-        request.keys()
+        Ok(keys)
     }
 
     fn plan(self, planner: &mut Planner<'_>) -> Result<CreateOutcome, DbError> {
