@@ -197,6 +197,7 @@ async fn tree(db: &dyn DbConnection, children: u64) -> anyhow::Result<ExecutionI
         events,
         children: requests,
         leases: Vec::new(),
+        answers: Vec::new(),
     })
     .await
     .context("creating the children")?;

@@ -124,6 +124,7 @@ async fn executions_with_history(
                 events,
                 children: Vec::new(),
                 leases: Vec::new(),
+                answers: Vec::new(),
             })
             .await
             .context("append history")?;

@@ -128,6 +128,7 @@ async fn long_log(db: &dyn DbConnection, events: usize) -> anyhow::Result<Execut
                 events: batch,
                 children: Vec::new(),
                 leases: Vec::new(),
+                answers: Vec::new(),
             })
             .await
             .context("appending the long log")?;
@@ -189,6 +190,7 @@ async fn fan_out(db: &dyn DbConnection, children: usize) -> anyhow::Result<Execu
         events,
         children: requests,
         leases: Vec::new(),
+        answers: Vec::new(),
     })
     .await
     .context("creating the children")?;

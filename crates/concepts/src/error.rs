@@ -62,6 +62,22 @@ pub enum ValidationError {
         /// The most a reason may be.
         limit: usize,
     },
+    /// A child's answer recorded by its parent's batch
+    /// ([`AppendBatchRequest::answers`](crate::AppendBatchRequest::answers)) would not take
+    /// the place among the parent's responses at which the parent's run consumed it: another
+    /// response was written since.
+    #[error(
+        "the answer of child {child} would be response {found} of its parent, whose run \
+         consumed it as response {expected}: another response was written since"
+    )]
+    AnswerOutOfPlace {
+        /// The child.
+        child: ExecutionId,
+        /// The place at which the run consumed the answer.
+        expected: u64,
+        /// The place it would take.
+        found: u64,
+    },
 }
 
 /// What already existed.

@@ -73,9 +73,9 @@ pub use pending_state::{
 };
 pub use schema::{SchemaOptions, SchemaPolicy, SchemaRefusal};
 pub use storage::{
-    AppendBatchRequest, CreateRequest, DbAwait, DbClient, DbClientExt, DbConnection, DbExecutor,
-    DbSchedules, DbTimers, DbWorkflow, DueBacklog, ExecutionLog, ExecutionSummary, ExpiredDelay,
-    ExpiredLock, ExpiredTimer, Lease, ListExecutionsFilter, ListTerm, LockPendingRequest,
-    LockedExecution, Pagination,
+    AppendBatchRequest, ChildAnswer, CreateRequest, DbAwait, DbClient, DbClientExt, DbConnection,
+    DbExecutor, DbSchedules, DbTimers, DbWorkflow, DueBacklog, ExecutionLog, ExecutionSummary,
+    ExpiredDelay, ExpiredLock, ExpiredTimer, Lease, ListExecutionsFilter, ListTerm,
+    LockPendingRequest, LockedExecution, Pagination,
 };
 pub use time::{ClockFn, add_saturating, sub_saturating, truncate_to_micros};

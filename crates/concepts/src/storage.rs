@@ -31,7 +31,7 @@ use std::{sync::Arc, time::Duration};
 
 mod append_batch;
 mod listing;
-pub use append_batch::{AppendBatchRequest, Lease};
+pub use append_batch::{AppendBatchRequest, ChildAnswer, Lease};
 pub use listing::{ExecutionSummary, ListExecutionsFilter, ListTerm, Pagination};
 
 /// Everything `create` needs; becomes the `Created` event at version 0.

@@ -420,6 +420,7 @@ async fn another_store_is_woken_through_notify() {
             }],
             children: Vec::new(),
             leases: Vec::new(),
+            answers: Vec::new(),
         })
         .await
         .unwrap();

@@ -7,7 +7,7 @@ use concepts::{
     ExecutionEventInner, JoinSetResponse, PendingState,
     kernel::{
         ExecutionRow,
-        stored::{self, StoredRow, micros, to_json},
+        stored::{self, StoredRow, micros, to_i64, to_json},
     },
 };
 use rusqlite::types::{ToSqlOutput, Value};
@@ -71,7 +71,7 @@ pub(crate) fn nullable<T: Into<Value>>(value: Option<T>) -> ToSqlOutput<'static>
 }
 
 /// The values of the columns of `t_execution_state` that a write changes, in their order, bound
-/// as `?1..?12` by both the insert and the update of a state row.
+/// as `?1..?13` by both the insert and the update of a state row.
 pub(crate) fn state_columns(row: &ExecutionRow) -> Result<Vec<ToSqlOutput<'_>>> {
     let state = &row.state.pending_state;
     let (executor_id, run_id, join_set_id, result_kind) = match state {
@@ -104,17 +104,16 @@ pub(crate) fn state_columns(row: &ExecutionRow) -> Result<Vec<ToSqlOutput<'_>>> 
         to_json(state)?.into(),
         i64::from(row.temporary_event_count).into(),
         nullable(state.finished_at().map(micros)),
+        to_i64(row.response_count).into(),
     ])
 }
 
 /// The column list [`execution_row`] reads, in order.
 pub(crate) const STATE_ROW_COLUMNS: &str = "execution_id, ffqn, next_version, state_json, \
      temporary_event_count, max_retries, retry_exp_backoff_us, parent_execution_id, \
-     parent_join_set_id";
+     parent_join_set_id, response_count";
 
-/// Decodes a row of `t_execution_state` selected with [`STATE_ROW_COLUMNS`]. `response_count`
-/// is not stored (0): a response's place is numbered as it is stored, after the last one of
-/// its execution, so nothing here uses [`PlannedResponse::idx`](concepts::kernel::PlannedResponse).
+/// Decodes a row of `t_execution_state` selected with [`STATE_ROW_COLUMNS`].
 pub(crate) fn execution_row(row: &rusqlite::Row<'_>) -> Result<ExecutionRow> {
     let text = |idx| row.get::<_, String>(idx);
     let (execution_id, ffqn, state) = (text(0)?, text(1)?, text(3)?);
@@ -125,7 +124,7 @@ pub(crate) fn execution_row(row: &rusqlite::Row<'_>) -> Result<ExecutionRow> {
         next_version: row.get(2)?,
         pending_state: &state,
         temporary_event_count: row.get(4)?,
-        response_count: 0,
+        response_count: row.get(9)?,
         max_retries: row.get(5)?,
         retry_exp_backoff: Duration::from_micros(row.get::<_, i64>(6)?.cast_unsigned()),
         parent_execution_id: parent.0.as_deref(),

@@ -351,9 +351,9 @@ impl<'c> WriteCtx<'c> {
         }
         for planned in &mut change.responses {
             let (delay_id, child_id) = response_keys(&planned.response.event.event);
-            // The row keeps no response count (see `codec::execution_row`): the place follows
-            // the last stored one, one seek of `ux_response_idx`, and the plan learns it (the
-            // waiter hub hands the response to whoever waits for that place).
+            // The place follows the last stored one, one seek of `ux_response_idx`, and the
+            // plan learns it (the waiter hub hands the response to whoever waits for that
+            // place); it is the one the kernel planned from the row's `response_count`.
             let sql = "INSERT INTO t_response (execution_id, created_at, join_set_id, \
                  join_set_idx, delay_id, child_execution_id, response_json, idx) \
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, (SELECT COALESCE(MAX(idx) + 1, 0) \
@@ -420,10 +420,10 @@ impl<'c> WriteCtx<'c> {
     ) -> Result<()> {
         let sql = "INSERT INTO t_execution_state (execution_id, next_version, state, pending_at, \
              lock_expires_at, executor_id, run_id, join_set_id, result_kind, state_json, \
-             temporary_event_count, finished_at, ffqn, component_id, max_retries, \
-             retry_exp_backoff_us, parent_execution_id, parent_join_set_id, is_top_level, \
-             created_at, scheduled_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, \
-             ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21)";
+             temporary_event_count, finished_at, response_count, ffqn, component_id, \
+             max_retries, retry_exp_backoff_us, parent_execution_id, parent_join_set_id, \
+             is_top_level, created_at, scheduled_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, \
+             ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22)";
         let parent = row.parent.as_ref();
         let mut params = state_columns(row)?;
         params.extend([
@@ -449,8 +449,8 @@ impl<'c> WriteCtx<'c> {
     fn update_execution(&self, stmt: &mut Reused<'c>, row: &ExecutionRow) -> Result<()> {
         let sql = "UPDATE t_execution_state SET next_version = ?2, state = ?3, pending_at = ?4, \
              lock_expires_at = ?5, executor_id = ?6, run_id = ?7, join_set_id = ?8, \
-             result_kind = ?9, state_json = ?10, temporary_event_count = ?11, finished_at = ?12 \
-             WHERE execution_id = ?1";
+             result_kind = ?9, state_json = ?10, temporary_event_count = ?11, finished_at = ?12, \
+             response_count = ?13 WHERE execution_id = ?1";
         let changed =
             reused(self.conn, stmt, sql)?.execute(params_from_iter(&state_columns(row)?))?;
         if changed != 1 {

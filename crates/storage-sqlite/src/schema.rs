@@ -157,6 +157,15 @@ UPDATE t_response SET idx = numbered.idx FROM (
 DROP INDEX ix_response_execution;
 CREATE UNIQUE INDEX ux_response_idx ON t_response (execution_id, idx);
 ",
+    // Version 8: each execution's number of responses on its state row, filled from the stored
+    // responses, so that a write can require the place its response takes (a child's answer
+    // recorded by its parent's batch).
+    r"
+ALTER TABLE t_execution_state ADD COLUMN response_count INTEGER NOT NULL DEFAULT 0;
+UPDATE t_execution_state SET response_count = (
+    SELECT COUNT(*) FROM t_response AS r WHERE r.execution_id = t_execution_state.execution_id
+) WHERE execution_id IN (SELECT execution_id FROM t_response);
+",
 ];
 
 pub(crate) fn current_version() -> u32 {

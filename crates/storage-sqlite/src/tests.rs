@@ -137,6 +137,8 @@ fn delay_finished(join_set_id: &JoinSetId, delay_id: DelayId) -> JoinSetResponse
 /// have left it: the rows are the same, less what later migrations added.
 fn downgrade(path: &Path, to: u32) {
     let conn = rusqlite::Connection::open(path).expect("opens");
+    conn.execute_batch("ALTER TABLE t_execution_state DROP COLUMN response_count;")
+        .expect("drops version 8");
     conn.execute_batch(
         "DROP INDEX ux_response_idx; ALTER TABLE t_response DROP COLUMN idx; \
          CREATE INDEX ix_response_execution ON t_response (execution_id, id);",
@@ -311,6 +313,18 @@ async fn an_older_schema_is_migrated_and_keeps_its_data() {
         );
         assert_eq!(join_set_idxs(&path), vec![Some(0), Some(0), Some(1)]);
         assert_eq!(response_idxs(&path), vec![Some(0), Some(1), Some(2)]);
+        let counts: Vec<(String, i64)> = conn
+            .prepare("SELECT execution_id, response_count FROM t_execution_state ORDER BY 1")
+            .and_then(|mut stmt| {
+                stmt.query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?
+                    .collect()
+            })
+            .expect("reads the response counts");
+        assert_eq!(
+            counts,
+            vec![(id(7).to_string(), 0), (id(8).to_string(), 3)],
+            "migration 8 counted the responses"
+        );
         let from_third = store
             .subscribe_to_next_responses(&id(8), 2)
             .await

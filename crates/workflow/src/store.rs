@@ -52,6 +52,7 @@ impl RunIo for RunStore {
                     locked: reservation.locked().clone(),
                 })
                 .collect(),
+            answers: Vec::new(),
         };
         match self.db.append_batch(request).await {
             Ok(version) => {

@@ -65,6 +65,7 @@ fn batch(
         events,
         children,
         leases,
+        answers: Vec::new(),
     }
 }
 

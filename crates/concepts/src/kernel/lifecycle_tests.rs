@@ -289,6 +289,7 @@ fn a_child_id_is_derived_from_its_parent_and_join_set() {
         events: vec![announce(child)],
         children: vec![as_child(child)],
         leases: Vec::new(),
+        answers: Vec::new(),
     };
     assert!(append(&derived).keys().is_ok());
     let err = append(&not_derived[1]).keys().unwrap_err();

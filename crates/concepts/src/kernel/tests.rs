@@ -119,6 +119,7 @@ fn append(
         events,
         children: Vec::new(),
         leases: Vec::new(),
+        answers: Vec::new(),
     }
 }
 

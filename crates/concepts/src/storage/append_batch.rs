@@ -1,8 +1,10 @@
-//! The request of `append_batch` ([`DbWorkflow::append_batch`](super::DbWorkflow::append_batch))
-//! and the leases the executions it creates may be created with.
+//! The request of `append_batch` ([`DbWorkflow::append_batch`](super::DbWorkflow::append_batch)),
+//! the leases the executions it creates may be created with, and the answers of children it
+//! records first.
 
 use super::CreateRequest;
 use crate::{
+    OutcomeWrite,
     event::{ExecutionEventInner, Locked, Version},
     ids::ExecutionId,
 };
@@ -29,6 +31,25 @@ pub struct AppendBatchRequest {
     /// its lease here and runs the child as soon as the batch commits, without a
     /// `lock_pending` (`executor::LocalExecutors`).
     pub leases: Vec<Lease>,
+    /// Outcomes of children of `execution_id`, each with the response it gives the parent,
+    /// recorded before the events in the same transaction; may be empty. A run that was
+    /// handed a child's outcome before it was written (its executor is in the run's process)
+    /// goes on at once and records it with its next batch: a workflow step is then one commit,
+    /// not two.
+    pub answers: Vec<ChildAnswer>,
+}
+
+/// A child's outcome recorded by its parent's batch ([`AppendBatchRequest::answers`]), as
+/// `append_outcome` would record it: the child's `Finished` at the version its run read, and
+/// the parent's response. The response must take `response_idx` among the parent's responses,
+/// the place at which the run consumed it; a response written since (another child's, a
+/// delay's) refuses the batch, and nothing is written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChildAnswer {
+    /// The child's outcome: a `Finished` event naming the batch's execution as its parent.
+    pub outcome: OutcomeWrite,
+    /// The index its response takes among the parent's responses.
+    pub response_idx: u64,
 }
 
 /// A lease an execution is created with ([`AppendBatchRequest::leases`]): its log is `Created`
@@ -61,6 +82,7 @@ impl AppendBatchRequest {
             events,
             children: Vec::new(),
             leases: Vec::new(),
+            answers: Vec::new(),
         }
     }
 }

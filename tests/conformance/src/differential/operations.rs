@@ -167,6 +167,7 @@ impl Run<'_> {
                 events: batch.clone(),
                 children: Vec::new(),
                 leases: Vec::new(),
+                answers: Vec::new(),
             })
             .await;
         if result.is_ok() {
@@ -225,6 +226,7 @@ impl Run<'_> {
                 events: batch,
                 children: reqs,
                 leases: Vec::new(),
+                answers: Vec::new(),
             })
             .await;
         if result.is_ok() {

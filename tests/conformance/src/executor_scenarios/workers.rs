@@ -332,6 +332,7 @@ impl ParentWorker {
             events: batch,
             children: vec![child],
             leases: Vec::new(),
+            answers: Vec::new(),
         };
         match self.db.append_batch(req).await {
             Ok(_) => WorkerResult::DbUpdatedByWorker,
@@ -464,6 +465,7 @@ impl Worker for SleepingWorker {
             events: batch,
             children: Vec::new(),
             leases: Vec::new(),
+            answers: Vec::new(),
         };
         match self.db.append_batch(req).await {
             Ok(_) => WorkerResult::DbUpdatedByWorker,
@@ -516,6 +518,7 @@ impl Worker for PersistingWorker {
             events: vec![Self::persisted()],
             children: Vec::new(),
             leases: Vec::new(),
+            answers: Vec::new(),
         };
         match self.db.append_batch(req).await {
             Ok(_) => WorkerResult::DbUpdatedByWorker,

@@ -284,6 +284,7 @@ pub fn batch_creating(
         events,
         children,
         leases: Vec::new(),
+        answers: Vec::new(),
     }
 }
 

@@ -2,13 +2,18 @@
 //! executions they announce created in the same transaction (children, or top-level executions
 //! a `Schedule` event names); all or nothing. Executions it creates may be created already
 //! locked (`AppendBatchRequest::leases`), their `Locked` event appended at version 1 as
-//! `lock_pending` would, in the same transaction. A lease extension is a batch of one `Locked`
-//! event by the same run.
+//! `lock_pending` would, in the same transaction. Outcomes of its children may be recorded
+//! first (`AppendBatchRequest::answers`), each as `append_outcome` records it, its response at
+//! the place the run consumed it. A lease extension is a batch of one `Locked` event by the
+//! same run.
 
-use super::create::{validate_create, validate_lease};
+use super::{
+    create::{validate_create, validate_lease},
+    outcome::outcome_keys,
+};
 use crate::{
-    AppendBatchRequest, DbError, ExecutionEventInner, ExecutionId, HistoryEvent, JoinSetId,
-    JoinSetRequest, ValidationError, Version,
+    AppendBatchRequest, ChildAnswer, DbError, ExecutionEventInner, ExecutionId, HistoryEvent,
+    JoinSetId, JoinSetRequest, ValidationError, Version,
     kernel::{Keys, Planner, Write, snapshot::FastHash, write::sealed::Sealed},
 };
 use std::collections::HashSet;
@@ -29,11 +34,19 @@ impl Write for AppendBatchRequest {
         keys.new_executions = (self.children.iter())
             .map(|c| c.execution_id.clone())
             .collect();
+        if !self.answers.is_empty() {
+            for answer in &self.answers {
+                outcome_keys(&mut keys, &answer.outcome);
+            }
+            keys.dedup();
+        }
         Ok(keys)
     }
 
     fn plan(self, planner: &mut Planner<'_>) -> Result<Version, DbError> {
-        planner.changes.reserve_exact(1 + self.children.len());
+        planner
+            .changes
+            .reserve_exact(1 + self.children.len() + self.answers.len());
         let AppendBatchRequest {
             execution_id,
             mut version,
@@ -41,7 +54,11 @@ impl Write for AppendBatchRequest {
             events,
             children,
             leases,
+            answers,
         } = self;
+        for answer in answers {
+            answer_in_place(planner, &execution_id, answer)?;
+        }
         for event in events {
             if matches!(event, ExecutionEventInner::Finished { .. }) {
                 refuse_silent_child_finish(planner, &execution_id)?;
@@ -58,6 +75,29 @@ impl Write for AppendBatchRequest {
         }
         Ok(version)
     }
+}
+
+/// Records a child's answer as `append_outcome` does, refused unless its response takes the
+/// place at which the run consumed it.
+fn answer_in_place(
+    planner: &mut Planner<'_>,
+    parent_id: &ExecutionId,
+    ChildAnswer {
+        outcome,
+        response_idx,
+    }: ChildAnswer,
+) -> Result<(), DbError> {
+    let idx = planner.touch(parent_id)?;
+    let found = planner.changes[idx].row.response_count;
+    if found != response_idx {
+        return Err(ValidationError::AnswerOutOfPlace {
+            child: outcome.execution_id,
+            expected: response_idx,
+            found,
+        }
+        .into());
+    }
+    planner.outcome(outcome).map(drop)
 }
 
 /// A child finishes only through `append_outcome`, which answers its parent in the same
@@ -93,6 +133,7 @@ pub fn validate_append_batch(req: &AppendBatchRequest) -> Result<(), ValidationE
         return Err(ValidationError::EmptyBatch("append_batch"));
     }
     validate_leases(req)?;
+    validate_answers(req)?;
     if children.is_empty() {
         return Ok(());
     }
@@ -135,6 +176,41 @@ pub fn validate_append_batch(req: &AppendBatchRequest) -> Result<(), ValidationE
                  `ChildExecutionRequest` (for a child whose parent is {execution_id}) or \
                  `Schedule` (for a top-level execution) event in the same batch",
                 child.execution_id
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Checks the answers of an `append_batch`: each is the `Finished` of a child of the batch's
+/// execution, at most once per child.
+fn validate_answers(req: &AppendBatchRequest) -> Result<(), ValidationError> {
+    let AppendBatchRequest {
+        execution_id,
+        answers,
+        ..
+    } = req;
+    for (n, ChildAnswer { outcome, .. }) in answers.iter().enumerate() {
+        let child = &outcome.execution_id;
+        if !matches!(outcome.event, ExecutionEventInner::Finished { .. }) {
+            return Err(ValidationError::InvalidRequest(format!(
+                "the batch of {execution_id} records a {} of {child}: a parent's batch records \
+                 only its children's `Finished`",
+                outcome.event.variant_name()
+            )));
+        }
+        if outcome.parent.as_ref().map(|(parent, _)| parent) != Some(execution_id) {
+            return Err(ValidationError::InvalidRequest(format!(
+                "the batch of {execution_id} records the outcome of {child}, which does not \
+                 name {execution_id} as its parent"
+            )));
+        }
+        if answers[..n]
+            .iter()
+            .any(|a| a.outcome.execution_id == *child)
+        {
+            return Err(ValidationError::InvalidRequest(format!(
+                "the batch of {execution_id} records two outcomes of {child}"
             )));
         }
     }

@@ -58,7 +58,7 @@ impl Write for AppendOutcomes {
 }
 
 /// The rows an outcome write touches: its execution, and its parent's when it answers one.
-fn outcome_keys(keys: &mut Keys, write: &OutcomeWrite) {
+pub(super) fn outcome_keys(keys: &mut Keys, write: &OutcomeWrite) {
     keys.executions.push(write.execution_id.clone());
     keys.add_events(&write.execution_id, std::slice::from_ref(&write.event));
     if let Some((parent_id, response)) = write.parent_response() {
