@@ -203,7 +203,8 @@ impl WorkflowMeasurement {
 impl WorkflowMeasurement {
     /// The rows of the targets table: serial steps/s against the limit measured beside them
     /// (at least a third of SQLite's FULL commits, a quarter of PostgreSQL's single-client
-    /// commits: a step commits twice, the parent's write and the child's outcome; on memory an
+    /// commits: a step commits once, the parent's write recording the previous child's answer and
+    /// creating the next child, when the child runs in the parent's process; on memory an
     /// absolute 20,000/s), and the fan-out's time, reported.
     pub(crate) fn target_rows(&self) -> Vec<Row> {
         let figure = "serial workflow steps/s";

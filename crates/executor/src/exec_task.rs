@@ -368,15 +368,16 @@ impl<C: ClockFn> ExecTask<C> {
                 let permit = permits.pop();
                 Run {
                     execution_id: locked.execution_id.clone(),
-                    future: self.run(locked, executed_at, permit, meters),
+                    future: self.run(locked, executed_at, permit, meters, None),
                 }
             })
             .collect();
         Ok(runs) // Unused permits are released here.
     }
 
-    /// The run of one locked execution: the worker, then its outcome write; the permit is held
-    /// until then.
+    /// The run of one locked execution: the worker, then its outcome write, or its `Finished`
+    /// handed to `answer` while the parent's run listens ([`crate::local::Answer`]); the permit
+    /// is held until then.
     fn run(
         &self,
         locked: LockedExecution,
@@ -384,6 +385,7 @@ impl<C: ClockFn> ExecTask<C> {
         // `None` only when the store locked more executions than it was asked for.
         permit: Option<OwnedSemaphorePermit>,
         meters: Option<Arc<crate::metrics::FunctionMeters>>,
+        answer: Option<crate::local::Answer>,
     ) -> BoxFuture<'static, ()> {
         let run = RunInfo::from(&locked);
         let span = self.worker_span(&locked);
@@ -421,9 +423,22 @@ impl<C: ClockFn> ExecTask<C> {
                     let recorded = (meters.as_ref())
                         .map(|meters| (meters, crate::metrics::Outcome::of(&write.event)));
                     let lease_left = (lock_expires_at - now).to_std().unwrap_or_default();
-                    if write_outcome(db.as_ref(), write, lease_left).await
-                        && let Some((meters, outcome)) = recorded
-                    {
+                    let handed = match answer {
+                        Some(answer)
+                            if matches!(
+                                write.event,
+                                concepts::ExecutionEventInner::Finished { .. }
+                            ) =>
+                        {
+                            answer.send(write)
+                        }
+                        _ => Err(write),
+                    };
+                    let done = match handed {
+                        Ok(()) => true,
+                        Err(write) => write_outcome(db.as_ref(), write, lease_left).await,
+                    };
+                    if done && let Some((meters, outcome)) = recorded {
                         meters.attempt(ran, outcome, scheduled_at);
                     }
                 }

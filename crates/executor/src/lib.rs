@@ -135,7 +135,7 @@ pub use exec_task::{
     DrainOutcome, ExecConfig, ExecTask, ExecutionProgress, ExecutorTaskHandle, LocallyServed,
     OUTCOME_WRITE_ATTEMPTS, Run, outcome_retry_pauses, outcome_write_attempts,
 };
-pub use local::{LocalExecutors, Reservation, start_if_written};
+pub use local::{Answer, LocalExecutors, Reservation, start_if_written};
 pub use mapping::{RunInfo, map_worker_result};
 pub use parked::{PROBE_PAUSE_CAP, PROBE_PAUSE_FIRST, UNPARKED, Unparked, probe_pauses, unpark};
 pub use worker::{FatalError, Probe, Worker, WorkerContext, WorkerError, WorkerResult};

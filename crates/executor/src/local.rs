@@ -4,10 +4,12 @@
 //! child asks [`LocalExecutors::reserve`] for a free permit of an executor of the child's
 //! function; with one, its write creates the child already locked under that executor's lease
 //! ([`concepts::Lease`]), and once the write committed [`Reservation::start`] runs the child in
-//! that executor, as if its `lock_pending` had returned it. A step of a workflow calling an
-//! activity then commits twice (the parent's write with the child created locked, the child's
-//! outcome with the parent's response) instead of three times, and nobody waits for the
-//! executor to be woken, lock and hand the child over.
+//! that executor, as if its `lock_pending` had returned it, and nobody waits for the executor to
+//! be woken, lock and hand the child over. A child the parent's run waits for alone is started
+//! with an [`Answer`] ([`Reservation::start_answering`]): its run hands its `Finished` to the
+//! parent's run, which records it with its next write, so that a step of a workflow calling an
+//! activity commits once (the parent's write, with the previous child's answer and the next
+//! child created locked) instead of twice.
 //!
 //! The lease is one like any other: the `Locked` event, with the executor's id and a fresh run
 //! id, is in the child's log from its first commit; its executor's task limiter holds a permit
@@ -21,7 +23,7 @@ use crate::exec_task::Run;
 use chrono::{DateTime, Utc};
 use concepts::{
     ComponentId, CreateOutcome, CreateRequest, DbClient, DbError, ExecutionEventInner, ExecutorId,
-    FunctionFqn, Locked, RunId, Version, add_saturating,
+    FunctionFqn, Locked, OutcomeWrite, RunId, Version, add_saturating,
 };
 use std::{
     fmt,
@@ -64,10 +66,28 @@ pub(crate) struct Entry {
 
 /// How a registered executor runs an execution created under its lease: makes its run (the
 /// worker, then the outcome write, holding the permit) and spawns it, or hands it to whoever
-/// polls the executor's runs.
+/// polls the executor's runs. A run given an [`Answer`] hands its `Finished` there instead of
+/// writing it.
 pub(crate) trait Start: Send + Sync {
-    fn start(&self, created: CreateRequest, locked: Locked, permit: OwnedSemaphorePermit);
+    fn start(
+        &self,
+        created: CreateRequest,
+        locked: Locked,
+        permit: OwnedSemaphorePermit,
+        answer: Option<Answer>,
+    );
 }
+
+/// Where the run of a child started by its parent's run ([`Reservation::start_answering`])
+/// hands its `Finished` instead of writing it. The parent's run takes it as the child's
+/// response at once and records it with its next write
+/// ([`AppendBatchRequest::answers`](concepts::AppendBatchRequest::answers)): a step of a
+/// workflow calling an activity commits once. The child's lease stays in its log until then;
+/// if the parent's process dies first, the watcher times it out like any other, and the child
+/// runs again. When the parent's run no longer listens (the receiver is gone), the child's
+/// run writes its outcome itself; a receiver that holds an outcome it will not record must
+/// write it ([`concepts::DbExecutor::append_outcome`]).
+pub type Answer = tokio::sync::oneshot::Sender<OutcomeWrite>;
 
 impl LocalExecutors {
     /// A registry with no executor.
@@ -241,7 +261,16 @@ impl Reservation {
     /// committed. The run holds the reserved permit until its outcome is written, as a run of
     /// the executor's own `lock_pending` does.
     pub fn start(self, created: CreateRequest) {
-        self.entry.starter.start(created, self.locked, self.permit);
+        self.entry
+            .starter
+            .start(created, self.locked, self.permit, None);
+    }
+
+    /// [`Reservation::start`] for a child of the caller's run: the child's run hands its
+    /// `Finished` to `answer` instead of writing it, while the receiver listens (see
+    /// [`Answer`]).
+    pub fn start_answering(self, created: CreateRequest, answer: Answer) {
+        (self.entry.starter).start(created, self.locked, self.permit, Some(answer));
     }
 }
 

@@ -72,13 +72,17 @@ pub enum NondeterminismPolicy {
 /// The storage a run needs; `store.rs` implements it over the storage traits.
 #[async_trait]
 pub(crate) trait RunIo: Send + Sync {
-    /// Appends `events` at `version` and creates `children`, in one transaction.
+    /// Appends `events` at `version` and creates `children`, in one transaction. When
+    /// `answered` (the batch creates one child, and the run waits for nothing else), a child
+    /// started in this process hands its `Finished` to the run, which takes it as its response
+    /// and records it with its next write.
     async fn append(
         &self,
         version: Version,
         now: DateTime<Utc>,
         events: Vec<HistoryEvent>,
         children: Vec<CreateRequest>,
+        answered: bool,
     ) -> Result<Version, DbError>;
 
     /// Responses from index `start` on: at once if there are any, else when the next arrives.
@@ -210,12 +214,16 @@ impl Driver<'_> {
 
     /// Writes the buffered events with `JoinNext`s expiring at `run_expires_at`.
     async fn flush(&mut self, run_expires_at: DateTime<Utc>) -> Result<(), DbError> {
-        let (mut events, children): (_, Vec<CreateRequest>) = {
+        let (mut events, children, answered): (_, Vec<CreateRequest>, _) = {
             let mut state = self.shared.lock();
             state.buffered_requests = 0;
+            // No other response can come before the child's: its answer, handed over, takes
+            // the place the run consumes it at.
+            let answered = state.children.len() == 1 && state.unanswered_requests() == 1;
             (
                 std::mem::take(&mut state.buffer),
                 std::mem::take(&mut state.children),
+                answered,
             )
         };
         if events.is_empty() {
@@ -239,7 +247,9 @@ impl Driver<'_> {
                 ..child
             })
             .collect();
-        self.version = self.io.append(self.version, now, events, children).await?;
+        self.version = (self.io)
+            .append(self.version, now, events, children, answered)
+            .await?;
         self.appended = true;
         Ok(())
     }

@@ -156,6 +156,11 @@
 //! by the clock and by as much real time), is **cold**: the run ends and whoever locks the
 //! execution when its response arrives replays it.
 //!
+//! A child the run waits for alone (its only unanswered request), run by an executor of the
+//! same process, hands its result to the run instead of writing it: the run goes on at once
+//! and records the child's `Finished` with its next write, so a step of `call`s commits once
+//! (`docs/SEMANTICS.md` §6).
+//!
 //! Once a run has written a warm `JoinNext`, the execution is blocked, or due only at the
 //! lease's end, so later `JoinNext`s are needed by nobody until the run ends: a buffer of
 //! `JoinNext`s only is written with the next request, when the run gives up, or with the

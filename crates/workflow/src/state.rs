@@ -114,6 +114,8 @@ pub(crate) struct RunState {
     join_set_index: HashMap<JoinSetId, usize>,
     join_set_counter: u64,
     random_counter: u64,
+    /// The requests (children, promises, delays) of every join set.
+    requested: usize,
     /// The children of stub functions (durable promises) this run submitted or replayed.
     stubs: HashSet<ExecutionId>,
     /// The function and parameters of each child the recorded history requested, read back
@@ -158,6 +160,7 @@ impl RunState {
             join_set_index: HashMap::new(),
             join_set_counter: 0,
             random_counter: 0,
+            requested: 0,
             stubs: HashSet::new(),
             recorded_children: HashMap::new(),
             wait: None,
@@ -402,6 +405,7 @@ impl RunState {
             join_set.stubs += 1;
             self.stubs.insert(child_id.clone());
         }
+        self.requested += 1;
         Some(child_id)
     }
 
@@ -449,6 +453,7 @@ impl RunState {
         join_set
             .requests
             .push((Request::Delay { expires_at }, Some(delay_id)));
+        self.requested += 1;
         Some(delay_id)
     }
 
@@ -460,6 +465,12 @@ impl RunState {
     /// True when the buffer holds `JoinNext`s only (and so creates no child).
     pub(crate) fn awaits_only(&self) -> bool {
         self.children.is_empty() && self.buffered_requests == 0
+    }
+
+    /// The requests of this run (children, promises, delays) that no response answered yet:
+    /// every response the execution can receive answers one of them.
+    pub(crate) fn unanswered_requests(&self) -> usize {
+        self.requested.saturating_sub(self.responses.len())
     }
 
     /// True when every request of the join set has been awaited.

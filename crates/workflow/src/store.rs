@@ -8,14 +8,15 @@ use crate::driver::RunIo;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use concepts::{
-    AppendBatchRequest, CancelOutcome, CancelRequest, CompleteOutcome, CompleteRequest,
-    CreateRequest, DbClient, DbConnection, DbError, ExecutionEventInner, ExecutionId,
-    FinishedExecutionResult, FunctionFqn, HistoryEvent, JoinSetResponseEventOuter, Json, Lease,
-    Version,
+    AppendBatchRequest, CancelOutcome, CancelRequest, ChildAnswer, CompleteOutcome,
+    CompleteRequest, CreateRequest, DbClient, DbConnection, DbError, ExecutionEventInner,
+    ExecutionId, FinishedExecutionResult, FunctionFqn, HistoryEvent, JoinSetResponseEventOuter,
+    Json, Lease, OutcomeWrite, Version, is_lost_race,
 };
-use executor::{Cancellation, LocalExecutors, Reservation};
+use executor::{Cancellation, LocalExecutors, Reservation, WorkerError, WorkerResult};
 use futures_util::{FutureExt as _, future::BoxFuture};
 use std::{collections::HashMap, sync::Arc, time::Duration};
+use tokio::sync::{Mutex, oneshot};
 
 /// The storage of one run of one execution.
 pub(crate) struct RunStore {
@@ -25,6 +26,136 @@ pub(crate) struct RunStore {
     pub cancellation: Cancellation,
     /// The executors of this process, which run the children they give a lease at once.
     pub local: LocalExecutors,
+    /// The answers of the children this run started in its process.
+    pub answers: Mutex<Answers>,
+}
+
+/// The answers of a run's children ([`executor::Answer`]): a child the run waits for alone,
+/// started in its process, hands its `Finished` to the run instead of writing it; the run takes
+/// it as its next response and records it with its next write, so that a step commits once.
+#[derive(Default)]
+pub(crate) struct Answers {
+    /// The children that may still hand their `Finished` over.
+    listening: Vec<oneshot::Receiver<OutcomeWrite>>,
+    /// Answers the run took as responses and has not recorded yet, in the order it took them.
+    taken: Vec<ChildAnswer>,
+}
+
+impl Answers {
+    /// An answer handed over already, if any.
+    fn ready(&mut self) -> Option<OutcomeWrite> {
+        let mut found = None;
+        self.listening.retain_mut(|answer| {
+            if found.is_some() {
+                return true;
+            }
+            match answer.try_recv() {
+                Ok(write) => {
+                    found = Some(write);
+                    false
+                }
+                Err(oneshot::error::TryRecvError::Empty) => true,
+                Err(oneshot::error::TryRecvError::Closed) => false,
+            }
+        });
+        found
+    }
+
+    /// The next answer handed over; `None` once no child listens any more (each closed its
+    /// channel: its run wrote its outcome itself).
+    async fn handed(&mut self) -> Option<OutcomeWrite> {
+        while !self.listening.is_empty() {
+            let (handed, idx, _) =
+                futures_util::future::select_all(self.listening.iter_mut()).await;
+            self.listening.swap_remove(idx);
+            if let Ok(write) = handed {
+                return Some(write);
+            }
+        }
+        None
+    }
+
+    /// Takes `write` as the run's response number `start`, to be recorded with the next write;
+    /// `None` for an outcome that answers no parent (which a child's `Finished` always does).
+    fn take(&mut self, write: OutcomeWrite, start: usize) -> Option<JoinSetResponseEventOuter> {
+        let (_, response) = write.parent_response()?;
+        self.taken.push(ChildAnswer {
+            outcome: write,
+            response_idx: u64::try_from(start).unwrap_or(u64::MAX),
+        });
+        Some(response)
+    }
+
+    /// Stops listening and returns every answer not recorded: those taken, then those handed
+    /// over but not taken. A child that had not handed its answer over writes it itself.
+    fn unrecorded(&mut self) -> Vec<OutcomeWrite> {
+        let mut unrecorded: Vec<OutcomeWrite> = (self.taken.drain(..))
+            .map(|answer| answer.outcome)
+            .collect();
+        for mut answer in self.listening.drain(..) {
+            // Closed first: a send after this fails, and the child's run writes the outcome.
+            answer.close();
+            if let Ok(write) = answer.try_recv() {
+                unrecorded.push(write);
+            }
+        }
+        unrecorded
+    }
+}
+
+impl RunStore {
+    /// Records `outcomes` (children's answers) on their own, in one transaction; an answer
+    /// somebody else recorded already (a lost race) is no error.
+    async fn record(&self, outcomes: Vec<OutcomeWrite>) -> Result<(), DbError> {
+        if outcomes.is_empty() {
+            return Ok(());
+        }
+        for result in self.db.append_outcomes(outcomes).await? {
+            if let Err(err) = result
+                && !is_lost_race(&err)
+            {
+                return Err(err);
+            }
+        }
+        Ok(())
+    }
+
+    /// Ends the run: the answers it did not record with a write are recorded now, before the
+    /// executor writes the run's `result`; if that fails, the run ends with the store's error
+    /// instead, and whoever runs the execution next replays it.
+    pub(crate) async fn settle(&self, result: WorkerResult) -> WorkerResult {
+        let unrecorded = self.answers.lock().await.unrecorded();
+        match self.record(unrecorded).await {
+            Ok(()) => result,
+            Err(err) => {
+                tracing::warn!(
+                    execution_id = %self.execution_id,
+                    "cannot record the answers of this run's children: {err}"
+                );
+                WorkerResult::Err(WorkerError::DbError(err))
+            }
+        }
+    }
+}
+
+impl Drop for RunStore {
+    /// A run that ended without [`RunStore::settle`] (its task was dropped) still records the
+    /// answers it holds, in a task of its own.
+    fn drop(&mut self) {
+        let unrecorded = self.answers.get_mut().unrecorded();
+        if unrecorded.is_empty() {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let db = Arc::clone(&self.db);
+        runtime.spawn(async move {
+            if let Err(err) = db.append_outcomes(unrecorded).await {
+                tracing::warn!("cannot record the answers of a dropped run's children: {err}");
+            }
+        });
+    }
 }
 
 #[async_trait]
@@ -35,8 +166,10 @@ impl RunIo for RunStore {
         now: DateTime<Utc>,
         events: Vec<HistoryEvent>,
         children: Vec<CreateRequest>,
+        answered: bool,
     ) -> Result<Version, DbError> {
         let leased = reserve(&self.local, &children, now);
+        let mut answers = self.answers.lock().await;
         let request = AppendBatchRequest {
             execution_id: self.execution_id.clone(),
             version,
@@ -52,12 +185,20 @@ impl RunIo for RunStore {
                     locked: reservation.locked().clone(),
                 })
                 .collect(),
-            answers: Vec::new(),
+            // Kept until the write commits: if it fails, the run ends and records them alone.
+            answers: answers.taken.clone(),
         };
         match self.db.append_batch(request).await {
             Ok(version) => {
+                answers.taken.clear();
                 for (reservation, child) in leased {
-                    reservation.start(child);
+                    if answered && child.parent.is_some() {
+                        let (answer, listening) = oneshot::channel();
+                        answers.listening.push(listening);
+                        reservation.start_answering(child, answer);
+                    } else {
+                        reservation.start(child);
+                    }
                 }
                 Ok(version)
             }
@@ -70,13 +211,41 @@ impl RunIo for RunStore {
         }
     }
 
+    /// The answer a child hands over, taken as response `start` and recorded with the next
+    /// write, or the stored responses from `start` on. A run listening for answers waits for
+    /// nothing else (it started a child when it had no other request unanswered), so it asks
+    /// the store only once its children stopped listening (a child whose run wrote its outcome
+    /// itself, a retry, say). Answers taken already and not recorded are recorded first when
+    /// none other is handed over at once, so that the store holds every response the run
+    /// consumed before the run waits.
     async fn next_responses(
         &self,
         start: usize,
     ) -> Result<Vec<JoinSetResponseEventOuter>, DbError> {
-        self.db
-            .subscribe_to_next_responses(&self.execution_id, start)
-            .await
+        let mut answers = self.answers.lock().await;
+        loop {
+            if let Some(write) = answers.ready() {
+                match answers.take(write, start) {
+                    Some(response) => return Ok(vec![response]),
+                    None => continue,
+                }
+            }
+            if !answers.taken.is_empty() {
+                let taken = (answers.taken.iter()).map(|answer| answer.outcome.clone());
+                self.record(taken.collect()).await?;
+                answers.taken.clear();
+            }
+            if answers.listening.is_empty() {
+                return (self.db)
+                    .subscribe_to_next_responses(&self.execution_id, start)
+                    .await;
+            }
+            if let Some(handed) = answers.handed().await
+                && let Some(response) = answers.take(handed, start)
+            {
+                return Ok(vec![response]);
+            }
+        }
     }
 
     async fn history_event_version(&self, index: usize) -> Option<Version> {

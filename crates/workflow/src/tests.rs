@@ -44,6 +44,8 @@ struct FakeLog {
     finished_by_someone_else: Mutex<Option<FinishedExecutionResult>>,
     /// The children the runs cancelled, in order.
     cancelled: Mutex<Vec<ExecutionId>>,
+    /// Whether each append asked for its child's answer to be handed to the run.
+    answered: Mutex<Vec<bool>>,
 }
 
 impl FakeLog {
@@ -64,7 +66,9 @@ impl RunIo for FakeLog {
         _now: DateTime<Utc>,
         events: Vec<HistoryEvent>,
         children: Vec<CreateRequest>,
+        answered: bool,
     ) -> Result<Version, DbError> {
+        self.answered.lock().unwrap().push(answered);
         let expected_version = self.next_version();
         if version != expected_version {
             return Err(DbError::VersionMismatch {
@@ -922,4 +926,35 @@ async fn a_replay_of_changed_code_names_the_event_the_operation_and_the_call_sit
         matches!(unknown, Err(crate::ReplayError::NotRegistered { .. })),
         "{unknown:?}"
     );
+}
+
+/// A run that started one child and waits for nothing else asks for the child's answer to be
+/// handed over (no other response can take its place); a batch of several children, or a child
+/// beside a sleep, does not.
+#[tokio::test]
+async fn only_a_child_awaited_alone_hands_its_answer_to_the_run() {
+    let alone = |ctx: WorkflowCtx, n: u64| submits(ctx, &A, n);
+    let two = |ctx: WorkflowCtx, n: u64| async move {
+        let js = ctx.join_set_named("work");
+        js.submit(&A, &n);
+        js.submit(&B, &n);
+        js.next().await;
+        Ok(0)
+    };
+    let beside_a_sleep = |ctx: WorkflowCtx, n: u64| async move {
+        let js = ctx.join_set_named("work");
+        js.submit(&A, &n);
+        js.submit_delay(Duration::from_secs(1));
+        js.next().await;
+        Ok(0)
+    };
+    let h = Harness::new();
+    h.run(alone).await;
+    assert_eq!(*h.log.answered.lock().unwrap(), vec![true]);
+    let h = Harness::new();
+    h.run(two).await;
+    assert_eq!(*h.log.answered.lock().unwrap(), vec![false]);
+    let h = Harness::new();
+    h.run(beside_a_sleep).await;
+    assert_eq!(*h.log.answered.lock().unwrap(), vec![false]);
 }

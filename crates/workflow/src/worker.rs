@@ -248,8 +248,10 @@ impl<C: ClockFn> Worker for WorkflowWorker<C> {
             execution_id: ctx.execution_id,
             cancellation: ctx.cancellation,
             local: ctx.local_executors,
+            answers: tokio::sync::Mutex::default(),
         };
-        drive(shared, future, &io, limits).await
+        let result = drive(shared, future, &io, limits).await;
+        io.settle(result).await
     }
 
     fn exported_functions(&self) -> &[FunctionFqn] {

@@ -1,4 +1,4 @@
-//! The workflow scenarios (W1..W17): every operation of `docs/SEMANTICS.md` §15 run through the
+//! The workflow scenarios (W1..W21): every operation of `docs/SEMANTICS.md` §15 run through the
 //! `workflow` crate on a real executor, so that every backend shows it records, replays and
 //! waits as the contract says; W14..W17 (in `lifecycle`) add promises, cancellation and
 //! retention as a workflow meets them (`docs/SEMANTICS.md` §10-§13).
@@ -7,10 +7,12 @@
 //! and ticks the timers watcher by hand wherever time matters, and controls when children
 //! finish through [`fixture::Gates`].
 
+mod answers;
 pub mod fixture;
 mod lifecycle;
 mod versioning;
 
+pub use answers::w21_children_answer_their_parent_in_its_next_write;
 pub use lifecycle::{
     w14_promise_completed_before_it_is_awaited, w15_workflow_cancelled_while_waiting,
     w16_activity_stops_early_when_cancelled,
@@ -704,6 +706,7 @@ macro_rules! workflow_scenario_tests {
             w18_typed_schedules_client,
             w19_a_patch_changes_the_code_with_executions_in_flight,
             w20_typed_joins_per_call_options_and_status,
+            w21_children_answer_their_parent_in_its_next_write,
         );
     };
 }

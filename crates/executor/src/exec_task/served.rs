@@ -3,7 +3,7 @@
 //! of what it is handed.
 
 use super::{ExecTask, Run, lock_tasks};
-use crate::local::{Entry, Registered, RunSink, Start};
+use crate::local::{Answer, Entry, Registered, RunSink, Start};
 use concepts::{ClockFn, CreateRequest, Locked};
 use std::sync::Arc;
 use tokio::sync::OwnedSemaphorePermit;
@@ -58,13 +58,19 @@ struct Starter<C: ClockFn> {
 }
 
 impl<C: ClockFn> Start for Starter<C> {
-    fn start(&self, created: CreateRequest, locked: Locked, permit: OwnedSemaphorePermit) {
+    fn start(
+        &self,
+        created: CreateRequest,
+        locked: Locked,
+        permit: OwnedSemaphorePermit,
+        answer: Option<Answer>,
+    ) {
         let locked_at = created.created_at;
         let locked = concepts::kernel::hand_over_created(created, locked);
         let meters = self.task.meters.locked(&locked, locked_at);
         let execution_id = locked.execution_id.clone();
         debug!(%execution_id, "running an execution created under this executor's lease");
-        let future = self.task.run(locked, locked_at, Some(permit), meters);
+        let future = (self.task).run(locked, locked_at, Some(permit), meters, answer);
         (self.sink)(Run {
             execution_id,
             future,
