@@ -8,24 +8,11 @@ use crate::StoreFactory;
 use chrono::{DateTime, Utc};
 use concepts::{
     AppendBatchRequest, ChildAnswer, ClockFn, CreateRequest, DbConnection, DbErrorKind,
-    ExecutionEventInner, ExecutionId, ExecutionLog, JoinSetId, Lease, Locked, OutcomeWrite,
-    ValidationError, Version, is_lost_race,
+    ExecutionEventInner, ExecutionId, ExecutionLog, JoinSetId, OutcomeWrite, ValidationError,
+    Version, is_lost_race,
 };
 use std::sync::Arc;
 use test_utils::SimClock;
-
-/// The lease an executor of the parent's process gives `execution_id`.
-fn lease(execution_id: &ExecutionId, lock_expires_at: DateTime<Utc>) -> Lease {
-    Lease {
-        execution_id: execution_id.clone(),
-        locked: Locked {
-            component_id: component_id(),
-            executor_id: executor_id(7),
-            run_id: run_id(7),
-            lock_expires_at,
-        },
-    }
-}
 
 /// One step of the parent at `version`: it asks for `child` in `join_set_id` (created under a
 /// lease), waits for it warm, and records `answers` first.

@@ -8,7 +8,7 @@ use concepts::{
     AppendBatchRequest, ComponentId, CreateRequest, DbClient, DbConnection, DbError, DbErrorKind,
     DbWorkflow, DelayId, ExecutionEventInner, ExecutionId, ExecutionIdTopLevel, ExecutionLog,
     ExecutionMetadata, ExecutorId, FinishedExecutionResult, FunctionFqn, HistoryEvent, JoinSetId,
-    JoinSetRequest, JoinSetResponse, JoinSetResponseEvent, JoinSetResponseEventOuter, Json,
+    JoinSetRequest, JoinSetResponse, JoinSetResponseEvent, JoinSetResponseEventOuter, Json, Lease,
     LockPendingRequest, Locked, PendingState, PersistKind, RunId, SupportedFunctionReturnValue,
     ValidationError, Version, derive_pending_state,
 };
@@ -483,4 +483,19 @@ pub async fn lock_pending_now(
 #[must_use]
 pub fn ids_of(locked: &[concepts::LockedExecution]) -> Vec<ExecutionId> {
     locked.iter().map(|l| l.execution_id.clone()).collect()
+}
+
+/// The lease an executor of executor id 7 gives `execution_id` (a child created locked, a
+/// submission created locked), until `lock_expires_at`.
+#[must_use]
+pub fn lease(execution_id: &ExecutionId, lock_expires_at: DateTime<Utc>) -> Lease {
+    Lease {
+        execution_id: execution_id.clone(),
+        locked: Locked {
+            component_id: component_id(),
+            executor_id: executor_id(7),
+            run_id: run_id(7),
+            lock_expires_at,
+        },
+    }
 }

@@ -16,18 +16,6 @@ use concepts::{
 use std::time::Duration;
 use test_utils::SimClock;
 
-fn lease(execution_id: &ExecutionId, lock_expires_at: DateTime<Utc>) -> Lease {
-    Lease {
-        execution_id: execution_id.clone(),
-        locked: Locked {
-            component_id: component_id(),
-            executor_id: executor_id(7),
-            run_id: run_id(7),
-            lock_expires_at,
-        },
-    }
-}
-
 /// The ids a `lock_pending` of `f` at `now` locks.
 async fn locked_ids(
     db: &dyn DbConnection,
