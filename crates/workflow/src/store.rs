@@ -105,19 +105,31 @@ impl Answers {
 
 impl RunStore {
     /// Records `outcomes` (children's answers) on their own, in one transaction; an answer
-    /// somebody else recorded already (a lost race) is no error.
+    /// somebody else recorded already (a lost race, an earlier attempt whose reply was lost) is
+    /// no error. A retriable failure is tried again as a run's outcome write is, at least
+    /// [`executor::OUTCOME_WRITE_ATTEMPTS`] times in all, before the children's leases are
+    /// left to expire.
     async fn record(&self, outcomes: Vec<OutcomeWrite>) -> Result<(), DbError> {
         if outcomes.is_empty() {
             return Ok(());
         }
-        for result in self.db.append_outcomes(outcomes).await? {
-            if let Err(err) = result
-                && !is_lost_race(&err)
-            {
-                return Err(err);
+        let mut pauses = executor::outcome_retry_pauses(Duration::ZERO);
+        loop {
+            let err = match self.db.append_outcomes(outcomes.clone()).await {
+                Ok(results) => {
+                    let refused = results.into_iter().filter_map(Result::err);
+                    return match refused.into_iter().find(|err| !is_lost_race(err)) {
+                        Some(err) => Err(err),
+                        None => Ok(()),
+                    };
+                }
+                Err(err) => err,
+            };
+            match pauses.next() {
+                Some(pause) if err.is_retriable() => tokio::time::sleep(pause).await,
+                _ => return Err(err),
             }
         }
-        Ok(())
     }
 
     /// Ends the run: the answers it did not record with a write are recorded now, before the

@@ -52,27 +52,32 @@ fn ids(writes: &[OutcomeWrite]) -> Vec<ExecutionId> {
 /// parent's result; no child writes its own outcome. The logs are those `append_outcome` would
 /// have made: the child's `Finished` after its `Locked`, the parent's responses in the order of
 /// the calls, at the time of each child's outcome. Then, when the batch that records an answer
-/// fails (refused once, nothing written), the run ends, the answer is recorded on its own, and
-/// the run after the lease's expiry replays the step and finishes with the same result, the
-/// child having run once.
+/// fails (refused once, nothing written), the run ends, the answer is recorded on its own (its
+/// first attempt refused too, with an error worth a retry), and the run after the lease's
+/// expiry replays the step and finishes with the same result, the child having run once.
 pub async fn w21_children_answer_their_parent_in_its_next_write<F: StoreFactory>(factory: &F) {
     let store = factory.fresh().await;
     let seen = Arc::new(Mutex::new(Vec::new()));
     let refuse_an_answer = Arc::new(AtomicBool::new(false));
+    let refuse_alone = Arc::new(AtomicBool::new(false));
     let hook = {
         let (seen, refuse_an_answer) = (Arc::clone(&seen), Arc::clone(&refuse_an_answer));
+        let refuse_alone = Arc::clone(&refuse_alone);
+        let refused = || DbError::Connection("refused by the scenario".to_string());
         move |write: &Write<'_>| {
             let noted = match write {
                 Write::AppendBatch(req) => {
                     let answered = req.answers.iter().map(|a| a.outcome.execution_id.clone());
                     let answered: Vec<_> = answered.collect();
                     if !answered.is_empty() && refuse_an_answer.swap(false, Ordering::SeqCst) {
-                        let refused = DbError::Connection("refused by the scenario".to_string());
-                        return Fault::Refuse(refused);
+                        return Fault::Refuse(refused());
                     }
                     Some(Seen::Batch(req.execution_id.clone(), answered))
                 }
                 Write::Outcome(write) => Some(Seen::Outcome(write.execution_id.clone())),
+                Write::Outcomes(_) if refuse_alone.swap(false, Ordering::SeqCst) => {
+                    return Fault::Refuse(refused());
+                }
                 Write::Outcomes(writes) => Some(Seen::Outcomes(ids(writes))),
                 _ => None,
             };
@@ -149,13 +154,16 @@ pub async fn w21_children_answer_their_parent_in_its_next_write<F: StoreFactory>
     // The batch that records the first answer fails: the run ends, the answer is recorded on
     // its own, and the next run replays the step.
     refuse_an_answer.store(true, Ordering::SeqCst);
+    refuse_alone.store(true, Ordering::SeqCst);
     let handle = client.submit(&STEPS, &5).await.expect("submitted");
     let parent = handle.execution_id().clone();
     let first = parent.next_level(&"o:1-double".parse().expect("a join set id"), 1);
     let waited = tokio::time::timeout(SAFETY, async {
         loop {
             let answered = (db.get(&parent).await).is_ok_and(|log| !log.responses.is_empty());
-            if answered && !refuse_an_answer.load(Ordering::SeqCst) {
+            let refused =
+                !refuse_an_answer.load(Ordering::SeqCst) && !refuse_alone.load(Ordering::SeqCst);
+            if answered && refused {
                 return;
             }
             tokio::time::sleep(Duration::from_millis(2)).await;
