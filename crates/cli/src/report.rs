@@ -199,10 +199,8 @@ pub fn summarize(logs: &[ExecutionLog]) -> Summary {
         if let Some(created_at) = created_at {
             first_created = Some(first_created.map_or(created_at, |first| first.min(created_at)));
         }
-        let parent = match log.events.first().map(|event| &event.event) {
-            Some(ExecutionEventInner::Created { parent, .. }) => parent.as_ref(),
-            _ => None,
-        };
+        let created = log.events.first().and_then(|event| event.event.created());
+        let parent = created.and_then(|created| created.parent.as_ref());
         if parent.is_some() {
             summary.children += 1;
         } else {

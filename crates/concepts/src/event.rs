@@ -229,29 +229,9 @@ pub struct ExecutionEvent {
 /// An event of the execution log.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ExecutionEventInner {
-    /// Always version 0, written by `create` only.
-    Created {
-        /// The function to run.
-        ffqn: FunctionFqn,
-        /// Its parameters.
-        params: Params,
-        /// The parent and the join set this execution answers to, for a child.
-        parent: Option<(ExecutionId, JoinSetId)>,
-        /// When it becomes due.
-        #[serde(with = "crate::time::rfc3339")]
-        scheduled_at: DateTime<Utc>,
-        /// The first retry's backoff; each further retry doubles it.
-        #[serde(with = "duration_micros")]
-        retry_exp_backoff: Duration,
-        /// How many temporary failures or timeouts are retried.
-        max_retries: u32,
-        /// The component that runs the function.
-        component_id: ComponentId,
-        /// The submitter's string map (trace context).
-        metadata: ExecutionMetadata,
-        /// The execution that scheduled this one, if any.
-        scheduled_by: Option<ExecutionId>,
-    },
+    /// Always version 0, written by `create` only. Boxed: it is by far the largest event, and
+    /// every event of a log would otherwise be as large as it.
+    Created(Box<Created>),
     /// An executor holds the execution until `lock_expires_at`.
     Locked(Locked),
     /// The worker hit a limit; the execution comes back later without using up a retry.
@@ -297,13 +277,31 @@ impl ExecutionEventInner {
     #[must_use]
     pub fn variant_name(&self) -> &'static str {
         match self {
-            Self::Created { .. } => "Created",
+            Self::Created(_) => "Created",
             Self::Locked(_) => "Locked",
             Self::Unlocked { .. } => "Unlocked",
             Self::TemporarilyFailed { .. } => "TemporarilyFailed",
             Self::TemporarilyTimedOut { .. } => "TemporarilyTimedOut",
             Self::Finished { .. } => "Finished",
             Self::HistoryEvent { .. } => "HistoryEvent",
+        }
+    }
+
+    /// The creation, for a `Created` event.
+    #[must_use]
+    pub fn created(&self) -> Option<&Created> {
+        match self {
+            Self::Created(created) => Some(created),
+            _ => None,
+        }
+    }
+
+    /// The creation, for a `Created` event (`None` for any other).
+    #[must_use]
+    pub fn into_created(self) -> Option<Box<Created>> {
+        match self {
+            Self::Created(created) => Some(created),
+            _ => None,
         }
     }
 
@@ -315,6 +313,31 @@ impl ExecutionEventInner {
             Self::TemporarilyFailed { .. } | Self::TemporarilyTimedOut { .. }
         )
     }
+}
+
+/// What an execution is created with: its [`ExecutionEventInner::Created`] event.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Created {
+    /// The function to run.
+    pub ffqn: FunctionFqn,
+    /// Its parameters.
+    pub params: Params,
+    /// The parent and the join set this execution answers to, for a child.
+    pub parent: Option<(ExecutionId, JoinSetId)>,
+    /// When it becomes due.
+    #[serde(with = "crate::time::rfc3339")]
+    pub scheduled_at: DateTime<Utc>,
+    /// The first retry's backoff; each further retry doubles it.
+    #[serde(with = "duration_micros")]
+    pub retry_exp_backoff: Duration,
+    /// How many temporary failures or timeouts are retried.
+    pub max_retries: u32,
+    /// The component that runs the function.
+    pub component_id: ComponentId,
+    /// The submitter's string map (trace context).
+    pub metadata: ExecutionMetadata,
+    /// The execution that scheduled this one, if any.
+    pub scheduled_by: Option<ExecutionId>,
 }
 
 /// The lease an executor holds.
@@ -547,3 +570,6 @@ pub(crate) mod duration_micros {
         u64::deserialize(d).map(Duration::from_micros)
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -53,7 +53,7 @@ pub use error::{
     ValidationError,
 };
 pub use event::{
-    ClosingStrategy, ExecutionEvent, ExecutionEventInner, ExecutionMetadata,
+    ClosingStrategy, Created, ExecutionEvent, ExecutionEventInner, ExecutionMetadata,
     FinishedExecutionError, FinishedExecutionResult, HistoryEvent, JoinSetRequest, JoinSetResponse,
     JoinSetResponseEvent, JoinSetResponseEventOuter, Json, Locked, Params, PermanentFailureKind,
     PersistKind, ResultKind, SupportedFunctionReturnValue, Version,

@@ -237,9 +237,7 @@ impl ExecutionState {
             });
         }
         match event {
-            ExecutionEventInner::Created { .. } => {
-                Err(ValidationError::CreatedEventAppended.into())
-            }
+            ExecutionEventInner::Created(_) => Err(ValidationError::CreatedEventAppended.into()),
             ExecutionEventInner::Locked(Locked {
                 executor_id,
                 run_id,
@@ -266,8 +264,8 @@ impl ExecutionState {
     ) -> ExecutionState {
         let version = self.next_version;
         let pending_state = match &event.event {
-            ExecutionEventInner::Created { scheduled_at, .. } => PendingState::PendingAt {
-                scheduled_at: *scheduled_at,
+            ExecutionEventInner::Created(created) => PendingState::PendingAt {
+                scheduled_at: created.scheduled_at,
             },
             ExecutionEventInner::Locked(locked) => PendingState::Locked {
                 executor_id: locked.executor_id,
@@ -412,9 +410,9 @@ pub fn derive_pending_state(
                 });
             }
             ExecutionEventInner::HistoryEvent { .. } => {}
-            ExecutionEventInner::Created { scheduled_at, .. } => {
+            ExecutionEventInner::Created(created) => {
                 return Some(PendingState::PendingAt {
-                    scheduled_at: *scheduled_at,
+                    scheduled_at: created.scheduled_at,
                 });
             }
         }

@@ -7,6 +7,7 @@
 //! correct if every wake-up is lost.
 
 use crate::{
+    Created,
     error::DbError,
     event::{
         ExecutionEvent, ExecutionEventInner, ExecutionMetadata, FinishedExecutionResult,
@@ -67,7 +68,7 @@ impl CreateRequest {
     pub fn to_created_event(&self) -> ExecutionEvent {
         ExecutionEvent {
             created_at: self.created_at,
-            event: ExecutionEventInner::Created {
+            event: ExecutionEventInner::Created(Box::new(Created {
                 ffqn: self.ffqn.clone(),
                 params: self.params.clone(),
                 parent: self.parent.clone(),
@@ -77,7 +78,7 @@ impl CreateRequest {
                 component_id: self.component_id.clone(),
                 metadata: self.metadata.clone(),
                 scheduled_by: self.scheduled_by.clone(),
-            },
+            })),
         }
     }
 
@@ -100,7 +101,7 @@ impl CreateRequest {
         } = self;
         ExecutionEvent {
             created_at,
-            event: ExecutionEventInner::Created {
+            event: ExecutionEventInner::Created(Box::new(Created {
                 ffqn,
                 params,
                 parent,
@@ -110,7 +111,7 @@ impl CreateRequest {
                 component_id,
                 metadata,
                 scheduled_by,
-            },
+            })),
         }
     }
 }
@@ -233,10 +234,7 @@ impl ExecutionLog {
     /// The `Created` event's fields, if the log is well formed.
     #[must_use]
     pub fn ffqn(&self) -> Option<&FunctionFqn> {
-        match self.events.first().map(|e| &e.event) {
-            Some(ExecutionEventInner::Created { ffqn, .. }) => Some(ffqn),
-            _ => None,
-        }
+        Some(&self.events.first()?.event.created()?.ffqn)
     }
 
     /// The finished result, if finished.
@@ -291,10 +289,8 @@ impl ExecutionLog {
     /// a warm wait of its previous process, and how a probe unparks an execution.
     #[must_use]
     pub fn unlock_now(&self, now: DateTime<Utc>, reason: String) -> crate::OutcomeWrite {
-        let parent = match self.events.first().map(|event| &event.event) {
-            Some(ExecutionEventInner::Created { parent, .. }) => parent.as_ref(),
-            _ => None,
-        };
+        let created = self.events.first().and_then(|event| event.event.created());
+        let parent = created.and_then(|created| created.parent.as_ref());
         crate::OutcomeWrite::new(
             self.execution_id.clone(),
             self.next_version,

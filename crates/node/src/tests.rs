@@ -479,11 +479,12 @@ async fn submit_creates_once_and_refuses_a_conflict_a_child_id_and_refused_param
     );
     let log = db.get(created.execution_id()).await.expect("stored");
     match &log.events[0].event {
-        concepts::ExecutionEventInner::Created {
-            component_id,
-            max_retries,
-            ..
-        } => {
+        concepts::ExecutionEventInner::Created(created) => {
+            let concepts::Created {
+                component_id,
+                max_retries,
+                ..
+            } = &**created;
             assert_eq!(component_id.to_string(), "activity:echo");
             assert_eq!(*max_retries, 3);
         }
@@ -555,7 +556,8 @@ async fn submit_creates_once_and_refuses_a_conflict_a_child_id_and_refused_param
     .expect("created");
     let log = db.get(elsewhere.execution_id()).await.expect("stored");
     match &log.events[0].event {
-        concepts::ExecutionEventInner::Created { component_id, .. } => {
+        concepts::ExecutionEventInner::Created(created) => {
+            let concepts::Created { component_id, .. } = &**created;
             assert_eq!(component_id.to_string(), "submit:default");
         }
         other => panic!("{other:?}"),

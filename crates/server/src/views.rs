@@ -154,7 +154,7 @@ pub fn summary(summary: &ExecutionSummary) -> SummaryView {
 /// backend returns.
 pub fn execution(log: &ExecutionLog) -> Option<ExecutionView> {
     let created = log.events.first()?;
-    let ExecutionEventInner::Created {
+    let concepts::Created {
         ffqn,
         params,
         parent: parent_of,
@@ -164,10 +164,7 @@ pub fn execution(log: &ExecutionLog) -> Option<ExecutionView> {
         component_id,
         metadata,
         ..
-    } = &created.event
-    else {
-        return None;
-    };
+    } = created.event.created()?;
     Some(ExecutionView {
         id: log.execution_id.to_string(),
         function: ffqn.to_string(),
@@ -223,23 +220,14 @@ fn response(response: &JoinSetResponseEventOuter) -> ResponseView {
 /// The event at `version` of a log.
 pub fn event(version: u32, event: &ExecutionEvent) -> EventView {
     let data = match &event.event {
-        ExecutionEventInner::Created {
-            ffqn,
-            params,
-            parent: parent_of,
-            scheduled_at,
-            retry_exp_backoff,
-            max_retries,
-            component_id,
-            ..
-        } => EventData::Created {
-            function: ffqn.to_string(),
-            params: params.0.clone(),
-            parent: parent(parent_of.as_ref()),
-            scheduled_at: *scheduled_at,
-            component: component_id.to_string(),
-            max_retries: *max_retries,
-            retry_exp_backoff_ms: millis(*retry_exp_backoff),
+        ExecutionEventInner::Created(created) => EventData::Created {
+            function: created.ffqn.to_string(),
+            params: created.params.0.clone(),
+            parent: parent(created.parent.as_ref()),
+            scheduled_at: created.scheduled_at,
+            component: created.component_id.to_string(),
+            max_retries: created.max_retries,
+            retry_exp_backoff_ms: millis(created.retry_exp_backoff),
         },
         ExecutionEventInner::Locked(locked) => EventData::Locked {
             component: locked.component_id.to_string(),

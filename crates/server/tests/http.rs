@@ -326,7 +326,7 @@ async fn each_endpoint_answers(factory: &dyn StoreFactory) {
         assert_eq!(status, StatusCode::CREATED, "{body}");
         let traced: concepts::ExecutionId = body["id"].as_str().unwrap().parse().unwrap();
         let log = served.db.get(&traced).await.unwrap();
-        let concepts::ExecutionEventInner::Created { metadata, .. } = &log.events[0].event else {
+        let Some(concepts::Created { metadata, .. }) = log.events[0].event.created() else {
             panic!("a log starts with its creation");
         };
         assert_eq!(metadata.traceparent(), stored, "{header}");

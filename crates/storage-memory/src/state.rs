@@ -133,10 +133,8 @@ impl Record {
 
     /// When the execution was scheduled at its creation (its `Created` event's).
     pub(crate) fn scheduled_at(&self) -> DateTime<Utc> {
-        match self.events.first().map(|e| &e.event) {
-            Some(concepts::ExecutionEventInner::Created { scheduled_at, .. }) => *scheduled_at,
-            _ => DateTime::default(),
-        }
+        let created = self.events.first().and_then(|e| e.event.created());
+        created.map_or_else(DateTime::default, |created| created.scheduled_at)
     }
 
     /// The result, when finished (`Finished` is the last event).

@@ -283,7 +283,7 @@ async fn a_failing_write_leaves_every_index_untouched() {
                         },
                     },
                 },
-                ExecutionEventInner::Created {
+                ExecutionEventInner::Created(Box::new(concepts::Created {
                     ffqn: ffqn(),
                     params: Json(serde_json_array()),
                     parent: None,
@@ -293,7 +293,7 @@ async fn a_failing_write_leaves_every_index_untouched() {
                     component_id: "activity:test".parse().unwrap(),
                     metadata: ExecutionMetadata::default(),
                     scheduled_by: None,
-                },
+                })),
             ],
         ))
         .await

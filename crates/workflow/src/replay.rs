@@ -101,11 +101,7 @@ impl RecordedHistory {
     /// The function, parameters and history events of the log; `None` without a `Created`
     /// event first.
     fn parts(&self) -> Option<(&FunctionFqn, &Json, Vec<HistoryEvent>)> {
-        let Some(ExecutionEventInner::Created { ffqn, params, .. }) =
-            self.events.first().map(|event| &event.event)
-        else {
-            return None;
-        };
+        let concepts::Created { ffqn, params, .. } = self.events.first()?.event.created()?;
         Some((ffqn, params, history_of(&self.events)))
     }
 }
@@ -296,10 +292,9 @@ pub(crate) fn probe_log(
     children: HashMap<ExecutionId, (FunctionFqn, Json)>,
     child_defaults: ChildDefaults,
 ) -> Result<Probed, String> {
-    let metadata = match log.events.first().map(|event| &event.event) {
-        Some(ExecutionEventInner::Created { metadata, .. }) => metadata.clone(),
-        _ => concepts::ExecutionMetadata::default(),
-    };
+    let created = log.events.first().and_then(|event| event.event.created());
+    let metadata = created.map(|created| created.metadata.clone());
+    let metadata = metadata.unwrap_or_default();
     // The time of the log's last event: a probe records nothing, so no time it reads is kept.
     let at = log
         .events

@@ -326,9 +326,9 @@ pub(crate) async fn children_created(
     let created = children
         .into_iter()
         .zip(events)
-        .filter_map(|(child, event)| match event.event {
-            ExecutionEventInner::Created { ffqn, params, .. } => Some((child, (ffqn, params))),
-            _ => None,
+        .filter_map(|(child, event)| {
+            let created = *event.event.into_created()?;
+            Some((child, (created.ffqn, created.params)))
         });
     Ok(created.collect())
 }

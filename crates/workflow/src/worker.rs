@@ -262,8 +262,8 @@ impl<C: ClockFn> Worker for WorkflowWorker<C> {
     /// and without writing: it proceeds once the replay agrees with every recorded event it
     /// reaches (see [`NondeterminismPolicy::Park`]).
     async fn probe(&self, log: &ExecutionLog) -> Probe {
-        let Some(ExecutionEventInner::Created { ffqn, params, .. }) =
-            log.events.first().map(|event| &event.event)
+        let Some(concepts::Created { ffqn, params, .. }) =
+            log.events.first().and_then(|event| event.event.created())
         else {
             return Probe::Stays("the log has no `Created` event".to_string());
         };

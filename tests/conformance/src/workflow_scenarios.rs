@@ -25,8 +25,8 @@ pub use versioning::{
 
 use crate::StoreFactory;
 use concepts::{
-    ClockFn, ExecutionEventInner, FinishedExecutionError, HistoryEvent, JoinSetRequest,
-    PermanentFailureKind, PersistKind,
+    ClockFn, FinishedExecutionError, HistoryEvent, JoinSetRequest, PermanentFailureKind,
+    PersistKind,
 };
 use fixture::{DOUBLE, Fixture, GATED, LEASE, REFUSE, SAFETY, history, is_blocked, runs, shape};
 use serde_json::json;
@@ -206,8 +206,8 @@ pub async fn w1_call<F: StoreFactory>(factory: &F) {
         }
     );
     let child_log = f.log(&child).await;
-    let Some(ExecutionEventInner::Created { parent, ffqn, .. }) =
-        child_log.events.first().map(|e| &e.event)
+    let Some(concepts::Created { parent, ffqn, .. }) =
+        child_log.events.first().and_then(|e| e.event.created())
     else {
         panic!("the child exists");
     };

@@ -767,8 +767,8 @@ fn sqlite_workflows_of_version_1_killed_and_restarted_with_version_2_finish_as_t
         for summary in &all {
             let id = &summary.execution_id;
             let log = db.get(id).await.unwrap_or_else(|e| panic!("get {id}: {e}"));
-            let Some(ExecutionEventInner::Created { params, .. }) =
-                log.events.first().map(|e| &e.event)
+            let Some(concepts::Created { params, .. }) =
+                log.events.first().and_then(|e| e.event.created())
             else {
                 panic!("{id}: the first event is not Created");
             };
@@ -945,7 +945,7 @@ async fn check_identity_workflows(store: &Store) {
 
 /// The workflow `id` (its log `log`) finished once, with the result of an uninterrupted run.
 fn assert_finished_once_as_uninterrupted(id: &ExecutionId, log: &concepts::ExecutionLog) {
-    let Some(ExecutionEventInner::Created { params, .. }) = log.events.first().map(|e| &e.event)
+    let Some(concepts::Created { params, .. }) = log.events.first().and_then(|e| e.event.created())
     else {
         panic!("{id}: the first event is not Created");
     };

@@ -156,13 +156,13 @@ fn check_log(id: &ExecutionId, log: &ExecutionLog) -> Result<(), Broken> {
     check_leases(id, log)?;
     let created_first = matches!(
         log.events.first().map(|e| &e.event),
-        Some(ExecutionEventInner::Created { .. })
+        Some(ExecutionEventInner::Created(_))
     );
     let only_first = log
         .events
         .iter()
         .skip(1)
-        .all(|e| !matches!(e.event, ExecutionEventInner::Created { .. }));
+        .all(|e| !matches!(e.event, ExecutionEventInner::Created(_)));
     // A finished log's next version stays the version of its `Finished` (nothing follows it).
     let expected_next = log.events.len() - usize::from(!finished.is_empty());
     if !created_first || !only_first || log.next_version.0 as usize != expected_next {
@@ -243,10 +243,10 @@ fn check_children(logs: &BTreeMap<ExecutionId, ExecutionLog>) -> Result<(), Brok
         }
     }
     for (id, log) in logs {
-        let Some(ExecutionEventInner::Created {
+        let Some(concepts::Created {
             parent: Some((parent, _)),
             ..
-        }) = log.events.first().map(|e| &e.event)
+        }) = log.events.first().and_then(|e| e.event.created())
         else {
             continue;
         };
@@ -418,8 +418,8 @@ mod tests {
         let join_set = JoinSetId::new(JoinSetKind::Generated, "1").expect("a join set id");
         let mut child = real[&id].clone();
         child.execution_id = id.next_level(&join_set, 1);
-        if let ExecutionEventInner::Created { parent, .. } = &mut child.events[0].event {
-            *parent = Some((id.clone(), join_set));
+        if let ExecutionEventInner::Created(created) = &mut child.events[0].event {
+            created.parent = Some((id.clone(), join_set));
         }
         child.events.push(finished(&clock));
         child.pending_state = derive_pending_state(&child.events, &[]).expect("a state");

@@ -348,7 +348,7 @@ fn timeline(log: &ExecutionLog) -> String {
         .first()
         .map_or_else(chrono::DateTime::default, |event| event.created_at);
     let _ = writeln!(text, "Execution  {}", log.execution_id);
-    if let Some(ExecutionEventInner::Created {
+    if let Some(concepts::Created {
         ffqn,
         params,
         parent,
@@ -356,7 +356,7 @@ fn timeline(log: &ExecutionLog) -> String {
         max_retries,
         component_id,
         ..
-    }) = log.events.first().map(|event| &event.event)
+    }) = log.events.first().and_then(|event| event.event.created())
     {
         let _ = writeln!(text, "Function   {ffqn} (component {component_id})");
         let _ = writeln!(text, "Params     {params}");

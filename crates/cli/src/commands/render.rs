@@ -171,13 +171,14 @@ pub fn event_name(event: &ExecutionEventInner) -> &'static str {
 pub fn event_details(origin: DateTime<Utc>, event: &ExecutionEvent) -> String {
     let at = |t: DateTime<Utc>| format!("{} ({})", time(t), offset(origin, t));
     match &event.event {
-        ExecutionEventInner::Created {
-            ffqn,
-            params,
-            parent,
-            scheduled_at,
-            ..
-        } => {
+        ExecutionEventInner::Created(created) => {
+            let concepts::Created {
+                ffqn,
+                params,
+                parent,
+                scheduled_at,
+                ..
+            } = &**created;
             let parent = parent
                 .as_ref()
                 .map(|(parent, join_set)| format!(", child of {parent} in {join_set}"))

@@ -19,7 +19,7 @@ fn event(ms: i64, event: ExecutionEventInner) -> ExecutionEvent {
 }
 
 fn created(parent: Option<(ExecutionId, JoinSetId)>) -> ExecutionEventInner {
-    ExecutionEventInner::Created {
+    ExecutionEventInner::Created(Box::new(concepts::Created {
         ffqn: "ns:pkg/ifc.fn".parse().unwrap(),
         params: Json(serde_json::json!({})),
         parent,
@@ -29,7 +29,7 @@ fn created(parent: Option<(ExecutionId, JoinSetId)>) -> ExecutionEventInner {
         component_id: ComponentId::new("activity", "x").unwrap(),
         metadata: ExecutionMetadata::default(),
         scheduled_by: None,
-    }
+    }))
 }
 
 fn ok() -> ExecutionEventInner {

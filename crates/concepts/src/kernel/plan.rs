@@ -99,17 +99,12 @@ impl ExecutionChange {
                 _,
                 ExecutionEvent {
                     created_at,
-                    event:
-                        ExecutionEventInner::Created {
-                            scheduled_at,
-                            component_id,
-                            ..
-                        },
+                    event: ExecutionEventInner::Created(created),
                 },
             )) => Some(NewExecution {
                 created_at: *created_at,
-                scheduled_at: *scheduled_at,
-                component_id,
+                scheduled_at: created.scheduled_at,
+                component_id: &created.component_id,
             }),
             _ => None,
         }

@@ -167,7 +167,7 @@ fn a_new_execution_is_pending_at_its_schedule_and_wakes_its_function() {
         (
             Version(0),
             ExecutionEvent {
-                event: ExecutionEventInner::Created { .. },
+                event: ExecutionEventInner::Created(_),
                 ..
             }
         )

@@ -25,7 +25,7 @@ fn ev(secs: i64, event: ExecutionEventInner) -> ExecutionEvent {
 fn created(scheduled: i64) -> ExecutionEvent {
     ev(
         0,
-        ExecutionEventInner::Created {
+        ExecutionEventInner::Created(Box::new(crate::Created {
             ffqn: FunctionFqn::new("ns:pkg/ifc", "f").unwrap(),
             params: Json(serde_json::json!([])),
             parent: None,
@@ -35,7 +35,7 @@ fn created(scheduled: i64) -> ExecutionEvent {
             component_id: ComponentId::new("activity", "test").unwrap(),
             metadata: ExecutionMetadata::default(),
             scheduled_by: None,
-        },
+        })),
     )
 }
 

@@ -166,7 +166,7 @@ impl Fixture {
     async fn finish(&self, execution_id: &ExecutionId, result: FinishedExecutionResult) {
         let log = self.log(execution_id).await;
         let parent = match &log.events[0].event {
-            ExecutionEventInner::Created { parent, .. } => parent.clone(),
+            ExecutionEventInner::Created(created) => created.parent.clone(),
             other => panic!("version 0 of {execution_id} is {other:?}"),
         };
         let write = OutcomeWrite::new(

@@ -43,7 +43,7 @@ pub async fn s12_json_key_order<F: StoreFactory>(factory: &F) {
     db.create(req).await.unwrap();
     let log = db.get(&id).await.unwrap();
     match &log.events[0].event {
-        ExecutionEventInner::Created { params, .. } => same_text(params),
+        ExecutionEventInner::Created(created) => same_text(&created.params),
         other => panic!("{other:?}"),
     }
     let locked = lock_pending_now(db, &ffqns_of(&f), 1, now, executor_id(1), LEASE).await;

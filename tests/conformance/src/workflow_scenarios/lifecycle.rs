@@ -302,11 +302,11 @@ pub async fn w18_typed_schedules_client<F: StoreFactory>(factory: &F) {
         panic!("one execution: {triggered:?}");
     };
     let log = f.log(fired).await;
-    let Some(concepts::ExecutionEventInner::Created {
+    let Some(concepts::Created {
         component_id,
         max_retries,
         ..
-    }) = log.events.first().map(|event| &event.event)
+    }) = log.events.first().and_then(|event| event.event.created())
     else {
         panic!("created");
     };

@@ -219,12 +219,12 @@ pub async fn w20_typed_joins_per_call_options_and_status<F: StoreFactory>(factor
     let mut retries = Vec::new();
     for child in children {
         let log = f.log(&child.execution_id).await;
-        if let Some(ExecutionEventInner::Created {
+        if let Some(concepts::Created {
             max_retries,
             retry_exp_backoff,
             params,
             ..
-        }) = log.events.first().map(|event| &event.event)
+        }) = log.events.first().and_then(|event| event.event.created())
         {
             retries.push((params.0.clone(), *max_retries, *retry_exp_backoff));
         }

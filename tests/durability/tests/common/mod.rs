@@ -51,7 +51,7 @@ pub fn assert_finished_once(id: &ExecutionId, log: &ExecutionLog) {
     let Some(ExecutionEventInner::Finished { result }) = log.events.last().map(|e| &e.event) else {
         panic!("{id}: the last event is not Finished: {log:#?}");
     };
-    let Some(ExecutionEventInner::Created { params, .. }) = log.events.first().map(|e| &e.event)
+    let Some(concepts::Created { params, .. }) = log.events.first().and_then(|e| e.event.created())
     else {
         panic!("{id}: the first event is not Created: {log:#?}");
     };

@@ -34,7 +34,7 @@ fn child(parent: &ExecutionId, name: &str) -> ExecutionId {
 fn log(id: &ExecutionId, finished: Option<(i64, FinishedExecutionResult)>) -> ExecutionLog {
     let created = ExecutionEvent {
         created_at: at(0),
-        event: ExecutionEventInner::Created {
+        event: ExecutionEventInner::Created(Box::new(concepts::Created {
             ffqn: workers::DOUBLE.ffqn().expect("a legal name"),
             params: Json(serde_json::json!(1)),
             parent: id.split_to_parent(),
@@ -44,7 +44,7 @@ fn log(id: &ExecutionId, finished: Option<(i64, FinishedExecutionResult)>) -> Ex
             component_id: workers::component(),
             metadata: concepts::ExecutionMetadata::default(),
             scheduled_by: None,
-        },
+        })),
     };
     let mut events = vec![created];
     let pending_state = match finished {

@@ -7,7 +7,7 @@
 //! a child locked; a repeat is answered as `create`'s, without the lease.
 
 use crate::{
-    CreateConflict, CreateOutcome, CreateRequest, DbError, DuplicateKind, ExecutionEvent,
+    CreateConflict, CreateOutcome, CreateRequest, Created, DbError, DuplicateKind, ExecutionEvent,
     ExecutionEventInner, ExecutionId, Locked, PendingState, ValidationError, Version,
     kernel::{
         ExecutionChange, ExecutionRow, Keys, Planner, Snapshot, Write, snapshot::inconsistent,
@@ -222,12 +222,12 @@ fn repeated_create(
     req: &CreateRequest,
     (created, pending_state): (ExecutionEvent, PendingState),
 ) -> Result<CreateOutcome, DbError> {
-    let ExecutionEventInner::Created {
+    let Some(Created {
         ffqn,
         params,
         parent,
         ..
-    } = created.event
+    }) = created.event.into_created().map(|created| *created)
     else {
         return Err(inconsistent(format!(
             "version 0 of execution {} is not `Created`",

@@ -10,9 +10,9 @@
 //! later).
 
 use crate::{
-    CreateRequest, DbError, ExecutionEvent, ExecutionEventInner, ExecutionMetadata, HistoryEvent,
-    JoinSetResponseEventOuter, LockPendingRequest, Locked, LockedExecution, Params, RunId,
-    ValidationError, Version,
+    CreateRequest, Created, DbError, ExecutionEvent, ExecutionEventInner, ExecutionMetadata,
+    HistoryEvent, JoinSetResponseEventOuter, LockPendingRequest, Locked, LockedExecution, Params,
+    RunId, ValidationError, Version,
     kernel::{
         DueQuery, ExecutionRow, Keys, LogRows, Planner, Write, snapshot::inconsistent,
         write::sealed::Sealed,
@@ -140,12 +140,14 @@ pub fn hand_over(grant: LockGrant, mut log: LogRows) -> Result<LockedExecution, 
     let events = handed_over(&grant, log.events.len())?;
     log.events.truncate(events);
     let mut history = log.events.into_iter();
-    let Some(ExecutionEventInner::Created {
+    let Some(Created {
         params,
         metadata,
         scheduled_at,
         ..
-    }) = history.next().map(|e| e.event)
+    }) = (history.next())
+        .and_then(|e| e.event.into_created())
+        .map(|created| *created)
     else {
         return Err(not_created(&grant));
     };
@@ -168,12 +170,12 @@ pub fn hand_over_cloned(
 ) -> Result<LockedExecution, DbError> {
     let handed = handed_over(&grant, events.len())?;
     let history = events.get(1..handed).unwrap_or_default();
-    let Some(ExecutionEventInner::Created {
+    let Some(Created {
         params,
         metadata,
         scheduled_at,
         ..
-    }) = events.first().map(|e| &e.event)
+    }) = events.first().and_then(|e| e.event.created())
     else {
         return Err(not_created(&grant));
     };
