@@ -15,7 +15,8 @@
 //! reaches N.
 //!
 //! With PostgreSQL it also runs the same workload with 1, 2 and 4 executor processes against
-//! one server (`--processes`): see the `multi` module for how that is measured. Its limit,
+//! one server (`--processes`), three runs of each, alternated, the median kept: see the `multi`
+//! module for how one run is measured. Its limit,
 //! measured on the same server in the same run (`pg_limit`), is the server's single-row
 //! `INSERT` transactions/s at 32 concurrent clients; the targets table holds the one-process
 //! rate against it and each multi-process rate against the one-process rate.
@@ -432,43 +433,6 @@ async fn measure_postgres(server_url: &str, args: &Args) -> anyhow::Result<Measu
     measured
 }
 
-/// The multi-process PostgreSQL runs, one fresh database each; returns the table rows and
-/// each run's end-to-end executions/s by its number of processes.
-async fn measure_processes(
-    server_url: &str,
-    args: &Args,
-) -> anyhow::Result<(Vec<String>, Vec<(usize, f64)>)> {
-    let mut rows = Vec::new();
-    let mut rates = Vec::new();
-    for &processes in &args.processes {
-        anyhow::ensure!(processes > 0, "--processes: 0 is not a number of processes");
-        eprintln!("measuring postgres with {processes} executor process(es) ...");
-        let run = PostgresRun::create(server_url, &format!("p{processes}")).await?;
-        let measured = match run.connect().await {
-            Ok(parent) => {
-                let measured = multi::measure(
-                    &parent,
-                    &run.server_url,
-                    &run.name,
-                    processes,
-                    args.executions,
-                    args.batch_size,
-                )
-                .await;
-                parent.close().await;
-                measured
-            }
-            Err(e) => Err(e),
-        };
-        run.drop_database().await?;
-        let (m, per_process) = measured?;
-        let shares: Vec<String> = per_process.iter().map(ToString::to_string).collect();
-        rows.push(format!("{} {} |", m.row(), shares.join(" / ")));
-        rates.push((processes, m.per_second(m.create + m.run)));
-    }
-    Ok((rows, rates))
-}
-
 impl Args {
     /// What the counted phase of the instruction counts runs.
     fn phase(&self) -> instructions::PhaseArgs<'_> {
@@ -588,7 +552,9 @@ async fn bench(args: Args) -> anyhow::Result<()> {
                 let rate = m.per_second(m.create + m.run);
                 let mut by_processes = Vec::new();
                 if !args.no_multi_process {
-                    let (rows, rates) = measure_processes(url, &args).await?;
+                    let (rows, rates) =
+                        multi::measure_all(url, &args.processes, args.executions, args.batch_size)
+                            .await?;
                     multi_rows = Some(rows);
                     by_processes = rates;
                 }
@@ -641,14 +607,15 @@ async fn bench(args: Args) -> anyhow::Result<()> {
     if let Some(rows) = multi_rows {
         writeln!(
             report,
-            "\nPostgreSQL, several executor processes against one local server (one fresh database per row). The parent creates the executions with one create_batch once every process has connected, then tells each to start one executor (the same configuration as above); each process counts its acknowledged Finished appends and reports them through a pipe, and the time ends when they add up to {}. Process start-up and connections are not timed; afterwards a query confirms that every execution is finished and the counts add up exactly.\n",
+            "\nPostgreSQL, several executor processes against one local server (one fresh database per run). Each number of processes runs {} times, the numbers alternated; a row is the run of the median end-to-end rate, beside the rates of all its runs. The parent creates the executions with one create_batch once every process has connected, then tells each to start one executor (the same configuration as above); each process counts its acknowledged Finished appends and reports them through a pipe, and the time ends when they add up to {}. Process start-up and connections are not timed; afterwards a query confirms that every execution is finished and the counts add up exactly.\n",
+            multi::PROCESS_ROUNDS,
             args.executions
         )?;
         writeln!(
             report,
-            "| executor processes | executions | creates/s | finished/s | end-to-end executions/s | Finished per process |"
+            "| executor processes | executions | creates/s | finished/s | end-to-end executions/s | Finished per process | end-to-end executions/s of its runs |"
         )?;
-        writeln!(report, "|---|---:|---:|---:|---:|---|")?;
+        writeln!(report, "|---|---:|---:|---:|---:|---|---|")?;
         for row in rows {
             writeln!(report, "{row}")?;
         }

@@ -14,7 +14,7 @@
 //! multi-process run has: starting processes and connecting their stores. The counts reach
 //! the parent through pipes, a delay of microseconds per line.
 
-use crate::{BenchWorker, Measurement, counting::CountingDb, noop_requests};
+use crate::{BenchWorker, Measurement, counting::CountingDb, noop_requests, pg_run::PostgresRun};
 use anyhow::{Context, bail, ensure};
 use concepts::DbClientExt as _;
 use concepts::{DbConnection, ListExecutionsFilter, PendingStateKind};
@@ -151,6 +151,66 @@ impl Drop for Worker {
 
 /// A line from child `idx`, or `None` when it closed its output.
 type Line = (usize, Option<String>);
+
+/// How many times each number of executor processes runs, the numbers alternated (1, 2, 4, 1,
+/// 2, 4, ...): on two cores shared with the server one run of each moves by more than the
+/// differences the targets compare.
+pub(crate) const PROCESS_ROUNDS: usize = 3;
+
+/// The multi-process PostgreSQL runs, one fresh database each, [`PROCESS_ROUNDS`] of each
+/// number of processes, alternated; returns per number of processes the table row of its median
+/// run (with the end-to-end rates of all its runs) and that run's end-to-end executions/s.
+pub(crate) async fn measure_all(
+    server_url: &str,
+    counts: &[usize],
+    executions: usize,
+    batch_size: usize,
+) -> anyhow::Result<(Vec<String>, Vec<(usize, f64)>)> {
+    for &processes in counts {
+        anyhow::ensure!(processes > 0, "--processes: 0 is not a number of processes");
+    }
+    let mut runs: Vec<Vec<(f64, String)>> = vec![Vec::new(); counts.len()];
+    for round in 1..=PROCESS_ROUNDS {
+        for (&processes, runs) in counts.iter().zip(&mut runs) {
+            eprintln!(
+                "measuring postgres with {processes} executor process(es), run {round} of \
+                 {PROCESS_ROUNDS} ..."
+            );
+            let run = PostgresRun::create(server_url, &format!("p{processes}r{round}")).await?;
+            let measured = match run.connect().await {
+                Ok(parent) => {
+                    let measured = measure(
+                        &parent,
+                        &run.server_url,
+                        &run.name,
+                        processes,
+                        executions,
+                        batch_size,
+                    )
+                    .await;
+                    parent.close().await;
+                    measured
+                }
+                Err(e) => Err(e),
+            };
+            run.drop_database().await?;
+            let (m, per_process) = measured?;
+            let shares: Vec<String> = per_process.iter().map(ToString::to_string).collect();
+            let rate = m.per_second(m.create + m.run);
+            runs.push((rate, format!("{} {} |", m.row(), shares.join(" / "))));
+        }
+    }
+    let mut rows = Vec::new();
+    let mut rates = Vec::new();
+    for (&processes, mut runs) in counts.iter().zip(runs) {
+        runs.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let all: Vec<String> = runs.iter().map(|(rate, _)| format!("{rate:.0}")).collect();
+        let (rate, row) = runs.swap_remove(runs.len() / 2);
+        rows.push(format!("{row} {} |", all.join(", ")));
+        rates.push((processes, rate));
+    }
+    Ok((rows, rates))
+}
 
 /// Runs N executions with `processes` worker processes on the database `database` of the
 /// server `url` names (which must exist, empty); `parent` is the parent's own store on it.
