@@ -1,7 +1,8 @@
-//! The write half of a write: a [`WritePlan`]'s changes (or those of a group of writes) as a
-//! handful of multi-row `UNNEST` statements, then `COMMIT`, the notifications and what the
-//! write reads after its commit, in one pipeline; a write planned without a load checks its
-//! [`Assumption`] first ([`CHECK_ASSUMPTION`]), and a refuted one stores nothing.
+//! The write half of a write: a [`WritePlan`]'s changes (or those of a group of writes) as one
+//! statement of multi-row `UNNEST` parts ([`combined`]), then `COMMIT`, the notifications and
+//! what the write reads after its commit, in one pipeline; a write planned without a load
+//! checks its [`Assumption`] first, in the same statement ([`CHECK_ASSUMPTION`]), and a
+//! refuted one stores nothing.
 
 use crate::{
     codec::{kind_to_i16, micros, sub_micros},
@@ -17,12 +18,13 @@ use concepts::{
     },
 };
 use deadpool_postgres::ClientWrapper;
+use std::fmt::Write as _;
 
-/// The condition of a statement that may follow [`CHECK_ASSUMPTION`]: true unless the check
-/// refuted the write (and outside such a write, where the setting is not set).
+/// The condition of each part of a write's [`combined`] statement: true unless its check
+/// (`c`, [`CHECK_ASSUMPTION`] or nothing to check) refuted the write.
 macro_rules! unless_refuted {
     () => {
-        "current_setting('stele.refuted', true) IS DISTINCT FROM 'true'"
+        "NOT (SELECT refuted FROM c)"
     };
 }
 
@@ -106,9 +108,9 @@ const DELETE_EXECUTIONS: &str = "WITH \
 /// Locks the rows `$1` of a write planned without a load and answers `true` when it is
 /// refuted: one of them no longer has the revision it was planned on, `($2, $3, $4)`, one of
 /// the executions `$5` it creates is stored, or one of the join sets `($6, $7)` it creates has
-/// counters stored. The answer is kept for the transaction
-/// (`stele.refuted`), whose later statements read it ([`unless_refuted!`]).
-const CHECK_ASSUMPTION: &str = "SELECT set_config('stele.refuted', ((SELECT count(*) \
+/// counters stored. The `c` of a [`combined`] statement, whose parts read its answer
+/// ([`unless_refuted!`]).
+const CHECK_ASSUMPTION: &str = "SELECT ((SELECT count(*) \
     FROM (SELECT 1 FROM t_execution t JOIN UNNEST($1::text[], $2::int8[], $3::bool[], \
     $4::int8[]) AS k(id, next_version, finished, response_count) ON t.execution_id = k.id \
     AND t.next_version = k.next_version AND (t.state_kind = 3) = k.finished \
@@ -116,7 +118,10 @@ const CHECK_ASSUMPTION: &str = "SELECT set_config('stele.refuted', ((SELECT coun
     <> cardinality($1::text[]) \
     OR EXISTS (SELECT 1 FROM t_execution WHERE execution_id = ANY($5::text[])) \
     OR EXISTS (SELECT 1 FROM t_join_set j JOIN UNNEST($6::text[], $7::text[]) AS a(id, js) \
-    ON j.execution_id = a.id AND j.join_set_id = a.js))::text, true)";
+    ON j.execution_id = a.id AND j.join_set_id = a.js)) AS refuted";
+
+/// The `c` of a write loaded under row locks: nothing to check.
+const NOTHING_TO_CHECK: &str = "SELECT false AS refuted";
 
 /// What goes out with a write's `COMMIT`.
 pub(crate) struct Commit<'a> {
@@ -189,7 +194,7 @@ async fn rolled_back(client: &ClientWrapper, trips: &Trips, e: DbError) -> NotCo
 /// True when the first statement's answer, [`CHECK_ASSUMPTION`]'s, refuted the write.
 fn refuted(rows: &[Vec<tokio_postgres::Row>]) -> bool {
     let answer = rows.first().and_then(|rows| rows.first());
-    answer.and_then(|row| row.try_get::<_, &str>(0).ok()) != Some("false")
+    answer.and_then(|row| row.try_get::<_, bool>(0).ok()) != Some(false)
 }
 
 /// The `lock_expires_at` column: set only while `Locked` (a blocked run's lease is not a timer
@@ -224,8 +229,7 @@ fn statements<'a>(
     let state = |change: &'a ExecutionChange| &change.row.state.pending_state;
     let response =
         |change: &'a ExecutionChange, i: usize| &change.responses[i].response.event.event;
-    let statements = [
-        assumed.map(check_assumption),
+    let parts = [
         unnest!(INSERT_EXECUTIONS, new, |(change, created)| {
             ids: &str = id(change),
             ffqns: String = change.row.ffqn.to_string(),
@@ -288,19 +292,73 @@ fn statements<'a>(
             expires_at_ns: i16 = sub_micros(change.delays_requested[i].expires_at),
             open: bool = change.delays_requested[i].open,
         }),
+    ];
+    // Apart, after it: a closed delay may be one this write requests, and the deletions and
+    // schedules are statements of their own `WITH`.
+    let apart = [
         unnest!(CLOSE_DELAYS, each(|c| c.delays_closed.len()), |(change, i)| {
             ids: &str = id(change),
             delays: String = change.delays_closed[i].to_string(),
         }),
         for_ids(DELETE_EXECUTIONS, &plan.deleted),
     ];
-    let mut statements: Vec<_> = statements.into_iter().flatten().collect();
-    statements.extend(crate::schedules::statements(plan)?);
+    let parts: Vec<_> = parts.into_iter().flatten().collect();
     debug_assert!(
-        assumed.is_none() || (statements.iter().skip(1)).all(|s| s.sql.contains(unless_refuted!())),
+        assumed.is_none() || parts.iter().all(|s| s.sql.contains(unless_refuted!())),
         "a plan on an assumption writes only what a refuted check keeps from being stored"
     );
+    let check = assumed.map(check_assumption);
+    let mut statements = Vec::new();
+    if check.is_some() || !parts.is_empty() {
+        statements.push(combined(check, parts));
+    }
+    statements.extend(apart.into_iter().flatten());
+    statements.extend(crate::schedules::statements(plan)?);
+    debug_assert!(
+        assumed.is_none() || statements.len() == 1,
+        "a plan on an assumption writes only what its check guards"
+    );
     Ok(statements)
+}
+
+/// The check `c` ([`CHECK_ASSUMPTION`], or [`NOTHING_TO_CHECK`]) and the `parts` of a write as
+/// one statement, `WITH c AS MATERIALIZED (check), w1 AS (part), ... SELECT refuted FROM c`,
+/// each part's parameters numbered after those of the parts before it. The main query reads
+/// `c` first, so the check has locked its rows before any part writes (the server runs the
+/// parts the main query does not read at the statement's end), and each part reads the answer
+/// ([`unless_refuted!`]). One statement is one message to bind and one answer to flush, where
+/// a statement per part cost the server more than the parts' own work on a serial step.
+fn combined<'a>(check: Option<Statement<'a>>, parts: Vec<Statement<'a>>) -> Statement<'a> {
+    let mut sql = String::from("WITH c AS MATERIALIZED (");
+    let mut params = Vec::new();
+    let check = check.map_or((NOTHING_TO_CHECK.into(), Vec::new()), |s| (s.sql, s.params));
+    for (i, (part, part_params)) in std::iter::once(check)
+        .chain(parts.into_iter().map(|s| (s.sql, s.params)))
+        .enumerate()
+    {
+        if i > 0 {
+            let _ = write!(sql, "), w{i} AS (");
+        }
+        push_renumbered(&mut sql, &part, params.len());
+        params.extend(part_params);
+    }
+    sql.push_str(") SELECT refuted FROM c");
+    statement(sql, params)
+}
+
+/// Appends `part` to `sql` with each parameter `$n` renumbered `$(n + offset)`.
+fn push_renumbered(sql: &mut String, part: &str, offset: usize) {
+    let mut rest = part;
+    while let Some(at) = rest.find('$') {
+        let (before, after) = rest.split_at(at + 1);
+        sql.push_str(before);
+        let digits = after.bytes().take_while(u8::is_ascii_digit).count();
+        let n: usize = (after[..digits].parse())
+            .expect("every `$` of a write's statements starts a parameter's number");
+        let _ = write!(sql, "{}", n + offset);
+        rest = &after[digits..];
+    }
+    sql.push_str(rest);
 }
 
 /// [`CHECK_ASSUMPTION`] of `assumed`.
