@@ -95,8 +95,11 @@ impl Changes {
     }
 }
 
-fn data_version(conn: &Connection) -> Result<i64> {
-    Ok(conn.query_row("PRAGMA data_version", [], |row| row.get(0))?)
+/// The file's `data_version`: it changes when another connection commits. Prepared once per
+/// connection, as the writer reads it at each transaction's start.
+pub(crate) fn data_version(conn: &Connection) -> Result<i64> {
+    let mut statement = conn.prepare_cached("PRAGMA data_version")?;
+    Ok(statement.query_row([], |row| row.get(0))?)
 }
 
 fn newest(conn: &Connection, sql: &str) -> Result<i64> {

@@ -342,10 +342,7 @@ impl Writer<'_> {
     /// began (or when that cannot be read): any of them may have changed. Run under the write
     /// lock, so nobody else commits until this transaction ends.
     fn see_other_connections(&mut self) {
-        let version = self
-            .conn
-            .query_row("PRAGMA data_version", [], |row| row.get(0));
-        let version = version.ok();
+        let version = crate::changes::data_version(self.conn).ok();
         if version.is_none() || version != self.data_version {
             self.known.clear();
         }
