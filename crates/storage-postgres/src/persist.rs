@@ -303,8 +303,14 @@ fn statements<'a>(
         for_ids(DELETE_EXECUTIONS, &plan.deleted),
     ];
     let parts: Vec<_> = parts.into_iter().flatten().collect();
+    let apart = apart
+        .into_iter()
+        .flatten()
+        .chain(crate::schedules::statements(plan)?);
+    let apart: Vec<_> = apart.collect();
     debug_assert!(
-        assumed.is_none() || parts.iter().all(|s| s.sql.contains(unless_refuted!())),
+        assumed.is_none()
+            || (apart.is_empty() && parts.iter().all(|s| s.sql.contains(unless_refuted!()))),
         "a plan on an assumption writes only what a refuted check keeps from being stored"
     );
     let check = assumed.map(check_assumption);
@@ -312,12 +318,7 @@ fn statements<'a>(
     if check.is_some() || !parts.is_empty() {
         statements.push(combined(check, parts));
     }
-    statements.extend(apart.into_iter().flatten());
-    statements.extend(crate::schedules::statements(plan)?);
-    debug_assert!(
-        assumed.is_none() || statements.len() == 1,
-        "a plan on an assumption writes only what its check guards"
-    );
+    statements.extend(apart);
     Ok(statements)
 }
 
@@ -329,18 +330,14 @@ fn statements<'a>(
 /// ([`unless_refuted!`]). One statement is one message to bind and one answer to flush, where
 /// a statement per part cost the server more than the parts' own work on a serial step.
 fn combined<'a>(check: Option<Statement<'a>>, parts: Vec<Statement<'a>>) -> Statement<'a> {
-    let mut sql = String::from("WITH c AS MATERIALIZED (");
-    let mut params = Vec::new();
-    let check = check.map_or((NOTHING_TO_CHECK.into(), Vec::new()), |s| (s.sql, s.params));
-    for (i, (part, part_params)) in std::iter::once(check)
-        .chain(parts.into_iter().map(|s| (s.sql, s.params)))
-        .enumerate()
-    {
+    let check = check.unwrap_or_else(|| statement(NOTHING_TO_CHECK, Vec::new()));
+    let (mut sql, mut params) = (String::from("WITH c AS MATERIALIZED ("), Vec::new());
+    for (i, part) in std::iter::once(check).chain(parts).enumerate() {
         if i > 0 {
             let _ = write!(sql, "), w{i} AS (");
         }
-        push_renumbered(&mut sql, &part, params.len());
-        params.extend(part_params);
+        push_renumbered(&mut sql, &part.sql, params.len());
+        params.extend(part.params);
     }
     sql.push_str(") SELECT refuted FROM c");
     statement(sql, params)
