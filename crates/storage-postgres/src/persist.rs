@@ -191,7 +191,7 @@ async fn rolled_back(client: &ClientWrapper, trips: &Trips, e: DbError) -> NotCo
     }
 }
 
-/// True when the first statement's answer, [`CHECK_ASSUMPTION`]'s, refuted the write.
+/// True when the first statement's answer, its check's ([`combined`]), refuted the write.
 fn refuted(rows: &[Vec<tokio_postgres::Row>]) -> bool {
     let answer = rows.first().and_then(|rows| rows.first());
     answer.and_then(|row| row.try_get::<_, bool>(0).ok()) != Some(false)
@@ -329,23 +329,33 @@ fn statements<'a>(
 /// parts the main query does not read at the statement's end), and each part reads the answer
 /// ([`unless_refuted!`]). One statement is one message to bind and one answer to flush, where
 /// a statement per part cost the server more than the parts' own work on a serial step.
-fn combined<'a>(check: Option<Statement<'a>>, parts: Vec<Statement<'a>>) -> Statement<'a> {
+pub(crate) fn combined<'a>(
+    check: Option<Statement<'a>>,
+    parts: Vec<Statement<'a>>,
+) -> Statement<'a> {
     let check = check.unwrap_or_else(|| statement(NOTHING_TO_CHECK, Vec::new()));
     let (mut sql, mut params) = (String::from("WITH c AS MATERIALIZED ("), Vec::new());
     for (i, part) in std::iter::once(check).chain(parts).enumerate() {
         if i > 0 {
             let _ = write!(sql, "), w{i} AS (");
         }
-        push_renumbered(&mut sql, &part.sql, params.len());
+        let highest = push_renumbered(&mut sql, &part.sql, params.len());
+        debug_assert_eq!(
+            highest,
+            part.params.len(),
+            "a part's parameters are `$1` to `$n`, one value each: {}",
+            part.sql
+        );
         params.extend(part.params);
     }
     sql.push_str(") SELECT refuted FROM c");
     statement(sql, params)
 }
 
-/// Appends `part` to `sql` with each parameter `$n` renumbered `$(n + offset)`.
-fn push_renumbered(sql: &mut String, part: &str, offset: usize) {
-    let mut rest = part;
+/// Appends `part` to `sql` with each parameter `$n` renumbered `$(n + offset)`; returns the
+/// highest `n` it found (0 for none).
+fn push_renumbered(sql: &mut String, part: &str, offset: usize) -> usize {
+    let (mut rest, mut highest) = (part, 0);
     while let Some(at) = rest.find('$') {
         let (before, after) = rest.split_at(at + 1);
         sql.push_str(before);
@@ -353,9 +363,11 @@ fn push_renumbered(sql: &mut String, part: &str, offset: usize) {
         let n: usize = (after[..digits].parse())
             .expect("every `$` of a write's statements starts a parameter's number");
         let _ = write!(sql, "{}", n + offset);
+        highest = highest.max(n);
         rest = &after[digits..];
     }
     sql.push_str(rest);
+    highest
 }
 
 /// [`CHECK_ASSUMPTION`] of `assumed`.

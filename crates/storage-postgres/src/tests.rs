@@ -1,4 +1,5 @@
-//! Unit tests of the parts that need no server: URL parsing, payloads, error mapping.
+//! Unit tests of the parts that need no server: URL parsing, payloads, error mapping, the
+//! text of a write's one statement.
 
 mod plans;
 mod tls;
@@ -237,4 +238,34 @@ fn every_connection_has_keepalives_a_user_timeout_and_a_connect_timeout() {
     assert_eq!(pg.get_keepalives_retries(), Some(9));
     assert_eq!(pg.get_connect_timeout(), Some(&Duration::from_secs(2)));
     assert!(format!("{pg:?}").contains("tcp_user_timeout: Some(5s)"));
+}
+
+#[test]
+fn a_writes_parts_become_one_statement_with_their_parameters_renumbered_in_order() {
+    use crate::pipeline::{params, statement};
+    let check = statement(
+        "SELECT $1::int8 = $2::int8 AS refuted",
+        params![1_i64, 2_i64],
+    );
+    let ten = "SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10 WHERE $10 > $1";
+    let parts = vec![
+        statement("INSERT INTO a SELECT $1::text", params!["x"]),
+        statement(ten, params![0, 1, 2, 3, 4, 5, 6, 7, 8, 9]),
+    ];
+    let one = crate::persist::combined(Some(check), parts);
+    assert_eq!(
+        one.sql,
+        "WITH c AS MATERIALIZED (SELECT $1::int8 = $2::int8 AS refuted), \
+         w1 AS (INSERT INTO a SELECT $3::text), \
+         w2 AS (SELECT $4, $5, $6, $7, $8, $9, $10, $11, $12, $13 WHERE $13 > $4) \
+         SELECT refuted FROM c"
+    );
+    assert_eq!(one.params.len(), 13);
+    // A write loaded under row locks has nothing to check.
+    let loaded = crate::persist::combined(None, vec![statement("SELECT $1::text", params!["y"])]);
+    assert_eq!(
+        loaded.sql,
+        "WITH c AS MATERIALIZED (SELECT false AS refuted), w1 AS (SELECT $1::text) \
+         SELECT refuted FROM c"
+    );
 }
