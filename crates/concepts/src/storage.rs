@@ -231,6 +231,13 @@ pub struct ExecutionLog {
 }
 
 impl ExecutionLog {
+    /// How many events the log holds: the versions `0..next_version`, and once finished its
+    /// `Finished` event, stored at `next_version` without advancing it.
+    #[must_use]
+    pub fn event_count(&self) -> u32 {
+        self.next_version.0 + u32::from(self.pending_state.is_finished())
+    }
+
     /// The `Created` event's fields, if the log is well formed.
     #[must_use]
     pub fn ffqn(&self) -> Option<&FunctionFqn> {

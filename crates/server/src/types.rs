@@ -197,8 +197,11 @@ pub struct ExecutionView {
     pub state: StateView,
     /// Its result, once finished.
     pub result: Option<ResultView>,
-    /// The version its next event gets; its log holds the events `0..next_version`.
+    /// The version its next append must carry (a `Finished` event is stored at it without
+    /// advancing it).
     pub next_version: u32,
+    /// How many events its log holds: `next_version`, one more once finished.
+    pub events: u32,
     /// The strings stored with it (`submitted_by`, a trace context).
     pub metadata: BTreeMap<String, String>,
     /// The status a workflow set last (`WorkflowCtx::set_status`), if it set one.

@@ -190,6 +190,7 @@ pub fn execution(log: &ExecutionLog) -> Option<ExecutionView> {
         ),
         result: log.finished_result().map(result),
         next_version: log.next_version.0,
+        events: log.event_count(),
         metadata: metadata.0.clone(),
         status: log.status().map(|status| status.0.clone()),
         responses: log.responses.iter().map(response).collect(),

@@ -199,6 +199,11 @@ async fn each_endpoint_answers(factory: &dyn StoreFactory) {
     assert_eq!(body["params"], json!(21));
     assert_eq!(body["result"]["value"], json!(42));
     assert_eq!(body["parent"], Value::Null);
+    // Created, Locked, Finished: the `Finished` is stored at the next version.
+    assert_eq!(
+        (&body["next_version"], &body["events"]),
+        (&json!(2), &json!(3))
+    );
     let (status, body) = served
         .get(&format!("/executions/{id}/events?limit=2"))
         .await;

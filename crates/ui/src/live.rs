@@ -141,7 +141,7 @@ async fn render<C: ClockFn>(ui: &Ui<C>, topic: &Topic, seen: &mut Seen) -> Optio
                 }
             }
             let read = execution::read(ui, id).await.ok()?;
-            seen.events = Some(read.view.next_version);
+            seen.events = Some(read.view.events);
             seen.rendered_at = Some(Instant::now());
             seen.finished = read.view.result.is_some();
             encode(

@@ -173,7 +173,7 @@ pub(crate) fn live(read: &Read, now: DateTime<Utc>) -> Markup {
                 dt { "Result" } dd #result {
                     @match &view.result { Some(found) => (result(found)), None => span.none { "not finished" } }
                 }
-                dt { "Events" } dd { (view.next_version) }
+                dt { "Events" } dd { (view.events) }
             }
             h2 { "Timeline" }
             (timeline.render(view.created_at, to))
