@@ -10,7 +10,10 @@ use concepts::{
         stored::{self, StoredRow, micros, to_i64, to_json},
     },
 };
-use rusqlite::types::{ToSqlOutput, Value};
+use rusqlite::{
+    Error::FromSqlConversionFailure,
+    types::{FromSqlError, ToSqlOutput, Value},
+};
 use serde::de::DeserializeOwned;
 use std::time::Duration;
 
@@ -19,6 +22,20 @@ use std::time::Duration;
 pub(crate) fn duration_to_sql(duration: Duration) -> i64 {
     let micros = u64::try_from(duration.as_micros()).unwrap_or(u64::MAX);
     micros.cast_signed()
+}
+
+/// The text of column `idx`, borrowed from the row (no copy); `None` for NULL.
+pub(crate) fn text_or_null<'r>(row: &'r rusqlite::Row<'_>, idx: usize) -> Result<Option<&'r str>> {
+    let value = row.get_ref(idx)?;
+    let failed = |err: FromSqlError| FromSqlConversionFailure(idx, value.data_type(), err.into());
+    Ok(value.as_str_or_null().map_err(failed)?)
+}
+
+/// The text of column `idx`, borrowed from the row (no copy).
+pub(crate) fn text<'r>(row: &'r rusqlite::Row<'_>, idx: usize) -> Result<&'r str> {
+    let value = row.get_ref(idx)?;
+    let failed = |err: FromSqlError| FromSqlConversionFailure(idx, value.data_type(), err.into());
+    Ok(value.as_str().map_err(failed)?)
 }
 
 /// The text of column `idx`, parsed ([`stored::parse`]); `what` names it in the error.
@@ -30,12 +47,12 @@ pub(crate) fn parsed<T: std::str::FromStr>(
 where
     T::Err: std::fmt::Display,
 {
-    Ok(stored::parse(&row.get::<_, String>(idx)?, what)?)
+    Ok(stored::parse(text(row, idx)?, what)?)
 }
 
 /// The JSON document of column `idx`, decoded ([`stored::from_json`]).
 pub(crate) fn json<T: DeserializeOwned>(row: &rusqlite::Row<'_>, idx: usize) -> Result<T> {
-    Ok(stored::from_json(&row.get::<_, String>(idx)?, "document")?)
+    Ok(stored::from_json(text(row, idx)?, "document")?)
 }
 
 /// The timestamp of column `idx` ([`stored::from_micros`]).
@@ -115,20 +132,17 @@ pub(crate) const STATE_ROW_COLUMNS: &str = "execution_id, ffqn, next_version, st
 
 /// Decodes a row of `t_execution_state` selected with [`STATE_ROW_COLUMNS`].
 pub(crate) fn execution_row(row: &rusqlite::Row<'_>) -> Result<ExecutionRow> {
-    let text = |idx| row.get::<_, String>(idx);
-    let (execution_id, ffqn, state) = (text(0)?, text(1)?, text(3)?);
-    let parent: (Option<String>, Option<String>) = (row.get(7)?, row.get(8)?);
     let stored = StoredRow {
-        execution_id: &execution_id,
-        ffqn: &ffqn,
+        execution_id: text(row, 0)?,
+        ffqn: text(row, 1)?,
         next_version: row.get(2)?,
-        pending_state: &state,
+        pending_state: text(row, 3)?,
         temporary_event_count: row.get(4)?,
         response_count: row.get(9)?,
         max_retries: row.get(5)?,
         retry_exp_backoff: Duration::from_micros(row.get::<_, i64>(6)?.cast_unsigned()),
-        parent_execution_id: parent.0.as_deref(),
-        parent_join_set_id: parent.1.as_deref(),
+        parent_execution_id: text_or_null(row, 7)?,
+        parent_join_set_id: text_or_null(row, 8)?,
     };
     Ok(stored.decode()?)
 }

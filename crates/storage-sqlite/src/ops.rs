@@ -265,8 +265,8 @@ impl<'c> WriteCtx<'c> {
                 continue;
             };
             // A row without its `Created` event stays without: the kernel reports it.
-            if let Some(json) = row.get::<_, Option<String>>(created_column)? {
-                let created = from_json(&json, "event")?;
+            if let Some(json) = codec::text_or_null(row, created_column)? {
+                let created = from_json(json, "event")?;
                 snapshot.created.insert(execution_id.clone(), created);
             }
             snapshot.add_execution(codec::execution_row(row)?);
@@ -322,7 +322,7 @@ impl<'c> WriteCtx<'c> {
         for change in &mut plan.changes {
             if let Some(created) = change.created() {
                 self.insert_execution(&mut insert_state, &change.row, created)?;
-            } else if !change.events.is_empty() || change.state_changed() {
+            } else if change.row_changed() {
                 self.update_execution(&mut update_state, &change.row)?;
             }
             for (version, event) in &change.events {

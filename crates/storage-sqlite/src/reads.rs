@@ -176,17 +176,18 @@ pub(crate) const WRITER_HANDOVER_ROWS: usize = 32;
 
 /// Runs on the writer thread after the lock's commit: hands over the first grants whose
 /// histories fit in [`WRITER_HANDOVER_ROWS`]; returns them and the grants left to a reader (all
-/// of them if a read fails, or if their events alone exceed the budget: a large batch is read
+/// of them if a read fails, or if their rows together exceed the budget: a large batch is read
 /// on a reader without the writer reading any of it), in the order the kernel granted them.
 pub(crate) fn handover_on_writer(
     conn: &Connection,
     path: &Path,
     mut unread: Vec<LockGrant>,
 ) -> (Vec<LockedExecution>, Vec<LockGrant>) {
-    let events = unread.iter().try_fold(0_usize, |sum, grant| {
-        sum.checked_add(grant.events_handed_over())
+    let rows = unread.iter().try_fold(0_usize, |sum, grant| {
+        sum.checked_add(grant.events_handed_over())?
+            .checked_add(grant.responses_handed_over())
     });
-    if unread.is_empty() || events.is_none_or(|events| events > WRITER_HANDOVER_ROWS) {
+    if unread.is_empty() || rows.is_none_or(|rows| rows > WRITER_HANDOVER_ROWS) {
         return (Vec::new(), unread);
     }
     match locked_executions(conn, &unread, WRITER_HANDOVER_ROWS) {
@@ -214,16 +215,15 @@ pub(crate) fn locked_executions(
     let mut ready = Vec::with_capacity(grants.len());
     for grant in grants {
         let execution_id = &grant.row.execution_id;
-        let handed_over = grant.events_handed_over();
-        let Some(room) = rows_left.checked_sub(handed_over) else {
+        let (handed_over, answered) = (grant.events_handed_over(), grant.responses_handed_over());
+        let Some(left) = rows_left.checked_sub(handed_over.saturating_add(answered)) else {
             break;
         };
-        // One more than fits tells that they do not.
-        let responses = responses_up_to(&tx, execution_id, 0, room.saturating_add(1))?;
-        if responses.len() > room {
-            break;
-        }
-        rows_left = room - responses.len();
+        rows_left = left;
+        let responses = match answered {
+            0 => Vec::new(),
+            _ => responses_up_to(&tx, execution_id, 0, answered)?,
+        };
         let log = LogRows {
             events: events(&tx, execution_id, Version(0), handed_over)?,
             responses,

@@ -166,6 +166,14 @@ UPDATE t_execution_state SET response_count = (
     SELECT COUNT(*) FROM t_response AS r WHERE r.execution_id = t_execution_state.execution_id
 ) WHERE execution_id IN (SELECT execution_id FROM t_response);
 ",
+    // Version 9: the response counts recounted. Before it, a response that changed neither
+    // the log nor the state of its execution (one to a parent waiting for another join set)
+    // was stored without counting on its row.
+    r"
+UPDATE t_execution_state SET response_count = (
+    SELECT COUNT(*) FROM t_response AS r WHERE r.execution_id = t_execution_state.execution_id
+) WHERE execution_id IN (SELECT execution_id FROM t_response);
+",
 ];
 
 pub(crate) fn current_version() -> u32 {

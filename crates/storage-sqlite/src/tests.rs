@@ -401,6 +401,48 @@ async fn an_older_schema_is_migrated_and_keeps_its_data() {
     }
 }
 
+/// A file of version 8 stored a response that changed neither the log nor the state of its
+/// execution without counting it on the row; the migration to version 9 counts it, and a
+/// lock hands it over.
+#[tokio::test]
+async fn the_migration_to_version_9_counts_every_stored_response() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("db.sqlite");
+    let join_set: JoinSetId = "o:timer".parse().expect("valid");
+    {
+        let store = open(&path).await;
+        store
+            .create(create_request(id(8), t0()))
+            .await
+            .expect("creates");
+        for ms in 0..2 {
+            let delay_id = DelayId::generate_at(t0() + chrono::TimeDelta::milliseconds(ms));
+            store
+                .append_response(t0(), &id(8), delay_finished(&join_set, delay_id))
+                .await
+                .expect("stores");
+        }
+        store.close().await;
+    }
+    let conn = rusqlite::Connection::open(&path).expect("opens");
+    conn.execute_batch("UPDATE t_execution_state SET response_count = 0; PRAGMA user_version = 8;")
+        .expect("leaves the rows as version 8 did");
+    drop(conn);
+    let store = open(&path).await;
+    let count: i64 = rusqlite::Connection::open(&path)
+        .and_then(|conn| {
+            conn.query_row("SELECT response_count FROM t_execution_state", [], |row| {
+                row.get(0)
+            })
+        })
+        .expect("reads the count");
+    assert_eq!(count, 2, "migration 9 counted the responses");
+    let locked = (store.lock_pending(handover::lock_request(1)).await).expect("locks");
+    assert_eq!(locked.len(), 1);
+    assert_eq!(locked[0].responses.len(), 2);
+    store.close().await;
+}
+
 #[tokio::test]
 async fn a_newer_schema_is_refused_with_a_clear_error() {
     let dir = tempfile::tempdir().expect("temp dir");

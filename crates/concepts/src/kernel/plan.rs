@@ -115,6 +115,14 @@ impl ExecutionChange {
     pub fn state_changed(&self) -> bool {
         self.old_state.as_ref() != Some(&self.row.state.pending_state)
     }
+
+    /// True when the stored row of an existing execution must be written back: events were
+    /// appended, its pending state changed, or it received responses (a response counts on the
+    /// row even when the state stays, as one to a parent waiting for another join set).
+    #[must_use]
+    pub fn row_changed(&self) -> bool {
+        !self.events.is_empty() || self.state_changed() || !self.responses.is_empty()
+    }
 }
 
 /// What the stored row of a new execution holds beyond its [`ExecutionRow`], read from the

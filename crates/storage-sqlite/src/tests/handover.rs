@@ -10,7 +10,7 @@ use concepts::{
 };
 use std::sync::Arc;
 
-fn lock_request(batch_size: usize) -> LockPendingRequest {
+pub(super) fn lock_request(batch_size: usize) -> LockPendingRequest {
     LockPendingRequest {
         batch_size,
         pending_at_or_sooner: t0(),

@@ -191,3 +191,83 @@ pub async fn s28_batch_records_child_answers<F: StoreFactory>(factory: &F) {
     assert_eq!(logs(db, &ids).await, before);
     expect_kind(db.get(&third.execution_id).await, DbErrorKind::NotFound);
 }
+
+/// S29: the place an answer must take counts every response the parent has, also one stored
+/// while the parent waited for another join set, which changes neither its state nor its log
+/// (a delay of its own timer join set). After that response, an answer at the place the
+/// parent's run would have consumed it before it (0) is refused with `AnswerOutOfPlace` and
+/// writes nothing; at the next place (1) it is recorded, after the delay's response.
+pub async fn s29_answer_place_counts_every_response<F: StoreFactory>(factory: &F) {
+    let store = factory.fresh().await;
+    let db = store.db.as_ref();
+    let clock = SimClock::epoch();
+    let now = clock.now();
+    let (f, child_f) = (ffqn("s29"), ffqn("s29-child"));
+    let parent = execution_id(1);
+    db.create(create_request(parent.clone(), f.clone(), now))
+        .await
+        .expect("create the parent");
+    let (kids, timer) = (join_set("n:kids"), join_set("o:timer"));
+    let child = |idx: u64| child_request(&parent, &kids, idx, child_f.clone(), now);
+    let (first, second) = (child(1), child(2));
+
+    // The first step: a timer requested, the child created locked, the parent waiting for it.
+    let mut first_step = step(&parent, Version(1), now, &kids, &first, Vec::new());
+    let timer_events = [
+        join_set_create(&kids),
+        join_set_create(&timer),
+        delay_request(&timer, delay_id(1), plus(now, LEASE)),
+    ];
+    first_step.events.splice(0..0, timer_events);
+    let version = db.append_batch(first_step).await.expect("the first step");
+    assert_eq!(version, Version(6));
+
+    // The timer's response arrives while the parent waits for its child.
+    let delay = delay_finished(&timer, delay_id(1));
+    db.append_response(now, &parent, delay.clone())
+        .await
+        .expect("the timer's response");
+    let parent_log = assert_state_matches_derivation(db, &parent).await;
+    assert_eq!(parent_log.next_version, version, "no event");
+    assert_eq!(parent_log.responses.len(), 1);
+
+    let done = OutcomeWrite::new(
+        first.execution_id.clone(),
+        Version(2),
+        now,
+        finished_ok(serde_json::json!("one")),
+        first.parent.as_ref(),
+    );
+    let answer = |response_idx: u64| ChildAnswer {
+        outcome: done.clone(),
+        response_idx,
+    };
+    let ids = [&parent, &first.execution_id, &second.execution_id];
+    let before = logs(db, &ids).await;
+    let refused = db
+        .append_batch(step(&parent, version, now, &kids, &second, vec![answer(0)]))
+        .await
+        .expect_err("an answer at the place before the timer's response");
+    assert!(
+        matches!(
+            refused.as_validation(),
+            Some(ValidationError::AnswerOutOfPlace {
+                child,
+                expected: 0,
+                found: 1,
+            }) if *child == first.execution_id
+        ),
+        "{refused:?}"
+    );
+    assert_eq!(logs(db, &ids).await, before, "the refusal wrote something");
+
+    db.append_batch(step(&parent, version, now, &kids, &second, vec![answer(1)]))
+        .await
+        .expect("the answer at the place after the timer's response");
+    let (_, response) = done.parent_response().expect("a child's Finished answers");
+    let parent_log = assert_state_matches_derivation(db, &parent).await;
+    let arrived: Vec<_> = parent_log.responses.iter().map(|r| &r.event).collect();
+    assert_eq!(arrived, vec![&delay, &response.event]);
+    let child_log = assert_state_matches_derivation(db, &first.execution_id).await;
+    assert_eq!(child_log.events[2].event, done.event);
+}

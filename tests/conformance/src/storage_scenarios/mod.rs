@@ -1,9 +1,9 @@
-//! The storage contract scenarios S1..S28 (`docs/SEMANTICS.md` §1-§5 and §9): every backend runs
+//! The storage contract scenarios S1..S29 (`docs/SEMANTICS.md` §1-§5 and §9): every backend runs
 //! them through the same code and must agree on results and on error kinds. Each scenario's
 //! documentation says what it checks.
 //!
 //! One module per operation: `lifecycle` (S1, S18), `timers` (S2, S3), `lock` (S4, S5, S6,
-//! S13), `append` (S7, S8, S21), `lease` (S26, S27), `answers` (S28), `responses` (S9, S10, S11), `create` (S12, S19), `listing` (S22, S23, S25), `waits`
+//! S13), `append` (S7, S8, S21), `lease` (S26, S27), `answers` (S28, S29), `responses` (S9, S10, S11), `create` (S12, S19), `listing` (S22, S23, S25), `waits`
 //! (S14, S15, S16, S20, S24) and `close` (S17); the scenarios are re-exported here, where the
 //! [`storage_scenario_tests!`](crate::storage_scenario_tests) macro finds them.
 //!
@@ -27,7 +27,7 @@ mod responses;
 mod timers;
 mod waits;
 
-pub use answers::s28_batch_records_child_answers;
+pub use answers::{s28_batch_records_child_answers, s29_answer_place_counts_every_response};
 pub use append::{
     s7_versions_not_found_finished, s8_failing_batch_writes_nothing,
     s21_unexplained_creations_and_repeated_delays_refused,
@@ -90,6 +90,7 @@ macro_rules! storage_scenario_tests {
             s26_children_created_locked,
             s27_submit_created_locked,
             s28_batch_records_child_answers,
+            s29_answer_place_counts_every_response,
         );
     };
 }

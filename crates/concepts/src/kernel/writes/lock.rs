@@ -127,18 +127,28 @@ pub struct LockGrant {
 
 impl LockGrant {
     /// How many events the worker is handed (versions `0..locked_at`): what the backend reads
-    /// after the commit, with every response stored by then.
+    /// after the commit, with the responses of [`Self::responses_handed_over`].
     #[must_use]
     pub fn events_handed_over(&self) -> usize {
         usize::try_from(self.locked_at.0).unwrap_or(usize::MAX)
     }
+
+    /// How many responses the worker is handed: those stored when the lock committed (the
+    /// row's count). One that arrives later reaches the run as any later response does, so a
+    /// backend reads none for an execution that had none.
+    #[must_use]
+    pub fn responses_handed_over(&self) -> usize {
+        usize::try_from(self.row.response_count).unwrap_or(usize::MAX)
+    }
 }
 
 /// The execution a worker is handed for `grant`, from its history read after the commit
-/// (`log` may hold events appended after the lock: it is cut at the locked version).
+/// (`log` may hold events appended and responses stored after the lock: it is cut at the
+/// locked version and the row's response count).
 pub fn hand_over(grant: LockGrant, mut log: LogRows) -> Result<LockedExecution, DbError> {
-    let events = handed_over(&grant, log.events.len())?;
+    let (events, responses) = handed_over(&grant, log.events.len(), log.responses.len())?;
     log.events.truncate(events);
+    log.responses.truncate(responses);
     let mut history = log.events.into_iter();
     let Some(Created {
         params,
@@ -168,7 +178,8 @@ pub fn hand_over_cloned(
     events: &[ExecutionEvent],
     responses: &[JoinSetResponseEventOuter],
 ) -> Result<LockedExecution, DbError> {
-    let handed = handed_over(&grant, events.len())?;
+    let (handed, responses) = handed_over(&grant, events.len(), responses.len())
+        .map(|(handed, count)| (handed, &responses[..count]))?;
     let history = events.get(1..handed).unwrap_or_default();
     let Some(Created {
         params,
@@ -227,15 +238,21 @@ pub fn hand_over_created(created: CreateRequest, locked: Locked) -> LockedExecut
 
 /// How many events of a history of `len` the worker of `grant` is handed; an error when the
 /// history is shorter than the grant.
-fn handed_over(grant: &LockGrant, len: usize) -> Result<usize, DbError> {
-    let events = grant.events_handed_over();
-    if len < events {
+/// How many of the `events` and `responses` read are handed over, or why they cannot be.
+fn handed_over(
+    grant: &LockGrant,
+    events: usize,
+    responses: usize,
+) -> Result<(usize, usize), DbError> {
+    let (handed, answered) = (grant.events_handed_over(), grant.responses_handed_over());
+    if events < handed || responses < answered {
         return Err(inconsistent(format!(
-            "execution {} was locked at version {}, its log holds {len} events",
+            "execution {} was locked at version {} with {answered} responses, its log holds \
+             {events} events and {responses} responses",
             grant.row.execution_id, grant.locked_at,
         )));
     }
-    Ok(events)
+    Ok((handed, answered))
 }
 
 fn not_created(grant: &LockGrant) -> DbError {
