@@ -22,7 +22,7 @@ use std::{
     time::Duration,
 };
 use tokio::{
-    sync::{OwnedSemaphorePermit, Semaphore, watch},
+    sync::{OwnedSemaphorePermit, Semaphore, TryAcquireError, watch},
     task::{JoinError, JoinHandle},
 };
 use tracing::{Instrument, debug, info_span, warn};
@@ -56,8 +56,37 @@ pub struct ExecConfig {
     pub task_limiter: Option<Arc<Semaphore>>,
 }
 
-/// One permit per execution a tick may lock.
-type Permits = Vec<OwnedSemaphorePermit>;
+/// The permits a tick took, one per execution it may lock, held as one: each run splits its
+/// own off, and those left are given back at once when the tick drops them (taken or given
+/// back one by one, a batch of 256 of which the lock used one cost about 500 operations on
+/// the semaphore's lock).
+#[derive(Default)]
+struct Permits(Option<OwnedSemaphorePermit>);
+
+impl Permits {
+    fn len(&self) -> usize {
+        self.0.as_ref().map_or(0, OwnedSemaphorePermit::num_permits)
+    }
+
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// One permit, for one run.
+    fn take_one(&mut self) -> Option<OwnedSemaphorePermit> {
+        match &mut self.0 {
+            Some(permits) if permits.num_permits() > 1 => permits.split(1),
+            _ => self.0.take(),
+        }
+    }
+
+    fn merge(&mut self, other: Self) {
+        match (&mut self.0, other.0) {
+            (Some(permits), Some(other)) => permits.merge(other),
+            (mine, other) => *mine = mine.take().or(other),
+        }
+    }
+}
 
 /// The tasks of the runs the loop spawned that may still be running, shared by the loop and
 /// its handle, so that a drain can await them and abort the rest. Bounded by the task
@@ -274,21 +303,18 @@ impl<C: ClockFn> ExecTask<C> {
         let limiter = &self.limiter;
         let wanted = limiter.clone().acquire_many_owned(self.lock_at);
         match tokio::time::timeout(self.config.tick_sleep, wanted).await {
-            Ok(Ok(mut first)) => {
-                let count = usize::try_from(self.lock_at).unwrap_or(usize::MAX);
-                let mut permits = take_free(limiter, self.batch_size().saturating_sub(count));
-                while first.num_permits() > 1 {
-                    permits.extend(first.split(1));
-                }
-                permits.push(first);
+            Ok(Ok(first)) => {
+                let mut permits = Permits(Some(first));
+                let more = self.batch_size().saturating_sub(permits.len());
+                permits.merge(take_free(limiter, more));
                 permits
             }
             Ok(Err(_closed)) => {
                 warn!("the task limiter is closed; no worker can start");
                 tokio::time::sleep(self.config.tick_sleep).await;
-                Vec::new()
+                Permits::default()
             }
-            Err(_elapsed) => Vec::new(),
+            Err(_elapsed) => Permits::default(),
         }
     }
 
@@ -365,7 +391,7 @@ impl<C: ClockFn> ExecTask<C> {
             .into_iter()
             .map(|locked| {
                 let meters = self.meters.locked(&locked, executed_at);
-                let permit = permits.pop();
+                let permit = permits.take_one();
                 Run {
                     execution_id: locked.execution_id.clone(),
                     future: self.run(locked, executed_at, permit, meters, None),
@@ -529,11 +555,20 @@ fn own_lock_at(bound: usize) -> u32 {
     u32::try_from(bound / 2).unwrap_or(u32::MAX).max(1)
 }
 
-/// Up to `count` permits that are free right now.
+/// Up to `count` permits that are free right now, taken together.
 fn take_free(limiter: &Arc<Semaphore>, count: usize) -> Permits {
-    std::iter::from_fn(|| limiter.clone().try_acquire_owned().ok())
-        .take(count)
-        .collect()
+    loop {
+        let free = limiter.available_permits().min(count);
+        let Ok(free @ 1..) = u32::try_from(free) else {
+            return Permits::default();
+        };
+        match Arc::clone(limiter).try_acquire_many_owned(free) {
+            Ok(permits) => return Permits(Some(permits)),
+            // Another task took some since: look again.
+            Err(TryAcquireError::NoPermits) => {}
+            Err(TryAcquireError::Closed) => return Permits::default(),
+        }
+    }
 }
 
 /// One locked execution's run, not spawned: see [`ExecTask::lock_runs`].
