@@ -35,14 +35,16 @@ const INSERT_EXECUTIONS: &str = concat!(
     response_count, max_retries, retry_exp_backoff_ns, parent_execution_id, parent_join_set_id) \
     SELECT u.id, u.ffqn, u.created_at, u.created_at_ns, u.scheduled_at, u.scheduled_at_ns, \
     u.is_top_level, u.next_version, u.state_kind, u.pending_at, u.lock_expires_at, \
-    u.finished_at, u.finished_at_ns, u.state_json, 0, 0, u.max_retries, u.backoff_ns, \
-    u.parent_id, u.parent_join_set_id \
+    u.finished_at, u.finished_at_ns, u.state_json, u.temporary_event_count, u.response_count, \
+    u.max_retries, u.backoff_ns, u.parent_id, u.parent_join_set_id \
     FROM UNNEST($1::text[], $2::text[], $3::int8[], $4::int2[], $5::int8[], $6::int2[], \
     $7::bool[], $8::int8[], $9::int2[], $10::int8[], $11::int8[], $12::int8[], $13::int2[], \
-    $14::text[], $15::int8[], $16::int8[], $17::text[], $18::text[]) WITH ORDINALITY AS u(id, \
+    $14::text[], $15::int8[], $16::int8[], $17::text[], $18::text[], $19::int8[], $20::int8[]) \
+    WITH ORDINALITY AS u(id, \
     ffqn, created_at, created_at_ns, scheduled_at, scheduled_at_ns, is_top_level, next_version, \
     state_kind, pending_at, lock_expires_at, finished_at, finished_at_ns, state_json, \
-    max_retries, backoff_ns, parent_id, parent_join_set_id, ord) WHERE ",
+    max_retries, backoff_ns, parent_id, parent_join_set_id, temporary_event_count, \
+    response_count, ord) WHERE ",
     unless_refuted!(),
     " ORDER BY u.ord"
 );
@@ -250,6 +252,8 @@ fn statements<'a>(
             parents: Option<&str> = change.row.parent.as_ref().map(|(id, _)| id.as_str()),
             parent_join_sets: Option<String> =
                 change.row.parent.as_ref().map(|(_, js)| js.to_string()),
+            temporary_events: i64 = i64::from(change.row.temporary_event_count),
+            responses: i64 = to_i64(change.row.response_count),
         }),
         unnest!(UPDATE_EXECUTIONS, updated, |change| {
             ids: &str = id(change),

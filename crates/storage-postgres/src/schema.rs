@@ -10,7 +10,7 @@ const MIGRATION_LOCK_KEY: i64 = 0x5354_454C_454D_4947;
 
 /// Every migration this binary knows, in order, as its description and its SQL:
 /// `MIGRATIONS[i]` moves a database from schema version `i` to `i + 1`.
-const MIGRATIONS: [(&str, &str); 7] = [
+const MIGRATIONS: [(&str, &str); 8] = [
     (
         "executions, events, responses, join set counters, delays",
         SCHEMA_V1,
@@ -36,6 +36,10 @@ const MIGRATIONS: [(&str, &str); 7] = [
         "the due executions read by a function whose plan is made once per connection; \
          f_check_revisions dropped",
         SCHEMA_V7,
+    ),
+    (
+        "the response and temporary event counts of executions recounted",
+        SCHEMA_V8,
     ),
 ];
 
@@ -93,6 +97,23 @@ RETURN QUERY ",
     due_executions_query!(),
     ";\nEND\n$$;\n"
 );
+
+/// Version 8: each execution's response count and temporary event count, recounted from its
+/// responses and events. Before it, an execution that a group of writes created and changed
+/// (a create and a response to it, queued together) was stored with both counts at zero.
+const SCHEMA_V8: &str = r#"
+UPDATE t_execution AS t SET response_count = r.n
+FROM (SELECT execution_id, count(*) AS n FROM t_response GROUP BY execution_id) AS r
+WHERE t.execution_id = r.execution_id AND t.response_count <> r.n;
+UPDATE t_execution AS t SET temporary_event_count = e.n
+FROM (
+    SELECT execution_id, count(*) AS n FROM t_event
+    WHERE NOT is_history
+        AND (event_json::jsonb -> 'event') ?| ARRAY['TemporarilyFailed', 'TemporarilyTimedOut']
+    GROUP BY execution_id
+) AS e
+WHERE t.execution_id = e.execution_id AND t.temporary_event_count <> e.n;
+"#;
 
 /// Version 6: schedules (the row as JSON, beside its name and the due time a pass seeks) and
 /// their recorded ticks.

@@ -352,6 +352,41 @@ async fn a_version_2_database_migrates_to_version_3_and_keeps_its_executions() {
     );
 }
 
+/// A version-7 database stored an execution created and changed in one group with its counts
+/// at zero; the migration to version 8 counts its responses and temporary events.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_migration_to_version_8_recounts_responses_and_temporary_events() {
+    let Some(server) = TestServer::or_skip("the_migration_to_version_8_recounts") else {
+        return;
+    };
+    let database = TestDatabase::create(&server).await;
+    admin::migrate_to(&database.config, 7).await.unwrap();
+    database
+        .with_client(async |client| {
+            client
+                .batch_execute(
+                    r#"INSERT INTO t_execution (execution_id, ffqn, created_at, created_at_ns,
+                     scheduled_at, scheduled_at_ns, is_top_level, next_version, state_kind,
+                     pending_at, state_json, temporary_event_count, response_count,
+                     max_retries, retry_exp_backoff_ns) VALUES ('E_1', 'f', 0, 0, 0, 0, true, 3,
+                     0, 0, '{}', 0, 0, 5, 0);
+                     INSERT INTO t_event (execution_id, version, is_history, event_json) VALUES
+                     ('E_1', 1, false, '{"created_at":"2000-01-01T00:00:00Z","event":{"Locked":{}}}'),
+                     ('E_1', 2, false, '{"created_at":"2000-01-01T00:00:00Z","event":{"TemporarilyFailed":{}}}');
+                     INSERT INTO t_response (execution_id, idx, join_set_id, join_set_idx,
+                     delay_id, response_json) VALUES ('E_1', 0, 'o:t', 0, 'D_1', '{}'),
+                     ('E_1', 1, 'o:t', 1, 'D_2', '{}')"#,
+                )
+                .await
+                .unwrap();
+        })
+        .await;
+    let store = open(&database).await;
+    store.close().await;
+    let counts = "SELECT response_count * 10 + temporary_event_count FROM t_execution";
+    assert_eq!(first_column::<i64>(&database, counts).await, [21]);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn another_store_is_woken_through_notify() {
     let Some(server) = TestServer::or_skip("another_store_is_woken_through_notify") else {

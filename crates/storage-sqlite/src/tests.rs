@@ -1755,3 +1755,70 @@ async fn a_known_row_another_connection_changed_is_loaded_again() {
     a.close().await;
     b.close().await;
 }
+
+/// A lease taken and the execution cancelled in one transaction: the writer must not keep the
+/// leased row for the lease's outcome, which, in the next transaction, loses its race
+/// (`AlreadyFinished`) instead of failing on the log's primary key.
+#[test]
+fn a_lease_cancelled_in_the_same_transaction_is_not_kept_for_its_outcome() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("db.sqlite");
+    let mut config = SqliteConfig::new(&path);
+    config.max_commands_per_transaction = 3;
+    let (conn, _) = schema::open_writer(&config).expect("opens");
+    let (c1, _) = fn_command(|ctx: &mut WriteCtx<'_>| create(ctx, create_request(id(1), t0())));
+    let (c2, lock_rx) = fn_command(|ctx: &mut WriteCtx<'_>| {
+        let req = LockPendingRequest {
+            batch_size: 1,
+            pending_at_or_sooner: t0(),
+            ffqns: Arc::from([ffqn()]),
+            now: t0(),
+            component_id: ComponentId::new("activity", "test").expect("valid"),
+            executor_id: ExecutorId::generate_at(t0()),
+            lock_expires_at: t0() + Duration::from_secs(60),
+        };
+        let keys = req.keys()?;
+        ctx.write(req, &keys).map(|grants| grants.len())
+    });
+    let (c3, cancel_rx) = fn_command(|ctx: &mut WriteCtx<'_>| {
+        let req = concepts::CancelRequest {
+            execution_id: id(1),
+            now: t0(),
+            reason: "cancelled beside its lease".into(),
+        };
+        let keys = req.keys()?;
+        ctx.write(req, &keys).map(|_| ())
+    });
+    // The next transaction (at most 3 commands per transaction).
+    let (c4, outcome_rx) = fn_command(|ctx: &mut WriteCtx<'_>| {
+        let req = concepts::OutcomeWrite {
+            execution_id: id(1),
+            version: Version(2),
+            now: t0(),
+            event: finished_ok(),
+            parent: None,
+        };
+        let keys = req.keys()?;
+        ctx.write(req, &keys)
+    });
+    let (tx, rx) = tokio::sync::mpsc::channel(8);
+    for command in [c1, c2, c3, c4] {
+        assert!(tx.try_send(writer::Message::Command(command)).is_ok());
+    }
+    assert!(tx.try_send(writer::Message::Shutdown).is_ok());
+    drop(tx);
+    writer::run(conn, &config, rx, &WaiterHub::new());
+    assert_eq!(lock_rx.blocking_recv().expect("replied").expect("locks"), 1);
+    cancel_rx
+        .blocking_recv()
+        .expect("replied")
+        .expect("cancels");
+    let err = outcome_rx
+        .blocking_recv()
+        .expect("replied")
+        .expect_err("the execution was cancelled");
+    assert!(
+        concepts::is_lost_race(&err),
+        "expected AlreadyFinished, got {err:?}"
+    );
+}

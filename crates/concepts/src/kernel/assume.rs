@@ -116,13 +116,23 @@ impl KnownRows {
         }
     }
 
+    /// Keeps the rows of `plan` that `keep` names and forgets its other rows: plans committed
+    /// together are remembered in order, and a row a later plan changed without keeping it
+    /// (a lease, then a cancel of the same execution) is no longer what an earlier one left.
     fn remember_where(&self, plan: &WritePlan, keep: impl Fn(&ExecutionChange) -> bool) {
         let mut rows = self.lock();
         if rows.len() + plan.changes.len() > self.capacity {
             rows.clear();
         }
-        for change in plan.changes.iter().filter(|change| keep(change)) {
-            rows.insert(change.row.execution_id.clone(), Known::of(change));
+        for change in &plan.changes {
+            if keep(change) {
+                rows.insert(change.row.execution_id.clone(), Known::of(change));
+            } else {
+                rows.remove(&change.row.execution_id);
+            }
+        }
+        for execution_id in &plan.deleted {
+            rows.remove(execution_id);
         }
     }
 

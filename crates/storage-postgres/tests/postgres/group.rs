@@ -364,3 +364,64 @@ async fn queued_outcomes_answering_one_parent_share_one_transaction() {
     );
     store.close().await;
 }
+
+/// A create and a response to what it creates, queued into one group, are one new execution's
+/// change: the stored row counts the response (the plan's count, not zero), so a later
+/// response takes the place after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_group_that_creates_and_answers_an_execution_counts_the_response() {
+    use concepts::{DbTimers, DelayId, JoinSetResponseEvent};
+    let Some(server) = TestServer::or_skip("a_group_that_creates_and_answers") else {
+        return;
+    };
+    let database = TestDatabase::create(&server).await;
+    let store = open(&database).await;
+    let id = execution_id(7);
+    let join_set: concepts::JoinSetId = "n:timers".parse().expect("valid");
+    let delay = |n: u128| JoinSetResponseEvent {
+        join_set_id: join_set.clone(),
+        event: JoinSetResponse::DelayFinished {
+            delay_id: DelayId::from_parts(1, n),
+        },
+    };
+    database
+        .with_client(async |blocker| {
+            let blocked = occupy_every_slot(&database, &store, blocker).await;
+            let create = {
+                let (store, request) = (store.clone(), create_request(id.clone(), ffqn("f")));
+                queued(async move { store.create(request).await }).await
+            };
+            let respond = {
+                let (store, id, response) = (store.clone(), id.clone(), delay(1));
+                queued(async move { store.append_response(super::now(), &id, response).await })
+                    .await
+            };
+            blocker.batch_execute("COMMIT").await.expect("commits");
+            for write in blocked {
+                write.await.expect("joins").expect("writes");
+            }
+            let created = create.await.expect("joins").expect("creates");
+            assert_eq!(created, CreateOutcome::Created);
+            respond.await.expect("joins").expect("stores the response");
+        })
+        .await;
+    assert_eq!(
+        writers_of(&database, std::slice::from_ref(&id)).await,
+        1,
+        "one group"
+    );
+    let text = id.to_string();
+    let stored: i64 = database
+        .with_client(async |client| {
+            let sql = "SELECT response_count FROM t_execution WHERE execution_id = $1";
+            client.query_one(sql, &[&text]).await.expect("reads").get(0)
+        })
+        .await;
+    assert_eq!(stored, 1, "the row counts the response stored in the group");
+    store
+        .append_response(super::now(), &id, delay(2))
+        .await
+        .expect("a later response takes the next place");
+    assert_eq!(store.get(&id).await.expect("reads").responses.len(), 2);
+    store.close().await;
+}

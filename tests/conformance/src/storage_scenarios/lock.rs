@@ -283,3 +283,21 @@ pub async fn s13_concurrent_lock_pending<F: StoreFactory>(factory: &F) {
         assert_eq!(log.pending_state.kind(), PendingStateKind::Locked);
     }
 }
+
+/// S30: a `lock_pending` that names a function twice locks each of its due executions once, up
+/// to the batch size, as a request naming it once does.
+pub async fn s30_function_named_twice_locks_once<F: StoreFactory>(factory: &F) {
+    let store = factory.fresh().await;
+    let db = store.db.as_ref();
+    let clock = SimClock::epoch();
+    let t = clock.now();
+    let f = ffqn("twice");
+    for n in [1, 2] {
+        db.create(create_request(execution_id(n), f.clone(), t))
+            .await
+            .expect("creates");
+    }
+    let twice: Arc<[FunctionFqn]> = Arc::from([f.clone(), f.clone()]);
+    let locked = lock_pending_now(db, &twice, 2, t, executor_id(1), LEASE).await;
+    assert_eq!(ids_of(&locked), vec![execution_id(1), execution_id(2)]);
+}

@@ -11,14 +11,15 @@
 
 use crate::{
     CreateRequest, Created, DbError, ExecutionEvent, ExecutionEventInner, ExecutionMetadata,
-    HistoryEvent, JoinSetResponseEventOuter, LockPendingRequest, Locked, LockedExecution, Params,
-    RunId, ValidationError, Version,
+    FunctionFqn, HistoryEvent, JoinSetResponseEventOuter, LockPendingRequest, Locked,
+    LockedExecution, Params, RunId, ValidationError, Version,
     kernel::{
         DueQuery, ExecutionRow, Keys, LogRows, Planner, Write, snapshot::inconsistent,
         write::sealed::Sealed,
     },
 };
 use chrono::{DateTime, Utc};
+use std::sync::Arc;
 
 impl Sealed for LockPendingRequest {}
 
@@ -38,9 +39,22 @@ impl Write for LockPendingRequest {
 
     fn keys(&self) -> Result<Keys, DbError> {
         validate_lock_pending(self)?;
+        // A function named twice is one function: each backend reads its due executions once.
+        let repeated = |(i, ffqn): (usize, &FunctionFqn)| self.ffqns[..i].contains(ffqn);
+        let ffqns = if self.ffqns.iter().enumerate().any(repeated) {
+            let mut unique: Vec<FunctionFqn> = Vec::with_capacity(self.ffqns.len());
+            for ffqn in self.ffqns.iter() {
+                if !unique.contains(ffqn) {
+                    unique.push(ffqn.clone());
+                }
+            }
+            Arc::from(unique)
+        } else {
+            self.ffqns.clone()
+        };
         Ok(Keys {
             due: Some(DueQuery {
-                ffqns: self.ffqns.clone(),
+                ffqns,
                 pending_at_or_sooner: self.pending_at_or_sooner,
                 limit: self.batch_size,
             }),
