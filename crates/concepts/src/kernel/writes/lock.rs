@@ -250,9 +250,8 @@ pub fn hand_over_created(created: CreateRequest, locked: Locked) -> LockedExecut
     }
 }
 
-/// How many events of a history of `len` the worker of `grant` is handed; an error when the
-/// history is shorter than the grant.
-/// How many of the `events` and `responses` read are handed over, or why they cannot be.
+/// How many of the `events` and `responses` read the worker of `grant` is handed; an error
+/// when the history read is shorter than the grant.
 fn handed_over(
     grant: &LockGrant,
     events: usize,
