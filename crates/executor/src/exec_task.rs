@@ -450,11 +450,14 @@ impl<C: ClockFn> ExecTask<C> {
                         .map(|meters| (meters, crate::metrics::Outcome::of(&write.event)));
                     let lease_left = (lock_expires_at - now).to_std().unwrap_or_default();
                     let handed = match answer {
+                        // Past its lease the watcher may have resolved it otherwise: written,
+                        // the version check fences it; handed over, nothing would.
                         Some(answer)
-                            if matches!(
-                                write.event,
-                                concepts::ExecutionEventInner::Finished { .. }
-                            ) =>
+                            if now < lock_expires_at
+                                && matches!(
+                                    write.event,
+                                    concepts::ExecutionEventInner::Finished { .. }
+                                ) =>
                         {
                             answer.send(write)
                         }
@@ -668,9 +671,10 @@ impl ExecutorTaskHandle {
     /// retried by whichever executor locks it next (see [`DrainOutcome::left`]).
     ///
     /// The loop itself stops promptly; a `lock_pending` in flight when the drain begins
-    /// completes first, and its runs are drained like the others. Should that lock still be
-    /// waiting for the store at the deadline, the loop is aborted with it: what it may have
-    /// locked is counted in neither figure and is left to its lease.
+    /// completes first, and its runs are drained like the others, as are the runs that a
+    /// reservation taken before the drain starts while it waits (a workflow's write in flight).
+    /// Should that lock still be waiting for the store at the deadline, the loop is aborted
+    /// with it: what it may have locked is counted in neither figure and is left to its lease.
     ///
     /// Runs that ended before the drain began are not counted. The deadline is measured on
     /// tokio's clock, so a test with paused time drains deterministically. Idempotent: a second
@@ -696,11 +700,16 @@ impl ExecutorTaskHandle {
                 }
             }
         }
-        let tasks = std::mem::take(&mut *lock_tasks(&self.runs));
-        let mut running: FuturesUnordered<JoinHandle<()>> = tasks.into_iter().collect();
+        let mut running: FuturesUnordered<JoinHandle<()>> = FuturesUnordered::new();
         let mut finished = 0;
         let all_ended = async {
-            while let Some(ended) = running.next().await {
+            // Runs handed over by a reservation taken before the loop ended (a workflow's
+            // `append_batch` in flight) join the list while the drain waits: drain them too.
+            loop {
+                running.extend(std::mem::take(&mut *lock_tasks(&self.runs)));
+                let Some(ended) = running.next().await else {
+                    break;
+                };
                 finished += 1;
                 if let Err(err) = ended {
                     warn!(executor_id = %self.executor_id, "a run ended abnormally: {err}");
@@ -708,6 +717,7 @@ impl ExecutorTaskHandle {
             }
         };
         let _ = tokio::time::timeout_at(deadline, all_ended).await;
+        running.extend(std::mem::take(&mut *lock_tasks(&self.runs)));
         let left = running.len();
         for task in &running {
             task.abort();

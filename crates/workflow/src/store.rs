@@ -117,11 +117,22 @@ impl RunStore {
         loop {
             let err = match self.db.append_outcomes(outcomes.clone()).await {
                 Ok(results) => {
-                    let refused = results.into_iter().filter_map(Result::err);
-                    return match refused.into_iter().find(|err| !is_lost_race(err)) {
-                        Some(err) => Err(err),
-                        None => Ok(()),
-                    };
+                    for (outcome, result) in outcomes.iter().zip(results) {
+                        match result {
+                            Ok(_) => {}
+                            // Recorded already only if the log holds this very outcome: a
+                            // child whose lease expired before its answer was recorded may
+                            // have been timed out, retried or cancelled since, and the run
+                            // consumed a result its log contradicts.
+                            Err(err) if is_lost_race(&err) => {
+                                if !recorded_already(self.db.as_ref(), outcome).await {
+                                    return Err(err);
+                                }
+                            }
+                            Err(err) => return Err(err),
+                        }
+                    }
+                    return Ok(());
                 }
                 Err(err) => err,
             };
@@ -292,6 +303,16 @@ impl RunIo for RunStore {
         }
         Ok(())
     }
+}
+
+/// True when the log of `outcome`'s execution holds the `Finished` it carries (an earlier
+/// write recorded it), not another one.
+async fn recorded_already(db: &dyn DbConnection, outcome: &OutcomeWrite) -> bool {
+    let ExecutionEventInner::Finished { result } = &outcome.event else {
+        return false;
+    };
+    (db.get_execution_event(&outcome.execution_id, outcome.version).await)
+        .is_ok_and(|event| matches!(&event.event, ExecutionEventInner::Finished { result: stored } if stored == result))
 }
 
 /// A lease of a local executor for each of `children` whose function one runs with a permit

@@ -13,7 +13,7 @@
 //!   checked against the reference derivation, the dumps of every backend compared (§3).
 //! - P1..P3, [`persistence_scenarios`]: what a backend that persists keeps across a close, a
 //!   crash and its durability settings.
-//! - W1..W20, [`workflow_scenarios`]: the `workflow` crate: what each operation records,
+//! - W1..W23, [`workflow_scenarios`]: the `workflow` crate: what each operation records,
 //!   replay, determinism and parked executions, warm and cold waits, the lifecycle as a
 //!   workflow meets it, the typed schedules client, patches, typed joins, per-call options and
 //!   a workflow's status (§14-§19).

@@ -1,4 +1,4 @@
-//! The workflow scenarios (W1..W21): every operation of `docs/SEMANTICS.md` §15 run through the
+//! The workflow scenarios (W1..W23): every operation of `docs/SEMANTICS.md` §15 run through the
 //! `workflow` crate on a real executor, so that every backend shows it records, replays and
 //! waits as the contract says; W14..W17 (in `lifecycle`) add promises, cancellation and
 //! retention as a workflow meets them (`docs/SEMANTICS.md` §10-§13).
@@ -10,6 +10,7 @@
 mod answers;
 pub mod fixture;
 mod lifecycle;
+mod stale;
 mod versioning;
 
 pub use answers::w21_children_answer_their_parent_in_its_next_write;
@@ -17,6 +18,10 @@ pub use lifecycle::{
     w14_promise_completed_before_it_is_awaited, w15_workflow_cancelled_while_waiting,
     w16_activity_stops_early_when_cancelled,
     w17_promise_given_up_at_its_deadline_is_cancelled_and_pruned, w18_typed_schedules_client,
+};
+pub use stale::{
+    w22_a_child_answer_after_its_lease_is_not_consumed,
+    w23_a_cancelled_child_answer_is_not_consumed,
 };
 pub use versioning::{
     w19_a_patch_changes_the_code_with_executions_in_flight,
@@ -707,6 +712,8 @@ macro_rules! workflow_scenario_tests {
             w19_a_patch_changes_the_code_with_executions_in_flight,
             w20_typed_joins_per_call_options_and_status,
             w21_children_answer_their_parent_in_its_next_write,
+            w22_a_child_answer_after_its_lease_is_not_consumed,
+            w23_a_cancelled_child_answer_is_not_consumed,
         );
     };
 }

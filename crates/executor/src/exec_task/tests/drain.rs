@@ -304,3 +304,64 @@ async fn a_drain_with_a_zero_timeout_leaves_every_run() {
     );
     assert!(spawned.store.outcomes().is_empty());
 }
+
+/// A run handed to the executor through a reservation taken before its drain and started while
+/// the drain waits (a workflow's `append_batch` that was in flight) is drained too: awaited up
+/// to the deadline, then aborted, so that nothing of the executor writes after the drain.
+#[tokio::test(start_paused = true)]
+async fn a_reserved_run_started_during_a_drain_is_drained_too() {
+    let store = Arc::new(FakeStore::new(vec![locked(2_000)]));
+    let (tx, mut started) = mpsc::unbounded_channel();
+    let dropped = Arc::new(AtomicBool::new(false));
+    let worker = Sleeper {
+        ffqns: vec![ffqn()],
+        started: tx,
+        dropped: dropped.clone(),
+    };
+    let config = ExecConfig {
+        lock_expiry: Duration::from_secs(60),
+        tick_sleep: Duration::from_secs(1),
+        batch_size: 4,
+        component_id: ComponentId::new("test", "drain").unwrap(),
+        task_limiter: None,
+    };
+    let local = crate::LocalExecutors::new();
+    let mut handle = ExecTask::new(Arc::new(worker), config, Fixed, store.clone())
+        .with_local_executors(local.clone())
+        .spawn();
+    started.recv().await.unwrap();
+    tokio::task::yield_now().await;
+    let at = Fixed.now();
+    let reservation = local.reserve(&ffqn(), at).expect("a free permit");
+    let child = concepts::CreateRequest {
+        created_at: at,
+        execution_id: ExecutionId::generate_at(at),
+        ffqn: ffqn(),
+        params: Json(serde_json::json!([30_000])),
+        parent: None,
+        scheduled_at: at,
+        retry_exp_backoff: Duration::from_secs(1),
+        max_retries: 0,
+        component_id: ComponentId::new("test", "drain").unwrap(),
+        metadata: ExecutionMetadata::default(),
+        scheduled_by: None,
+    };
+    let child_id = child.execution_id.clone();
+    // The reserving write commits while the drain waits for the run in flight.
+    let start_later = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        reservation.start(child);
+    });
+    let outcome = handle.drain(Duration::from_secs(10)).await;
+    start_later.await.unwrap();
+    assert_eq!(
+        outcome.left, 1,
+        "the 30 s run started during the drain: {outcome:?}"
+    );
+    // Once the drain returned, nothing of this executor runs any more (paused time).
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    assert!(
+        !store.outcomes().contains(&child_id),
+        "the run started during the drain wrote its outcome after the drain returned"
+    );
+}
