@@ -3,6 +3,7 @@
 //! counted, and nothing is locked once the drain began.
 
 use super::super::*;
+use crate::LocalExecutors;
 use async_trait::async_trait;
 use concepts::{ExecutionMetadata, Json, Locked, OutcomeWrite, RunId, Version};
 use std::collections::VecDeque;
@@ -176,6 +177,11 @@ struct Spawned {
 
 /// An executor over `store` that locks up to `batch_size` executions at once.
 fn spawn(store: FakeStore, batch_size: usize) -> Spawned {
+    spawn_with(store, batch_size, None)
+}
+
+/// As [`spawn`], running the reserved children of `local` too.
+fn spawn_with(store: FakeStore, batch_size: usize, local: Option<&LocalExecutors>) -> Spawned {
     let store = Arc::new(store);
     let (tx, started) = mpsc::unbounded_channel();
     let dropped = Arc::new(AtomicBool::new(false));
@@ -191,7 +197,11 @@ fn spawn(store: FakeStore, batch_size: usize) -> Spawned {
         component_id: ComponentId::new("test", "drain").unwrap(),
         task_limiter: None,
     };
-    let handle = ExecTask::spawn_new(Arc::new(worker), config, Fixed, store.clone());
+    let task = ExecTask::new(Arc::new(worker), config, Fixed, store.clone());
+    let handle = match local {
+        Some(local) => task.with_local_executors(local.clone()).spawn(),
+        None => task.spawn(),
+    };
     Spawned {
         store,
         handle,
@@ -310,25 +320,13 @@ async fn a_drain_with_a_zero_timeout_leaves_every_run() {
 /// to the deadline, then aborted, so that nothing of the executor writes after the drain.
 #[tokio::test(start_paused = true)]
 async fn a_reserved_run_started_during_a_drain_is_drained_too() {
-    let store = Arc::new(FakeStore::new(vec![locked(2_000)]));
-    let (tx, mut started) = mpsc::unbounded_channel();
-    let dropped = Arc::new(AtomicBool::new(false));
-    let worker = Sleeper {
-        ffqns: vec![ffqn()],
-        started: tx,
-        dropped: dropped.clone(),
-    };
-    let config = ExecConfig {
-        lock_expiry: Duration::from_secs(60),
-        tick_sleep: Duration::from_secs(1),
-        batch_size: 4,
-        component_id: ComponentId::new("test", "drain").unwrap(),
-        task_limiter: None,
-    };
-    let local = crate::LocalExecutors::new();
-    let mut handle = ExecTask::new(Arc::new(worker), config, Fixed, store.clone())
-        .with_local_executors(local.clone())
-        .spawn();
+    let local = LocalExecutors::new();
+    let Spawned {
+        store,
+        mut handle,
+        mut started,
+        ..
+    } = spawn_with(FakeStore::new(vec![locked(2_000)]), 4, Some(&local));
     started.recv().await.unwrap();
     tokio::task::yield_now().await;
     let at = Fixed.now();
