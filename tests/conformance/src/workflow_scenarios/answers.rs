@@ -3,10 +3,10 @@
 //! (`AppendBatchRequest::answers`, `docs/SEMANTICS.md` §4.4 and §6): a step of a workflow
 //! calling an activity commits once.
 
-use super::fixture::{DOUBLE, LEASE, SAFETY, component};
+use super::fixture::{DOUBLE, LEASE, SAFETY, component, spawn_local};
 use crate::StoreFactory;
 use concepts::{ClockFn, DbConnection, DbError, ExecutionEventInner, ExecutionId, OutcomeWrite};
-use executor::{ExecConfig, ExecTask, ExecutorTaskHandle, LocalExecutors, Worker};
+use executor::{LocalExecutors, Worker};
 use std::{
     sync::{
         Arc, Mutex,
@@ -88,18 +88,7 @@ pub async fn w21_children_answer_their_parent_in_its_next_write<F: StoreFactory>
     let db: Arc<dyn DbConnection> = ForwardingDb::new(store.db.clone(), hook);
     let clock = SimClock::epoch();
     let local = LocalExecutors::new();
-    let spawn = |worker: Arc<dyn Worker>| -> ExecutorTaskHandle {
-        let config = ExecConfig {
-            lock_expiry: LEASE,
-            tick_sleep: Duration::from_millis(20),
-            batch_size: 8,
-            component_id: component(),
-            task_limiter: None,
-        };
-        ExecTask::new(worker, config, clock.clone(), db.clone())
-            .with_local_executors(local.clone())
-            .spawn()
-    };
+    let spawn = |worker: Arc<dyn Worker>| spawn_local((&db, &clock, &local), worker, LEASE);
     let activities = ActivityWorker::new()
         .register(&DOUBLE, |_: ActivityCtx, n: u64| async move {
             Ok::<_, String>(n * 2)

@@ -7,11 +7,30 @@ use concepts::{
     ClockFn, ComponentId, DbConnection, ExecutionEventInner, ExecutionId, ExecutionLog,
     HistoryEvent,
 };
-use executor::{ExecConfig, ExecTask, ExecutorTaskHandle, Worker};
+use executor::{ExecConfig, ExecTask, ExecutorTaskHandle, LocalExecutors, Worker};
 use std::{collections::BTreeSet, sync::Arc, time::Duration};
 use test_utils::SimClock;
 use tokio::sync::watch;
 use workflow::{ActivityCtx, ActivityWorker, Client, Function, WorkflowWorker};
+
+/// An executor of `worker` on `db`, its leases `lease` long, running the children that
+/// `local` reserves for it (a workflow's child started in its parent's process), spawned.
+pub fn spawn_local(
+    (db, clock, local): (&Arc<dyn DbConnection>, &SimClock, &LocalExecutors),
+    worker: Arc<dyn Worker>,
+    lease: Duration,
+) -> ExecutorTaskHandle {
+    let config = ExecConfig {
+        lock_expiry: lease,
+        tick_sleep: Duration::from_millis(20),
+        batch_size: 8,
+        component_id: component(),
+        task_limiter: None,
+    };
+    ExecTask::new(worker, config, clock.clone(), db.clone())
+        .with_local_executors(local.clone())
+        .spawn()
+}
 
 /// A real-time safety net: far longer than any correct wait.
 pub const SAFETY: Duration = Duration::from_secs(20);

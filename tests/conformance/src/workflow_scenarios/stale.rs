@@ -1,10 +1,10 @@
 //! W22 and W23: a child's run that hands its answer to its waiting parent after the child was
 //! resolved otherwise (its lease expired and the watcher finished it, or it was cancelled).
 
-use super::fixture::{SAFETY, component};
+use super::fixture::{SAFETY, component, spawn_local};
 use crate::StoreFactory;
 use concepts::{ClockFn, DbConnection, ExecutionEventInner, ExecutionId};
-use executor::{ExecConfig, ExecTask, ExecutorTaskHandle, LocalExecutors, Worker};
+use executor::{LocalExecutors, Worker};
 use std::{sync::Arc, time::Duration};
 use test_utils::SimClock;
 use tokio::sync::watch;
@@ -41,18 +41,7 @@ async fn stale_answer<F: StoreFactory>(factory: &F, cancel: bool) {
     let clock = SimClock::epoch();
     let local = LocalExecutors::new();
     let (gate_tx, gate_rx) = watch::channel(false);
-    let spawn = |worker: Arc<dyn Worker>, lease: Duration| -> ExecutorTaskHandle {
-        let config = ExecConfig {
-            lock_expiry: lease,
-            tick_sleep: Duration::from_millis(20),
-            batch_size: 8,
-            component_id: component(),
-            task_limiter: None,
-        };
-        ExecTask::new(worker, config, clock.clone(), db.clone())
-            .with_local_executors(local.clone())
-            .spawn()
-    };
+    let spawn = |worker: Arc<dyn Worker>, lease| spawn_local((&db, &clock, &local), worker, lease);
     let activities = ActivityWorker::new()
         .register(&SLOW, move |_: ActivityCtx, n: u64| {
             let mut gate = gate_rx.clone();
