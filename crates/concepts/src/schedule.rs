@@ -319,8 +319,11 @@ impl Spec {
             }
             Self::Every { interval, offset } => {
                 let (interval, offset) = (micros(*interval), micros(*offset));
-                let since = after.timestamp_micros() - offset;
-                let next = (since.div_euclid(interval) + 1) * interval + offset;
+                // Past the largest time there is no next tick.
+                let since = after.timestamp_micros().checked_sub(offset)?;
+                let next = (since.div_euclid(interval).checked_add(1))
+                    .and_then(|k| k.checked_mul(interval))
+                    .and_then(|at| at.checked_add(offset))?;
                 DateTime::from_timestamp_micros(next)
             }
         }
@@ -382,8 +385,11 @@ pub fn due_ticks(
     catchup_window: Duration,
     limit: usize,
 ) -> Due {
-    let window_start =
-        now - chrono::Duration::from_std(catchup_window).unwrap_or(chrono::TimeDelta::MAX);
+    // A window reaching back past the earliest time starts at the earliest time.
+    let window_start = chrono::Duration::from_std(catchup_window)
+        .ok()
+        .and_then(|window| now.checked_sub_signed(window))
+        .unwrap_or(DateTime::<Utc>::MIN_UTC);
     let mut missed: Option<Missed> = None;
     let mut fire = Vec::new();
     let mut handled_through = None;

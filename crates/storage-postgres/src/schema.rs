@@ -10,7 +10,7 @@ const MIGRATION_LOCK_KEY: i64 = 0x5354_454C_454D_4947;
 
 /// Every migration this binary knows, in order, as its description and its SQL:
 /// `MIGRATIONS[i]` moves a database from schema version `i` to `i + 1`.
-const MIGRATIONS: [(&str, &str); 8] = [
+const MIGRATIONS: [(&str, &str); 9] = [
     (
         "executions, events, responses, join set counters, delays",
         SCHEMA_V1,
@@ -40,6 +40,10 @@ const MIGRATIONS: [(&str, &str); 8] = [
     (
         "the response and temporary event counts of executions recounted",
         SCHEMA_V8,
+    ),
+    (
+        "schedule names in byte order, as execution ids are",
+        SCHEMA_V9,
     ),
 ];
 
@@ -113,6 +117,14 @@ FROM (
     GROUP BY execution_id
 ) AS e
 WHERE t.execution_id = e.execution_id AND t.temporary_event_count <> e.n;
+"#;
+
+/// Version 9: schedule names compared byte by byte (`COLLATE "C"`, as every id column is), so
+/// that listings and the due query's ties go in the order of the other backends on a database
+/// whose default collation is a language's.
+const SCHEMA_V9: &str = r#"
+ALTER TABLE t_schedule ALTER COLUMN name TYPE text COLLATE "C";
+ALTER TABLE t_schedule_tick ALTER COLUMN name TYPE text COLLATE "C";
 "#;
 
 /// Version 6: schedules (the row as JSON, beside its name and the due time a pass seeks) and

@@ -208,6 +208,8 @@ impl Definition {
             .ulid()
             .random();
         let offset = i64::try_from(random % jitter).unwrap_or_default();
-        tick + chrono::Duration::microseconds(offset)
+        // An offset past the largest time is the largest time.
+        tick.checked_add_signed(chrono::Duration::microseconds(offset))
+            .unwrap_or(DateTime::<Utc>::MAX_UTC)
     }
 }

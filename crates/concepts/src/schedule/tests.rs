@@ -370,3 +370,45 @@ fn jitter_delays_each_tick_alike_on_every_node_and_within_its_bound() {
         due.iter().map(|(tick, due_at)| *due_at - *tick).collect();
     assert!(offsets.len() > 40, "spread, not one offset: {offsets:?}");
 }
+
+// Values the parsers accept (`every` and `offset` as the spec parser takes them, a catch-up
+// window and a jitter as `HumanDuration` takes them) never make the time arithmetic of a pass
+// panic.
+
+#[test]
+fn every_with_a_huge_interval_and_an_offset_has_no_next_tick_past_the_calendar() {
+    // Accepted by the parser (the offset is shorter than the interval); `(k + 1) * interval +
+    // offset` overflows `i64` microseconds.
+    let every = spec("every 106751991d offset 1d");
+    assert_eq!(
+        every.next_after(Zone::UTC, at("2026-01-01T00:00:00Z")),
+        None
+    );
+}
+
+#[test]
+fn a_catch_up_window_past_the_calendar_starts_at_its_beginning() {
+    // `catchup_window: "200000000d"` is accepted; `now - window` leaves chrono's range.
+    let now = at("2026-01-01T00:00:00Z");
+    let window = Duration::from_secs(200_000_000 * 86_400);
+    let due = due_ticks(
+        &spec("every 1m"),
+        Zone::UTC,
+        now,
+        now + chrono::Duration::minutes(1),
+        window,
+        100,
+    );
+    assert_eq!(due.fire.len(), 1);
+}
+
+#[test]
+fn a_jitter_past_the_calendar_is_clamped() {
+    // `jitter: "106751991d"` is accepted; `tick + offset` leaves chrono's range.
+    let now = at("2026-01-01T00:00:00Z");
+    let mut definition = nightly();
+    definition.jitter = Duration::from_secs(106_751_991 * 86_400);
+    for m in 0..200 {
+        assert!(definition.due_at(now, now + chrono::Duration::minutes(m)) >= now);
+    }
+}

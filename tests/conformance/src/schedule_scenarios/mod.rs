@@ -1,18 +1,25 @@
-//! The schedule scenarios C1..C9: every rule of `docs/SEMANTICS.md` §19 on every backend
+//! The schedule scenarios C1..C11: every rule of `docs/SEMANTICS.md` §19 on every backend
 //! through the same code: a schedule stored, changed and deleted, each overlap policy,
 //! catching up inside and outside the window, triggers and backfills, the daylight-saving
 //! transitions of Europe/Prague and America/New_York, passes racing each other, the run limit
-//! and the end, catching up under each policy, the scheduler's cancellations, jitter. Each scenario's documentation says what it checks.
+//! and the end, catching up under each policy, the scheduler's cancellations, jitter, and the
+//! passes of long catch-ups and of windows past the calendar. Each scenario's documentation says what it checks.
 //!
 //! One module per topic: `stored` (C1, C2: the writes of a schedule's row) and `firing` (C3..C9:
-//! what a pass does). The fixture they share is here, and the scenarios are re-exported here,
+//! what a pass does) and `passes` (C10, C11: the limits of a pass). The fixture they share is here, and the scenarios are re-exported here,
 //! where the [`schedule_scenario_tests!`](crate::schedule_scenario_tests) macro finds them.
 //!
 //! Time is a [`SimClock`]: a pass is made at the time the scenario moved the clock to, as the
 //! node's scheduler makes one at each tick of its clock.
 
 mod firing;
+mod passes;
 mod stored;
+
+pub use passes::{
+    c10_cancel_other_catching_up_past_a_pass_fires_only_the_newest,
+    c11_a_catch_up_window_past_the_calendar_never_stops_the_passes,
+};
 
 pub use firing::{
     c3_each_overlap_policy, c4_catch_up_inside_and_outside_the_window,
@@ -202,6 +209,8 @@ macro_rules! schedule_scenario_tests {
             c7_racing_passes_fire_each_tick_once,
             c8_run_limit_and_end,
             c9_catch_up_by_policy_the_scheduler_cancels_and_jitter,
+            c10_cancel_other_catching_up_past_a_pass_fires_only_the_newest,
+            c11_a_catch_up_window_past_the_calendar_never_stops_the_passes,
         );
     };
 }

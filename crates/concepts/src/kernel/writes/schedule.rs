@@ -214,8 +214,13 @@ impl Write for FireSchedulesRequest {
             let created = row.created_at;
             let id = |at| tick_execution_id(name.as_str(), created, at);
             keys.new_executions.extend(row.buffered.map(id));
-            keys.new_executions
-                .extend(pass_ticks(row, self.now).fire.into_iter().map(id));
+            let fire = pass_ticks(row, self.now).fire;
+            // `cancel-other` creates at most the newest of them.
+            let fire = match row.definition.overlap {
+                Overlap::CancelOther => fire.last().copied().into_iter().collect(),
+                _ => fire,
+            };
+            keys.new_executions.extend(fire.into_iter().map(id));
         }
         keys.dedup();
         Some(keys)
@@ -370,13 +375,20 @@ fn pass_ticks(row: &ScheduleRow, now: DateTime<Utc>) -> crate::schedule::Due {
     let definition = &row.definition;
     let spec = &definition.spec;
     let window = definition.catchup_window;
+    // `cancel-other` fires only the newest tick of the window, so its pass sees the whole window
+    // (up to the count a missed range is counted to), not the first `TICKS_PER_PASS` of it.
+    let limit = if definition.overlap == Overlap::CancelOther {
+        usize::try_from(crate::schedule::Missed::COUNT_LIMIT).unwrap_or(usize::MAX)
+    } else {
+        TICKS_PER_PASS
+    };
     due_ticks(
         spec,
         definition.zone,
         row.handled_through,
         now,
         window,
-        TICKS_PER_PASS,
+        limit,
     )
 }
 
