@@ -236,6 +236,25 @@ fn duration(field: &'static str, text: Option<&str>) -> Result<Option<Duration>,
     .transpose()
 }
 
+/// The longest catch-up window or jitter a draft takes: a century. Longer ones reach past the
+/// calendar's bounds when ticks are fired.
+pub const MAX_WINDOW: Duration = Duration::from_secs(36_500 * 86_400);
+
+/// [`duration`], at most [`MAX_WINDOW`].
+fn window(field: &'static str, text: Option<&str>) -> Result<Option<Duration>, DraftError> {
+    match duration(field, text)? {
+        Some(long) if long > MAX_WINDOW => Err(refused(
+            field,
+            format!(
+                "`{}` is longer than {} (a century)",
+                text.unwrap_or_default(),
+                HumanDuration(MAX_WINDOW)
+            ),
+        )),
+        checked => Ok(checked),
+    }
+}
+
 impl ScheduleDraft {
     /// The definition the draft describes.
     ///
@@ -278,10 +297,10 @@ impl ScheduleDraft {
         if let Some(overlap) = &self.overlap {
             definition.overlap = overlap.parse().map_err(|err| refused("overlap", err))?;
         }
-        if let Some(window) = duration("catchup_window", self.catchup_window.as_deref())? {
+        if let Some(window) = window("catchup_window", self.catchup_window.as_deref())? {
             definition.catchup_window = window;
         }
-        if let Some(jitter) = duration("jitter", self.jitter.as_deref())? {
+        if let Some(jitter) = window("jitter", self.jitter.as_deref())? {
             definition.jitter = jitter;
         }
         if self.max_runs == Some(0) {

@@ -13,7 +13,7 @@
 //! | `POST /api/v1/executions/{id}/cancel` | cancels it and its unfinished descendants, `{"reason"?}` (at most 4 KiB) | 200 cancelled or already finished, 404, 422 |
 //! | `POST /api/v1/executions/{id}/complete` | completes a promise, `{"value"}` | 200 completed or already completed, 404, 409 |
 //! | `GET /api/v1/executions/{id}/wait?timeout=30s` | waits for its result, at most [`ApiOptions::max_wait`] (60 s); the polls of one execution share one wait of the store | 200 finished, 202 still running, 404 |
-//! | `POST /api/v1/schedules` | creates a schedule, `{"name", "function", "params"?, "cron" or "every", "offset"?, "timezone"?, "overlap"?, "catchup_window"?, "jitter"?, "max_runs"?, "end"?}` (`node::schedules::ScheduleDraft`, checked against the catalog) | 201 created, 200 already existed, 400, 409 another definition, 422 |
+//! | `POST /api/v1/schedules` | creates a schedule, `{"name", "function", "params"?, "cron" or "every", "offset"?, "timezone"?, "overlap"?, "catchup_window"?, "jitter"?, "max_runs"?, "end"?}` (`node::schedules::ScheduleDraft`, checked against the catalog; a catch-up window or jitter at most a century) | 201 created, 200 already existed, 400, 409 another definition, 422 |
 //! | `GET /api/v1/schedules` | lists them by name: `after`, `limit` | 200 a page and its `next_after` |
 //! | `GET /api/v1/schedules/{name}` | the schedule, its `next` fire times (5) and its last `ticks` (20) | 200, 404 |
 //! | `PUT /api/v1/schedules/{name}` | replaces its definition (the body as for `POST`, the same name) | 200, 400, 404, 422 |

@@ -135,7 +135,18 @@ impl TryFrom<ListQuery> for Listing {
             created_before: created_before
                 .map(|text| time("created_before", &text))
                 .transpose()?,
-            id_prefix,
+            id_prefix: id_prefix
+                .map(|prefix| {
+                    if prefix.chars().any(char::is_control) {
+                        Err(ApiError::malformed_query(format!(
+                            "`id_prefix={}` holds a control character; an id has none",
+                            prefix.escape_debug()
+                        )))
+                    } else {
+                        Ok(prefix)
+                    }
+                })
+                .transpose()?,
             pending_from: parked.unwrap_or(false).then_some(PARKED_UNTIL),
         };
         Ok(Self {

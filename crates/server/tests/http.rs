@@ -792,6 +792,47 @@ async fn schedules_are_operated_through_the_api(factory: &dyn StoreFactory) {
     served.stop().await;
 }
 
+/// Input at the calendar's edge is refused as bad input, with nothing written, and never
+/// panics the store's write: a catch-up window or a jitter of 100,000,000 days (accepted before,
+/// it then panicked every pass of the watcher over the schedules: no schedule of the store
+/// fired again on SQLite, and the watcher's task died on PostgreSQL), a backfill from the
+/// calendar's first instant (a 500, or on PostgreSQL a connection closed without an answer),
+/// and an `id_prefix` holding a NUL (a 500 on PostgreSQL).
+async fn input_at_the_calendars_edge_is_refused(factory: &dyn StoreFactory) {
+    let served = serve(factory, doubling, ApiOptions::default()).await;
+    let before = dump(served.db.as_ref()).await;
+    for field in ["catchup_window", "jitter"] {
+        let mut schedule = json!({"name": "edge", "function": "test:http/api.double",
+                                  "params": 4, "every": "1s"});
+        schedule[field] = json!("100000000d");
+        let (status, body) = served.post("/schedules", &schedule).await;
+        assert_eq!(
+            (status, &body["error"]),
+            (StatusCode::BAD_REQUEST, &json!("malformed_body")),
+            "{field}: {body}"
+        );
+    }
+    let (status, body) = served.get("/executions?id_prefix=E_%00").await;
+    assert_eq!(
+        (status, &body["error"]),
+        (StatusCode::BAD_REQUEST, &json!("malformed_query")),
+        "{body}"
+    );
+    assert_eq!(dump(served.db.as_ref()).await, before, "a refusal wrote");
+    let schedule = json!({"name": "edge", "function": "test:http/api.double", "params": 4,
+                          "every": "1h"});
+    let (status, body) = served.post("/schedules", &schedule).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let (status, body) = served
+        .post(
+            "/schedules/edge/backfill",
+            &json!({"from": "-262143-01-01T00:00:00Z", "to": "-262143-01-02T00:00:00Z"}),
+        )
+        .await;
+    assert!(status.is_client_error(), "{status}: {body}");
+    served.stop().await;
+}
+
 /// One test per scenario and backend; a backend that cannot run here (no PostgreSQL server)
 /// follows the skip rule of `test-utils`.
 macro_rules! on_every_backend {
@@ -832,6 +873,7 @@ on_every_backend!(
     the_long_poll_wakes_when_the_execution_finishes,
     a_drain_finishes_inside_its_deadline_and_stops_the_server,
     schedules_are_operated_through_the_api,
+    input_at_the_calendars_edge_is_refused,
 );
 
 /// A client that sends part of a request's header and stalls (a slow-loris client) has its

@@ -68,10 +68,19 @@ pub(crate) struct NextQuery {
     next: Option<String>,
 }
 
-/// Only a path of this server: `/...`, never `//host` or a scheme.
+/// Only a path of this server: `/...`, never `//host` or a scheme, nor what a browser reads
+/// as `//host` (`/\host`, `/<tab>/host`: it takes a backslash for a slash and drops tabs and
+/// line breaks), nor what a `Location` header cannot hold.
 fn local(next: Option<&str>) -> &str {
     match next {
-        Some(path) if path.starts_with('/') && !path.starts_with("//") => path,
+        Some(path)
+            if path.starts_with('/')
+                && !path.starts_with("//")
+                && !path.contains('\\')
+                && !path.chars().any(char::is_control) =>
+        {
+            path
+        }
         _ => "/",
     }
 }

@@ -402,6 +402,39 @@ async fn a_node_with_a_token_signs_a_browser_in_once() {
     assert_eq!(elsewhere.headers[header::LOCATION], "/");
 }
 
+/// After signing in, a browser is sent to no other host: not to `/\evil.example` nor to
+/// `/<tab>/evil.example`, which a browser reads as `//evil.example` (before, both were followed:
+/// an open redirect); and a `next` with a line break is no 500 (before, its `Location` could
+/// not be written).
+#[tokio::test]
+async fn signing_in_sends_a_browser_to_no_other_host() {
+    let ui = Ui::new(ApiOptions {
+        token: Some("s3cret".to_string()),
+        ..ApiOptions::default()
+    });
+    for next in [
+        "%2F%5Cevil.example%2F",
+        "%2F%09%2Fevil.example%2F",
+        "%2F%0Aaway",
+    ] {
+        let answer = ui
+            .send(
+                Request::post("/login")
+                    .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+                    .body(Body::from(format!("token=s3cret&next={next}")))
+                    .expect("a request"),
+            )
+            .await;
+        assert_eq!(
+            answer.status,
+            StatusCode::SEE_OTHER,
+            "{next}: {}",
+            answer.body
+        );
+        assert_eq!(answer.headers[header::LOCATION], "/", "{next}");
+    }
+}
+
 #[tokio::test]
 async fn bad_filters_and_unknown_executions_are_pages_that_say_why() {
     let ui = Ui::new(ApiOptions::default());

@@ -318,7 +318,14 @@ fn trigger_ticks(
         return Ok(vec![now]);
     };
     let definition = &row.definition;
-    let before = from - chrono::Duration::microseconds(1);
+    let Some(before) = from.checked_sub_signed(chrono::Duration::microseconds(1)) else {
+        return Err(ValidationError::InvalidRequest(format!(
+            "the backfill of schedule {} starts at {from}, the first instant of the calendar: \
+             start it later",
+            row.name()
+        ))
+        .into());
+    };
     let mut ticks = definition
         .spec
         .fire_times(definition.zone, before, MAX_BACKFILL_TICKS + 1);
