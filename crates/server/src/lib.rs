@@ -39,8 +39,8 @@
 //! A node serves it with [`serve`] given to `NodeBuilder::background_service`; a program
 //! without a node serves it with [`serve_until`]. Both run their own accept loop: each
 //! connection is hyper's HTTP/1 connection with a header timeout
-//! ([`ApiOptions::header_read_timeout`], 10 s: a client that sends half a header and stalls
-//! is cut off), and hyper-util's graceful shutdown: on the node's shutdown (or `serve_until`'s
+//! ([`ApiOptions::header_read_timeout`], 10 s: a client that sends half a header, or stalls
+//! in its body for as long, is cut off), and hyper-util's graceful shutdown: on the node's shutdown (or `serve_until`'s
 //! signal) it stops accepting, answers the long polls in flight with "still running" (202)
 //! and finishes the other requests in flight, within the node's drain deadline.
 //!
@@ -134,8 +134,9 @@ pub struct ApiOptions {
     pub max_wait: Duration,
     /// The largest request body (1 MiB); a larger one is 413.
     pub body_limit: usize,
-    /// How long a client may take to send a request's whole header (10 s); a slower one has
-    /// its connection closed, so that stalled clients cannot hold connections open.
+    /// How long a client may take to send a request's whole header (10 s), and the longest
+    /// pause while it sends the body; a slower one has its connection closed (or its request
+    /// refused), so that stalled clients cannot hold connections, nor a shutdown, open.
     pub header_read_timeout: Duration,
     /// The metrics served on `/metrics` (behind the same token): the text of the recorder
     /// the program installed, Prometheus' say. None: no `/metrics` route.

@@ -15,6 +15,7 @@ use node::{BackgroundContext, Catalog, ShutdownSignal};
 use std::{future::Future, pin::Pin, sync::Arc, time::Duration};
 use tokio::net::TcpListener;
 use tower::ServiceExt as _;
+use tower_http::timeout::TimeoutBody;
 
 /// The router and, outside `/api/v1`, a JSON 404.
 fn app<C: ClockFn>(state: ApiState<C>) -> axum::Router {
@@ -183,8 +184,12 @@ async fn run(
             () = &mut stop => break,
         };
         let app = app.clone();
+        // A body that stops arriving for as long as a header may take fails its read, and the
+        // request with it: a stalled client holds no connection, nor a shutdown, open.
         let service = hyper::service::service_fn(move |request: Request<Incoming>| {
-            app.clone().oneshot(request.map(axum::body::Body::new))
+            let timed = |body| TimeoutBody::new(header_read_timeout, body);
+            app.clone()
+                .oneshot(request.map(|body| axum::body::Body::new(timed(body))))
         });
         let connection = hyper::server::conn::http1::Builder::new()
             .timer(TokioTimer::new())

@@ -876,6 +876,51 @@ on_every_backend!(
     input_at_the_calendars_edge_is_refused,
 );
 
+/// A client that sends a whole header and stalls in the body has its request refused once the
+/// pause reaches `header_read_timeout`, and nothing is written; before, the connection stayed
+/// open as long as the client kept it, and a shutdown waited the whole drain for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_stalls_in_its_body_is_cut_off() {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    test_utils::set_up();
+    let options = ApiOptions {
+        header_read_timeout: Duration::from_millis(300),
+        ..ApiOptions::default()
+    };
+    let served = serve(&test_support::factories::MemoryFactory, doubling, options).await;
+    let before = dump(served.db.as_ref()).await;
+    let address = served
+        .base
+        .trim_start_matches("http://")
+        .trim_end_matches("/api/v1")
+        .to_string();
+    let mut stalled = tokio::net::TcpStream::connect(&address)
+        .await
+        .expect("connects");
+    stalled
+        .write_all(
+            b"POST /api/v1/executions HTTP/1.1\r\nHost: stele\r\n\
+              content-type: application/json\r\ncontent-length: 100\r\n\r\n{",
+        )
+        .await
+        .expect("writes a header and one byte of the body");
+    let mut answer = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(10), stalled.read_to_end(&mut answer))
+        .await
+        .expect("the server ends the stalled request well before 10 s");
+    let text = String::from_utf8_lossy(&answer);
+    assert!(
+        read.is_err() || text.is_empty() || text.starts_with("HTTP/1.1 4"),
+        "{read:?}: {text}"
+    );
+    assert_eq!(
+        dump(served.db.as_ref()).await,
+        before,
+        "the stalled request wrote"
+    );
+    served.stop().await;
+}
+
 /// A client that sends part of a request's header and stalls (a slow-loris client) has its
 /// connection closed once `header_read_timeout` passes, while a prompt client on another
 /// connection is answered; before the server set a header timeout the stalled connection
