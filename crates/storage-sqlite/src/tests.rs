@@ -1714,18 +1714,10 @@ async fn a_known_row_another_connection_changed_is_loaded_again() {
             .create(create_request(execution_id.clone(), t0()))
             .await
             .expect("created");
-        let locked = (store.lock_pending(LockPendingRequest {
-            batch_size: 1,
-            pending_at_or_sooner: t0(),
-            ffqns: Arc::from([ffqn()]),
-            now: t0(),
-            component_id: ComponentId::new("activity", "test").expect("valid"),
-            executor_id: ExecutorId::generate_at(t0()),
-            lock_expires_at: t0() + Duration::from_secs(60),
-        }))
-        .await
-        .expect("locks")
-        .remove(0);
+        let locked = (store.lock_pending(handover::lock_request(1)))
+            .await
+            .expect("locks")
+            .remove(0);
         assert_eq!(locked.execution_id, execution_id);
         let outcome = |value| concepts::OutcomeWrite {
             execution_id: execution_id.clone(),
@@ -1768,15 +1760,7 @@ fn a_lease_cancelled_in_the_same_transaction_is_not_kept_for_its_outcome() {
     let (conn, _) = schema::open_writer(&config).expect("opens");
     let (c1, _) = fn_command(|ctx: &mut WriteCtx<'_>| create(ctx, create_request(id(1), t0())));
     let (c2, lock_rx) = fn_command(|ctx: &mut WriteCtx<'_>| {
-        let req = LockPendingRequest {
-            batch_size: 1,
-            pending_at_or_sooner: t0(),
-            ffqns: Arc::from([ffqn()]),
-            now: t0(),
-            component_id: ComponentId::new("activity", "test").expect("valid"),
-            executor_id: ExecutorId::generate_at(t0()),
-            lock_expires_at: t0() + Duration::from_secs(60),
-        };
+        let req = handover::lock_request(1);
         let keys = req.keys()?;
         ctx.write(req, &keys).map(|grants| grants.len())
     });
