@@ -1,5 +1,6 @@
 //! The guards every request passes before its handler: the bearer token, compared in
-//! constant time, and the read-only mode, which lets only reads through.
+//! constant time, and the read-only mode, which lets only reads through; and, on a loopback
+//! server without a token, the name a request is addressed to ([`foreign_name`]).
 
 use crate::{ApiOptions, error::ApiError};
 use axum::{
@@ -77,4 +78,36 @@ pub(crate) async fn guard(
         Ok(()) => next.run(request).await,
         Err(err) => err.into_response(),
     }
+}
+
+/// The name `request` is addressed to when another site could own it: `None` for an IP
+/// address, `localhost` or a name under `.localhost` (or no name: a browser always sends
+/// one). A server on loopback without a token answers only those. Otherwise a page whose own
+/// name its owner points at 127.0.0.1 (DNS rebinding) would be same-origin with the server,
+/// and could read its pages and write through it.
+pub(crate) fn foreign_name<B>(request: &axum::http::Request<B>) -> Option<String> {
+    let authority = match request.uri().authority() {
+        Some(authority) => authority.as_str(),
+        None => {
+            let host = request.headers().get(header::HOST)?;
+            match host.to_str() {
+                Ok(host) => host,
+                Err(_) => return Some(String::from_utf8_lossy(host.as_bytes()).into_owned()),
+            }
+        }
+    };
+    let host = match authority.strip_prefix('[') {
+        // `[::1]:8080`: an IPv6 address has colons of its own.
+        Some(bracketed) => bracketed
+            .split_once(']')
+            .map_or(bracketed, |(host, _)| host),
+        None => authority
+            .rsplit_once(':')
+            .map_or(authority, |(host, _port)| host),
+    };
+    let host = host.strip_suffix('.').unwrap_or(host).to_ascii_lowercase();
+    let local = host.parse::<std::net::IpAddr>().is_ok()
+        || host == "localhost"
+        || host.ends_with(".localhost");
+    (!local).then(|| authority.to_string())
 }

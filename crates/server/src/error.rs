@@ -66,6 +66,21 @@ impl ApiError {
         Self::new(StatusCode::UNAUTHORIZED, "unauthorized", message)
     }
 
+    /// A request to a loopback server without a token, addressed to a name another site
+    /// could own ([`crate::auth::foreign_name`]).
+    pub(crate) fn host_refused(name: &str) -> Self {
+        Self::new(
+            StatusCode::FORBIDDEN,
+            "host_refused",
+            format!(
+                "this server listens on loopback without a token, so it answers only requests \
+                 addressed to localhost or an IP address, not to `{name}` (a page of another \
+                 site could otherwise reach it through DNS rebinding); to serve it under \
+                 another name (behind a proxy), give it a token (`--http-token`)"
+            ),
+        )
+    }
+
     pub(crate) fn read_only() -> Self {
         Self::new(
             StatusCode::METHOD_NOT_ALLOWED,

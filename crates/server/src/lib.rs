@@ -72,6 +72,7 @@
 //! | 400 | `malformed_query` | a query string that does not parse, an unknown parameter, a limit over 1,000, a bad cursor, time or duration |
 //! | 400 | `malformed_id` | an execution id or a schedule name that does not parse, or a child's id given to submit |
 //! | 401 | `unauthorized` | a token is set and the request's `Authorization: Bearer` is missing or wrong |
+//! | 403 | `host_refused` | the server listens on loopback without a token and the request is addressed to a name other than `localhost`, a name under `.localhost` or an IP address |
 //! | 404 | `not_found` | no such execution or schedule, or no such route |
 //! | 405 | `read_only` | a write (`POST`, `PUT`, `DELETE`) to a server in read-only mode |
 //! | 405 | `method_not_allowed` | a method the route does not have |
@@ -95,6 +96,12 @@
 //! its content type, which a browser cannot send to another origin without asking (a CORS
 //! preflight): no CORS headers are sent unless origins are named
 //! ([`ApiOptions::cors_origins`]), so a page elsewhere cannot submit or cancel.
+//!
+//! Served by [`serve`] and its siblings on a loopback address without a token, only requests
+//! addressed to `localhost`, a name under `.localhost` or an IP address are answered (403
+//! `host_refused` otherwise, before any route): a page of a site whose owner points its name
+//! at 127.0.0.1 (DNS rebinding) would otherwise be same-origin with the server. Behind a proxy
+//! that forwards its own host name, give the server a token.
 
 mod auth;
 mod error;

@@ -3,8 +3,8 @@
 //! signal and finish the requests in flight; a client too slow to send its request's header
 //! is cut off ([`ApiOptions::header_read_timeout`]).
 
-use crate::{ApiOptions, ApiState, routes};
-use axum::http::Request;
+use crate::{ApiError, ApiOptions, ApiState, routes};
+use axum::{http::Request, response::IntoResponse as _};
 use concepts::{ClockFn, DbConnection};
 use hyper::body::Incoming;
 use hyper_util::{
@@ -84,7 +84,7 @@ fn service<C: ClockFn>(
             clock,
             catalog,
         } = context;
-        let header_read_timeout = options.header_read_timeout;
+        let bounds = Bounds::new(&listener, &options);
         let state = ApiState::new(db.clone(), clock.clone(), catalog.clone(), options.clone())
             .stopping_on(signal.clone());
         let app = match pages {
@@ -98,7 +98,7 @@ fn service<C: ClockFn>(
             None => app(state),
         };
         Box::pin(async move {
-            if let Err(err) = run(listener, app, header_read_timeout, signal.fired()).await {
+            if let Err(err) = run(listener, app, bounds, signal.fired()).await {
                 tracing::error!("the HTTP server stopped: {err}");
             }
         })
@@ -138,7 +138,7 @@ pub async fn serve_until_with<C: ClockFn>(
 ) -> std::io::Result<()> {
     let (fire, fired) = tokio::sync::watch::channel(false);
     let signal = ShutdownSignal::new(fired);
-    let header_read_timeout = options.header_read_timeout;
+    let bounds = Bounds::new(&listener, &options);
     let state = ApiState::new(db.clone(), clock.clone(), catalog.clone(), options.clone())
         .stopping_on(signal.clone());
     let app = crate::router(state).merge(pages(Mount {
@@ -152,19 +152,47 @@ pub async fn serve_until_with<C: ClockFn>(
         stop.await;
         let _ = fire.send(true);
     };
-    run(listener, app, header_read_timeout, stop).await
+    run(listener, app, bounds, stop).await
+}
+
+/// What each connection is held to, besides the routes' own guards.
+#[derive(Clone, Copy)]
+struct Bounds {
+    header_read_timeout: Duration,
+    /// Only requests addressed to a local name are answered
+    /// ([`auth::foreign_name`](crate::auth::foreign_name)): the listener is on
+    /// loopback and no token guards it.
+    local_names_only: bool,
+}
+
+impl Bounds {
+    fn new(listener: &TcpListener, options: &ApiOptions) -> Self {
+        let loopback = listener
+            .local_addr()
+            .is_ok_and(|address| address.ip().is_loopback());
+        Self {
+            header_read_timeout: options.header_read_timeout,
+            local_names_only: loopback && options.token.is_none(),
+        }
+    }
 }
 
 /// Accepts connections on `listener` and serves `app` on each (HTTP/1.1) until `stop`
 /// completes, then stops accepting and returns once every connection has finished what it was
 /// answering. A client that has not sent a request's whole header within
-/// `header_read_timeout` (a slow or stalled client) has its connection closed.
+/// `header_read_timeout` (a slow or stalled client) has its connection closed; a request to a
+/// loopback server without a token, addressed to a name that is not local, is refused (403
+/// `host_refused`).
 async fn run(
     listener: TcpListener,
     app: axum::Router,
-    header_read_timeout: Duration,
+    bounds: Bounds,
     stop: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    let Bounds {
+        header_read_timeout,
+        local_names_only,
+    } = bounds;
     if let Ok(address) = listener.local_addr() {
         tracing::info!(%address, "serving HTTP: the API under /api/v1");
     }
@@ -188,8 +216,14 @@ async fn run(
         // request with it: a stalled client holds no connection, nor a shutdown, open.
         let service = hyper::service::service_fn(move |request: Request<Incoming>| {
             let timed = |body| TimeoutBody::new(header_read_timeout, body);
-            app.clone()
-                .oneshot(request.map(|body| axum::body::Body::new(timed(body))))
+            let request = request.map(|body| axum::body::Body::new(timed(body)));
+            let app = app.clone();
+            async move {
+                if local_names_only && let Some(name) = crate::auth::foreign_name(&request) {
+                    return Ok(ApiError::host_refused(&name).into_response());
+                }
+                app.oneshot(request).await
+            }
         });
         let connection = hyper::server::conn::http1::Builder::new()
             .timer(TokioTimer::new())

@@ -876,6 +876,85 @@ on_every_backend!(
     input_at_the_calendars_edge_is_refused,
 );
 
+/// A loopback server without a token answers only requests addressed to a local name: a page
+/// served from a name its owner points at 127.0.0.1 (DNS rebinding) is refused before any
+/// route, reads and writes alike, and nothing is written; with a token, any name is answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_loopback_server_without_a_token_answers_local_names_only() {
+    use reqwest::header::{HOST, ORIGIN};
+    test_utils::set_up();
+    let served = serve(
+        &test_support::factories::MemoryFactory,
+        doubling,
+        ApiOptions::default(),
+    )
+    .await;
+    let port = served.base.rsplit_once(':').expect("a port").1;
+    let port = port.trim_end_matches("/api/v1");
+    let before = dump(served.db.as_ref()).await;
+    let rebound = format!("rebind.attacker.example:{port}");
+    let submit = served
+        .http
+        .post(served.url("/executions"))
+        .header(HOST, &rebound)
+        .header(ORIGIN, format!("http://{rebound}"))
+        .json(&json!({"function": "test:http/api.double", "params": 1}))
+        .send()
+        .await;
+    let (status, body) = answer(submit).await;
+    assert_eq!(
+        (status, &body["error"]),
+        (StatusCode::FORBIDDEN, &json!("host_refused")),
+        "{body}"
+    );
+    assert!(
+        body["message"]
+            .as_str()
+            .is_some_and(|m| m.contains(&rebound)),
+        "{body}"
+    );
+    assert_eq!(
+        dump(served.db.as_ref()).await,
+        before,
+        "a refused request wrote"
+    );
+    for (path, name) in [
+        ("/executions", "rebind.attacker.example".to_string()),
+        ("/healthz", format!("LOCALHOST.EVIL:{port}")),
+        ("/../nope", format!("localhost.evil.example:{port}")),
+    ] {
+        let read = served.http.get(served.url(path)).header(HOST, &name).send();
+        let (status, body) = answer(read.await).await;
+        assert_eq!(status, StatusCode::FORBIDDEN, "{name}{path}: {body}");
+    }
+    for name in [
+        format!("localhost:{port}"),
+        format!("LocalHost.:{port}"),
+        format!("ui.localhost:{port}"),
+        format!("127.0.0.1:{port}"),
+        format!("[::1]:{port}"),
+        "10.1.2.3".to_string(),
+    ] {
+        let read = served.http.get(served.url("/healthz")).header(HOST, &name);
+        let (status, body) = answer(read.send().await).await;
+        assert_eq!(status, StatusCode::OK, "{name}: {body}");
+    }
+    served.stop().await;
+
+    let options = ApiOptions {
+        token: Some("s3cret".to_string()),
+        ..ApiOptions::default()
+    };
+    let served = serve(&test_support::factories::MemoryFactory, doubling, options).await;
+    let read = served
+        .http
+        .get(served.url("/executions"))
+        .header(HOST, "stele.internal.example")
+        .bearer_auth("s3cret");
+    assert_eq!(answer(read.send().await).await.0, StatusCode::OK);
+    served.stop().await;
+}
+
 /// A client that sends a whole header and stalls in the body has its request refused once the
 /// pause reaches `header_read_timeout`, and nothing is written; before, the connection stayed
 /// open as long as the client kept it, and a shutdown waited the whole drain for it.
@@ -899,7 +978,7 @@ async fn a_client_that_stalls_in_its_body_is_cut_off() {
         .expect("connects");
     stalled
         .write_all(
-            b"POST /api/v1/executions HTTP/1.1\r\nHost: stele\r\n\
+            b"POST /api/v1/executions HTTP/1.1\r\nHost: localhost\r\n\
               content-type: application/json\r\ncontent-length: 100\r\n\r\n{",
         )
         .await
@@ -943,7 +1022,7 @@ async fn a_client_too_slow_to_send_its_header_is_cut_off() {
         .await
         .expect("connects");
     stalled
-        .write_all(b"GET /api/v1/healthz HTTP/1.1\r\nHost: stele\r\n")
+        .write_all(b"GET /api/v1/healthz HTTP/1.1\r\nHost: localhost\r\n")
         .await
         .expect("writes half a header");
     let (status, _) = served.get("/healthz").await;
