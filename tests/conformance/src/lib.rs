@@ -19,7 +19,7 @@
 //!   a workflow's status (§14-§19).
 //! - L1..L22, [`lifecycle_scenarios`]: idempotent submit, cancellation, durable promises,
 //!   retention, and ambiguous commits (§10-§13, §4.11).
-//! - C1..C11, [`schedule_scenarios`]: schedules stored and changed, the overlap policies,
+//! - C1..C13, [`schedule_scenarios`]: schedules stored and changed, the overlap policies,
 //!   catch-up, triggers and backfills, daylight saving, racing passes, the scheduler's
 //!   cancellations, jitter (§19).
 //!

@@ -195,6 +195,18 @@ impl Definition {
         .collect()
     }
 
+    /// The definition as every backend stores it: its durations in whole microseconds, so
+    /// that a create repeated with the same values is the same schedule on every backend.
+    #[must_use]
+    pub fn at_stored_precision(mut self) -> Self {
+        let micros = |duration: Duration| {
+            Duration::new(duration.as_secs(), duration.subsec_micros() * 1_000)
+        };
+        self.catchup_window = micros(self.catchup_window);
+        self.jitter = micros(self.jitter);
+        self
+    }
+
     /// When the execution of the tick at `tick` is due: the tick plus this schedule's jitter
     /// offset for it, taken from the tick's execution id, so every node agrees.
     #[must_use]

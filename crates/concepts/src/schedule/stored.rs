@@ -128,10 +128,12 @@ pub enum SkipReason {
     /// The tick fell before the catch-up window when a pass came: the engine was down or
     /// behind for longer than the window.
     Missed,
+    /// The tick fell before the schedule's spec or zone changed, and no pass had handled it.
+    Updated,
 }
 
 impl SkipReason {
-    /// Its name: `overlap`, `buffer-full`, `superseded`, `paused` or `missed`.
+    /// Its name: `overlap`, `buffer-full`, `superseded`, `paused`, `missed` or `updated`.
     #[must_use]
     pub fn name(&self) -> &'static str {
         match self {
@@ -140,6 +142,7 @@ impl SkipReason {
             Self::Superseded => "superseded",
             Self::Paused => "paused",
             Self::Missed => "missed",
+            Self::Updated => "updated",
         }
     }
 }

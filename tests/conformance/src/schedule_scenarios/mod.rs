@@ -1,11 +1,12 @@
-//! The schedule scenarios C1..C11: every rule of `docs/SEMANTICS.md` §19 on every backend
+//! The schedule scenarios C1..C13: every rule of `docs/SEMANTICS.md` §19 on every backend
 //! through the same code: a schedule stored, changed and deleted, each overlap policy,
 //! catching up inside and outside the window, triggers and backfills, the daylight-saving
 //! transitions of Europe/Prague and America/New_York, passes racing each other, the run limit
 //! and the end, catching up under each policy, the scheduler's cancellations, jitter, and the
-//! passes of long catch-ups and of windows past the calendar. Each scenario's documentation says what it checks.
+//! passes of long catch-ups and of windows past the calendar, a changed spec, and durations kept
+//! to the microsecond. Each scenario's documentation says what it checks.
 //!
-//! One module per topic: `stored` (C1, C2: the writes of a schedule's row) and `firing` (C3..C9:
+//! One module per topic: `stored` (C1, C2, C12, C13: the writes of a schedule's row) and `firing` (C3..C9:
 //! what a pass does) and `passes` (C10, C11: the limits of a pass). The fixture they share is here, and the scenarios are re-exported here,
 //! where the [`schedule_scenario_tests!`](crate::schedule_scenario_tests) macro finds them.
 //!
@@ -27,7 +28,10 @@ pub use firing::{
     c7_racing_passes_fire_each_tick_once, c8_run_limit_and_end,
     c9_catch_up_by_policy_the_scheduler_cancels_and_jitter,
 };
-pub use stored::{c1_create_is_idempotent_and_names_a_conflict, c2_pause_resume_update_delete};
+pub use stored::{
+    c1_create_is_idempotent_and_names_a_conflict, c2_pause_resume_update_delete,
+    c12_a_changed_spec_applies_from_the_change_on, c13_durations_are_kept_to_the_microsecond,
+};
 
 use crate::{
     StoreFactory, TestStore,
@@ -211,6 +215,8 @@ macro_rules! schedule_scenario_tests {
             c9_catch_up_by_policy_the_scheduler_cancels_and_jitter,
             c10_cancel_other_catching_up_past_a_pass_fires_only_the_newest,
             c11_a_catch_up_window_past_the_calendar_never_stops_the_passes,
+            c12_a_changed_spec_applies_from_the_change_on,
+            c13_durations_are_kept_to_the_microsecond,
         );
     };
 }

@@ -1,5 +1,6 @@
-//! C1, C2: the writes of a schedule's row: create (idempotent, a conflict naming what differs),
-//! pause, resume, update and delete, and what each leaves of its ticks.
+//! C1, C2, C12, C13: the writes of a schedule's row: create (idempotent, a conflict naming what
+//! differs), pause, resume, update and delete, what each leaves of its ticks, a changed spec, and
+//! durations kept to the microsecond.
 
 use super::{Fixture, definition, settings};
 use crate::{
@@ -208,4 +209,87 @@ pub async fn c2_pause_resume_update_delete<F: StoreFactory>(factory: &F) {
         new_run,
         tick_execution_id(name.as_str(), row.created_at, f.at(420))
     );
+}
+
+/// C12: a new spec applies from the update on. The old spec's ticks that no pass handled are
+/// recorded as one skipped range (`updated`); the new spec's ticks before the update never
+/// fire (an hourly schedule changed to every minute at half past fired up to five of the
+/// minutes before the change, the ones inside its catch-up window, at once).
+pub async fn c12_a_changed_spec_applies_from_the_change_on<F: StoreFactory>(factory: &F) {
+    let f = Fixture::new(factory).await;
+    let minutely = f.create(definition("changed", "every 1m")).await;
+    let name = minutely.name().clone();
+    f.move_to(60);
+    let fired = f.pass().await.fired;
+    assert_eq!(fired.len(), 1, "the tick at 60");
+    f.finish(&fired[0]).await;
+    // Down from 60 to 1835 s: the minutes from 120 to 1800 were never handled.
+    f.move_to(1835);
+    let update = ChangeScheduleRequest {
+        name: name.clone(),
+        change: ScheduleChange::Update {
+            definition: Box::new(definition("changed", "every 10s")),
+            settings: settings(),
+        },
+        now: f.now(),
+    };
+    let changed = f.db.change_schedule(update).await.expect("change_schedule");
+    assert_eq!(changed, ScheduleChanged::Changed);
+    assert_eq!(
+        f.row(&name).await.next_due_at,
+        Some(f.at(1840)),
+        "the new spec's first tick after the change"
+    );
+    let outcome = f.pass().await;
+    assert!(
+        outcome.fired.is_empty(),
+        "nothing fires at 1830: {outcome:?}"
+    );
+    f.move_to(1840);
+    f.pass().await;
+    assert_eq!(
+        f.history(&name).await,
+        [
+            "fired by tick at 60",
+            "skipped updated 120..1800 x29",
+            "fired by tick at 1840"
+        ]
+    );
+}
+
+/// C13: a schedule's durations are kept to the microsecond on every backend: a create repeated
+/// with a catch-up window and a jitter of finer precision is the same schedule
+/// (`AlreadyExisted`; the memory store kept the nanoseconds, so it answered so where SQLite
+/// and PostgreSQL, which keep microseconds, refused it as a conflict), and the stored row
+/// reads back the microseconds.
+pub async fn c13_durations_are_kept_to_the_microsecond<F: StoreFactory>(factory: &F) {
+    let f = Fixture::new(factory).await;
+    let mut fine = definition("fine", "every 1m");
+    fine.catchup_window = std::time::Duration::new(90, 123_456_789);
+    fine.jitter = std::time::Duration::from_nanos(2_500);
+    let row = f.create(fine.clone()).await;
+    assert_eq!(
+        (row.definition.catchup_window, row.definition.jitter),
+        (
+            std::time::Duration::new(90, 123_456_000),
+            std::time::Duration::from_micros(2)
+        )
+    );
+    let again = CreateScheduleRequest {
+        definition: fine.clone(),
+        settings: settings(),
+        now: f.now(),
+    };
+    let answer = f.db.create_schedule(again).await.expect("create_schedule");
+    assert_eq!(answer, ScheduleCreated::AlreadyExisted);
+    let update = ChangeScheduleRequest {
+        name: fine.name.clone(),
+        change: ScheduleChange::Update {
+            definition: Box::new(fine),
+            settings: settings(),
+        },
+        now: f.now(),
+    };
+    let changed = f.db.change_schedule(update).await.expect("change_schedule");
+    assert_eq!(changed, ScheduleChanged::Unchanged);
 }

@@ -54,9 +54,10 @@ impl Write for CreateScheduleRequest {
     }
 
     fn plan(self, planner: &mut Planner<'_>) -> Result<ScheduleCreated, DbError> {
-        let name = self.definition.name.clone();
+        let definition = self.definition.at_stored_precision();
+        let name = definition.name.clone();
         if let Some(existing) = planner.snapshot.schedules.get(&name) {
-            let mut differences = existing.definition.differences(&self.definition);
+            let mut differences = existing.definition.differences(&definition);
             if existing.settings != self.settings {
                 differences.push("execution settings");
             }
@@ -66,7 +67,7 @@ impl Write for CreateScheduleRequest {
             return Err(DuplicateKind::ScheduleConflict { name, differences }.into());
         }
         let mut row = ScheduleRow {
-            definition: self.definition,
+            definition,
             settings: self.settings,
             created_at: self.now,
             updated_at: self.now,
@@ -133,10 +134,35 @@ impl Write for ChangeScheduleRequest {
                 definition,
                 settings,
             } => {
-                if row.definition == *definition && row.settings == settings {
+                let definition = definition.at_stored_precision();
+                if row.definition == definition && row.settings == settings {
                     return Ok(ScheduleChanged::Unchanged);
                 }
-                row.definition = *definition;
+                let old = &row.definition;
+                if old.spec != definition.spec || old.zone != definition.zone {
+                    // The new spec applies from now on: its ticks before now never were, and
+                    // the old spec's that no pass handled yet are recorded as skipped.
+                    let due = due_ticks(
+                        &old.spec,
+                        old.zone,
+                        row.handled_through,
+                        now,
+                        Duration::ZERO,
+                        0,
+                    );
+                    if let Some(missed) = due.missed {
+                        let outcome = TickOutcome::Skipped {
+                            reason: SkipReason::Updated,
+                            last: missed.last,
+                            count: missed.count,
+                            exact: missed.exact,
+                        };
+                        record(&mut row, &mut write, missed.first, now, outcome);
+                    }
+                    let just_before = now - chrono::Duration::microseconds(1);
+                    row.handled_through = row.handled_through.max(just_before);
+                }
+                row.definition = definition;
                 row.settings = settings;
             }
             ScheduleChange::Pause { note } => {
