@@ -1,5 +1,5 @@
-//! S12 and S19: `create` and `create_batch` (all or nothing), `list_executions` pages, and JSON
-//! key order kept through every path.
+//! S12, S19 and S31: `create` and `create_batch` (all or nothing), `list_executions` pages, JSON
+//! key order kept through every path, and children only under a parent that exists.
 
 use super::{LEASE, ffqns_of, helpers::*};
 use crate::StoreFactory;
@@ -240,5 +240,46 @@ pub async fn s19_create_batch<F: StoreFactory>(factory: &F) {
                 .unwrap(),
             event
         );
+    }
+}
+
+/// S31: a child is created only under a parent that exists. `create` and `create_batch` naming
+/// a parent that is not stored are refused and write nothing (the child was stored, and its
+/// finish, which answers its parent, failed for ever: it could never finish, be cancelled or
+/// pruned); a batch that creates the parent before its child, or a parent stored already, is
+/// taken.
+pub async fn s31_children_only_under_a_parent_that_exists<F: StoreFactory>(factory: &F) {
+    let store = factory.fresh().await;
+    let db = store.db.as_ref();
+    let now = SimClock::epoch().now();
+    let j = join_set("n:orphans");
+    let missing = execution_id(1);
+    let orphan = child_request(&missing, &j, 1, ffqn("child"), now);
+    let refused = expect_validation(db.create(orphan.clone()).await);
+    assert!(
+        refused.to_string().contains(&format!("parent {missing}")),
+        "{refused}"
+    );
+    let stored = execution_id(2);
+    db.create(create_request(stored.clone(), ffqn("parent"), now))
+        .await
+        .unwrap();
+    let sibling = child_request(&stored, &j, 1, ffqn("child"), now);
+    expect_validation(db.create_batch(vec![sibling.clone(), orphan.clone()]).await);
+    for id in [&orphan.execution_id, &sibling.execution_id] {
+        expect_kind(db.get(id).await, DbErrorKind::NotFound);
+    }
+
+    db.create(sibling.clone()).await.unwrap();
+    let parent = execution_id(3);
+    let child = child_request(&parent, &j, 1, ffqn("child"), now);
+    db.create_batch(vec![
+        create_request(parent.clone(), ffqn("parent"), now),
+        child.clone(),
+    ])
+    .await
+    .unwrap();
+    for id in [&sibling.execution_id, &child.execution_id] {
+        assert_eq!(db.get(id).await.unwrap().events.len(), 1, "{id} is stored");
     }
 }

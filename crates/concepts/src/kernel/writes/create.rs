@@ -21,9 +21,11 @@ impl Sealed for CreateRequest {}
 impl Write for CreateRequest {
     type Reply = CreateOutcome;
 
+    /// The new execution, and its parent (which must exist).
     fn keys(&self) -> Result<Keys, DbError> {
         validate_create(self)?;
         Ok(Keys {
+            executions: self.parent.iter().map(|(id, _)| id.clone()).collect(),
             new_executions: vec![self.execution_id.clone()],
             ..Keys::default()
         })
@@ -133,8 +135,17 @@ impl Write for CreateBatch {
         for req in &self.0 {
             validate_create(req)?;
         }
+        let new_executions: Vec<_> = self.0.iter().map(|r| r.execution_id.clone()).collect();
+        // The parents the batch does not create itself, each once.
+        let mut parents = crate::kernel::ExecutionIds::new();
+        for (parent, _) in self.0.iter().filter_map(|req| req.parent.as_ref()) {
+            if !new_executions.contains(parent) && !parents.contains(parent) {
+                parents.push(parent.clone());
+            }
+        }
         Ok(Keys {
-            new_executions: self.0.iter().map(|r| r.execution_id.clone()).collect(),
+            executions: parents,
+            new_executions,
             ..Keys::default()
         })
     }
@@ -164,6 +175,18 @@ impl Planner<'_> {
                 return Err(DuplicateKind::Execution(req.execution_id).into());
             }
             return repeated_create(&req, existing);
+        }
+        if let Some((parent, _)) = &req.parent
+            && !self.snapshot.executions.contains_key(parent)
+            && self.find(parent).is_none()
+        {
+            // Its finish would answer no one: it could never finish, be cancelled or pruned.
+            return Err(ValidationError::InvalidRequest(format!(
+                "execution {} names parent {parent}, which does not exist: create the parent \
+                 first",
+                req.execution_id
+            ))
+            .into());
         }
         let row = ExecutionRow::new_execution(&req);
         self.index_next(&req.execution_id);
