@@ -4,9 +4,8 @@
 //! the browser names one, this server's origin; each is answered with the sentence the
 //! `stele` command prints. A read-only node shows neither and refuses both.
 
-use crate::{Shared, Ui, layout, pages::execution};
+use crate::{Shared, Ui, extract::Form, layout, pages::execution};
 use axum::{
-    Form,
     extract::Path,
     http::{HeaderMap, StatusCode, header},
     response::{Html, IntoResponse, Response},

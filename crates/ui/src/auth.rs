@@ -2,10 +2,13 @@
 //! in an `HttpOnly`, `SameSite=Strict` cookie, which the guard accepts beside the API's
 //! `Authorization: Bearer` header.
 
-use crate::{Shared, Ui, layout};
+use crate::{
+    Shared, Ui,
+    extract::{Form, Query},
+    layout,
+};
 use axum::{
-    Form,
-    extract::{Query, Request, State},
+    extract::{Request, State},
     http::{HeaderMap, HeaderValue, Method, StatusCode, header},
     middleware::Next,
     response::{IntoResponse, Redirect, Response},

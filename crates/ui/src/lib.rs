@@ -46,6 +46,7 @@
 mod actions;
 mod assets;
 mod auth;
+mod extract;
 pub mod json;
 mod layout;
 mod live;

@@ -12,10 +12,10 @@
 
 use crate::{
     Shared, Ui,
+    extract::Query,
     pages::{execution, list},
 };
 use axum::{
-    extract::Query,
     http::Uri,
     response::{
         IntoResponse, Response,
@@ -151,7 +151,8 @@ async fn render<C: ClockFn>(ui: &Ui<C>, topic: &Topic, seen: &mut Seen) -> Optio
         }
         Topic::List(query) => {
             let uri: Uri = format!("/?{query}").parse().ok()?;
-            let Query(params) = Query::<list::ListParams>::try_from_uri(&uri).ok()?;
+            let axum::extract::Query(params) =
+                axum::extract::Query::<list::ListParams>::try_from_uri(&uri).ok()?;
             let page = server::listing::page(ui.db.as_ref(), params.listing().ok()?)
                 .await
                 .ok()?;

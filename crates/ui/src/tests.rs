@@ -456,6 +456,40 @@ async fn bad_filters_and_unknown_executions_are_pages_that_say_why() {
     assert!(nowhere.body.contains("<!DOCTYPE html>"));
 }
 
+/// A query or a form that axum's extractors refuse is a page that says why, with the
+/// extractor's status (axum answers plain text), and a refused form writes nothing.
+#[tokio::test]
+async fn refused_queries_and_forms_are_pages_that_say_why() {
+    let ui = Ui::new(ApiOptions::default());
+    let id = ui.create(serde_json::json!({})).await;
+    let token = ui.form_token(&id).await;
+    let query = ui.get(&format!("/executions/{id}?from=abc")).await;
+    let form_without_token = cancel(&id).body(Body::from("reason=x"));
+    let json_body = Request::post(format!("/executions/{id}/cancel"))
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from(format!(r#"{{"form_token":"{token}"}}"#)));
+    let form_without_token = ui.send(form_without_token.expect("a request")).await;
+    let json_body = ui.send(json_body.expect("a request")).await;
+    for (page, status, says) in [
+        (&query, StatusCode::BAD_REQUEST, "from"),
+        (
+            &form_without_token,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "form_token",
+        ),
+        (
+            &json_body,
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "Content-Type",
+        ),
+    ] {
+        assert_eq!(page.status, status, "{}", page.body);
+        assert!(page.body.contains("<!DOCTYPE html>"), "{}", page.body);
+        assert!(page.body.contains(says), "{says}: {}", page.body);
+    }
+    assert_eq!(ui.state(&id).await, PendingStateKind::PendingAt);
+}
+
 #[tokio::test]
 async fn a_parked_execution_says_why_it_waits_and_is_listed_as_parked() {
     let ui = Ui::new(ApiOptions::default());

@@ -3,9 +3,9 @@
 //! updates itself), the actions, its child tree (a page at a time, each child expandable to
 //! its own children) and its events (a page at a time).
 
-use crate::{Shared, Ui, actions, layout, timeline::Timeline};
+use crate::{Shared, Ui, actions, extract::Query, layout, timeline::Timeline};
 use axum::{
-    extract::{Path, Query},
+    extract::Path,
     response::{Html, IntoResponse, Response},
 };
 use chrono::{DateTime, Utc};

@@ -2,11 +2,8 @@
 //! [`server::listing::Listing`]), cursor paging, each row's state as a badge, its duration
 //! and its parent; the first page of a list updates itself.
 
-use crate::{Shared, layout};
-use axum::{
-    extract::Query,
-    response::{IntoResponse, Response},
-};
+use crate::{Shared, extract::Query, layout};
+use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
 use concepts::{ClockFn, ExecutionId};
 use maud::{Markup, html};

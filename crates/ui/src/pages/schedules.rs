@@ -4,9 +4,8 @@
 //! `POST` behind a confirmation with the page's form token, answered with the sentence the
 //! `stele` command prints. A read-only node shows no action and refuses them.
 
-use crate::{Shared, Ui, actions, layout};
+use crate::{Shared, Ui, actions, extract::Form, layout};
 use axum::{
-    Form,
     extract::Path,
     http::{HeaderMap, StatusCode},
     response::{Html, IntoResponse, Response},
