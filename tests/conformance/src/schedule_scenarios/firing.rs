@@ -1,7 +1,7 @@
 //! C3..C8: what a pass does: the overlap policies, catching up, triggers and backfills, the
 //! daylight-saving transitions, racing passes, the run limit and the end.
 
-use super::{Fixture, definition};
+use super::{Fixture, definition, settings};
 use crate::{
     StoreFactory,
     storage_scenarios::helpers::{expect_validation, ffqn},
@@ -10,8 +10,8 @@ use chrono::{DateTime, Utc};
 use concepts::{
     FinishedExecutionError,
     schedule::{
-        FireSchedulesRequest, Overlap, TriggerScheduleRequest, TriggerTicks, Triggered,
-        tick_execution_id,
+        CreateScheduleRequest, FireSchedulesRequest, Overlap, ScheduleCreated,
+        TriggerScheduleRequest, TriggerTicks, Triggered, tick_execution_id,
     },
 };
 use std::{collections::HashSet, sync::Arc, time::Duration};
@@ -449,7 +449,9 @@ pub async fn c7_racing_passes_fire_each_tick_once<F: StoreFactory>(factory: &F) 
 }
 
 /// C8: a schedule with a run limit fires that many ticks and ends (no longer due, `ended`); one
-/// with an end fires no tick after it.
+/// with an end fires no tick after it. A create whose end comes before its first tick would
+/// never fire and is refused, writing nothing (it was stored, ended from the start); the ended
+/// schedule created again as it is is answered as existing.
 pub async fn c8_run_limit_and_end<F: StoreFactory>(factory: &F) {
     let f = Fixture::new(factory).await;
     let mut limited = definition("limited", "every 1m");
@@ -477,6 +479,24 @@ pub async fn c8_run_limit_and_end<F: StoreFactory>(factory: &F) {
         assert_eq!((row.status(), row.next_due_at), ("ended", None), "{name}");
         assert!(row.next_fire_times(f.now(), 3).is_empty(), "{name}");
     }
+    let again = CreateScheduleRequest {
+        definition: ending.definition.clone(),
+        settings: settings(),
+        now: f.now(),
+    };
+    let answer = f.db.create_schedule(again).await.expect("create_schedule");
+    assert_eq!(answer, ScheduleCreated::AlreadyExisted);
+    let mut ended = definition("ended", "every 1m");
+    ended.end = Some(f.at(250));
+    let never = CreateScheduleRequest {
+        definition: ended.clone(),
+        settings: settings(),
+        now: f.now(),
+    };
+    let refused = expect_validation(f.db.create_schedule(never).await);
+    assert!(refused.to_string().contains("never fire"), "{refused}");
+    let missing = f.db.get_schedule(&ended.name).await;
+    assert!(missing.is_err(), "nothing stored: {missing:?}");
 }
 
 /// C9: catching up under `buffer-one` fires the window's first tick and buffers the second,

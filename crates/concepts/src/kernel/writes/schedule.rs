@@ -13,10 +13,10 @@ use crate::{
         Keys, Planner, ScheduleDueQuery, ScheduleWrite, Snapshot, Write, write::sealed::Sealed,
     },
     schedule::{
-        ChangeScheduleRequest, CreateScheduleRequest, FireOutcome, FireSchedulesRequest, FiredBy,
-        Overlap, Pause, ScheduleChange, ScheduleChanged, ScheduleCreated, ScheduleName,
-        ScheduleRow, SkipReason, Tick, TickOutcome, TriggerScheduleRequest, TriggerTicks,
-        Triggered, due_ticks, tick_execution_id,
+        ChangeScheduleRequest, CreateScheduleRequest, Definition, FireOutcome,
+        FireSchedulesRequest, FiredBy, Overlap, Pause, ScheduleChange, ScheduleChanged,
+        ScheduleCreated, ScheduleName, ScheduleRow, SkipReason, Tick, TickOutcome,
+        TriggerScheduleRequest, TriggerTicks, Triggered, due_ticks, tick_execution_id,
     },
 };
 use chrono::{DateTime, Utc};
@@ -40,17 +40,9 @@ impl Sealed for CreateScheduleRequest {}
 impl Write for CreateScheduleRequest {
     type Reply = ScheduleCreated;
 
-    /// The schedule's row; a spec that never fires again is refused here.
+    /// The schedule's row.
     fn keys(&self) -> Result<Keys, DbError> {
-        let definition = &self.definition;
-        if definition
-            .spec
-            .next_after(definition.zone, self.now)
-            .is_none()
-        {
-            return Err(never_fires(&definition.name));
-        }
-        Ok(schedule_keys(&definition.name))
+        Ok(schedule_keys(&self.definition.name))
     }
 
     fn plan(self, planner: &mut Planner<'_>) -> Result<ScheduleCreated, DbError> {
@@ -66,6 +58,8 @@ impl Write for CreateScheduleRequest {
             }
             return Err(DuplicateKind::ScheduleConflict { name, differences }.into());
         }
+        // A repeat is answered above even once the schedule has ended; a new one must fire.
+        fires_after(&definition, self.now)?;
         let mut row = ScheduleRow {
             definition,
             settings: self.settings,
@@ -92,21 +86,14 @@ impl Write for ChangeScheduleRequest {
 
     /// The schedule's row, and for a delete its last run's (to tell whether it runs on).
     fn keys(&self) -> Result<Keys, DbError> {
-        if let ScheduleChange::Update { definition, .. } = &self.change {
-            if definition.name != self.name {
-                return Err(ValidationError::InvalidRequest(format!(
-                    "schedule {} cannot be renamed to {}: create the new one and delete the old",
-                    self.name, definition.name
-                ))
-                .into());
-            }
-            if definition
-                .spec
-                .next_after(definition.zone, self.now)
-                .is_none()
-            {
-                return Err(never_fires(&self.name));
-            }
+        if let ScheduleChange::Update { definition, .. } = &self.change
+            && definition.name != self.name
+        {
+            return Err(ValidationError::InvalidRequest(format!(
+                "schedule {} cannot be renamed to {}: create the new one and delete the old",
+                self.name, definition.name
+            ))
+            .into());
         }
         Ok(schedule_keys(&self.name))
     }
@@ -138,6 +125,7 @@ impl Write for ChangeScheduleRequest {
                 if row.definition == definition && row.settings == settings {
                     return Ok(ScheduleChanged::Unchanged);
                 }
+                fires_after(&definition, now)?;
                 let old = &row.definition;
                 if old.spec != definition.spec || old.zone != definition.zone {
                     // The new spec applies from now on: its ticks before now never were, and
@@ -375,11 +363,20 @@ fn schedule_keys(name: &ScheduleName) -> Keys {
     }
 }
 
-fn never_fires(name: &ScheduleName) -> DbError {
-    ValidationError::InvalidRequest(format!(
-        "the spec of schedule {name} has no fire time after now: it would never fire"
-    ))
-    .into()
+/// Refuses a definition that would never fire: its spec has no time after `now`, or its end
+/// comes before that time.
+fn fires_after(definition: &Definition, now: DateTime<Utc>) -> Result<(), DbError> {
+    let name = &definition.name;
+    let reason = match definition.spec.next_after(definition.zone, now) {
+        None => format!("the spec of schedule {name} has no fire time after now"),
+        Some(next) => match definition.end {
+            Some(end) if end < next => {
+                format!("schedule {name} ends at {end}, before its next fire time ({next})")
+            }
+            _ => return Ok(()),
+        },
+    };
+    Err(ValidationError::InvalidRequest(format!("{reason}: it would never fire")).into())
 }
 
 /// The stored row of `name`, or the error of a schedule that does not exist.
