@@ -42,10 +42,7 @@ impl Guard {
                     )
                 })?
                 .as_bytes();
-            let token = given
-                .strip_prefix(b"Bearer ")
-                .or_else(|| given.strip_prefix(b"bearer "))
-                .unwrap_or_default();
+            let token = bearer_token(given).unwrap_or_default();
             if !token_matches(expected, token) {
                 return Err(ApiError::unauthorized(
                     "the token is wrong: send `Authorization: Bearer <token>` with the server's \
@@ -58,6 +55,15 @@ impl Guard {
         }
         Ok(())
     }
+}
+
+/// The token of an `Authorization` header's value `Bearer <token>`, the scheme's name in any
+/// case (as HTTP's authentication schemes are); `None` for another scheme. The web UI reads
+/// its header with it too.
+#[must_use]
+pub fn bearer_token(value: &[u8]) -> Option<&[u8]> {
+    let (scheme, token) = value.split_at_checked(7)?;
+    scheme.eq_ignore_ascii_case(b"bearer ").then_some(token)
 }
 
 /// True when `given` is the `expected` token: compared in constant time over the token's

@@ -113,7 +113,7 @@ pub mod types;
 pub mod views;
 mod waits;
 
-pub use auth::token_matches;
+pub use auth::{bearer_token, token_matches};
 pub use error::ApiError;
 pub use extract::parse_id;
 pub use serve::{Mount, Service, serve, serve_until, serve_until_with, serve_with};

@@ -216,3 +216,24 @@ async fn a_parked_execution_says_why_it_waits_and_is_listed_as_parked() {
     assert_eq!(rows[0]["id"], parked.to_string());
     assert_eq!(rows[0]["state"]["kind"], "parked");
 }
+
+/// The bearer scheme is read in any case (the API read `Bearer ` and `bearer ` only, the UI
+/// `Bearer ` only); another scheme, or a header too short to hold one, carries no token.
+#[test]
+fn a_bearer_token_is_read_whatever_the_schemes_case() {
+    for header in [
+        "Bearer s3cret",
+        "bearer s3cret",
+        "BEARER s3cret",
+        "bEaReR s3cret",
+    ] {
+        assert_eq!(
+            crate::bearer_token(header.as_bytes()),
+            Some(&b"s3cret"[..]),
+            "{header}"
+        );
+    }
+    for header in ["Basic s3cret", "Bearer", "Bearers3cret", ""] {
+        assert_eq!(crate::bearer_token(header.as_bytes()), None, "{header}");
+    }
+}

@@ -25,7 +25,7 @@ const COOKIE: &str = "stele_token";
 fn carried(headers: &HeaderMap) -> Option<Vec<u8>> {
     if let Some(bearer) = headers
         .get(header::AUTHORIZATION)
-        .and_then(|value| value.as_bytes().strip_prefix(b"Bearer "))
+        .and_then(|value| server::bearer_token(value.as_bytes()))
     {
         return Some(bearer.to_vec());
     }
