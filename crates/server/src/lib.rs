@@ -139,7 +139,8 @@ pub struct ApiOptions {
     pub cors_origins: Vec<String>,
     /// The longest `wait?timeout=` served; a longer one is cut to it (60 s).
     pub max_wait: Duration,
-    /// The largest request body (1 MiB); a larger one is 413.
+    /// The largest request body (1 MiB), of the API's and of the web UI's forms; a larger
+    /// one is 413.
     pub body_limit: usize,
     /// How long a client may take to send a request's whole header (10 s), and the longest
     /// pause while it sends the body; a slower one has its connection closed (or its request

@@ -4,7 +4,7 @@
 use crate::layout::error_page;
 use axum::{
     extract::{FromRequest, FromRequestParts, Request},
-    http::request::Parts,
+    http::{StatusCode, request::Parts},
     response::Response,
 };
 use serde::de::DeserializeOwned;
@@ -40,14 +40,18 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for Form<T> {
     async fn from_request(request: Request, state: &S) -> Result<Self, Response> {
         match axum::Form::from_request(request, state).await {
             Ok(axum::Form(value)) => Ok(Self(value)),
-            Err(rejection) => Err(error_page(
-                rejection.status(),
-                "Refused",
-                &format!(
-                    "the form is not one this page sends: {}",
-                    rejection.body_text()
-                ),
-            )),
+            Err(rejection) => {
+                let status = rejection.status();
+                let message = if status == StatusCode::PAYLOAD_TOO_LARGE {
+                    "the form is larger than this server takes (the API's body limit, 1 MiB by \
+                     default)"
+                        .to_string()
+                } else {
+                    let reason = rejection.body_text();
+                    format!("the form is not one this page sends: {reason}")
+                };
+                Err(error_page(status, "Refused", &message))
+            }
         }
     }
 }

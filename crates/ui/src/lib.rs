@@ -134,6 +134,7 @@ pub fn router<C: ClockFn>(mount: Mount<C>, options: UiOptions) -> Router {
         options: api,
         signal,
     } = mount;
+    let body_limit = api.body_limit;
     let ui = Arc::new(Ui {
         live: live::Hub::new(options.live_interval, signal),
         recent: options.recent,
@@ -177,6 +178,8 @@ pub fn router<C: ClockFn>(mount: Mount<C>, options: UiOptions) -> Router {
         .route("/assets/app.css", get(assets::css))
         .route("/assets/app.js", get(assets::js))
         .merge(guarded)
+        // The API's bound: a form is never larger than a submit may be.
+        .layer(axum::extract::DefaultBodyLimit::max(body_limit))
         .layer(middleware::from_fn(layout::headers))
         .with_state(ui)
 }

@@ -457,7 +457,8 @@ async fn bad_filters_and_unknown_executions_are_pages_that_say_why() {
 }
 
 /// A query or a form that axum's extractors refuse is a page that says why, with the
-/// extractor's status (axum answers plain text), and a refused form writes nothing.
+/// extractor's status (axum answers plain text), a form is bounded as the API's bodies are,
+/// and a refused form writes nothing.
 #[tokio::test]
 async fn refused_queries_and_forms_are_pages_that_say_why() {
     let ui = Ui::new(ApiOptions::default());
@@ -468,9 +469,18 @@ async fn refused_queries_and_forms_are_pages_that_say_why() {
     let json_body = Request::post(format!("/executions/{id}/cancel"))
         .header(header::CONTENT_TYPE, "application/json")
         .body(Body::from(format!(r#"{{"form_token":"{token}"}}"#)));
+    // A form over the API's body limit (1 MiB; axum's own default was 2 MiB).
+    let reason = "x".repeat(1024 * 1024 + 1_000);
+    let too_large = cancel(&id).body(Body::from(format!("form_token={token}&reason={reason}")));
     let form_without_token = ui.send(form_without_token.expect("a request")).await;
     let json_body = ui.send(json_body.expect("a request")).await;
+    let too_large = ui.send(too_large.expect("a request")).await;
     for (page, status, says) in [
+        (
+            &too_large,
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "larger than this server takes",
+        ),
         (&query, StatusCode::BAD_REQUEST, "from"),
         (
             &form_without_token,
