@@ -73,6 +73,9 @@ async fn a_method_a_route_lacks_and_an_unknown_route_are_json() {
         (status, body["error"].as_str()),
         (StatusCode::NOT_FOUND, Some("not_found"))
     );
+    // Named as asked for: the nested router's own path lacks the prefix.
+    let message = body["message"].as_str().unwrap_or_default();
+    assert!(message.starts_with("no route /api/v1/nope;"), "{message}");
 }
 
 #[tokio::test]

@@ -15,8 +15,8 @@ use crate::{
 };
 use axum::{
     Json, Router,
-    extract::{DefaultBodyLimit, State},
-    http::{HeaderValue, Method, Uri, header},
+    extract::{DefaultBodyLimit, OriginalUri, State},
+    http::{HeaderValue, Method, header},
     middleware,
     routing::{any, get, post},
 };
@@ -124,8 +124,9 @@ fn cors(origins: &[String]) -> Option<CorsLayer> {
     )
 }
 
-/// An unknown path, as JSON.
-pub(crate) async fn no_route(uri: Uri) -> ApiError {
+/// An unknown path, as JSON, named as the client asked for it (inside a nested router the
+/// `Uri` has lost its prefix; `OriginalUri` keeps it).
+pub(crate) async fn no_route(OriginalUri(uri): OriginalUri) -> ApiError {
     ApiError::no_route(uri.path())
 }
 
