@@ -4,8 +4,8 @@
 use crate::newest_first::NewestFirst;
 use chrono::{DateTime, Utc};
 use concepts::{
-    DbError, DelayId, ExecutionEvent, ExecutionId, FinishedExecutionResult, FunctionFqn, JoinSetId,
-    JoinSetResponse, JoinSetResponseEventOuter, PendingState,
+    DbError, DelayId, ExecutionEvent, ExecutionEventInner, ExecutionId, FinishedExecutionResult,
+    FunctionFqn, JoinSetId, JoinSetResponse, JoinSetResponseEventOuter, PendingState,
     kernel::{
         DelayRow, ExecutionChange, ExecutionRow, FastHash, JoinSetCounters, Keys, Snapshot,
         descendant_bounds,
@@ -65,11 +65,6 @@ impl At {
     /// True when the time is at or before `at`.
     pub(crate) fn at_or_before(&self, at: DateTime<Utc>) -> bool {
         self.ticks <= ticks(at)
-    }
-
-    /// True when the time is at or after `at`.
-    pub(crate) fn at_or_after(&self, at: DateTime<Utc>) -> bool {
-        self.ticks >= ticks(at)
     }
 }
 
@@ -139,11 +134,9 @@ impl Record {
 
     /// The result, when finished (`Finished` is the last event).
     pub(crate) fn finished_result(&self) -> Option<FinishedExecutionResult> {
-        if !self.row.state.pending_state.is_finished() {
-            return None;
-        }
+        let finished = self.row.state.pending_state.is_finished();
         match self.events.last().map(|e| &e.event) {
-            Some(concepts::ExecutionEventInner::Finished { result }) => Some(result.clone()),
+            Some(ExecutionEventInner::Finished { result }) if finished => Some(result.clone()),
             _ => None,
         }
     }
@@ -208,10 +201,11 @@ impl State {
         ffqn: Option<&'s FunctionFqn>,
         from: DateTime<Utc>,
     ) -> impl Iterator<Item = &'s ExecutionId> + 's {
-        let sets = (self.pending.iter()).filter(move |(of, _)| ffqn.is_none_or(|f| f == *of));
+        let (sets, from) = (self.pending.iter(), ticks(from));
+        let sets = sets.filter(move |(of, _)| ffqn.is_none_or(|f| f == *of));
         sets.flat_map(move |(_, set)| {
             (set.newest_first())
-                .take_while(move |(at, _)| at.at_or_after(from))
+                .take_while(move |(at, _)| at.ticks >= from)
                 .map(|(_, execution_id)| execution_id)
         })
     }
