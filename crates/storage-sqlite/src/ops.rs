@@ -202,13 +202,10 @@ impl<'c> WriteCtx<'c> {
                 snapshot.add_descendant(root, row);
             }
         }
+        let results = &mut snapshot.finished_results;
         for execution_id in &keys.finished_results {
             match reads::finished_result(conn, execution_id) {
-                Ok(Some(result)) => {
-                    _ = snapshot
-                        .finished_results
-                        .insert(execution_id.clone(), result)
-                }
+                Ok(Some(result)) => _ = results.insert(execution_id.clone(), result),
                 Ok(None) | Err(SqliteError::Db(DbError::NotFound(_))) => {}
                 Err(err) => return Err(err),
             }

@@ -168,11 +168,8 @@ impl SqlitePool {
             DbError::Closed
         } else {
             let path = self.inner.path.display();
-            DbError::backend(
-                format!("the SQLite writer of {path} has stopped"),
-                false,
-                None,
-            )
+            let message = format!("the SQLite writer of {path} has stopped");
+            DbError::backend(message, false, None)
         }
     }
 
