@@ -83,7 +83,8 @@ fn timer_key(at: DateTime<Utc>, execution_id: &ExecutionId, kind: TimerKind) -> 
 /// A join set of one execution, as far as a snapshot needs it.
 #[derive(Debug, Default)]
 struct JoinSet {
-    join_next_count: u64,
+    /// As the last plan that changed them wrote them.
+    counters: JoinSetCounters,
     /// The arrival time of every response, in arrival order.
     response_times: Vec<DateTime<Utc>>,
 }
@@ -266,17 +267,10 @@ impl State {
             let Some(join_set) = waits.and_then(|w| w.join_sets.get(&key.join_set_id)) else {
                 continue;
             };
-            let consumed = usize::try_from(join_set.join_next_count).unwrap_or(usize::MAX);
-            let counters = JoinSetCounters {
-                join_next_count: join_set.join_next_count,
-                response_count: join_set.response_times.len() as u64,
-            };
-            let next = join_set.response_times.iter().skip(consumed);
-            snapshot.add_join_set(
-                key,
-                counters,
-                next.take(key.next_responses).copied().collect(),
-            );
+            let consumed = usize::try_from(join_set.counters.join_next_count);
+            let next = (join_set.response_times.iter()).skip(consumed.unwrap_or(usize::MAX));
+            let next_times = next.take(key.next_responses).copied().collect();
+            snapshot.add_join_set(key, join_set.counters, next_times);
         }
         for key in &keys.delays {
             let delays = self.waits(&key.0).map(|w| &w.delays);
@@ -394,7 +388,7 @@ impl State {
                     .filter(|response| response.event.join_set_id == join_set_id)
                     .map(|response| response.created_at);
                 let join_set = waits.join_sets.entry(join_set_id.clone()).or_default();
-                join_set.join_next_count = counters.join_next_count;
+                join_set.counters = counters;
                 join_set.response_times.extend(arrived);
             }
             for planned in responses {
