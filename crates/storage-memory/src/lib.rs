@@ -172,10 +172,8 @@ impl kernel::Backend for MemoryStore {
     ) -> Result<(Vec<ExecutionRow>, Vec<ExpiredDelay>), DbError> {
         let state = self.open_state()?;
         let (mut locked, mut delays) = (Vec::new(), Vec::new());
-        for (expires_at, execution_id, kind) in state.timers.oldest_first() {
-            if !expires_at.at_or_before(at) {
-                break;
-            }
+        let expired = (state.timers.oldest_first()).take_while(|(t, _, _)| t.at_or_before(at));
+        for (expires_at, execution_id, kind) in expired {
             match kind {
                 TimerKind::Lock => locked.push(state.record(execution_id)?.row.clone()),
                 TimerKind::Delay(delay_id, join_set_id) => delays.push(ExpiredDelay {

@@ -384,14 +384,14 @@ impl State {
             }
             let waits = record.waits.get_or_insert_with(Box::default);
             for (join_set_id, counters) in change.join_sets.drain(..) {
-                let arrived = (responses.iter().map(|planned| &planned.response))
-                    .filter(|response| response.event.join_set_id == join_set_id)
-                    .map(|response| response.created_at);
-                let join_set = waits.join_sets.entry(join_set_id.clone()).or_default();
-                join_set.counters = counters;
-                join_set.response_times.extend(arrived);
+                waits.join_sets.entry(join_set_id).or_default().counters = counters;
             }
             for planned in responses {
+                // Its join set's counters are in the change, which counted it.
+                let response = &planned.response;
+                if let Some(join_set) = waits.join_sets.get_mut(&response.event.join_set_id) {
+                    join_set.response_times.push(response.created_at);
+                }
                 match &planned.response.event.event {
                     JoinSetResponse::DelayFinished { delay_id } => {
                         waits.delays.entry(*delay_id).or_default().row.answered = true;
