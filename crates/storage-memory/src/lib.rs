@@ -1,11 +1,9 @@
 //! The in-memory storage backend of Stele: every storage trait of [`concepts`] over one
 //! mutex-protected state, for tests, examples and single-process use.
 //!
-//! Every rule of a write is [`concepts::kernel`]'s: the store is a
-//! [`Backend`](concepts::kernel::Backend) that loads a write's rows from its records and
-//! indexes under one short-held mutex, plans it with the kernel, applies the plan and wakes
-//! the waiters it names once the lock is released; a refused write has changed nothing.
-//! `docs/ARCHITECTURE.md` (section `storage-memory`) describes the records and indexes.
+//! Every rule of a write is [`concepts::kernel`]'s, whose [`Backend`](concepts::kernel::Backend)
+//! the store is; `docs/ARCHITECTURE.md` (section `storage-memory`) describes how it loads,
+//! applies and wakes, and its records and indexes.
 //!
 //! ```
 //! use concepts::{CreateOutcome, CreateRequest, DbClient, ExecutionId, PendingState};
@@ -174,10 +172,8 @@ impl kernel::Backend for MemoryStore {
     ) -> Result<(Vec<ExecutionRow>, Vec<ExpiredDelay>), DbError> {
         let state = self.open_state()?;
         let (mut locked, mut delays) = (Vec::new(), Vec::new());
-        for (expires_at, execution_id, kind) in state.timers.oldest_first() {
-            if !expires_at.at_or_before(at) {
-                break;
-            }
+        let expired = (state.timers.oldest_first()).take_while(|(t, _, _)| t.at_or_before(at));
+        for (expires_at, execution_id, kind) in expired {
             match kind {
                 TimerKind::Lock => locked.push(state.record(execution_id)?.row.clone()),
                 TimerKind::Delay(delay_id, join_set_id) => delays.push(ExpiredDelay {
@@ -268,23 +264,18 @@ impl kernel::Backend for MemoryStore {
                 break;
             }
             let record = state.record(&execution_id)?;
-            let row = &record.row;
-            if !filter.matches(
-                &execution_id,
-                &row.ffqn,
-                &row.state.pending_state,
-                created_at.time(),
-            ) {
-                continue;
+            let (row, created_at) = (&record.row, created_at.time());
+            let (ffqn, pending_state) = (&row.ffqn, &row.state.pending_state);
+            if filter.matches(&execution_id, ffqn, pending_state, created_at) {
+                out.push(ExecutionSummary {
+                    ffqn: ffqn.clone(),
+                    created_at,
+                    scheduled_at: record.scheduled_at(),
+                    pending_state: pending_state.clone(),
+                    next_version: row.state.next_version,
+                    execution_id,
+                });
             }
-            out.push(ExecutionSummary {
-                ffqn: row.ffqn.clone(),
-                created_at: created_at.time(),
-                scheduled_at: record.scheduled_at(),
-                pending_state: row.state.pending_state.clone(),
-                next_version: row.state.next_version,
-                execution_id,
-            });
         }
         Ok(out)
     }

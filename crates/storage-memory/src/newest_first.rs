@@ -1,7 +1,7 @@
 //! [`NewestFirst`]: the ordered set behind the store's time indexes, kept in reverse so that
 //! the keys that come most often (the latest) are the cheapest to insert.
 
-use std::{cmp::Reverse, collections::BTreeSet};
+use std::{cmp::Reverse, collections::BTreeSet, ops::Bound};
 
 /// An ordered set of keys that lead with a time, stored newest first: a B-tree compares a key
 /// with each node's keys from the first, and times mostly grow, so in reverse the usual insert
@@ -31,6 +31,15 @@ impl<K: Ord> NewestFirst<K> {
         }
     }
 
+    /// Adds `key` (`add`) or removes it.
+    pub(crate) fn set(&mut self, key: K, add: bool) {
+        if add {
+            self.insert(key);
+        } else {
+            self.remove(key);
+        }
+    }
+
     /// True when the set holds no key.
     pub(crate) fn is_empty(&self) -> bool {
         self.0.is_empty()
@@ -46,9 +55,11 @@ impl<K: Ord> NewestFirst<K> {
         self.0.iter().map(|key| &key.0)
     }
 
-    /// The keys after `key` (not `key` itself), oldest first.
-    pub(crate) fn after(&self, key: K) -> impl Iterator<Item = &K> {
-        self.0.range(..Reverse(key)).rev().map(|key| &key.0)
+    /// The keys after `key` (not `key` itself; every key when `None`), oldest first.
+    pub(crate) fn after(&self, key: Option<K>) -> impl Iterator<Item = &K> {
+        let newer = key.map_or(Bound::Unbounded, |key| Bound::Excluded(Reverse(key)));
+        let keys = self.0.range((Bound::Unbounded, newer));
+        keys.rev().map(|key| &key.0)
     }
 }
 

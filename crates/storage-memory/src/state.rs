@@ -4,8 +4,8 @@
 use crate::newest_first::NewestFirst;
 use chrono::{DateTime, Utc};
 use concepts::{
-    DbError, DelayId, ExecutionEvent, ExecutionId, FinishedExecutionResult, FunctionFqn, JoinSetId,
-    JoinSetResponse, JoinSetResponseEventOuter, PendingState,
+    DbError, DelayId, ExecutionEvent, ExecutionEventInner, ExecutionId, FinishedExecutionResult,
+    FunctionFqn, JoinSetId, JoinSetResponse, JoinSetResponseEventOuter, PendingState,
     kernel::{
         DelayRow, ExecutionChange, ExecutionRow, FastHash, JoinSetCounters, Keys, Snapshot,
         descendant_bounds,
@@ -66,11 +66,6 @@ impl At {
     pub(crate) fn at_or_before(&self, at: DateTime<Utc>) -> bool {
         self.ticks <= ticks(at)
     }
-
-    /// True when the time is at or after `at`.
-    pub(crate) fn at_or_after(&self, at: DateTime<Utc>) -> bool {
-        self.ticks >= ticks(at)
-    }
 }
 
 fn ticks(at: DateTime<Utc>) -> i128 {
@@ -88,7 +83,8 @@ fn timer_key(at: DateTime<Utc>, execution_id: &ExecutionId, kind: TimerKind) -> 
 /// A join set of one execution, as far as a snapshot needs it.
 #[derive(Debug, Default)]
 struct JoinSet {
-    join_next_count: u64,
+    /// As the last plan that changed them wrote them.
+    counters: JoinSetCounters,
     /// The arrival time of every response, in arrival order.
     response_times: Vec<DateTime<Utc>>,
 }
@@ -97,8 +93,8 @@ struct JoinSet {
 #[derive(Debug, Default)]
 struct Delay {
     row: DelayRow,
-    /// Its join set and expiry (the timer key) while it is open.
-    open: Option<(JoinSetId, DateTime<Utc>)>,
+    /// Its key in the timers while it is open.
+    open: Option<TimerKey>,
 }
 
 /// One execution: its log and what loading a snapshot needs without reading the log.
@@ -139,11 +135,9 @@ impl Record {
 
     /// The result, when finished (`Finished` is the last event).
     pub(crate) fn finished_result(&self) -> Option<FinishedExecutionResult> {
-        if !self.row.state.pending_state.is_finished() {
-            return None;
-        }
+        let finished = self.row.state.pending_state.is_finished();
         match self.events.last().map(|e| &e.event) {
-            Some(concepts::ExecutionEventInner::Finished { result }) => Some(result.clone()),
+            Some(ExecutionEventInner::Finished { result }) if finished => Some(result.clone()),
             _ => None,
         }
     }
@@ -205,16 +199,14 @@ impl State {
     /// from the pending indexes.
     pub(crate) fn pending_from<'s>(
         &'s self,
-        ffqn: Option<&FunctionFqn>,
+        ffqn: Option<&'s FunctionFqn>,
         from: DateTime<Utc>,
     ) -> impl Iterator<Item = &'s ExecutionId> + 's {
-        let sets: Box<dyn Iterator<Item = &NewestFirst<TimeKey>>> = match ffqn {
-            Some(ffqn) => Box::new(self.pending.get(ffqn).into_iter()),
-            None => Box::new(self.pending.values()),
-        };
-        sets.flat_map(move |set| {
+        let (sets, from) = (self.pending.iter(), ticks(from));
+        let sets = sets.filter(move |(of, _)| ffqn.is_none_or(|f| f == *of));
+        sets.flat_map(move |(_, set)| {
             (set.newest_first())
-                .take_while(move |(at, _)| at.at_or_after(from))
+                .take_while(move |(at, _)| at.ticks >= from)
                 .map(|(_, execution_id)| execution_id)
         })
     }
@@ -275,17 +267,10 @@ impl State {
             let Some(join_set) = waits.and_then(|w| w.join_sets.get(&key.join_set_id)) else {
                 continue;
             };
-            let consumed = usize::try_from(join_set.join_next_count).unwrap_or(usize::MAX);
-            let counters = JoinSetCounters {
-                join_next_count: join_set.join_next_count,
-                response_count: join_set.response_times.len() as u64,
-            };
-            let next = join_set.response_times.iter().skip(consumed);
-            snapshot.add_join_set(
-                key,
-                counters,
-                next.take(key.next_responses).copied().collect(),
-            );
+            let consumed = usize::try_from(join_set.counters.join_next_count);
+            let next = (join_set.response_times.iter()).skip(consumed.unwrap_or(usize::MAX));
+            let next_times = next.take(key.next_responses).copied().collect();
+            snapshot.add_join_set(key, join_set.counters, next_times);
         }
         for key in &keys.delays {
             let delays = self.waits(&key.0).map(|w| &w.delays);
@@ -335,11 +320,8 @@ impl State {
         }
         if let Some(query) = &keys.prune {
             let before = ticks(query.finished_before);
-            let candidates: Box<dyn Iterator<Item = &TimeKey>> = match &query.after {
-                Some((at, id)) => Box::new(self.finished.after(key(*at, id))),
-                None => Box::new(self.finished.oldest_first()),
-            };
-            let candidates = candidates
+            let after = query.after.as_ref().map(|(at, id)| key(*at, id));
+            let candidates = (self.finished.after(after))
                 .take_while(|(finished_at, _)| finished_at.ticks < before)
                 .take(query.limit);
             for (_, execution_id) in candidates {
@@ -359,9 +341,9 @@ impl State {
             let execution_id = change.row.execution_id.clone();
             if change.state_changed() {
                 if let Some(old) = &change.old_state {
-                    self.unindex_state(&change.row.ffqn, &execution_id, old);
+                    self.index_state(&change.row, old, false);
                 }
-                self.index_state(&change.row);
+                self.index_state(&change.row, &change.row.state.pending_state, true);
             }
             let record = match change.created() {
                 Some(created) => {
@@ -402,14 +384,14 @@ impl State {
             }
             let waits = record.waits.get_or_insert_with(Box::default);
             for (join_set_id, counters) in change.join_sets.drain(..) {
-                let arrived = (responses.iter().map(|planned| &planned.response))
-                    .filter(|response| response.event.join_set_id == join_set_id)
-                    .map(|response| response.created_at);
-                let join_set = waits.join_sets.entry(join_set_id.clone()).or_default();
-                join_set.join_next_count = counters.join_next_count;
-                join_set.response_times.extend(arrived);
+                waits.join_sets.entry(join_set_id).or_default().counters = counters;
             }
             for planned in responses {
+                // Its join set's counters are in the change, which counted it.
+                let response = &planned.response;
+                if let Some(join_set) = waits.join_sets.get_mut(&response.event.join_set_id) {
+                    join_set.response_times.push(response.created_at);
+                }
                 match &planned.response.event.event {
                     JoinSetResponse::DelayFinished { delay_id } => {
                         waits.delays.entry(*delay_id).or_default().row.answered = true;
@@ -426,18 +408,15 @@ impl State {
                 let delay = waits.delays.entry(planned.delay_id).or_default();
                 delay.row.requested = true;
                 if planned.open {
-                    let kind = TimerKind::Delay(planned.delay_id, planned.join_set_id.clone());
-                    self.timers
-                        .insert(timer_key(planned.expires_at, &execution_id, kind));
-                    delay.open = Some((planned.join_set_id, planned.expires_at));
+                    let kind = TimerKind::Delay(planned.delay_id, planned.join_set_id);
+                    let key = timer_key(planned.expires_at, &execution_id, kind);
+                    self.timers.insert(key.clone());
+                    delay.open = Some(key);
                 }
             }
             for delay_id in change.delays_closed.drain(..) {
-                let open = waits.delays.get_mut(&delay_id).and_then(|d| d.open.take());
-                if let Some((join_set_id, expires_at)) = open {
-                    let kind = TimerKind::Delay(delay_id, join_set_id);
-                    self.timers
-                        .remove(timer_key(expires_at, &execution_id, kind));
+                if let Some(key) = waits.delays.get_mut(&delay_id).and_then(|d| d.open.take()) {
+                    self.timers.remove(key);
                 }
             }
         }
@@ -453,19 +432,15 @@ impl State {
                 continue;
             };
             let row = &record.row;
-            self.unindex_state(&row.ffqn, execution_id, &row.state.pending_state);
+            self.index_state(row, &row.state.pending_state, false);
             self.by_created
                 .remove(key(record.created_at(), execution_id));
             if row.parent.is_some() {
                 self.children.remove(execution_id);
             }
-            let waits = record.waits.as_deref();
-            for (delay_id, delay) in waits.into_iter().flat_map(|w| &w.delays) {
-                if let Some((join_set_id, expires_at)) = &delay.open {
-                    let kind = TimerKind::Delay(*delay_id, join_set_id.clone());
-                    self.timers
-                        .remove(timer_key(*expires_at, execution_id, kind));
-                }
+            let delays = (record.waits.into_iter()).flat_map(|w| w.delays.into_values());
+            for key in delays.filter_map(|delay| delay.open) {
+                self.timers.remove(key);
             }
         }
     }
@@ -493,55 +468,35 @@ impl State {
             .collect()
     }
 
-    fn unindex_state(
-        &mut self,
-        ffqn: &FunctionFqn,
-        execution_id: &ExecutionId,
-        old: &PendingState,
-    ) {
-        match old {
+    /// Adds the execution to the index of its `state`, or removes it from it (`add` false):
+    /// the pending set of its function, the timers, or the finished top-level executions.
+    fn index_state(&mut self, row: &ExecutionRow, state: &PendingState, add: bool) {
+        let (ffqn, execution_id) = (&row.ffqn, &row.execution_id);
+        match state {
             PendingState::PendingAt { scheduled_at } => {
-                if let Some(set) = self.pending.get_mut(ffqn) {
-                    set.remove(key(*scheduled_at, execution_id));
-                    if set.is_empty() {
-                        self.pending.remove(ffqn);
+                let key = key(*scheduled_at, execution_id);
+                // The set of a function exists while any execution of it is pending: cloning
+                // the name for `entry` is rarely needed.
+                match self.pending.get_mut(ffqn) {
+                    Some(set) if add => _ = set.insert(key),
+                    None if add => _ = self.pending.entry(ffqn.clone()).or_default().insert(key),
+                    Some(set) => {
+                        set.remove(key);
+                        if set.is_empty() {
+                            self.pending.remove(ffqn);
+                        }
                     }
+                    None => {}
                 }
             }
             PendingState::Locked {
                 lock_expires_at, ..
             } => {
                 let key = timer_key(*lock_expires_at, execution_id, TimerKind::Lock);
-                self.timers.remove(key);
-            }
-            // Only a deletion leaves `Finished`.
-            PendingState::Finished { finished_at, .. } => {
-                self.finished.remove(key(*finished_at, execution_id));
-            }
-            PendingState::BlockedByJoinSet { .. } => {}
-        }
-    }
-
-    fn index_state(&mut self, row: &ExecutionRow) {
-        let (ffqn, execution_id) = (&row.ffqn, &row.execution_id);
-        match &row.state.pending_state {
-            PendingState::PendingAt { scheduled_at } => {
-                let key = key(*scheduled_at, execution_id);
-                // The set of a function exists while any execution of it is pending: cloning
-                // the name for `entry` is rarely needed.
-                match self.pending.get_mut(ffqn) {
-                    Some(set) => set.insert(key),
-                    None => self.pending.entry(ffqn.clone()).or_default().insert(key),
-                };
-            }
-            PendingState::Locked {
-                lock_expires_at, ..
-            } => {
-                let key = timer_key(*lock_expires_at, execution_id, TimerKind::Lock);
-                self.timers.insert(key);
+                self.timers.set(key, add);
             }
             PendingState::Finished { finished_at, .. } if row.parent.is_none() => {
-                self.finished.insert(key(*finished_at, execution_id));
+                self.finished.set(key(*finished_at, execution_id), add);
             }
             PendingState::BlockedByJoinSet { .. } | PendingState::Finished { .. } => {}
         }

@@ -34,9 +34,7 @@ impl Synchronous {
     /// The level for a number reported by `PRAGMA synchronous`.
     #[must_use]
     pub fn from_pragma_value(value: i64) -> Option<Self> {
-        Self::ALL
-            .into_iter()
-            .find(|level| level.pragma_value() == value)
+        Self::ALL.get(usize::try_from(value).ok()?).copied()
     }
 }
 

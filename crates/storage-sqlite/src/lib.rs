@@ -34,8 +34,8 @@
 //!   writer's connection before its transaction (the kernel's `Write::answer_from_read`), so a
 //!   submitter retrying never waits for the lock while the writer is idle; only a `create`
 //!   whose id is not stored yet, or was just created elsewhere, takes the write path;
-//! - a process learns of another's writes by polling (`tick_sleep` of the executor and the
-//!   watcher), not by wake-ups;
+//! - waiters hear their own store's commits at once and the other processes' within about
+//!   10 ms, when the writer next looks at the file;
 //! - readers never wait for writers (WAL); every process must be on the same machine (WAL
 //!   needs shared memory, so no network file systems).
 //!
@@ -73,12 +73,6 @@
 //! writes again once space is back. One case stays ambiguous, as with any database: an I/O
 //! error from the sync of a commit may leave a commit that the next open recovers, so that
 //! error says to read the write back before repeating it.
-//!
-//! # Notifications and closing
-//!
-//! Waiters hear this store's commits at once and other connections' (another process's)
-//! within about 10 ms. `close` lets the writer finish the queued commands and checkpoint the
-//! WAL, and returns once the writer thread has stopped.
 
 mod backup;
 mod changes;

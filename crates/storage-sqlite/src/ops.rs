@@ -19,7 +19,7 @@ use concepts::{
         stored::{corrupt, count, from_json, micros, to_i64, to_json},
     },
 };
-use rusqlite::{CachedStatement, Connection, Params, params, params_from_iter};
+use rusqlite::{CachedStatement, Connection, Params, params, params_from_iter, types::Value};
 
 /// The writer's view of one command: its connection (inside the batch transaction), the
 /// plans persisted in the transaction so far (what the writer persists again if it must roll
@@ -41,10 +41,7 @@ fn reused<'s, 'c>(
     slot: &'s mut Reused<'c>,
     sql: &str,
 ) -> Result<&'s mut CachedStatement<'c>> {
-    let stmt = match slot.take() {
-        Some(stmt) => stmt,
-        None => conn.prepare_cached(sql)?,
-    };
+    let stmt = slot.take().map_or_else(|| conn.prepare_cached(sql), Ok)?;
     Ok(slot.insert(stmt))
 }
 
@@ -205,13 +202,10 @@ impl<'c> WriteCtx<'c> {
                 snapshot.add_descendant(root, row);
             }
         }
+        let results = &mut snapshot.finished_results;
         for execution_id in &keys.finished_results {
             match reads::finished_result(conn, execution_id) {
-                Ok(Some(result)) => {
-                    _ = snapshot
-                        .finished_results
-                        .insert(execution_id.clone(), result)
-                }
+                Ok(Some(result)) => _ = results.insert(execution_id.clone(), result),
                 Ok(None) | Err(SqliteError::Db(DbError::NotFound(_))) => {}
                 Err(err) => return Err(err),
             }
@@ -236,15 +230,13 @@ impl<'c> WriteCtx<'c> {
     /// The rows of the prune candidates of `query`: one range of `ix_state_finished`.
     fn prune_candidates(&self, query: &PruneQuery) -> Result<Vec<ExecutionRow>> {
         let (before, limit) = (micros(query.finished_before), to_i64(query.limit));
+        let mut values: Vec<Value> = vec![before.into(), limit.into()];
+        if let Some((at, id)) = &query.after {
+            values.extend([micros(*at).into(), Value::Text(id.to_string())]);
+        }
         let sql = prune_candidates_sql(query.after.is_some());
         let decode = codec::execution_row;
-        match &query.after {
-            None => rows(self.conn, &sql, (before, limit), decode),
-            Some((at, id)) => {
-                let params = (before, limit, micros(*at), id.as_str());
-                rows(self.conn, &sql, params, decode)
-            }
-        }
+        rows(self.conn, &sql, params_from_iter(values), decode)
     }
 
     /// The executions among `ids` (the ones a write creates) that are stored, with their

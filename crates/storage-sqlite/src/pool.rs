@@ -89,36 +89,26 @@ impl SqlitePool {
     pub async fn open(config: SqliteConfig) -> Result<Self, SqliteOpenError> {
         let path: Arc<Path> = Arc::from(config.path.as_path());
         let hub = Arc::new(WaiterHub::new());
-        let (commands, rx) = mpsc::channel(config.queue_capacity.max(1));
-        let (opened_tx, opened_rx) = oneshot::channel();
-        let (stopped_tx, writer_stopped) = watch::channel(());
-        let thread_config = config.clone();
-        let thread_hub = Arc::clone(&hub);
         let thread_error = |source| SqliteOpenError::WriterThread {
             path: config.path.clone(),
             source,
         };
+        let thread_config = config.clone();
+        let opened = tokio::task::spawn_blocking(move || schema::open_writer(&thread_config));
+        let stopped = "opening the database panicked";
+        let (conn, settings) =
+            (opened.await).map_err(|_| thread_error(std::io::Error::other(stopped)))??;
+        let (commands, rx) = mpsc::channel(config.queue_capacity);
+        let (stopped_tx, writer_stopped) = watch::channel(());
+        let (thread_config, thread_hub) = (config.clone(), Arc::clone(&hub));
         std::thread::Builder::new()
             .name("stele-sqlite-writer".to_string())
             .spawn(move || {
                 // Dropped when the thread ends, however it ends: closes `writer_stopped`.
                 let _stopped = stopped_tx;
-                let (conn, settings) = match schema::open_writer(&thread_config) {
-                    Ok(opened) => opened,
-                    Err(err) => {
-                        let _ = opened_tx.send(Err(err));
-                        return;
-                    }
-                };
-                if opened_tx.send(Ok(settings)).is_ok() {
-                    writer::run(conn, &thread_config, rx, &thread_hub);
-                }
+                writer::run(conn, &thread_config, rx, &thread_hub);
             })
             .map_err(thread_error)?;
-        let stopped = "the writer thread stopped while opening the database";
-        let settings = opened_rx
-            .await
-            .map_err(|_| thread_error(std::io::Error::other(stopped)))??;
         let readers = open_readers(&config).await?;
         tracing::info!(
             path = %path.display(),
@@ -178,11 +168,8 @@ impl SqlitePool {
             DbError::Closed
         } else {
             let path = self.inner.path.display();
-            DbError::backend(
-                format!("the SQLite writer of {path} has stopped"),
-                false,
-                None,
-            )
+            let message = format!("the SQLite writer of {path} has stopped");
+            DbError::backend(message, false, None)
         }
     }
 
@@ -391,7 +378,7 @@ impl kernel::Backend for SqlitePool {
         .await
     }
 
-    /// From one snapshot: one statement per thousand ids.
+    /// From one snapshot: one prepared point lookup per id.
     async fn created_events(
         &self,
         execution_ids: &[ExecutionId],
@@ -400,16 +387,10 @@ impl kernel::Backend for SqlitePool {
         self.read(move |conn| {
             let tx = conn.transaction()?;
             let mut found = Vec::with_capacity(ids.len());
-            for chunk in ids.chunks(1_000) {
-                let sql = format!(
-                    "SELECT execution_id, event_json FROM t_event WHERE version = 0 AND \
-                     execution_id IN ({})",
-                    vec!["?"; chunk.len()].join(", ")
-                );
-                let ids = chunk.iter().map(ExecutionId::as_str);
-                found.extend(rows(&tx, &sql, params_from_iter(ids), |row| {
-                    Ok((parsed(row, 0, "execution id")?, json(row, 1)?))
-                })?);
+            for id in ids {
+                if let Some(created) = reads::events(&tx, &id, Version(0), 1)?.pop() {
+                    found.push((id, created));
+                }
             }
             tx.finish()?;
             Ok(found)

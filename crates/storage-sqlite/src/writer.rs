@@ -184,7 +184,14 @@ pub(crate) fn run(
         data_version: None,
     };
     let mut checkpointer = Checkpointer::start(&conn, path, busy_timeout);
-    let mut changes = start_changes(&conn, path);
+    let warn = |err: &SqliteError| {
+        tracing::warn!(
+            path = %path.display(),
+            "cannot watch the SQLite file for other connections' commits; waiters hear them \
+             only at their own timeouts: {err}"
+        );
+    };
+    let mut changes = Changes::start(&conn).inspect_err(warn).ok();
     // Only to wait for the next command with a timeout, between two looks at the file.
     let timer = tokio::runtime::Builder::new_current_thread()
         .enable_time()
@@ -251,21 +258,6 @@ pub(crate) fn run(
     tracing::debug!(path = %path.display(), "SQLite writer stopped");
 }
 
-/// The detector of other connections' commits; `None` (logged) when the file cannot be
-/// read: the waiters then hear only this store's own writes and their own timeouts.
-fn start_changes(conn: &Connection, path: &Path) -> Option<Changes> {
-    Changes::start(conn)
-        .inspect_err(|err| {
-            tracing::warn!(
-                path = %path.display(),
-                "cannot watch the SQLite file for other connections' commits; waiters hear \
-                 them only at their own timeouts: {err}"
-            );
-        })
-        .ok()
-}
-
-/// Queues a received command, or stops receiving new ones at a shutdown.
 /// How long the idle writer looks for the next command before it sleeps: a caller that
 /// answers a reply with its next write (a workflow's step, an executor's next outcome) usually
 /// sends it within this, and finds the writer awake.
@@ -283,6 +275,7 @@ fn spin_for_next(rx: &mut mpsc::Receiver<Message>) -> Option<Message> {
     None
 }
 
+/// Queues a received command, or stops receiving new ones at a shutdown.
 fn take(message: Message, batch: &mut Vec<Box<dyn Command>>, rx: &mut mpsc::Receiver<Message>) {
     match message {
         Message::Command(command) => batch.push(command),
@@ -374,7 +367,7 @@ impl Writer<'_> {
                 None => {
                     if let Err(err) = self.begin() {
                         tracing::error!(path = %path.display(), "cannot begin a SQLite transaction: {err}");
-                        fail_all(&mut batch[idx..], &err);
+                        batch[idx..].iter_mut().for_each(|c| c.fail(&err));
                         self.ended_at = Some(Instant::now());
                         return (batch.len(), Vec::new());
                     }
@@ -435,7 +428,7 @@ impl Writer<'_> {
         if !self.conn.is_autocommit() {
             let _ = self.conn.execute_batch("ROLLBACK");
         }
-        fail_all(segment, err);
+        segment.iter_mut().for_each(|command| command.fail(err));
         plans.clear();
     }
 
@@ -473,12 +466,6 @@ enum Ran {
     Failed,
     /// What it wrote is unknown.
     Panicked,
-}
-
-fn fail_all(batch: &mut [Box<dyn Command>], err: &DbError) {
-    for command in batch {
-        command.fail(err);
-    }
 }
 
 fn exec(conn: &Connection, sql: &str) -> rusqlite::Result<()> {

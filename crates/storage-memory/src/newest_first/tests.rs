@@ -18,9 +18,10 @@ fn keys_come_out_in_either_order_and_after_a_key() {
         set.newest_first().copied().collect::<Vec<_>>(),
         [9, 6, 5, 4, 3, 2, 1]
     );
-    assert_eq!(set.after(4).copied().collect::<Vec<_>>(), [5, 6, 9]);
-    assert_eq!(set.after(7).copied().collect::<Vec<_>>(), [9]);
-    assert_eq!(set.after(9).count(), 0);
+    assert_eq!(set.after(Some(4)).copied().collect::<Vec<_>>(), [5, 6, 9]);
+    assert_eq!(set.after(Some(7)).copied().collect::<Vec<_>>(), [9]);
+    assert_eq!(set.after(Some(9)).count(), 0);
+    assert!(set.after(None).eq(set.oldest_first()));
 }
 
 #[test]
