@@ -378,7 +378,8 @@ impl kernel::Backend for SqlitePool {
         .await
     }
 
-    /// From one snapshot: one prepared point lookup per id.
+    /// From one snapshot: one statement per thousand ids (a replay reads its children's
+    /// `Created` events at once, not one by one).
     async fn created_events(
         &self,
         execution_ids: &[ExecutionId],
@@ -387,10 +388,16 @@ impl kernel::Backend for SqlitePool {
         self.read(move |conn| {
             let tx = conn.transaction()?;
             let mut found = Vec::with_capacity(ids.len());
-            for id in ids {
-                if let Some(created) = reads::events(&tx, &id, Version(0), 1)?.pop() {
-                    found.push((id, created));
-                }
+            for chunk in ids.chunks(1_000) {
+                let sql = format!(
+                    "SELECT execution_id, event_json FROM t_event WHERE version = 0 AND \
+                     execution_id IN ({})",
+                    vec!["?"; chunk.len()].join(", ")
+                );
+                let ids = chunk.iter().map(ExecutionId::as_str);
+                found.extend(rows(&tx, &sql, params_from_iter(ids), |row| {
+                    Ok((parsed(row, 0, "execution id")?, json(row, 1)?))
+                })?);
             }
             tx.finish()?;
             Ok(found)
