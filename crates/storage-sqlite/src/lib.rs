@@ -55,9 +55,9 @@
 //! # Backups
 //!
 //! [`SqlitePool::backup_to`] copies the database as of one moment into a new file while the
-//! store runs: the copy holds every write acknowledged before the call, passes
-//! `integrity_check` and opens as a store of its own; `VACUUM INTO 'file'` and the `sqlite3`
-//! shell's `.backup` are as good. A file-level copy of a running store is not a backup: the
+//! store runs (SQLite's `VACUUM INTO`, so the copy is compacted): the copy holds every write
+//! acknowledged before the call, passes `integrity_check` and opens as a store of its own; the
+//! `sqlite3` shell's `.backup` is as good. A file-level copy of a running store is not a backup: the
 //! database file lacks the commits still in the `-wal` file, and copying the two one after the
 //! other races with the checkpoints. Copy the files only after `close` (which checkpoints the
 //! WAL into the database file) or from a file-system snapshot that takes both at one instant.

@@ -37,6 +37,7 @@ pub struct SqlitePool {
 struct Inner {
     path: Arc<Path>,
     settings: EffectiveSettings,
+    busy_timeout: std::time::Duration,
     commands: mpsc::Sender<Message>,
     /// Always `Some` until `Drop`, which may have to leak it (see there).
     readers: Option<deadpool_sqlite::Pool>,
@@ -121,6 +122,7 @@ impl SqlitePool {
             inner: Arc::new(Inner {
                 path,
                 settings,
+                busy_timeout: config.busy_timeout,
                 commands,
                 readers: Some(readers),
                 hub,
@@ -152,8 +154,8 @@ impl SqlitePool {
     /// backup leaves no file at `dest`.
     pub async fn backup_to(&self, dest: impl AsRef<std::path::Path>) -> Result<(), DbError> {
         let dest = dest.as_ref().to_path_buf();
-        let source_path = Arc::clone(&self.inner.path);
-        self.read(move |conn| crate::backup::backup_to(conn, &source_path, &dest))
+        let (source, busy_timeout) = (Arc::clone(&self.inner.path), self.inner.busy_timeout);
+        self.read(move |_| crate::backup::backup_to(&source, busy_timeout, &dest))
             .await
     }
 
