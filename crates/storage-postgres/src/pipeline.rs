@@ -95,6 +95,36 @@ pub(crate) async fn run(
         .collect()
 }
 
+/// Runs the statements that are present in one pipeline (after [`crate::load::BEGIN_WRITE`] when
+/// `begin`): the rows of each, empty for the absent ones. The round trip counts in `trips`, if
+/// not already counted.
+pub(crate) async fn run_present<const N: usize>(
+    client: &ClientWrapper,
+    trips: Option<&Trips>,
+    begin: bool,
+    statements: [Option<Statement<'_>>; N],
+) -> Result<[Vec<Row>; N], DbError> {
+    let (positions, statements): (Vec<usize>, Vec<Statement<'_>>) = (statements.into_iter())
+        .enumerate()
+        .filter_map(|(i, statement)| Some((i, statement?)))
+        .unzip();
+    let prepared = prepare(client, &statements).await?;
+    if let Some(trips) = trips {
+        trips.one();
+    }
+    let (began, rows) = tokio::join!(
+        biased;
+        crate::load::begin_write(client, begin),
+        run(client, &statements, &prepared),
+    );
+    began.map_err(map_pg_error)?;
+    let mut results = std::array::from_fn(|_| Vec::new());
+    for (position, rows) in positions.into_iter().zip(rows.map_err(map_pg_error)?) {
+        results[position] = rows;
+    }
+    Ok(results)
+}
+
 /// One statement's parameters.
 pub(crate) fn statement<'a>(
     sql: impl Into<std::borrow::Cow<'static, str>>,

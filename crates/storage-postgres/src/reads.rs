@@ -7,8 +7,8 @@ use crate::{
         column, documents, execution_columns, execution_row, json, kind_to_i16, micros, parsed,
         sub_micros, timestamp,
     },
-    error::map_pg_error,
-    pipeline::{self, Param, Statement, params, statement, unnest},
+    load,
+    pipeline::{Param, params, run_present, statement, unnest},
     schedules,
 };
 use chrono::{DateTime, Utc};
@@ -81,7 +81,7 @@ pub(crate) async fn locked_executions(
     }) else {
         return Ok(Vec::new());
     };
-    let [rows] = all(client, [statement]).await?;
+    let [rows] = run_present(client, None, false, [Some(statement)]).await?;
     if rows.len() != grants.len() {
         return Err(corrupt(format!(
             "{} histories of {} leases",
@@ -159,17 +159,6 @@ pub(crate) fn listing<'a>(
     (sql, params)
 }
 
-/// The rows of each of `statements`, sent in one pipeline, outside a transaction.
-async fn all<const N: usize>(
-    client: &ClientWrapper,
-    statements: [Statement<'_>; N],
-) -> Result<[Vec<Row>; N], DbError> {
-    let prepared = pipeline::prepare(client, &statements).await?;
-    let rows = (pipeline::run(client, &statements, &prepared).await).map_err(map_pg_error)?;
-    <[Vec<Row>; N]>::try_from(rows)
-        .map_err(|rows| corrupt(format!("{} answers to {N} statements", rows.len())))
-}
-
 /// The `pending_at` (to the microsecond) of the first `$3` executions of the functions `$1` due
 /// at `$2`, oldest first: per function, the partial index on `(ffqn, pending_at, execution_id)`
 /// in its order. `ORDER BY ... LIMIT` makes that index the plan whatever the statistics say: a
@@ -181,10 +170,6 @@ pub(crate) const DUE_TIMES: &str = "SELECT due.pending_at FROM UNNEST($1::text[]
     ORDER BY t.pending_at, t.execution_id LIMIT $3) AS due \
     ORDER BY due.pending_at, due.execution_id LIMIT $3";
 
-/// The `Created` events of the executions `$1` that are stored, with their ids.
-const SELECT_CREATED_EVENTS: &str = "SELECT execution_id, event_json FROM t_event \
-    WHERE execution_id = ANY($1) AND version = 0";
-
 impl PostgresStore {
     /// The rows of one statement on a pooled connection.
     async fn query(
@@ -192,7 +177,8 @@ impl PostgresStore {
         sql: impl Into<std::borrow::Cow<'static, str>>,
         params: Vec<Param<'_>>,
     ) -> Result<Vec<Row>, DbError> {
-        let [rows] = all(&*self.reader().await?, [statement(sql, params)]).await?;
+        let statement = Some(statement(sql, params));
+        let [rows] = run_present(&*self.reader().await?, None, false, [statement]).await?;
         Ok(rows)
     }
 
@@ -254,10 +240,10 @@ impl kernel::Backend for PostgresStore {
         at: DateTime<Utc>,
     ) -> Result<(Vec<ExecutionRow>, Vec<ExpiredDelay>), DbError> {
         let statements = [
-            statement(SELECT_EXPIRED_LOCKS, params![micros(at)]),
-            statement(SELECT_EXPIRED_DELAYS, params![micros(at)]),
+            Some(statement(SELECT_EXPIRED_LOCKS, params![micros(at)])),
+            Some(statement(SELECT_EXPIRED_DELAYS, params![micros(at)])),
         ];
-        let [locks, delays] = all(&*self.reader().await?, statements).await?;
+        let [locks, delays] = run_present(&*self.reader().await?, None, false, statements).await?;
         let locks = (locks.iter())
             .map(execution_row)
             .collect::<Result<Vec<_>, _>>()?;
@@ -321,7 +307,7 @@ impl kernel::Backend for PostgresStore {
         execution_ids: &[ExecutionId],
     ) -> Result<Vec<(ExecutionId, ExecutionEvent)>, DbError> {
         let ids: Vec<&str> = execution_ids.iter().map(ExecutionId::as_str).collect();
-        let rows = self.query(SELECT_CREATED_EVENTS, params![ids]).await?;
+        let rows = self.query(load::SELECT_CREATED, params![ids]).await?;
         (rows.iter())
             .map(|row| Ok((parsed(row, 0, "execution id")?, json(row, 1, "event")?)))
             .collect()
