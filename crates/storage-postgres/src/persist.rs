@@ -8,7 +8,7 @@ use crate::{
     codec::{kind_to_i16, micros, sub_micros},
     error::map_pg_error,
     load,
-    pipeline::{self, Statement, Trips, for_ids, params, statement, unnest},
+    pipeline::{self, Statement, Trips, for_ids, params, push_renumbered, statement, unnest},
 };
 use concepts::{
     DbError, ExecutionEventInner, ExecutionId, PendingState,
@@ -347,24 +347,6 @@ pub(crate) fn combined<'a>(
     }
     sql.push_str(") SELECT refuted FROM c");
     statement(sql, params)
-}
-
-/// Appends `part` to `sql` with each parameter `$n` renumbered `$(n + offset)`; returns the
-/// highest `n` it found (0 for none).
-fn push_renumbered(sql: &mut String, part: &str, offset: usize) -> usize {
-    let (mut rest, mut highest) = (part, 0);
-    while let Some(at) = rest.find('$') {
-        let (before, after) = rest.split_at(at + 1);
-        sql.push_str(before);
-        let digits = after.bytes().take_while(u8::is_ascii_digit).count();
-        let n: usize = (after[..digits].parse())
-            .expect("every `$` of a write's statements starts a parameter's number");
-        let _ = write!(sql, "{}", n + offset);
-        highest = highest.max(n);
-        rest = &after[digits..];
-    }
-    sql.push_str(rest);
-    highest
 }
 
 /// [`CHECK_ASSUMPTION`] of `assumed`.

@@ -5,6 +5,7 @@
 use crate::error::map_pg_error;
 use concepts::{DbError, ExecutionId};
 use deadpool_postgres::ClientWrapper;
+use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use tokio_postgres::{Row, types::ToSql};
 
@@ -134,6 +135,24 @@ pub(crate) fn statement<'a>(
         sql: sql.into(),
         params,
     }
+}
+
+/// Appends `part` to `sql` with each parameter `$n` renumbered `$(n + offset)`; returns the
+/// highest `n` it found (0 for none).
+pub(crate) fn push_renumbered(sql: &mut String, part: &str, offset: usize) -> usize {
+    let (mut rest, mut highest) = (part, 0);
+    while let Some(at) = rest.find('$') {
+        let (before, after) = rest.split_at(at + 1);
+        sql.push_str(before);
+        let digits = after.bytes().take_while(u8::is_ascii_digit).count();
+        let n: usize = (after[..digits].parse())
+            .expect("every `$` of a write's statements starts a parameter's number");
+        let _ = write!(sql, "{}", n + offset);
+        highest = highest.max(n);
+        rest = &after[digits..];
+    }
+    sql.push_str(rest);
+    highest
 }
 
 /// `sql` over the ids `$1`, unless there are none.

@@ -8,7 +8,7 @@ use crate::{
         sub_micros, timestamp,
     },
     load,
-    pipeline::{Param, params, run_present, statement, unnest},
+    pipeline::{Param, params, push_renumbered, run_present, statement, unnest},
     schedules,
 };
 use chrono::{DateTime, Utc};
@@ -111,44 +111,36 @@ pub(crate) fn listing<'a>(
     let mut sql = String::from(LIST_EXECUTIONS);
     let mut params: Vec<Param<'a>> = Vec::new();
     let mut term = |clause: &str, bound: Vec<Param<'a>>| {
-        let mut clause = clause.to_owned();
-        for param in bound {
-            params.push(param);
-            clause = clause.replacen('?', &format!("${}", params.len()), 1);
-        }
         sql.push_str(" AND ");
-        sql.push_str(&clause);
+        push_renumbered(&mut sql, clause, params.len());
+        params.extend(bound);
     };
     let at = |at: DateTime<Utc>| -> Vec<Param<'a>> { params![micros(at), sub_micros(at)] };
     for list_term in filter.terms(pagination.cursor.as_ref()) {
         match list_term {
-            ListTerm::Function(ffqn) => term("ffqn = ?", params![ffqn.to_string()]),
+            ListTerm::Function(ffqn) => term("ffqn = $1", params![ffqn.to_string()]),
             ListTerm::State(kind) => term(&format!("state_kind = {}", kind_to_i16(kind)), vec![]),
             ListTerm::Unfinished => {
                 let finished = kind_to_i16(PendingStateKind::Finished);
                 term(&format!("state_kind <> {finished}"), vec![]);
             }
             ListTerm::TopLevel => term("is_top_level", vec![]),
-            ListTerm::Parent(parent) => term("parent_execution_id = ?", params![parent.as_str()]),
+            ListTerm::Parent(parent) => term("parent_execution_id = $1", params![parent.as_str()]),
             ListTerm::CreatedAfter(after) => {
-                term("(created_at, created_at_ns) > (?, ?)", at(after))
+                term("(created_at, created_at_ns) > ($1, $2)", at(after))
             }
             ListTerm::CreatedBefore(before) => {
-                term("(created_at, created_at_ns) < (?, ?)", at(before))
+                term("(created_at, created_at_ns) < ($1, $2)", at(before))
             }
             // Inlined, as the state is: the planner sees how few executions the range holds
             // (the parked ones are pending from a time no clock reaches).
             ListTerm::PendingFrom(from) => term(&format!("pending_at >= {}", micros(from)), vec![]),
-            ListTerm::IdFrom(low) => term("execution_id >= ?", params![low]),
-            ListTerm::IdBelow(high) => term("execution_id < ?", params![high]),
-            ListTerm::Before(cursor_at, id) => {
-                let mut bound = at(cursor_at);
-                bound.push(Box::new(id.as_str()));
-                term(
-                    "(created_at, created_at_ns, execution_id) < (?, ?, ?)",
-                    bound,
-                );
-            }
+            ListTerm::IdFrom(low) => term("execution_id >= $1", params![low]),
+            ListTerm::IdBelow(high) => term("execution_id < $1", params![high]),
+            ListTerm::Before(cursor_at, id) => term(
+                "(created_at, created_at_ns, execution_id) < ($1, $2, $3)",
+                params![micros(cursor_at), sub_micros(cursor_at), id.as_str()],
+            ),
         }
     }
     params.push(Box::new(to_i64(pagination.length)));
