@@ -25,15 +25,10 @@ use tokio_postgres::{Error as PgError, Row};
 /// `ffqn = ANY($2)` a plan from stale statistics read and sorted every due row per batch.
 pub(crate) const SELECT_DUE: &str = "SELECT * FROM f_due_executions($1, $2, $3)";
 
-/// Begins a write transaction whose statements reach rows by key or index range only: with
+/// Begins a write transaction whose statements reach rows by key or index range only (with
 /// missing or stale statistics the planner otherwise sometimes scans a whole table while the
-/// transaction holds its row locks. Its prepared statements run their generic plan, made once
-/// per connection: their rows come from `UNNEST` of arrays or from keys, and with those scans
-/// off the plan does not depend on the values bound, but the server found a custom plan, costed
-/// on the arrays' real lengths, cheaper and made it again at every run (0.06 to 0.17 ms each,
-/// more than running most of them). Reads keep custom plans: a read's generic plan, made
-/// once, may pick an index that a later value makes a poor choice (the responses of a log from
-/// a place read through the index of join sets, every response of the execution).
+/// transaction holds its row locks) and run their generic plans, made once per connection; why
+/// generic plans for writes and custom ones for reads, `docs/ARCHITECTURE.md` says.
 pub(crate) const BEGIN_WRITE: &str = "BEGIN; SET LOCAL enable_seqscan = off; \
     SET LOCAL enable_bitmapscan = off; SET LOCAL plan_cache_mode = force_generic_plan";
 
