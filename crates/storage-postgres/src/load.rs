@@ -20,9 +20,8 @@ use deadpool_postgres::ClientWrapper;
 use tokio_postgres::{Error as PgError, Row};
 
 /// Due executions, oldest first, skipping rows another transaction holds (two executors never
-/// wait for, nor lock, the same execution): the schema's `f_due_executions` reads each function
-/// in the order of the `(ffqn, pending_at, execution_id)` index up to the limit, since with
-/// `ffqn = ANY($2)` a plan from stale statistics read and sorted every due row per batch.
+/// wait for, nor lock, the same execution): the schema's `f_due_executions`, whose migration
+/// (`SCHEMA_V3` in `schema.rs`) says why the read is a function.
 pub(crate) const SELECT_DUE: &str = "SELECT * FROM f_due_executions($1, $2, $3)";
 
 /// Begins a write transaction whose statements reach rows by key or index range only (with
