@@ -14,14 +14,6 @@ pub const DEFAULT_POOL_SIZE: usize = 16;
 pub const DEFAULT_STATEMENT_TIMEOUT: Duration = Duration::from_secs(30);
 /// The default time allowed to open one connection.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
-/// A connection idle this long is probed (`keepalives_idle`).
-const KEEPALIVES_IDLE: Duration = Duration::from_secs(15);
-/// Between two unanswered probes (`keepalives_interval`).
-const KEEPALIVES_INTERVAL: Duration = Duration::from_secs(5);
-/// Unanswered probes before the connection is dropped (`keepalives_retries`).
-const KEEPALIVES_RETRIES: u32 = 3;
-/// Sent data unacknowledged this long drops the connection (`tcp_user_timeout`).
-const TCP_USER_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// How to reach the database and how to use it.
 ///
@@ -143,16 +135,16 @@ impl PostgresConfig {
         // A half-open connection (a server that vanished without a FIN) is noticed within
         // about 30 s, idle or with a statement unanswered, on the pool and the listener alike.
         if !given("keepalives_idle") {
-            pg.keepalives_idle(KEEPALIVES_IDLE);
+            pg.keepalives_idle(Duration::from_secs(15));
         }
         if !given("keepalives_interval") {
-            pg.keepalives_interval(KEEPALIVES_INTERVAL);
+            pg.keepalives_interval(Duration::from_secs(5));
         }
         if !given("keepalives_retries") {
-            pg.keepalives_retries(KEEPALIVES_RETRIES);
+            pg.keepalives_retries(3);
         }
         if !given("tcp_user_timeout") {
-            pg.tcp_user_timeout(TCP_USER_TIMEOUT);
+            pg.tcp_user_timeout(Duration::from_secs(30));
         }
         if pg.get_hosts().is_empty() {
             return Err(invalid("the URL names no host".to_string()));

@@ -83,7 +83,7 @@ use concepts::{
     DbError,
     kernel::{self, WaiterHub},
 };
-use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod, Runtime};
+use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, Runtime};
 use error::map_pool_error;
 use std::sync::{Arc, Mutex};
 use tokio::{sync::watch, task::JoinHandle};
@@ -126,9 +126,8 @@ impl PostgresStore {
     /// the notification listener, returning once it listens.
     pub async fn connect(config: PostgresConfig) -> Result<Self, PostgresError> {
         let tls = tls::Tls::new(&config)?;
-        let recycling = ManagerConfig {
-            recycling_method: RecyclingMethod::Fast,
-        };
+        // The default recycling only checks that a returned connection is still open.
+        let recycling = ManagerConfig::default();
         let manager = Manager::from_connect(config.pool_pg_config(), tls.clone(), recycling);
         let pool = Pool::builder(manager)
             .max_size(config.pool_size.max(1))

@@ -6,7 +6,6 @@ use crate::{
     codec::{
         column, documents, execution_columns, execution_row, json, micros, parsed, sub_micros,
     },
-    error::map_pg_error,
     pipeline::{self, Statement, Trips, for_ids, params, statement, unnest},
     schedules,
 };
@@ -21,20 +20,14 @@ use deadpool_postgres::ClientWrapper;
 use tokio_postgres::{Error as PgError, Row};
 
 /// Due executions, oldest first, skipping rows another transaction holds (two executors never
-/// wait for, nor lock, the same execution): the schema's `f_due_executions` reads each function
-/// in the order of the `(ffqn, pending_at, execution_id)` index up to the limit, since with
-/// `ffqn = ANY($2)` a plan from stale statistics read and sorted every due row per batch.
+/// wait for, nor lock, the same execution): the schema's `f_due_executions`, whose migration
+/// (`SCHEMA_V3` in `schema.rs`) says why the read is a function.
 pub(crate) const SELECT_DUE: &str = "SELECT * FROM f_due_executions($1, $2, $3)";
 
-/// Begins a write transaction whose statements reach rows by key or index range only: with
+/// Begins a write transaction whose statements reach rows by key or index range only (with
 /// missing or stale statistics the planner otherwise sometimes scans a whole table while the
-/// transaction holds its row locks. Its prepared statements run their generic plan, made once
-/// per connection: their rows come from `UNNEST` of arrays or from keys, and with those scans
-/// off the plan does not depend on the values bound, but the server found a custom plan, costed
-/// on the arrays' real lengths, cheaper and made it again at every run (0.06 to 0.17 ms each,
-/// more than running most of them). Reads keep custom plans: a read's generic plan, made
-/// once, may pick an index that a later value makes a poor choice (the responses of a log from
-/// a place read through the index of join sets, every response of the execution).
+/// transaction holds its row locks) and run their generic plans, made once per connection; why
+/// generic plans for writes and custom ones for reads, `docs/ARCHITECTURE.md` says.
 pub(crate) const BEGIN_WRITE: &str = "BEGIN; SET LOCAL enable_seqscan = off; \
     SET LOCAL enable_bitmapscan = off; SET LOCAL plan_cache_mode = force_generic_plan";
 
@@ -141,7 +134,7 @@ pub(crate) async fn load(
         .chain(&keys.new_executions)
         .map(ExecutionId::as_str)
         .collect();
-    let subtrees = SubtreeParams::new(keys);
+    let subtrees = keys.subtrees.iter().map(descendant_bounds).unzip();
     let [schedules_named, due_schedules] = schedules::load_statements(keys);
     let statements = [
         keys.due.as_ref().map(|due| {
@@ -151,8 +144,8 @@ pub(crate) async fn load(
         }),
         (!locked.is_empty()).then(|| statement(LOCK_EXECUTIONS, params![locked])),
         for_ids(SELECT_CREATED, &keys.new_executions),
-        subtrees.statement(LOCK_SUBTREES),
-        subtrees.statement(SUBTREE_MEMBERS),
+        over_subtrees(LOCK_SUBTREES, &subtrees),
+        over_subtrees(SUBTREE_MEMBERS, &subtrees),
         keys.prune.as_ref().map(prune_statement),
         for_ids(SELECT_FINISHED, &keys.finished_results),
         for_ids(SELECT_OPEN_DELAYS, &keys.open_delays),
@@ -186,7 +179,7 @@ pub(crate) async fn load(
         children,
         schedules_named,
         due_schedules,
-    ] = run_present(client, trips, begin, statements).await?;
+    ] = pipeline::run_present(client, Some(trips), begin, statements).await?;
     schedules::add_rows(&schedules_named, &due_schedules, snapshot)?;
     for row in &executions {
         snapshot.add_execution(execution_row(row)?);
@@ -195,9 +188,9 @@ pub(crate) async fn load(
         let id = parsed(row, 0, "execution id")?;
         snapshot.created.insert(id, json(row, 1, "event")?);
     }
-    if !keys.subtrees.is_empty() {
-        let rows = lock_subtrees(client, trips, &subtrees, (subtree_rows, subtree_check)).await?;
-        add_subtrees(keys, &rows, snapshot)?;
+    for row in &lock_subtrees(client, trips, &subtrees, (subtree_rows, subtree_check)).await? {
+        let root = &keys.subtrees[ordinal(row, SUBTREE_ORD, keys.subtrees.len())?];
+        snapshot.add_descendant(root, execution_row(row)?);
     }
     for row in &prune {
         snapshot.add_prune_candidate(execution_row(row)?);
@@ -240,33 +233,6 @@ pub(crate) async fn load(
     Ok(())
 }
 
-/// Runs the statements that are present in one pipeline (after a `BEGIN` when `begin`): the
-/// rows of each, empty for the absent ones.
-async fn run_present<const N: usize>(
-    client: &ClientWrapper,
-    trips: &Trips,
-    begin: bool,
-    statements: [Option<Statement<'_>>; N],
-) -> Result<[Vec<Row>; N], DbError> {
-    let (positions, statements): (Vec<usize>, Vec<Statement<'_>>) = (statements.into_iter())
-        .enumerate()
-        .filter_map(|(i, statement)| Some((i, statement?)))
-        .unzip();
-    let prepared = pipeline::prepare(client, &statements).await?;
-    trips.one();
-    let (began, rows) = tokio::join!(
-        biased;
-        begin_write(client, begin),
-        pipeline::run(client, &statements, &prepared),
-    );
-    began.map_err(map_pg_error)?;
-    let mut results = std::array::from_fn(|_| Vec::new());
-    for (position, rows) in positions.into_iter().zip(rows.map_err(map_pg_error)?) {
-        results[position] = rows;
-    }
-    Ok(results)
-}
-
 /// Locks the subtrees until no member is missing: a descendant committed while the locking
 /// statement waited is not in its snapshot, but once every member found is locked none can
 /// appear below them, so a read without locks that finds no more members proves the set
@@ -274,15 +240,15 @@ async fn run_present<const N: usize>(
 async fn lock_subtrees(
     client: &ClientWrapper,
     trips: &Trips,
-    subtrees: &SubtreeParams,
+    subtrees: &Bounds,
     (mut rows, mut check): (Vec<Row>, Vec<Row>),
 ) -> Result<Vec<Row>, DbError> {
     while subtree_members(&rows, 0, SUBTREE_ORD)? != subtree_members(&check, 0, 1)? {
         let statements = [
-            subtrees.statement(LOCK_SUBTREES),
-            subtrees.statement(SUBTREE_MEMBERS),
+            over_subtrees(LOCK_SUBTREES, subtrees),
+            over_subtrees(SUBTREE_MEMBERS, subtrees),
         ];
-        [rows, check] = run_present(client, trips, false, statements).await?;
+        [rows, check] = pipeline::run_present(client, Some(trips), false, statements).await?;
     }
     Ok(rows)
 }
@@ -297,34 +263,12 @@ fn subtree_members(rows: &[Row], id: usize, ord: usize) -> Result<Vec<(i64, &str
     Ok(members)
 }
 
-/// Adds the locked descendants: their rows, and their ids in id order under each root.
-fn add_subtrees(keys: &Keys, rows: &[Row], snapshot: &mut Snapshot) -> Result<(), DbError> {
-    for row in rows {
-        let root = &keys.subtrees[ordinal(row, SUBTREE_ORD, keys.subtrees.len())?];
-        snapshot.add_descendant(root, execution_row(row)?);
-    }
-    Ok(())
-}
+/// Per subtree root, its bounds ([`descendant_bounds`]): the lows, then the highs.
+type Bounds = (Vec<String>, Vec<String>);
 
-/// The parameters of `LOCK_SUBTREES` and `SUBTREE_MEMBERS`: per root, its bounds.
-struct SubtreeParams {
-    lows: Vec<String>,
-    highs: Vec<String>,
-}
-
-impl SubtreeParams {
-    fn new(keys: &Keys) -> Self {
-        let (lows, highs) = keys.subtrees.iter().map(descendant_bounds).unzip();
-        Self { lows, highs }
-    }
-
-    /// `sql` over these bounds, unless there are none.
-    fn statement(&self, sql: &'static str) -> Option<Statement<'static>> {
-        (!self.lows.is_empty()).then(|| Statement {
-            sql: sql.into(),
-            params: params![self.lows.clone(), self.highs.clone()],
-        })
-    }
+/// `sql` (`LOCK_SUBTREES` or `SUBTREE_MEMBERS`) over `bounds`, unless there are none.
+fn over_subtrees<'a>(sql: &'static str, (lows, highs): &'a Bounds) -> Option<Statement<'a>> {
+    (!lows.is_empty()).then(|| statement(sql, params![lows, highs]))
 }
 
 /// `SELECT_PRUNE` for `prune`; without a cursor, one below every row.
@@ -333,18 +277,16 @@ fn prune_statement(prune: &PruneQuery) -> Statement<'_> {
         Some((at, id)) => (micros(*at), sub_micros(*at), id.as_str()),
         None => (i64::MIN, i16::MIN, ""),
     };
-    let before = prune.finished_before;
-    Statement {
-        sql: SELECT_PRUNE.into(),
-        params: params![
-            micros(before),
-            sub_micros(before),
-            after_micros,
-            after_sub,
-            after_id,
-            to_i64(prune.limit),
-        ],
-    }
+    let (before, limit) = (prune.finished_before, to_i64(prune.limit));
+    let params = params![
+        micros(before),
+        sub_micros(before),
+        after_micros,
+        after_sub,
+        after_id,
+        limit
+    ];
+    statement(SELECT_PRUNE, params)
 }
 
 /// The 0-based position among `len` keys of the key a row answers (its `WITH ORDINALITY`, in

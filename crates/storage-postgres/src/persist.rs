@@ -8,7 +8,7 @@ use crate::{
     codec::{kind_to_i16, micros, sub_micros},
     error::map_pg_error,
     load,
-    pipeline::{self, Statement, Trips, for_ids, params, statement, unnest},
+    pipeline::{self, Statement, Trips, for_ids, params, push_renumbered, statement, unnest},
 };
 use concepts::{
     DbError, ExecutionEventInner, ExecutionId, PendingState,
@@ -125,33 +125,26 @@ const CHECK_ASSUMPTION: &str = "SELECT ((SELECT count(*) \
 /// The `c` of a write loaded under row locks: nothing to check.
 const NOTHING_TO_CHECK: &str = "SELECT false AS refuted";
 
-/// What goes out with a write's `COMMIT`.
-pub(crate) struct Commit<'a> {
-    /// What a write planned without a load assumed, checked first ([`CHECK_ASSUMPTION`]);
-    /// then the transaction is not open yet, and `BEGIN` goes first in the same pipeline.
-    pub(crate) assumed: Option<&'a Assumption>,
-    pub(crate) plan: &'a WritePlan,
-}
-
-/// Sends in one pipeline, one round trip: `BEGIN` when the transaction is not open yet, the
-/// statements of [`statements`], `COMMIT`, the notifications, and whatever `after` sends when
+/// Sends in one pipeline, one round trip: `BEGIN` when the transaction is not open yet (the
+/// write loaded nothing and `assumed` what it planned on), the statements of [`statements`]
+/// (the check of `assumed` first), `COMMIT`, the notifications, and whatever `after` sends when
 /// first polled (outside the transaction: the reads `lock_pending` hands over). After a failed
 /// statement the server runs the `COMMIT` as a `ROLLBACK`, so nothing of the write is stored;
 /// the notifications are then hints about nothing, and what `after` returned is dropped.
 pub(crate) async fn persist_and_commit<T>(
     client: &ClientWrapper,
     trips: &Trips,
-    commit: Commit<'_>,
+    assumed: Option<&Assumption>,
+    plan: &WritePlan,
     after: impl Future<Output = T>,
 ) -> Result<T, NotCommitted> {
-    let begin = commit.assumed.is_some();
-    let prepared = match statements(commit.assumed, commit.plan) {
-        Ok(statements) => pipeline::prepare(client, &statements)
-            .await
-            .map(|prepared| (statements, prepared)),
-        Err(e) => Err(e),
+    let begin = assumed.is_some();
+    let prepared = async {
+        let statements = statements(assumed, plan)?;
+        let prepared = pipeline::prepare(client, &statements).await?;
+        Ok::<_, DbError>((statements, prepared))
     };
-    let (statements, prepared) = match prepared {
+    let (statements, prepared) = match prepared.await {
         Ok(prepared) => prepared,
         // Nothing was sent: no transaction is open.
         Err(e) if begin => return Err(NotCommitted::RolledBack(e)),
@@ -163,7 +156,7 @@ pub(crate) async fn persist_and_commit<T>(
         load::begin_write(client, begin),
         pipeline::run(client, &statements, &prepared),
         client.batch_execute("COMMIT"),
-        crate::notify::publish(client, &commit.plan.wakeups),
+        crate::notify::publish(client, &plan.wakeups),
         after,
     );
     match (began, persisted, committed) {
@@ -356,44 +349,19 @@ pub(crate) fn combined<'a>(
     statement(sql, params)
 }
 
-/// Appends `part` to `sql` with each parameter `$n` renumbered `$(n + offset)`; returns the
-/// highest `n` it found (0 for none).
-fn push_renumbered(sql: &mut String, part: &str, offset: usize) -> usize {
-    let (mut rest, mut highest) = (part, 0);
-    while let Some(at) = rest.find('$') {
-        let (before, after) = rest.split_at(at + 1);
-        sql.push_str(before);
-        let digits = after.bytes().take_while(u8::is_ascii_digit).count();
-        let n: usize = (after[..digits].parse())
-            .expect("every `$` of a write's statements starts a parameter's number");
-        let _ = write!(sql, "{}", n + offset);
-        highest = highest.max(n);
-        rest = &after[digits..];
-    }
-    sql.push_str(rest);
-    highest
-}
-
 /// [`CHECK_ASSUMPTION`] of `assumed`.
 fn check_assumption(assumed: &Assumption) -> Statement<'_> {
-    let revisions = &assumed.revisions;
-    let ids: Vec<&str> = revisions.iter().map(|(id, _)| id.as_str()).collect();
-    let versions: Vec<i64> = revisions
-        .iter()
-        .map(|(_, r)| to_i64(r.next_version.0))
-        .collect();
-    let finished: Vec<bool> = revisions.iter().map(|(_, r)| r.finished).collect();
-    let responses: Vec<i64> = revisions
-        .iter()
-        .map(|(_, r)| to_i64(r.response_count))
-        .collect();
+    let (ids, versions, finished, responses): (Vec<&str>, Vec<i64>, Vec<bool>, Vec<i64>) =
+        (assumed.revisions.iter())
+            .map(|(id, r)| {
+                let (version, responses) = (to_i64(r.next_version.0), to_i64(r.response_count));
+                (id.as_str(), version, r.finished, responses)
+            })
+            .collect();
     let absent: Vec<&str> = assumed.absent.iter().map(ExecutionId::as_str).collect();
-    let absent_join_sets = &assumed.absent_join_sets;
-    let js_ids: Vec<&str> = absent_join_sets.iter().map(|(id, _)| id.as_str()).collect();
-    let js: Vec<String> = absent_join_sets
-        .iter()
-        .map(|(_, js)| js.to_string())
-        .collect();
+    let (js_ids, js): (Vec<&str>, Vec<String>) = (assumed.absent_join_sets.iter())
+        .map(|(id, js)| (id.as_str(), js.to_string()))
+        .unzip();
     let params = params![ids, versions, finished, responses, absent, js_ids, js];
     statement(CHECK_ASSUMPTION, params)
 }

@@ -5,6 +5,7 @@
 use crate::error::map_pg_error;
 use concepts::{DbError, ExecutionId};
 use deadpool_postgres::ClientWrapper;
+use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use tokio_postgres::{Row, types::ToSql};
 
@@ -95,6 +96,36 @@ pub(crate) async fn run(
         .collect()
 }
 
+/// Runs the statements that are present in one pipeline (after [`crate::load::BEGIN_WRITE`] when
+/// `begin`): the rows of each, empty for the absent ones. The round trip counts in `trips`, if
+/// not already counted.
+pub(crate) async fn run_present<const N: usize>(
+    client: &ClientWrapper,
+    trips: Option<&Trips>,
+    begin: bool,
+    statements: [Option<Statement<'_>>; N],
+) -> Result<[Vec<Row>; N], DbError> {
+    let (positions, statements): (Vec<usize>, Vec<Statement<'_>>) = (statements.into_iter())
+        .enumerate()
+        .filter_map(|(i, statement)| Some((i, statement?)))
+        .unzip();
+    let prepared = prepare(client, &statements).await?;
+    if let Some(trips) = trips {
+        trips.one();
+    }
+    let (began, rows) = tokio::join!(
+        biased;
+        crate::load::begin_write(client, begin),
+        run(client, &statements, &prepared),
+    );
+    began.map_err(map_pg_error)?;
+    let mut results = std::array::from_fn(|_| Vec::new());
+    for (position, rows) in positions.into_iter().zip(rows.map_err(map_pg_error)?) {
+        results[position] = rows;
+    }
+    Ok(results)
+}
+
 /// One statement's parameters.
 pub(crate) fn statement<'a>(
     sql: impl Into<std::borrow::Cow<'static, str>>,
@@ -104,6 +135,24 @@ pub(crate) fn statement<'a>(
         sql: sql.into(),
         params,
     }
+}
+
+/// Appends `part` to `sql` with each parameter `$n` renumbered `$(n + offset)`; returns the
+/// highest `n` it found (0 for none).
+pub(crate) fn push_renumbered(sql: &mut String, part: &str, offset: usize) -> usize {
+    let (mut rest, mut highest) = (part, 0);
+    while let Some(at) = rest.find('$') {
+        let (before, after) = rest.split_at(at + 1);
+        sql.push_str(before);
+        let digits = after.bytes().take_while(u8::is_ascii_digit).count();
+        let n: usize = (after[..digits].parse())
+            .expect("every `$` of a write's statements starts a parameter's number");
+        let _ = write!(sql, "{}", n + offset);
+        highest = highest.max(n);
+        rest = &after[digits..];
+    }
+    sql.push_str(rest);
+    highest
 }
 
 /// `sql` over the ids `$1`, unless there are none.

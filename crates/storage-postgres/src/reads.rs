@@ -7,8 +7,8 @@ use crate::{
         column, documents, execution_columns, execution_row, json, kind_to_i16, micros, parsed,
         sub_micros, timestamp,
     },
-    error::map_pg_error,
-    pipeline::{self, Param, Statement, params, statement, unnest},
+    load,
+    pipeline::{Param, params, push_renumbered, run_present, statement, unnest},
     schedules,
 };
 use chrono::{DateTime, Utc};
@@ -81,7 +81,7 @@ pub(crate) async fn locked_executions(
     }) else {
         return Ok(Vec::new());
     };
-    let [rows] = all(client, [statement]).await?;
+    let [rows] = run_present(client, None, false, [Some(statement)]).await?;
     if rows.len() != grants.len() {
         return Err(corrupt(format!(
             "{} histories of {} leases",
@@ -111,44 +111,36 @@ pub(crate) fn listing<'a>(
     let mut sql = String::from(LIST_EXECUTIONS);
     let mut params: Vec<Param<'a>> = Vec::new();
     let mut term = |clause: &str, bound: Vec<Param<'a>>| {
-        let mut clause = clause.to_owned();
-        for param in bound {
-            params.push(param);
-            clause = clause.replacen('?', &format!("${}", params.len()), 1);
-        }
         sql.push_str(" AND ");
-        sql.push_str(&clause);
+        push_renumbered(&mut sql, clause, params.len());
+        params.extend(bound);
     };
     let at = |at: DateTime<Utc>| -> Vec<Param<'a>> { params![micros(at), sub_micros(at)] };
     for list_term in filter.terms(pagination.cursor.as_ref()) {
         match list_term {
-            ListTerm::Function(ffqn) => term("ffqn = ?", params![ffqn.to_string()]),
+            ListTerm::Function(ffqn) => term("ffqn = $1", params![ffqn.to_string()]),
             ListTerm::State(kind) => term(&format!("state_kind = {}", kind_to_i16(kind)), vec![]),
             ListTerm::Unfinished => {
                 let finished = kind_to_i16(PendingStateKind::Finished);
                 term(&format!("state_kind <> {finished}"), vec![]);
             }
             ListTerm::TopLevel => term("is_top_level", vec![]),
-            ListTerm::Parent(parent) => term("parent_execution_id = ?", params![parent.as_str()]),
+            ListTerm::Parent(parent) => term("parent_execution_id = $1", params![parent.as_str()]),
             ListTerm::CreatedAfter(after) => {
-                term("(created_at, created_at_ns) > (?, ?)", at(after))
+                term("(created_at, created_at_ns) > ($1, $2)", at(after))
             }
             ListTerm::CreatedBefore(before) => {
-                term("(created_at, created_at_ns) < (?, ?)", at(before))
+                term("(created_at, created_at_ns) < ($1, $2)", at(before))
             }
             // Inlined, as the state is: the planner sees how few executions the range holds
             // (the parked ones are pending from a time no clock reaches).
             ListTerm::PendingFrom(from) => term(&format!("pending_at >= {}", micros(from)), vec![]),
-            ListTerm::IdFrom(low) => term("execution_id >= ?", params![low]),
-            ListTerm::IdBelow(high) => term("execution_id < ?", params![high]),
-            ListTerm::Before(cursor_at, id) => {
-                let mut bound = at(cursor_at);
-                bound.push(Box::new(id.as_str()));
-                term(
-                    "(created_at, created_at_ns, execution_id) < (?, ?, ?)",
-                    bound,
-                );
-            }
+            ListTerm::IdFrom(low) => term("execution_id >= $1", params![low]),
+            ListTerm::IdBelow(high) => term("execution_id < $1", params![high]),
+            ListTerm::Before(cursor_at, id) => term(
+                "(created_at, created_at_ns, execution_id) < ($1, $2, $3)",
+                params![micros(cursor_at), sub_micros(cursor_at), id.as_str()],
+            ),
         }
     }
     params.push(Box::new(to_i64(pagination.length)));
@@ -157,17 +149,6 @@ pub(crate) fn listing<'a>(
         params.len()
     ));
     (sql, params)
-}
-
-/// The rows of each of `statements`, sent in one pipeline, outside a transaction.
-async fn all<const N: usize>(
-    client: &ClientWrapper,
-    statements: [Statement<'_>; N],
-) -> Result<[Vec<Row>; N], DbError> {
-    let prepared = pipeline::prepare(client, &statements).await?;
-    let rows = (pipeline::run(client, &statements, &prepared).await).map_err(map_pg_error)?;
-    <[Vec<Row>; N]>::try_from(rows)
-        .map_err(|rows| corrupt(format!("{} answers to {N} statements", rows.len())))
 }
 
 /// The `pending_at` (to the microsecond) of the first `$3` executions of the functions `$1` due
@@ -181,10 +162,6 @@ pub(crate) const DUE_TIMES: &str = "SELECT due.pending_at FROM UNNEST($1::text[]
     ORDER BY t.pending_at, t.execution_id LIMIT $3) AS due \
     ORDER BY due.pending_at, due.execution_id LIMIT $3";
 
-/// The `Created` events of the executions `$1` that are stored, with their ids.
-const SELECT_CREATED_EVENTS: &str = "SELECT execution_id, event_json FROM t_event \
-    WHERE execution_id = ANY($1) AND version = 0";
-
 impl PostgresStore {
     /// The rows of one statement on a pooled connection.
     async fn query(
@@ -192,7 +169,8 @@ impl PostgresStore {
         sql: impl Into<std::borrow::Cow<'static, str>>,
         params: Vec<Param<'_>>,
     ) -> Result<Vec<Row>, DbError> {
-        let [rows] = all(&*self.reader().await?, [statement(sql, params)]).await?;
+        let statement = Some(statement(sql, params));
+        let [rows] = run_present(&*self.reader().await?, None, false, [statement]).await?;
         Ok(rows)
     }
 
@@ -254,10 +232,10 @@ impl kernel::Backend for PostgresStore {
         at: DateTime<Utc>,
     ) -> Result<(Vec<ExecutionRow>, Vec<ExpiredDelay>), DbError> {
         let statements = [
-            statement(SELECT_EXPIRED_LOCKS, params![micros(at)]),
-            statement(SELECT_EXPIRED_DELAYS, params![micros(at)]),
+            Some(statement(SELECT_EXPIRED_LOCKS, params![micros(at)])),
+            Some(statement(SELECT_EXPIRED_DELAYS, params![micros(at)])),
         ];
-        let [locks, delays] = all(&*self.reader().await?, statements).await?;
+        let [locks, delays] = run_present(&*self.reader().await?, None, false, statements).await?;
         let locks = (locks.iter())
             .map(execution_row)
             .collect::<Result<Vec<_>, _>>()?;
@@ -321,7 +299,7 @@ impl kernel::Backend for PostgresStore {
         execution_ids: &[ExecutionId],
     ) -> Result<Vec<(ExecutionId, ExecutionEvent)>, DbError> {
         let ids: Vec<&str> = execution_ids.iter().map(ExecutionId::as_str).collect();
-        let rows = self.query(SELECT_CREATED_EVENTS, params![ids]).await?;
+        let rows = self.query(load::SELECT_CREATED, params![ids]).await?;
         (rows.iter())
             .map(|row| Ok((parsed(row, 0, "execution id")?, json(row, 1, "event")?)))
             .collect()

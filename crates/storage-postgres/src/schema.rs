@@ -338,14 +338,11 @@ pub(crate) async fn migrate(
     let tx = client.transaction().await.map_err(map_pg_error)?;
     let current = (current_version(&tx, config.schema.create).await).map_err(map_pg_error)?;
     let version = |v: i64| u32::try_from(v).unwrap_or(u32::MAX);
-    if let Err(refusal) =
-        config
-            .schema
-            .check(version(current), version(up_to), version(SCHEMA_VERSION))
-    {
+    let checked = (config.schema).check(version(current), version(up_to), version(SCHEMA_VERSION));
+    checked.map_err(|refusal| {
         let url = config.redacted_url().to_string();
-        return Err(PostgresError::Schema { url, refusal });
-    }
+        PostgresError::Schema { url, refusal }
+    })?;
     let missing = (1..)
         .zip(MIGRATIONS)
         .filter(|(v, _)| *v > current && *v <= up_to);

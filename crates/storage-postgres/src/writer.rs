@@ -3,8 +3,7 @@
 
 use crate::{
     error::{is_transaction_retriable, map_pool_error},
-    load,
-    persist::{self, Commit},
+    load, persist,
     pipeline::Trips,
     reads,
 };
@@ -53,10 +52,9 @@ impl WriteTx {
         granted: Vec<LockGrant>,
     ) -> Result<Result<Vec<LockedExecution>, DbError>, NotCommitted> {
         let client = self.client.take().expect("taken by nothing else");
-        let commit = Commit { assumed, plan };
         // Sends nothing when nothing was granted.
         let hand_over = reads::locked_executions(&client, granted);
-        let result = persist::persist_and_commit(&client, trips, commit, hand_over).await;
+        let result = persist::persist_and_commit(&client, trips, assumed, plan, hand_over).await;
         if matches!(result, Err(NotCommitted::Unknown(_))) {
             drop(Object::take(client));
         }
