@@ -30,7 +30,7 @@ pub(crate) struct Writer {
 /// the write), it takes the connection out of the pool: closing the session ends the
 /// transaction, and no open transaction is ever handed to the next caller.
 struct WriteTx {
-    /// `None` only once `commit` or `rollback` took it.
+    /// `None` only once `commit` or `rollback` gave it back to the pool.
     client: Option<Object>,
 }
 
@@ -51,23 +51,25 @@ impl WriteTx {
         plan: &WritePlan,
         granted: Vec<LockGrant>,
     ) -> Result<Result<Vec<LockedExecution>, DbError>, NotCommitted> {
-        let client = self.client.take().expect("taken by nothing else");
+        // The connection stays in the guard until the commit's answer: a caller that gives up
+        // meanwhile (while a statement is prepared, before the `COMMIT` is sent) drops it.
+        let client = self.client();
         // Sends nothing when nothing was granted.
-        let hand_over = reads::locked_executions(&client, granted);
-        let result = persist::persist_and_commit(&client, trips, assumed, plan, hand_over).await;
-        if matches!(result, Err(NotCommitted::Unknown(_))) {
-            drop(Object::take(client));
+        let hand_over = reads::locked_executions(client, granted);
+        let result = persist::persist_and_commit(client, trips, assumed, plan, hand_over).await;
+        if !matches!(result, Err(NotCommitted::Unknown(_))) {
+            drop(self.client.take());
         }
         result
     }
 
-    /// Rolls back; a connection that cannot even do that leaves the pool.
+    /// Rolls back; a connection that cannot even do that (or whose caller gives up before the
+    /// answer) leaves the pool.
     async fn rollback(mut self, trips: &Trips) {
         trips.one();
-        let client = self.client.take().expect("taken by nothing else");
-        if let Err(e) = client.batch_execute("ROLLBACK").await {
-            tracing::debug!(error = %e, "cannot roll back; dropping the connection");
-            drop(Object::take(client));
+        match self.client().batch_execute("ROLLBACK").await {
+            Ok(()) => drop(self.client.take()),
+            Err(e) => tracing::debug!(error = %e, "cannot roll back; dropping the connection"),
         }
     }
 }

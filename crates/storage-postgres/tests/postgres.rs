@@ -655,3 +655,67 @@ async fn an_unreachable_server_is_a_connection_error() {
         "{err:?}"
     );
 }
+
+/// A write whose caller gives up part way (its future dropped after it waited `k` times, for
+/// every `k` up to past its end: while its rows load, while a statement it persists with is
+/// prepared, while it commits) leaves no transaction open on a pooled connection. The
+/// connection of a write that had sent its `BEGIN` went back to the pool, transaction and row
+/// locks open, when the caller gave up while a statement was being prepared (each connection
+/// prepares on first use; the 11th wait of this cancel).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_given_up_part_way_leaves_no_transaction_open() {
+    let Some(server) = TestServer::or_skip("a_write_given_up_part_way_leaves_no_transaction_open")
+    else {
+        return;
+    };
+    for waits in 1_u8..=16 {
+        let database = TestDatabase::create(&server).await;
+        let store = open(&database).await;
+        let id = execution_id(u128::from(waits));
+        store
+            .create(create_request(id.clone(), ffqn("f")))
+            .await
+            .unwrap();
+        // A cancel loads its tree first: its `BEGIN` goes out before anything is prepared.
+        let request = concepts::CancelRequest {
+            execution_id: id.clone(),
+            now: now(),
+            reason: "given up".to_owned(),
+        };
+        let mut cancel = Box::pin(store.cancel(request));
+        let mut pending = 0;
+        let finished = std::future::poll_fn(|cx| match cancel.as_mut().poll(cx) {
+            std::task::Poll::Ready(outcome) => std::task::Poll::Ready(Some(outcome)),
+            std::task::Poll::Pending if pending == waits => std::task::Poll::Ready(None),
+            std::task::Poll::Pending => {
+                pending += 1;
+                std::task::Poll::Pending
+            }
+        })
+        .await;
+        drop(cancel);
+        // What was sent before the caller gave up reaches the server; then nothing is left
+        // waiting inside a transaction.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let open_transactions: Vec<String> = database
+            .with_client(async |client| {
+                let sql = "SELECT query FROM pg_stat_activity \
+                           WHERE datname = current_database() AND state LIKE 'idle in transaction%'";
+                let rows = client.query(sql, &[]).await.unwrap();
+                rows.iter().map(|row| row.get(0)).collect()
+            })
+            .await;
+        assert!(
+            open_transactions.is_empty(),
+            "after giving up on the write at its wait {waits} ({finished:?}): {open_transactions:?}"
+        );
+        // The store goes on working: the execution is either cancelled or cancellable.
+        let again = concepts::CancelRequest {
+            execution_id: id,
+            now: now(),
+            reason: "again".to_owned(),
+        };
+        store.cancel(again).await.expect("the store writes on");
+        store.close().await;
+    }
+}
