@@ -14,7 +14,7 @@ use crate::{
     },
     schedule::{
         ChangeScheduleRequest, CreateScheduleRequest, Definition, FireOutcome,
-        FireSchedulesRequest, FiredBy, Overlap, Pause, ScheduleChange, ScheduleChanged,
+        FireSchedulesRequest, FiredBy, Missed, Overlap, Pause, ScheduleChange, ScheduleChanged,
         ScheduleCreated, ScheduleName, ScheduleRow, SkipReason, Tick, TickOutcome,
         TriggerScheduleRequest, TriggerTicks, Triggered, due_ticks, tick_execution_id,
     },
@@ -138,14 +138,8 @@ impl Write for ChangeScheduleRequest {
                         Duration::ZERO,
                         0,
                     );
-                    if let Some(missed) = due.missed {
-                        let outcome = TickOutcome::Skipped {
-                            reason: SkipReason::Updated,
-                            last: missed.last,
-                            count: missed.count,
-                            exact: missed.exact,
-                        };
-                        record(&mut row, &mut write, missed.first, now, outcome);
+                    if let Some(missed) = &due.missed {
+                        skip(&mut row, &mut write, missed, now, SkipReason::Updated);
                     }
                     let just_before = now - chrono::Duration::microseconds(1);
                     row.handled_through = row.handled_through.max(just_before);
@@ -175,20 +169,8 @@ impl Write for ChangeScheduleRequest {
                     Duration::ZERO,
                     0,
                 );
-                if let Some(missed) = due.missed {
-                    record(
-                        &mut row,
-                        &mut write,
-                        missed.first,
-                        now,
-                        TickOutcome::Skipped {
-                            reason: SkipReason::Paused,
-                            last: missed.last,
-                            count: missed.count,
-                            exact: missed.exact,
-                        },
-                    );
-                    row.handled_through = missed.last;
+                if let Some(missed) = &due.missed {
+                    skip(&mut row, &mut write, missed, now, SkipReason::Paused);
                 }
             }
         }
@@ -447,14 +429,7 @@ fn fire_due(
     let due = pass_ticks(&row, now);
     if let Some(missed) = &due.missed {
         outcome.skipped += missed.count;
-        let skipped = TickOutcome::Skipped {
-            reason: SkipReason::Missed,
-            last: missed.last,
-            count: missed.count,
-            exact: missed.exact,
-        };
-        record(&mut row, &mut write, missed.first, now, skipped);
-        row.handled_through = missed.last;
+        skip(&mut row, &mut write, missed, now, SkipReason::Missed);
     }
     let mut fire_list = due.fire;
     if row.definition.overlap == Overlap::CancelOther && fire_list.len() > 1 {
@@ -632,6 +607,24 @@ fn fire(
 
 /// Records a tick of `row` in `write`, and the oldest ticks past the [`TICKS_KEPT`] to forget
 /// (each time a hundred more were recorded).
+/// Records the range `missed` as skipped for `reason`, handled through its last tick.
+fn skip(
+    row: &mut ScheduleRow,
+    write: &mut ScheduleWrite,
+    missed: &Missed,
+    now: DateTime<Utc>,
+    reason: SkipReason,
+) {
+    let outcome = TickOutcome::Skipped {
+        reason,
+        last: missed.last,
+        count: missed.count,
+        exact: missed.exact,
+    };
+    record(row, write, missed.first, now, outcome);
+    row.handled_through = missed.last;
+}
+
 fn record(
     row: &mut ScheduleRow,
     write: &mut ScheduleWrite,
