@@ -47,6 +47,20 @@ impl Served {
         format!("{}{path}", self.base)
     }
 
+    /// `host:port` of the server.
+    fn address(&self) -> &str {
+        let authority = self.base.trim_start_matches("http://");
+        authority.trim_end_matches("/api/v1")
+    }
+
+    /// A raw connection that has sent `bytes` and then stalls.
+    async fn stalled(&self, bytes: &[u8]) -> tokio::net::TcpStream {
+        use tokio::io::AsyncWriteExt as _;
+        let mut stream = (tokio::net::TcpStream::connect(self.address()).await).expect("connects");
+        stream.write_all(bytes).await.expect("writes");
+        stream
+    }
+
     async fn get(&self, path: &str) -> (StatusCode, Value) {
         answer(self.http.get(self.url(path)).send().await).await
     }
@@ -60,6 +74,16 @@ impl Served {
         assert_eq!(self.node.shutdown(SAFETY).await.background_aborted, 0);
         self.db.close().await;
     }
+}
+
+/// What a stalled connection reads until the server closes it (well before 10 s), as text.
+async fn read_until_closed(mut stream: tokio::net::TcpStream) -> (std::io::Result<usize>, String) {
+    use tokio::io::AsyncReadExt as _;
+    let mut answer = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut answer))
+        .await
+        .expect("the server ends the stalled request well before 10 s");
+    (read, String::from_utf8_lossy(&answer).into_owned())
 }
 
 /// The status and the JSON body of `response` (every answer of the API is JSON).
@@ -889,8 +913,7 @@ async fn a_loopback_server_without_a_token_answers_local_names_only() {
         ApiOptions::default(),
     )
     .await;
-    let port = served.base.rsplit_once(':').expect("a port").1;
-    let port = port.trim_end_matches("/api/v1");
+    let port = served.address().rsplit_once(':').expect("a port").1;
     let before = dump(served.db.as_ref()).await;
     let rebound = format!("rebind.attacker.example:{port}");
     let submit = served
@@ -960,7 +983,6 @@ async fn a_loopback_server_without_a_token_answers_local_names_only() {
 /// open as long as the client kept it, and a shutdown waited the whole drain for it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_stalls_in_its_body_is_cut_off() {
-    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
     test_utils::set_up();
     let options = ApiOptions {
         header_read_timeout: Duration::from_millis(300),
@@ -968,26 +990,13 @@ async fn a_client_that_stalls_in_its_body_is_cut_off() {
     };
     let served = serve(&test_support::factories::MemoryFactory, doubling, options).await;
     let before = dump(served.db.as_ref()).await;
-    let address = served
-        .base
-        .trim_start_matches("http://")
-        .trim_end_matches("/api/v1")
-        .to_string();
-    let mut stalled = tokio::net::TcpStream::connect(&address)
-        .await
-        .expect("connects");
-    stalled
-        .write_all(
+    let stalled = served
+        .stalled(
             b"POST /api/v1/executions HTTP/1.1\r\nHost: localhost\r\n\
               content-type: application/json\r\ncontent-length: 100\r\n\r\n{",
         )
-        .await
-        .expect("writes a header and one byte of the body");
-    let mut answer = Vec::new();
-    let read = tokio::time::timeout(Duration::from_secs(10), stalled.read_to_end(&mut answer))
-        .await
-        .expect("the server ends the stalled request well before 10 s");
-    let text = String::from_utf8_lossy(&answer);
+        .await;
+    let (read, text) = read_until_closed(stalled).await;
     assert!(
         read.is_err() || text.is_empty() || text.starts_with("HTTP/1.1 4"),
         "{read:?}: {text}"
@@ -1006,37 +1015,23 @@ async fn a_client_that_stalls_in_its_body_is_cut_off() {
 /// stayed open until the client left.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_too_slow_to_send_its_header_is_cut_off() {
-    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
     test_utils::set_up();
     let options = ApiOptions {
         header_read_timeout: Duration::from_millis(300),
         ..ApiOptions::default()
     };
     let served = serve(&test_support::factories::MemoryFactory, doubling, options).await;
-    let address = served
-        .base
-        .trim_start_matches("http://")
-        .trim_end_matches("/api/v1")
-        .to_string();
-    let mut stalled = tokio::net::TcpStream::connect(&address)
-        .await
-        .expect("connects");
-    stalled
-        .write_all(b"GET /api/v1/healthz HTTP/1.1\r\nHost: localhost\r\n")
-        .await
-        .expect("writes half a header");
+    let stalled = served
+        .stalled(b"GET /api/v1/healthz HTTP/1.1\r\nHost: localhost\r\n")
+        .await;
     let (status, _) = served.get("/healthz").await;
     assert_eq!(
         status,
         StatusCode::OK,
         "a prompt client is answered meanwhile"
     );
-    let mut answer = Vec::new();
-    let read = tokio::time::timeout(Duration::from_secs(10), stalled.read_to_end(&mut answer))
-        .await
-        .expect("the server closes the stalled connection well before 10 s");
     // Closed, after at most a 408 (hyper's answer to a header that timed out).
-    let text = String::from_utf8_lossy(&answer);
+    let (read, text) = read_until_closed(stalled).await;
     assert!(
         read.is_err() || text.is_empty() || text.starts_with("HTTP/1.1 408"),
         "{read:?}: {text}"
