@@ -103,6 +103,17 @@ impl DbExecutor for CountingDb {
         self.inner.lock_pending(req).await
     }
 
+    async fn unlock_lost(
+        &self,
+        executor_id: concepts::ExecutorId,
+        lock_expires_at: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> Result<usize, DbError> {
+        self.inner
+            .unlock_lost(executor_id, lock_expires_at, now)
+            .await
+    }
+
     async fn append_outcome(&self, write: OutcomeWrite) -> Result<Version, DbError> {
         let finished = matches!(write.event, ExecutionEventInner::Finished { .. });
         let result = self.inner.append_outcome(write).await;

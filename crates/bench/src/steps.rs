@@ -240,6 +240,17 @@ impl DbExecutor for StepTrace {
         locked
     }
 
+    async fn unlock_lost(
+        &self,
+        executor_id: concepts::ExecutorId,
+        lock_expires_at: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> Result<usize, DbError> {
+        self.inner
+            .unlock_lost(executor_id, lock_expires_at, now)
+            .await
+    }
+
     async fn append_outcome(&self, write: OutcomeWrite) -> Result<Version, DbError> {
         let child = write.parent.is_some();
         if child {

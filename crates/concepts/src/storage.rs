@@ -337,6 +337,18 @@ pub trait DbExecutor: DbAwait {
     /// transaction. Returns the next version.
     async fn append_outcome(&self, write: OutcomeWrite) -> Result<Version, DbError>;
 
+    /// Gives back what a `lock_pending` whose answer was lost may have locked (it failed with
+    /// a retriable error: the write may have committed all the same): each execution still
+    /// `Locked` by `executor_id` until exactly `lock_expires_at` gets an `Unlocked` event, due
+    /// again at `now`, so that it runs without waiting for its lease to expire and without
+    /// using up a retry. Returns how many were given back; none when the lock never committed.
+    async fn unlock_lost(
+        &self,
+        executor_id: ExecutorId,
+        lock_expires_at: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> Result<usize, DbError>;
+
     /// Returns at once if an execution of `ffqns` is due at `pending_at_or_sooner`; otherwise
     /// when a write makes one due, or after `max_wait`. Never loses a wake-up between its check
     /// and its subscription.

@@ -288,6 +288,18 @@ impl DbExecutor for ForwardingDb {
         (self.apply(Write::Outcome(&copy), self.inner.append_outcome(write))).await
     }
 
+    // Passed through: only an executor's recovery from a lost lock calls it.
+    async fn unlock_lost(
+        &self,
+        executor_id: concepts::ExecutorId,
+        lock_expires_at: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> Result<usize, DbError> {
+        self.inner
+            .unlock_lost(executor_id, lock_expires_at, now)
+            .await
+    }
+
     async fn wait_for_pending(
         &self,
         pending_at_or_sooner: DateTime<Utc>,

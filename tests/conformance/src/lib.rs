@@ -17,7 +17,7 @@
 //!   replay, determinism and parked executions, warm and cold waits, the lifecycle as a
 //!   workflow meets it, the typed schedules client, patches, typed joins, per-call options and
 //!   a workflow's status (§14-§19).
-//! - L1..L22, [`lifecycle_scenarios`]: idempotent submit, cancellation, durable promises,
+//! - L1..L23, [`lifecycle_scenarios`]: idempotent submit, cancellation, durable promises,
 //!   retention, and ambiguous commits (§10-§13, §4.11).
 //! - C1..C13, [`schedule_scenarios`]: schedules stored and changed, the overlap policies,
 //!   catch-up, triggers and backfills, daylight saving, racing passes, the scheduler's

@@ -12,10 +12,11 @@ use crate::metrics as m;
 use crate::{
     AppendBatchRequest, CancelOutcome, CancelRequest, CompleteOutcome, CompleteRequest,
     CreateOutcome, CreateRequest, DbAwait, DbClient, DbConnection, DbError, DbExecutor,
-    DbSchedules, DbTimers, DbWorkflow, DueBacklog, ExecutionEvent, ExecutionId, ExecutionLog,
-    ExecutionSummary, ExpiredDelay, ExpiredTimer, FinishedExecutionResult, FunctionFqn,
-    JoinSetResponseEvent, JoinSetResponseEventOuter, ListExecutionsFilter, LockPendingRequest,
-    Locked, LockedExecution, OutcomeWrite, Pagination, PruneOutcome, PruneRequest, Version,
+    DbSchedules, DbTimers, DbWorkflow, DueBacklog, ExecutionEvent, ExecutionEventInner,
+    ExecutionId, ExecutionLog, ExecutionSummary, ExecutorId, ExpiredDelay, ExpiredTimer,
+    FinishedExecutionResult, FunctionFqn, JoinSetResponseEvent, JoinSetResponseEventOuter,
+    ListExecutionsFilter, LockPendingRequest, Locked, LockedExecution, OutcomeWrite, Pagination,
+    PendingState, PruneOutcome, PruneRequest, Version,
     schedule::{
         ChangeScheduleRequest, CreateScheduleRequest, FireOutcome, FireSchedulesRequest,
         ScheduleChanged, ScheduleCreated, ScheduleName, ScheduleRow, Tick, TriggerScheduleRequest,
@@ -312,6 +313,39 @@ impl<B: Backend> DbExecutor for B {
 
     async fn append_outcome(&self, write: OutcomeWrite) -> Result<Version, DbError> {
         metered(&APPEND_OUTCOME, self.write(write)).await
+    }
+
+    /// The leases come from the watcher's read of those that end by `lock_expires_at`: it is
+    /// called only after a lost answer, and a lease is found by its end without an index of
+    /// its own.
+    async fn unlock_lost(
+        &self,
+        executor_id: ExecutorId,
+        lock_expires_at: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> Result<usize, DbError> {
+        let (leases, _) = self.expired(lock_expires_at).await?;
+        let lost = leases.into_iter().filter(|row| {
+            matches!(row.state.pending_state, PendingState::Locked {
+                executor_id: held_by, lock_expires_at: ends, ..
+            } if held_by == executor_id && ends == lock_expires_at)
+        });
+        let unlocked = || ExecutionEventInner::Unlocked {
+            backoff_expires_at: now,
+            reason: "the answer of the lock was lost; given back to run again".to_owned(),
+        };
+        let writes: Vec<_> = lost
+            .map(|row| {
+                let version = row.state.next_version;
+                OutcomeWrite::new(row.execution_id, version, now, unlocked(), None)
+            })
+            .collect();
+        if writes.is_empty() {
+            return Ok(0);
+        }
+        // Each is fenced by its version: one that moved on meanwhile is left as it is.
+        let results = self.write(AppendOutcomes(writes)).await?;
+        Ok(results.iter().filter(|result| result.is_ok()).count())
     }
 
     async fn wait_for_pending(

@@ -127,6 +127,15 @@ impl DbExecutor for Refusing {
         Ok(Vec::new())
     }
 
+    async fn unlock_lost(
+        &self,
+        _executor_id: concepts::ExecutorId,
+        _lock_expires_at: DateTime<Utc>,
+        _now: DateTime<Utc>,
+    ) -> Result<usize, DbError> {
+        Err(self.error.clone())
+    }
+
     async fn append_outcome(&self, _write: OutcomeWrite) -> Result<Version, DbError> {
         *self.attempts.lock().unwrap() += 1;
         Err(self.error.clone())

@@ -373,3 +373,65 @@ fn assert_lost<T: std::fmt::Debug>(result: Result<T, DbError>) {
 fn stub_fn() -> FunctionFqn {
     FunctionFqn::stub("approval").expect("legal stub name")
 }
+
+/// L23: an executor's `lock_pending` commits but its reply is lost. The executions it locked
+/// are held by a lease no run of the executor knows; its next tick gives them back
+/// (`Unlocked`, due at once, no retry used) before it locks again, and runs them. An
+/// execution with no retry left finishes with the worker's value: before, it waited for its
+/// lease to end and the watcher finished it `PermanentTimeout`, never having run. After it,
+/// no lease is left for the watcher.
+pub async fn l23_executions_of_a_lost_lock_answer_run_at_the_next_tick<F: StoreFactory>(
+    factory: &F,
+) {
+    let f = Fixture::new(factory).await;
+    let (store, locks) = losing_first_replies(f.db.clone(), |write| match write {
+        Write::LockPending(_) => Some("lock".to_owned()),
+        _ => None,
+    });
+    let value = Json(serde_json::json!({"ran": true}));
+    let worker = ScriptedWorker::new(ffqn("work"), vec![Step::Ok(value.clone())]);
+    let exec = f.executor(Arc::new(worker), store);
+    let last_try = CreateRequest {
+        max_retries: 0,
+        ..create_request(execution_id(1), ffqn("work"), f.now())
+    };
+    let id = f.create(last_try).await;
+    let at = f.now();
+
+    let lost = exec.tick(at).await;
+    assert!(lost.is_err(), "the lock's reply is lost");
+    assert!(
+        matches!(f.log(&id).await.pending_state, PendingState::Locked { .. }),
+        "the lock committed"
+    );
+    let progress = exec.tick(at).await.expect("tick");
+    let ran = tokio::time::timeout(SAFETY, progress.wait_for_tasks())
+        .await
+        .expect("the worker ends")
+        .expect("no panic");
+    assert_eq!(ran.len(), 1, "the given-back execution ran");
+    let log = f.log(&id).await;
+    let result = Ok(SupportedFunctionReturnValue::InfallibleOrResultOk(value));
+    assert_finished_with(&log, &result, at);
+    let kinds: Vec<_> = log.events.iter().map(|e| e.event.variant_name()).collect();
+    assert_eq!(
+        kinds,
+        ["Created", "Locked", "Unlocked", "Locked", "Finished"],
+        "given back without a retry used"
+    );
+    assert_eq!(
+        locks
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get("lock")
+            .copied(),
+        Some(2),
+        "one lost lock, one that ran it"
+    );
+
+    f.clock.move_time_forward(LEASE).await;
+    let progress = timers_watcher::tick(f.db.as_ref(), f.now(), Duration::ZERO)
+        .await
+        .expect("watcher tick");
+    assert_eq!(progress, TickProgress::default(), "no lease is left");
+}

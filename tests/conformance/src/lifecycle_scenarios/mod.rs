@@ -1,4 +1,4 @@
-//! The lifecycle scenarios L1..L22: every rule of `docs/SEMANTICS.md` §10-§13 (idempotent
+//! The lifecycle scenarios L1..L23: every rule of `docs/SEMANTICS.md` §10-§13 (idempotent
 //! submit, cancellation, durable promises, retention) and what an ambiguous commit leaves
 //! behind (§4.11), on every backend through the same code. Each scenario's documentation says
 //! what it checks.
@@ -8,8 +8,8 @@
 //! execution, a tree, the watcher afterwards), `cancel_running` (L11: a worker still running
 //! when its execution is cancelled, under a real executor), `promise` (L12..L14: completing a
 //! stub), `prune` (L15..L17: finished trees only, limits and the cursor), `ambiguous`
-//! (L18..L20: a write that lands and reports a lost connection, for the executor, the watcher
-//! and a client) and `workflows` (L21, L22: a cancelled child and a promise as a workflow sees
+//! (L18..L20, L23: a write that lands and reports a lost connection, for the executor, the
+//! watcher and a client, and an executor's lock) and `workflows` (L21, L22: a cancelled child and a promise as a workflow sees
 //! them, through the `workflow` crate). The fixture they share is here, and the scenarios are
 //! re-exported here, where the [`lifecycle_scenario_tests!`](crate::lifecycle_scenario_tests)
 //! macro finds them.
@@ -29,6 +29,7 @@ mod workflows;
 pub use ambiguous::{
     l18_ambiguous_outcome_write_is_not_repeated, l19_ambiguous_watcher_write_is_not_repeated,
     l20_ambiguous_client_writes_are_safe_to_retry,
+    l23_executions_of_a_lost_lock_answer_run_at_the_next_tick,
 };
 pub use cancel::{
     l5_cancel_pending, l6_cancel_locked, l7_cancel_blocked_by_join_set,
@@ -338,6 +339,7 @@ macro_rules! lifecycle_scenario_tests {
             l20_ambiguous_client_writes_are_safe_to_retry,
             l21_workflow_gets_a_cancelled_childs_result,
             l22_workflow_promise_completed_by_a_client,
+            l23_executions_of_a_lost_lock_answer_run_at_the_next_tick,
         );
     };
 }

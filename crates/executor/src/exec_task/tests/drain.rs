@@ -76,6 +76,15 @@ impl DbExecutor for FakeStore {
         Ok(queue.drain(..count).collect())
     }
 
+    async fn unlock_lost(
+        &self,
+        _executor_id: concepts::ExecutorId,
+        _lock_expires_at: DateTime<Utc>,
+        _now: DateTime<Utc>,
+    ) -> Result<usize, DbError> {
+        Ok(0)
+    }
+
     async fn append_outcome(&self, write: OutcomeWrite) -> Result<Version, DbError> {
         tokio::time::sleep(self.write_time).await;
         self.outcomes.lock().unwrap().push(write.execution_id);
