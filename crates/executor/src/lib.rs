@@ -71,7 +71,9 @@
 //! [`outcome_retry_pauses`], when the store fails it with a retriable error), and wait for the next due execution
 //! (`wait_for_pending`, woken by the store's notifications, at most `tick_sleep`). Leases that
 //! expire because a worker hung or its process died are resolved by the timers watcher, never
-//! by the executor.
+//! by the executor; the leases of a lock whose reply was lost (a retriable error: it may have
+//! committed) are given back by the executor before it locks again
+//! ([`concepts::DbExecutor::unlock_lost`]).
 //!
 //! Each run in flight holds its permit until its outcome is written, so the task limiter
 //! bounds how many leases the executor holds at once. Without a `task_limiter` in its
