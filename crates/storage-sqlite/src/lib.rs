@@ -65,7 +65,7 @@
 //! # Errors
 //!
 //! Driver errors are mapped into [`concepts::DbError`] in one place: the primary key of a new
-//! execution becomes `Duplicate`, busy (which only reads can meet) a retriable `Backend` error,
+//! execution and a response's unique keys (its delay's, its child's) become `Duplicate`, busy (which only reads can meet) a retriable `Backend` error,
 //! any other constraint, a full disk, I/O errors and a corrupt file `Backend` errors whose
 //! message names the file and says which. A full disk or an I/O error in a group commit fails
 //! the command that met it and, if SQLite rolled the whole transaction back, the commands

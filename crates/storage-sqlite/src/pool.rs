@@ -146,7 +146,7 @@ impl SqlitePool {
     }
 
     /// Copies the database, as of one moment, into the new file `dest` while the store runs
-    /// and writers go on (see the crate docs on backups); the copy costs one read of the file.
+    /// and writers go on (`VACUUM INTO`, so the copy is compacted; see the crate docs).
     ///
     /// # Errors
     /// A backend error naming the file: `dest` exists (a backup never overwrites a file), it
