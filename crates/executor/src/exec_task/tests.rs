@@ -1,5 +1,6 @@
-//! The loop's building blocks that need no database: permits, panicking workers, and how a
-//! refused retry of an outcome tells its own earlier write from another writer's.
+//! The loop's building blocks that need no database: permits, panicking workers, a lost lock's
+//! leases given back before the next lock, and how a refused retry of an outcome tells its own
+//! earlier write from another writer's.
 
 use super::outcome::written_earlier;
 use super::*;
@@ -257,3 +258,141 @@ async fn a_refused_retry_knows_its_own_finished_from_another_writers() {
 }
 
 mod drain;
+
+/// A clock that stands still.
+#[derive(Clone)]
+struct Stopped(DateTime<Utc>);
+
+impl ClockFn for Stopped {
+    fn now(&self) -> DateTime<Utc> {
+        self.0
+    }
+}
+
+/// What [`Flaky`] was asked, in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Asked {
+    Lock(DateTime<Utc>),
+    UnlockLost(DateTime<Utc>),
+}
+
+/// A store whose first `lock_pending` fails with a lost connection and whose first
+/// `unlock_lost` fails too; it records what it was asked.
+#[derive(Default)]
+struct Flaky {
+    asked: std::sync::Mutex<Vec<Asked>>,
+}
+
+impl Flaky {
+    fn ask(&self, asked: Asked) -> usize {
+        let mut all = self.asked.lock().unwrap();
+        all.push(asked.clone());
+        all.iter()
+            .filter(|a| std::mem::discriminant(*a) == std::mem::discriminant(&asked))
+            .count()
+    }
+}
+
+#[async_trait]
+impl concepts::DbAwait for Flaky {
+    async fn wait_for_finished_result(
+        &self,
+        _execution_id: &ExecutionId,
+        _timeout: Option<Duration>,
+    ) -> Result<concepts::FinishedExecutionResult, DbError> {
+        Err(DbError::Closed)
+    }
+}
+
+#[async_trait]
+impl DbExecutor for Flaky {
+    async fn lock_pending(&self, req: LockPendingRequest) -> Result<Vec<LockedExecution>, DbError> {
+        match self.ask(Asked::Lock(req.lock_expires_at)) {
+            1 => Err(DbError::Connection("lost after the commit".to_owned())),
+            _ => Ok(Vec::new()),
+        }
+    }
+
+    async fn unlock_lost(
+        &self,
+        _executor_id: concepts::ExecutorId,
+        lock_expires_at: DateTime<Utc>,
+        _now: DateTime<Utc>,
+    ) -> Result<usize, DbError> {
+        match self.ask(Asked::UnlockLost(lock_expires_at)) {
+            1 => Err(DbError::Connection("still down".to_owned())),
+            _ => Ok(1),
+        }
+    }
+
+    async fn append_outcome(&self, _write: OutcomeWrite) -> Result<Version, DbError> {
+        Err(DbError::Closed)
+    }
+
+    async fn wait_for_pending(
+        &self,
+        _pending_at_or_sooner: DateTime<Utc>,
+        _ffqns: Arc<[FunctionFqn]>,
+        _max_wait: Duration,
+    ) {
+    }
+}
+
+/// After a `lock_pending` whose reply was lost, the executor gives its lease back before it
+/// locks again, and locks nothing while that fails: a new lease of the same end would be taken
+/// for the lost one. A lost lease that has ended is left to the watcher.
+#[tokio::test]
+async fn a_lost_lock_is_given_back_before_the_executor_locks_again() {
+    let at = DateTime::from_timestamp(1_000, 0).unwrap();
+    let ffqn: FunctionFqn = "test:pkg/ifc.fn".parse().unwrap();
+    let db = Arc::new(Flaky::default());
+    let config = ExecConfig {
+        lock_expiry: Duration::from_secs(1),
+        tick_sleep: Duration::from_millis(10),
+        batch_size: 1,
+        component_id: ComponentId::new("activity", "test").unwrap(),
+        task_limiter: None,
+    };
+    let exec = ExecTask::new(
+        Arc::new(Panicking(vec![ffqn])),
+        config,
+        Stopped(at),
+        db.clone(),
+    );
+    let lease_end = at + chrono::Duration::seconds(1);
+    assert!(exec.tick(at).await.is_err(), "the lock's reply is lost");
+    assert!(exec.tick(at).await.is_err(), "giving it back fails");
+    exec.tick(at).await.expect("given back, then locked");
+    exec.tick(at).await.expect("nothing left to give back");
+    let later = lease_end + chrono::Duration::seconds(1);
+    assert!(exec.tick(later).await.is_ok());
+    assert_eq!(
+        *db.asked.lock().unwrap(),
+        [
+            Asked::Lock(lease_end),
+            Asked::UnlockLost(lease_end),
+            Asked::UnlockLost(lease_end),
+            Asked::Lock(lease_end),
+            Asked::Lock(lease_end),
+            Asked::Lock(later + chrono::Duration::seconds(1)),
+        ]
+    );
+
+    // A lost lease that has ended by the next tick is the watcher's.
+    let db = Arc::new(Flaky::default());
+    let exec = ExecTask::new(
+        Arc::new(Panicking(vec!["test:pkg/ifc.fn".parse().unwrap()])),
+        exec.config.clone(),
+        Stopped(at),
+        db.clone(),
+    );
+    assert!(exec.tick(at).await.is_err(), "the lock's reply is lost");
+    exec.tick(later).await.expect("locks at once");
+    assert_eq!(
+        *db.asked.lock().unwrap(),
+        [
+            Asked::Lock(lease_end),
+            Asked::Lock(later + chrono::Duration::seconds(1))
+        ]
+    );
+}
