@@ -127,9 +127,8 @@ pub struct ExecTask<C: ClockFn> {
     /// The executors of this process on the same store: the spawned loop registers this one
     /// there, and every run's worker is given it, to hand the executions it creates to them.
     local: LocalExecutors,
-    /// The lease ends of `lock_pending` calls whose answer was lost (a retriable error: they
-    /// may have locked executions that no run of this executor holds), to give back.
-    lost_locks: std::sync::Mutex<Vec<DateTime<Utc>>>,
+    /// The leases of `lock_pending` calls whose reply was lost, to give back.
+    lost_locks: lost::LostLocks,
 }
 
 impl<C: ClockFn> ExecTask<C> {
@@ -165,7 +164,7 @@ impl<C: ClockFn> ExecTask<C> {
             ticks: Arc::default(),
             runs: RunTasks::default(),
             local: LocalExecutors::default(),
-            lost_locks: std::sync::Mutex::default(),
+            lost_locks: lost::LostLocks::default(),
         }
     }
 
@@ -379,7 +378,8 @@ impl<C: ClockFn> ExecTask<C> {
         if permits.is_empty() {
             return Ok(Vec::new());
         }
-        self.give_back_lost_locks(executed_at).await?;
+        let db = self.db.as_ref();
+        (self.lost_locks.give_back(db, self.executor_id, executed_at)).await?;
         let lock_expires_at = add_saturating(executed_at, self.config.lock_expiry);
         let locked = self
             .db
@@ -395,7 +395,7 @@ impl<C: ClockFn> ExecTask<C> {
             .await
             .inspect_err(|err| {
                 if err.is_retriable() {
-                    lock_list(&self.lost_locks).push(lock_expires_at);
+                    self.lost_locks.remember(lock_expires_at);
                 }
             })?;
         let runs = locked
@@ -410,38 +410,6 @@ impl<C: ClockFn> ExecTask<C> {
             })
             .collect();
         Ok(runs) // Unused permits are released here.
-    }
-
-    /// Gives back what a `lock_pending` whose answer was lost may have locked
-    /// ([`DbExecutor::unlock_lost`]), before this executor locks again: otherwise those
-    /// executions would wait for their leases to expire and then be timed out, a retry used
-    /// (or failed for good) without ever having run. A lease that has ended by `now` is left
-    /// to the timers watcher. Until every one is given back, nothing new is locked: a new
-    /// lease of the same end would be taken for a lost one.
-    async fn give_back_lost_locks(&self, now: DateTime<Utc>) -> Result<(), DbError> {
-        let lost = std::mem::take(&mut *lock_list(&self.lost_locks));
-        if lost.is_empty() {
-            return Ok(());
-        }
-        let mut left = Vec::new();
-        let mut first_error = None;
-        for lock_expires_at in lost.into_iter().filter(|ends| *ends > now) {
-            match (self.db)
-                .unlock_lost(self.executor_id, lock_expires_at, now)
-                .await
-            {
-                Ok(given_back) if given_back > 0 => {
-                    tracing::info!(given_back, "gave back the executions of a lost lock answer");
-                }
-                Ok(_) => {}
-                Err(err) => {
-                    left.push(lock_expires_at);
-                    first_error.get_or_insert(err);
-                }
-            }
-        }
-        lock_list(&self.lost_locks).extend(left);
-        first_error.map_or(Ok(()), Err)
     }
 
     /// The run of one locked execution: the worker, then its outcome write, or its `Finished`
@@ -805,6 +773,7 @@ impl Drop for ExecutorTaskHandle {
     }
 }
 
+mod lost;
 mod outcome;
 mod served;
 #[cfg(test)]
@@ -813,11 +782,3 @@ mod tests;
 use outcome::write_outcome;
 pub use outcome::{OUTCOME_WRITE_ATTEMPTS, outcome_retry_pauses, outcome_write_attempts};
 pub use served::LocallyServed;
-
-/// The list of lost locks, whatever a panic elsewhere left it as.
-fn lock_list(
-    list: &std::sync::Mutex<Vec<DateTime<Utc>>>,
-) -> std::sync::MutexGuard<'_, Vec<DateTime<Utc>>> {
-    list.lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
