@@ -57,7 +57,8 @@ pub struct ServeArgs {
     drain_timeout: String,
     /// Serve the web UI and the HTTP API (`/api/v1`: submit, list, show, events, wait,
     /// cancel, complete) on this address; `--http` alone serves on 127.0.0.1:8080, loopback
-    /// only. An address other than loopback needs --http-token.
+    /// only. An address other than loopback needs --http-token; without one, a loopback server
+    /// answers only requests addressed to localhost or an IP address (no DNS rebinding).
     #[arg(long, value_name = "ADDR", num_args = 0..=1, default_missing_value = server::DEFAULT_ADDRESS)]
     http: Option<String>,
     /// Require `Authorization: Bearer TOKEN` on every HTTP request (needs --http; the
