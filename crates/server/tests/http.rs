@@ -978,17 +978,23 @@ async fn a_loopback_server_without_a_token_answers_local_names_only() {
     served.stop().await;
 }
 
-/// A client that sends a whole header and stalls in the body has its request refused once the
-/// pause reaches `header_read_timeout`, and nothing is written; before, the connection stayed
-/// open as long as the client kept it, and a shutdown waited the whole drain for it.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_client_that_stalls_in_its_body_is_cut_off() {
+/// A node of `DOUBLE` on memory whose server gives a client 300 ms to send a request's header,
+/// and pauses of the body as long.
+async fn impatient() -> Served {
     test_utils::set_up();
     let options = ApiOptions {
         header_read_timeout: Duration::from_millis(300),
         ..ApiOptions::default()
     };
-    let served = serve(&test_support::factories::MemoryFactory, doubling, options).await;
+    serve(&test_support::factories::MemoryFactory, doubling, options).await
+}
+
+/// A client that sends a whole header and stalls in the body has its request refused once the
+/// pause reaches `header_read_timeout`, and nothing is written; before, the connection stayed
+/// open as long as the client kept it, and a shutdown waited the whole drain for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_stalls_in_its_body_is_cut_off() {
+    let served = impatient().await;
     let before = dump(served.db.as_ref()).await;
     let stalled = served
         .stalled(
@@ -1015,12 +1021,7 @@ async fn a_client_that_stalls_in_its_body_is_cut_off() {
 /// stayed open until the client left.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_too_slow_to_send_its_header_is_cut_off() {
-    test_utils::set_up();
-    let options = ApiOptions {
-        header_read_timeout: Duration::from_millis(300),
-        ..ApiOptions::default()
-    };
-    let served = serve(&test_support::factories::MemoryFactory, doubling, options).await;
+    let served = impatient().await;
     let stalled = served
         .stalled(b"GET /api/v1/healthz HTTP/1.1\r\nHost: localhost\r\n")
         .await;
