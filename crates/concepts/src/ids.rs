@@ -176,7 +176,7 @@ macro_rules! prefixed_ulid {
 
         impl $name {
             /// `with` given the text form, written on the stack.
-            fn with_text<R>(&self, with: impl FnOnce(&str) -> R) -> R {
+            pub(crate) fn with_text<R>(&self, with: impl FnOnce(&str) -> R) -> R {
                 let mut text = [0_u8; PREFIXED_ULID_MAX];
                 let len = write_prefixed(Self::PREFIX, self.0, &mut text);
                 // ASCII only (the prefix and base32): the conversion cannot fail.

@@ -14,7 +14,7 @@ use concepts::{
     DbError, ExecutionEventInner, ExecutionId, PendingState,
     kernel::{
         Assumption, ExecutionChange, NotCommitted, WritePlan,
-        stored::{to_i64, to_json},
+        stored::{event_json, state_json, to_i64, to_json},
     },
 };
 use deadpool_postgres::ClientWrapper;
@@ -239,7 +239,7 @@ fn statements<'a>(
             lock_expires_at: Option<i64> = locked_until(state(change)),
             finished_at: Option<i64> = state(change).finished_at().map(micros),
             finished_at_ns: Option<i16> = state(change).finished_at().map(sub_micros),
-            states: String = to_json(state(change))?,
+            states: String = state_json(state(change))?,
             max_retries: i64 = i64::from(change.row.max_retries),
             backoff_ns: i64 = to_i64(change.row.retry_exp_backoff.as_nanos()),
             parents: Option<&str> = change.row.parent.as_ref().map(|(id, _)| id.as_str()),
@@ -256,7 +256,7 @@ fn statements<'a>(
             lock_expires_at: Option<i64> = locked_until(state(change)),
             finished_at: Option<i64> = state(change).finished_at().map(micros),
             finished_at_ns: Option<i16> = state(change).finished_at().map(sub_micros),
-            states: String = to_json(state(change))?,
+            states: String = state_json(state(change))?,
             temporary_events: i64 = i64::from(change.row.temporary_event_count),
             responses: i64 = to_i64(change.row.response_count),
         }),
@@ -264,7 +264,7 @@ fn statements<'a>(
             ids: &str = id(change),
             versions: i64 = to_i64(change.events[i].0.0),
             history: bool = matches!(change.events[i].1.event, ExecutionEventInner::HistoryEvent { .. }),
-            events: String = to_json(&change.events[i].1)?,
+            events: String = event_json(&change.events[i].1)?,
         }),
         unnest!(INSERT_RESPONSES, each(|c| c.responses.len()), |(change, i)| {
             ids: &str = id(change),

@@ -7,7 +7,7 @@ use concepts::{
     ExecutionEventInner, JoinSetResponse, PendingState,
     kernel::{
         ExecutionRow,
-        stored::{self, StoredRow, micros, to_i64, to_json},
+        stored::{self, StoredRow, micros, state_json, to_i64},
     },
 };
 use rusqlite::{
@@ -118,7 +118,7 @@ pub(crate) fn state_columns(row: &ExecutionRow) -> Result<Vec<ToSqlOutput<'_>>> 
         nullable(run_id),
         nullable(join_set_id),
         nullable(result_kind.map(ToString::to_string)),
-        to_json(state)?.into(),
+        state_json(state)?.into(),
         i64::from(row.temporary_event_count).into(),
         nullable(state.finished_at().map(micros)),
         to_i64(row.response_count).into(),

@@ -16,7 +16,7 @@ use concepts::{
     kernel::{
         self, Assumption, DelayRow, ExecutionChange, ExecutionRow, JoinSetCounters, JoinSetKey,
         Keys, KnownRows, NewExecution, PruneQuery, Snapshot, Write, WritePlan, descendant_bounds,
-        stored::{corrupt, count, from_json, micros, to_i64, to_json},
+        stored::{corrupt, count, event_json, from_json, micros, to_i64, to_json},
     },
 };
 use rusqlite::{CachedStatement, Connection, Params, params, params_from_iter, types::Value};
@@ -467,7 +467,7 @@ impl<'c> WriteCtx<'c> {
             micros(event.created_at),
             event_kind(&event.event),
             event_join_set(&event.event),
-            to_json(event)?,
+            event_json(event)?,
         ])?;
         Ok(())
     }

@@ -14,6 +14,9 @@ use chrono::{DateTime, Utc};
 use serde::{Serialize, de::DeserializeOwned};
 use std::{fmt::Display, str::FromStr, time::Duration};
 
+mod json;
+pub use json::{event_json, state_json};
+
 /// The error of a stored value that does not decode: a corrupt row, or one that a newer build
 /// wrote.
 pub fn corrupt(what: impl Display) -> DbError {

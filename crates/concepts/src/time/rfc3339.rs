@@ -14,7 +14,7 @@ use serde::{Deserializer, Serializer, de};
 use std::fmt;
 
 /// The longest text of the fast path: `YYYY-MM-DDTHH:MM:SS.nnnnnnnnnZ`.
-const LONGEST: usize = 30;
+pub(crate) const LONGEST: usize = 30;
 
 /// Writes `at` as chrono's `Serialize` does.
 pub(crate) fn serialize<S: Serializer>(
@@ -37,7 +37,7 @@ pub(crate) fn deserialize<'de, D: Deserializer<'de>>(
 
 /// The text of `at` in `buf`, or `None` outside the fast path (a year outside 0..=9999, a
 /// leap second).
-fn format<'b>(at: &DateTime<Utc>, buf: &'b mut [u8; LONGEST]) -> Option<&'b str> {
+pub(crate) fn format<'b>(at: &DateTime<Utc>, buf: &'b mut [u8; LONGEST]) -> Option<&'b str> {
     let (date, time) = (at.date_naive(), at.time());
     let year = u32::try_from(date.year())
         .ok()
@@ -140,4 +140,4 @@ impl de::Visitor<'_> for Visitor {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -18,7 +18,7 @@ fn both(at: DateTime<Utc>) -> (String, String) {
 
 /// Any timestamp chrono can hold, leap seconds and negative years included, with each of the
 /// four fraction lengths equally likely.
-fn any_timestamp() -> impl Strategy<Value = DateTime<Utc>> {
+pub(crate) fn any_timestamp() -> impl Strategy<Value = DateTime<Utc>> {
     let seconds = DateTime::<Utc>::MIN_UTC.timestamp()..=DateTime::<Utc>::MAX_UTC.timestamp();
     let nanos = prop_oneof![
         Just(0_u32),

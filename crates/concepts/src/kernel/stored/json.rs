@@ -1,0 +1,179 @@
+//! The JSON of the documents every execution writes several times, written by hand: a state
+//! that is due, locked or finished, a `Locked` event, and the envelope of a successful
+//! `Finished` event (its value is serde_json's to write). The text is exactly what their
+//! `Serialize` writes through serde_json (`tests.rs` compares the two over generated values);
+//! anything else, and a timestamp outside what [`rfc3339`] writes itself, goes through serde.
+//!
+//! serde_json scans every string it writes for characters to escape, a byte at a time: the
+//! keys, the timestamps, the ids. Of these documents only a component's name can hold such a
+//! character (it is escaped as serde_json does); the rest are ASCII letters, digits and
+//! punctuation that JSON leaves alone, and are copied as they are.
+
+use super::{JSON_CAPACITY, corrupt};
+use crate::{
+    DbError, ExecutionEvent, ExecutionEventInner, PendingState,
+    event::{Locked, ResultKind, SupportedFunctionReturnValue},
+    time::rfc3339,
+};
+use chrono::{DateTime, Utc};
+
+/// `state` as its JSON document.
+pub fn state_json(state: &PendingState) -> Result<String, DbError> {
+    let mut doc = Doc::new();
+    let written = match state {
+        PendingState::PendingAt { scheduled_at } => {
+            doc.raw(r#"{"PendingAt":{"scheduled_at":"#);
+            doc.time(scheduled_at).map(|()| doc.raw("}}"))
+        }
+        PendingState::Locked {
+            executor_id,
+            run_id,
+            lock_expires_at,
+        } => {
+            doc.raw(r#"{"Locked":{"executor_id":""#);
+            executor_id.with_text(|text| doc.raw(text));
+            doc.raw(r#"","run_id":""#);
+            run_id.with_text(|text| doc.raw(text));
+            doc.raw(r#"","lock_expires_at":"#);
+            doc.time(lock_expires_at).map(|()| doc.raw("}}"))
+        }
+        PendingState::Finished {
+            version,
+            finished_at,
+            result_kind,
+        } => {
+            doc.raw(r#"{"Finished":{"version":"#);
+            doc.number(version.0);
+            doc.raw(r#","finished_at":"#);
+            doc.time(finished_at).map(|()| {
+                doc.raw(r#","result_kind":""#);
+                doc.raw(result_kind_name(*result_kind));
+                doc.raw(r#""}}"#);
+            })
+        }
+        PendingState::BlockedByJoinSet { .. } => None,
+    };
+    match written {
+        Some(()) => doc.finish(),
+        None => super::to_json(state),
+    }
+}
+
+/// `event` as its JSON document.
+pub fn event_json(event: &ExecutionEvent) -> Result<String, DbError> {
+    let written = match &event.event {
+        ExecutionEventInner::Locked(locked) => Doc::event(event, |doc| doc.locked(locked)),
+        ExecutionEventInner::Finished { result: Ok(value) } => {
+            Doc::event(event, |doc| doc.finished_ok(value))
+        }
+        _ => None,
+    };
+    written.map_or_else(|| super::to_json(event), Doc::finish)
+}
+
+/// The variant's name, as the derived `Serialize` writes it.
+fn result_kind_name(kind: ResultKind) -> &'static str {
+    match kind {
+        ResultKind::Ok => "Ok",
+        ResultKind::FallibleError => "FallibleError",
+        ResultKind::Timeout => "Timeout",
+        ResultKind::UnhandledChildExecutionError => "UnhandledChildExecutionError",
+        ResultKind::PermanentFailure => "PermanentFailure",
+        ResultKind::Cancelled => "Cancelled",
+    }
+}
+
+/// A document being written.
+struct Doc(Vec<u8>);
+
+impl Doc {
+    fn new() -> Self {
+        Self(Vec::with_capacity(JSON_CAPACITY))
+    }
+
+    /// An event: its `created_at`, then what `rest` writes; `None` when either leaves it to
+    /// serde.
+    fn event(event: &ExecutionEvent, rest: impl FnOnce(&mut Self) -> Option<()>) -> Option<Self> {
+        let mut doc = Self::new();
+        doc.raw(r#"{"created_at":"#);
+        doc.time(&event.created_at)?;
+        rest(&mut doc)?;
+        Some(doc)
+    }
+
+    /// Text that needs no escaping, as it is.
+    fn raw(&mut self, text: &str) {
+        self.0.extend_from_slice(text.as_bytes());
+    }
+
+    /// A number, as serde_json writes it.
+    fn number(&mut self, value: u32) {
+        let mut digits = [0_u8; 10];
+        let mut at = digits.len();
+        let mut left = value;
+        loop {
+            at -= 1;
+            digits[at] = b'0' + u8::try_from(left % 10).unwrap_or(0);
+            left /= 10;
+            if left == 0 {
+                break;
+            }
+        }
+        self.0.extend_from_slice(&digits[at..]);
+    }
+
+    /// A timestamp as a JSON string; `None` when [`rfc3339`] leaves it to chrono.
+    fn time(&mut self, at: &DateTime<Utc>) -> Option<()> {
+        let mut buf = [0_u8; rfc3339::LONGEST];
+        let text = rfc3339::format(at, &mut buf)?;
+        self.0.push(b'"');
+        self.raw(text);
+        self.0.push(b'"');
+        Some(())
+    }
+
+    /// `,"event":{"Locked":{...}}}`, the rest of a `Locked` event after its `created_at`.
+    fn locked(&mut self, locked: &Locked) -> Option<()> {
+        self.raw(r#","event":{"Locked":{"component_id":"#);
+        // A component's name is the caller's text: serde_json writes it, escaped.
+        serde_json::to_writer(&mut self.0, &locked.component_id).ok()?;
+        self.raw(r#","executor_id":""#);
+        locked.executor_id.with_text(|text| self.raw(text));
+        self.raw(r#"","run_id":""#);
+        locked.run_id.with_text(|text| self.raw(text));
+        self.raw(r#"","lock_expires_at":"#);
+        self.time(&locked.lock_expires_at)?;
+        self.raw("}}}");
+        Some(())
+    }
+
+    /// `,"event":{"Finished":{"result":{"Ok":...}}}}`, the rest of a successful `Finished`
+    /// event after its `created_at`; the function's value is serde_json's to write.
+    fn finished_ok(&mut self, value: &SupportedFunctionReturnValue) -> Option<()> {
+        self.raw(r#","event":{"Finished":{"result":{"Ok":"#);
+        let (variant, json) = match value {
+            SupportedFunctionReturnValue::None => {
+                self.raw(r#""None"}}}}"#);
+                return Some(());
+            }
+            SupportedFunctionReturnValue::InfallibleOrResultOk(json) => {
+                ("InfallibleOrResultOk", json)
+            }
+            SupportedFunctionReturnValue::FallibleResultErr(json) => ("FallibleResultErr", json),
+        };
+        self.raw(r#"{""#);
+        self.raw(variant);
+        self.raw(r#"":"#);
+        serde_json::to_writer(&mut self.0, json).ok()?;
+        self.raw("}}}}}");
+        Some(())
+    }
+
+    fn finish(self) -> Result<String, DbError> {
+        // Built from `&str` pieces and serde_json's output only: the check cannot fail.
+        String::from_utf8(self.0).map_err(|err| corrupt(format_args!("JSON not in UTF-8: {err}")))
+    }
+}
+
+#[cfg(test)]
+mod tests;
