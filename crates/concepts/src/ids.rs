@@ -176,11 +176,16 @@ macro_rules! prefixed_ulid {
 
         impl $name {
             /// `with` given the text form, written on the stack.
-            pub(crate) fn with_text<R>(&self, with: impl FnOnce(&str) -> R) -> R {
+            fn with_text<R>(&self, with: impl FnOnce(&str) -> R) -> R {
+                // ASCII only (the prefix and base32): the conversion cannot fail.
+                self.with_ascii(|text| with(std::str::from_utf8(text).unwrap_or_default()))
+            }
+
+            /// `with` given the text form as its ASCII bytes, written on the stack.
+            pub(crate) fn with_ascii<R>(&self, with: impl FnOnce(&[u8]) -> R) -> R {
                 let mut text = [0_u8; PREFIXED_ULID_MAX];
                 let len = write_prefixed(Self::PREFIX, self.0, &mut text);
-                // ASCII only (the prefix and base32): the conversion cannot fail.
-                with(std::str::from_utf8(&text[..len]).unwrap_or_default())
+                with(&text[..len])
             }
         }
 

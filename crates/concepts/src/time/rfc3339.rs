@@ -37,7 +37,12 @@ pub(crate) fn deserialize<'de, D: Deserializer<'de>>(
 
 /// The text of `at` in `buf`, or `None` outside the fast path (a year outside 0..=9999, a
 /// leap second).
-pub(crate) fn format<'b>(at: &DateTime<Utc>, buf: &'b mut [u8; LONGEST]) -> Option<&'b str> {
+fn format<'b>(at: &DateTime<Utc>, buf: &'b mut [u8; LONGEST]) -> Option<&'b str> {
+    std::str::from_utf8(format_ascii(at, buf)?).ok()
+}
+
+/// [`format`]'s text as its ASCII bytes, for a writer that takes bytes (no UTF-8 check).
+pub(crate) fn format_ascii<'b>(at: &DateTime<Utc>, buf: &'b mut [u8; LONGEST]) -> Option<&'b [u8]> {
     let (date, time) = (at.date_naive(), at.time());
     let year = u32::try_from(date.year())
         .ok()
@@ -78,7 +83,7 @@ pub(crate) fn format<'b>(at: &DateTime<Utc>, buf: &'b mut [u8; LONGEST]) -> Opti
         19
     };
     buf[len] = b'Z';
-    std::str::from_utf8(&buf[..=len]).ok()
+    Some(&buf[..=len])
 }
 
 /// `text` read by position when it is in the form [`format`] writes, else `None`.

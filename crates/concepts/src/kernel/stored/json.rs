@@ -31,9 +31,9 @@ pub fn state_json(state: &PendingState) -> Result<String, DbError> {
             lock_expires_at,
         } => {
             doc.raw(r#"{"Locked":{"executor_id":""#);
-            executor_id.with_text(|text| doc.raw(text));
+            executor_id.with_ascii(|text| doc.ascii(text));
             doc.raw(r#"","run_id":""#);
-            run_id.with_text(|text| doc.raw(text));
+            run_id.with_ascii(|text| doc.ascii(text));
             doc.raw(r#"","lock_expires_at":"#);
             doc.time(lock_expires_at).map(|()| doc.raw("}}"))
         }
@@ -103,7 +103,12 @@ impl Doc {
 
     /// Text that needs no escaping, as it is.
     fn raw(&mut self, text: &str) {
-        self.0.extend_from_slice(text.as_bytes());
+        self.ascii(text.as_bytes());
+    }
+
+    /// ASCII that needs no escaping, as it is.
+    fn ascii(&mut self, text: &[u8]) {
+        self.0.extend_from_slice(text);
     }
 
     /// A number, as serde_json writes it.
@@ -125,9 +130,9 @@ impl Doc {
     /// A timestamp as a JSON string; `None` when [`rfc3339`] leaves it to chrono.
     fn time(&mut self, at: &DateTime<Utc>) -> Option<()> {
         let mut buf = [0_u8; rfc3339::LONGEST];
-        let text = rfc3339::format(at, &mut buf)?;
+        let text = rfc3339::format_ascii(at, &mut buf)?;
         self.0.push(b'"');
-        self.raw(text);
+        self.ascii(text);
         self.0.push(b'"');
         Some(())
     }
@@ -138,9 +143,9 @@ impl Doc {
         // A component's name is the caller's text: serde_json writes it, escaped.
         serde_json::to_writer(&mut self.0, &locked.component_id).ok()?;
         self.raw(r#","executor_id":""#);
-        locked.executor_id.with_text(|text| self.raw(text));
+        locked.executor_id.with_ascii(|text| self.ascii(text));
         self.raw(r#"","run_id":""#);
-        locked.run_id.with_text(|text| self.raw(text));
+        locked.run_id.with_ascii(|text| self.ascii(text));
         self.raw(r#"","lock_expires_at":"#);
         self.time(&locked.lock_expires_at)?;
         self.raw("}}}");
