@@ -1,21 +1,23 @@
-//! The JSON of the documents every execution writes several times, written by hand: a state
-//! that is due, locked or finished, a `Locked` event, and the envelope of a successful
-//! `Finished` event (its value is serde_json's to write). The text is exactly what their
+//! The JSON of the documents every execution writes, written by hand: a state that is due,
+//! locked or finished, and the `Created`, `Locked` and successful `Finished` events; the
+//! values they hold of the caller's (names, parameters, results, metadata) are serde_json's
+//! to write. The text is exactly what their
 //! `Serialize` writes through serde_json (`tests.rs` compares the two over generated values);
 //! anything else, and a timestamp outside what [`rfc3339`] writes itself, goes through serde.
 //!
 //! serde_json scans every string it writes for characters to escape, a byte at a time: the
-//! keys, the timestamps, the ids. Of these documents only a component's name can hold such a
-//! character (it is escaped as serde_json does); the rest are ASCII letters, digits and
-//! punctuation that JSON leaves alone, and are copied as they are.
+//! keys, the timestamps, the ids. Only the caller's values can hold such a character (they
+//! are escaped as serde_json does); the keys, timestamps, executor and run ids are ASCII
+//! letters, digits and punctuation that JSON leaves alone, and are copied as they are.
 
 use super::{JSON_CAPACITY, corrupt};
 use crate::{
     DbError, ExecutionEvent, ExecutionEventInner, PendingState,
-    event::{Locked, ResultKind, SupportedFunctionReturnValue},
+    event::{Created, Locked, ResultKind, SupportedFunctionReturnValue},
     time::rfc3339,
 };
 use chrono::{DateTime, Utc};
+use serde::Serialize;
 
 /// `state` as its JSON document.
 pub fn state_json(state: &PendingState) -> Result<String, DbError> {
@@ -43,7 +45,7 @@ pub fn state_json(state: &PendingState) -> Result<String, DbError> {
             result_kind,
         } => {
             doc.raw(r#"{"Finished":{"version":"#);
-            doc.number(version.0);
+            doc.number(u64::from(version.0));
             doc.raw(r#","finished_at":"#);
             doc.time(finished_at).map(|()| {
                 doc.raw(r#","result_kind":""#);
@@ -62,6 +64,7 @@ pub fn state_json(state: &PendingState) -> Result<String, DbError> {
 /// `event` as its JSON document.
 pub fn event_json(event: &ExecutionEvent) -> Result<String, DbError> {
     let written = match &event.event {
+        ExecutionEventInner::Created(created) => Doc::event(event, |doc| doc.created(created)),
         ExecutionEventInner::Locked(locked) => Doc::event(event, |doc| doc.locked(locked)),
         ExecutionEventInner::Finished { result: Ok(value) } => {
             Doc::event(event, |doc| doc.finished_ok(value))
@@ -111,9 +114,15 @@ impl Doc {
         self.0.extend_from_slice(text);
     }
 
+    /// A value of the caller's (a name, a function's parameters or result), as serde_json
+    /// writes it: escaped where it must be.
+    fn serde<T: Serialize + ?Sized>(&mut self, value: &T) -> Option<()> {
+        serde_json::to_writer(&mut self.0, value).ok()
+    }
+
     /// A number, as serde_json writes it.
-    fn number(&mut self, value: u32) {
-        let mut digits = [0_u8; 10];
+    fn number(&mut self, value: u64) {
+        let mut digits = [0_u8; 20];
         let mut at = digits.len();
         let mut left = value;
         loop {
@@ -137,11 +146,39 @@ impl Doc {
         Some(())
     }
 
+    /// `,"event":{"Created":{...}}}`, the rest of a `Created` event after its `created_at`.
+    fn created(&mut self, created: &Created) -> Option<()> {
+        self.raw(r#","event":{"Created":{"ffqn":"#);
+        self.serde(&created.ffqn)?;
+        self.raw(r#","params":"#);
+        self.serde(&created.params)?;
+        self.raw(r#","parent":"#);
+        self.serde(&created.parent)?;
+        self.raw(r#","scheduled_at":"#);
+        self.time(&created.scheduled_at)?;
+        self.raw(r#","retry_exp_backoff":"#);
+        // As `duration_micros` writes it: saturating.
+        self.number(u64::try_from(created.retry_exp_backoff.as_micros()).unwrap_or(u64::MAX));
+        self.raw(r#","max_retries":"#);
+        self.number(u64::from(created.max_retries));
+        self.raw(r#","component_id":"#);
+        self.serde(&created.component_id)?;
+        self.raw(r#","metadata":"#);
+        if created.metadata.0.is_empty() {
+            self.raw("{}");
+        } else {
+            self.serde(&created.metadata)?;
+        }
+        self.raw(r#","scheduled_by":"#);
+        self.serde(&created.scheduled_by)?;
+        self.raw("}}}");
+        Some(())
+    }
+
     /// `,"event":{"Locked":{...}}}`, the rest of a `Locked` event after its `created_at`.
     fn locked(&mut self, locked: &Locked) -> Option<()> {
         self.raw(r#","event":{"Locked":{"component_id":"#);
-        // A component's name is the caller's text: serde_json writes it, escaped.
-        serde_json::to_writer(&mut self.0, &locked.component_id).ok()?;
+        self.serde(&locked.component_id)?;
         self.raw(r#","executor_id":""#);
         locked.executor_id.with_ascii(|text| self.ascii(text));
         self.raw(r#"","run_id":""#);
@@ -169,7 +206,7 @@ impl Doc {
         self.raw(r#"{""#);
         self.raw(variant);
         self.raw(r#"":"#);
-        serde_json::to_writer(&mut self.0, json).ok()?;
+        self.serde(json)?;
         self.raw("}}}}}");
         Some(())
     }

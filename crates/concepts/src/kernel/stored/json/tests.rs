@@ -2,7 +2,20 @@
 
 use super::*;
 use crate::{ComponentId, ExecutorId, RunId, Version, time::rfc3339::tests::any_timestamp};
+use chrono::{DateTime, Utc};
 use proptest::prelude::*;
+
+/// Mostly a timestamp of the years a store writes (the hand-written path), with each of the
+/// four fraction lengths; sometimes any that chrono holds (written by serde).
+fn a_timestamp() -> impl Strategy<Value = DateTime<Utc>> {
+    let usual = (0_i64..4_102_444_800, any_timestamp()).prop_filter_map(
+        "a representable time",
+        |(seconds, any)| {
+            DateTime::from_timestamp(seconds, any.timestamp_subsec_nanos() % 1_000_000_000)
+        },
+    );
+    prop_oneof![4 => usual, 1 => any_timestamp()]
+}
 
 fn any_ulid_parts() -> impl Strategy<Value = (u64, u128)> {
     (
@@ -26,15 +39,15 @@ fn any_result_kind() -> impl Strategy<Value = ResultKind> {
 /// timestamp is one the fast path takes.
 fn any_state() -> impl Strategy<Value = PendingState> {
     prop_oneof![
-        any_timestamp().prop_map(|scheduled_at| PendingState::PendingAt { scheduled_at }),
-        (any_ulid_parts(), any_ulid_parts(), any_timestamp()).prop_map(
+        a_timestamp().prop_map(|scheduled_at| PendingState::PendingAt { scheduled_at }),
+        (any_ulid_parts(), any_ulid_parts(), a_timestamp()).prop_map(
             |((t1, r1), (t2, r2), lock_expires_at)| PendingState::Locked {
                 executor_id: ExecutorId::from_parts(t1, r1),
                 run_id: RunId::from_parts(t2, r2),
                 lock_expires_at,
             }
         ),
-        (any::<u32>(), any_timestamp(), any_result_kind()).prop_map(
+        (any::<u32>(), a_timestamp(), any_result_kind()).prop_map(
             |(version, finished_at, result_kind)| PendingState::Finished {
                 version: Version(version),
                 finished_at,
@@ -57,9 +70,9 @@ fn any_locked_event() -> impl Strategy<Value = ExecutionEvent> {
         any_component_id(),
         any_ulid_parts(),
         any_ulid_parts(),
-        any_timestamp(),
+        a_timestamp(),
     );
-    (any_timestamp(), locked).prop_map(|(created_at, (component_id, (t1, r1), (t2, r2), ends))| {
+    (a_timestamp(), locked).prop_map(|(created_at, (component_id, (t1, r1), (t2, r2), ends))| {
         ExecutionEvent {
             created_at,
             event: ExecutionEventInner::Locked(Locked {
@@ -79,7 +92,7 @@ fn any_json() -> impl Strategy<Value = serde_json::Value> {
         any::<bool>().prop_map(serde_json::Value::from),
         any::<i64>().prop_map(serde_json::Value::from),
         any::<f64>().prop_map(serde_json::Value::from),
-        "[a-z\"\\\n\u{1}é😀]{0,8}".prop_map(serde_json::Value::from),
+        "[a-z\"\\\\\n\u{1}é😀]{0,8}".prop_map(serde_json::Value::from),
     ];
     leaf.prop_recursive(3, 16, 4, |inner| {
         prop_oneof![
@@ -96,13 +109,72 @@ fn any_finished_event() -> impl Strategy<Value = ExecutionEvent> {
         any_json().prop_map(|v| SupportedFunctionReturnValue::InfallibleOrResultOk(crate::Json(v))),
         any_json().prop_map(|v| SupportedFunctionReturnValue::FallibleResultErr(crate::Json(v))),
     ];
-    (any_timestamp(), value).prop_map(|(created_at, value)| ExecutionEvent {
+    (a_timestamp(), value).prop_map(|(created_at, value)| ExecutionEvent {
         created_at,
         event: ExecutionEventInner::Finished { result: Ok(value) },
     })
 }
 
+fn any_created_event() -> impl Strategy<Value = ExecutionEvent> {
+    let ids = (any_ulid_parts(), any_ulid_parts()).prop_map(|((t1, r1), (t2, r2))| {
+        (
+            crate::ExecutionId::from(crate::ExecutionIdTopLevel::from_parts(t1, r1)),
+            crate::ExecutionId::from(crate::ExecutionIdTopLevel::from_parts(t2, r2)),
+        )
+    });
+    let names = ("[a-z]{1,6}", "[a-z\"é]{1,6}", "[a-z0-9_-]{1,6}");
+    let metadata = prop::collection::btree_map("[a-z\"]{1,6}", "[a-z\"\\\\ ]{0,6}", 0..3);
+    let numbers = (any::<u64>(), any::<u32>(), any::<bool>(), any::<bool>());
+    (
+        a_timestamp(),
+        a_timestamp(),
+        any_json(),
+        any_component_id(),
+        ids,
+        names,
+        metadata,
+        numbers,
+    )
+        .prop_filter_map(
+            "valid names",
+            |(
+                created_at,
+                scheduled_at,
+                params,
+                component_id,
+                (id, by),
+                (ifc, function, join_set),
+                metadata,
+                (backoff, retries, child, scheduled),
+            )| {
+                let ffqn = format!("{ifc}:pkg/ifc.{function}").parse().ok()?;
+                let parent = child
+                    .then(|| format!("o:{join_set}").parse().ok().map(|js| (id, js)))
+                    .flatten();
+                Some(ExecutionEvent {
+                    created_at,
+                    event: ExecutionEventInner::Created(Box::new(Created {
+                        ffqn,
+                        params: crate::Json(params),
+                        parent,
+                        scheduled_at,
+                        retry_exp_backoff: std::time::Duration::from_nanos(backoff),
+                        max_retries: retries,
+                        component_id,
+                        metadata: crate::ExecutionMetadata(metadata),
+                        scheduled_by: scheduled.then_some(by),
+                    })),
+                })
+            },
+        )
+}
+
 proptest! {
+    #[test]
+    fn a_created_event_is_written_as_serde_writes_it(event in any_created_event()) {
+        prop_assert_eq!(event_json(&event).unwrap(), serde_json::to_string(&event).unwrap());
+    }
+
     #[test]
     fn a_successful_finished_event_is_written_as_serde_writes_it(event in any_finished_event()) {
         prop_assert_eq!(event_json(&event).unwrap(), serde_json::to_string(&event).unwrap());
