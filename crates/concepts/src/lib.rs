@@ -78,4 +78,6 @@ pub use storage::{
     ExpiredDelay, ExpiredLock, ExpiredTimer, Lease, ListExecutionsFilter, ListTerm,
     LockPendingRequest, LockedExecution, Pagination,
 };
-pub use time::{ClockFn, add_saturating, sub_saturating, truncate_to_micros};
+pub use time::{
+    ClockFn, add_saturating, sub_saturating, truncate_duration_to_micros, truncate_to_micros,
+};

@@ -63,6 +63,14 @@ pub struct CreateRequest {
 }
 
 impl CreateRequest {
+    /// The request as every backend stores it: its retry backoff in whole microseconds, so
+    /// that what `get`, the state row and a hand-over show of it is the same on every backend.
+    #[must_use]
+    pub fn at_stored_precision(mut self) -> Self {
+        self.retry_exp_backoff = crate::truncate_duration_to_micros(self.retry_exp_backoff);
+        self
+    }
+
     /// The `Created` event this request writes.
     #[must_use]
     pub fn to_created_event(&self) -> ExecutionEvent {

@@ -33,6 +33,13 @@ pub fn sub_saturating(at: DateTime<Utc>, duration: Duration) -> DateTime<Utc> {
         .unwrap_or(DateTime::<Utc>::MIN_UTC)
 }
 
+/// `duration` without its sub-microsecond digits, saturating at `u64::MAX` microseconds: what
+/// every backend stores of a duration (the `Created` event keeps microseconds).
+#[must_use]
+pub fn truncate_duration_to_micros(duration: Duration) -> Duration {
+    Duration::from_micros(u64::try_from(duration.as_micros()).unwrap_or(u64::MAX))
+}
+
 /// `at` without its sub-microsecond digits.
 ///
 /// Every backend keeps timestamps with microsecond precision (SQL backends index them as integer

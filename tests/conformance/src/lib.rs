@@ -5,7 +5,7 @@
 //! Scenarios are named by their ids, which `docs/SEMANTICS.md` cites where a rule is tested; the
 //! documentation of each scenario function says what it checks, and each module lists its ids:
 //!
-//! - S1..S31, [`storage_scenarios`]: the storage traits, their rules, their waits and their
+//! - S1..S32, [`storage_scenarios`]: the storage traits, their rules, their waits and their
 //!   portable error kinds (§1-§5 of the contract).
 //! - E1..E26, [`executor_scenarios`]: the executor's table, retries and backoff, the timers
 //!   watcher, children answering their parents, the task limiter, the executor loop (§5-§8).

@@ -1,12 +1,13 @@
-//! S12, S19 and S31: `create` and `create_batch` (all or nothing), `list_executions` pages, JSON
-//! key order kept through every path, and children only under a parent that exists.
+//! S12, S19, S31 and S32: `create` and `create_batch` (all or nothing), `list_executions` pages,
+//! JSON key order kept through every path, children only under a parent that exists, and a
+//! retry backoff kept to the microsecond.
 
 use super::{LEASE, ffqns_of, helpers::*};
 use crate::StoreFactory;
 use concepts::{
-    ClockFn, CreateRequest, DbErrorKind, ExecutionEventInner, HistoryEvent, JoinSetResponse, Json,
-    ListExecutionsFilter, OutcomeWrite, Pagination, PendingState, PendingStateKind,
-    SupportedFunctionReturnValue, Version,
+    ClockFn, CreateOutcome, CreateRequest, DbErrorKind, ExecutionEventInner, HistoryEvent,
+    JoinSetResponse, Json, ListExecutionsFilter, OutcomeWrite, Pagination, PendingState,
+    PendingStateKind, SupportedFunctionReturnValue, Version,
 };
 use std::time::Duration;
 use test_utils::SimClock;
@@ -282,4 +283,41 @@ pub async fn s31_children_only_under_a_parent_that_exists<F: StoreFactory>(facto
     for id in [&sibling.execution_id, &child.execution_id] {
         assert_eq!(db.get(id).await.unwrap().events.len(), 1, "{id} is stored");
     }
+}
+
+/// S32: an execution's retry backoff is kept to the microsecond on every backend (the SQL
+/// backends store microseconds): `get`, the hand-over (of a lock, or of one created locked)
+/// and the state row show it without its sub-microsecond digits, and the same `create` repeated is `AlreadyExisted` everywhere (a
+/// backend that kept the nanoseconds in one place and microseconds in another would answer a
+/// conflict on one backend and a repeat on another).
+pub async fn s32_backoff_kept_to_the_microsecond<F: StoreFactory>(factory: &F) {
+    let store = factory.fresh().await;
+    let db = store.db.as_ref();
+    let now = SimClock::epoch().now();
+    let id = execution_id(1);
+    let mut request = create_request(id.clone(), ffqn("backoff"), now);
+    request.retry_exp_backoff = Duration::from_nanos(1_500_999);
+    let kept = Duration::from_micros(1_500);
+    assert_eq!(
+        db.create(request.clone()).await.unwrap(),
+        CreateOutcome::Created
+    );
+    let repeated = db.create(request.clone()).await.unwrap();
+    assert!(
+        matches!(repeated, CreateOutcome::AlreadyExisted { .. }),
+        "{repeated:?}"
+    );
+    let created = |event: &ExecutionEventInner| match event {
+        ExecutionEventInner::Created(created) => created.retry_exp_backoff,
+        other => panic!("not a Created event: {other:?}"),
+    };
+    let log = db.get(&id).await.unwrap();
+    assert_eq!(created(&log.events[0].event), kept);
+    let ffqns = ffqns_of(&ffqn("backoff"));
+    let locked = lock_pending_now(db, &ffqns, 1, now, executor_id(1), LEASE).await;
+    assert_eq!(ids_of(&locked), [id]);
+    assert_eq!(locked[0].retry_exp_backoff, kept);
+    // What an executor is handed for one it created locked, from the request it holds.
+    let handed = concepts::kernel::hand_over_created(request, locked[0].locked_event.clone());
+    assert_eq!(handed.retry_exp_backoff, kept);
 }

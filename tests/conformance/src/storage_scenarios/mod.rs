@@ -1,9 +1,9 @@
-//! The storage contract scenarios S1..S31 (`docs/SEMANTICS.md` §1-§5 and §9): every backend runs
+//! The storage contract scenarios S1..S32 (`docs/SEMANTICS.md` §1-§5 and §9): every backend runs
 //! them through the same code and must agree on results and on error kinds. Each scenario's
 //! documentation says what it checks.
 //!
 //! One module per operation: `lifecycle` (S1, S18), `timers` (S2, S3), `lock` (S4, S5, S6,
-//! S13, S30), `append` (S7, S8, S21), `lease` (S26, S27), `answers` (S28, S29), `responses` (S9, S10, S11), `create` (S12, S19, S31), `listing` (S22, S23, S25), `waits`
+//! S13, S30), `append` (S7, S8, S21), `lease` (S26, S27), `answers` (S28, S29), `responses` (S9, S10, S11), `create` (S12, S19, S31, S32), `listing` (S22, S23, S25), `waits`
 //! (S14, S15, S16, S20, S24) and `close` (S17); the scenarios are re-exported here, where the
 //! [`storage_scenario_tests!`](crate::storage_scenario_tests) macro finds them.
 //!
@@ -35,6 +35,7 @@ pub use append::{
 pub use close::s17_close;
 pub use create::{
     s12_json_key_order, s19_create_batch, s31_children_only_under_a_parent_that_exists,
+    s32_backoff_kept_to_the_microsecond,
 };
 pub use lease::{s26_children_created_locked, s27_submit_created_locked};
 pub use lifecycle::{s1_lifecycle, s18_state_matches_derivation};
@@ -95,6 +96,7 @@ macro_rules! storage_scenario_tests {
             s29_answer_place_counts_every_response,
             s30_function_named_twice_locks_once,
             s31_children_only_under_a_parent_that_exists,
+            s32_backoff_kept_to_the_microsecond,
         );
     };
 }

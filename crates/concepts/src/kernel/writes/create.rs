@@ -170,6 +170,7 @@ impl Planner<'_> {
         req: CreateRequest,
         idempotent: bool,
     ) -> Result<CreateOutcome, DbError> {
+        let req = req.at_stored_precision();
         if let Some(existing) = self.existing_creation(&req.execution_id)? {
             if !idempotent {
                 return Err(DuplicateKind::Execution(req.execution_id).into());

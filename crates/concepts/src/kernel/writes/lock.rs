@@ -231,7 +231,7 @@ pub fn hand_over_created(created: CreateRequest, locked: Locked) -> LockedExecut
         max_retries,
         metadata,
         ..
-    } = created;
+    } = created.at_stored_precision();
     LockedExecution {
         execution_id,
         next_version: Version(2),
