@@ -562,7 +562,12 @@ pub(crate) mod duration_micros {
 
     /// Serialize as microseconds.
     pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_u64(u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
+        s.serialize_u64(micros(*d))
+    }
+
+    /// The microseconds written: saturating at `u64::MAX`.
+    pub(crate) fn micros(d: Duration) -> u64 {
+        u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
     }
 
     /// Deserialize from microseconds.

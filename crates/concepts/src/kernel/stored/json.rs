@@ -13,7 +13,7 @@
 use super::{JSON_CAPACITY, corrupt};
 use crate::{
     DbError, ExecutionEvent, ExecutionEventInner, PendingState,
-    event::{Created, Locked, ResultKind, SupportedFunctionReturnValue},
+    event::{Created, Locked, ResultKind, SupportedFunctionReturnValue, duration_micros},
     time::rfc3339,
 };
 use chrono::{DateTime, Utc};
@@ -148,43 +148,60 @@ impl Doc {
 
     /// `,"event":{"Created":{...}}}`, the rest of a `Created` event after its `created_at`.
     fn created(&mut self, created: &Created) -> Option<()> {
+        // Every field named: one added to the event does not compile here until it is written.
+        let Created {
+            ffqn,
+            params,
+            parent,
+            scheduled_at,
+            retry_exp_backoff,
+            max_retries,
+            component_id,
+            metadata,
+            scheduled_by,
+        } = created;
         self.raw(r#","event":{"Created":{"ffqn":"#);
-        self.serde(&created.ffqn)?;
+        self.serde(ffqn)?;
         self.raw(r#","params":"#);
-        self.serde(&created.params)?;
+        self.serde(params)?;
         self.raw(r#","parent":"#);
-        self.serde(&created.parent)?;
+        self.serde(parent)?;
         self.raw(r#","scheduled_at":"#);
-        self.time(&created.scheduled_at)?;
+        self.time(scheduled_at)?;
         self.raw(r#","retry_exp_backoff":"#);
-        // As `duration_micros` writes it: saturating.
-        self.number(u64::try_from(created.retry_exp_backoff.as_micros()).unwrap_or(u64::MAX));
+        self.number(duration_micros::micros(*retry_exp_backoff));
         self.raw(r#","max_retries":"#);
-        self.number(u64::from(created.max_retries));
+        self.number(u64::from(*max_retries));
         self.raw(r#","component_id":"#);
-        self.serde(&created.component_id)?;
+        self.serde(component_id)?;
         self.raw(r#","metadata":"#);
-        if created.metadata.0.is_empty() {
+        if metadata.0.is_empty() {
             self.raw("{}");
         } else {
-            self.serde(&created.metadata)?;
+            self.serde(metadata)?;
         }
         self.raw(r#","scheduled_by":"#);
-        self.serde(&created.scheduled_by)?;
+        self.serde(scheduled_by)?;
         self.raw("}}}");
         Some(())
     }
 
     /// `,"event":{"Locked":{...}}}`, the rest of a `Locked` event after its `created_at`.
     fn locked(&mut self, locked: &Locked) -> Option<()> {
+        let Locked {
+            component_id,
+            executor_id,
+            run_id,
+            lock_expires_at,
+        } = locked;
         self.raw(r#","event":{"Locked":{"component_id":"#);
-        self.serde(&locked.component_id)?;
+        self.serde(component_id)?;
         self.raw(r#","executor_id":""#);
-        locked.executor_id.with_ascii(|text| self.ascii(text));
+        executor_id.with_ascii(|text| self.ascii(text));
         self.raw(r#"","run_id":""#);
-        locked.run_id.with_ascii(|text| self.ascii(text));
+        run_id.with_ascii(|text| self.ascii(text));
         self.raw(r#"","lock_expires_at":"#);
-        self.time(&locked.lock_expires_at)?;
+        self.time(lock_expires_at)?;
         self.raw("}}}");
         Some(())
     }
