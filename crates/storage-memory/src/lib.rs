@@ -136,13 +136,18 @@ impl kernel::Backend for MemoryStore {
         // The histories are read after the write, as on the SQL backends: what the kernel
         // granted is cut at its bounds, whatever was appended since.
         let state = self.lock_state();
-        grants
-            .into_iter()
-            .map(|grant| {
-                let record = state.record(&grant.row.execution_id)?;
-                kernel::hand_over_cloned(grant, &record.events, &record.responses)
-            })
-            .collect()
+        // Sized once: collecting a `Result` does not know the length and would grow the list
+        // of large values by doubling, copying it at each step.
+        let mut locked = Vec::with_capacity(grants.len());
+        for grant in grants {
+            let record = state.record(&grant.row.execution_id)?;
+            locked.push(kernel::hand_over_cloned(
+                grant,
+                &record.events,
+                &record.responses,
+            )?);
+        }
+        Ok(locked)
     }
 
     fn hub(&self) -> &WaiterHub {
