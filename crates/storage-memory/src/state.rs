@@ -32,24 +32,30 @@ pub(crate) type TimerKey = (At, ExecutionId, TimerKind);
 /// A key of the pending, creation and finished indexes: `(time, execution_id)`.
 pub(crate) type TimeKey = (At, ExecutionId);
 
-/// The leading part of every index key: a time and the first 16 bytes of the key's execution
-/// id, as two integers, ordered as `(time, id)` are (equal heads fall through to the whole id).
+/// The leading part of every index key: a time and the first 28 bytes of the key's execution
+/// id (an id's top-level part, `E_` and its ULID, which every id starts with), as integers,
+/// ordered as `(time, id)` are: equal leads fall through to the whole id, which only a
+/// descendant of the same top-level execution, or the same execution, at the same time has.
+/// Keys of one time are common (a batch's executions are due, leased and created at one
+/// instant), and their ids then rarely reach the comparison of the ids themselves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) struct At {
     /// Seconds since the epoch times 2^32, plus nanoseconds: ordered as the time.
     ticks: i128,
+    /// Bytes 0..16 of the id, big-endian.
     head: u128,
+    /// Bytes 12..28 of the id, big-endian: compared only after equal heads, so the four bytes
+    /// both hold are equal by then.
+    tail: u128,
 }
 
 impl At {
     pub(crate) fn new(time: DateTime<Utc>, execution_id: &ExecutionId) -> Self {
         let bytes = execution_id.as_str().as_bytes();
-        let mut head = [0u8; 16];
-        let len = bytes.len().min(16);
-        head[..len].copy_from_slice(&bytes[..len]);
         Self {
             ticks: ticks(time),
-            head: u128::from_be_bytes(head),
+            head: be_u128(bytes, 0),
+            tail: be_u128(bytes, 12),
         }
     }
 
@@ -66,6 +72,19 @@ impl At {
     pub(crate) fn at_or_before(&self, at: DateTime<Utc>) -> bool {
         self.ticks <= ticks(at)
     }
+}
+
+/// The 16 bytes of `bytes` from `from` as a big-endian integer, padded with zeros past its end
+/// (every id is at least 28 bytes long; a shorter text, padded, still orders as its bytes do:
+/// an id holds no zero byte).
+fn be_u128(bytes: &[u8], from: usize) -> u128 {
+    let rest = bytes.get(from..).unwrap_or_default();
+    if let Some(chunk) = rest.first_chunk::<16>() {
+        return u128::from_be_bytes(*chunk);
+    }
+    let mut padded = [0u8; 16];
+    padded[..rest.len()].copy_from_slice(rest);
+    u128::from_be_bytes(padded)
 }
 
 fn ticks(at: DateTime<Utc>) -> i128 {
