@@ -181,10 +181,10 @@ impl kernel::Backend for MemoryStore {
         for (expires_at, execution_id, kind) in expired {
             match kind {
                 TimerKind::Lock => locked.push(state.record(execution_id)?.row.clone()),
-                TimerKind::Delay(delay_id, join_set_id) => delays.push(ExpiredDelay {
+                TimerKind::Delay(delay) => delays.push(ExpiredDelay {
                     execution_id: execution_id.clone(),
-                    join_set_id: join_set_id.clone(),
-                    delay_id: *delay_id,
+                    join_set_id: delay.1.clone(),
+                    delay_id: delay.0,
                     expires_at: expires_at.time(),
                 }),
             }

@@ -22,8 +22,10 @@ use std::{
 pub(crate) enum TimerKind {
     /// The lease of a `Locked` execution.
     Lock,
-    /// An open durable sleep, and its join set (what the timers watcher answers).
-    Delay(DelayId, JoinSetId),
+    /// An open durable sleep, and its join set (what the timers watcher answers). Boxed: a
+    /// key is moved whenever a B-tree node shifts or splits, and a lease's key, the usual
+    /// one, is then 80 bytes instead of 112.
+    Delay(Box<(DelayId, JoinSetId)>),
 }
 
 /// The key of the timer index: expiry first, so that a range scan finds everything due.
@@ -427,7 +429,7 @@ impl State {
                 let delay = waits.delays.entry(planned.delay_id).or_default();
                 delay.row.requested = true;
                 if planned.open {
-                    let kind = TimerKind::Delay(planned.delay_id, planned.join_set_id);
+                    let kind = TimerKind::Delay(Box::new((planned.delay_id, planned.join_set_id)));
                     let key = timer_key(planned.expires_at, &execution_id, kind);
                     self.timers.insert(key.clone());
                     delay.open = Some(key);
