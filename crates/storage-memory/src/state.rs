@@ -364,6 +364,10 @@ impl State {
     /// Applies a plan's changes to the records and every index. Planning validated them
     /// against this state under the same lock, so they apply whole.
     pub(crate) fn apply(&mut self, mut changes: Vec<ExecutionChange>) {
+        // A batch's new records: the table grown once, not doubled (and rehashed) as they
+        // come.
+        let created = changes.iter().filter(|change| change.is_new()).count();
+        self.records.reserve(created);
         // Each change is worked on in place, and what a record keeps is swapped or taken out
         // of it: a change is large, and each move of it (or of its row) is a copy.
         for change in &mut changes {
