@@ -52,8 +52,9 @@ use concepts::{
 use state::{At, Record, State, TimerKind};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-/// The largest snapshot a store keeps between writes (entries of its largest table): a write
-/// of a few executions fits; a batch's is dropped, since clearing a table walks all its room.
+/// The largest snapshot a store keeps between writes (entries of its largest table), and the
+/// largest list of changes: a write of a few executions fits; a batch's is dropped, since
+/// clearing a table walks all its room.
 const SCRATCH_CAPACITY: usize = 16;
 
 /// The in-memory store. Clones share the same data.
@@ -111,15 +112,20 @@ impl MemoryStore {
         if let Some(more) = write.follow_up_keys(&snapshot) {
             state.load(&more, &mut snapshot);
         }
-        let planned = kernel::plan(&snapshot, write);
+        let changes = std::mem::take(&mut state.scratch_changes);
+        let planned = kernel::plan_into(&snapshot, write, changes);
         if snapshot.capacity() <= SCRATCH_CAPACITY {
             snapshot.clear();
             state.scratch = Some(snapshot);
         }
         let (mut plan, reply) = planned?;
-        state.apply(std::mem::take(&mut plan.changes));
+        state.apply(&mut plan.changes);
         state.delete(&plan.deleted);
         state.schedules.apply(std::mem::take(&mut plan.schedules));
+        if plan.changes.capacity() <= SCRATCH_CAPACITY {
+            plan.changes.clear();
+            state.scratch_changes = std::mem::take(&mut plan.changes);
+        }
         drop(state);
         self.hub.deliver(&plan.wakeups);
         Ok(reply)

@@ -180,6 +180,9 @@ pub(crate) struct State {
     /// The last write's snapshot, emptied, for the next one to load into (`SCRATCH_CAPACITY`);
     /// boxed, so that taking it and putting it back moves a pointer, not the whole table set.
     pub(crate) scratch: Option<Box<Snapshot>>,
+    /// The last write's list of changes, emptied, for the next one to stage its changes in
+    /// (`SCRATCH_CAPACITY`): a write of one execution then allocates none.
+    pub(crate) scratch_changes: Vec<ExecutionChange>,
     /// Boxed: a write touches one record, and growing the table moves only pointers.
     records: HashMap<ExecutionId, Box<Record>, FastHash>,
     /// `(created_at, execution_id)` of every execution, for `list_executions`.
@@ -363,14 +366,14 @@ impl State {
 
     /// Applies a plan's changes to the records and every index. Planning validated them
     /// against this state under the same lock, so they apply whole.
-    pub(crate) fn apply(&mut self, mut changes: Vec<ExecutionChange>) {
+    pub(crate) fn apply(&mut self, changes: &mut [ExecutionChange]) {
         // A batch's new records: the table grown once, not doubled (and rehashed) as they
         // come.
         let created = changes.iter().filter(|change| change.is_new()).count();
         self.records.reserve(created);
         // Each change is worked on in place, and what a record keeps is swapped or taken out
         // of it: a change is large, and each move of it (or of its row) is a copy.
-        for change in &mut changes {
+        for change in changes {
             let execution_id = change.row.execution_id.clone();
             if change.state_changed() {
                 if let Some(old) = &change.old_state {
