@@ -52,8 +52,9 @@ use concepts::{
 use state::{At, Record, State, TimerKind};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-/// The largest snapshot a store keeps between writes (entries of its largest table): a write
-/// of a few executions fits; a batch's is dropped, since clearing a table walks all its room.
+/// The largest snapshot a store keeps between writes (entries of its largest table), and the
+/// largest list of changes: a write of a few executions fits; a batch's is dropped, since
+/// clearing a table walks all its room.
 const SCRATCH_CAPACITY: usize = 16;
 
 /// The in-memory store. Clones share the same data.
@@ -111,15 +112,20 @@ impl MemoryStore {
         if let Some(more) = write.follow_up_keys(&snapshot) {
             state.load(&more, &mut snapshot);
         }
-        let planned = kernel::plan(&snapshot, write);
+        let changes = std::mem::take(&mut state.scratch_changes);
+        let planned = kernel::plan_into(&snapshot, write, changes);
         if snapshot.capacity() <= SCRATCH_CAPACITY {
             snapshot.clear();
             state.scratch = Some(snapshot);
         }
         let (mut plan, reply) = planned?;
-        state.apply(std::mem::take(&mut plan.changes));
+        state.apply(&mut plan.changes);
         state.delete(&plan.deleted);
         state.schedules.apply(std::mem::take(&mut plan.schedules));
+        if plan.changes.capacity() <= SCRATCH_CAPACITY {
+            plan.changes.clear();
+            state.scratch_changes = std::mem::take(&mut plan.changes);
+        }
         drop(state);
         self.hub.deliver(&plan.wakeups);
         Ok(reply)
@@ -136,13 +142,18 @@ impl kernel::Backend for MemoryStore {
         // The histories are read after the write, as on the SQL backends: what the kernel
         // granted is cut at its bounds, whatever was appended since.
         let state = self.lock_state();
-        grants
-            .into_iter()
-            .map(|grant| {
-                let record = state.record(&grant.row.execution_id)?;
-                kernel::hand_over_cloned(grant, &record.events, &record.responses)
-            })
-            .collect()
+        // Sized once: collecting a `Result` does not know the length and would grow the list
+        // of large values by doubling, copying it at each step.
+        let mut locked = Vec::with_capacity(grants.len());
+        for grant in grants {
+            let record = state.record(&grant.row.execution_id)?;
+            locked.push(kernel::hand_over_cloned(
+                grant,
+                &record.events,
+                &record.responses,
+            )?);
+        }
+        Ok(locked)
     }
 
     fn hub(&self) -> &WaiterHub {
@@ -176,10 +187,10 @@ impl kernel::Backend for MemoryStore {
         for (expires_at, execution_id, kind) in expired {
             match kind {
                 TimerKind::Lock => locked.push(state.record(execution_id)?.row.clone()),
-                TimerKind::Delay(delay_id, join_set_id) => delays.push(ExpiredDelay {
+                TimerKind::Delay(delay) => delays.push(ExpiredDelay {
                     execution_id: execution_id.clone(),
-                    join_set_id: join_set_id.clone(),
-                    delay_id: *delay_id,
+                    join_set_id: delay.1.clone(),
+                    delay_id: delay.0,
                     expires_at: expires_at.time(),
                 }),
             }

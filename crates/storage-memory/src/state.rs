@@ -22,8 +22,10 @@ use std::{
 pub(crate) enum TimerKind {
     /// The lease of a `Locked` execution.
     Lock,
-    /// An open durable sleep, and its join set (what the timers watcher answers).
-    Delay(DelayId, JoinSetId),
+    /// An open durable sleep, and its join set (what the timers watcher answers). Boxed: a
+    /// key is moved whenever a B-tree node shifts or splits, and a lease's key, the usual
+    /// one, is 40 bytes smaller for it (64 bytes).
+    Delay(Box<(DelayId, JoinSetId)>),
 }
 
 /// The key of the timer index: expiry first, so that a range scan finds everything due.
@@ -32,44 +34,71 @@ pub(crate) type TimerKey = (At, ExecutionId, TimerKind);
 /// A key of the pending, creation and finished indexes: `(time, execution_id)`.
 pub(crate) type TimeKey = (At, ExecutionId);
 
-/// The leading part of every index key: a time and the first 16 bytes of the key's execution
-/// id, as two integers, ordered as `(time, id)` are (equal heads fall through to the whole id).
+/// The leading part of every index key: a time and the first 28 bytes of the key's execution
+/// id (an id's top-level part, `E_` and its ULID, which every id starts with), as integers,
+/// ordered as `(time, id)` are: equal leads fall through to the whole id, which only a
+/// descendant of the same top-level execution, or the same execution, at the same time has.
+/// Keys of one time are common (a batch's executions are due, leased and created at one
+/// instant), and their ids then rarely reach the comparison of the ids themselves. Integers
+/// of 64 bits and less: 40 bytes, where 128-bit ones would align it to 48.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) struct At {
-    /// Seconds since the epoch times 2^32, plus nanoseconds: ordered as the time.
-    ticks: i128,
-    head: u128,
+    /// Seconds since the epoch, then the nanoseconds past them (past 10^9 in a leap second):
+    /// ordered as the time.
+    secs: i64,
+    nanos: u32,
+    /// Bytes 0..8, 8..16, 16..24 and 24..28 of the id, big-endian.
+    id_0: u64,
+    id_8: u64,
+    id_16: u64,
+    id_24: u32,
 }
 
 impl At {
     pub(crate) fn new(time: DateTime<Utc>, execution_id: &ExecutionId) -> Self {
-        let bytes = execution_id.as_str().as_bytes();
-        let mut head = [0u8; 16];
-        let len = bytes.len().min(16);
-        head[..len].copy_from_slice(&bytes[..len]);
+        let lead = lead(execution_id.as_str().as_bytes());
+        let (secs, nanos) = ticks(time);
         Self {
-            ticks: ticks(time),
-            head: u128::from_be_bytes(head),
+            secs,
+            nanos,
+            id_0: u64::from_be_bytes(*lead.first_chunk().unwrap_or(&[0; 8])),
+            id_8: u64::from_be_bytes(*lead[8..].first_chunk().unwrap_or(&[0; 8])),
+            id_16: u64::from_be_bytes(*lead[16..].first_chunk().unwrap_or(&[0; 8])),
+            id_24: u32::from_be_bytes(*lead.last_chunk().unwrap_or(&[0; 4])),
         }
     }
 
     /// The time.
     pub(crate) fn time(&self) -> DateTime<Utc> {
-        let (secs, nanos) = (self.ticks >> 32, self.ticks & 0xffff_ffff);
-        let time = i64::try_from(secs).ok().zip(u32::try_from(nanos).ok());
         // Made from a `DateTime`, so always one.
-        time.and_then(|(secs, nanos)| DateTime::from_timestamp(secs, nanos))
-            .unwrap_or_default()
+        DateTime::from_timestamp(self.secs, self.nanos).unwrap_or_default()
     }
 
     /// True when the time is at or before `at`.
     pub(crate) fn at_or_before(&self, at: DateTime<Utc>) -> bool {
-        self.ticks <= ticks(at)
+        self.ticks() <= ticks(at)
+    }
+
+    /// The time as [`ticks`] gives it.
+    fn ticks(&self) -> (i64, u32) {
+        (self.secs, self.nanos)
     }
 }
 
-fn ticks(at: DateTime<Utc>) -> i128 {
-    (i128::from(at.timestamp()) << 32) + i128::from(at.timestamp_subsec_nanos())
+/// The first 28 bytes of an id, padded with zeros past its end (every id is at least 28 bytes
+/// long; a shorter text, padded, still orders as its bytes do: an id holds no zero byte).
+fn lead(bytes: &[u8]) -> [u8; 28] {
+    if let Some(lead) = bytes.first_chunk::<28>() {
+        return *lead;
+    }
+    let mut padded = [0u8; 28];
+    padded[..bytes.len()].copy_from_slice(bytes);
+    padded
+}
+
+/// Seconds since the epoch and the nanoseconds past them: ordered as the time.
+fn ticks(at: DateTime<Utc>) -> (i64, u32) {
+    (at.timestamp(), at.timestamp_subsec_nanos())
 }
 
 fn key(at: DateTime<Utc>, execution_id: &ExecutionId) -> TimeKey {
@@ -151,6 +180,9 @@ pub(crate) struct State {
     /// The last write's snapshot, emptied, for the next one to load into (`SCRATCH_CAPACITY`);
     /// boxed, so that taking it and putting it back moves a pointer, not the whole table set.
     pub(crate) scratch: Option<Box<Snapshot>>,
+    /// The last write's list of changes, emptied, for the next one to stage its changes in
+    /// (`SCRATCH_CAPACITY`): a write of one execution then allocates none.
+    pub(crate) scratch_changes: Vec<ExecutionChange>,
     /// Boxed: a write touches one record, and growing the table moves only pointers.
     records: HashMap<ExecutionId, Box<Record>, FastHash>,
     /// `(created_at, execution_id)` of every execution, for `list_executions`.
@@ -206,7 +238,7 @@ impl State {
         let sets = sets.filter(move |(of, _)| ffqn.is_none_or(|f| f == *of));
         sets.flat_map(move |(_, set)| {
             (set.newest_first())
-                .take_while(move |(at, _)| at.ticks >= from)
+                .take_while(move |(at, _)| at.ticks() >= from)
                 .map(|(_, execution_id)| execution_id)
         })
     }
@@ -322,7 +354,7 @@ impl State {
             let before = ticks(query.finished_before);
             let after = query.after.as_ref().map(|(at, id)| key(*at, id));
             let candidates = (self.finished.after(after))
-                .take_while(|(finished_at, _)| finished_at.ticks < before)
+                .take_while(|(finished_at, _)| finished_at.ticks() < before)
                 .take(query.limit);
             for (_, execution_id) in candidates {
                 if let Some(record) = self.records.get(execution_id) {
@@ -334,10 +366,14 @@ impl State {
 
     /// Applies a plan's changes to the records and every index. Planning validated them
     /// against this state under the same lock, so they apply whole.
-    pub(crate) fn apply(&mut self, mut changes: Vec<ExecutionChange>) {
+    pub(crate) fn apply(&mut self, changes: &mut [ExecutionChange]) {
+        // A batch's new records: the table grown once, not doubled (and rehashed) as they
+        // come.
+        let created = changes.iter().filter(|change| change.is_new()).count();
+        self.records.reserve(created);
         // Each change is worked on in place, and what a record keeps is swapped or taken out
         // of it: a change is large, and each move of it (or of its row) is a copy.
-        for change in &mut changes {
+        for change in changes {
             let execution_id = change.row.execution_id.clone();
             if change.state_changed() {
                 if let Some(old) = &change.old_state {
@@ -408,7 +444,7 @@ impl State {
                 let delay = waits.delays.entry(planned.delay_id).or_default();
                 delay.row.requested = true;
                 if planned.open {
-                    let kind = TimerKind::Delay(planned.delay_id, planned.join_set_id);
+                    let kind = TimerKind::Delay(Box::new((planned.delay_id, planned.join_set_id)));
                     let key = timer_key(planned.expires_at, &execution_id, kind);
                     self.timers.insert(key.clone());
                     delay.open = Some(key);

@@ -16,9 +16,22 @@ use std::{borrow::Cow, collections::HashMap};
 /// Plans one write on `snapshot` (loaded for its keys and follow-up keys): the plan to
 /// persist and the reply, or the error that refuses the whole write.
 pub fn plan<W: Write>(snapshot: &Snapshot, write: W) -> Result<(WritePlan, W::Reply), DbError> {
+    plan_into(snapshot, write, Vec::new())
+}
+
+/// As [`plan`], staging the changes in `changes`, an empty list whose room the plan's
+/// `changes` keep: a backend that plans one write after another hands each the list of the
+/// one before, emptied, and a write of one or two executions allocates none.
+pub fn plan_into<W: Write>(
+    snapshot: &Snapshot,
+    write: W,
+    changes: Vec<ExecutionChange>,
+) -> Result<(WritePlan, W::Reply), DbError> {
+    debug_assert!(changes.is_empty(), "a plan starts with no change");
     // A group of one, planned as `GroupPlanner` plans its first write, without the group's
     // state: there is nothing to carry or merge.
     let mut planner = Planner::new(snapshot);
+    planner.changes = changes;
     let reply = write.plan(&mut planner)?;
     Ok((planner.into_plan(), reply))
 }

@@ -71,7 +71,7 @@ mod writes;
 
 pub use assume::{Assumption, KnownRows};
 pub use backend::Backend;
-pub use group::{GroupPlanner, plan};
+pub use group::{GroupPlanner, plan, plan_into};
 pub use groups::{Attempted, Groups, MAX_GROUP, NotCommitted, Transactions};
 pub use keys::{
     DueQuery, ExecutionIds, JoinSetKey, Keys, PruneQuery, ScheduleDueQuery, descendant_bounds,

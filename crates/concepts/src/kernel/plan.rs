@@ -259,8 +259,9 @@ pub struct Planner<'s> {
     pub(crate) deleted: Vec<ExecutionId>,
     /// What the write changes about schedules.
     pub(crate) schedules: Vec<ScheduleWrite>,
-    /// The index of each change by execution, built only once a write touches more than
-    /// [`LINEAR_LOOKUP`] executions: most writes touch one or two, and a scan is cheaper.
+    /// The index of each of the first changes by execution (`Planner::index_staged`), built
+    /// only once a write touches more than [`LINEAR_LOOKUP`] executions: most writes touch
+    /// one or two, and a scan is cheaper.
     position: HashMap<ExecutionId, usize, FastHash>,
     join_sets: HashMap<(ExecutionId, JoinSetId), StagedJoinSet, FastHash>,
     delays: HashMap<(ExecutionId, DelayId), DelayRow, FastHash>,
@@ -300,12 +301,21 @@ impl<'s> Planner<'s> {
         if let Some(idx) = self.find(execution_id) {
             return Ok(idx);
         }
+        let idx = self.stage(execution_id)?;
+        self.index_staged();
+        Ok(idx)
+    }
+
+    /// Stages the change of an existing execution that this write has not touched yet (the
+    /// caller knows it: a lock's due executions, each found once), without indexing it for
+    /// [`Planner::find`], which scans the changes staged after the last one indexed.
+    pub(crate) fn stage(&mut self, execution_id: &ExecutionId) -> Result<usize, DbError> {
         let row = self
             .snapshot
             .executions
             .get(execution_id)
             .ok_or_else(|| DbError::execution_not_found(execution_id))?;
-        let idx = self.index_next(execution_id);
+        let idx = self.changes.len();
         self.changes.push(ExecutionChange {
             old_state: Some(row.state.pending_state.clone()),
             row: row.clone(),
@@ -320,32 +330,32 @@ impl<'s> Planner<'s> {
     }
 
     pub(crate) fn find(&self, execution_id: &ExecutionId) -> Option<usize> {
+        let is = |c: &ExecutionChange| c.row.execution_id == *execution_id;
         if self.changes.len() <= LINEAR_LOOKUP {
-            self.changes
-                .iter()
-                .position(|c| c.row.execution_id == *execution_id)
-        } else {
-            self.position.get(execution_id).copied()
+            return self.changes.iter().position(is);
         }
+        // `position` indexes the first changes, in order; those staged after them, a scan.
+        let indexed = self.position.len();
+        (self.position.get(execution_id).copied())
+            .or_else(|| (self.changes[indexed..].iter().position(is)).map(|i| indexed + i))
     }
 
-    /// The index the next change pushed (of `execution_id`) gets, indexed for `Planner::find`.
-    /// The caller pushes the change itself, straight into the list: a change is large, and
-    /// handing it through one more call would copy it once more.
-    pub(crate) fn index_next(&mut self, execution_id: &ExecutionId) -> usize {
-        let idx = self.changes.len();
-        if idx == LINEAR_LOOKUP {
+    /// Indexes the changes staged since the last indexed one for [`Planner::find`], once
+    /// the write has more than [`LINEAR_LOOKUP`]: most writes touch one or two executions,
+    /// and a scan is cheaper. The caller pushes each change itself, straight into the list,
+    /// and calls this after: a change is large, and handing it through one more call would
+    /// copy it once more.
+    pub(crate) fn index_staged(&mut self) {
+        let indexed = self.position.len();
+        if self.changes.len() <= LINEAR_LOOKUP || indexed == self.changes.len() {
+            return;
+        }
+        if indexed == 0 {
             // Sized for the changes the write reserved room for (a batch), not grown.
-            let mut position =
-                HashMap::with_capacity_and_hasher(self.changes.capacity(), FastHash::default());
-            let staged = self.changes.iter().enumerate();
-            position.extend(staged.map(|(i, c)| (c.row.execution_id.clone(), i)));
-            self.position = position;
+            self.position.reserve(self.changes.capacity());
         }
-        if idx >= LINEAR_LOOKUP {
-            self.position.insert(execution_id.clone(), idx);
-        }
-        idx
+        let staged = self.changes.iter().enumerate().skip(indexed);
+        (self.position).extend(staged.map(|(i, c)| (c.row.execution_id.clone(), i)));
     }
 
     /// Takes `changes`, planned elsewhere on the same snapshot (by a nested group), as the
@@ -355,11 +365,8 @@ impl<'s> Planner<'s> {
             self.changes.is_empty(),
             "a planner adopts changes only when empty"
         );
-        self.changes = Vec::with_capacity(changes.len());
-        for change in changes {
-            self.index_next(&change.row.execution_id.clone());
-            self.changes.push(change);
-        }
+        self.changes = changes;
+        self.index_staged();
     }
 
     fn join_set(

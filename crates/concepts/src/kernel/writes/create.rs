@@ -190,7 +190,6 @@ impl Planner<'_> {
             .into());
         }
         let row = ExecutionRow::new_execution(&req);
-        self.index_next(&req.execution_id);
         // The request's values move into its `Created` event, which is all a backend stores
         // of it beside the row: nothing is cloned.
         let created_event = req.into_created_event();
@@ -203,6 +202,7 @@ impl Planner<'_> {
             delays_requested: Vec::new(),
             delays_closed: Vec::new(),
         });
+        self.index_staged();
         Ok(CreateOutcome::Created)
     }
 

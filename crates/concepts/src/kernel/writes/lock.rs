@@ -89,7 +89,8 @@ impl Write for LockPendingRequest {
                 lock_expires_at: req.lock_expires_at,
             };
             let version = row.state.next_version;
-            let idx = planner.touch(execution_id)?;
+            // Each due execution is found once: staged without looking for its change.
+            let idx = planner.stage(execution_id)?;
             planner.append_at(
                 idx,
                 execution_id,
