@@ -187,24 +187,19 @@ impl SqliteError {
     /// rows disagree with the kernel, which validated the write.
     pub(crate) fn into_db_error(self, path: &Path) -> DbError {
         let display = path.display();
-        let backend = DbError::backend;
         match self {
             Self::Db(err) => err,
             Self::Sqlite(err) => {
-                let (message, retriable) = match err.sqlite_error_code() {
+                let message = match err.sqlite_error_code() {
                     Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => {
-                        (format!("SQLite database {display} is busy: {err}"), true)
+                        format!("SQLite database {display} is busy: {err}")
                     }
-                    Some(ErrorCode::ConstraintViolation) => (
-                        format!("constraint violated in SQLite database {display}: {err}"),
-                        false,
-                    ),
-                    Some(ErrorCode::DiskFull) => (
-                        format!(
-                            "disk full while writing SQLite database {display}: {err} (nothing of \
-                             this operation was applied; free space on its file system and retry)"
-                        ),
-                        false,
+                    Some(ErrorCode::ConstraintViolation) => {
+                        format!("constraint violated in SQLite database {display}: {err}")
+                    }
+                    Some(ErrorCode::DiskFull) => format!(
+                        "disk full while writing SQLite database {display}: {err} (nothing of \
+                         this operation was applied; free space on its file system and retry)"
                     ),
                     Some(
                         ErrorCode::SystemIoFailure
@@ -213,28 +208,23 @@ impl SqliteError {
                         | ErrorCode::ReadOnly
                         | ErrorCode::NoLargeFileSupport
                         | ErrorCode::FileLockingProtocolFailed,
-                    ) => (
-                        format!(
-                            "I/O error on SQLite database {display}: {err} (check the disk, the \
-                             file's permissions and size limits; a write that failed while \
-                             committing may be found applied after a restart, so read it back \
-                             before repeating it)"
-                        ),
-                        false,
+                    ) => format!(
+                        "I/O error on SQLite database {display}: {err} (check the disk, the \
+                         file's permissions and size limits; a write that failed while \
+                         committing may be found applied after a restart, so read it back \
+                         before repeating it)"
                     ),
-                    Some(ErrorCode::DatabaseCorrupt | ErrorCode::NotADatabase) => (
-                        format!("SQLite database {display} is corrupt: {err}"),
-                        false,
-                    ),
-                    _ => (format!("SQLite database {display}: {err}"), false),
+                    Some(ErrorCode::DatabaseCorrupt | ErrorCode::NotADatabase) => {
+                        format!("SQLite database {display} is corrupt: {err}")
+                    }
+                    _ => format!("SQLite database {display}: {err}"),
                 };
-                backend(message, retriable, Some(Arc::new(err) as Arc<_>))
+                DbError::backend(message, is_busy(&err), Some(Arc::new(err) as Arc<_>))
             }
-            Self::Pool(message) => backend(
-                format!("SQLite database {display}: reader pool: {message}"),
-                false,
-                None,
-            ),
+            Self::Pool(message) => {
+                let message = format!("SQLite database {display}: reader pool: {message}");
+                DbError::backend(message, false, None)
+            }
         }
     }
 }
