@@ -8,7 +8,7 @@ use crate::{
     ops::Written,
     reads::{self, rows},
     schema,
-    writer::{self, Command, FnCommand, Message},
+    writer::{self, AfterCommit, Command, FnCommand, Message},
 };
 use chrono::{DateTime, Utc};
 use concepts::{
@@ -181,7 +181,7 @@ impl SqlitePool {
     async fn run<W: Write, T: Send + 'static>(
         &self,
         write: W,
-        after_commit: fn(&rusqlite::Connection, &Path, W::Reply) -> T,
+        after_commit: fn(&AfterCommit<'_>, W::Reply) -> T,
     ) -> Result<T, DbError> {
         self.inner.hub.ensure_open()?;
         let keys = write.keys()?;
@@ -266,7 +266,7 @@ async fn open_readers(config: &SqliteConfig) -> Result<deadpool_sqlite::Pool, Sq
 
 impl kernel::Backend for SqlitePool {
     async fn write<W: Write>(&self, write: W) -> Result<W::Reply, DbError> {
-        self.run(write, |_, _, reply| reply).await
+        self.run(write, |_, reply| reply).await
     }
 
     async fn lock_pending(&self, req: LockPendingRequest) -> Result<Vec<LockedExecution>, DbError> {

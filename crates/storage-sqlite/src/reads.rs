@@ -4,6 +4,7 @@
 use crate::{
     codec::{self, STATE_ROW_COLUMNS, json},
     error::Result,
+    writer::AfterCommit,
 };
 use chrono::{DateTime, Utc};
 use concepts::{
@@ -16,7 +17,6 @@ use concepts::{
     },
 };
 use rusqlite::{Connection, Params, Row, params, params_from_iter, types::Value};
-use std::path::Path;
 
 /// Every row `sql` (a cached statement) selects, decoded by `decode`.
 pub(crate) fn rows<T>(
@@ -175,32 +175,34 @@ pub(crate) fn listing(
 pub(crate) const WRITER_HANDOVER_ROWS: usize = 32;
 
 /// Runs on the writer thread after the lock's commit: hands over the first grants whose
-/// histories fit in [`WRITER_HANDOVER_ROWS`]; returns them and the grants left to a reader (all
-/// of them if a read fails, or if their rows together exceed the budget: a large batch is read
-/// on a reader without the writer reading any of it), in the order the kernel granted them.
+/// `Created` event the writer kept, then those whose histories fit in
+/// [`WRITER_HANDOVER_ROWS`]; returns them and the grants left to a reader (all of them if a
+/// read fails, or if their rows together exceed the budget: a large batch is read on a reader
+/// without the writer reading any of it), in the order the kernel granted them.
 pub(crate) fn handover_on_writer(
-    conn: &Connection,
-    path: &Path,
+    at: &AfterCommit<'_>,
     mut unread: Vec<LockGrant>,
 ) -> (Vec<LockedExecution>, Vec<LockGrant>) {
+    let mut ready = at.created.hand_over_leading(&mut unread);
     let rows = unread.iter().try_fold(0_usize, |sum, grant| {
         sum.checked_add(grant.events_handed_over())?
             .checked_add(grant.responses_handed_over())
     });
     if unread.is_empty() || rows.is_none_or(|rows| rows > WRITER_HANDOVER_ROWS) {
-        return (Vec::new(), unread);
+        return (ready, unread);
     }
-    match locked_executions(conn, &unread, WRITER_HANDOVER_ROWS) {
-        Ok(ready) => {
-            unread.drain(..ready.len());
-            (ready, unread)
+    match locked_executions(at.conn, &unread, WRITER_HANDOVER_ROWS) {
+        Ok(read) => {
+            unread.drain(..read.len());
+            ready.extend(read);
         }
         // The reader reads them again, and reports what is still wrong.
         Err(err) => {
-            tracing::debug!(path = %path.display(), "handing a lock over on the writer: {err}");
-            (Vec::new(), unread)
+            let path = at.path.display();
+            tracing::debug!(path = %path, "handing a lock over on the writer: {err}");
         }
     }
+    (ready, unread)
 }
 
 /// The first of `grants` handed over with their histories, as many as fit in `max_rows` rows,

@@ -966,7 +966,7 @@ where
     T: Send + 'static,
     F: FnOnce(&mut WriteCtx<'_>) -> Result<T, SqliteError> + Send + 'static,
 {
-    FnCommand::boxed(op, |_, _, value| value)
+    FnCommand::boxed(op, |_, value| value)
 }
 
 /// Creates an execution inside a writer command, as `SqlitePool::create` does.

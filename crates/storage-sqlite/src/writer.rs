@@ -10,7 +10,7 @@ use crate::{
 };
 use concepts::{
     DbError,
-    kernel::{KnownRows, WaiterHub, WritePlan},
+    kernel::{CreatedEvents, KnownRows, WaiterHub, WritePlan},
 };
 use rusqlite::Connection;
 use std::{
@@ -34,7 +34,15 @@ pub(crate) trait Command: Send {
     fn answer_from_read(&mut self, conn: &Connection, path: &Path) -> bool;
     /// Sends the outcome to the caller; a committed one first goes through the command's
     /// `after_commit`, outside any write transaction, on the writer's connection.
-    fn reply(self: Box<Self>, conn: &Connection, path: &Path);
+    fn reply(self: Box<Self>, at: &AfterCommit<'_>);
+}
+
+/// What a committed command's `after_commit` runs with, on the writer thread.
+pub(crate) struct AfterCommit<'a> {
+    pub(crate) conn: &'a Connection,
+    pub(crate) path: &'a Path,
+    /// The `Created` events of the executions this writer created due, for their first lease.
+    pub(crate) created: &'a CreatedEvents,
 }
 
 /// What a [`FnCommand`] runs: a kernel write ([`crate::ops::Written`]), which may also be
@@ -50,7 +58,7 @@ pub(crate) trait Op: Send + 'static {
 /// channel its caller awaits.
 pub(crate) struct FnCommand<R, T, F> {
     op: Option<F>,
-    after_commit: fn(&Connection, &Path, R) -> T,
+    after_commit: fn(&AfterCommit<'_>, R) -> T,
     outcome: Option<Result<R, DbError>>,
     reply: oneshot::Sender<Result<T, DbError>>,
 }
@@ -62,7 +70,7 @@ where
     /// The command and the receiver of its reply.
     pub(crate) fn boxed(
         op: F,
-        after_commit: fn(&Connection, &Path, R) -> T,
+        after_commit: fn(&AfterCommit<'_>, R) -> T,
     ) -> (Box<dyn Command>, oneshot::Receiver<Result<T, DbError>>) {
         let (reply, rx) = oneshot::channel();
         let command = Self {
@@ -103,10 +111,10 @@ where
         true
     }
 
-    fn reply(self: Box<Self>, conn: &Connection, path: &Path) {
+    fn reply(self: Box<Self>, at: &AfterCommit<'_>) {
         let outcome = match self.outcome {
             // Only an `Ok` outcome committed: a failed transaction failed all of its commands.
-            Some(Ok(value)) => Ok((self.after_commit)(conn, path, value)),
+            Some(Ok(value)) => Ok((self.after_commit)(at, value)),
             Some(Err(err)) => Err(err),
             None => {
                 let message = "the SQLite writer did not run the command";
@@ -134,6 +142,9 @@ const COURTESY_GAP: Duration = Duration::from_millis(3);
 /// At most this many rows the writer committed are kept for the next writes
 /// ([`Writer::known`]).
 const KNOWN_ROWS: usize = 4_096;
+/// At most this many `Created` events are kept for the first leases ([`Writer::created`]):
+/// a backlog of that many executions submitted at once is handed over without reads.
+const CREATED_EVENTS: usize = 32_768;
 /// How long the writer behaves as contended after it last found the lock taken.
 const CONTENTION_MEMORY: Duration = Duration::from_secs(1);
 /// While contended, a transaction takes no further queued command once it has held the lock
@@ -155,6 +166,9 @@ struct Writer<'a> {
     /// outcome, a workflow's next step) to be planned without loading them; all forgotten when
     /// another connection committed since (`data_version`).
     known: KnownRows,
+    /// The `Created` events of the executions it created due, for the hand-over of their
+    /// first lease; forgotten with the known rows.
+    created: &'a CreatedEvents,
     /// `PRAGMA data_version` when the last transaction began: it changes with the commits of
     /// other connections only.
     data_version: Option<i64>,
@@ -173,6 +187,7 @@ pub(crate) fn run(
     if let Err(err) = conn.busy_timeout(Duration::ZERO) {
         tracing::warn!(path = %path.display(), "cannot clear the writer's busy timeout: {err}");
     }
+    let created = CreatedEvents::new(CREATED_EVENTS);
     let mut writer = Writer {
         conn: &conn,
         path,
@@ -181,7 +196,13 @@ pub(crate) fn run(
         contended_at: None,
         ended_at: None,
         known: KnownRows::new(KNOWN_ROWS),
+        created: &created,
         data_version: None,
+    };
+    let after_commit = AfterCommit {
+        conn: &conn,
+        path,
+        created: &created,
     };
     let mut checkpointer = Checkpointer::start(&conn, path, busy_timeout);
     let warn = |err: &SqliteError| {
@@ -228,16 +249,17 @@ pub(crate) fn run(
             take(message, &mut batch, &mut rx);
         }
         for answered in batch.extract_if(.., |command| command.answer_from_read(&conn, path)) {
-            answered.reply(&conn, path);
+            answered.reply(&after_commit);
         }
         if batch.is_empty() {
             continue;
         }
         let (done, committed) = writer.run_group(&mut batch);
         for command in batch.drain(..done) {
-            command.reply(&conn, path);
+            command.reply(&after_commit);
         }
         hub.deliver_plans(&committed);
+        created.remember(committed);
         if let Some(checkpointer) = &mut checkpointer {
             checkpointer.after_commit(&conn, path);
         }
@@ -338,6 +360,7 @@ impl Writer<'_> {
         let version = crate::changes::data_version(self.conn).ok();
         if version.is_none() || version != self.data_version {
             self.known.clear();
+            self.created.clear();
         }
         self.data_version = version;
     }

@@ -316,3 +316,128 @@ fn a_submission_created_locked_wakes_no_executor_and_a_repeat_records_no_lease()
     );
     assert!(invalid_request(refused).contains("is a child"));
 }
+
+/// The plan of a `create_batch` of `requests` (due at time 0 unless they say otherwise) and the
+/// grants of the lock at time 5 of `locked`, in their order, as rows with only `Created` stored.
+fn created_and_granted(
+    requests: Vec<CreateRequest>,
+    locked: &[&ExecutionId],
+) -> (WritePlan, Vec<LockGrant>) {
+    let plan = run(&Snapshot::default(), CreateBatch(requests))
+        .unwrap()
+        .plan;
+    let mut snapshot = Snapshot::default();
+    for id in locked {
+        snapshot.add_due(row(id, 1, pending(0)));
+    }
+    let lock = crate::LockPendingRequest {
+        batch_size: 10,
+        pending_at_or_sooner: at(5),
+        ffqns: std::sync::Arc::from([ffqn()]),
+        now: at(5),
+        component_id: "activity:test".parse().unwrap(),
+        executor_id: ExecutorId::from_parts(1, 7),
+        lock_expires_at: at(9),
+    };
+    let mut grants = run(&snapshot, lock).unwrap().reply;
+    // The kernel grants in due order, then id order: put them in the order asked for.
+    grants.sort_by_key(|grant| locked.iter().position(|id| **id == grant.row.execution_id));
+    (plan, grants)
+}
+
+#[test]
+fn a_first_lease_is_handed_over_from_the_kept_created_event_as_from_a_read() {
+    let ids: Vec<ExecutionId> = (0..3).map(|i| ExecutionId::generate_at(at(i))).collect();
+    let requests = ids.iter().map(|id| create_request(id, None)).collect();
+    let (plan, grants) = created_and_granted(requests, &[&ids[0], &ids[1], &ids[2]]);
+    let read: Vec<_> = (grants.iter().zip(&plan.changes))
+        .map(|(grant, change)| {
+            let events = vec![change.events[0].1.clone()];
+            let log = LogRows {
+                events,
+                responses: Vec::new(),
+            };
+            hand_over(grant.clone(), log).unwrap()
+        })
+        .collect();
+    let kept = CreatedEvents::new(16);
+    kept.remember(vec![plan]);
+    let mut left = grants.clone();
+    assert_eq!(kept.hand_over_leading(&mut left), read);
+    assert!(left.is_empty());
+    // Each event is handed over once.
+    let mut again = grants;
+    assert!(kept.hand_over_leading(&mut again).is_empty());
+    assert_eq!(again.len(), 3);
+}
+
+#[test]
+fn only_the_leading_grants_whose_created_event_is_kept_are_handed_over() {
+    let ids: Vec<ExecutionId> = (0..4).map(|i| ExecutionId::generate_at(at(i))).collect();
+    let later = CreateRequest {
+        scheduled_at: at(1),
+        ..create_request(&ids[3], None)
+    };
+    let requests = vec![
+        create_request(&ids[0], None),
+        create_request(&ids[2], None),
+        later,
+    ];
+    let locked = [&ids[0], &ids[1], &ids[2], &ids[3]];
+    let (plan, grants) = created_and_granted(requests, &locked);
+    let kept = CreatedEvents::new(16);
+    kept.remember(vec![plan]);
+    // `ids[1]` was not created by this store: the grants from it on are read, in order.
+    let mut left = grants.clone();
+    let handed = kept.hand_over_leading(&mut left);
+    assert_eq!(handed.len(), 1);
+    assert_eq!(handed[0].execution_id, ids[0]);
+    assert_eq!(left, grants[1..]);
+    // One created due later is not kept; one created due is, until handed over.
+    let mut from_later = vec![grants[3].clone(), grants[2].clone()];
+    assert!(kept.hand_over_leading(&mut from_later).is_empty());
+    let mut due = vec![grants[2].clone()];
+    assert_eq!(kept.hand_over_leading(&mut due).len(), 1);
+    // A lease after the first (the history holds more than `Created`) reads.
+    let kept = CreatedEvents::new(16);
+    let (plan, grants) = created_and_granted(vec![create_request(&ids[0], None)], &[&ids[0]]);
+    kept.remember(vec![plan]);
+    let mut second = vec![LockGrant {
+        locked_at: Version(3),
+        ..grants[0].clone()
+    }];
+    assert!(kept.hand_over_leading(&mut second).is_empty());
+}
+
+#[test]
+fn kept_created_events_are_forgotten_when_deleted_cleared_or_too_many() {
+    let id = ExecutionId::generate_at(at(0));
+    let (plan, grants) = created_and_granted(vec![create_request(&id, None)], &[&id]);
+    let kept = CreatedEvents::new(16);
+    let deletion = WritePlan {
+        deleted: vec![id.clone()],
+        ..WritePlan::default()
+    };
+    kept.remember(vec![plan.clone(), deletion]);
+    assert!(kept.hand_over_leading(&mut grants.clone()).is_empty());
+    kept.remember(vec![plan.clone()]);
+    kept.clear();
+    assert!(kept.hand_over_leading(&mut grants.clone()).is_empty());
+    // A store keeping one event forgets it for the next.
+    let one = CreatedEvents::new(1);
+    let other = ExecutionId::generate_at(at(1));
+    let (other_plan, _) = created_and_granted(vec![create_request(&other, None)], &[]);
+    one.remember(vec![plan.clone(), other_plan]);
+    assert!(one.hand_over_leading(&mut grants.clone()).is_empty());
+    // Parameters over a 64th of the budget are not kept.
+    let big = "x".repeat(CreatedEvents::MAX_BYTES / 64);
+    let request = CreateRequest {
+        params: serde_json::json!([big]).into(),
+        ..create_request(&id, None)
+    };
+    let (big_plan, big_grants) = created_and_granted(vec![request], &[&id]);
+    kept.remember(vec![big_plan]);
+    assert!(kept.hand_over_leading(&mut big_grants.clone()).is_empty());
+    kept.remember(vec![plan]);
+    assert_eq!(kept.hand_over_leading(&mut grants.clone()).len(), 1);
+}

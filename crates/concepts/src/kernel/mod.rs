@@ -89,9 +89,9 @@ pub use snapshot::{
 pub use waiters::{WaiterCounts, WaiterHub};
 pub use write::Write;
 pub use writes::{
-    AppendOutcomes, AppendResponse, BUFFER_RECHECK, CreateBatch, CreateLocked, LockGrant,
-    MAX_BACKFILL_TICKS, TICKS_KEPT, TICKS_PER_PASS, hand_over, hand_over_cloned, hand_over_created,
-    validate_append_batch, validate_create, validate_lock_pending,
+    AppendOutcomes, AppendResponse, BUFFER_RECHECK, CreateBatch, CreateLocked, CreatedEvents,
+    LockGrant, MAX_BACKFILL_TICKS, TICKS_KEPT, TICKS_PER_PASS, hand_over, hand_over_cloned,
+    hand_over_created, validate_append_batch, validate_create, validate_lock_pending,
 };
 
 #[cfg(test)]

@@ -120,27 +120,37 @@ async fn a_lock_whose_responses_do_not_fit_is_read_on_a_reader() {
     store.close().await;
 }
 
+/// The ids of more executions than a lock hands over on the writer's connection by reading,
+/// and their creations, due at `t0`.
+fn more_than_fit() -> (Vec<ExecutionId>, Vec<concepts::CreateRequest>) {
+    let many = u128::try_from(WRITER_HANDOVER_ROWS + 1).expect("small");
+    let ids: Vec<ExecutionId> = (1..=many).map(id).collect();
+    let requests = ids.iter().map(|id| create_request(id.clone(), t0()));
+    (ids.clone(), requests.collect())
+}
+
 #[tokio::test]
 async fn a_lock_of_more_executions_than_fit_is_read_on_a_reader_in_order() {
     let dir = tempfile::tempdir().expect("temp dir");
     let store = open(&dir.path().join("db.sqlite")).await;
-    let many = WRITER_HANDOVER_ROWS + 1;
-    let ids: Vec<ExecutionId> = (1..=u128::try_from(many).expect("small")).map(id).collect();
-    let requests = ids
-        .iter()
-        .map(|id| create_request(id.clone(), t0()))
-        .collect();
-    store.create_batch(requests).await.expect("creates");
+    let (ids, requests) = more_than_fit();
+    let many = ids.len();
+    // Created by another connection: this store's writer kept none of their `Created` events.
+    let other = open(&dir.path().join("db.sqlite")).await;
+    other.create_batch(requests).await.expect("creates");
+    other.close().await;
     let before = store.reads_sent();
     let locked = store.lock_pending(lock_request(many)).await.expect("locks");
     assert_eq!(store.reads_sent() - before, 1);
     let locked_ids: Vec<ExecutionId> = locked.iter().map(|l| l.execution_id.clone()).collect();
     assert_eq!(locked_ids, ids);
     // A few short ones fit.
-    store
+    let other = open(&dir.path().join("db.sqlite")).await;
+    other
         .create_batch((100..103).map(|n| create_request(id(n), t0())).collect())
         .await
         .expect("creates");
+    other.close().await;
     let before = store.reads_sent();
     let locked = store.lock_pending(lock_request(3)).await.expect("locks");
     assert_eq!(store.reads_sent() - before, 0);
@@ -148,5 +158,64 @@ async fn a_lock_of_more_executions_than_fit_is_read_on_a_reader_in_order() {
     for one in &locked {
         assert_handed_over_as_stored(&store, one).await;
     }
+    store.close().await;
+}
+
+#[tokio::test]
+async fn a_first_lease_of_executions_the_store_created_is_handed_over_without_a_read() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = open(&dir.path().join("db.sqlite")).await;
+    let (ids, requests) = more_than_fit();
+    let many = ids.len();
+    store.create_batch(requests).await.expect("creates");
+    let before = store.reads_sent();
+    let locked = store.lock_pending(lock_request(many)).await.expect("locks");
+    assert_eq!(
+        store.reads_sent() - before,
+        0,
+        "the writer kept every `Created`"
+    );
+    let locked_ids: Vec<ExecutionId> = locked.iter().map(|l| l.execution_id.clone()).collect();
+    assert_eq!(locked_ids, ids);
+    for one in &locked {
+        assert_handed_over_as_stored(&store, one).await;
+    }
+    store.close().await;
+}
+
+#[tokio::test]
+async fn a_created_event_kept_by_the_writer_is_not_handed_over_once_another_connection_wrote() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("db.sqlite");
+    let store = open(&path).await;
+    store
+        .create(create_request(id(1), t0()))
+        .await
+        .expect("creates");
+    // Another process cancels it, prunes it and creates it again with other parameters.
+    let other = open(&path).await;
+    let cancel = concepts::CancelRequest {
+        execution_id: id(1),
+        now: t0(),
+        reason: "test".to_owned(),
+    };
+    other.cancel(cancel).await.expect("cancels");
+    let prune = concepts::PruneRequest {
+        finished_before: t0() + chrono::Duration::seconds(1),
+        limit: 10,
+        after: None,
+    };
+    assert_eq!(other.prune(prune).await.expect("prunes").executions, 1);
+    let again = concepts::CreateRequest {
+        params: concepts::Json(serde_json::json!(["again"])),
+        ..create_request(id(1), t0())
+    };
+    other.create(again.clone()).await.expect("creates again");
+    other.close().await;
+    let (locked, _) = lock_one(&store).await;
+    assert_eq!(
+        locked.params, again.params,
+        "the stored `Created`, not the kept one"
+    );
     store.close().await;
 }

@@ -10,16 +10,19 @@
 //! later).
 
 use crate::{
-    CreateRequest, Created, DbError, ExecutionEvent, ExecutionEventInner, ExecutionMetadata,
-    FunctionFqn, HistoryEvent, JoinSetResponseEventOuter, LockPendingRequest, Locked,
-    LockedExecution, Params, RunId, ValidationError, Version,
+    CreateRequest, Created, DbError, ExecutionEvent, ExecutionEventInner, ExecutionId,
+    ExecutionMetadata, FunctionFqn, HistoryEvent, JoinSetResponseEventOuter, LockPendingRequest,
+    Locked, LockedExecution, Params, PendingState, RunId, ValidationError, Version,
     kernel::{
-        DueQuery, ExecutionRow, Keys, LogRows, Planner, Write, snapshot::inconsistent,
-        write::sealed::Sealed,
+        DueQuery, ExecutionRow, FastHash, Keys, LogRows, Planner, Write, WritePlan,
+        snapshot::inconsistent, write::sealed::Sealed,
     },
 };
 use chrono::{DateTime, Utc};
-use std::sync::Arc;
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex, MutexGuard, PoisonError},
+};
 
 impl Sealed for LockPendingRequest {}
 
@@ -184,6 +187,147 @@ pub fn hand_over(grant: LockGrant, mut log: LogRows) -> Result<LockedExecution, 
         .collect();
     let created = (params, metadata, scheduled_at);
     Ok(assemble(grant, created, event_history, log.responses))
+}
+
+/// The `Created` events of the executions a store created due at once, kept after their
+/// commit so that the hand-over of their first lease reads nothing
+/// ([`CreatedEvents::hand_over_leading`]). A `Created` event never changes while its execution
+/// exists, so what is kept is what a read would find, as long as the store forgets an
+/// execution it deletes and forgets them all when another connection may have written (it may
+/// have deleted one and created it again under the same id). Each event is used once; at most
+/// `capacity` events are kept, of about [`CreatedEvents::MAX_BYTES`] together; one over either
+/// bound forgets all the others first.
+#[derive(Debug)]
+pub struct CreatedEvents {
+    kept: Mutex<Kept>,
+    capacity: usize,
+}
+
+/// The events [`CreatedEvents`] keeps, each with its estimated size, and their total.
+#[derive(Debug, Default)]
+struct Kept {
+    events: HashMap<ExecutionId, (Box<Created>, usize), FastHash>,
+    bytes: usize,
+}
+
+impl CreatedEvents {
+    /// About how many bytes the kept events take together, their parameters and metadata
+    /// included; an event of more than a 64th of it is not kept.
+    pub const MAX_BYTES: usize = 16 << 20;
+
+    /// Keeps at most `capacity` events (a store that remembers more forgets the older first).
+    #[must_use]
+    pub fn new(capacity: usize) -> Self {
+        Self {
+            kept: Mutex::default(),
+            capacity,
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Kept> {
+        self.kept.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Takes the `Created` events of the executions `plans` created due at once (after their
+    /// commit; the plans are done with), and forgets the executions they deleted.
+    pub fn remember(&self, plans: Vec<WritePlan>) {
+        let mut kept = self.lock();
+        for plan in plans {
+            for execution_id in &plan.deleted {
+                if let Some((_, size)) = kept.events.remove(execution_id) {
+                    kept.bytes -= size;
+                }
+            }
+            for mut change in plan.changes {
+                let due = match change.row.state.pending_state {
+                    PendingState::PendingAt { scheduled_at } => scheduled_at,
+                    _ => continue,
+                };
+                let Some((Version(0), event)) = change.events.drain(..).next() else {
+                    continue;
+                };
+                let ExecutionEvent {
+                    created_at,
+                    event: ExecutionEventInner::Created(created),
+                } = event
+                else {
+                    continue;
+                };
+                // The event, its entry and its id, then what it holds.
+                let size = 256
+                    + json_size(&created.params.0)
+                    + (created.metadata.0.iter())
+                        .map(|(key, value)| key.len() + value.len())
+                        .sum::<usize>();
+                if due > created_at || size > Self::MAX_BYTES / 64 {
+                    continue;
+                }
+                if kept.events.len() >= self.capacity || kept.bytes + size > Self::MAX_BYTES {
+                    *kept = Kept::default();
+                }
+                kept.bytes += size;
+                let replaced = kept.events.insert(change.row.execution_id, (created, size));
+                if let Some((_, size)) = replaced {
+                    kept.bytes -= size;
+                }
+            }
+        }
+    }
+
+    /// Forgets every event: another connection may have deleted or created any execution.
+    pub fn clear(&self) {
+        *self.lock() = Kept::default();
+    }
+
+    /// Hands over the leading `grants` whose history is their `Created` event alone (a first
+    /// lease, no response), kept here, and removes them from `grants`; the rest, from the
+    /// first grant whose event is not kept on, are the backend's to read, in their order.
+    pub fn hand_over_leading(&self, grants: &mut Vec<LockGrant>) -> Vec<LockedExecution> {
+        let mut kept = self.lock();
+        let mut found = Vec::new();
+        for grant in grants.iter() {
+            let first = grant.events_handed_over() == 1 && grant.responses_handed_over() == 0;
+            match first.then(|| kept.events.remove(&grant.row.execution_id)) {
+                Some(Some((created, size))) => {
+                    kept.bytes -= size;
+                    found.push(created);
+                }
+                _ => break,
+            }
+        }
+        drop(kept);
+        (grants.drain(..found.len()).zip(found))
+            .map(|(grant, created)| {
+                let Created {
+                    params,
+                    metadata,
+                    scheduled_at,
+                    ..
+                } = *created;
+                assemble(
+                    grant,
+                    (params, metadata, scheduled_at),
+                    Vec::new(),
+                    Vec::new(),
+                )
+            })
+            .collect()
+    }
+}
+
+/// About how many bytes `value` holds.
+fn json_size(value: &serde_json::Value) -> usize {
+    use serde_json::Value;
+    match value {
+        Value::Null | Value::Bool(_) | Value::Number(_) => 8,
+        Value::String(text) => 8 + text.len(),
+        Value::Array(items) => 8 + items.iter().map(json_size).sum::<usize>(),
+        Value::Object(map) => {
+            8 + (map.iter())
+                .map(|(key, value)| key.len() + json_size(value))
+                .sum::<usize>()
+        }
+    }
 }
 
 /// As [`hand_over`], from a history the backend holds in place (the memory store's records)

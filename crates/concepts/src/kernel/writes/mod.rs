@@ -13,7 +13,9 @@ mod schedule;
 
 pub use append_batch::validate_append_batch;
 pub use create::{CreateBatch, CreateLocked, validate_create};
-pub use lock::{LockGrant, hand_over, hand_over_cloned, hand_over_created, validate_lock_pending};
+pub use lock::{
+    CreatedEvents, LockGrant, hand_over, hand_over_cloned, hand_over_created, validate_lock_pending,
+};
 pub use outcome::AppendOutcomes;
 pub use response::AppendResponse;
 pub use schedule::{BUFFER_RECHECK, MAX_BACKFILL_TICKS, TICKS_KEPT, TICKS_PER_PASS};
