@@ -82,12 +82,9 @@ pub(crate) async fn locked_executions(
         return Ok(Vec::new());
     };
     let [rows] = run_present(client, None, false, [Some(statement)]).await?;
-    if rows.len() != grants.len() {
-        return Err(corrupt(format!(
-            "{} histories of {} leases",
-            rows.len(),
-            grants.len()
-        )));
+    let (histories, leases) = (rows.len(), grants.len());
+    if histories != leases {
+        return Err(corrupt(format!("{histories} histories of {leases} leases")));
     }
     (grants.into_iter().zip(&rows))
         .map(|(grant, row)| {

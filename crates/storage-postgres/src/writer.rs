@@ -63,14 +63,15 @@ impl WriteTx {
         result
     }
 
-    /// Rolls back; a connection that cannot even do that (or whose caller gives up before the
-    /// answer) leaves the pool.
-    async fn rollback(mut self, trips: &Trips) {
+    /// Rolls back after `err`, which the write answers; a connection that cannot even roll
+    /// back (or whose caller gives up before the answer) leaves the pool.
+    async fn rollback(mut self, trips: &Trips, err: DbError) -> NotCommitted {
         trips.one();
         match self.client().batch_execute("ROLLBACK").await {
             Ok(()) => drop(self.client.take()),
             Err(e) => tracing::debug!(error = %e, "cannot roll back; dropping the connection"),
         }
+        NotCommitted::RolledBack(err)
     }
 }
 
@@ -138,10 +139,7 @@ impl Transactions for Writer {
             Some((plan, assumed)) => (plan, Some(assumed)),
             None => match self.load_and_plan(&tx, write).await {
                 Ok(plan) => (plan, None),
-                Err(e) => {
-                    tx.rollback(&self.trips).await;
-                    return Err(NotCommitted::RolledBack(e));
-                }
+                Err(e) => return Err(tx.rollback(&self.trips, e).await),
             },
         };
         let granted = write.granted();
@@ -158,8 +156,7 @@ impl Transactions for Writer {
         let keys = Keys::union(writes.iter().map(|write| write.keys()));
         let mut snapshot = Snapshot::default();
         if let Err(e) = load::load(tx.client(), &self.trips, &keys, true, &mut snapshot).await {
-            tx.rollback(&self.trips).await;
-            return Err(NotCommitted::RolledBack(e));
+            return Err(tx.rollback(&self.trips, e).await);
         }
         let mut group = GroupPlanner::owning(snapshot);
         for write in writes.iter_mut() {
