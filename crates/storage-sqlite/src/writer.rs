@@ -412,9 +412,10 @@ impl Writer<'_> {
         }
         if let Some((start, _)) = open {
             match exec(self.conn, "COMMIT") {
-                Ok(()) => plans
-                    .iter()
-                    .for_each(|plan| self.known.remember_for_next(plan)),
+                Ok(()) => plans.iter().for_each(|plan| {
+                    self.known.remember_for_next(plan);
+                    self.created.forget(plan);
+                }),
                 Err(err) => {
                     let err = SqliteError::from(err).into_db_error(path);
                     self.abort(&mut batch[start..end], &mut plans, &err);

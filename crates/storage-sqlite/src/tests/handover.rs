@@ -219,3 +219,69 @@ async fn a_created_event_kept_by_the_writer_is_not_handed_over_once_another_conn
     );
     store.close().await;
 }
+
+/// A `Created` kept from an earlier transaction, of an execution that one transaction prunes,
+/// creates again and leases: the lease hands over the new `Created`.
+#[test]
+fn a_created_event_kept_by_the_writer_is_forgotten_as_its_prune_commits() {
+    use crate::{SqliteConfig, ops::Written, reads, schema, writer};
+    use concepts::{
+        CancelRequest, CreateRequest, Json, PruneRequest,
+        kernel::{CreateBatch, WaiterHub, Write},
+    };
+    /// A kernel write as the writer's command, its reply dropped.
+    fn command<W: Write + Send + 'static>(write: W) -> Box<dyn writer::Command>
+    where
+        W::Reply: Send,
+    {
+        let keys = write.keys().expect("valid");
+        writer::FnCommand::boxed(Written { write, keys }, |_, _| ()).0
+    }
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("db.sqlite");
+    let mut config = SqliteConfig::new(&path);
+    config.max_commands_per_transaction = 3;
+    let (conn, _) = schema::open_writer(&config).expect("opens");
+    let later = t0() + chrono::Duration::hours(1);
+    let again = CreateRequest {
+        params: Json(serde_json::json!(["again"])),
+        ..create_request(id(1), t0())
+    };
+    let lock = lock_request(1);
+    let keys = lock.keys().expect("valid");
+    let (lock, locked) = writer::FnCommand::boxed(Written { write: lock, keys }, |at, grants| {
+        reads::handover_on_writer(at, grants)
+    });
+    // The first transaction creates and cancels it, which leaves its `Created` kept (a create
+    // due later fills the transaction); the second prunes it, creates it again and leases it.
+    let commands = [
+        command(CreateBatch(vec![create_request(id(1), t0())])),
+        command(CancelRequest {
+            execution_id: id(1),
+            now: t0(),
+            reason: "test".to_owned(),
+        }),
+        command(CreateBatch(vec![create_request(id(2), later)])),
+        command(PruneRequest {
+            finished_before: t0() + chrono::Duration::seconds(1),
+            limit: 10,
+            after: None,
+        }),
+        command(CreateBatch(vec![again.clone()])),
+        lock,
+    ];
+    let (tx, rx) = tokio::sync::mpsc::channel(16);
+    for command in commands {
+        assert!(tx.try_send(writer::Message::Command(command)).is_ok());
+    }
+    assert!(tx.try_send(writer::Message::Shutdown).is_ok());
+    drop(tx);
+    writer::run(conn, &config, rx, &WaiterHub::new());
+    let (ready, unread) = locked.blocking_recv().expect("replied").expect("locks");
+    assert!(unread.is_empty(), "a short history is read on the writer");
+    assert_eq!(ready.len(), 1);
+    assert_eq!(
+        ready[0].params, again.params,
+        "the new `Created`, not the kept one"
+    );
+}

@@ -193,8 +193,9 @@ pub fn hand_over(grant: LockGrant, mut log: LogRows) -> Result<LockedExecution, 
 /// commit so that the hand-over of their first lease reads nothing
 /// ([`CreatedEvents::hand_over_leading`]). A `Created` event never changes while its execution
 /// exists, so what is kept is what a read would find, as long as the store forgets an
-/// execution it deletes and forgets them all when another connection may have written (it may
-/// have deleted one and created it again under the same id). Each event is used once; at most
+/// execution as its deletion commits ([`CreatedEvents::forget`]) and forgets them all when
+/// another connection may have written (it may have deleted one and created it again under the
+/// same id). Each event is used once; at most
 /// `capacity` events are kept, of about [`CreatedEvents::MAX_BYTES`] together; one over either
 /// bound forgets all the others first.
 #[derive(Debug)]
@@ -228,16 +229,26 @@ impl CreatedEvents {
         self.kept.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Takes the `Created` events of the executions `plans` created due at once (after their
-    /// commit; the plans are done with), and forgets the executions they deleted.
+    /// Forgets the executions `plan` deleted. Called as each plan commits, before anything of
+    /// its transaction is handed over: a lock in the same transaction may lease an execution
+    /// that a write before it pruned and created again under the same id.
+    pub fn forget(&self, plan: &WritePlan) {
+        if plan.deleted.is_empty() {
+            return;
+        }
+        let mut kept = self.lock();
+        for execution_id in &plan.deleted {
+            if let Some((_, size)) = kept.events.remove(execution_id) {
+                kept.bytes -= size;
+            }
+        }
+    }
+
+    /// Takes the `Created` events of the executions `plans` created due at once, once they
+    /// committed and were [`forgotten`](Self::forget) (the plans are done with).
     pub fn remember(&self, plans: Vec<WritePlan>) {
         let mut kept = self.lock();
         for plan in plans {
-            for execution_id in &plan.deleted {
-                if let Some((_, size)) = kept.events.remove(execution_id) {
-                    kept.bytes -= size;
-                }
-            }
             for mut change in plan.changes {
                 let due = match change.row.state.pending_state {
                     PendingState::PendingAt { scheduled_at } => scheduled_at,
