@@ -195,9 +195,8 @@ pub fn hand_over(grant: LockGrant, mut log: LogRows) -> Result<LockedExecution, 
 /// exists, so what is kept is what a read would find, as long as the store forgets an
 /// execution as its deletion commits ([`CreatedEvents::forget`]) and forgets them all when
 /// another connection may have written (it may have deleted one and created it again under the
-/// same id). Each event is used once; at most
-/// `capacity` events are kept, of about [`CreatedEvents::MAX_BYTES`] together; one over either
-/// bound forgets all the others first.
+/// same id). Each event is used once; at most `capacity` events are kept, of about
+/// [`CreatedEvents::MAX_BYTES`] together; one over either bound forgets all the others first.
 #[derive(Debug)]
 pub struct CreatedEvents {
     kept: Mutex<Kept>,
@@ -216,7 +215,7 @@ impl CreatedEvents {
     /// included; an event of more than a 64th of it is not kept.
     pub const MAX_BYTES: usize = 16 << 20;
 
-    /// Keeps at most `capacity` events (a store that remembers more forgets the older first).
+    /// Keeps at most `capacity` events (one more forgets all the others first).
     #[must_use]
     pub fn new(capacity: usize) -> Self {
         Self {
@@ -264,13 +263,16 @@ impl CreatedEvents {
                 else {
                     continue;
                 };
+                if due > created_at {
+                    continue;
+                }
                 // The event, its entry and its id, then what it holds.
                 let size = 256
                     + json_size(&created.params.0)
                     + (created.metadata.0.iter())
                         .map(|(key, value)| key.len() + value.len())
                         .sum::<usize>();
-                if due > created_at || size > Self::MAX_BYTES / 64 {
+                if size > Self::MAX_BYTES / 64 {
                     continue;
                 }
                 if kept.events.len() >= self.capacity || kept.bytes + size > Self::MAX_BYTES {
