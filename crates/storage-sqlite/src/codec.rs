@@ -4,7 +4,7 @@
 
 use crate::error::Result;
 use concepts::{
-    ExecutionEventInner, JoinSetResponse, PendingState,
+    ExecutionEventInner, JoinSetResponse,
     kernel::{
         ExecutionRow,
         stored::{self, StoredRow, micros, state_json, to_i64},
@@ -88,36 +88,15 @@ pub(crate) fn nullable<T: Into<Value>>(value: Option<T>) -> ToSqlOutput<'static>
 }
 
 /// The values of the columns of `t_execution_state` that a write changes, in their order, bound
-/// as `?1..?13` by both the insert and the update of a state row.
+/// as `?1..?9` by both the insert and the updates of a state row.
 pub(crate) fn state_columns(row: &ExecutionRow) -> Result<Vec<ToSqlOutput<'_>>> {
     let state = &row.state.pending_state;
-    let (executor_id, run_id, join_set_id, result_kind) = match state {
-        PendingState::Locked {
-            executor_id,
-            run_id,
-            ..
-        } => (
-            Some(executor_id.to_string()),
-            Some(run_id.to_string()),
-            None,
-            None,
-        ),
-        PendingState::BlockedByJoinSet { join_set_id, .. } => {
-            (None, None, Some(join_set_id.to_string()), None)
-        }
-        PendingState::Finished { result_kind, .. } => (None, None, None, Some(result_kind)),
-        PendingState::PendingAt { .. } => (None, None, None, None),
-    };
     Ok(vec![
         row.execution_id.as_str().into(),
         i64::from(row.state.next_version.0).into(),
         state.kind().to_string().into(),
         nullable(state.pending_at().map(micros)),
         nullable(state.lock_expires_at().map(micros)),
-        nullable(executor_id),
-        nullable(run_id),
-        nullable(join_set_id),
-        nullable(result_kind.map(ToString::to_string)),
         state_json(state)?.into(),
         i64::from(row.temporary_event_count).into(),
         nullable(state.finished_at().map(micros)),

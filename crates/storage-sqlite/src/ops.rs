@@ -310,7 +310,7 @@ impl<'c> WriteCtx<'c> {
     /// Writes every change of `plan`, then deletes what it prunes; each response's place in
     /// the plan becomes the one it was stored at.
     pub(crate) fn persist(&self, plan: &mut WritePlan) -> Result<()> {
-        let (mut insert_state, mut update_state, mut insert_event) = (None, None, None);
+        let (mut insert_state, mut update_state, mut insert_event) = (None, [None, None], None);
         for change in &mut plan.changes {
             if let Some(created) = change.created() {
                 self.insert_execution(&mut insert_state, &change.row, created)?;
@@ -411,11 +411,10 @@ impl<'c> WriteCtx<'c> {
         req: NewExecution<'_>,
     ) -> Result<()> {
         let sql = "INSERT INTO t_execution_state (execution_id, next_version, state, pending_at, \
-             lock_expires_at, executor_id, run_id, join_set_id, result_kind, state_json, \
-             temporary_event_count, finished_at, response_count, ffqn, component_id, \
-             max_retries, retry_exp_backoff_us, parent_execution_id, parent_join_set_id, \
-             is_top_level, created_at, scheduled_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, \
-             ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22)";
+             lock_expires_at, state_json, temporary_event_count, finished_at, response_count, \
+             ffqn, component_id, max_retries, retry_exp_backoff_us, parent_execution_id, \
+             parent_join_set_id, is_top_level, created_at, scheduled_at) VALUES (?1, ?2, ?3, ?4, \
+             ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)";
         let parent = row.parent.as_ref();
         let mut params = state_columns(row)?;
         params.extend([
@@ -437,12 +436,23 @@ impl<'c> WriteCtx<'c> {
         Ok(())
     }
 
-    /// Writes the state row of an existing execution back.
-    fn update_execution(&self, stmt: &mut Reused<'c>, row: &ExecutionRow) -> Result<()> {
-        let sql = "UPDATE t_execution_state SET next_version = ?2, state = ?3, pending_at = ?4, \
-             lock_expires_at = ?5, executor_id = ?6, run_id = ?7, join_set_id = ?8, \
-             result_kind = ?9, state_json = ?10, temporary_event_count = ?11, finished_at = ?12, \
-             response_count = ?13 WHERE execution_id = ?1";
+    /// Writes the state row of an existing execution back. A row that stays unfinished keeps
+    /// `finished_at` NULL and is written by a statement that does not set it, so that SQLite
+    /// leaves `ix_state_unfinished` (`WHERE finished_at IS NULL`) alone: an execution enters
+    /// that index when created and leaves it when it finishes, and its leases do not touch it.
+    fn update_execution(&self, stmts: &mut [Reused<'c>; 2], row: &ExecutionRow) -> Result<()> {
+        const UNFINISHED: &str = "UPDATE t_execution_state SET next_version = ?2, state = ?3, \
+             pending_at = ?4, lock_expires_at = ?5, state_json = ?6, temporary_event_count = ?7, \
+             response_count = ?9 WHERE execution_id = ?1";
+        const FINISHED: &str = "UPDATE t_execution_state SET next_version = ?2, state = ?3, \
+             pending_at = ?4, lock_expires_at = ?5, state_json = ?6, temporary_event_count = ?7, \
+             finished_at = ?8, response_count = ?9 WHERE execution_id = ?1";
+        let [unfinished, finished] = stmts;
+        let (stmt, sql) = if row.state.pending_state.is_finished() {
+            (finished, FINISHED)
+        } else {
+            (unfinished, UNFINISHED)
+        };
         let changed =
             reused(self.conn, stmt, sql)?.execute(params_from_iter(&state_columns(row)?))?;
         if changed != 1 {

@@ -130,7 +130,7 @@ pub(crate) fn due<T>(
 
 /// The statement of a listing and its values: only the filters given are in it, so that its
 /// plan reads the index they name (a state but `Finished` reads `ix_state_unfinished`, whose
-/// condition the statement repeats; a parent `ix_state_parent`; an id prefix its range of the
+/// condition the statement repeats, and filters its range by state; a parent `ix_state_parent`; an id prefix its range of the
 /// primary key; anything else `ix_state_created`).
 pub(crate) fn listing(
     filter: &ListExecutionsFilter,
@@ -147,7 +147,7 @@ pub(crate) fn listing(
             ListTerm::Function(ffqn) => ("ffqn = ?".into(), vec![text(ffqn)]),
             // One of four literals, inlined: the planner sees the condition.
             ListTerm::State(kind) => (format!("state = '{kind}'"), vec![]),
-            ListTerm::Unfinished => ("state <> 'Finished'".into(), vec![]),
+            ListTerm::Unfinished => ("finished_at IS NULL".into(), vec![]),
             ListTerm::TopLevel => ("is_top_level = 1".into(), vec![]),
             ListTerm::Parent(parent) => ("parent_execution_id = ?".into(), vec![text(parent)]),
             ListTerm::CreatedAfter(at) => ("created_at > ?".into(), vec![micros(at).into()]),

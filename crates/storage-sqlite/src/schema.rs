@@ -174,6 +174,20 @@ UPDATE t_execution_state SET response_count = (
     SELECT COUNT(*) FROM t_response AS r WHERE r.execution_id = t_execution_state.execution_id
 ) WHERE execution_id IN (SELECT execution_id FROM t_response);
 ",
+    // Version 10: the unfinished executions indexed by creation under a condition a lease does
+    // not change (`finished_at` is set once, when the execution finishes), so that each enters
+    // the index once and leaves it once; a listing by state filters that range. And the four
+    // columns nothing read (`executor_id`, `run_id`, `join_set_id`, `result_kind`: the state's
+    // JSON holds them), dropped.
+    r"
+DROP INDEX ix_state_unfinished;
+CREATE INDEX ix_state_unfinished ON t_execution_state (created_at, execution_id)
+    WHERE finished_at IS NULL;
+ALTER TABLE t_execution_state DROP COLUMN executor_id;
+ALTER TABLE t_execution_state DROP COLUMN run_id;
+ALTER TABLE t_execution_state DROP COLUMN join_set_id;
+ALTER TABLE t_execution_state DROP COLUMN result_kind;
+",
 ];
 
 pub(crate) fn current_version() -> u32 {

@@ -137,6 +137,13 @@ fn delay_finished(join_set_id: &JoinSetId, delay_id: DelayId) -> JoinSetResponse
 /// have left it: the rows are the same, less what later migrations added.
 fn downgrade(path: &Path, to: u32) {
     let conn = rusqlite::Connection::open(path).expect("opens");
+    conn.execute_batch(
+        "ALTER TABLE t_execution_state ADD COLUMN executor_id TEXT; \
+         ALTER TABLE t_execution_state ADD COLUMN run_id TEXT; \
+         ALTER TABLE t_execution_state ADD COLUMN join_set_id TEXT; \
+         ALTER TABLE t_execution_state ADD COLUMN result_kind TEXT;",
+    )
+    .expect("drops version 10");
     conn.execute_batch("ALTER TABLE t_execution_state DROP COLUMN response_count;")
         .expect("drops version 8");
     conn.execute_batch(
@@ -298,6 +305,32 @@ async fn an_older_schema_is_migrated_and_keeps_its_data() {
             )
             .expect("reads");
         assert!(has_index, "migration 2 created its index");
+        let columns: Vec<String> = conn
+            .prepare("SELECT name FROM pragma_table_info('t_execution_state')")
+            .and_then(|mut stmt| stmt.query_map([], |row| row.get(0))?.collect())
+            .expect("reads the columns");
+        for dropped in ["executor_id", "run_id", "join_set_id", "result_kind"] {
+            assert!(
+                !columns.iter().any(|c| c == dropped),
+                "migration 10 dropped {dropped}"
+            );
+        }
+        let pending = store
+            .list_executions(
+                concepts::ListExecutionsFilter {
+                    state: Some(concepts::PendingStateKind::PendingAt),
+                    ..Default::default()
+                },
+                concepts::Pagination::default(),
+            )
+            .await
+            .expect("lists");
+        let pending: Vec<_> = pending.into_iter().map(|s| s.execution_id).collect();
+        assert_eq!(
+            pending,
+            [id(8).clone(), id(7).clone()],
+            "both pending executions listed, newest first, the row of version 1 among them"
+        );
         assert_eq!(
             store
                 .get(&id(7))
@@ -425,8 +458,15 @@ async fn the_migration_to_version_9_counts_every_stored_response() {
         store.close().await;
     }
     let conn = rusqlite::Connection::open(&path).expect("opens");
-    conn.execute_batch("UPDATE t_execution_state SET response_count = 0; PRAGMA user_version = 8;")
-        .expect("leaves the rows as version 8 did");
+    conn.execute_batch(
+        "UPDATE t_execution_state SET response_count = 0; \
+         ALTER TABLE t_execution_state ADD COLUMN executor_id TEXT; \
+         ALTER TABLE t_execution_state ADD COLUMN run_id TEXT; \
+         ALTER TABLE t_execution_state ADD COLUMN join_set_id TEXT; \
+         ALTER TABLE t_execution_state ADD COLUMN result_kind TEXT; \
+         PRAGMA user_version = 8;",
+    )
+    .expect("leaves the rows as version 8 did");
     drop(conn);
     let store = open(&path).await;
     let count: i64 = rusqlite::Connection::open(&path)
