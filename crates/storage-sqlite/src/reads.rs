@@ -130,8 +130,9 @@ pub(crate) fn due<T>(
 
 /// The statement of a listing and its values: only the filters given are in it, so that its
 /// plan reads the index they name (a state but `Finished` reads `ix_state_unfinished`, whose
-/// condition the statement repeats, and filters its range by state; a parent `ix_state_parent`; an id prefix its range of the
-/// primary key; anything else `ix_state_created`).
+/// condition the statement repeats, and filters its range by state; a parent
+/// `ix_state_parent`; an id prefix its range of the primary key; anything else
+/// `ix_state_created`).
 pub(crate) fn listing(
     filter: &ListExecutionsFilter,
     pagination: &Pagination,
