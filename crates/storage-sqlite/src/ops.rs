@@ -45,6 +45,17 @@ fn reused<'s, 'c>(
     Ok(slot.insert(stmt))
 }
 
+/// The update of a state row that stays unfinished: it does not set `finished_at` (NULL until
+/// the execution finishes), which is all `ix_state_unfinished` reads (`update_execution`).
+pub(crate) const UPDATE_UNFINISHED: &str = "UPDATE t_execution_state SET next_version = ?2, \
+     state = ?3, pending_at = ?4, lock_expires_at = ?5, state_json = ?6, \
+     temporary_event_count = ?7, response_count = ?9 WHERE execution_id = ?1";
+
+/// The update of a state row that finished (or was finished): every column of the state.
+pub(crate) const UPDATE_FINISHED: &str = "UPDATE t_execution_state SET next_version = ?2, \
+     state = ?3, pending_at = ?4, lock_expires_at = ?5, state_json = ?6, \
+     temporary_event_count = ?7, finished_at = ?8, response_count = ?9 WHERE execution_id = ?1";
+
 /// The tables that hold rows of an execution besides its state row, each keyed (or indexed)
 /// by `execution_id` first, so that each delete of a pruned execution is a range of one index.
 const DELETES: [&str; 4] = [
@@ -441,17 +452,11 @@ impl<'c> WriteCtx<'c> {
     /// leaves `ix_state_unfinished` (`WHERE finished_at IS NULL`) alone: an execution enters
     /// that index when created and leaves it when it finishes, and its leases do not touch it.
     fn update_execution(&self, stmts: &mut [Reused<'c>; 2], row: &ExecutionRow) -> Result<()> {
-        const UNFINISHED: &str = "UPDATE t_execution_state SET next_version = ?2, state = ?3, \
-             pending_at = ?4, lock_expires_at = ?5, state_json = ?6, temporary_event_count = ?7, \
-             response_count = ?9 WHERE execution_id = ?1";
-        const FINISHED: &str = "UPDATE t_execution_state SET next_version = ?2, state = ?3, \
-             pending_at = ?4, lock_expires_at = ?5, state_json = ?6, temporary_event_count = ?7, \
-             finished_at = ?8, response_count = ?9 WHERE execution_id = ?1";
         let [unfinished, finished] = stmts;
         let (stmt, sql) = if row.state.pending_state.is_finished() {
-            (finished, FINISHED)
+            (finished, UPDATE_FINISHED)
         } else {
-            (unfinished, UNFINISHED)
+            (unfinished, UPDATE_UNFINISHED)
         };
         let changed =
             reused(self.conn, stmt, sql)?.execute(params_from_iter(&state_columns(row)?))?;
