@@ -49,6 +49,7 @@ pub struct Rule {
 pub const DRIVERS: &[&str] = &[
     "rusqlite",
     "libsqlite3-sys",
+    "sqlite-wal-batch",
     "tokio-postgres",
     "postgres*",
     "deadpool*",
@@ -69,7 +70,7 @@ pub const RULES: &[Rule] = &[
     Rule { crates: "server", edges: Edges::DirectDev, forbidden: &["storage-*", "@driver"], allowed: &[], why: "the server's tests get their stores from test-support's factories, they name no backend themselves" },
     Rule { crates: "ui", edges: Edges::Normal, forbidden: &["storage-*", "@driver"], allowed: &[], why: "the web UI reads any store through the API's reads and the storage traits, it names no backend" },
     Rule { crates: "ui", edges: Edges::DirectDev, forbidden: &["storage-*", "@driver"], allowed: &[], why: "the UI's tests get their stores from test-support's factories, they name no backend themselves" },
-    Rule { crates: "storage-*", edges: Edges::Normal, forbidden: &["@workspace"], allowed: &["concepts"], why: "a backend implements the concepts traits and knows nothing built on top of them" },
+    Rule { crates: "storage-*", edges: Edges::Normal, forbidden: &["@workspace"], allowed: &["concepts", "sqlite-wal-batch"], why: "a backend implements the concepts traits and knows nothing built on top of them (sqlite-wal-batch is part of SQLite's driver)" },
     Rule { crates: "test-utils", edges: Edges::Normal, forbidden: &["@workspace"], allowed: &["concepts"], why: "every crate's tests use it, so it must sit below all of them but concepts" },
     Rule { crates: "conformance", edges: Edges::NormalAndDev, forbidden: &["storage-*"], allowed: &[], why: "the suite is run by every backend and names none of them" },
     Rule { crates: "simulation", edges: Edges::NormalAndDev, forbidden: &["storage-*", "@driver"], allowed: &["storage-memory"], why: "the simulation runs on the memory backend alone: no driver, no I/O, nothing that is not deterministic" },

@@ -227,7 +227,15 @@ pub(crate) fn open_writer(
     if config.schema.create {
         flags |= OpenFlags::SQLITE_OPEN_CREATE;
     }
-    let conn = match Connection::open_with_flags(&path, flags) {
+    // Under FULL and EXTRA each commit syncs the WAL, so its frames can reach the file as one
+    // write (`sqlite_wal_batch`, which is correct only then); under NORMAL and OFF, SQLite's own.
+    let opened = match config.synchronous {
+        Synchronous::Full | Synchronous::Extra => sqlite_wal_batch::register()
+            .map_err(|err| rusqlite::Error::SqliteFailure(rusqlite::ffi::Error::new(err.0), None))
+            .and_then(|vfs| Connection::open_with_flags_and_vfs(&path, flags, vfs)),
+        Synchronous::Normal | Synchronous::Off => Connection::open_with_flags(&path, flags),
+    };
+    let conn = match opened {
         Ok(conn) => conn,
         Err(source) => return Err(SqliteOpenError::Open { path, source }),
     };
