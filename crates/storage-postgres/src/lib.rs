@@ -24,7 +24,8 @@
 //! A write's notifications are sent right after its `COMMIT`, not inside its transaction (where
 //! `NOTIFY` would hold a database-wide lock through the commit's WAL flush): a process that dies
 //! between the two sends none, so the others learn of that write only when they look again
-//! (executors and the timers watcher poll every `tick_sleep`).
+//! (executors and the timers watcher poll every `tick_sleep`). The write does not wait for its
+//! notifications to run: they are handed to the connection behind the `COMMIT`.
 //!
 //! # Connections, TLS and a failing server
 //!

@@ -17,18 +17,29 @@ const MAX_PACKED: usize = 7_000;
 
 /// Publishes the wake-ups of a committed write ([`kernel::wakeup_messages`]) to every listener,
 /// after its `COMMIT` (why, the crate docs say) in a transaction of its own that commits
-/// asynchronously. A failure is logged, not returned: the write has committed, and
-/// notifications are hints.
+/// asynchronously. It returns once the statement is handed to the connection, without waiting
+/// for the server to run it: the write has committed, and notifications are hints. A failure
+/// to prepare or send it is logged, not returned; an error the server answers is dropped with
+/// the answer (the server logs it).
 pub(crate) async fn publish(client: &deadpool_postgres::ClientWrapper, wakeups: &[Wakeup]) {
     let payloads = kernel::wakeup_messages(wakeups, MAX_PACKED);
     if payloads.is_empty() {
         return;
     }
-    let result = async {
-        let statement = client.prepare_cached(PUBLISH).await?;
-        client.execute(&statement, &[&CHANNEL, &payloads]).await
+    let statement = match client.prepare_cached(PUBLISH).await {
+        Ok(statement) => statement,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot publish notifications; waiters fall back to polling");
+            return;
+        }
     };
-    if let Err(e) = result.await {
+    // The first poll hands the statement to the connection, in order after the write's
+    // `COMMIT`; its answer is not awaited (the connection reads and drops it).
+    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&CHANNEL, &payloads];
+    let sent = client.execute(&statement, &params);
+    let mut sent = std::pin::pin!(sent);
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    if let std::task::Poll::Ready(Err(e)) = sent.as_mut().poll(&mut cx) {
         tracing::warn!(error = %e, "cannot publish notifications; waiters fall back to polling");
     }
 }
