@@ -200,7 +200,9 @@ fn backend_may_only_know_concepts() {
     assert_eq!(paths(&found), ["storage-sqlite -> executor"]);
     let report = found[0].to_string();
     assert!(
-        report.contains("must not depend on another workspace crate (except `concepts` or `sqlite-wal-batch`)"),
+        report.contains(
+            "must not depend on another workspace crate (except `concepts` or `sqlite-wal-batch`)"
+        ),
         "{report}"
     );
     let found = violations(&with(("storage-memory", "storage-sqlite", NORMAL)));
