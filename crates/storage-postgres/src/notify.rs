@@ -26,12 +26,12 @@ pub(crate) async fn publish(client: &deadpool_postgres::ClientWrapper, wakeups: 
     if payloads.is_empty() {
         return;
     }
+    let warn = |e: tokio_postgres::Error| {
+        tracing::warn!(error = %e, "cannot publish notifications; waiters fall back to polling");
+    };
     let statement = match client.prepare_cached(PUBLISH).await {
         Ok(statement) => statement,
-        Err(e) => {
-            tracing::warn!(error = %e, "cannot publish notifications; waiters fall back to polling");
-            return;
-        }
+        Err(e) => return warn(e),
     };
     // The first poll hands the statement to the connection, in order after the write's
     // `COMMIT`; its answer is not awaited (the connection reads and drops it).
@@ -40,7 +40,7 @@ pub(crate) async fn publish(client: &deadpool_postgres::ClientWrapper, wakeups: 
     let mut sent = std::pin::pin!(sent);
     let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
     if let std::task::Poll::Ready(Err(e)) = sent.as_mut().poll(&mut cx) {
-        tracing::warn!(error = %e, "cannot publish notifications; waiters fall back to polling");
+        warn(e);
     }
 }
 

@@ -231,7 +231,10 @@ pub(crate) fn open_writer(
     // write (`sqlite_wal_batch`, which is correct only then); under NORMAL and OFF, SQLite's own.
     let opened = match config.synchronous {
         Synchronous::Full | Synchronous::Extra => sqlite_wal_batch::register()
-            .map_err(|err| rusqlite::Error::SqliteFailure(rusqlite::ffi::Error::new(err.0), None))
+            .map_err(|err| {
+                let code = rusqlite::ffi::Error::new(err.0);
+                rusqlite::Error::SqliteFailure(code, Some(err.to_string()))
+            })
             .and_then(|vfs| Connection::open_with_flags_and_vfs(&path, flags, vfs)),
         Synchronous::Normal | Synchronous::Off => Connection::open_with_flags(&path, flags),
     };
