@@ -48,8 +48,8 @@ const SELECT_EXPIRED_LOCKS: &str = concat!(
 const SELECT_EXPIRED_DELAYS: &str = "SELECT execution_id, delay_id, join_set_id, expires_at, \
     expires_at_ns FROM t_delay WHERE is_open AND expires_at <= $1";
 
-/// The columns of a listing; its conditions follow, one per filter given
-/// ([`listing`]), then `ORDER BY created_at DESC, created_at_ns DESC, execution_id DESC`.
+/// The columns of a listing; its conditions follow, one per filter given ([`listing`]), then
+/// `ORDER BY created_at DESC, created_at_ns DESC, execution_id DESC`.
 const LIST_EXECUTIONS: &str = "SELECT execution_id, ffqn, created_at, created_at_ns, \
     scheduled_at, scheduled_at_ns, state_json, next_version FROM t_execution WHERE true";
 
@@ -98,53 +98,83 @@ pub(crate) async fn locked_executions(
 }
 
 /// The statement of a listing: only the filters given are in it, so that its plan reads the
-/// index they name (a state but `Finished` the partial index of unfinished executions, whose
-/// condition the statement repeats with the kind as a literal; a parent the index of children;
-/// anything else the creation index, newest first).
+/// index they name, newest first: a state but `Finished` the partial index of unfinished
+/// executions, whose condition the statement repeats; `Finished` that of finished ones; the
+/// parked executions (pending from a time inlined as a literal) theirs; a parent the index of
+/// children; a range of ids the primary key. Any other listing reads a page of unfinished and
+/// one of finished executions, each from its index, and merges the two in creation order (a
+/// `UNION ALL` of two limited branches, which the server plans as one ordered append of two
+/// backward index scans; a `UNION ALL` of unlimited branches under one `ORDER BY` it sorted):
+/// no index holds every execution by creation, which would take an entry for each version of
+/// a row.
 pub(crate) fn listing<'a>(
     filter: &'a ListExecutionsFilter,
     pagination: &'a Pagination,
 ) -> (String, Vec<Param<'a>>) {
-    let mut sql = String::from(LIST_EXECUTIONS);
+    let mut conditions = String::new();
     let mut params: Vec<Param<'a>> = Vec::new();
-    let mut term = |clause: &str, bound: Vec<Param<'a>>| {
-        sql.push_str(" AND ");
-        push_renumbered(&mut sql, clause, params.len());
+    // Whether a term names the index to read, or only filters.
+    let mut named = false;
+    let mut term = |clause: &str, bound: Vec<Param<'a>>, names_index: bool| {
+        conditions.push_str(" AND ");
+        push_renumbered(&mut conditions, clause, params.len());
         params.extend(bound);
+        named |= names_index;
     };
     let at = |at: DateTime<Utc>| -> Vec<Param<'a>> { params![micros(at), sub_micros(at)] };
     for list_term in filter.terms(pagination.cursor.as_ref()) {
         match list_term {
-            ListTerm::Function(ffqn) => term("ffqn = $1", params![ffqn.to_string()]),
-            ListTerm::State(kind) => term(&format!("state_kind = {}", kind_to_i16(kind)), vec![]),
-            ListTerm::Unfinished => {
+            ListTerm::Function(ffqn) => term("ffqn = $1", params![ffqn.to_string()], false),
+            ListTerm::State(PendingStateKind::Finished) => {
                 let finished = kind_to_i16(PendingStateKind::Finished);
-                term(&format!("state_kind <> {finished}"), vec![]);
+                let clause = format!("state_kind = {finished} AND finished_at IS NOT NULL");
+                term(&clause, vec![], true);
             }
-            ListTerm::TopLevel => term("is_top_level", vec![]),
-            ListTerm::Parent(parent) => term("parent_execution_id = $1", params![parent.as_str()]),
+            ListTerm::State(kind) => {
+                term(
+                    &format!("state_kind = {}", kind_to_i16(kind)),
+                    vec![],
+                    false,
+                );
+            }
+            ListTerm::Unfinished => term("finished_at IS NULL", vec![], true),
+            ListTerm::TopLevel => term("is_top_level", vec![], false),
+            ListTerm::Parent(parent) => {
+                term("parent_execution_id = $1", params![parent.as_str()], true);
+            }
             ListTerm::CreatedAfter(after) => {
-                term("(created_at, created_at_ns) > ($1, $2)", at(after))
+                term("(created_at, created_at_ns) > ($1, $2)", at(after), false);
             }
             ListTerm::CreatedBefore(before) => {
-                term("(created_at, created_at_ns) < ($1, $2)", at(before))
+                term("(created_at, created_at_ns) < ($1, $2)", at(before), false);
             }
             // Inlined, as the state is: the planner sees how few executions the range holds
             // (the parked ones are pending from a time no clock reaches).
-            ListTerm::PendingFrom(from) => term(&format!("pending_at >= {}", micros(from)), vec![]),
-            ListTerm::IdFrom(low) => term("execution_id >= $1", params![low]),
-            ListTerm::IdBelow(high) => term("execution_id < $1", params![high]),
+            ListTerm::PendingFrom(from) => {
+                term(&format!("pending_at >= {}", micros(from)), vec![], true);
+            }
+            ListTerm::IdFrom(low) => term("execution_id >= $1", params![low], true),
+            ListTerm::IdBelow(high) => term("execution_id < $1", params![high], true),
             ListTerm::Before(cursor_at, id) => term(
                 "(created_at, created_at_ns, execution_id) < ($1, $2, $3)",
                 params![micros(cursor_at), sub_micros(cursor_at), id.as_str()],
+                false,
             ),
         }
     }
     params.push(Box::new(to_i64(pagination.length)));
-    sql.push_str(&format!(
+    let order = format!(
         " ORDER BY created_at DESC, created_at_ns DESC, execution_id DESC LIMIT ${}",
         params.len()
-    ));
+    );
+    let sql = if named {
+        format!("{LIST_EXECUTIONS}{conditions}{order}")
+    } else {
+        format!(
+            "({LIST_EXECUTIONS} AND finished_at IS NULL{conditions}{order}) UNION ALL \
+             ({LIST_EXECUTIONS} AND finished_at IS NOT NULL{conditions}{order}){order}"
+        )
+    };
     (sql, params)
 }
 

@@ -176,6 +176,18 @@ async fn reads_of_many_ids_and_due_executions_stay_bounded_with_statistics() {
 /// whole for a prefix that matches few executions).
 const BY_ID: &str = "t_execution_pkey";
 
+/// What a listing of every state reads: the unfinished and the finished executions, each by
+/// creation, merged.
+const BY_CREATION: &[&str] = &[
+    "t_execution_unfinished_idx",
+    "t_execution_finished_created_idx",
+    "Merge Append",
+];
+
+/// The index of the parked executions, whose condition names `concepts::PARKED_UNTIL` as a
+/// literal: a listing of them reads it only while the two agree.
+const PARKED: &str = "t_execution_parked_idx";
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn listings_read_the_index_of_their_filter_up_to_their_page() {
     let Some(database) = database("listings_read_the_index_of_their_filter_up_to_their_page").await
@@ -198,14 +210,22 @@ async fn listings_read_the_index_of_their_filter_up_to_their_page() {
             };
             let parent = concepts::ExecutionId::generate_at(chrono::DateTime::UNIX_EPOCH);
             let parent_args = format!("'{parent}', 100");
-            let cases = [
+            let cases: [(_, &str, &[&str]); 10] = [
                 (
                     concepts::ListExecutionsFilter {
                         state: Some(concepts::PendingStateKind::PendingAt),
                         ..Default::default()
                     },
                     "100",
-                    "t_execution_unfinished_idx",
+                    &["t_execution_unfinished_idx"],
+                ),
+                (
+                    concepts::ListExecutionsFilter {
+                        state: Some(concepts::PendingStateKind::Finished),
+                        ..Default::default()
+                    },
+                    "100",
+                    &["t_execution_finished_created_idx"],
                 ),
                 (
                     concepts::ListExecutionsFilter {
@@ -213,7 +233,7 @@ async fn listings_read_the_index_of_their_filter_up_to_their_page() {
                         ..Default::default()
                     },
                     parent_args.as_str(),
-                    "t_execution_parent_idx",
+                    &["t_execution_parent_idx"],
                 ),
                 (
                     concepts::ListExecutionsFilter {
@@ -221,7 +241,7 @@ async fn listings_read_the_index_of_their_filter_up_to_their_page() {
                         ..Default::default()
                     },
                     "'f', 100",
-                    "t_execution_created_idx",
+                    BY_CREATION,
                 ),
                 (
                     concepts::ListExecutionsFilter {
@@ -229,7 +249,7 @@ async fn listings_read_the_index_of_their_filter_up_to_their_page() {
                         ..Default::default()
                     },
                     "100",
-                    "t_execution_created_idx",
+                    BY_CREATION,
                 ),
                 (
                     concepts::ListExecutionsFilter {
@@ -238,7 +258,7 @@ async fn listings_read_the_index_of_their_filter_up_to_their_page() {
                         ..Default::default()
                     },
                     "100, 0, 10000, 0, 100",
-                    "t_execution_created_idx",
+                    BY_CREATION,
                 ),
                 (
                     concepts::ListExecutionsFilter {
@@ -246,12 +266,12 @@ async fn listings_read_the_index_of_their_filter_up_to_their_page() {
                         ..Default::default()
                     },
                     "'E_F000000000000000001', 'E_F000000000000000002', 100",
-                    BY_ID,
+                    &[BY_ID],
                 ),
                 (
                     concepts::ListExecutionsFilter::default(),
                     "100",
-                    "t_execution_created_idx",
+                    BY_CREATION,
                 ),
                 (
                     concepts::ListExecutionsFilter {
@@ -260,24 +280,34 @@ async fn listings_read_the_index_of_their_filter_up_to_their_page() {
                         ..Default::default()
                     },
                     "'f', 100",
-                    "t_execution_pending_ffqn_idx",
+                    &[PARKED],
+                ),
+                (
+                    concepts::ListExecutionsFilter {
+                        pending_from: Some(concepts::PARKED_UNTIL),
+                        ..Default::default()
+                    },
+                    "100",
+                    &[PARKED],
                 ),
             ];
-            for (filter, args, index) in cases {
+            for (filter, args, indexes) in cases {
                 let (sql, _) = reads::listing(&filter, &page);
                 for mode in ["generic", "custom"] {
                     let plan = plan(client, (&sql, args), mode).await;
-                    assert!(
-                        plan.contains(index),
-                        "{filter:?} ({mode}) reads no {index}: {plan}"
-                    );
+                    for index in indexes {
+                        assert!(
+                            plan.contains(index),
+                            "{filter:?} ({mode}) reads no {index}: {plan}"
+                        );
+                    }
                     assert!(
                         !plan.contains("Seq Scan"),
                         "{filter:?} ({mode}) scans: {plan}"
                     );
                     // A range of ids, or of pending times (the parked executions, few by their
                     // nature), is sorted by creation: no index orders them so.
-                    let sorted_range = index == BY_ID || index == "t_execution_pending_ffqn_idx";
+                    let sorted_range = indexes == [BY_ID] || indexes == [PARKED];
                     assert!(
                         !plan.contains("\"Sort\"") || sorted_range,
                         "{filter:?} ({mode}) sorts: {plan}"
