@@ -59,15 +59,19 @@ pub(crate) const LIST_EVENTS: &str = "SELECT true, ev.event_json FROM t_executio
     LEFT JOIN LATERAL (SELECT event_json FROM t_event WHERE execution_id = e.execution_id \
     AND version >= $2 ORDER BY version LIMIT $3) AS ev ON true WHERE e.execution_id = $1";
 
-/// Per execution `$1`, in order: its events below the locked version `$2` and its responses,
-/// each in order. The arrays' subqueries run per execution, one index range each, which the
-/// planner cannot turn into a join (a `LATERAL` join, without statistics or with a plan cached
-/// while the table was small, was planned as a scan of the whole table).
+/// Per execution `$1`, in order: its events below the locked version `$2` and its first `$3`
+/// responses (those stored when the lock committed), each in order. The arrays' subqueries run
+/// per execution, one index range each, which the planner cannot turn into a join (a `LATERAL`
+/// join, without statistics or with a plan cached while the table was small, was planned as a
+/// scan of the whole table); an execution without responses, as most are at their first
+/// lease, costs no search of the responses' index.
 pub(crate) const SELECT_LOCKED: &str = "SELECT \
     ARRAY(SELECT e.event_json FROM t_event e WHERE e.execution_id = k.id \
     AND e.version < k.below ORDER BY e.version), \
-    ARRAY(SELECT r.response_json FROM t_response r WHERE r.execution_id = k.id ORDER BY r.idx) \
-    FROM UNNEST($1::text[], $2::int8[]) WITH ORDINALITY AS k(id, below, ord) ORDER BY k.ord";
+    CASE WHEN k.responses > 0 THEN ARRAY(SELECT r.response_json FROM t_response r \
+    WHERE r.execution_id = k.id AND r.idx < k.responses ORDER BY r.idx) ELSE '{}' END \
+    FROM UNNEST($1::text[], $2::int8[], $3::int8[]) WITH ORDINALITY AS k(id, below, responses, \
+    ord) ORDER BY k.ord";
 
 /// The executions `lock_pending` locked, with their histories, read after the `COMMIT` so that
 /// its row locks never wait for a long log (the log below a lease is append-only).
@@ -78,6 +82,7 @@ pub(crate) async fn locked_executions(
     let Some(statement) = unnest!(SELECT_LOCKED, &grants, |grant| {
         ids: &str = grant.row.execution_id.as_str(),
         below: i64 = to_i64(grant.events_handed_over()),
+        responses: i64 = to_i64(grant.responses_handed_over()),
     }) else {
         return Ok(Vec::new());
     };

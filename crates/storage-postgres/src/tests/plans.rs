@@ -108,7 +108,7 @@ async fn reads_of_logs_and_due_executions_use_indexes_without_statistics() {
         .with_client(async |client| {
             // Logs of some pages and no executions (as when a store starts), never analyzed.
             client.batch_execute(INSERT_LOGS).await.unwrap();
-            let locked = "'{E_1,E_2}', '{5,5}'";
+            let locked = "'{E_1,E_2}', '{5,5}', '{1,1}'";
             let cases = [
                 (reads::SELECT_LOCKED, locked, "t_event"),
                 (reads::SELECT_LOCKED, locked, "t_response"),
