@@ -213,7 +213,7 @@ impl kernel::Backend for MemoryStore {
     async fn get(&self, execution_id: &ExecutionId) -> Result<ExecutionLog, DbError> {
         self.read(execution_id, |record| ExecutionLog {
             execution_id: execution_id.clone(),
-            events: record.events.clone(),
+            events: record.events.to_vec(),
             responses: record.responses.clone(),
             next_version: record.row.state.next_version,
             pending_state: record.row.state.pending_state.clone(),

@@ -11,6 +11,7 @@ use concepts::{
         descendant_bounds,
     },
 };
+use smallvec::SmallVec;
 use std::{
     collections::{BTreeSet, HashMap, HashSet},
     ops::Bound,
@@ -126,12 +127,17 @@ struct Delay {
     open: Option<TimerKey>,
 }
 
+/// The events a record holds without an allocation of their own: `Created`, `Locked` and
+/// `Finished`, the whole log of most executions.
+const INLINE_EVENTS: usize = 3;
+
 /// One execution: its log and what loading a snapshot needs without reading the log.
 #[derive(Debug)]
 pub(crate) struct Record {
     pub(crate) row: ExecutionRow,
-    /// `events[v]` is version `v`.
-    pub(crate) events: Vec<ExecutionEvent>,
+    /// `events[v]` is version `v`. The first [`INLINE_EVENTS`] inside the record (its own
+    /// allocation, made anyway), so that most executions' logs allocate nothing more.
+    pub(crate) events: SmallVec<[ExecutionEvent; INLINE_EVENTS]>,
     /// In arrival order.
     pub(crate) responses: Vec<JoinSetResponseEventOuter>,
     /// Allocated on first use: most executions never request, await or answer anything.
@@ -390,8 +396,7 @@ impl State {
                     }
                     let record = Box::new(Record {
                         row: change.row.clone(),
-                        // Created, Locked, Finished: the whole log of most executions.
-                        events: Vec::with_capacity(change.events.len().max(3)),
+                        events: SmallVec::new(),
                         responses: Vec::new(),
                         waits: None,
                     });
