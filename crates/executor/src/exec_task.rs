@@ -554,6 +554,7 @@ fn end_of_run<'a>(
         };
     };
     let recorded = meters.map(|meters| (meters, crate::metrics::Outcome::of(&write.event)));
+    let left = move || lease_left(lock_expires_at, now);
     // Past its lease the watcher may have resolved it otherwise: written, the version check
     // fences it; handed over, nothing would.
     if now < lock_expires_at
@@ -562,16 +563,10 @@ fn end_of_run<'a>(
     {
         return match to.send(write) {
             Ok(()) => RunEnd::Answered(recorded),
-            Err(write) => RunEnd::Write(
-                write_outcome(db, write, lease_left(lock_expires_at, now)),
-                recorded,
-            ),
+            Err(write) => RunEnd::Write(write_outcome(db, write, left), recorded),
         };
     }
-    RunEnd::Write(
-        write_outcome(db, write, lease_left(lock_expires_at, now)),
-        recorded,
-    )
+    RunEnd::Write(write_outcome(db, write, left), recorded)
 }
 
 /// What is left of a lease ending at `lock_expires_at` at `now`.
