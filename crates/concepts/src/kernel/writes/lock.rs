@@ -92,8 +92,9 @@ impl Write for LockPendingRequest {
                 lock_expires_at: req.lock_expires_at,
             };
             let version = row.state.next_version;
-            // Each due execution is found once: staged without looking for its change.
-            let idx = planner.stage(execution_id)?;
+            // Each due execution is found once: staged without looking for its change, from
+            // the row found above.
+            let idx = planner.stage_row(row);
             planner.append_at(
                 idx,
                 execution_id,
