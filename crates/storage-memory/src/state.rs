@@ -2,7 +2,7 @@
 //! write's [`Snapshot`] and the application of its plan.
 
 use crate::newest_first::NewestFirst;
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, Datelike, NaiveDate, NaiveTime, Timelike, Utc};
 use concepts::{
     DbError, DelayId, ExecutionEvent, ExecutionEventInner, ExecutionId, FinishedExecutionResult,
     FunctionFqn, JoinSetId, JoinSetResponse, JoinSetResponseEventOuter, PendingState,
@@ -44,8 +44,9 @@ pub(crate) type TimeKey = (At, ExecutionId);
 /// of 64 bits and less: 40 bytes, where 128-bit ones would align it to 48.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) struct At {
-    /// Seconds since the epoch, then the nanoseconds past them (past 10^9 in a leap second):
-    /// ordered as the time.
+    /// The year, the day of the year and the second of the day packed as [`ticks`] does,
+    /// then the nanoseconds past that second (past 10^9 in a leap second): ordered as the
+    /// time.
     secs: i64,
     nanos: u32,
     /// Bytes 0..8, 8..16, 16..24 and 24..28 of the id, big-endian.
@@ -72,7 +73,14 @@ impl At {
     /// The time.
     pub(crate) fn time(&self) -> DateTime<Utc> {
         // Made from a `DateTime`, so always one.
-        DateTime::from_timestamp(self.secs, self.nanos).unwrap_or_default()
+        let year = i32::try_from(self.secs >> YEAR_SHIFT).unwrap_or_default();
+        let ordinal = u32::try_from((self.secs >> DAY_SHIFT) & 0x1ff).unwrap_or_default();
+        let second = u32::try_from(self.secs & ((1 << DAY_SHIFT) - 1)).unwrap_or_default();
+        let date = NaiveDate::from_yo_opt(year, ordinal);
+        let time = NaiveTime::from_num_seconds_from_midnight_opt(second, self.nanos);
+        (date.zip(time)).map_or_else(DateTime::default, |(date, time)| {
+            date.and_time(time).and_utc()
+        })
     }
 
     /// True when the time is at or before `at`.
@@ -97,9 +105,22 @@ fn lead(bytes: &[u8]) -> [u8; 28] {
     padded
 }
 
-/// Seconds since the epoch and the nanoseconds past them: ordered as the time.
+/// Where [`ticks`] puts the day of the year (1 to 366, 9 bits) above the second of the day
+/// (below 86,400, 17 bits).
+const DAY_SHIFT: u32 = 17;
+/// Where [`ticks`] puts the year above the day of the year.
+const YEAR_SHIFT: u32 = DAY_SHIFT + 9;
+
+/// The time as two integers ordered as it is: its year, day of the year and second of the day
+/// packed into one (`chrono` keeps all three as they are, where seconds since the epoch would
+/// be computed from them at each key), and the nanoseconds past that second.
 fn ticks(at: DateTime<Utc>) -> (i64, u32) {
-    (at.timestamp(), at.timestamp_subsec_nanos())
+    // The stored time itself: `DateTime::time` and `date_naive` add the (zero) offset first.
+    let utc = at.naive_utc();
+    let (date, time) = (utc.date(), utc.time());
+    let days = (i64::from(date.year()) << 9) | i64::from(date.ordinal());
+    let second = i64::from(time.num_seconds_from_midnight());
+    ((days << DAY_SHIFT) | second, time.nanosecond())
 }
 
 fn key(at: DateTime<Utc>, execution_id: &ExecutionId) -> TimeKey {
