@@ -147,11 +147,8 @@ impl kernel::Backend for MemoryStore {
         let mut locked = Vec::with_capacity(grants.len());
         for grant in grants {
             let record = state.record(&grant.row.execution_id)?;
-            locked.push(kernel::hand_over_cloned(
-                grant,
-                &record.events,
-                &record.responses,
-            )?);
+            let (events, responses) = (&record.events, &record.responses);
+            kernel::hand_over_cloned_into(grant, events, responses, &mut locked)?;
         }
         Ok(locked)
     }
