@@ -41,32 +41,34 @@ pub(crate) type TimeKey = (At, ExecutionId);
 /// descendant of the same top-level execution, or the same execution, at the same time has.
 /// Keys of one time are common (a batch's executions are due, leased and created at one
 /// instant), and their ids then rarely reach the comparison of the ids themselves. Integers
-/// of 64 bits and less: 40 bytes, where 128-bit ones would align it to 48.
+/// of 64 bits: 40 bytes, where 128-bit ones would align it to 48; five of them, so that two
+/// keys of one time, whose ids differ only in their last bytes, compare five integers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) struct At {
-    /// The year, the day of the year and the second of the day packed as [`ticks`] does,
-    /// then the nanoseconds past that second (past 10^9 in a leap second): ordered as the
-    /// time.
+    /// The year, the day of the year and the second of the day packed as [`ticks`] does:
+    /// ordered as the time, to the second.
     secs: i64,
-    nanos: u32,
-    /// Bytes 0..8, 8..16, 16..24 and 24..28 of the id, big-endian.
-    id_0: u64,
-    id_8: u64,
-    id_16: u64,
-    id_24: u32,
+    /// The nanoseconds past that second (past 10^9 in a leap second, below 2^31) in the high
+    /// 32 bits, bytes 0..4 of the id in the low ones.
+    nanos_id_0: u64,
+    /// Bytes 4..12, 12..20 and 20..28 of the id, big-endian.
+    id_4: u64,
+    id_12: u64,
+    id_20: u64,
 }
 
 impl At {
     pub(crate) fn new(time: DateTime<Utc>, execution_id: &ExecutionId) -> Self {
         let lead = lead(execution_id.as_str().as_bytes());
         let (secs, nanos) = ticks(time);
+        let id_0 = u32::from_be_bytes(*lead.first_chunk().unwrap_or(&[0; 4]));
+        let word = |at: usize| u64::from_be_bytes(*lead[at..].first_chunk().unwrap_or(&[0; 8]));
         Self {
             secs,
-            nanos,
-            id_0: u64::from_be_bytes(*lead.first_chunk().unwrap_or(&[0; 8])),
-            id_8: u64::from_be_bytes(*lead[8..].first_chunk().unwrap_or(&[0; 8])),
-            id_16: u64::from_be_bytes(*lead[16..].first_chunk().unwrap_or(&[0; 8])),
-            id_24: u32::from_be_bytes(*lead.last_chunk().unwrap_or(&[0; 4])),
+            nanos_id_0: (u64::from(nanos) << 32) | u64::from(id_0),
+            id_4: word(4),
+            id_12: word(12),
+            id_20: word(20),
         }
     }
 
@@ -77,7 +79,7 @@ impl At {
         let ordinal = u32::try_from((self.secs >> DAY_SHIFT) & 0x1ff).unwrap_or_default();
         let second = u32::try_from(self.secs & ((1 << DAY_SHIFT) - 1)).unwrap_or_default();
         let date = NaiveDate::from_yo_opt(year, ordinal);
-        let time = NaiveTime::from_num_seconds_from_midnight_opt(second, self.nanos);
+        let time = NaiveTime::from_num_seconds_from_midnight_opt(second, self.ticks().1);
         (date.zip(time)).map_or_else(DateTime::default, |(date, time)| {
             date.and_time(time).and_utc()
         })
@@ -90,7 +92,8 @@ impl At {
 
     /// The time as [`ticks`] gives it.
     fn ticks(&self) -> (i64, u32) {
-        (self.secs, self.nanos)
+        let nanos = u32::try_from(self.nanos_id_0 >> 32).unwrap_or(u32::MAX);
+        (self.secs, nanos)
     }
 }
 

@@ -543,4 +543,24 @@ fn index_keys_order_as_their_times_and_give_them_back() {
             assert_eq!(key_a.at_or_before(*b), a <= b, "{a} at or before {b}");
         }
     }
+    // At one time, keys order as their ids, byte by byte: top-level ids apart anywhere in
+    // their ULID, a parent before its children.
+    let parent = id(1 << 79);
+    let join_set_id: JoinSetId = "n:batch".parse().expect("valid join set");
+    let mut ids: Vec<ExecutionId> = (0..40).map(|shift| id(1 << (shift * 2))).collect();
+    ids.extend([
+        parent.next_level(&join_set_id, 1),
+        parent.next_level(&join_set_id, 2),
+        parent,
+    ]);
+    for time in times.iter().step_by(400) {
+        for a in &ids {
+            for b in &ids {
+                let (key_a, key_b) = (state::At::new(*time, a), state::At::new(*time, b));
+                // The lead holds an id's first 28 bytes: a child and its parent tie there.
+                let lead = |id: &ExecutionId| id.as_str().as_bytes()[..28].to_vec();
+                assert_eq!(key_a.cmp(&key_b), lead(a).cmp(&lead(b)), "{a} against {b}");
+            }
+        }
+    }
 }
