@@ -67,8 +67,14 @@ impl CreateRequest {
     /// that what `get`, the state row and a hand-over show of it is the same on every backend.
     #[must_use]
     pub fn at_stored_precision(mut self) -> Self {
-        self.retry_exp_backoff = crate::truncate_duration_to_micros(self.retry_exp_backoff);
+        self.truncate_to_stored_precision();
         self
+    }
+
+    /// Truncates what a store keeps at a coarser precision than the request's, in place (see
+    /// [`CreateRequest::at_stored_precision`]): a request is large, and moving it is a copy.
+    pub(crate) fn truncate_to_stored_precision(&mut self) {
+        self.retry_exp_backoff = crate::truncate_duration_to_micros(self.retry_exp_backoff);
     }
 
     /// The `Created` event this request writes.

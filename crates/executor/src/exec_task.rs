@@ -422,7 +422,7 @@ impl<C: ClockFn> ExecTask<C> {
         // `None` only when the store locked more executions than it was asked for.
         permit: Option<OwnedSemaphorePermit>,
         meters: Option<Arc<crate::metrics::FunctionMeters>>,
-        answer: Option<crate::local::Answer>,
+        mut answer: Option<crate::local::Answer>,
     ) -> BoxFuture<'static, ()> {
         let run = RunInfo::from(&locked);
         let span = self.worker_span(&locked);
@@ -450,44 +450,41 @@ impl<C: ClockFn> ExecTask<C> {
         let clock = self.clock.clone();
         let task = async move {
             let result = run_catching_panics(worker.as_ref(), ctx).await;
-            let by_worker = matches!(result, WorkerResult::DbUpdatedByWorker);
             // The attempt's duration is read from the times it reads anyway: its lock's and
             // its outcome's (no clock read of its own).
             let now = clock.now();
             let ran = (locked_at, now);
-            match map_worker_result(result, &run, now) {
-                Some(write) => {
-                    let recorded = (meters.as_ref())
-                        .map(|meters| (meters, crate::metrics::Outcome::of(&write.event)));
-                    let lease_left = (lock_expires_at - now).to_std().unwrap_or_default();
-                    let handed = match answer {
-                        // Past its lease the watcher may have resolved it otherwise: written,
-                        // the version check fences it; handed over, nothing would.
-                        Some(answer)
-                            if now < lock_expires_at
-                                && matches!(
-                                    write.event,
-                                    concepts::ExecutionEventInner::Finished { .. }
-                                ) =>
-                        {
-                            answer.send(write)
-                        }
-                        _ => Err(write),
-                    };
-                    let done = match handed {
-                        Ok(()) => true,
-                        Err(write) => write_outcome(db.as_ref(), write, lease_left).await,
-                    };
-                    if done && let Some((meters, outcome)) = recorded {
+            // Decided by a plain function, which hands back the write's future: a local of
+            // this block that is borrowed (the result, the write) keeps its room in the
+            // future across the write's await, and the run's task is allocated per execution.
+            let end = end_of_run(
+                db.as_ref(),
+                result,
+                &run,
+                now,
+                lock_expires_at,
+                &mut answer,
+                meters.as_ref(),
+            );
+            match end {
+                RunEnd::Write(writing, recorded) => {
+                    if writing.await
+                        && let Some((meters, outcome)) = recorded
+                    {
                         meters.attempt(ran, outcome, scheduled_at);
                     }
                 }
-                None if by_worker => {
+                RunEnd::Answered(recorded) => {
+                    if let Some((meters, outcome)) = recorded {
+                        meters.attempt(ran, outcome, scheduled_at);
+                    }
+                }
+                RunEnd::ByWorker => {
                     if let Some(meters) = &meters {
                         meters.attempt_by_worker(ran);
                     }
                 }
-                None => {}
+                RunEnd::Nothing => {}
             }
             drop(permit);
         };
@@ -516,6 +513,65 @@ impl<C: ClockFn> ExecTask<C> {
         }
         span
     }
+}
+
+/// How a run ends once its worker returned: the outcome's write to await, the `Finished`
+/// handed to `answer` (taken only then: one left unused is dropped with the run, after its
+/// write), the worker's own write, or nothing; with the metrics' outcome to record.
+enum RunEnd<'m, W> {
+    /// The outcome's write ([`write_outcome`]); true when it was written.
+    Write(W, Recorded<'m>),
+    /// The `Finished` went to the parent's run.
+    Answered(Recorded<'m>),
+    /// The worker wrote its own events.
+    ByWorker,
+    /// Nothing to write.
+    Nothing,
+}
+
+/// The meters of a run's function and its outcome, when metrics are recorded.
+type Recorded<'m> = Option<(
+    &'m Arc<crate::metrics::FunctionMeters>,
+    crate::metrics::Outcome,
+)>;
+
+/// [`RunEnd`] of a run whose worker returned `result` at `now`.
+fn end_of_run<'a>(
+    db: &'a dyn DbExecutor,
+    result: WorkerResult,
+    run: &RunInfo,
+    now: DateTime<Utc>,
+    lock_expires_at: DateTime<Utc>,
+    answer: &mut Option<crate::local::Answer>,
+    meters: Option<&'a Arc<crate::metrics::FunctionMeters>>,
+) -> RunEnd<'a, impl Future<Output = bool> + Send + 'a> {
+    let by_worker = matches!(result, WorkerResult::DbUpdatedByWorker);
+    let Some(write) = map_worker_result(result, run, now) else {
+        return if by_worker {
+            RunEnd::ByWorker
+        } else {
+            RunEnd::Nothing
+        };
+    };
+    let recorded = meters.map(|meters| (meters, crate::metrics::Outcome::of(&write.event)));
+    let left = move || lease_left(lock_expires_at, now);
+    // Past its lease the watcher may have resolved it otherwise: written, the version check
+    // fences it; handed over, nothing would.
+    if now < lock_expires_at
+        && matches!(write.event, concepts::ExecutionEventInner::Finished { .. })
+        && let Some(to) = answer.take()
+    {
+        return match to.send(write) {
+            Ok(()) => RunEnd::Answered(recorded),
+            Err(write) => RunEnd::Write(write_outcome(db, write, left), recorded),
+        };
+    }
+    RunEnd::Write(write_outcome(db, write, left), recorded)
+}
+
+/// What is left of a lease ending at `lock_expires_at` at `now`.
+fn lease_left(lock_expires_at: DateTime<Utc>, now: DateTime<Utc>) -> Duration {
+    (lock_expires_at - now).to_std().unwrap_or_default()
 }
 
 /// Runs the worker, turning a panic into an activity trap instead of a lost run.

@@ -147,11 +147,8 @@ impl kernel::Backend for MemoryStore {
         let mut locked = Vec::with_capacity(grants.len());
         for grant in grants {
             let record = state.record(&grant.row.execution_id)?;
-            locked.push(kernel::hand_over_cloned(
-                grant,
-                &record.events,
-                &record.responses,
-            )?);
+            let (events, responses) = (&record.events, &record.responses);
+            kernel::hand_over_cloned_into(grant, events, responses, &mut locked)?;
         }
         Ok(locked)
     }
@@ -213,7 +210,7 @@ impl kernel::Backend for MemoryStore {
     async fn get(&self, execution_id: &ExecutionId) -> Result<ExecutionLog, DbError> {
         self.read(execution_id, |record| ExecutionLog {
             execution_id: execution_id.clone(),
-            events: record.events.clone(),
+            events: record.events.to_vec(),
             responses: record.responses.clone(),
             next_version: record.row.state.next_version,
             pending_state: record.row.state.pending_state.clone(),

@@ -2,7 +2,7 @@
 //! write's [`Snapshot`] and the application of its plan.
 
 use crate::newest_first::NewestFirst;
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, Datelike, NaiveDate, NaiveTime, Timelike, Utc};
 use concepts::{
     DbError, DelayId, ExecutionEvent, ExecutionEventInner, ExecutionId, FinishedExecutionResult,
     FunctionFqn, JoinSetId, JoinSetResponse, JoinSetResponseEventOuter, PendingState,
@@ -11,6 +11,7 @@ use concepts::{
         descendant_bounds,
     },
 };
+use smallvec::SmallVec;
 use std::{
     collections::{BTreeSet, HashMap, HashSet},
     ops::Bound,
@@ -40,38 +41,48 @@ pub(crate) type TimeKey = (At, ExecutionId);
 /// descendant of the same top-level execution, or the same execution, at the same time has.
 /// Keys of one time are common (a batch's executions are due, leased and created at one
 /// instant), and their ids then rarely reach the comparison of the ids themselves. Integers
-/// of 64 bits and less: 40 bytes, where 128-bit ones would align it to 48.
+/// of 64 bits: 40 bytes, where 128-bit ones would align it to 48; five of them, so that two
+/// keys of one time, whose ids differ only in their last bytes, compare five integers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) struct At {
-    /// Seconds since the epoch, then the nanoseconds past them (past 10^9 in a leap second):
-    /// ordered as the time.
+    /// The year, the day of the year and the second of the day packed as [`ticks`] does:
+    /// ordered as the time, to the second.
     secs: i64,
-    nanos: u32,
-    /// Bytes 0..8, 8..16, 16..24 and 24..28 of the id, big-endian.
-    id_0: u64,
-    id_8: u64,
-    id_16: u64,
-    id_24: u32,
+    /// The nanoseconds past that second (past 10^9 in a leap second, below 2^31) in the high
+    /// 32 bits, bytes 0..4 of the id in the low ones.
+    nanos_id_0: u64,
+    /// Bytes 4..12, 12..20 and 20..28 of the id, big-endian.
+    id_4: u64,
+    id_12: u64,
+    id_20: u64,
 }
 
 impl At {
     pub(crate) fn new(time: DateTime<Utc>, execution_id: &ExecutionId) -> Self {
         let lead = lead(execution_id.as_str().as_bytes());
         let (secs, nanos) = ticks(time);
+        let id_0 = u32::from_be_bytes(*lead.first_chunk().unwrap_or(&[0; 4]));
+        let word = |at: usize| u64::from_be_bytes(*lead[at..].first_chunk().unwrap_or(&[0; 8]));
         Self {
             secs,
-            nanos,
-            id_0: u64::from_be_bytes(*lead.first_chunk().unwrap_or(&[0; 8])),
-            id_8: u64::from_be_bytes(*lead[8..].first_chunk().unwrap_or(&[0; 8])),
-            id_16: u64::from_be_bytes(*lead[16..].first_chunk().unwrap_or(&[0; 8])),
-            id_24: u32::from_be_bytes(*lead.last_chunk().unwrap_or(&[0; 4])),
+            nanos_id_0: (u64::from(nanos) << 32) | u64::from(id_0),
+            id_4: word(4),
+            id_12: word(12),
+            id_20: word(20),
         }
     }
 
     /// The time.
     pub(crate) fn time(&self) -> DateTime<Utc> {
         // Made from a `DateTime`, so always one.
-        DateTime::from_timestamp(self.secs, self.nanos).unwrap_or_default()
+        let year = i32::try_from(self.secs >> YEAR_SHIFT).unwrap_or_default();
+        let ordinal = u32::try_from((self.secs >> DAY_SHIFT) & 0x1ff).unwrap_or_default();
+        let second = u32::try_from(self.secs & ((1 << DAY_SHIFT) - 1)).unwrap_or_default();
+        let date = NaiveDate::from_yo_opt(year, ordinal);
+        let time = NaiveTime::from_num_seconds_from_midnight_opt(second, self.ticks().1);
+        (date.zip(time)).map_or_else(DateTime::default, |(date, time)| {
+            date.and_time(time).and_utc()
+        })
     }
 
     /// True when the time is at or before `at`.
@@ -81,7 +92,8 @@ impl At {
 
     /// The time as [`ticks`] gives it.
     fn ticks(&self) -> (i64, u32) {
-        (self.secs, self.nanos)
+        let nanos = u32::try_from(self.nanos_id_0 >> 32).unwrap_or(u32::MAX);
+        (self.secs, nanos)
     }
 }
 
@@ -96,9 +108,22 @@ fn lead(bytes: &[u8]) -> [u8; 28] {
     padded
 }
 
-/// Seconds since the epoch and the nanoseconds past them: ordered as the time.
+/// Where [`ticks`] puts the day of the year (1 to 366, 9 bits) above the second of the day
+/// (below 86,400, 17 bits).
+const DAY_SHIFT: u32 = 17;
+/// Where [`ticks`] puts the year above the day of the year.
+const YEAR_SHIFT: u32 = DAY_SHIFT + 9;
+
+/// The time as two integers ordered as it is: its year, day of the year and second of the day
+/// packed into one (`chrono` keeps all three as they are, where seconds since the epoch would
+/// be computed from them at each key), and the nanoseconds past that second.
 fn ticks(at: DateTime<Utc>) -> (i64, u32) {
-    (at.timestamp(), at.timestamp_subsec_nanos())
+    // The stored time itself: `DateTime::time` and `date_naive` add the (zero) offset first.
+    let utc = at.naive_utc();
+    let (date, time) = (utc.date(), utc.time());
+    let days = (i64::from(date.year()) << 9) | i64::from(date.ordinal());
+    let second = i64::from(time.num_seconds_from_midnight());
+    ((days << DAY_SHIFT) | second, time.nanosecond())
 }
 
 fn key(at: DateTime<Utc>, execution_id: &ExecutionId) -> TimeKey {
@@ -126,12 +151,17 @@ struct Delay {
     open: Option<TimerKey>,
 }
 
+/// The events a record holds without an allocation of their own: `Created`, `Locked` and
+/// `Finished`, the whole log of most executions.
+const INLINE_EVENTS: usize = 3;
+
 /// One execution: its log and what loading a snapshot needs without reading the log.
 #[derive(Debug)]
 pub(crate) struct Record {
     pub(crate) row: ExecutionRow,
-    /// `events[v]` is version `v`.
-    pub(crate) events: Vec<ExecutionEvent>,
+    /// `events[v]` is version `v`. The first [`INLINE_EVENTS`] inside the record (its own
+    /// allocation, made anyway), so that most executions' logs allocate nothing more.
+    pub(crate) events: SmallVec<[ExecutionEvent; INLINE_EVENTS]>,
     /// In arrival order.
     pub(crate) responses: Vec<JoinSetResponseEventOuter>,
     /// Allocated on first use: most executions never request, await or answer anything.
@@ -390,8 +420,7 @@ impl State {
                     }
                     let record = Box::new(Record {
                         row: change.row.clone(),
-                        // Created, Locked, Finished: the whole log of most executions.
-                        events: Vec::with_capacity(change.events.len().max(3)),
+                        events: SmallVec::new(),
                         responses: Vec::new(),
                         waits: None,
                     });
@@ -408,8 +437,11 @@ impl State {
                     record
                 }
             };
-            let events = change.events.drain(..);
-            record.events.extend(events.map(|(_, event)| event));
+            // Pushed one by one: the usual one to three events, where `extend` reserves and
+            // checks more than it pushes.
+            for (_, event) in change.events.drain(..) {
+                record.events.push(event);
+            }
             let responses = std::mem::take(&mut change.responses);
             if change.join_sets.is_empty()
                 && responses.is_empty()

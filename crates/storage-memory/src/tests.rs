@@ -1,7 +1,7 @@
 //! Unit tests of what is specific to the memory backend: waiter registries that shrink when
 //! waiters leave, waiters released by `close`, timer keys that do not collide, indexes left
 //! untouched by a failing write, indexes emptied of what `prune` deletes and of the lease and
-//! delays `cancel` closes.
+//! delays `cancel` closes, index keys that order and give back their times as the times do.
 
 use super::*;
 use chrono::TimeZone;
@@ -486,4 +486,81 @@ async fn cancel_removes_the_lease_and_the_delays_from_the_timers_index() {
         indexed(&store, &child),
         ["record", "by_created", "children"]
     );
+}
+
+/// Times across chrono's whole range: its ends, years before the common era, the epoch and a
+/// nanosecond before it, a leap second, and a spread of instants between them.
+fn times_across_the_range() -> Vec<DateTime<Utc>> {
+    let leap = chrono::NaiveDate::from_ymd_opt(2016, 12, 31)
+        .and_then(|date| date.and_hms_nano_opt(23, 59, 59, 1_500_000_000))
+        .expect("a leap second")
+        .and_utc();
+    let mut times = vec![
+        DateTime::<Utc>::MIN_UTC,
+        DateTime::<Utc>::MAX_UTC,
+        DateTime::UNIX_EPOCH,
+        DateTime::UNIX_EPOCH - chrono::TimeDelta::nanoseconds(1),
+        Utc.with_ymd_and_hms(-44, 3, 15, 12, 0, 0)
+            .single()
+            .expect("valid"),
+        Utc.with_ymd_and_hms(2024, 12, 31, 23, 59, 59)
+            .single()
+            .expect("valid"),
+        leap,
+        t0(),
+    ];
+    let (min, max) = (
+        DateTime::<Utc>::MIN_UTC.timestamp(),
+        DateTime::<Utc>::MAX_UTC.timestamp(),
+    );
+    let span = u64::try_from(max - min).expect("ordered");
+    let mut state = 0x9E37_79B9_7F4A_7C15_u64;
+    for _ in 0..2_000 {
+        state = state
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1);
+        let secs = min + i64::try_from((state >> 1) % span).expect("in range");
+        let nanos = u32::try_from(state % 1_000_000_000).expect("below 10^9");
+        times.push(DateTime::from_timestamp(secs, nanos).expect("in range"));
+    }
+    times
+}
+
+#[test]
+fn index_keys_order_as_their_times_and_give_them_back() {
+    let execution_id = id(7);
+    let times = times_across_the_range();
+    for time in &times {
+        assert_eq!(state::At::new(*time, &execution_id).time(), *time);
+    }
+    for a in &times {
+        for b in times.iter().step_by(37) {
+            let (key_a, key_b) = (
+                state::At::new(*a, &execution_id),
+                state::At::new(*b, &execution_id),
+            );
+            assert_eq!(key_a.cmp(&key_b), a.cmp(b), "{a} against {b}");
+            assert_eq!(key_a.at_or_before(*b), a <= b, "{a} at or before {b}");
+        }
+    }
+    // At one time, keys order as their ids, byte by byte: top-level ids apart anywhere in
+    // their ULID, a parent before its children.
+    let parent = id(1 << 79);
+    let join_set_id: JoinSetId = "n:batch".parse().expect("valid join set");
+    let mut ids: Vec<ExecutionId> = (0..40).map(|shift| id(1 << (shift * 2))).collect();
+    ids.extend([
+        parent.next_level(&join_set_id, 1),
+        parent.next_level(&join_set_id, 2),
+        parent,
+    ]);
+    for time in times.iter().step_by(400) {
+        for a in &ids {
+            for b in &ids {
+                let (key_a, key_b) = (state::At::new(*time, a), state::At::new(*time, b));
+                // The lead holds an id's first 28 bytes: a child and its parent tie there.
+                let lead = |id: &ExecutionId| id.as_str().as_bytes()[..28].to_vec();
+                assert_eq!(key_a.cmp(&key_b), lead(a).cmp(&lead(b)), "{a} against {b}");
+            }
+        }
+    }
 }

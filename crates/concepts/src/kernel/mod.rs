@@ -91,7 +91,8 @@ pub use write::Write;
 pub use writes::{
     AppendOutcomes, AppendResponse, BUFFER_RECHECK, CreateBatch, CreateLocked, CreatedEvents,
     LockGrant, MAX_BACKFILL_TICKS, TICKS_KEPT, TICKS_PER_PASS, hand_over, hand_over_cloned,
-    hand_over_created, validate_append_batch, validate_create, validate_lock_pending,
+    hand_over_cloned_into, hand_over_created, validate_append_batch, validate_create,
+    validate_lock_pending,
 };
 
 #[cfg(test)]

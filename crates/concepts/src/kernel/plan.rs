@@ -310,11 +310,14 @@ impl<'s> Planner<'s> {
     /// caller knows it: a lock's due executions, each found once), without indexing it for
     /// [`Planner::find`], which scans the changes staged after the last one indexed.
     pub(crate) fn stage(&mut self, execution_id: &ExecutionId) -> Result<usize, DbError> {
-        let row = self
-            .snapshot
-            .executions
-            .get(execution_id)
+        let snapshot = self.snapshot;
+        let row = (snapshot.executions.get(execution_id))
             .ok_or_else(|| DbError::execution_not_found(execution_id))?;
+        Ok(self.stage_row(row))
+    }
+
+    /// [`Planner::stage`] of `row`, the snapshot's row that the caller looked up already.
+    pub(crate) fn stage_row(&mut self, row: &ExecutionRow) -> usize {
         let idx = self.changes.len();
         self.changes.push(ExecutionChange {
             old_state: Some(row.state.pending_state.clone()),
@@ -326,7 +329,7 @@ impl<'s> Planner<'s> {
             delays_requested: Vec::new(),
             delays_closed: Vec::new(),
         });
-        Ok(idx)
+        idx
     }
 
     pub(crate) fn find(&self, execution_id: &ExecutionId) -> Option<usize> {

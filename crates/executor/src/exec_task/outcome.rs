@@ -40,8 +40,9 @@ pub fn outcome_write_attempts(lease_left: Duration) -> u32 {
 }
 
 /// Writes a run's outcome, retrying a retriable failure with backoff until the run's lease
-/// (`lease_left` of it) is over ([`outcome_retry_pauses`]): a transient error must not cost
-/// the whole lease. A retry that finds the log moved on (`is_lost_race`) is done either way:
+/// (`lease_left()` of it, asked only once an attempt failed: the usual first attempt needs no
+/// date arithmetic) is over ([`outcome_retry_pauses`]): a transient error must not cost the
+/// whole lease. A retry that finds the log moved on (`is_lost_race`) is done either way:
 /// the watcher resolved the lease, or an earlier attempt committed although its reply was
 /// lost.
 ///
@@ -49,18 +50,18 @@ pub fn outcome_write_attempts(lease_left: Duration) -> u32 {
 /// future returned holds the write once, in the copy kept for a retry, and that boxed: the
 /// run's task, whose future holds this one, is allocated once per execution, and allocators
 /// serve small blocks much faster than large ones.
-pub(super) fn write_outcome(
-    db: &dyn DbExecutor,
+pub(super) fn write_outcome<'d>(
+    db: &'d dyn DbExecutor,
     write: OutcomeWrite,
-    lease_left: Duration,
-) -> impl Future<Output = bool> + Send + '_ {
+    lease_left: impl FnOnce() -> Duration + Send + 'd,
+) -> impl Future<Output = bool> + Send + 'd {
     let copy = Box::new(write.clone());
     let first = db.append_outcome(write);
     async move {
         if let Err(err) = first.await {
             // Out of line and boxed: the retries (and their timers) cost the task's future
             // nothing on the common path.
-            Box::pin(after_failed_write(db, *copy, err, lease_left)).await
+            Box::pin(after_failed_write(db, *copy, err, lease_left())).await
         } else {
             debug!("wrote {}", copy.event.variant_name());
             true

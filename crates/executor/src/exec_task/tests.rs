@@ -186,7 +186,7 @@ async fn a_write_refused_because_someone_else_finished_the_execution_is_not_retr
             attempts: std::sync::Mutex::new(0),
             finished: None,
         };
-        write_outcome(&db, write.clone(), Duration::ZERO).await;
+        write_outcome(&db, write.clone(), || Duration::ZERO).await;
         assert_eq!(*db.attempts.lock().unwrap(), expected, "{error}");
     }
     // With a lease left, retried until the pauses fill it (20 ms doubling, capped at 1 s).
@@ -202,7 +202,7 @@ async fn a_write_refused_because_someone_else_finished_the_execution_is_not_retr
         attempts: std::sync::Mutex::new(0),
         finished: None,
     };
-    write_outcome(&db, write.clone(), lease_left).await;
+    write_outcome(&db, write.clone(), move || lease_left).await;
     assert_eq!(
         *db.attempts.lock().unwrap(),
         8,
@@ -231,7 +231,7 @@ fn the_futures_a_run_awaits_hold_their_arguments_once() {
         result: Ok(SupportedFunctionReturnValue::None),
     };
     let write = OutcomeWrite::new(ExecutionId::generate_at(at), Version(2), at, finished, None);
-    let writing = write_outcome(&db, write, Duration::ZERO);
+    let writing = write_outcome(&db, write, || Duration::ZERO);
     let size = std::mem::size_of_val(&writing);
     assert!(size < std::mem::size_of::<OutcomeWrite>(), "{size} bytes");
 }

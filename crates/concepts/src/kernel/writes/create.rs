@@ -167,10 +167,10 @@ impl Planner<'_> {
     /// duplicate (children of `append_batch`, fenced by their parent's version).
     pub(crate) fn create(
         &mut self,
-        req: CreateRequest,
+        mut req: CreateRequest,
         idempotent: bool,
     ) -> Result<CreateOutcome, DbError> {
-        let req = req.at_stored_precision();
+        req.truncate_to_stored_precision();
         if let Some(existing) = self.existing_creation(&req.execution_id)? {
             if !idempotent {
                 return Err(DuplicateKind::Execution(req.execution_id).into());

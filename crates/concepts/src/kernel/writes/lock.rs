@@ -92,8 +92,9 @@ impl Write for LockPendingRequest {
                 lock_expires_at: req.lock_expires_at,
             };
             let version = row.state.next_version;
-            // Each due execution is found once: staged without looking for its change.
-            let idx = planner.stage(execution_id)?;
+            // Each due execution is found once: staged without looking for its change, from
+            // the row found above.
+            let idx = planner.stage_row(row);
             planner.append_at(
                 idx,
                 execution_id,
@@ -350,7 +351,42 @@ pub fn hand_over_cloned(
     events: &[ExecutionEvent],
     responses: &[JoinSetResponseEventOuter],
 ) -> Result<LockedExecution, DbError> {
-    let (handed, responses) = handed_over(&grant, events.len(), responses.len())
+    let (created, event_history, responses) = cloned_history(&grant, events, responses)?;
+    Ok(assemble(grant, created, event_history, responses))
+}
+
+/// As [`hand_over_cloned`], pushing the execution onto `into`: a locked execution is large,
+/// and handing it back through a `Result` copies it once more.
+pub fn hand_over_cloned_into(
+    grant: LockGrant,
+    events: &[ExecutionEvent],
+    responses: &[JoinSetResponseEventOuter],
+    into: &mut Vec<LockedExecution>,
+) -> Result<(), DbError> {
+    let (created, event_history, responses) = cloned_history(&grant, events, responses)?;
+    into.push(assemble(grant, created, event_history, responses));
+    Ok(())
+}
+
+/// What the worker of `grant` is handed of `events` and `responses`, cloned: the `Created`
+/// event's parameters, metadata and schedule, the history events and the responses.
+#[expect(
+    clippy::type_complexity,
+    reason = "the parts `assemble` takes, named there"
+)]
+fn cloned_history(
+    grant: &LockGrant,
+    events: &[ExecutionEvent],
+    responses: &[JoinSetResponseEventOuter],
+) -> Result<
+    (
+        (Params, ExecutionMetadata, DateTime<Utc>),
+        Vec<HistoryEvent>,
+        Vec<JoinSetResponseEventOuter>,
+    ),
+    DbError,
+> {
+    let (handed, responses) = handed_over(grant, events.len(), responses.len())
         .map(|(handed, count)| (handed, &responses[..count]))?;
     let history = events.get(1..handed).unwrap_or_default();
     let Some(Created {
@@ -360,7 +396,7 @@ pub fn hand_over_cloned(
         ..
     }) = events.first().and_then(|e| e.event.created())
     else {
-        return Err(not_created(&grant));
+        return Err(not_created(grant));
     };
     let event_history = history
         .iter()
@@ -370,7 +406,7 @@ pub fn hand_over_cloned(
         })
         .collect();
     let created = (params.clone(), metadata.clone(), *scheduled_at);
-    Ok(assemble(grant, created, event_history, responses.to_vec()))
+    Ok((created, event_history, responses.to_vec()))
 }
 
 /// The execution a worker is handed for one created already locked, by an `append_batch`

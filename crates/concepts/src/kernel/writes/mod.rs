@@ -14,7 +14,8 @@ mod schedule;
 pub use append_batch::validate_append_batch;
 pub use create::{CreateBatch, CreateLocked, validate_create};
 pub use lock::{
-    CreatedEvents, LockGrant, hand_over, hand_over_cloned, hand_over_created, validate_lock_pending,
+    CreatedEvents, LockGrant, hand_over, hand_over_cloned, hand_over_cloned_into,
+    hand_over_created, validate_lock_pending,
 };
 pub use outcome::AppendOutcomes;
 pub use response::AppendResponse;

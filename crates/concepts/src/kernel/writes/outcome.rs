@@ -70,14 +70,20 @@ pub(super) fn outcome_keys(keys: &mut Keys, write: &OutcomeWrite) {
 impl Planner<'_> {
     pub(crate) fn outcome(&mut self, write: OutcomeWrite) -> Result<Version, DbError> {
         let parent_response = write.parent_response();
-        let next_version =
-            self.append(&write.execution_id, write.version, write.now, write.event)?;
+        // The change's index stays valid: a planner only adds changes after it.
+        let idx = self.touch(&write.execution_id)?;
+        let next_version = self.append_at(
+            idx,
+            &write.execution_id,
+            write.version,
+            write.now,
+            write.event,
+        )?;
         if let Some((parent_id, response)) = parent_response {
             // Answered before the parent check: a named parent that does not exist is
             // `NotFound`, whatever else the outcome gets wrong.
             self.respond(response.created_at, &parent_id, response.event)?;
         }
-        let idx = self.touch(&write.execution_id)?;
         if self.changes[idx].row.parent != write.parent {
             return Err(ValidationError::InvalidRequest(format!(
                 "the outcome of execution {} names parent {}, the execution's parent is {}",
