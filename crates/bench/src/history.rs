@@ -11,9 +11,10 @@
 //! and log (`Created`, `Locked`, `Finished`) an executor leaves.
 //!
 //! Both measured runs follow the upkeep a store gets over its life (on PostgreSQL `VACUUM
-//! (ANALYZE)`, what autovacuum does to a store that grew over days): the fill writes a million
-//! executions in about a minute, and measured right after it the run would time autovacuum's
-//! first pass over all of them, running beside it.
+//! (ANALYZE)`, what autovacuum does to a store that grew over days, and a `CHECKPOINT`): the
+//! fill writes a million executions in about a minute, and measured right after it the run
+//! would time autovacuum's first pass over all of them, running beside it, and the checkpoint
+//! that the fill's WAL started.
 
 use anyhow::{Context, ensure};
 use concepts::{

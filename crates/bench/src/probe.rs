@@ -154,14 +154,21 @@ impl Probe {
 
     /// Brings a PostgreSQL store to the state its autovacuum keeps a store in that grew over
     /// time: `VACUUM (ANALYZE)` of its tables (dead row versions removed, statistics current,
-    /// and the plans cached on the store's connections invalidated by the new statistics).
-    /// Nothing on the other backends, which have no such upkeep.
+    /// and the plans cached on the store's connections invalidated by the new statistics), then
+    /// a `CHECKPOINT`, so that the run measured next starts at the same point of the server's
+    /// checkpoint cycle whatever WAL came before it (the fill's gigabytes started one that
+    /// overlapped the measured run in some builds and not in others). Nothing on the other
+    /// backends, which have no such upkeep.
     pub(crate) async fn upkeep(&self) -> anyhow::Result<()> {
         if let Self::Postgres { client, .. } = self {
             client
                 .batch_execute("VACUUM (ANALYZE)")
                 .await
                 .context("vacuuming the store")?;
+            client
+                .batch_execute("CHECKPOINT")
+                .await
+                .context("checkpointing the server")?;
         }
         Ok(())
     }
