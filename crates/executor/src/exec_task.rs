@@ -4,7 +4,7 @@
 use crate::{
     cancel::Cancellation,
     local::{LocalExecutors, Registered},
-    mapping::{RunInfo, map_worker_result},
+    mapping::RunInfo,
     worker::{Worker, WorkerContext, WorkerError, WorkerResult},
 };
 use chrono::{DateTime, Utc};
@@ -515,65 +515,6 @@ impl<C: ClockFn> ExecTask<C> {
     }
 }
 
-/// How a run ends once its worker returned: the outcome's write to await, the `Finished`
-/// handed to `answer` (taken only then: one left unused is dropped with the run, after its
-/// write), the worker's own write, or nothing; with the metrics' outcome to record.
-enum RunEnd<'m, W> {
-    /// The outcome's write ([`write_outcome`]); true when it was written.
-    Write(W, Recorded<'m>),
-    /// The `Finished` went to the parent's run.
-    Answered(Recorded<'m>),
-    /// The worker wrote its own events.
-    ByWorker,
-    /// Nothing to write.
-    Nothing,
-}
-
-/// The meters of a run's function and its outcome, when metrics are recorded.
-type Recorded<'m> = Option<(
-    &'m Arc<crate::metrics::FunctionMeters>,
-    crate::metrics::Outcome,
-)>;
-
-/// [`RunEnd`] of a run whose worker returned `result` at `now`.
-fn end_of_run<'a>(
-    db: &'a dyn DbExecutor,
-    result: WorkerResult,
-    run: &RunInfo,
-    now: DateTime<Utc>,
-    lock_expires_at: DateTime<Utc>,
-    answer: &mut Option<crate::local::Answer>,
-    meters: Option<&'a Arc<crate::metrics::FunctionMeters>>,
-) -> RunEnd<'a, impl Future<Output = bool> + Send + 'a> {
-    let by_worker = matches!(result, WorkerResult::DbUpdatedByWorker);
-    let Some(write) = map_worker_result(result, run, now) else {
-        return if by_worker {
-            RunEnd::ByWorker
-        } else {
-            RunEnd::Nothing
-        };
-    };
-    let recorded = meters.map(|meters| (meters, crate::metrics::Outcome::of(&write.event)));
-    let left = move || lease_left(lock_expires_at, now);
-    // Past its lease the watcher may have resolved it otherwise: written, the version check
-    // fences it; handed over, nothing would.
-    if now < lock_expires_at
-        && matches!(write.event, concepts::ExecutionEventInner::Finished { .. })
-        && let Some(to) = answer.take()
-    {
-        return match to.send(write) {
-            Ok(()) => RunEnd::Answered(recorded),
-            Err(write) => RunEnd::Write(write_outcome(db, write, left), recorded),
-        };
-    }
-    RunEnd::Write(write_outcome(db, write, left), recorded)
-}
-
-/// What is left of a lease ending at `lock_expires_at` at `now`.
-fn lease_left(lock_expires_at: DateTime<Utc>, now: DateTime<Utc>) -> Duration {
-    (lock_expires_at - now).to_std().unwrap_or_default()
-}
-
 /// Runs the worker, turning a panic into an activity trap instead of a lost run.
 ///
 /// The worker runs inside the task the executor spawned for it (one task per execution, not
@@ -835,6 +776,6 @@ mod served;
 #[cfg(test)]
 mod tests;
 
-use outcome::write_outcome;
 pub use outcome::{OUTCOME_WRITE_ATTEMPTS, outcome_retry_pauses, outcome_write_attempts};
+use outcome::{RunEnd, end_of_run};
 pub use served::LocallyServed;

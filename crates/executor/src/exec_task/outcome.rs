@@ -1,10 +1,74 @@
-//! A run's outcome write: its retries with backoff while the run's lease lasts, and how a
-//! retry refused as a lost race tells an earlier attempt that committed from a lost race.
+//! How a run ends once its worker returned ([`end_of_run`]), and its outcome write: its
+//! retries with backoff while the run's lease lasts, and how a retry refused as a lost race
+//! tells an earlier attempt that committed from a lost race.
 
-use crate::mapping::log_lost_race;
+use crate::{
+    mapping::{RunInfo, log_lost_race, map_worker_result},
+    worker::WorkerResult,
+};
+use chrono::{DateTime, Utc};
 use concepts::{DbError, DbExecutor, ExecutionEventInner, OutcomeWrite, is_lost_race};
-use std::time::Duration;
+use std::{sync::Arc, time::Duration};
 use tracing::{debug, warn};
+
+/// How a run ends once its worker returned: the outcome's write to await, the `Finished`
+/// handed to `answer` (taken only then: one left unused is dropped with the run, after its
+/// write), the worker's own write, or nothing; with the metrics' outcome to record.
+pub(super) enum RunEnd<'m, W> {
+    /// The outcome's write ([`write_outcome`]); true when it was written.
+    Write(W, Recorded<'m>),
+    /// The `Finished` went to the parent's run.
+    Answered(Recorded<'m>),
+    /// The worker wrote its own events.
+    ByWorker,
+    /// Nothing to write.
+    Nothing,
+}
+
+/// The meters of a run's function and its outcome, when metrics are recorded.
+type Recorded<'m> = Option<(
+    &'m Arc<crate::metrics::FunctionMeters>,
+    crate::metrics::Outcome,
+)>;
+
+/// [`RunEnd`] of a run whose worker returned `result` at `now`.
+pub(super) fn end_of_run<'a>(
+    db: &'a dyn DbExecutor,
+    result: WorkerResult,
+    run: &RunInfo,
+    now: DateTime<Utc>,
+    lock_expires_at: DateTime<Utc>,
+    answer: &mut Option<crate::local::Answer>,
+    meters: Option<&'a Arc<crate::metrics::FunctionMeters>>,
+) -> RunEnd<'a, impl Future<Output = bool> + Send + 'a> {
+    let by_worker = matches!(result, WorkerResult::DbUpdatedByWorker);
+    let Some(write) = map_worker_result(result, run, now) else {
+        return if by_worker {
+            RunEnd::ByWorker
+        } else {
+            RunEnd::Nothing
+        };
+    };
+    let recorded = meters.map(|meters| (meters, crate::metrics::Outcome::of(&write.event)));
+    let left = move || lease_left(lock_expires_at, now);
+    // Past its lease the watcher may have resolved it otherwise: written, the version check
+    // fences it; handed over, nothing would.
+    if now < lock_expires_at
+        && matches!(write.event, ExecutionEventInner::Finished { .. })
+        && let Some(to) = answer.take()
+    {
+        return match to.send(write) {
+            Ok(()) => RunEnd::Answered(recorded),
+            Err(write) => RunEnd::Write(write_outcome(db, write, left), recorded),
+        };
+    }
+    RunEnd::Write(write_outcome(db, write, left), recorded)
+}
+
+/// What is left of a lease ending at `lock_expires_at` at `now`.
+fn lease_left(lock_expires_at: DateTime<Utc>, now: DateTime<Utc>) -> Duration {
+    (lock_expires_at - now).to_std().unwrap_or_default()
+}
 
 /// The fewest times a run's outcome is written when the store answers with a retriable error
 /// (busy, connection lost), however little of its lease is left.

@@ -2,7 +2,7 @@
 //! leases given back before the next lock, and how a refused retry of an outcome tells its own
 //! earlier write from another writer's.
 
-use super::outcome::written_earlier;
+use super::outcome::{write_outcome, written_earlier};
 use super::*;
 use async_trait::async_trait;
 use concepts::{
