@@ -6,8 +6,8 @@
 //! which opens a store (memory, a SQLite file in a temporary directory, or the PostgreSQL
 //! database the parent created), runs [`measure_phase`] on a current-thread runtime (the
 //! end-to-end workload of the throughput rows: the requests are built, created with one
-//! `create_batch`, and one executor runs them to their last acknowledged `Finished`), and
-//! closes the store. Callgrind dumps its counts when the phase starts and when it has ended
+//! `create_batch`, and one executor runs them until every outcome is written; [`workload`]
+//! says how its end is observed), and closes the store. Callgrind dumps its counts when the phase starts and when it has ended
 //! (`--dump-before` of the phase and of [`phase_ended`]): without `--separate-threads` every
 //! thread's costs are kept together, so the second dump holds what every thread executed during
 //! the phase (SQLite's writer, checkpointer and reader threads, the driver's tasks), and
@@ -300,8 +300,9 @@ pub(crate) fn run_phase(
     })?;
     let measured = measure_phase(&runtime, &db, phase.executions, phase.batch_size);
     phase_ended(measured.is_ok());
+    let checked = measured.and_then(|()| runtime.block_on(check_finished(&db, phase.executions)));
     runtime.block_on(db.close());
-    measured
+    checked
 }
 
 /// Marks the end of the phase for callgrind (see [`PHASE_END`]). Never inlined, and with an
@@ -330,9 +331,98 @@ fn measure_phase(
     executions: usize,
     batch_size: usize,
 ) -> anyhow::Result<()> {
-    runtime
-        .block_on(crate::run_noop("phase", db, executions, batch_size))
-        .map(drop)
+    runtime.block_on(workload(db, executions, batch_size))
+}
+
+/// The end-to-end workload of the throughput rows (`run_noop`), its end observed without the
+/// store handle those rows count the acknowledged `Finished` appends through (`CountingDb`):
+/// that wrapper's own boxed call of every outcome, about 400 instructions an execution, is
+/// the benchmark's, not the program's. The worker counts its runs instead; once it has run
+/// every execution, the node's shutdown waits for the runs still writing their outcomes. That
+/// every execution finished is checked afterwards, outside the count ([`check_finished`]).
+async fn workload(
+    db: &Arc<dyn concepts::DbConnection>,
+    executions: usize,
+    batch_size: usize,
+) -> anyhow::Result<()> {
+    let requests = crate::noop_requests(executions)?;
+    let worker = Arc::new(CountingWorker::new(executions)?);
+    db.create_batch(requests).await.context("create_batch")?;
+    let node = node::Node::builder(db.clone(), crate::Now)
+        .without_timers_watcher()
+        .worker(worker.clone(), crate::multi::noop_settings(batch_size)?)
+        .start()?;
+    let deadline = std::time::Duration::from_secs(600);
+    let ran = tokio::time::timeout(deadline, worker.ran_all.notified()).await;
+    let drained = node.shutdown(crate::multi::STOP).await;
+    ran.with_context(|| format!("not every execution ran within {deadline:?}"))?;
+    anyhow::ensure!(
+        drained.left == 0,
+        "{} runs were still writing their outcomes when the node stopped",
+        drained.left
+    );
+    Ok(())
+}
+
+/// The no-op worker of the counted phase (`BenchWorker`'s answer), which says when it has run
+/// `executions` times.
+struct CountingWorker {
+    ffqns: [concepts::FunctionFqn; 1],
+    executions: usize,
+    ran: std::sync::atomic::AtomicUsize,
+    /// Keeps its permit from the last run until the phase awaits it.
+    ran_all: tokio::sync::Notify,
+}
+
+impl CountingWorker {
+    fn new(executions: usize) -> anyhow::Result<Self> {
+        Ok(Self {
+            ffqns: [crate::FFQN.parse()?],
+            executions,
+            ran: std::sync::atomic::AtomicUsize::new(0),
+            ran_all: tokio::sync::Notify::new(),
+        })
+    }
+}
+
+#[async_trait::async_trait]
+impl executor::Worker for CountingWorker {
+    async fn run(&self, ctx: executor::WorkerContext) -> executor::WorkerResult {
+        let ran = self.ran.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+        if ran == self.executions {
+            self.ran_all.notify_one();
+        }
+        executor::WorkerResult::Ok(concepts::SupportedFunctionReturnValue::None, ctx.version)
+    }
+
+    fn exported_functions(&self) -> &[concepts::FunctionFqn] {
+        &self.ffqns
+    }
+}
+
+/// Fails unless all `executions` of the phase are `Finished` in `db`.
+async fn check_finished(
+    db: &Arc<dyn concepts::DbConnection>,
+    executions: usize,
+) -> anyhow::Result<()> {
+    let finished = db
+        .list_executions(
+            concepts::ListExecutionsFilter {
+                state: Some(concepts::PendingStateKind::Finished),
+                ..concepts::ListExecutionsFilter::default()
+            },
+            concepts::Pagination {
+                cursor: None,
+                length: executions + 1,
+            },
+        )
+        .await?;
+    anyhow::ensure!(
+        finished.len() == executions,
+        "{} of the phase's {executions} executions finished",
+        finished.len()
+    );
+    Ok(())
 }
 
 /// The PostgreSQL server's CPU time per execution, in microseconds: the median of
@@ -352,10 +442,15 @@ async fn server_cpu_per_execution(
             };
             let db = run.connect().await?;
             let before = server_cpu_ticks(postmaster)?;
-            let ran = crate::run_noop("postgres", &db, phase.executions, phase.batch_size).await;
+            let ran = workload(&db, phase.executions, phase.batch_size).await;
             let after = server_cpu_ticks(postmaster)?;
+            let checked = async { check_finished(&db, phase.executions).await };
+            let checked = match ran {
+                Ok(()) => checked.await,
+                Err(err) => Err(err),
+            };
             db.close().await;
-            ran?;
+            checked?;
             let seconds = (after - before) as f64 / clock_ticks_per_second()?;
             anyhow::Ok(Ok(seconds * 1e6 / phase.executions as f64))
         }

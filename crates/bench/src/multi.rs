@@ -97,16 +97,24 @@ pub(crate) fn noop_node(
     counting: Arc<CountingDb>,
     batch_size: usize,
 ) -> anyhow::Result<NodeBuilder<Now>> {
-    let settings = ExecutorSettings {
+    Ok(Node::builder(db.clone(), Now)
+        .without_timers_watcher()
+        .worker_through(
+            Arc::new(BenchWorker::new()?),
+            noop_settings(batch_size)?,
+            counting,
+        ))
+}
+
+/// The executor of the no-op executions: `batch_size` per tick, leases of a minute.
+pub(crate) fn noop_settings(batch_size: usize) -> anyhow::Result<ExecutorSettings> {
+    Ok(ExecutorSettings {
         lock_expiry: Duration::from_secs(60),
         tick_sleep: Duration::from_secs(1),
         batch_size,
         component_id: Some(crate::component_id()?),
         concurrency: None,
-    };
-    Ok(Node::builder(db.clone(), Now)
-        .without_timers_watcher()
-        .worker_through(Arc::new(BenchWorker::new()?), settings, counting))
+    })
 }
 
 fn say(line: &str) {
