@@ -35,11 +35,11 @@
 //! # });
 //! ```
 
-mod newest_first;
 mod schedules;
 mod state;
 #[cfg(test)]
 mod tests;
+mod time_index;
 
 use chrono::{DateTime, Utc};
 use concepts::{

@@ -1,7 +1,7 @@
 //! The state behind the mutex: the execution records and their indexes, the loads of a
 //! write's [`Snapshot`] and the application of its plan.
 
-use crate::newest_first::NewestFirst;
+use crate::time_index::TimeIndex;
 use chrono::{DateTime, Datelike, NaiveDate, NaiveTime, Timelike, Utc};
 use concepts::{
     DbError, DelayId, ExecutionEvent, ExecutionEventInner, ExecutionId, FinishedExecutionResult,
@@ -216,16 +216,16 @@ pub(crate) struct State {
     /// Boxed: a write touches one record, and growing the table moves only pointers.
     records: HashMap<ExecutionId, Box<Record>, FastHash>,
     /// `(created_at, execution_id)` of every execution, for `list_executions`.
-    pub(crate) by_created: NewestFirst<TimeKey>,
+    pub(crate) by_created: TimeIndex<TimeKey>,
     /// `(scheduled_at, execution_id)` of every `PendingAt` execution, per function.
-    pub(crate) pending: HashMap<FunctionFqn, NewestFirst<TimeKey>, FastHash>,
+    pub(crate) pending: HashMap<FunctionFqn, TimeIndex<TimeKey>, FastHash>,
     /// Every lease of a `Locked` execution and every open delay.
-    pub(crate) timers: NewestFirst<TimerKey>,
+    pub(crate) timers: TimeIndex<TimerKey>,
     /// The id of every child execution (top-level ones are never descendants): the descendants
     /// of an execution are one range ([`descendant_bounds`]).
     pub(crate) children: BTreeSet<ExecutionId>,
     /// `(finished_at, execution_id)` of every finished top-level execution, for `prune`.
-    pub(crate) finished: NewestFirst<TimeKey>,
+    pub(crate) finished: TimeIndex<TimeKey>,
     pub(crate) schedules: crate::schedules::Schedules,
 }
 

@@ -1,0 +1,122 @@
+//! The ordered set's two orders, its ranges and its removals, whether keys come in order (the
+//! buffer), out of order (the B-tree) or both.
+
+use super::*;
+
+/// The keys oldest first, newest first reversed, and every key after each of `0..=10`,
+/// checked against a plain ordered set.
+fn assert_holds(set: &TimeIndex<i32>, expected: &BTreeSet<i32>) {
+    let keys: Vec<i32> = expected.iter().copied().collect();
+    assert_eq!(set.oldest_first().copied().collect::<Vec<_>>(), keys);
+    let mut newest: Vec<i32> = set.newest_first().copied().collect();
+    newest.reverse();
+    assert_eq!(newest, keys);
+    for from in 0..=10 {
+        let after: Vec<i32> = keys.iter().copied().filter(|k| *k > from).collect();
+        assert_eq!(set.after(Some(from)).copied().collect::<Vec<_>>(), after);
+    }
+    assert_eq!(set.is_empty(), keys.is_empty());
+    let run: Vec<i32> = set.run.iter().map(|(key, _)| *key).collect();
+    assert!(run.windows(2).all(|pair| pair[0] < pair[1]), "{run:?}");
+    assert!(set.run.front().is_none_or(|(_, live)| *live));
+    assert!(set.run.back().is_none_or(|(_, live)| *live));
+    let dead = set.run.iter().filter(|(_, live)| !live).count();
+    assert_eq!(set.dead, dead);
+    assert!(set.rest.iter().all(|key| !run.contains(key)));
+}
+
+#[test]
+fn keys_come_out_in_either_order_and_after_a_key() {
+    let mut set = TimeIndex::default();
+    for key in [3, 1, 4, 5, 9, 2, 6] {
+        assert!(set.insert(key));
+    }
+    assert!(!set.insert(4), "a key is held once");
+    assert!(!set.insert(1), "a key is held once");
+    assert_eq!(set.oldest_first().next(), Some(&1));
+    assert_eq!(
+        set.oldest_first().copied().collect::<Vec<_>>(),
+        [1, 2, 3, 4, 5, 6, 9]
+    );
+    assert_eq!(
+        set.newest_first().copied().collect::<Vec<_>>(),
+        [9, 6, 5, 4, 3, 2, 1]
+    );
+    assert_eq!(set.after(Some(4)).copied().collect::<Vec<_>>(), [5, 6, 9]);
+    assert_eq!(set.after(Some(7)).copied().collect::<Vec<_>>(), [9]);
+    assert_eq!(set.after(Some(9)).count(), 0);
+    assert!(set.after(None).eq(set.oldest_first()));
+}
+
+#[test]
+fn removing_the_oldest_or_any_other_key_leaves_the_rest() {
+    let mut set = TimeIndex::default();
+    for key in 1..=5 {
+        set.insert(key);
+    }
+    set.remove(1);
+    set.remove(4);
+    set.remove(7);
+    assert_eq!(set.oldest_first().copied().collect::<Vec<_>>(), [2, 3, 5]);
+    for key in [2, 3, 5] {
+        set.remove(key);
+    }
+    assert!(set.is_empty());
+}
+
+#[test]
+fn a_removed_key_of_the_buffer_can_come_back() {
+    let mut set = TimeIndex::default();
+    let mut expected = BTreeSet::new();
+    for key in 1..=8 {
+        set.insert(key);
+        expected.insert(key);
+    }
+    set.remove(4);
+    set.remove(4);
+    expected.remove(&4);
+    assert_holds(&set, &expected);
+    assert!(set.insert(4));
+    assert!(!set.insert(4));
+    expected.insert(4);
+    assert_holds(&set, &expected);
+}
+
+#[test]
+fn every_mix_of_inserts_and_removals_holds_what_a_plain_set_holds() {
+    let mut set = TimeIndex::default();
+    let mut expected = BTreeSet::new();
+    // A fixed pseudo-random walk: mostly growing keys, some older ones, removals of the
+    // oldest and of any key, sometimes a key that is not there.
+    let mut seed = 7u32;
+    let (mut out_of_order, mut dead) = (false, false);
+    for _ in 0..4000 {
+        seed = seed.wrapping_mul(1_103_515_245).wrapping_add(12_345);
+        let pick = (seed >> 16) % 10;
+        let key = i32::try_from((seed >> 8) % 11).unwrap_or_default();
+        match pick {
+            0..=3 => {
+                let newest = expected.last().map_or(0, |last| last + 1);
+                let key = if pick == 0 { key } else { newest.min(10) };
+                assert_eq!(set.insert(key), expected.insert(key));
+            }
+            4 | 5 => {
+                if let Some(&first) = expected.first() {
+                    set.remove(first);
+                    expected.remove(&first);
+                }
+            }
+            _ => {
+                set.remove(key);
+                expected.remove(&key);
+            }
+        }
+        assert_holds(&set, &expected);
+        out_of_order |= !set.rest.is_empty();
+        dead |= set.dead > 0;
+    }
+    assert!(
+        out_of_order && dead,
+        "the walk reaches both parts and a dead key"
+    );
+}
