@@ -72,7 +72,10 @@ impl<K: Ord> TimeIndex<K> {
     pub(crate) fn remove(&mut self, key: K) {
         if self.run.front().is_some_and(|(first, _)| *first == key) {
             self.run.pop_front();
-            self.trim();
+            // Without a dead key, the next one is alive: no call to look.
+            if self.dead > 0 {
+                self.trim();
+            }
             return;
         }
         let Some(at) = self.find(&key) else {
