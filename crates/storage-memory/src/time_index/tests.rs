@@ -6,12 +6,21 @@ use super::*;
 /// The keys oldest first, newest first reversed, and every key after each of `0..=10`,
 /// checked against a plain ordered set.
 fn assert_holds(set: &TimeIndex<i32>, expected: &BTreeSet<i32>) {
+    assert_holds_after(set, expected, 0..=10);
+}
+
+/// As [`assert_holds`], with the keys after each of `froms`.
+fn assert_holds_after(
+    set: &TimeIndex<i32>,
+    expected: &BTreeSet<i32>,
+    froms: impl Iterator<Item = i32>,
+) {
     let keys: Vec<i32> = expected.iter().copied().collect();
     assert_eq!(set.oldest_first().copied().collect::<Vec<_>>(), keys);
     let mut newest: Vec<i32> = set.newest_first().copied().collect();
     newest.reverse();
     assert_eq!(newest, keys);
-    for from in 0..=10 {
+    for from in froms {
         let after: Vec<i32> = keys.iter().copied().filter(|k| *k > from).collect();
         assert_eq!(set.after(Some(from)).copied().collect::<Vec<_>>(), after);
     }
@@ -119,4 +128,38 @@ fn every_mix_of_inserts_and_removals_holds_what_a_plain_set_holds() {
         out_of_order && dead,
         "the walk reaches both parts and a dead key"
     );
+}
+
+#[test]
+fn many_keys_across_chunks_hold_what_a_plain_set_holds() {
+    let mut set = TimeIndex::default();
+    let mut expected = BTreeSet::new();
+    let mut seed = 11u32;
+    let mut newest = 0;
+    for step in 0..3000 {
+        seed = seed.wrapping_mul(1_103_515_245).wrapping_add(12_345);
+        let pick = (seed >> 16) % 10;
+        let key = i32::try_from((seed >> 4) % 600).unwrap_or_default();
+        match pick {
+            0..=4 => {
+                newest += 1;
+                assert_eq!(set.insert(newest), expected.insert(newest));
+            }
+            5 => _ = (set.insert(key), expected.insert(key)),
+            6 | 7 => {
+                if let Some(&first) = expected.first() {
+                    set.remove(first);
+                    expected.remove(&first);
+                }
+            }
+            _ => {
+                set.remove(key);
+                expected.remove(&key);
+            }
+        }
+        if step % 50 == 0 {
+            assert_holds_after(&set, &expected, (0..1200).step_by(7));
+        }
+    }
+    assert_holds_after(&set, &expected, (0..1200).step_by(7));
 }
