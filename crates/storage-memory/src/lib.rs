@@ -35,6 +35,7 @@
 //! # });
 //! ```
 
+mod pending;
 mod schedules;
 mod state;
 #[cfg(test)]

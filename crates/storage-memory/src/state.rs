@@ -1,7 +1,7 @@
 //! The state behind the mutex: the execution records and their indexes, the loads of a
 //! write's [`Snapshot`] and the application of its plan.
 
-use crate::time_index::TimeIndex;
+use crate::{pending::PendingSets, time_index::TimeIndex};
 use chrono::{DateTime, Datelike, NaiveDate, NaiveTime, Timelike, Utc};
 use concepts::{
     DbError, DelayId, ExecutionEvent, ExecutionEventInner, ExecutionId, FinishedExecutionResult,
@@ -218,7 +218,7 @@ pub(crate) struct State {
     /// `(created_at, execution_id)` of every execution, for `list_executions`.
     pub(crate) by_created: TimeIndex<TimeKey>,
     /// `(scheduled_at, execution_id)` of every `PendingAt` execution, per function.
-    pub(crate) pending: HashMap<FunctionFqn, TimeIndex<TimeKey>, FastHash>,
+    pub(crate) pending: PendingSets,
     /// Every lease of a `Locked` execution and every open delay.
     pub(crate) timers: TimeIndex<TimerKey>,
     /// The id of every child execution (top-level ones are never descendants): the descendants
@@ -521,7 +521,7 @@ impl State {
             ("by_created", self.by_created.newest_first().any(keyed)),
             (
                 "pending",
-                (self.pending.values()).any(|set| set.newest_first().any(keyed)),
+                (self.pending.iter()).any(|(_, set)| set.newest_first().any(keyed)),
             ),
             (
                 "timers",
@@ -543,18 +543,10 @@ impl State {
         match state {
             PendingState::PendingAt { scheduled_at } => {
                 let key = key(*scheduled_at, execution_id);
-                // The set of a function exists while any execution of it is pending: cloning
-                // the name for `entry` is rarely needed.
-                match self.pending.get_mut(ffqn) {
-                    Some(set) if add => _ = set.insert(key),
-                    None if add => _ = self.pending.entry(ffqn.clone()).or_default().insert(key),
-                    Some(set) => {
-                        set.remove(key);
-                        if set.is_empty() {
-                            self.pending.remove(ffqn);
-                        }
-                    }
-                    None => {}
+                if add {
+                    self.pending.insert(ffqn, key);
+                } else {
+                    self.pending.remove(ffqn, key);
                 }
             }
             PendingState::Locked {
