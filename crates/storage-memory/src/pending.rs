@@ -55,8 +55,14 @@ impl PendingSets {
         }
     }
 
-    /// Removes `key` from the set of `ffqn`, and the set once it is empty.
-    pub(crate) fn remove(&mut self, ffqn: &FunctionFqn, key: TimeKey) {
+    /// Removes the key `key` builds (and `is` tells, see [`TimeIndex::remove_with`]) from the
+    /// set of `ffqn`, and the set once it is empty.
+    pub(crate) fn remove(
+        &mut self,
+        ffqn: &FunctionFqn,
+        is: impl FnOnce(&TimeKey) -> bool,
+        key: impl FnOnce() -> TimeKey,
+    ) {
         let Some(at) = self.position(ffqn) else {
             return;
         };
@@ -64,7 +70,7 @@ impl PendingSets {
         let Some((_, set)) = self.sets.get_mut(at) else {
             return;
         };
-        set.remove(key);
+        set.remove_with(is, key);
         if !set.is_empty() {
             return;
         }

@@ -85,6 +85,11 @@ impl At {
         })
     }
 
+    /// True when the time is `at`.
+    pub(crate) fn is(&self, at: DateTime<Utc>) -> bool {
+        self.ticks() == ticks(at)
+    }
+
     /// True when the time is at or before `at`.
     pub(crate) fn at_or_before(&self, at: DateTime<Utc>) -> bool {
         self.ticks() <= ticks(at)
@@ -132,6 +137,12 @@ fn key(at: DateTime<Utc>, execution_id: &ExecutionId) -> TimeKey {
 
 fn timer_key(at: DateTime<Utc>, execution_id: &ExecutionId, kind: TimerKind) -> TimerKey {
     (At::new(at, execution_id), execution_id.clone(), kind)
+}
+
+/// True when `key` is `key(at, execution_id)`, told without building that (the time and the
+/// whole id decide the lead).
+fn is_key((lead, id): &TimeKey, at: DateTime<Utc>, execution_id: &ExecutionId) -> bool {
+    id == execution_id && lead.is(at)
 }
 
 /// A join set of one execution, as far as a snapshot needs it.
@@ -501,8 +512,9 @@ impl State {
             };
             let row = &record.row;
             self.index_state(row, &row.state.pending_state, false);
-            self.by_created
-                .remove(key(record.created_at(), execution_id));
+            let created_at = record.created_at();
+            let is = |k: &TimeKey| is_key(k, created_at, execution_id);
+            (self.by_created).remove_with(is, || key(created_at, execution_id));
             if row.parent.is_some() {
                 self.children.remove(execution_id);
             }
@@ -542,21 +554,35 @@ impl State {
         let (ffqn, execution_id) = (&row.ffqn, &row.execution_id);
         match state {
             PendingState::PendingAt { scheduled_at } => {
-                let key = key(*scheduled_at, execution_id);
+                let at = *scheduled_at;
                 if add {
-                    self.pending.insert(ffqn, key);
+                    self.pending.insert(ffqn, key(at, execution_id));
                 } else {
-                    self.pending.remove(ffqn, key);
+                    let is = |k: &TimeKey| is_key(k, at, execution_id);
+                    self.pending.remove(ffqn, is, || key(at, execution_id));
                 }
             }
             PendingState::Locked {
                 lock_expires_at, ..
             } => {
-                let key = timer_key(*lock_expires_at, execution_id, TimerKind::Lock);
-                self.timers.set(key, add);
+                let (at, kind) = (*lock_expires_at, TimerKind::Lock);
+                if add {
+                    self.timers.insert(timer_key(at, execution_id, kind));
+                } else {
+                    let is = |(lead, id, kind): &TimerKey| {
+                        matches!(kind, TimerKind::Lock) && id == execution_id && lead.is(at)
+                    };
+                    (self.timers).remove_with(is, || timer_key(at, execution_id, kind));
+                }
             }
             PendingState::Finished { finished_at, .. } if row.parent.is_none() => {
-                self.finished.set(key(*finished_at, execution_id), add);
+                let at = *finished_at;
+                if add {
+                    self.finished.insert(key(at, execution_id));
+                } else {
+                    let is = |k: &TimeKey| is_key(k, at, execution_id);
+                    self.finished.remove_with(is, || key(at, execution_id));
+                }
             }
             PendingState::BlockedByJoinSet { .. } | PendingState::Finished { .. } => {}
         }

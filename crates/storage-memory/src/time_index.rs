@@ -70,14 +70,34 @@ impl<K: Ord> TimeIndex<K> {
 
     /// Removes `key`, by popping it when it is the oldest (which compares one key).
     pub(crate) fn remove(&mut self, key: K) {
-        if self.run.front().is_some_and(|(first, _)| *first == key) {
-            self.run.pop_front();
-            // Without a dead key, the next one is alive: no call to look.
-            if self.dead > 0 {
-                self.trim();
-            }
-            return;
+        if !self.pop_first_if(|first| *first == key) {
+            self.remove_not_first(key);
         }
+    }
+
+    /// Removes the key that `key` builds and that `is` tells from any other: the oldest key
+    /// in order, the usual one, is popped without building it.
+    pub(crate) fn remove_with(&mut self, is: impl FnOnce(&K) -> bool, key: impl FnOnce() -> K) {
+        if !self.pop_first_if(is) {
+            self.remove_not_first(key());
+        }
+    }
+
+    /// Pops the first key of `run` when `is` picks it.
+    fn pop_first_if(&mut self, is: impl FnOnce(&K) -> bool) -> bool {
+        if !self.run.front().is_some_and(|(first, _)| is(first)) {
+            return false;
+        }
+        self.run.pop_front();
+        // Without a dead key, the next one is alive: no call to look.
+        if self.dead > 0 {
+            self.trim();
+        }
+        true
+    }
+
+    /// Removes `key`, which is not the first of `run`.
+    fn remove_not_first(&mut self, key: K) {
         let Some(at) = self.find(&key) else {
             self.rest.remove(&key);
             return;
@@ -92,15 +112,6 @@ impl<K: Ord> TimeIndex<K> {
         if self.dead * 2 > self.run.len() {
             self.run.retain(|(_, live)| *live);
             self.dead = 0;
-        }
-    }
-
-    /// Adds `key` (`add`) or removes it.
-    pub(crate) fn set(&mut self, key: K, add: bool) {
-        if add {
-            self.insert(key);
-        } else {
-            self.remove(key);
         }
     }
 

@@ -14,6 +14,10 @@ fn keys(sets: &PendingSets, ffqn: &FunctionFqn) -> Vec<ExecutionId> {
     set.map(|(_, id)| id.clone()).collect()
 }
 
+fn remove(sets: &mut PendingSets, ffqn: &FunctionFqn, id: &ExecutionId) {
+    sets.remove(ffqn, |k| k.1 == *id, || key(id));
+}
+
 #[test]
 fn removing_a_function_s_last_key_leaves_the_others_sets_findable() {
     let ffqns: Vec<FunctionFqn> = ["ns:pkg/ifc.a", "ns:pkg/ifc.b", "ns:pkg/ifc.c"]
@@ -28,12 +32,12 @@ fn removing_a_function_s_last_key_leaves_the_others_sets_findable() {
         sets.insert(&ffqns[i % 3], key(id));
     }
     // `a`'s set goes, and `c`'s takes its place.
-    sets.remove(&ffqns[0], key(&ids[0]));
-    sets.remove(&ffqns[0], key(&ids[3]));
+    remove(&mut sets, &ffqns[0], &ids[0]);
+    remove(&mut sets, &ffqns[0], &ids[3]);
     assert!(sets.get(&ffqns[0]).is_none());
     assert_eq!(keys(&sets, &ffqns[1]), [ids[1].clone(), ids[4].clone()]);
     assert_eq!(keys(&sets, &ffqns[2]), [ids[2].clone(), ids[5].clone()]);
-    sets.remove(&ffqns[2], key(&ids[2]));
+    remove(&mut sets, &ffqns[2], &ids[2]);
     sets.insert(&ffqns[0], key(&ids[0]));
     assert_eq!(keys(&sets, &ffqns[0]), [ids[0].clone()]);
     assert_eq!(keys(&sets, &ffqns[2]), [ids[5].clone()]);
