@@ -1,25 +1,24 @@
 //! [`TimeIndex`]: the ordered set behind the store's time indexes, where the usual insert
 //! appends and the usual removal pops.
 
-use std::{
-    cmp::Ordering,
-    collections::{BTreeSet, VecDeque},
-    ops::Bound,
-};
+mod chunked;
+
+use chunked::Chunked;
+use std::{cmp::Ordering, collections::BTreeSet, ops::Bound};
 
 /// An ordered set of keys that lead with a time. Times mostly grow, so most keys come in
 /// order (a new execution due now, a lease ending after the others, an execution finishing
-/// last): those are appended to a sorted ring buffer, and the usual removal, the oldest key (a
-/// lock takes the first due, runs mostly finish in lock order), pops its other end; neither
-/// compares its way down a B-tree, shifts a node's keys or splits a node. A key that comes out
-/// of order goes to a B-tree instead. A removal from the middle of the buffer (found by a
-/// binary search) marks its key dead rather than shifting the keys after it, until the dead
-/// are half the buffer, which is then compacted (amortized O(1) a removal). Reads merge both
-/// parts, in either order.
+/// last): those are appended to a sorted buffer (a deque in chunks), and the usual removal,
+/// the oldest key (a lock takes the first due, runs mostly finish in lock order), pops its
+/// other end; neither compares its way down a B-tree, shifts a node's keys or splits a node.
+/// A key that comes out of order goes to a B-tree instead. A removal from the middle of the
+/// buffer (found by a binary search) marks its key dead rather than shifting the keys after
+/// it, until the dead are half the buffer, which is then compacted (amortized O(1) a
+/// removal). Reads merge both parts, in either order.
 #[derive(Debug, Clone)]
 pub(crate) struct TimeIndex<K: Ord> {
     /// Ascending, each key with whether it is still in the set; the first and the last are.
-    run: VecDeque<(K, bool)>,
+    run: Chunked<(K, bool)>,
     /// How many keys of `run` are dead.
     dead: usize,
     /// The keys that were not the newest when they came (none of them is in `run`, dead or
@@ -30,7 +29,7 @@ pub(crate) struct TimeIndex<K: Ord> {
 impl<K: Ord> Default for TimeIndex<K> {
     fn default() -> Self {
         Self {
-            run: VecDeque::new(),
+            run: Chunked::default(),
             dead: 0,
             rest: BTreeSet::new(),
         }
@@ -56,7 +55,9 @@ impl<K: Ord> TimeIndex<K> {
         }
         match self.find(&key) {
             Some(at) => {
-                let live = &mut self.run[at].1;
+                let Some((_, live)) = self.run.get_mut(at) else {
+                    return false;
+                };
                 if *live {
                     return false;
                 }
@@ -102,7 +103,9 @@ impl<K: Ord> TimeIndex<K> {
             self.rest.remove(&key);
             return;
         };
-        let live = &mut self.run[at].1;
+        let Some((_, live)) = self.run.get_mut(at) else {
+            return;
+        };
         if !*live {
             return;
         }
@@ -140,7 +143,7 @@ impl<K: Ord> TimeIndex<K> {
                 (self.rest).range((Bound::Excluded(key), Bound::Unbounded)),
             ),
         };
-        merge(live(self.run.range(from..)), rest, Ordering::Less)
+        merge(live(self.run.iter_from(from)), rest, Ordering::Less)
     }
 
     /// Where `key` is in `run`, dead or alive.
@@ -149,7 +152,8 @@ impl<K: Ord> TimeIndex<K> {
         if *key < first.0 || *key > last.0 {
             return None;
         }
-        self.run.binary_search_by(|(k, _)| k.cmp(key)).ok()
+        let at = self.run.partition_point(|(k, _)| k < key);
+        (self.run.get(at)).and_then(|(k, _)| (k == key).then_some(at))
     }
 
     /// Pops the dead keys at either end of `run`, so that its ends are keys of the set.

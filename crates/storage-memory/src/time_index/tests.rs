@@ -163,3 +163,58 @@ fn many_keys_across_chunks_hold_what_a_plain_set_holds() {
     }
     assert_holds_after(&set, &expected, (0..1200).step_by(7));
 }
+
+#[test]
+fn a_chunked_queue_indexes_searches_and_keeps_as_a_deque_does() {
+    let mut chunked = Chunked::default();
+    let mut plain = std::collections::VecDeque::new();
+    for value in 0..1300 {
+        chunked.push_back(value);
+        plain.push_back(value);
+    }
+    for _ in 0..600 {
+        assert_eq!(chunked.pop_front(), plain.pop_front());
+    }
+    for _ in 0..530 {
+        assert_eq!(chunked.pop_back(), plain.pop_back());
+    }
+    for value in 1300..2000 {
+        chunked.push_back(value);
+        plain.push_back(value);
+    }
+    let check = |chunked: &Chunked<i32>, plain: &std::collections::VecDeque<i32>| {
+        assert_eq!(chunked.len(), plain.len());
+        assert_eq!(chunked.front(), plain.front());
+        assert_eq!(chunked.back(), plain.back());
+        assert!(chunked.iter().eq(plain.iter()));
+        assert!(chunked.iter().rev().eq(plain.iter().rev()));
+        for at in 0..=plain.len() + 1 {
+            assert_eq!(chunked.get(at), plain.get(at));
+            assert!(chunked.iter_from(at).eq(plain.iter().skip(at)));
+        }
+        for bound in (0..2100).step_by(3) {
+            let at = chunked.partition_point(|value| *value < bound);
+            assert_eq!(at, plain.partition_point(|value| *value < bound));
+        }
+    };
+    check(&chunked, &plain);
+    chunked.retain(|value| value % 3 != 0);
+    plain.retain(|value| value % 3 != 0);
+    check(&chunked, &plain);
+    while let Some(value) = plain.pop_back() {
+        assert_eq!(chunked.pop_back(), Some(value));
+    }
+    assert!(chunked.is_empty());
+    assert_eq!(chunked.pop_front(), None);
+    for value in 0..600 {
+        chunked.push_back(value);
+        plain.push_back(value);
+    }
+    while let Some(value) = plain.pop_front() {
+        assert_eq!(chunked.pop_front(), Some(value));
+        if value % 97 == 0 {
+            check(&chunked, &plain);
+        }
+    }
+    assert!(chunked.is_empty() && chunked.back().is_none());
+}
