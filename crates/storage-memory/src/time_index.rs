@@ -14,7 +14,13 @@ use std::{cmp::Ordering, collections::BTreeSet, ops::Bound};
 /// A key that comes out of order goes to a B-tree instead. A removal from the middle of the
 /// buffer (found by a binary search) marks its key dead rather than shifting the keys after
 /// it, until the dead are half the buffer, which is then compacted (amortized O(1) a
-/// removal). Reads merge both parts, in either order.
+/// removal). A key older than only a few at the end of the buffer moves those to the B-tree
+/// and is appended, so that one far time does not send every later key there. Reads merge
+/// both parts, in either order.
+/// At most how many newer keys at the end of the buffer move to the B-tree to let an older key
+/// be appended after them.
+const MOVED_OUT_OF_ORDER: usize = 64;
+
 #[derive(Debug, Clone)]
 pub(crate) struct TimeIndex<K: Ord> {
     /// Ascending, each key with whether it is still in the set; the first and the last are.
@@ -48,25 +54,51 @@ impl<K: Ord> Eq for TimeIndex<K> {}
 impl<K: Ord> TimeIndex<K> {
     /// Adds `key`; false when it was there already.
     pub(crate) fn insert(&mut self, key: K) -> bool {
-        let newest = self.run.back().is_none_or(|(last, _)| *last < key);
-        if newest && self.rest.last().is_none_or(|last| *last < key) {
+        if self.run.back().is_none_or(|(last, _)| *last < key) {
+            // A key of the B-tree may be newer still (one the next case moved there).
+            if self.rest.last().is_some_and(|last| key <= *last) && self.rest.contains(&key) {
+                return false;
+            }
             self.run.push_back((key, true));
             return true;
         }
-        match self.find(&key) {
-            Some(at) => {
-                let Some((_, live)) = self.run.get_mut(at) else {
-                    return false;
-                };
-                if *live {
-                    return false;
-                }
-                *live = true;
-                self.dead -= 1;
-                true
+        self.insert_not_newest(key)
+    }
+
+    /// Adds `key`, older than the last of `run`; false when it was there already. Out of line:
+    /// the usual insert, the newest key, stays small enough to inline its push.
+    #[inline(never)]
+    fn insert_not_newest(&mut self, key: K) -> bool {
+        let at = self.run.partition_point(|(k, _)| *k < key);
+        if let Some((k, live)) = self.run.get_mut(at)
+            && *k == key
+        {
+            if *live {
+                return false;
             }
-            None => self.rest.insert(key),
+            *live = true;
+            self.dead -= 1;
+            return true;
         }
+        if self.rest.contains(&key) {
+            return false;
+        }
+        // A few newer keys at the end of the buffer (a far timer among leases, an execution
+        // scheduled for later among those due now) move to the B-tree, so that the usual keys,
+        // this one and the next, are appended again. A key moves once: amortized, that is a
+        // B-tree insert of its own.
+        if self.run.len() - at <= MOVED_OUT_OF_ORDER {
+            while self.run.len() > at {
+                match self.run.pop_back() {
+                    Some((newer, true)) => _ = self.rest.insert(newer),
+                    Some((_, false)) => self.dead -= 1,
+                    None => break,
+                }
+            }
+            self.run.push_back((key, true));
+            return true;
+        }
+        self.rest.insert(key)
     }
 
     /// Removes `key`, by popping it when it is the oldest (which compares one key).

@@ -62,7 +62,8 @@ impl<T> Chunked<T> {
         self.chunks.get_mut(chunk)?.get_mut(at)?.as_mut()
     }
 
-    #[inline]
+    // Always: the usual insert is this push, and the compiler's own choice calls it.
+    #[inline(always)]
     pub(super) fn push_back(&mut self, value: T) {
         match self.chunks.back_mut() {
             Some(last) if last.len() < CHUNK => last.push(Some(value)),
@@ -78,7 +79,7 @@ impl<T> Chunked<T> {
         self.len += 1;
     }
 
-    #[inline]
+    #[inline(always)]
     pub(super) fn pop_front(&mut self) -> Option<T> {
         let first = self.chunks.front_mut()?;
         let value = first.get_mut(self.head)?.take();

@@ -218,3 +218,31 @@ fn a_chunked_queue_indexes_searches_and_keeps_as_a_deque_does() {
     }
     assert!(chunked.is_empty() && chunked.back().is_none());
 }
+
+#[test]
+fn a_few_far_keys_do_not_keep_the_usual_ones_out_of_the_buffer() {
+    let mut set = TimeIndex::default();
+    let mut expected = BTreeSet::new();
+    for key in [1000, 1001, 1, 2] {
+        set.insert(key);
+        expected.insert(key);
+    }
+    for key in 3..300 {
+        assert!(set.insert(key));
+        expected.insert(key);
+    }
+    assert!(!set.insert(1000), "a key moved to the B-tree is held once");
+    assert_eq!(set.rest.len(), 2, "only the far keys moved");
+    assert_holds_after(&set, &expected, (0..1100).step_by(13));
+    // Too many far keys to move: the usual ones go to the B-tree instead.
+    for key in 2000..2100 {
+        set.insert(key);
+        expected.insert(key);
+    }
+    for key in 300..310 {
+        assert!(set.insert(key));
+        expected.insert(key);
+    }
+    assert_eq!(set.rest.len(), 12);
+    assert_holds_after(&set, &expected, (0..2200).step_by(13));
+}
