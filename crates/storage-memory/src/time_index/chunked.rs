@@ -42,7 +42,7 @@ impl<T> Chunked<T> {
 
     #[inline]
     pub(super) fn front(&self) -> Option<&T> {
-        self.get(0)
+        self.chunks.front()?.get(self.head)?.as_ref()
     }
 
     #[inline]
