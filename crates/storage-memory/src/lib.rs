@@ -35,11 +35,12 @@
 //! # });
 //! ```
 
-mod newest_first;
+mod pending;
 mod schedules;
 mod state;
 #[cfg(test)]
 mod tests;
+mod time_index;
 
 use chrono::{DateTime, Utc};
 use concepts::{

@@ -1,7 +1,7 @@
 //! The state behind the mutex: the execution records and their indexes, the loads of a
 //! write's [`Snapshot`] and the application of its plan.
 
-use crate::newest_first::NewestFirst;
+use crate::{pending::PendingSets, time_index::TimeIndex};
 use chrono::{DateTime, Datelike, NaiveDate, NaiveTime, Timelike, Utc};
 use concepts::{
     DbError, DelayId, ExecutionEvent, ExecutionEventInner, ExecutionId, FinishedExecutionResult,
@@ -85,6 +85,11 @@ impl At {
         })
     }
 
+    /// True when the time is `at`.
+    pub(crate) fn is(&self, at: DateTime<Utc>) -> bool {
+        self.ticks() == ticks(at)
+    }
+
     /// True when the time is at or before `at`.
     pub(crate) fn at_or_before(&self, at: DateTime<Utc>) -> bool {
         self.ticks() <= ticks(at)
@@ -132,6 +137,12 @@ fn key(at: DateTime<Utc>, execution_id: &ExecutionId) -> TimeKey {
 
 fn timer_key(at: DateTime<Utc>, execution_id: &ExecutionId, kind: TimerKind) -> TimerKey {
     (At::new(at, execution_id), execution_id.clone(), kind)
+}
+
+/// True when `key` is `key(at, execution_id)`, told without building that (the time and the
+/// whole id decide the lead).
+fn is_key((lead, id): &TimeKey, at: DateTime<Utc>, execution_id: &ExecutionId) -> bool {
+    id == execution_id && lead.is(at)
 }
 
 /// A join set of one execution, as far as a snapshot needs it.
@@ -216,16 +227,16 @@ pub(crate) struct State {
     /// Boxed: a write touches one record, and growing the table moves only pointers.
     records: HashMap<ExecutionId, Box<Record>, FastHash>,
     /// `(created_at, execution_id)` of every execution, for `list_executions`.
-    pub(crate) by_created: NewestFirst<TimeKey>,
+    pub(crate) by_created: TimeIndex<TimeKey>,
     /// `(scheduled_at, execution_id)` of every `PendingAt` execution, per function.
-    pub(crate) pending: HashMap<FunctionFqn, NewestFirst<TimeKey>, FastHash>,
+    pub(crate) pending: PendingSets,
     /// Every lease of a `Locked` execution and every open delay.
-    pub(crate) timers: NewestFirst<TimerKey>,
+    pub(crate) timers: TimeIndex<TimerKey>,
     /// The id of every child execution (top-level ones are never descendants): the descendants
     /// of an execution are one range ([`descendant_bounds`]).
     pub(crate) children: BTreeSet<ExecutionId>,
     /// `(finished_at, execution_id)` of every finished top-level execution, for `prune`.
-    pub(crate) finished: NewestFirst<TimeKey>,
+    pub(crate) finished: TimeIndex<TimeKey>,
     pub(crate) schedules: crate::schedules::Schedules,
 }
 
@@ -501,8 +512,9 @@ impl State {
             };
             let row = &record.row;
             self.index_state(row, &row.state.pending_state, false);
-            self.by_created
-                .remove(key(record.created_at(), execution_id));
+            let created_at = record.created_at();
+            let is = |k: &TimeKey| is_key(k, created_at, execution_id);
+            (self.by_created).remove_with(is, || key(created_at, execution_id));
             if row.parent.is_some() {
                 self.children.remove(execution_id);
             }
@@ -521,7 +533,7 @@ impl State {
             ("by_created", self.by_created.newest_first().any(keyed)),
             (
                 "pending",
-                (self.pending.values()).any(|set| set.newest_first().any(keyed)),
+                (self.pending.iter()).any(|(_, set)| set.newest_first().any(keyed)),
             ),
             (
                 "timers",
@@ -542,29 +554,35 @@ impl State {
         let (ffqn, execution_id) = (&row.ffqn, &row.execution_id);
         match state {
             PendingState::PendingAt { scheduled_at } => {
-                let key = key(*scheduled_at, execution_id);
-                // The set of a function exists while any execution of it is pending: cloning
-                // the name for `entry` is rarely needed.
-                match self.pending.get_mut(ffqn) {
-                    Some(set) if add => _ = set.insert(key),
-                    None if add => _ = self.pending.entry(ffqn.clone()).or_default().insert(key),
-                    Some(set) => {
-                        set.remove(key);
-                        if set.is_empty() {
-                            self.pending.remove(ffqn);
-                        }
-                    }
-                    None => {}
+                let at = *scheduled_at;
+                if add {
+                    self.pending.insert(ffqn, key(at, execution_id));
+                } else {
+                    let is = |k: &TimeKey| is_key(k, at, execution_id);
+                    self.pending.remove(ffqn, is, || key(at, execution_id));
                 }
             }
             PendingState::Locked {
                 lock_expires_at, ..
             } => {
-                let key = timer_key(*lock_expires_at, execution_id, TimerKind::Lock);
-                self.timers.set(key, add);
+                let (at, kind) = (*lock_expires_at, TimerKind::Lock);
+                if add {
+                    self.timers.insert(timer_key(at, execution_id, kind));
+                } else {
+                    let is = |(lead, id, kind): &TimerKey| {
+                        matches!(kind, TimerKind::Lock) && id == execution_id && lead.is(at)
+                    };
+                    (self.timers).remove_with(is, || timer_key(at, execution_id, kind));
+                }
             }
             PendingState::Finished { finished_at, .. } if row.parent.is_none() => {
-                self.finished.set(key(*finished_at, execution_id), add);
+                let at = *finished_at;
+                if add {
+                    self.finished.insert(key(at, execution_id));
+                } else {
+                    let is = |k: &TimeKey| is_key(k, at, execution_id);
+                    self.finished.remove_with(is, || key(at, execution_id));
+                }
             }
             PendingState::BlockedByJoinSet { .. } | PendingState::Finished { .. } => {}
         }
