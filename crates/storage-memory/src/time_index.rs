@@ -6,6 +6,10 @@ mod chunked;
 use chunked::Chunked;
 use std::{cmp::Ordering, collections::BTreeSet, ops::Bound};
 
+/// At most how many newer keys at the end of the buffer move to the B-tree to let an older key
+/// be appended after them.
+const MOVED_OUT_OF_ORDER: usize = 64;
+
 /// An ordered set of keys that lead with a time. Times mostly grow, so most keys come in
 /// order (a new execution due now, a lease ending after the others, an execution finishing
 /// last): those are appended to a sorted buffer (a deque in chunks), and the usual removal,
@@ -17,10 +21,6 @@ use std::{cmp::Ordering, collections::BTreeSet, ops::Bound};
 /// removal). A key older than only a few at the end of the buffer moves those to the B-tree
 /// and is appended, so that one far time does not send every later key there. Reads merge
 /// both parts, in either order.
-/// At most how many newer keys at the end of the buffer move to the B-tree to let an older key
-/// be appended after them.
-const MOVED_OUT_OF_ORDER: usize = 64;
-
 #[derive(Debug, Clone)]
 pub(crate) struct TimeIndex<K: Ord> {
     /// Ascending, each key with whether it is still in the set; the first and the last are.
