@@ -106,20 +106,29 @@ impl MemoryStore {
 
     /// Loads, plans and applies a write under the lock, then wakes whom it concerns.
     fn run<W: Write>(&self, write: W) -> Result<W::Reply, DbError> {
-        let keys = write.keys()?;
+        // Borrowed where they were answered (and the plan below too): `?` would move them
+        // out, a copy of a few hundred bytes.
+        let keys = write.keys();
+        let keys = match keys {
+            Ok(ref keys) => keys,
+            Err(err) => return Err(err),
+        };
         let mut state = self.open_state()?;
         let mut snapshot = state.scratch.take().unwrap_or_default();
-        state.load(&keys, &mut snapshot);
+        state.load(keys, &mut snapshot);
         if let Some(more) = write.follow_up_keys(&snapshot) {
             state.load(&more, &mut snapshot);
         }
         let changes = std::mem::take(&mut state.scratch_changes);
-        let planned = kernel::plan_into(&snapshot, write, changes);
+        let mut planned = kernel::plan_into(&snapshot, write, changes);
         if snapshot.capacity() <= SCRATCH_CAPACITY {
             snapshot.clear();
             state.scratch = Some(snapshot);
         }
-        let (mut plan, reply) = planned?;
+        let (plan, reply) = match planned {
+            Ok((ref mut plan, reply)) => (plan, reply),
+            Err(err) => return Err(err),
+        };
         state.apply(&mut plan.changes);
         state.delete(&plan.deleted);
         state.schedules.apply(std::mem::take(&mut plan.schedules));

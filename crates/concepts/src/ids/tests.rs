@@ -322,6 +322,16 @@ proptest! {
     }
 
     #[test]
+    fn ids_are_written_as_the_ulid_crate_writes_ulids(value in any::<u128>(), top_bits in 0u32..128) {
+        // Every bit, and values with leading zeros (the time of the early ids, a small
+        // random part).
+        let ulid = Ulid(value >> top_bits);
+        prop_assert_eq!(ExecutionId::from(ExecutionIdTopLevel(ulid)).to_string(), format!("E_{ulid}"));
+        prop_assert_eq!(DelayId(ulid).to_string(), format!("Delay_{ulid}"));
+        prop_assert_eq!(RunId(ulid).to_string(), format!("Run_{ulid}"));
+    }
+
+    #[test]
     fn generated_ids_round_trip(ms in 0u64..(1 << 48), random in any::<u128>(), idx in 1u64..u64::MAX, name in "[a-zA-Z0-9_/-]{0,8}") {
         let top = ExecutionId::from(ExecutionIdTopLevel::from_parts(ms, random));
         prop_assert_eq!(top.to_string().parse::<ExecutionId>().unwrap(), top.clone());

@@ -319,16 +319,19 @@ impl<'s> Planner<'s> {
     /// [`Planner::stage`] of `row`, the snapshot's row that the caller looked up already.
     pub(crate) fn stage_row(&mut self, row: &ExecutionRow) -> usize {
         let idx = self.changes.len();
-        self.changes.push(ExecutionChange {
-            old_state: Some(row.state.pending_state.clone()),
-            row: row.clone(),
-            // Most writes append one event: inline, no allocation.
-            events: SmallVec::new(),
-            responses: Vec::new(),
-            join_sets: Vec::new(),
-            delays_requested: Vec::new(),
-            delays_closed: Vec::new(),
-        });
+        // Made in its slot, after the room for it: `push` makes a change on the stack (the
+        // list may grow first) and copies its 500 bytes over.
+        self.changes
+            .extend(std::iter::once_with(|| ExecutionChange {
+                old_state: Some(row.state.pending_state.clone()),
+                row: row.clone(),
+                // Most writes append one event: inline, no allocation.
+                events: SmallVec::new(),
+                responses: Vec::new(),
+                join_sets: Vec::new(),
+                delays_requested: Vec::new(),
+                delays_closed: Vec::new(),
+            }));
         idx
     }
 
