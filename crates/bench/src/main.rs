@@ -71,11 +71,6 @@ mod targets;
 mod wakeups;
 mod workflows;
 
-/// The allocator of `stele`, so that what the benchmark counts is what the program spends
-/// (`docs/ARCHITECTURE.md`, "Dependencies").
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 use anyhow::{Context, bail};
 use async_trait::async_trait;
 use clap::{Parser, Subcommand};

@@ -8,10 +8,6 @@ mod commands;
 use clap::error::ErrorKind;
 use std::{process::ExitCode, time::Duration};
 
-/// mimalloc rather than the system's allocator (`docs/ARCHITECTURE.md`, "Dependencies").
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 fn main() -> ExitCode {
     let cli = match commands::Cli::parse_args() {
         Ok(cli) => cli,

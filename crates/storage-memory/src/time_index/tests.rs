@@ -109,16 +109,8 @@ fn every_mix_of_inserts_and_removals_holds_what_a_plain_set_holds() {
                 let key = if pick == 0 { key } else { newest.min(10) };
                 assert_eq!(set.insert(key), expected.insert(key));
             }
-            4 | 5 => {
-                if let Some(&first) = expected.first() {
-                    set.remove(first);
-                    expected.remove(&first);
-                }
-            }
-            _ => {
-                set.remove(key);
-                expected.remove(&key);
-            }
+            4 | 5 => remove_from_both(&mut set, &mut expected, None),
+            _ => remove_from_both(&mut set, &mut expected, Some(key)),
         }
         assert_holds(&set, &expected);
         out_of_order |= !set.rest.is_empty();
@@ -128,6 +120,15 @@ fn every_mix_of_inserts_and_removals_holds_what_a_plain_set_holds() {
         out_of_order && dead,
         "the walk reaches both parts and a dead key"
     );
+}
+
+/// Removes `key` from both sets, or their oldest key when `None` (the usual removal).
+fn remove_from_both(set: &mut TimeIndex<i32>, expected: &mut BTreeSet<i32>, key: Option<i32>) {
+    let Some(key) = key.or_else(|| expected.first().copied()) else {
+        return;
+    };
+    set.remove(key);
+    expected.remove(&key);
 }
 
 #[test]
@@ -146,16 +147,8 @@ fn many_keys_across_chunks_hold_what_a_plain_set_holds() {
                 assert_eq!(set.insert(newest), expected.insert(newest));
             }
             5 => _ = (set.insert(key), expected.insert(key)),
-            6 | 7 => {
-                if let Some(&first) = expected.first() {
-                    set.remove(first);
-                    expected.remove(&first);
-                }
-            }
-            _ => {
-                set.remove(key);
-                expected.remove(&key);
-            }
+            6 | 7 => remove_from_both(&mut set, &mut expected, None),
+            _ => remove_from_both(&mut set, &mut expected, Some(key)),
         }
         if step % 50 == 0 {
             assert_holds_after(&set, &expected, (0..1200).step_by(7));
