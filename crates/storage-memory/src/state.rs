@@ -444,7 +444,14 @@ impl State {
                         tracing::error!(%execution_id, "planned change of a missing record");
                         continue;
                     };
-                    std::mem::swap(&mut record.row, &mut change.row);
+                    // What a write can change of a row: its state and its counters (the
+                    // rest is the request's, fixed at the create). A row is a few hundred
+                    // bytes; these are a quarter of it.
+                    let (stored, row) = (&mut record.row, &mut change.row);
+                    debug_assert!(stored.ffqn == row.ffqn && stored.parent == row.parent);
+                    std::mem::swap(&mut stored.state, &mut row.state);
+                    stored.temporary_event_count = row.temporary_event_count;
+                    stored.response_count = row.response_count;
                     record
                 }
             };

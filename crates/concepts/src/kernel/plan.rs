@@ -84,12 +84,14 @@ pub struct ExecutionChange {
 impl ExecutionChange {
     /// True when the write creates the execution.
     #[must_use]
+    #[inline]
     pub fn is_new(&self) -> bool {
         self.old_state.is_none()
     }
 
     /// What a new execution's `Created` event says beyond its row, when the write creates it.
     #[must_use]
+    #[inline]
     pub fn created(&self) -> Option<NewExecution<'_>> {
         if !self.is_new() {
             return None;
@@ -112,6 +114,7 @@ impl ExecutionChange {
 
     /// True when the pending state changed (always for a new execution).
     #[must_use]
+    #[inline]
     pub fn state_changed(&self) -> bool {
         self.old_state.as_ref() != Some(&self.row.state.pending_state)
     }
@@ -213,6 +216,15 @@ fn wakeups_of(change: &ExecutionChange, wakeups: &mut Wakeups) {
     if let PendingState::PendingAt { scheduled_at } = new_state
         && old_state != Some(new_state)
     {
+        // A batch of one function's executions is one wake-up, at the earliest of their due
+        // times: a waiter is woken when any of them falls within its horizon, so when the
+        // earliest does.
+        if let Some(Wakeup::Pending { ffqn, at }) = wakeups.last_mut()
+            && *ffqn == change.row.ffqn
+        {
+            *at = (*at).min(*scheduled_at);
+            return;
+        }
         wakeups.push(Wakeup::Pending {
             ffqn: change.row.ffqn.clone(),
             at: *scheduled_at,

@@ -836,7 +836,14 @@ fn a_large_batch_finds_its_duplicates_past_the_linear_lookup() {
     let mut reqs: Vec<CreateRequest> = ids.iter().map(|id| create_request(id, None)).collect();
     let plan = run(&Snapshot::default(), CreateBatch(reqs.clone())).unwrap();
     assert_eq!(plan.changes.len(), 20);
-    assert_eq!(plan.wakeups.len(), 20);
+    // One wake-up for a batch of one function's executions, at the earliest of their times.
+    let states = plan.changes.iter().map(|c| &c.row.state.pending_state);
+    let earliest = states.filter_map(PendingState::pending_at).min().unwrap();
+    let wakeup = Wakeup::Pending {
+        ffqn: ffqn(),
+        at: earliest,
+    };
+    assert_eq!(plan.wakeups[..], [wakeup]);
     let mut conflicting = create_request(&ids[3], None);
     conflicting.ffqn = "ns:pkg/ifc.other".parse().unwrap();
     reqs.push(conflicting);
