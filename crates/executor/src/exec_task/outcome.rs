@@ -15,6 +15,11 @@ use tracing::{debug, warn};
 /// How a run ends once its worker returned: the outcome's write to finish, the `Finished`
 /// handed to `answer` (taken only then: one left unused is dropped with the run, after its
 /// write), the worker's own write, or nothing; with the metrics' outcome to record.
+#[expect(
+    clippy::large_enum_variant,
+    reason = "held once, in place, in the run's future: boxed, the write would cost an \
+              allocation per run"
+)]
 pub(super) enum RunEnd<'m> {
     /// The outcome's write, its first attempt made ([`Writing::finish`]).
     Write(Writing<'m>, Recorded<'m>),
