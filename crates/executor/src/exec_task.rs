@@ -454,10 +454,12 @@ impl<C: ClockFn> ExecTask<C> {
             // its outcome's (no clock read of its own).
             let now = clock.now();
             let ran = (locked_at, now);
-            // Decided by a plain function, which hands back the write's future: a local of
-            // this block that is borrowed (the result, the write) keeps its room in the
-            // future across the write's await, and the run's task is allocated per execution.
-            let end = end_of_run(
+            // Decided by a plain function, which hands back the write, its first attempt made:
+            // a local of this block that is borrowed (the result) keeps its room in the future
+            // across the write's await, and the run's task is allocated per execution. The
+            // write is held here once and borrowed by the future awaiting it, not moved into
+            // it.
+            let mut end = end_of_run(
                 db.as_ref(),
                 result,
                 &run,
@@ -466,16 +468,17 @@ impl<C: ClockFn> ExecTask<C> {
                 &mut answer,
                 meters.as_ref(),
             );
-            match end {
+            match &mut end {
                 RunEnd::Write(writing, recorded) => {
-                    if writing.await
-                        && let Some((meters, outcome)) = recorded
+                    let left = || outcome::lease_left(lock_expires_at, now);
+                    if writing.finish(db.as_ref(), left).await
+                        && let Some((meters, outcome)) = *recorded
                     {
                         meters.attempt(ran, outcome, scheduled_at);
                     }
                 }
                 RunEnd::Answered(recorded) => {
-                    if let Some((meters, outcome)) = recorded {
+                    if let Some((meters, outcome)) = *recorded {
                         meters.attempt(ran, outcome, scheduled_at);
                     }
                 }
@@ -507,7 +510,10 @@ impl<C: ClockFn> ExecTask<C> {
             component_id = %self.config.component_id,
             traceparent = tracing::field::Empty,
         );
-        if let Some(parent) = locked.metadata.trace_parent() {
+        // A span no subscriber wants records nothing: the metadata is not even looked up.
+        if !span.is_disabled()
+            && let Some(parent) = locked.metadata.trace_parent()
+        {
             span.record("traceparent", parent.as_str());
             concepts::trace::adopt(&span, &parent);
         }

@@ -158,13 +158,74 @@ impl ClockFn for Now {
     )]
     fn now(&self) -> DateTime<Utc> {
         // Whole microseconds straight from the system clock: one conversion, where
-        // `truncate_to_micros(Utc::now())` makes three.
+        // `truncate_to_micros(Utc::now())` makes three. The date is the day's, kept from the
+        // previous reading of this thread: turning a day number into a date is most of what
+        // a conversion costs, and nearly every reading falls on the same day as the last.
         let since_epoch = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
-            .ok()
-            .and_then(|elapsed| i64::try_from(elapsed.as_micros()).ok());
+            .ok();
         since_epoch
-            .and_then(DateTime::from_timestamp_micros)
+            .and_then(|elapsed| {
+                let secs = elapsed.as_secs();
+                let date = date_of_day(secs / SECONDS_PER_DAY)?;
+                let time = chrono::NaiveTime::from_num_seconds_from_midnight_opt(
+                    u32::try_from(secs % SECONDS_PER_DAY).ok()?,
+                    elapsed.subsec_micros() * 1_000,
+                )?;
+                Some(date.and_time(time).and_utc())
+            })
             .unwrap_or_else(|| concepts::truncate_to_micros(Utc::now()))
+    }
+}
+
+const SECONDS_PER_DAY: u64 = 86_400;
+
+thread_local! {
+    /// The day (since the Unix epoch) of this thread's last reading of [`Now`], and its date.
+    static LAST_DAY: std::cell::Cell<(u64, chrono::NaiveDate)> =
+        const { std::cell::Cell::new((u64::MAX, chrono::NaiveDate::MIN)) };
+}
+
+/// The date of `day` days after the Unix epoch.
+fn date_of_day(day: u64) -> Option<chrono::NaiveDate> {
+    LAST_DAY.with(|last| match last.get() {
+        (last_day, date) if last_day == day => Some(date),
+        _ => {
+            // The epoch is day 719,163 of the common era (counted from 1 January of year 1
+            // as day 1).
+            let date = chrono::NaiveDate::from_num_days_from_ce_opt(
+                i32::try_from(day.checked_add(719_163)?).ok()?,
+            )?;
+            last.set((day, date));
+            Some(date)
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Now, SECONDS_PER_DAY, date_of_day};
+    use chrono::DateTime;
+    use concepts::ClockFn as _;
+
+    #[test]
+    fn the_kept_date_is_the_days_own() {
+        // Days in any order, each asked twice: the kept date is replaced when the day changes.
+        for day in [0, 20_000, 20_001, 0, 19_999, 20_000, 2_932_896] {
+            for _ in 0..2 {
+                let secs = i64::try_from(day * SECONDS_PER_DAY).unwrap();
+                let expected = DateTime::from_timestamp(secs, 0).unwrap().date_naive();
+                assert_eq!(date_of_day(day), Some(expected), "day {day}");
+            }
+        }
+        // Past chrono's last date.
+        assert_eq!(date_of_day(u64::MAX / SECONDS_PER_DAY), None);
+    }
+
+    #[test]
+    fn now_is_whole_microseconds() {
+        let now = Now.now();
+        assert_eq!(now, concepts::truncate_to_micros(now));
+        assert!(now.timestamp() > 1_700_000_000);
     }
 }

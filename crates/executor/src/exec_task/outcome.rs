@@ -7,16 +7,22 @@ use crate::{
     worker::WorkerResult,
 };
 use chrono::{DateTime, Utc};
-use concepts::{DbError, DbExecutor, ExecutionEventInner, OutcomeWrite, is_lost_race};
+use concepts::{DbError, DbExecutor, ExecutionEventInner, OutcomeWrite, Version, is_lost_race};
+use futures_util::future::BoxFuture;
 use std::{sync::Arc, time::Duration};
 use tracing::{debug, warn};
 
-/// How a run ends once its worker returned: the outcome's write to await, the `Finished`
+/// How a run ends once its worker returned: the outcome's write to finish, the `Finished`
 /// handed to `answer` (taken only then: one left unused is dropped with the run, after its
 /// write), the worker's own write, or nothing; with the metrics' outcome to record.
-pub(super) enum RunEnd<'m, W> {
-    /// The outcome's write ([`write_outcome`]); true when it was written.
-    Write(W, Recorded<'m>),
+#[expect(
+    clippy::large_enum_variant,
+    reason = "held once, in place, in the run's future: boxed, the write would cost an \
+              allocation per run"
+)]
+pub(super) enum RunEnd<'m> {
+    /// The outcome's write, its first attempt made ([`Writing::finish`]).
+    Write(Writing<'m>, Recorded<'m>),
     /// The `Finished` went to the parent's run.
     Answered(Recorded<'m>),
     /// The worker wrote its own events.
@@ -40,7 +46,7 @@ pub(super) fn end_of_run<'a>(
     lock_expires_at: DateTime<Utc>,
     answer: &mut Option<crate::local::Answer>,
     meters: Option<&'a Arc<crate::metrics::FunctionMeters>>,
-) -> RunEnd<'a, impl Future<Output = bool> + Send + 'a> {
+) -> RunEnd<'a> {
     let by_worker = matches!(result, WorkerResult::DbUpdatedByWorker);
     let Some(write) = map_worker_result(result, run, now) else {
         return if by_worker {
@@ -50,7 +56,6 @@ pub(super) fn end_of_run<'a>(
         };
     };
     let recorded = meters.map(|meters| (meters, crate::metrics::Outcome::of(&write.event)));
-    let left = move || lease_left(lock_expires_at, now);
     // Past its lease the watcher may have resolved it otherwise: written, the version check
     // fences it; handed over, nothing would.
     if now < lock_expires_at
@@ -59,14 +64,14 @@ pub(super) fn end_of_run<'a>(
     {
         return match to.send(write) {
             Ok(()) => RunEnd::Answered(recorded),
-            Err(write) => RunEnd::Write(write_outcome(db, write, left), recorded),
+            Err(write) => RunEnd::Write(Writing::start(db, write), recorded),
         };
     }
-    RunEnd::Write(write_outcome(db, write, left), recorded)
+    RunEnd::Write(Writing::start(db, write), recorded)
 }
 
 /// What is left of a lease ending at `lock_expires_at` at `now`.
-fn lease_left(lock_expires_at: DateTime<Utc>, now: DateTime<Utc>) -> Duration {
+pub(super) fn lease_left(lock_expires_at: DateTime<Utc>, now: DateTime<Utc>) -> Duration {
     (lock_expires_at - now).to_std().unwrap_or_default()
 }
 
@@ -103,32 +108,48 @@ pub fn outcome_write_attempts(lease_left: Duration) -> u32 {
     u32::try_from(retries).unwrap_or(u32::MAX).saturating_add(1)
 }
 
-/// Writes a run's outcome, retrying a retriable failure with backoff until the run's lease
-/// (`lease_left()` of it, asked only once an attempt failed: the usual first attempt needs no
-/// date arithmetic) is over ([`outcome_retry_pauses`]): a transient error must not cost the
-/// whole lease. A retry that finds the log moved on (`is_lost_race`) is done either way:
-/// the watcher resolved the lease, or an earlier attempt committed although its reply was
-/// lost.
+/// A run's outcome write: its first attempt (a boxed future, made when the write starts) and
+/// the copy of the write kept for a retry.
 ///
-/// Not an `async fn`: the first attempt's (boxed) future is made when this is called, so the
-/// future returned holds the write once, in the copy kept for a retry, and that boxed: the
-/// run's task, whose future holds this one, is allocated once per execution, and allocators
-/// serve small blocks much faster than large ones.
-pub(super) fn write_outcome<'d>(
-    db: &'d dyn DbExecutor,
+/// Plain data, not a future: the run's future holds it once, in place, and awaits
+/// [`Writing::finish`], which borrows it. A future holding the write would be moved into the
+/// future awaiting it, its room taken twice; and the copy is not boxed, as an allocation and
+/// its free cost more than its bytes in the run's future (which stays within the allocator's
+/// small blocks, served much faster than large ones).
+pub(super) struct Writing<'d> {
+    first: BoxFuture<'d, Result<Version, DbError>>,
     write: OutcomeWrite,
-    lease_left: impl FnOnce() -> Duration + Send + 'd,
-) -> impl Future<Output = bool> + Send + 'd {
-    let copy = Box::new(write.clone());
-    let first = db.append_outcome(write);
-    async move {
-        if let Err(err) = first.await {
-            // Out of line and boxed: the retries (and their timers) cost the task's future
+}
+
+impl<'d> Writing<'d> {
+    /// Starts writing `write`: its first attempt is made (not awaited yet).
+    pub(super) fn start(db: &'d dyn DbExecutor, write: OutcomeWrite) -> Self {
+        let copy = write.clone();
+        Self {
+            first: db.append_outcome(write),
+            write: copy,
+        }
+    }
+
+    /// Awaits the first attempt and, if it failed, retries a retriable failure with backoff
+    /// until the run's lease (`lease_left()` of it, asked only once an attempt failed: the
+    /// usual first attempt needs no date arithmetic) is over ([`outcome_retry_pauses`]): a
+    /// transient error must not cost the whole lease. A retry that finds the log moved on
+    /// (`is_lost_race`) is done either way: the watcher resolved the lease, or an earlier
+    /// attempt committed although its reply was lost. True when it was written.
+    pub(super) async fn finish(
+        &mut self,
+        db: &'d dyn DbExecutor,
+        lease_left: impl FnOnce() -> Duration + Send,
+    ) -> bool {
+        match (&mut self.first).await {
+            Ok(_) => {
+                debug!("wrote {}", self.write.event.variant_name());
+                true
+            }
+            // Out of line and boxed: the retries (and their timers) cost the run's future
             // nothing on the common path.
-            Box::pin(after_failed_write(db, *copy, err, lease_left())).await
-        } else {
-            debug!("wrote {}", copy.event.variant_name());
-            true
+            Err(err) => Box::pin(after_failed_write(db, &self.write, err, lease_left())).await,
         }
     }
 }
@@ -136,7 +157,7 @@ pub(super) fn write_outcome<'d>(
 /// True when a retry wrote it (or an earlier attempt whose reply was lost had).
 async fn after_failed_write(
     db: &dyn DbExecutor,
-    write: OutcomeWrite,
+    write: &OutcomeWrite,
     mut err: DbError,
     lease_left: Duration,
 ) -> bool {
@@ -145,7 +166,7 @@ async fn after_failed_write(
     let mut attempt = 1;
     loop {
         if is_lost_race(&err) {
-            if attempt > 1 && written_earlier(db, &write).await {
+            if attempt > 1 && written_earlier(db, write).await {
                 debug!("{event} was written by an earlier attempt whose reply was lost");
                 return true;
             }

@@ -2,7 +2,7 @@
 //! leases given back before the next lock, and how a refused retry of an outcome tells its own
 //! earlier write from another writer's.
 
-use super::outcome::{write_outcome, written_earlier};
+use super::outcome::{Writing, written_earlier};
 use super::*;
 use async_trait::async_trait;
 use concepts::{
@@ -186,7 +186,8 @@ async fn a_write_refused_because_someone_else_finished_the_execution_is_not_retr
             attempts: std::sync::Mutex::new(0),
             finished: None,
         };
-        write_outcome(&db, write.clone(), || Duration::ZERO).await;
+        let mut writing = Writing::start(&db, write.clone());
+        writing.finish(&db, || Duration::ZERO).await;
         assert_eq!(*db.attempts.lock().unwrap(), expected, "{error}");
     }
     // With a lease left, retried until the pauses fill it (20 ms doubling, capped at 1 s).
@@ -202,7 +203,8 @@ async fn a_write_refused_because_someone_else_finished_the_execution_is_not_retr
         attempts: std::sync::Mutex::new(0),
         finished: None,
     };
-    write_outcome(&db, write.clone(), move || lease_left).await;
+    let mut writing = Writing::start(&db, write.clone());
+    writing.finish(&db, move || lease_left).await;
     assert_eq!(
         *db.attempts.lock().unwrap(),
         8,
@@ -212,8 +214,8 @@ async fn a_write_refused_because_someone_else_finished_the_execution_is_not_retr
 }
 
 /// A run's task future is allocated once per execution: the futures it awaits hold their
-/// first boxed future (and the outcome's boxed copy for a retry), not their arguments a second
-/// time beside it.
+/// first boxed future, or borrow the outcome's write, not their arguments a second time
+/// beside it.
 #[test]
 fn the_futures_a_run_awaits_hold_their_arguments_once() {
     let at = DateTime::from_timestamp(1_000, 0).unwrap();
@@ -231,8 +233,9 @@ fn the_futures_a_run_awaits_hold_their_arguments_once() {
         result: Ok(SupportedFunctionReturnValue::None),
     };
     let write = OutcomeWrite::new(ExecutionId::generate_at(at), Version(2), at, finished, None);
-    let writing = write_outcome(&db, write, || Duration::ZERO);
-    let size = std::mem::size_of_val(&writing);
+    let mut writing = Writing::start(&db, write);
+    let finishing = writing.finish(&db, || Duration::ZERO);
+    let size = std::mem::size_of_val(&finishing);
     assert!(size < std::mem::size_of::<OutcomeWrite>(), "{size} bytes");
 }
 
