@@ -277,9 +277,16 @@ fn encode_ulid(ulid: Ulid, text: &mut [u8; ulid::ULID_LEN]) {
 }
 
 /// A buffer for the text of an id, aligned for `str::from_utf8`, which checks whole words
-/// from an aligned start and each byte of an unaligned one.
+/// from an aligned start and each byte of an unaligned one. Its length is best a multiple of
+/// [`whole_blocks`]: the check takes two words at a time and what is left byte by byte, so a
+/// text is checked with the zeros after it and cut to its length afterwards.
 #[repr(align(8))]
 struct TextBuffer<const N: usize>([u8; N]);
+
+/// `len` rounded up to the blocks of two words `str::from_utf8` checks at a time.
+const fn whole_blocks(len: usize) -> usize {
+    len.next_multiple_of(2 * size_of::<usize>())
+}
 
 prefixed_ulid!(
     /// Identifies one running executor: `Exr_<ULID>`.
@@ -533,12 +540,14 @@ impl From<ExecutionIdTopLevel> for ExecutionId {
     fn from(top: ExecutionIdTopLevel) -> Self {
         // Encoded in place, without the formatting machinery: one id per submit.
         const PREFIX: &[u8] = ExecutionIdTopLevel::PREFIX.as_bytes();
-        let mut text = TextBuffer([0u8; PREFIX.len() + ulid::ULID_LEN]);
-        let (prefix, ulid) = text.0.split_at_mut(PREFIX.len());
+        const LEN: usize = PREFIX.len() + ulid::ULID_LEN;
+        let mut text = TextBuffer([0u8; whole_blocks(LEN)]);
+        let (prefix, rest) = text.0.split_at_mut(PREFIX.len());
         prefix.copy_from_slice(PREFIX);
-        let ulid: &mut [u8; ulid::ULID_LEN] = ulid.try_into().expect("the ULID's length");
+        let ulid: &mut [u8; ulid::ULID_LEN] = (rest.first_chunk_mut()).expect("the ULID's room");
         encode_ulid(top.0, ulid);
-        Self(std::str::from_utf8(&text.0).expect("ASCII").into())
+        let whole = std::str::from_utf8(&text.0).expect("ASCII");
+        Self(whole.get(..LEN).expect("ASCII").into())
     }
 }
 

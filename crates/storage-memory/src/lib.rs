@@ -36,6 +36,7 @@
 //! ```
 
 mod pending;
+mod records;
 mod schedules;
 mod state;
 #[cfg(test)]

@@ -1,7 +1,7 @@
 //! The state behind the mutex: the execution records and their indexes, the loads of a
 //! write's [`Snapshot`] and the application of its plan.
 
-use crate::{pending::PendingSets, time_index::TimeIndex};
+use crate::{pending::PendingSets, records::Records, time_index::TimeIndex};
 use chrono::{DateTime, Datelike, NaiveDate, NaiveTime, Timelike, Utc};
 use concepts::{
     DbError, DelayId, ExecutionEvent, ExecutionEventInner, ExecutionId, FinishedExecutionResult,
@@ -224,8 +224,7 @@ pub(crate) struct State {
     /// The last write's list of changes, emptied, for the next one to stage its changes in
     /// (`SCRATCH_CAPACITY`): a write of one execution then allocates none.
     pub(crate) scratch_changes: Vec<ExecutionChange>,
-    /// Boxed: a write touches one record, and growing the table moves only pointers.
-    records: HashMap<ExecutionId, Box<Record>, FastHash>,
+    records: Records<Record>,
     /// `(created_at, execution_id)` of every execution, for `list_executions`.
     pub(crate) by_created: TimeIndex<TimeKey>,
     /// `(scheduled_at, execution_id)` of every `PendingAt` execution, per function.
@@ -245,7 +244,6 @@ impl State {
     pub(crate) fn record(&self, execution_id: &ExecutionId) -> Result<&Record, DbError> {
         self.records
             .get(execution_id)
-            .map(|record| &**record)
             .ok_or_else(|| DbError::execution_not_found(execution_id))
     }
 
@@ -429,14 +427,13 @@ impl State {
                     if change.row.parent.is_some() {
                         self.children.insert(execution_id.clone());
                     }
-                    let record = Box::new(Record {
+                    let record = Record {
                         row: change.row.clone(),
                         events: SmallVec::new(),
                         responses: Vec::new(),
                         waits: None,
-                    });
-                    let entry = self.records.entry(execution_id.clone());
-                    entry.insert_entry(record).into_mut()
+                    };
+                    self.records.insert(execution_id.clone(), record)
                 }
                 None => {
                     let Some(record) = self.records.get_mut(&execution_id) else {
