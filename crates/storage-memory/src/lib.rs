@@ -131,8 +131,13 @@ impl MemoryStore {
             Err(err) => return Err(err),
         };
         state.apply(&mut plan.changes);
-        state.delete(&plan.deleted);
-        state.schedules.apply(std::mem::take(&mut plan.schedules));
+        // Asked here: most writes delete nothing and touch no schedule, and each is a call.
+        if !plan.deleted.is_empty() {
+            state.delete(&plan.deleted);
+        }
+        if !plan.schedules.is_empty() {
+            state.schedules.apply(std::mem::take(&mut plan.schedules));
+        }
         if plan.changes.capacity() <= SCRATCH_CAPACITY {
             plan.changes.clear();
             state.scratch_changes = std::mem::take(&mut plan.changes);
@@ -156,7 +161,7 @@ impl kernel::Backend for MemoryStore {
         // Sized once: collecting a `Result` does not know the length and would grow the list
         // of large values by doubling, copying it at each step.
         let mut locked = Vec::with_capacity(grants.len());
-        for grant in grants {
+        for grant in &grants {
             let record = state.record(&grant.row.execution_id)?;
             let (events, responses) = (&record.events, &record.responses);
             kernel::hand_over_cloned_into(grant, events, responses, &mut locked)?;

@@ -37,7 +37,7 @@ impl Schedules {
     }
 
     /// Stores what a plan changes about schedules.
-    pub(crate) fn apply(&mut self, writes: Vec<ScheduleWrite>) {
+    pub(crate) fn apply(&mut self, writes: impl IntoIterator<Item = ScheduleWrite>) {
         for write in writes {
             if let Some(old) = self.rows.get(&write.name)
                 && let Some(at) = old.next_due_at

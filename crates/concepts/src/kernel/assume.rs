@@ -79,7 +79,7 @@ impl Known {
     fn of(change: &ExecutionChange) -> Self {
         Self {
             row: change.row.clone(),
-            join_sets: change.join_sets.clone(),
+            join_sets: change.join_sets.to_vec(),
         }
     }
 }
@@ -168,7 +168,7 @@ impl KnownRows {
         }
         let mut snapshot = Snapshot::default();
         let mut assumption = Assumption {
-            absent: keys.new_executions.clone(),
+            absent: keys.new_executions.to_vec(),
             ..Assumption::default()
         };
         if !keys.executions.is_empty() {

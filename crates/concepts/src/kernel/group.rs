@@ -6,7 +6,7 @@
 //! a backend that lets concurrent writes share a transaction plans them as one group.
 
 use super::{
-    plan::{ExecutionChange, Planner, ScheduleWrite, WritePlan},
+    plan::{ExecutionChange, Planner, ScheduleWrite, ThinVec, WritePlan},
     snapshot::{FastHash, Snapshot},
     write::Write,
 };
@@ -56,10 +56,10 @@ pub struct GroupPlanner<'s> {
     /// write comes (a group of one never copies its snapshot).
     last: Vec<ExecutionChange>,
     /// What the accepted writes delete.
-    deleted: Vec<ExecutionId>,
+    deleted: ThinVec<ExecutionId>,
     /// What the accepted writes change about schedules (a write that names a schedule is
     /// planned alone: `Keys::shares_a_transaction`).
-    schedules: Vec<ScheduleWrite>,
+    schedules: ThinVec<ScheduleWrite>,
 }
 
 impl<'s> GroupPlanner<'s> {
@@ -82,8 +82,8 @@ impl<'s> GroupPlanner<'s> {
             merged: Vec::new(),
             position: HashMap::default(),
             last: Vec::new(),
-            deleted: Vec::new(),
-            schedules: Vec::new(),
+            deleted: ThinVec::new(),
+            schedules: ThinVec::new(),
         }
     }
 

@@ -181,10 +181,10 @@ fn known_rows_plan_a_write_without_a_load_once_and_say_what_they_assume() {
             scheduled_at: at(0),
         }),
         events: smallvec::SmallVec::new(),
-        responses: Vec::new(),
-        join_sets: Vec::new(),
-        delays_requested: Vec::new(),
-        delays_closed: Vec::new(),
+        responses: ThinVec::new(),
+        join_sets: ThinVec::new(),
+        delays_requested: ThinVec::new(),
+        delays_closed: ThinVec::new(),
     };
     known.remember(&WritePlan {
         changes: vec![lock.clone()],
@@ -309,10 +309,10 @@ fn a_join_set_the_write_creates_is_assumed_without_counters_and_the_backend_chec
         row: row(&parent, 3, locked()),
         old_state: Some(locked()),
         events: smallvec::SmallVec::new(),
-        responses: Vec::new(),
-        join_sets: Vec::new(),
-        delays_requested: Vec::new(),
-        delays_closed: Vec::new(),
+        responses: ThinVec::new(),
+        join_sets: ThinVec::new(),
+        delays_requested: ThinVec::new(),
+        delays_closed: ThinVec::new(),
     };
     let create = ExecutionEventInner::HistoryEvent {
         event: HistoryEvent::JoinSetCreate {

@@ -2,7 +2,7 @@
 //! [`Snapshot`](super::Snapshot), and how the keys of several writes combine when they share a
 //! transaction.
 
-use super::snapshot::FastHash;
+use super::{ThinVec, snapshot::FastHash};
 use crate::{
     DbError, DelayId, DuplicateKind, ExecutionEventInner, ExecutionId, FunctionFqn, HistoryEvent,
     JoinSetId, JoinSetRequest, JoinSetResponse, JoinSetResponseEvent, schedule::ScheduleName,
@@ -73,6 +73,8 @@ pub fn descendant_bounds(root: &ExecutionId) -> (String, String) {
 pub type ExecutionIds = SmallVec<[ExecutionId; 2]>;
 
 /// The rows a write touches, which the backend loads into a [`Snapshot`](super::Snapshot).
+/// A write names few kinds of rows: each list beside `executions` is a [`ThinVec`], one
+/// pointer when empty, dropped by comparing it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Keys {
     /// Existing executions whose rows the write changes, in the order to lock them.
@@ -80,33 +82,33 @@ pub struct Keys {
     /// Executions the write creates. For each one that exists, the backend loads its row and
     /// its `Created` event (into `Snapshot::created`): the kernel decides whether the write
     /// repeats it (idempotent submit) or conflicts with it.
-    pub new_executions: Vec<ExecutionId>,
+    pub new_executions: ThinVec<ExecutionId>,
     /// Executions whose descendants the write reads, with their rows, into
     /// `Snapshot::subtrees`: every execution whose id starts with `<root>.` (a child's id is
     /// derived from its parent's, so that is the whole tree below the root;
     /// [`descendant_bounds`] gives the range of ids). All of them, finished or not: `cancel`
     /// answers a descendant's parent that may have finished, and locks every row of the tree
     /// in its first load.
-    pub subtrees: Vec<ExecutionId>,
+    pub subtrees: ThinVec<ExecutionId>,
     /// Executions whose finished result the write needs, when they have finished: into
     /// `Snapshot::finished_results`.
-    pub finished_results: Vec<ExecutionId>,
+    pub finished_results: ThinVec<ExecutionId>,
     /// Executions whose open delays the write closes: into `Snapshot::open_delays`.
-    pub open_delays: Vec<ExecutionId>,
+    pub open_delays: ThinVec<ExecutionId>,
     /// Top-level finished executions to examine for `prune`: their rows, and their ids into
     /// `Snapshot::prune_candidates`.
     pub prune: Option<PruneQuery>,
     /// Join sets whose counters the write reads.
-    pub join_sets: Vec<JoinSetKey>,
+    pub join_sets: ThinVec<JoinSetKey>,
     /// Delays the write requests or answers.
-    pub delays: Vec<(ExecutionId, DelayId)>,
+    pub delays: ThinVec<(ExecutionId, DelayId)>,
     /// `(execution, child)` pairs: whether the execution has a response from the child.
-    pub child_responses: Vec<(ExecutionId, ExecutionId)>,
+    pub child_responses: ThinVec<(ExecutionId, ExecutionId)>,
     /// Due executions to find and lock; their rows go into the snapshot too.
     pub due: Option<DueQuery>,
     /// Schedules whose rows the write reads or changes (or creates, when absent): into
     /// `Snapshot::schedules`, locked.
-    pub schedules: Vec<ScheduleName>,
+    pub schedules: ThinVec<ScheduleName>,
     /// Due schedules to find and lock: their rows into `Snapshot::schedules`, their names in
     /// order into `Snapshot::due_schedules`.
     pub due_schedules: Option<ScheduleDueQuery>,
@@ -301,10 +303,12 @@ impl Keys {
     /// Drops the repeats of the lists that a write built from several items (each first
     /// occurrence stays where it was).
     pub(crate) fn dedup(&mut self) {
-        let executions = std::mem::take(&mut self.executions).into_vec();
-        self.executions = dedup_in_order(executions).into();
-        self.delays = dedup_in_order(std::mem::take(&mut self.delays));
-        self.child_responses = dedup_in_order(std::mem::take(&mut self.child_responses));
+        let mut first = first_occurrence(self.executions.len());
+        self.executions.retain(|id| first(id));
+        let mut first = first_occurrence(self.delays.len());
+        self.delays.retain(|delay| first(delay));
+        let mut first = first_occurrence(self.child_responses.len());
+        self.child_responses.retain(|pair| first(pair));
     }
 }
 
@@ -342,11 +346,11 @@ impl<T: Clone + Eq + Hash> Known<T> {
     }
 }
 
-/// Drops the repeats of `items`, keeping each first occurrence where it was.
-fn dedup_in_order<T: Clone + Eq + Hash>(mut items: Vec<T>) -> Vec<T> {
-    let mut seen = HashSet::with_capacity_and_hasher(items.len(), FastHash::default());
-    items.retain(|item| seen.insert(item.clone()));
-    items
+/// True for the first occurrence of each item of a list of about `len` items, asked in order:
+/// what a list keeps to drop its repeats and keep each first occurrence where it was.
+fn first_occurrence<T: Clone + Eq + Hash>(len: usize) -> impl FnMut(&T) -> bool {
+    let mut seen = HashSet::with_capacity_and_hasher(len, FastHash::default());
+    move |item| seen.insert(item.clone())
 }
 
 fn add_join_set<'k>(

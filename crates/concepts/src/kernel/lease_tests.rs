@@ -415,7 +415,7 @@ fn kept_created_events_are_forgotten_when_deleted_cleared_or_too_many() {
     let (plan, grants) = created_and_granted(vec![create_request(&id, None)], &[&id]);
     let kept = CreatedEvents::new(16);
     let deletion = WritePlan {
-        deleted: vec![id.clone()],
+        deleted: vec![id.clone()].into(),
         ..WritePlan::default()
     };
     kept.remember(vec![plan.clone()]);

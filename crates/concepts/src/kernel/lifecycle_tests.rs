@@ -695,7 +695,7 @@ fn counted(
 
 fn pruned(plan: Planned<PruneOutcome>) -> (PruneOutcome, Vec<ExecutionId>) {
     assert_writes_nothing(&plan);
-    (plan.reply, plan.plan.deleted)
+    (plan.reply, plan.plan.deleted.to_vec())
 }
 
 /// Top-level executions finished at 10 (a finished tree of three), 20 (a child still

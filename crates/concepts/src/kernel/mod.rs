@@ -78,8 +78,8 @@ pub use keys::{
 };
 pub use messages::{WAKE_EVERYONE, parse_wakeup_message, wakeup_messages};
 pub use plan::{
-    ExecutionChange, NewExecution, PlannedDelay, PlannedResponse, Planner, ScheduleWrite, Wakeup,
-    Wakeups, WritePlan,
+    ExecutionChange, NewExecution, PlannedDelay, PlannedResponse, Planner, ScheduleWrite, ThinVec,
+    Wakeup, Wakeups, WritePlan,
 };
 pub use queued::{Answer, Queued, queue};
 pub use snapshot::{

@@ -14,6 +14,7 @@ use crate::{
 use chrono::{DateTime, Utc};
 use smallvec::SmallVec;
 use std::collections::{HashMap, HashSet};
+pub use thin_vec::ThinVec;
 
 /// A pending state became due, a response arrived, or an execution finished: who to wake.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -71,14 +72,15 @@ pub struct ExecutionChange {
     /// New events with their versions (a `Finished` is stored at the version it was appended
     /// at); one inline, the whole of most writes.
     pub events: SmallVec<[(Version, ExecutionEvent); 1]>,
-    /// New responses.
-    pub responses: Vec<PlannedResponse>,
+    /// New responses. This list and the next three are empty in most changes: one pointer
+    /// each, and dropped by comparing it ([`ThinVec`]).
+    pub responses: ThinVec<PlannedResponse>,
     /// The counters after the write of every join set it changed.
-    pub join_sets: Vec<(JoinSetId, JoinSetCounters)>,
+    pub join_sets: ThinVec<(JoinSetId, JoinSetCounters)>,
     /// Delays requested.
-    pub delays_requested: Vec<PlannedDelay>,
+    pub delays_requested: ThinVec<PlannedDelay>,
     /// Delays requested earlier that this write answered: they close.
-    pub delays_closed: Vec<DelayId>,
+    pub delays_closed: ThinVec<DelayId>,
 }
 
 impl ExecutionChange {
@@ -176,18 +178,19 @@ pub struct WritePlan {
     /// The wake-ups to deliver after the commit ([`Wakeups`]).
     pub wakeups: Wakeups,
     /// Executions to delete with everything stored about them (`prune`): events, responses,
-    /// join-set counters, delays and the row.
-    pub deleted: Vec<ExecutionId>,
+    /// join-set counters, delays and the row. Empty in most plans, as the next list is: one
+    /// pointer each ([`ThinVec`]).
+    pub deleted: ThinVec<ExecutionId>,
     /// What the write changes about schedules, one entry per schedule.
-    pub schedules: Vec<ScheduleWrite>,
+    pub schedules: ThinVec<ScheduleWrite>,
 }
 
 impl WritePlan {
     /// The plan of `changes`, with the wake-ups they cause.
     pub(crate) fn of(
         changes: Vec<ExecutionChange>,
-        deleted: Vec<ExecutionId>,
-        schedules: Vec<ScheduleWrite>,
+        deleted: ThinVec<ExecutionId>,
+        schedules: ThinVec<ScheduleWrite>,
     ) -> Self {
         let mut wakeups = Wakeups::new();
         for change in &changes {
@@ -268,9 +271,9 @@ pub struct Planner<'s> {
     pub(crate) snapshot: &'s Snapshot,
     pub(crate) changes: Vec<ExecutionChange>,
     /// Executions the write deletes (`prune`).
-    pub(crate) deleted: Vec<ExecutionId>,
+    pub(crate) deleted: ThinVec<ExecutionId>,
     /// What the write changes about schedules.
-    pub(crate) schedules: Vec<ScheduleWrite>,
+    pub(crate) schedules: ThinVec<ScheduleWrite>,
     /// The index of each of the first changes by execution (`Planner::index_staged`), built
     /// only once a write touches more than [`LINEAR_LOOKUP`] executions: most writes touch
     /// one or two, and a scan is cheaper.
@@ -287,8 +290,8 @@ impl<'s> Planner<'s> {
         Self {
             snapshot,
             changes: Vec::new(),
-            deleted: Vec::new(),
-            schedules: Vec::new(),
+            deleted: ThinVec::new(),
+            schedules: ThinVec::new(),
             position: HashMap::with_hasher(hasher.clone()),
             join_sets: HashMap::with_hasher(hasher.clone()),
             delays: HashMap::with_hasher(hasher.clone()),
@@ -339,10 +342,10 @@ impl<'s> Planner<'s> {
                 row: row.clone(),
                 // Most writes append one event: inline, no allocation.
                 events: SmallVec::new(),
-                responses: Vec::new(),
-                join_sets: Vec::new(),
-                delays_requested: Vec::new(),
-                delays_closed: Vec::new(),
+                responses: ThinVec::new(),
+                join_sets: ThinVec::new(),
+                delays_requested: ThinVec::new(),
+                delays_closed: ThinVec::new(),
             }));
         idx
     }

@@ -584,7 +584,7 @@ fn lock_pending_locks_what_is_due_and_hands_out_the_log() {
             result: Ok(crate::SupportedFunctionReturnValue::None),
         },
     });
-    let cloned = hand_over_cloned(grant.clone(), &grown.events, &grown.responses).unwrap();
+    let cloned = hand_over_cloned(&grant, &grown.events, &grown.responses).unwrap();
     let locked = hand_over(grant.clone(), grown).unwrap();
     assert_eq!(locked.execution_id, due);
     assert_eq!(locked.next_version, Version(2));
@@ -592,7 +592,7 @@ fn lock_pending_locks_what_is_due_and_hands_out_the_log() {
     assert!(locked.event_history.is_empty());
     assert_eq!(cloned, locked, "both hand-overs hand over the same");
     assert!(
-        hand_over_cloned(grant.clone(), &[], &[]).is_err(),
+        hand_over_cloned(&grant, &[], &[]).is_err(),
         "a history shorter than the grant's"
     );
     let short = LogRows {

@@ -192,15 +192,6 @@ fn unregister(waiters: &mut ExecutionWaiters, execution_id: &ExecutionId, id: u6
     }
 }
 
-fn wake(waiters: &ExecutionWaiters, execution_id: &ExecutionId) {
-    if let Some(entries) = waiters.get(execution_id) {
-        for (_, waiter) in entries {
-            // A permit is kept when the waiter is not waiting yet: no wake-up is lost.
-            waiter.notify.notify_one();
-        }
-    }
-}
-
 /// Hands each of the `waiters` of `execution_id` what a committed plan did to it (`change`,
 /// looked up only when someone waits), by `hand`, then wakes them.
 fn hand_and_wake<'c>(
@@ -209,14 +200,23 @@ fn hand_and_wake<'c>(
     change: impl FnOnce() -> Option<&'c ExecutionChange>,
     hand: impl Fn(&Waiter, &ExecutionChange),
 ) {
-    if let Some(entries) = waiters.get(execution_id)
-        && let Some(change) = change()
-    {
+    // One lookup, and none when nobody waits for anything of this kind (the usual case):
+    // every finished execution and every response comes here.
+    if waiters.is_empty() {
+        return;
+    }
+    let Some(entries) = waiters.get(execution_id) else {
+        return;
+    };
+    if let Some(change) = change() {
         for (_, waiter) in entries {
             hand(waiter, change);
         }
     }
-    wake(waiters, execution_id);
+    for (_, waiter) in entries {
+        // A permit is kept when the waiter is not waiting yet: no wake-up is lost.
+        waiter.notify.notify_one();
+    }
 }
 
 impl WaiterHub {

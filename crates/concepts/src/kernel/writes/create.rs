@@ -10,8 +10,8 @@ use crate::{
     CreateConflict, CreateOutcome, CreateRequest, Created, DbError, DuplicateKind, ExecutionEvent,
     ExecutionEventInner, ExecutionId, Locked, PendingState, ValidationError, Version,
     kernel::{
-        ExecutionChange, ExecutionRow, Keys, Planner, Snapshot, Write, snapshot::inconsistent,
-        write::sealed::Sealed,
+        ExecutionChange, ExecutionRow, Keys, Planner, Snapshot, ThinVec, Write,
+        snapshot::inconsistent, write::sealed::Sealed,
     },
 };
 use smallvec::smallvec;
@@ -26,7 +26,7 @@ impl Write for CreateRequest {
         validate_create(self)?;
         Ok(Keys {
             executions: self.parent.iter().map(|(id, _)| id.clone()).collect(),
-            new_executions: vec![self.execution_id.clone()],
+            new_executions: std::iter::once(self.execution_id.clone()).collect(),
             ..Keys::default()
         })
     }
@@ -135,7 +135,7 @@ impl Write for CreateBatch {
         for req in &self.0 {
             validate_create(req)?;
         }
-        let new_executions: Vec<_> = self.0.iter().map(|r| r.execution_id.clone()).collect();
+        let new_executions: ThinVec<_> = self.0.iter().map(|r| r.execution_id.clone()).collect();
         // The parents the batch does not create itself, each once.
         let mut parents = crate::kernel::ExecutionIds::new();
         for (parent, _) in self.0.iter().filter_map(|req| req.parent.as_ref()) {
@@ -197,10 +197,10 @@ impl Planner<'_> {
             row,
             old_state: None,
             events: smallvec![(Version(0), created_event)],
-            responses: Vec::new(),
-            join_sets: Vec::new(),
-            delays_requested: Vec::new(),
-            delays_closed: Vec::new(),
+            responses: ThinVec::new(),
+            join_sets: ThinVec::new(),
+            delays_requested: ThinVec::new(),
+            delays_closed: ThinVec::new(),
         });
         self.index_staged();
         Ok(CreateOutcome::Created)

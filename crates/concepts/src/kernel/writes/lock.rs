@@ -187,7 +187,7 @@ pub fn hand_over(grant: LockGrant, mut log: LogRows) -> Result<LockedExecution, 
         })
         .collect();
     let created = (params, metadata, scheduled_at);
-    Ok(assemble(grant, created, event_history, log.responses))
+    Ok(assemble(&grant, created, event_history, log.responses))
 }
 
 /// The `Created` events of the executions a store created due at once, kept after their
@@ -319,7 +319,7 @@ impl CreatedEvents {
                     ..
                 } = *created;
                 assemble(
-                    grant,
+                    &grant,
                     (params, metadata, scheduled_at),
                     Vec::new(),
                     Vec::new(),
@@ -347,23 +347,24 @@ fn json_size(value: &serde_json::Value) -> usize {
 /// As [`hand_over`], from a history the backend holds in place (the memory store's records)
 /// instead of one read for the worker: only what the worker is handed is cloned.
 pub fn hand_over_cloned(
-    grant: LockGrant,
+    grant: &LockGrant,
     events: &[ExecutionEvent],
     responses: &[JoinSetResponseEventOuter],
 ) -> Result<LockedExecution, DbError> {
-    let (created, event_history, responses) = cloned_history(&grant, events, responses)?;
+    let (created, event_history, responses) = cloned_history(grant, events, responses)?;
     Ok(assemble(grant, created, event_history, responses))
 }
 
 /// As [`hand_over_cloned`], pushing the execution onto `into`: a locked execution is large,
-/// and handing it back through a `Result` copies it once more.
+/// and handing it back through a `Result` copies it once more (as moving each grant out of
+/// its list would copy it: it is borrowed).
 pub fn hand_over_cloned_into(
-    grant: LockGrant,
+    grant: &LockGrant,
     events: &[ExecutionEvent],
     responses: &[JoinSetResponseEventOuter],
     into: &mut Vec<LockedExecution>,
 ) -> Result<(), DbError> {
-    let (created, event_history, responses) = cloned_history(&grant, events, responses)?;
+    let (created, event_history, responses) = cloned_history(grant, events, responses)?;
     into.push(assemble(grant, created, event_history, responses));
     Ok(())
 }
@@ -470,27 +471,28 @@ fn not_created(grant: &LockGrant) -> DbError {
 }
 
 /// The locked execution of `grant`, with the parameters, metadata and schedule of its
-/// `Created` event, its history events and its responses.
+/// `Created` event, its history events and its responses. The grant is borrowed: its ids are
+/// shared texts, cheaper to clone than the grant is to move.
 fn assemble(
-    grant: LockGrant,
+    grant: &LockGrant,
     (params, metadata, scheduled_at): (Params, ExecutionMetadata, DateTime<Utc>),
     event_history: Vec<HistoryEvent>,
     responses: Vec<JoinSetResponseEventOuter>,
 ) -> LockedExecution {
-    let row = grant.row;
+    let row = &grant.row;
     LockedExecution {
-        execution_id: row.execution_id,
+        execution_id: row.execution_id.clone(),
         next_version: row.state.next_version,
         metadata,
-        locked_event: grant.locked_event,
-        ffqn: row.ffqn,
+        locked_event: grant.locked_event.clone(),
+        ffqn: row.ffqn.clone(),
         params,
         event_history,
         responses,
         scheduled_at,
         retry_exp_backoff: row.retry_exp_backoff,
         max_retries: row.max_retries,
-        parent: row.parent,
+        parent: row.parent.clone(),
         temporary_event_count: row.temporary_event_count,
         due_at: grant.due_at,
     }

@@ -38,7 +38,7 @@ impl Write for PruneRequest {
             return None;
         }
         Some(Keys {
-            subtrees: snapshot.prune_candidates.clone(),
+            subtrees: snapshot.prune_candidates.iter().cloned().collect(),
             ..Keys::default()
         })
     }
@@ -47,7 +47,7 @@ impl Write for PruneRequest {
     /// continues.
     fn plan(self, planner: &mut Planner<'_>) -> Result<PruneOutcome, DbError> {
         let (outcome, deleted) = plan_prune(planner.snapshot, &self)?;
-        planner.deleted = deleted;
+        planner.deleted = deleted.into();
         Ok(outcome)
     }
 }

@@ -340,7 +340,7 @@ fn trigger_ticks(
 /// The keys of a write of one schedule.
 fn schedule_keys(name: &ScheduleName) -> Keys {
     Keys {
-        schedules: vec![name.clone()],
+        schedules: std::iter::once(name.clone()).collect(),
         ..Keys::default()
     }
 }
