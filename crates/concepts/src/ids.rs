@@ -657,7 +657,7 @@ impl Serialize for JoinSetId {
 
 impl Serialize for FunctionFqn {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        serialize_joined(s, self.ifc_name(), '.', self.function_name())
+        s.serialize_str(self.as_str())
     }
 }
 

@@ -227,7 +227,7 @@ fn statements<'a>(
     let parts = [
         unnest!(INSERT_EXECUTIONS, new, |(change, created)| {
             ids: &str = id(change),
-            ffqns: String = change.row.ffqn.to_string(),
+            ffqns: &str = change.row.ffqn.as_str(),
             created_at: i64 = micros(created.created_at),
             created_at_ns: i16 = sub_micros(created.created_at),
             scheduled_at: i64 = micros(created.scheduled_at),

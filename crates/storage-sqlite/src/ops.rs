@@ -429,7 +429,7 @@ impl<'c> WriteCtx<'c> {
         let parent = row.parent.as_ref();
         let mut params = state_columns(row)?;
         params.extend([
-            row.ffqn.to_string().into(),
+            row.ffqn.as_str().to_owned().into(),
             req.component_id.to_string().into(),
             i64::from(row.max_retries).into(),
             duration_to_sql(row.retry_exp_backoff).into(),

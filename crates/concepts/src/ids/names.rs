@@ -5,22 +5,45 @@ use super::IdParseError;
 use std::{fmt, str::FromStr, sync::Arc};
 
 /// A function's fully qualified name: `<interface>.<function>`, split at the last dot.
-#[expect(
-    clippy::derived_hash_with_manual_eq,
-    reason = "equality is the texts' (pointers only decide it sooner), as the hash is"
-)]
-#[derive(Clone, Eq, Hash, PartialOrd, Ord)]
+///
+/// Held as its whole text and where the function part starts: one shared text to clone,
+/// drop and compare (rows, events, keys and wake-ups of every execution carry a name), and
+/// written out without formatting.
+#[derive(Clone)]
 pub struct FunctionFqn {
-    ifc_name: Arc<str>,
-    function_name: Arc<str>,
+    text: Arc<str>,
+    /// The index of the function part, after the last dot.
+    function_at: usize,
 }
 
 impl PartialEq for FunctionFqn {
     /// Equal texts; clones of one name (the requests of a batch, the functions an executor
     /// was given) are told equal without comparing their texts.
+    #[inline]
     fn eq(&self, other: &Self) -> bool {
-        let same = |a: &Arc<str>, b: &Arc<str>| Arc::ptr_eq(a, b) || a == b;
-        same(&self.ifc_name, &other.ifc_name) && same(&self.function_name, &other.function_name)
+        Arc::ptr_eq(&self.text, &other.text) || self.text == other.text
+    }
+}
+
+impl Eq for FunctionFqn {}
+
+impl std::hash::Hash for FunctionFqn {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.text.hash(state);
+    }
+}
+
+impl Ord for FunctionFqn {
+    /// By interface, then by function (not by the whole text: a dot sorts after some
+    /// characters an interface may hold).
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        (self.ifc_name(), self.function_name()).cmp(&(other.ifc_name(), other.function_name()))
+    }
+}
+
+impl PartialOrd for FunctionFqn {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
     }
 }
 
@@ -28,17 +51,16 @@ impl FunctionFqn {
     /// A name from its parts; the function name must not contain a dot, neither part may be
     /// empty or contain whitespace or control characters.
     pub fn new(
-        ifc_name: impl Into<Arc<str>>,
-        function_name: impl Into<Arc<str>>,
+        ifc_name: impl AsRef<str>,
+        function_name: impl AsRef<str>,
     ) -> Result<Self, IdParseError> {
-        let ifc_name = ifc_name.into();
-        let function_name = function_name.into();
+        let (ifc_name, function_name) = (ifc_name.as_ref(), function_name.as_ref());
         // The whole name, for an error only: a valid name (every stored row read back) is
         // checked without building it.
         let input = || format!("{ifc_name}.{function_name}");
         for (part, value) in [
-            ("interface name", &ifc_name),
-            ("function name", &function_name),
+            ("interface name", ifc_name),
+            ("function name", function_name),
         ] {
             if value.is_empty() {
                 return Err(IdParseError::Empty {
@@ -66,27 +88,33 @@ impl FunctionFqn {
             });
         }
         Ok(Self {
-            ifc_name,
-            function_name,
+            text: input().into(),
+            function_at: ifc_name.len() + 1,
         })
     }
 
     /// The interface part, before the last dot.
     #[must_use]
     pub fn ifc_name(&self) -> &str {
-        &self.ifc_name
+        &self.text[..self.function_at - 1]
     }
 
     /// The function part, after the last dot.
     #[must_use]
     pub fn function_name(&self) -> &str {
-        &self.function_name
+        &self.text[self.function_at..]
+    }
+
+    /// The whole name, `<interface>.<function>`: what [`Display`](fmt::Display) writes.
+    #[must_use]
+    pub fn as_str(&self) -> &str {
+        &self.text
     }
 }
 
 impl fmt::Display for FunctionFqn {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}.{}", self.ifc_name, self.function_name)
+        f.write_str(&self.text)
     }
 }
 
@@ -109,8 +137,8 @@ impl FromStr for FunctionFqn {
 }
 
 /// The names (functions, components) one thread parsed, by their text: a store reads the
-/// same few names back in every row and event, and a clone of a parsed one is two reference
-/// counts where parsing checks every character and allocates both parts. Bounded, since the
+/// same few names back in every row and event, and a clone of a parsed one is a reference
+/// count or two where parsing checks every character and allocates. Bounded, since the
 /// texts come from outside: past [`Parsed::MOST`] names, the others are parsed every time.
 struct Parsed<T> {
     names: std::cell::RefCell<std::collections::HashMap<Box<str>, T, foldhash::fast::RandomState>>,

@@ -183,6 +183,29 @@ fn ffqn_splits_at_the_last_dot() {
 }
 
 #[test]
+fn ffqns_order_by_interface_then_function_and_equal_by_text() {
+    let parse = |text: &str| text.parse::<FunctionFqn>().unwrap();
+    // By the whole text `a-x.c` would come first (`-` sorts before `.`).
+    let (short_ifc, long_ifc) = (parse("a.b"), parse("a-x.c"));
+    assert!(short_ifc < long_ifc, "the interfaces compare first");
+    assert!(parse("a.b") < parse("a.c"));
+    let built = FunctionFqn::new("ns:pkg/ifc", "fn").unwrap();
+    assert_eq!(
+        built,
+        parse("ns:pkg/ifc.fn"),
+        "equal texts, not one shared allocation"
+    );
+    assert_eq!(built.as_str(), "ns:pkg/ifc.fn");
+    assert_eq!(serde_json::to_string(&built).unwrap(), r#""ns:pkg/ifc.fn""#);
+    let state = std::hash::RandomState::new();
+    assert_eq!(
+        std::hash::BuildHasher::hash_one(&state, &built),
+        std::hash::BuildHasher::hash_one(&state, parse("ns:pkg/ifc.fn")),
+        "equal names hash alike"
+    );
+}
+
+#[test]
 fn component_ids() {
     let c: ComponentId = "activity:payments".parse().unwrap();
     assert_eq!((c.component_type(), c.name()), ("activity", "payments"));
