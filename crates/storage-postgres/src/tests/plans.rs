@@ -4,8 +4,9 @@
 //! `ANALYZE` that saw other data than there is now, with custom plans, the lookups of many ids
 //! still go through the index. The due executions are read through the index and only up to
 //! the limit in both cases (counted by the transaction's table statistics, as the statement is
-//! a function whose plan `EXPLAIN` does not show), also past another function's backlog. A
-//! write transaction plans each statement once.
+//! a function whose plan `EXPLAIN` does not show), also past another function's backlog. The
+//! histories a lock hands over are read in index order, without a sort. A write transaction
+//! plans each statement once.
 //! Needs the server of `STELE_TEST_POSTGRES_URL` (skipped without it, except under `CI=true`).
 
 use crate::{PostgresConfig, PostgresStore, load, reads};
@@ -126,6 +127,9 @@ async fn reads_of_logs_and_due_executions_use_indexes_without_statistics() {
                 }
             }
             assert!(scanned.is_empty(), "scanned whole: {scanned:#?}");
+            // The histories of a lock come in the order of the events' key, unsorted.
+            let locked_plan = plan(client, (reads::SELECT_LOCKED, locked), "generic").await;
+            assert!(!locked_plan.contains("Sort"), "sorted: {locked_plan}");
             // The due executions: read through the index, as many as asked for.
             client
                 .batch_execute(&insert_executions("E_P", 100, true))
